@@ -1,0 +1,3 @@
+//! The command groups, one module each.
+
+pub mod trace;

@@ -1,0 +1,41 @@
+//! `cra-cli`: every `cra` command as a library function, so tests call them directly.
+//!
+//! One module per command group under [`cmd`]; [`exit`] holds the exit-code contract shared by
+//! all of them; [`output`] the `-o text|json` switch.
+
+pub mod cmd;
+pub mod exit;
+pub mod output;
+
+use clap::{Parser, Subcommand};
+
+pub use exit::Exit;
+pub use output::OutputFormat;
+
+/// cra: the governed-context runtime for AI agents (CARP, TRACE, Atlas, Relay).
+///
+/// Exit codes, for every command: 0 success (valid, same, passed), 1 could not run,
+/// 2 a negative result (invalid chain, failing test, deny under --fail-on, formatting needed,
+/// divergence, traces differ), 3 invalid atlas, 4 requires approval (under --fail-on).
+#[derive(Debug, Parser)]
+#[command(name = "cra", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// The command group.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level command groups.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Verify, inspect and stream TRACE/1.0 audit chains.
+    #[command(subcommand)]
+    Trace(cmd::trace::TraceCommand),
+}
+
+/// Runs a parsed command line and returns its exit status.
+pub fn run(cli: Cli) -> Exit {
+    match cli.command {
+        Command::Trace(c) => cmd::trace::run(c),
+    }
+}

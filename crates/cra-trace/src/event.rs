@@ -1,0 +1,56 @@
+//! The TRACE/1.0 event (spec §4.2) as it travels on the wire.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The only `trace_version` this crate writes.
+pub const TRACE_VERSION: &str = "1.0";
+
+/// One TRACE event. Field order follows §4.2; `parent_span_id` is always serialised (as `null`
+/// when absent) and unknown top-level fields are kept in `extra`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// Always `"1.0"` for events cra writes.
+    pub trace_version: String,
+    /// This event's id (UUIDv7 when cra writes it).
+    pub event_id: String,
+    /// Groups the events of one CARP operation.
+    pub trace_id: String,
+    /// The operation span this event belongs to.
+    pub span_id: String,
+    /// The enclosing span, if any.
+    #[serde(default)]
+    pub parent_span_id: Option<String>,
+    /// The session whose chain holds this event.
+    pub session_id: String,
+    /// Position in the session's chain, from 0 without gaps.
+    pub sequence: u64,
+    /// Wire timestamp, hashed exactly as written.
+    pub timestamp: String,
+    /// Dotted event type; unknown types are accepted.
+    pub event_type: String,
+    /// Event-specific data.
+    pub payload: Value,
+    /// SHA-256 (lowercase hex) of this event's Appendix B preimage.
+    pub event_hash: String,
+    /// The previous event's `event_hash`, or 64 zeros at sequence 0.
+    pub previous_event_hash: String,
+    /// Fields this version does not know; written back unchanged.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// What a producer supplies; the chain supplies the rest (id, time, sequence, hashes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventDraft {
+    /// Groups the events of one CARP operation.
+    pub trace_id: String,
+    /// The operation span.
+    pub span_id: String,
+    /// The enclosing span, if any.
+    pub parent_span_id: Option<String>,
+    /// Dotted event type.
+    pub event_type: String,
+    /// Event-specific data (an object for every type cra emits).
+    pub payload: Value,
+}

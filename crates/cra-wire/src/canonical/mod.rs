@@ -1,0 +1,13 @@
+//! The two canonical-JSON profiles.
+//!
+//! * [`trace`]: byte-identical to the TRACE spec's Appendix B Python
+//!   (`json.dumps(x, sort_keys=True, separators=(',', ':'))` with the default `ensure_ascii`).
+//!   Used for event hashes.
+//! * [`relay`]: RFC 8785 numbers, raw UTF-8, keys in UTF-8 byte order, `null` members dropped at
+//!   every depth. Used for Relay content hashes.
+
+pub mod relay;
+pub mod trace;
+
+pub use relay::{CanonicalError, relay_canonical};
+pub use trace::{trace_canonical, write_trace_canonical};

@@ -1,0 +1,143 @@
+//! Time, injected: every component that needs "now" takes a [`Clock`], so replay and conformance
+//! runs are reproducible. Also the one timestamp form cra emits on the wire,
+//! `YYYY-MM-DDTHH:MM:SS.ffffffZ` (UTC, exactly six fractional digits), and an RFC 3339 parser for
+//! timestamps that arrive from outside.
+
+use std::fmt;
+use std::sync::Mutex;
+
+use time::format_description::well_known::Rfc3339;
+use time::{Duration, OffsetDateTime, UtcOffset};
+
+/// A source of the current time.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current instant, in UTC.
+    fn now(&self) -> OffsetDateTime;
+}
+
+/// The operating system's clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+}
+
+/// A clock that stands still until told to move: for tests, replay and conformance fixtures.
+#[derive(Debug)]
+pub struct FixedClock {
+    now: Mutex<OffsetDateTime>,
+}
+
+impl FixedClock {
+    /// A clock frozen at `at`.
+    pub fn new(at: OffsetDateTime) -> Self {
+        Self {
+            now: Mutex::new(at.to_offset(UtcOffset::UTC)),
+        }
+    }
+
+    /// A clock frozen at the RFC 3339 instant `at`.
+    pub fn parse(at: &str) -> Result<Self, TimestampError> {
+        parse_rfc3339(at).map(Self::new)
+    }
+
+    /// Moves the clock to `at`.
+    pub fn set(&self, at: OffsetDateTime) {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner()) = at.to_offset(UtcOffset::UTC);
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        *now += by;
+    }
+}
+
+impl Clock for FixedClock {
+    fn now(&self) -> OffsetDateTime {
+        *self.now.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A timestamp that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{input}` is not an RFC 3339 timestamp with a time zone (expected e.g. 2026-01-31T09:30:00Z): {reason}"
+)]
+pub struct TimestampError {
+    /// The text that was given.
+    pub input: String,
+    /// What the parser objected to.
+    pub reason: String,
+}
+
+/// Renders `t` in cra's wire form: UTC, microseconds, `Z` (`2024-12-28T12:00:00.000123Z`).
+pub fn format_timestamp(t: OffsetDateTime) -> String {
+    let t = t.to_offset(UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+/// Reads an RFC 3339 timestamp (any offset, any number of fractional digits) as a UTC instant.
+pub fn parse_rfc3339(input: &str) -> Result<OffsetDateTime, TimestampError> {
+    OffsetDateTime::parse(input, &Rfc3339)
+        .map(|t| t.to_offset(UtcOffset::UTC))
+        .map_err(|e| TimestampError {
+            input: input.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// True when `s` is exactly in cra's emitted form `YYYY-MM-DDTHH:MM:SS.ffffffZ` and is a real instant.
+pub fn is_wire_timestamp(s: &str) -> bool {
+    let b = s.as_bytes();
+    let shape_ok = b.len() == 27
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b'-',
+            10 => *c == b'T',
+            13 | 16 => *c == b':',
+            19 => *c == b'.',
+            26 => *c == b'Z',
+            _ => c.is_ascii_digit(),
+        });
+    shape_ok && parse_rfc3339(s).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_form_has_six_fraction_digits_and_z() {
+        let t = parse_rfc3339("2024-12-28T13:00:00.000123+01:00").unwrap();
+        assert_eq!(format_timestamp(t), "2024-12-28T12:00:00.000123Z");
+        assert!(is_wire_timestamp("2024-12-28T12:00:00.000123Z"));
+        assert!(!is_wire_timestamp("2024-12-28T12:00:00.000Z"));
+        assert!(!is_wire_timestamp("2024-13-28T12:00:00.000000Z"));
+    }
+
+    #[test]
+    fn fixed_clock_moves_only_when_told() {
+        let c = FixedClock::parse("2026-01-01T00:00:00Z").unwrap();
+        assert_eq!(format_timestamp(c.now()), "2026-01-01T00:00:00.000000Z");
+        c.advance(Duration::seconds(90));
+        assert_eq!(format_timestamp(c.now()), "2026-01-01T00:01:30.000000Z");
+    }
+
+    #[test]
+    fn bad_timestamps_say_what_was_expected() {
+        let e = parse_rfc3339("yesterday").unwrap_err();
+        assert!(e.to_string().contains("RFC 3339"));
+    }
+}

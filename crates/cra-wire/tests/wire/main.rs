@@ -1,0 +1,3 @@
+//! Integration tests of `cra-wire`, one module per area.
+
+mod relay_canonical;

@@ -72,10 +72,10 @@ impl ErrorBody {
 }
 
 macro_rules! tokens {
-    ($( $(#[$doc:meta])* $variant:ident = ($text:literal, $status:literal), )*) => {
+    ($( #[doc = $doc:literal] $variant:ident = ($text:literal, $status:literal), )*) => {
         /// Every error token cra answers with, and its HTTP status.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum Token { $( $(#[$doc])* $variant, )* }
+        pub enum Token { $( #[doc = $doc] $variant, )* }
 
         impl Token {
             /// All tokens, in table order.
@@ -84,6 +84,11 @@ macro_rules! tokens {
             /// The token as it appears in `error`.
             pub fn as_str(self) -> &'static str {
                 match self { $(Token::$variant => $text,)* }
+            }
+
+            /// One sentence saying what the token means (the variant's documentation).
+            pub fn description(self) -> &'static str {
+                match self { $(Token::$variant => $doc.trim_ascii_start(),)* }
             }
 
             /// The HTTP status this token is answered with.
@@ -197,5 +202,30 @@ mod tests {
             serde_json::to_string(&b).unwrap(),
             r#"{"error":"session_not_found","message":"no session 1"}"#
         );
+    }
+}
+
+#[cfg(test)]
+mod spec_table {
+    use super::Token;
+
+    /// `specs/errors.md` and [`Token`] must list the same tokens with the same statuses.
+    #[test]
+    fn specs_errors_table_matches_the_enum() {
+        let doc = include_str!("../../../specs/errors.md");
+        let mut documented: Vec<(String, u16)> = doc
+            .lines()
+            .filter_map(|l| {
+                let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+                let token = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+                let status = cells.get(2)?.parse().ok()?;
+                Some((token.to_owned(), status))
+            })
+            .collect();
+        let mut actual: Vec<(String, u16)> =
+            Token::ALL.iter().map(|t| (t.as_str().to_owned(), t.http_status())).collect();
+        documented.sort();
+        actual.sort();
+        assert_eq!(documented, actual, "specs/errors.md is out of date with cra_wire::Token");
     }
 }

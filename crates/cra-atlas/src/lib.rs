@@ -1,9 +1,24 @@
 //! `cra-atlas`: the Atlas/1.0 package format.
 //!
 //! * [`model`]: manifest, capability, context pack, policy and action types (unknown fields kept).
+//! * [`load`]: reading an atlas directory or packed archive into a [`LoadedAtlas`] with its digest.
+//! * [`validate`]: JSON Schema, id, version and cross-reference checks producing [`Diagnostic`]s.
+//! * [`diag`]: diagnostics (file, JSON pointer, line) and pointer-to-line mapping.
+//! * [`pattern`]: policy action patterns (`*`, `**`), shared with CARP's evaluator.
+//! * [`pack`]: deterministic `.atlas.tar.gz` archives and safe unpacking.
+//! * [`registry`]: many atlases and versions, range resolution, atomic reload.
 
+pub mod diag;
+pub mod load;
 pub mod model;
+pub mod pack;
+pub mod pattern;
+pub mod registry;
+pub mod validate;
 
+pub use diag::{Diagnostic, Severity};
+pub use load::{LoadError, LoadedAtlas, Origin, atlas_digest, load, load_dir};
 pub use model::{
     Action, Capability, Conditions, ContextPack, Manifest, Policy, PolicyType, RiskTier, TimeWindow,
 };
+pub use registry::{Registry, RegistryError};

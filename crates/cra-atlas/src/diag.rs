@@ -1,0 +1,294 @@
+//! Diagnostics: what is wrong with an atlas, where (file, JSON pointer, line), and how bad.
+//!
+//! Every problem the loader and the validator find becomes one [`Diagnostic`]. The line is
+//! computed from the pointer by scanning the file's own text ([`line_of_pointer`]), so it points
+//! at the value as the author wrote it, whatever the formatting.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Whether a problem prevents the atlas from being used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    /// The atlas is invalid.
+    Error,
+    /// Suspicious but usable; `--strict` turns warnings into errors.
+    Warning,
+}
+
+/// One problem in one file of an atlas.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
+    /// Stable machine-readable code (`schema`, `unknown_action`, ...; see `specs/atlas.md`).
+    pub code: String,
+    /// File relative to the atlas root, `/`-separated (`atlas.json`, `policies/deny.json`).
+    pub file: String,
+    /// JSON pointer of the offending value inside `file` (`""` for the whole file).
+    pub pointer: String,
+    /// 1-based line of the offending value, when the file is JSON text that contains it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl Diagnostic {
+    /// An error.
+    pub fn error(
+        code: &str,
+        file: impl Into<String>,
+        pointer: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            severity: Severity::Error,
+            code: code.to_owned(),
+            file: file.into(),
+            pointer: pointer.into(),
+            line: None,
+            message: message.into(),
+        }
+    }
+
+    /// A warning.
+    pub fn warning(
+        code: &str,
+        file: impl Into<String>,
+        pointer: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            severity: Severity::Warning,
+            ..Self::error(code, file, pointer, message)
+        }
+    }
+
+    /// True for errors.
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    /// `file:line: severity[code] at pointer: message` (the line part only when known).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sev = match self.severity {
+            Severity::Error => "error",
+            Severity::Warning => "warning",
+        };
+        write!(f, "{}", self.file)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+        }
+        let pointer = if self.pointer.is_empty() {
+            "(document)"
+        } else {
+            &self.pointer
+        };
+        write!(f, ": {sev}[{}] at {pointer}: {}", self.code, self.message)
+    }
+}
+
+/// Escapes one reference token for a JSON pointer (RFC 6901: `~` -> `~0`, `/` -> `~1`).
+pub fn escape_token(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// Appends one token to a pointer.
+pub fn push_pointer(base: &str, token: impl fmt::Display) -> String {
+    format!("{base}/{}", escape_token(&token.to_string()))
+}
+
+/// The 1-based line where the value at `pointer` starts in the JSON `text`, or `None` when the
+/// text is not JSON or has no such value. For an object member the line is that of its key.
+pub fn line_of_pointer(text: &str, pointer: &str) -> Option<usize> {
+    let tokens: Vec<String> = if pointer.is_empty() {
+        Vec::new()
+    } else {
+        pointer
+            .strip_prefix('/')?
+            .split('/')
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect()
+    };
+    let mut s = Scanner {
+        b: text.as_bytes(),
+        i: 0,
+    };
+    s.ws();
+    let start = s.find(&tokens, s.i)?;
+    Some(
+        1 + text.as_bytes()[..start]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count(),
+    )
+}
+
+/// A tolerant JSON walker that only needs to find byte offsets.
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl Scanner<'_> {
+    fn ws(&mut self) {
+        while self.i < self.b.len() && matches!(self.b[self.i], b' ' | b'\t' | b'\n' | b'\r') {
+            self.i += 1;
+        }
+    }
+
+    /// With the cursor on a value, returns the offset of the value at `rest` below it
+    /// (`anchor` is the offset to report when `rest` is empty: a member's key or the value).
+    fn find(&mut self, rest: &[String], anchor: usize) -> Option<usize> {
+        let Some((head, tail)) = rest.split_first() else {
+            return Some(anchor);
+        };
+        match self.b.get(self.i)? {
+            b'{' => {
+                self.i += 1;
+                loop {
+                    self.ws();
+                    match self.b.get(self.i)? {
+                        b'}' => return None,
+                        b',' => {
+                            self.i += 1;
+                            continue;
+                        }
+                        b'"' => {}
+                        _ => return None,
+                    }
+                    let key_at = self.i;
+                    let key = self.string()?;
+                    self.ws();
+                    if self.b.get(self.i) != Some(&b':') {
+                        return None;
+                    }
+                    self.i += 1;
+                    self.ws();
+                    if key == *head {
+                        return self.find(tail, key_at);
+                    }
+                    self.skip()?;
+                }
+            }
+            b'[' => {
+                let want: usize = head.parse().ok()?;
+                self.i += 1;
+                let mut index = 0;
+                loop {
+                    self.ws();
+                    match self.b.get(self.i)? {
+                        b']' => return None,
+                        b',' => {
+                            self.i += 1;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    if index == want {
+                        let at = self.i;
+                        return self.find(tail, at);
+                    }
+                    self.skip()?;
+                    index += 1;
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Reads a string starting at the cursor and returns its decoded text.
+    fn string(&mut self) -> Option<String> {
+        let start = self.i;
+        self.skip_string()?;
+        serde_json::from_slice(&self.b[start..self.i]).ok()
+    }
+
+    fn skip_string(&mut self) -> Option<()> {
+        self.i += 1;
+        while let Some(&c) = self.b.get(self.i) {
+            self.i += 1;
+            match c {
+                b'\\' => self.i += 1,
+                b'"' => return Some(()),
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Skips one value.
+    fn skip(&mut self) -> Option<()> {
+        match self.b.get(self.i)? {
+            b'"' => self.skip_string(),
+            b'{' | b'[' => {
+                let mut depth = 0usize;
+                while let Some(&c) = self.b.get(self.i) {
+                    match c {
+                        b'"' => {
+                            self.skip_string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth = depth.checked_sub(1)?;
+                            if depth == 0 {
+                                self.i += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.i += 1;
+                }
+                None
+            }
+            _ => {
+                while let Some(&c) = self.b.get(self.i) {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                Some(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_from_pointers() {
+        let text = "{\n  \"a\": 1,\n  \"b\": [\n    {\"c\": \"x}\\\"]\"},\n    {\n      \"d/e\": true\n    }\n  ]\n}\n";
+        assert_eq!(line_of_pointer(text, ""), Some(1));
+        assert_eq!(line_of_pointer(text, "/a"), Some(2));
+        assert_eq!(line_of_pointer(text, "/b"), Some(3));
+        assert_eq!(line_of_pointer(text, "/b/0"), Some(4));
+        assert_eq!(line_of_pointer(text, "/b/0/c"), Some(4));
+        assert_eq!(line_of_pointer(text, "/b/1"), Some(5));
+        assert_eq!(line_of_pointer(text, "/b/1/d~1e"), Some(6));
+        assert_eq!(line_of_pointer(text, "/b/2"), None);
+        assert_eq!(line_of_pointer(text, "/z"), None);
+        assert_eq!(line_of_pointer("not json", "/a"), None);
+    }
+
+    #[test]
+    fn display() {
+        let mut d = Diagnostic::error("schema", "atlas.json", "/version", "bad");
+        d.line = Some(4);
+        assert_eq!(
+            d.to_string(),
+            "atlas.json:4: error[schema] at /version: bad"
+        );
+        let w = Diagnostic::warning("x", "a.json", "", "m");
+        assert_eq!(w.to_string(), "a.json: warning[x] at (document): m");
+    }
+}

@@ -1,0 +1,265 @@
+//! An in-memory [`CarpStore`], for tests only (feature `test-support`): the product always uses
+//! a durable store from `cra-store`. One mutex around everything makes each call atomic.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
+    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+};
+
+#[derive(Debug, Default)]
+struct State {
+    sessions: BTreeMap<String, SessionRecord>,
+    request_ids: BTreeSet<(String, String)>,
+    resolutions: BTreeMap<String, StoredResolution>,
+    executions_by_key: BTreeMap<(String, String), ExecutionRecord>,
+    executions: Vec<ExecutionRecord>,
+    rate_events: BTreeMap<(String, String), Vec<i64>>,
+    budget_spent: BTreeMap<(String, String), u64>,
+    approvals: BTreeMap<String, ApprovalRecord>,
+}
+
+/// A [`CarpStore`] held in memory. Tests only.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    state: Mutex<State>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn rate_used(state: &State, policy_id: &str, scope_key: &str, since: i64, until: i64) -> u64 {
+    state
+        .rate_events
+        .get(&(policy_id.to_owned(), scope_key.to_owned()))
+        .map(|v| v.iter().filter(|t| **t > since && **t <= until).count() as u64)
+        .unwrap_or(0)
+}
+
+impl CarpStore for MemoryStore {
+    fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.sessions.contains_key(&session.session_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "session",
+                id: session.session_id.clone(),
+            });
+        }
+        s.sessions
+            .insert(session.session_id.clone(), session.clone());
+        Ok(())
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        Ok(self.lock().sessions.get(session_id).cloned())
+    }
+
+    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, StoreError> {
+        let mut s = self.lock();
+        let rec = s
+            .sessions
+            .get_mut(session_id)
+            .ok_or_else(|| StoreError::NotFound {
+                what: "session",
+                id: session_id.to_owned(),
+            })?;
+        if rec.ended_at.is_none() {
+            rec.ended_at = Some(ended_at.to_owned());
+        }
+        Ok(rec.clone())
+    }
+
+    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .lock()
+            .request_ids
+            .insert((session_id.to_owned(), request_id.to_owned())))
+    }
+
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        let id = &resolution.resolution.resolution_id;
+        if s.resolutions.contains_key(id) {
+            return Err(StoreError::AlreadyExists {
+                what: "resolution",
+                id: id.clone(),
+            });
+        }
+        s.resolutions.insert(id.clone(), resolution.clone());
+        Ok(())
+    }
+
+    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, StoreError> {
+        Ok(self.lock().resolutions.get(resolution_id).cloned())
+    }
+
+    fn get_execution_by_key(
+        &self,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<ExecutionRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .executions_by_key
+            .get(&(session_id.to_owned(), idempotency_key.to_owned()))
+            .cloned())
+    }
+
+    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, StoreError> {
+        let mut s = self.lock();
+        if let Some(key) = &execution.idempotency_key {
+            let k = (execution.session_id.clone(), key.clone());
+            if let Some(first) = s.executions_by_key.get(&k) {
+                return Ok(first.clone());
+            }
+            s.executions_by_key.insert(k, execution.clone());
+        }
+        s.executions.push(execution.clone());
+        Ok(execution.clone())
+    }
+
+    fn rate_count(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<u64, StoreError> {
+        Ok(rate_used(
+            &self.lock(),
+            policy_id,
+            scope_key,
+            since_us,
+            until_us,
+        ))
+    }
+
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, StoreError> {
+        Ok(self
+            .lock()
+            .budget_spent
+            .get(&(policy_id.to_owned(), scope_key.to_owned()))
+            .copied()
+            .unwrap_or(0))
+    }
+
+    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError> {
+        let mut s = self.lock();
+        for c in charges {
+            let (fits, used) = match &c.kind {
+                ChargeKind::Rate {
+                    max_calls,
+                    window_seconds,
+                } => {
+                    let window_us = i64::try_from(*window_seconds)
+                        .unwrap_or(i64::MAX / 1_000_000)
+                        .saturating_mul(1_000_000);
+                    let used = rate_used(
+                        &s,
+                        &c.policy_id,
+                        &c.scope_key,
+                        at_us.saturating_sub(window_us),
+                        at_us,
+                    );
+                    (used < *max_calls, used)
+                }
+                ChargeKind::Budget { max_units, units } => {
+                    let spent = s
+                        .budget_spent
+                        .get(&(c.policy_id.clone(), c.scope_key.clone()))
+                        .copied()
+                        .unwrap_or(0);
+                    (spent.saturating_add(*units) <= *max_units, spent)
+                }
+            };
+            if !fits {
+                return Ok(ConsumeOutcome::Refused {
+                    policy_id: c.policy_id.clone(),
+                    scope_key: c.scope_key.clone(),
+                    kind: c.kind.clone(),
+                    used,
+                });
+            }
+        }
+        for c in charges {
+            let key = (c.policy_id.clone(), c.scope_key.clone());
+            match &c.kind {
+                ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push(at_us),
+                ChargeKind::Budget { units, .. } => {
+                    let e = s.budget_spent.entry(key).or_default();
+                    *e = e.saturating_add(*units);
+                }
+            }
+        }
+        Ok(ConsumeOutcome::Consumed)
+    }
+
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), StoreError> {
+        let mut s = self.lock();
+        if s.approvals.contains_key(&approval.approval_id) {
+            return Err(StoreError::AlreadyExists {
+                what: "approval",
+                id: approval.approval_id.clone(),
+            });
+        }
+        s.approvals
+            .insert(approval.approval_id.clone(), approval.clone());
+        Ok(())
+    }
+
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        Ok(self.lock().approvals.get(approval_id).cloned())
+    }
+
+    fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+        decided_at: &str,
+    ) -> Result<ApprovalRecord, StoreError> {
+        let mut s = self.lock();
+        let rec = s
+            .approvals
+            .get_mut(approval_id)
+            .ok_or_else(|| StoreError::NotFound {
+                what: "approval",
+                id: approval_id.to_owned(),
+            })?;
+        if rec.status != ApprovalStatus::Pending {
+            return Err(StoreError::AlreadyDecided {
+                approval_id: approval_id.to_owned(),
+                status: rec.status.as_str(),
+            });
+        }
+        rec.status = match decision {
+            ApprovalDecision::Grant => ApprovalStatus::Granted,
+            ApprovalDecision::Reject => ApprovalStatus::Rejected,
+        };
+        rec.decided_by = Some(decided_by.to_owned());
+        rec.decided_at = Some(decided_at.to_owned());
+        rec.note = note.map(str::to_owned);
+        Ok(rec.clone())
+    }
+
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .approvals
+            .values()
+            .filter(|a| a.status == ApprovalStatus::Pending)
+            .cloned()
+            .collect())
+    }
+}

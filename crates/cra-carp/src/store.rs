@@ -1,0 +1,305 @@
+//! The storage CARP needs, as a trait: sessions, request ids seen per session, resolutions,
+//! executions with idempotency keys, rate-limit and budget counters, and approvals.
+//!
+//! The trait is synchronous, object-safe and `Send + Sync` (used as `Arc<dyn CarpStore>`; the
+//! server calls it from `spawn_blocking`). `cra-store` implements it for redb and PostgreSQL.
+//! The in-memory implementation ([`crate::memory::MemoryStore`], feature `test-support`) exists
+//! for tests only.
+//!
+//! Contract every implementation must keep (the shared test suite checks it):
+//! * Every write is atomic: it happens entirely or not at all, and a failed call changes nothing.
+//! * [`CarpStore::insert_request_id`] and [`CarpStore::record_execution`] are insert-if-absent:
+//!   of two concurrent calls with the same key exactly one inserts, the other sees the first.
+//! * [`CarpStore::try_consume`] checks *every* charge and records them all or none, atomically
+//!   with respect to other `try_consume` calls on the same `(policy_id, scope_key)` pairs, so two
+//!   concurrent executions can never both take the last unit of a limit.
+//! * [`CarpStore::decide_approval`] succeeds once per approval; later calls fail with
+//!   [`StoreError::AlreadyDecided`] and change nothing.
+//!
+//! Times are passed as Unix microseconds (`i64`, UTC) where the store compares them, and as wire
+//! strings (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) where they are only recorded.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::{ExecuteResponse, Resolution};
+
+/// A CARP session: opened by one agent, active until ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// UUIDv7.
+    pub session_id: String,
+    /// The agent that owns the session; only it may append to it.
+    pub agent_id: String,
+    /// The parent session, for nested agents.
+    pub parent_session_id: Option<String>,
+    /// When it was opened (wire form).
+    pub created_at: String,
+    /// When it was ended (wire form); `None` while active.
+    pub ended_at: Option<String>,
+}
+
+impl SessionRecord {
+    /// True until the session is ended.
+    pub fn is_active(&self) -> bool {
+        self.ended_at.is_none()
+    }
+}
+
+/// A resolution as stored for later execute requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredResolution {
+    /// The resolution exactly as answered (without `explain`).
+    pub resolution: Resolution,
+    /// The session it was made in.
+    pub session_id: String,
+    /// The agent it was made for.
+    pub agent_id: String,
+    /// When it stops being valid: `timestamp + ttl_seconds`, Unix microseconds.
+    pub expires_at_us: i64,
+}
+
+/// An execution, keyed for idempotency by `(session_id, idempotency_key)`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    /// The execution id (also in `response`).
+    pub execution_id: String,
+    /// The session the execute request came in.
+    pub session_id: String,
+    /// The client's idempotency key, if it sent one.
+    pub idempotency_key: Option<String>,
+    /// The response answered the first time.
+    pub response: ExecuteResponse,
+}
+
+/// What a charge counts against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChargeKind {
+    /// One execution, counted in a sliding window `(at - window_seconds, at]`.
+    Rate {
+        /// Executions allowed per window.
+        max_calls: u64,
+        /// Window length.
+        window_seconds: u64,
+    },
+    /// `units` of a budget that is never replenished.
+    Budget {
+        /// Units available in total.
+        max_units: u64,
+        /// Units this execution costs.
+        units: u64,
+    },
+}
+
+/// One limit an execution must fit in: `(policy_id, scope_key)` names the counter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Charge {
+    /// The rate_limit or budget policy.
+    pub policy_id: String,
+    /// `session:<id>`, `agent:<id>` or `global` (see [`crate::eval::scope_key`]).
+    pub scope_key: String,
+    /// What is counted.
+    pub kind: ChargeKind,
+}
+
+/// The answer of [`CarpStore::try_consume`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConsumeOutcome {
+    /// Every charge fitted and all were recorded.
+    Consumed,
+    /// This charge did not fit; nothing was recorded.
+    Refused {
+        /// The first charge (in the order given) that did not fit.
+        policy_id: String,
+        /// Its counter.
+        scope_key: String,
+        /// Whether it was a rate limit or a budget.
+        kind: ChargeKind,
+        /// Executions in the window (rate) or units spent (budget) at the time of the check.
+        used: u64,
+    },
+}
+
+/// Where an approval stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Waiting for a human.
+    Pending,
+    /// Granted: the gated actions may run.
+    Granted,
+    /// Rejected: the gated actions may not run.
+    Rejected,
+}
+
+impl ApprovalStatus {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Granted => "granted",
+            ApprovalStatus::Rejected => "rejected",
+        }
+    }
+}
+
+/// A human decision on an approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalDecision {
+    /// Let the gated actions run.
+    Grant,
+    /// Refuse them.
+    Reject,
+}
+
+/// One approval: issued with a `requires_approval` resolution, decided once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// The `approval_id` of the resolution's decision.
+    pub approval_id: String,
+    /// The resolution it belongs to.
+    pub resolution_id: String,
+    /// The session of that resolution.
+    pub session_id: String,
+    /// The agent that asked.
+    pub agent_id: String,
+    /// The gated action ids.
+    pub actions: Vec<String>,
+    /// When it was issued (wire form).
+    pub created_at: String,
+    /// When it lapses (Unix microseconds; the resolution's expiry).
+    pub expires_at_us: i64,
+    /// Pending, granted or rejected.
+    pub status: ApprovalStatus,
+    /// Who decided, once decided.
+    pub decided_by: Option<String>,
+    /// When it was decided (wire form), once decided.
+    pub decided_at: Option<String>,
+    /// The decider's note.
+    pub note: Option<String>,
+}
+
+/// Why a store call failed. Every variant leaves the store unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// A record with this key already exists.
+    #[error("{what} `{id}` already exists; use a new id")]
+    AlreadyExists {
+        /// The kind of record (`session`, `resolution`, `approval`).
+        what: &'static str,
+        /// Its key.
+        id: String,
+    },
+    /// No record with this key.
+    #[error("no {what} `{id}`; check the id")]
+    NotFound {
+        /// The kind of record.
+        what: &'static str,
+        /// Its key.
+        id: String,
+    },
+    /// The approval was decided before.
+    #[error("approval `{approval_id}` was already {status}; an approval is decided once")]
+    AlreadyDecided {
+        /// The approval.
+        approval_id: String,
+        /// Its status (`granted` or `rejected`).
+        status: &'static str,
+    },
+    /// The backend failed (I/O, connection, serialisation); the message says what to check.
+    #[error("the CARP store failed: {0}")]
+    Backend(String),
+    /// A stored record could not be read back (corruption or an incompatible version).
+    #[error("a stored CARP record is unreadable: {0}; the data directory may be damaged")]
+    Corrupt(String),
+}
+
+/// Everything CARP keeps between requests. See the module documentation for the contract.
+pub trait CarpStore: Send + Sync + fmt::Debug {
+    // --- sessions ---------------------------------------------------------------------------
+
+    /// Stores a new session; [`StoreError::AlreadyExists`] when its id is taken.
+    fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+
+    /// The session, if it exists.
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+
+    /// Ends an active session at `ended_at` and returns it. Ending an ended session returns it
+    /// unchanged; [`StoreError::NotFound`] when there is no such session.
+    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, StoreError>;
+
+    // --- request ids ------------------------------------------------------------------------
+
+    /// Records `request_id` as used in `session_id`. Returns `true` when it was new, `false`
+    /// when the session had already seen it (nothing changes then).
+    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
+
+    // --- resolutions ------------------------------------------------------------------------
+
+    /// Stores a resolution; [`StoreError::AlreadyExists`] when its id is taken.
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), StoreError>;
+
+    /// The resolution, if it exists (expired ones may still be returned; the caller checks
+    /// `expires_at_us`).
+    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, StoreError>;
+
+    // --- executions -------------------------------------------------------------------------
+
+    /// The execution recorded under `(session_id, idempotency_key)`, if any.
+    fn get_execution_by_key(
+        &self,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<ExecutionRecord>, StoreError>;
+
+    /// Records an execution. When it carries an idempotency key already recorded in its session
+    /// the stored (first) record is returned and nothing changes; otherwise `execution` is stored
+    /// and returned. Records without a key are always stored.
+    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, StoreError>;
+
+    // --- counters ---------------------------------------------------------------------------
+
+    /// Executions counted for `(policy_id, scope_key)` at instants `t` with
+    /// `since_us < t <= until_us`.
+    fn rate_count(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<u64, StoreError>;
+
+    /// Units spent so far on `(policy_id, scope_key)`.
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, StoreError>;
+
+    /// Checks every charge at instant `at_us` and, only if all fit, records them all
+    /// (one execution at `at_us` per rate charge, `units` per budget charge). A rate charge fits
+    /// when fewer than `max_calls` executions fall in `(at_us - window_seconds, at_us]`; a budget
+    /// charge fits when `spent + units <= max_units`.
+    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError>;
+
+    // --- approvals --------------------------------------------------------------------------
+
+    /// Stores a new pending approval; [`StoreError::AlreadyExists`] when its id is taken.
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), StoreError>;
+
+    /// The approval, if it exists.
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError>;
+
+    /// Decides a pending approval once and returns the updated record.
+    /// [`StoreError::NotFound`] when there is none, [`StoreError::AlreadyDecided`] when it was
+    /// decided before.
+    fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+        decided_at: &str,
+    ) -> Result<ApprovalRecord, StoreError>;
+
+    /// Every approval still pending, ordered by `approval_id`.
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError>;
+}

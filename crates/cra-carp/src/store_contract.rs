@@ -1,0 +1,351 @@
+//! The behaviour every [`CarpStore`] must show, as one reusable check (feature `test-support`).
+//! `cra-store` runs it against redb and PostgreSQL; this crate runs it against the in-memory
+//! store. Call [`check_all`] with a function that returns a fresh, empty store each time.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use serde_json::Map;
+
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
+    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+};
+use crate::types::{
+    CARP_VERSION, Decision, DecisionType, ExecuteResponse, ExecuteStatus, Resolution,
+};
+
+/// Runs every check, each on a fresh store from `make`. Panics (test assertion) on the first
+/// broken rule, naming it.
+pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
+    sessions(make().as_ref());
+    request_ids(make().as_ref());
+    resolutions(make().as_ref());
+    executions(make().as_ref());
+    rate_counters(make().as_ref());
+    budget_counters(make().as_ref());
+    consume_is_all_or_nothing(make().as_ref());
+    approvals(make().as_ref());
+}
+
+fn session(id: &str) -> SessionRecord {
+    SessionRecord {
+        session_id: id.to_owned(),
+        agent_id: "agent-a".to_owned(),
+        parent_session_id: None,
+        created_at: "2026-01-01T00:00:00.000000Z".to_owned(),
+        ended_at: None,
+    }
+}
+
+/// A small but complete resolution, for storing.
+pub fn sample_resolution(id: &str) -> Resolution {
+    Resolution {
+        carp_version: CARP_VERSION.to_owned(),
+        resolution_id: id.to_owned(),
+        request_id: "00000000-0000-7000-8000-000000000001".to_owned(),
+        timestamp: "2026-01-01T00:00:00.000000Z".to_owned(),
+        decision: Decision {
+            kind: DecisionType::Allow,
+            reason: Some("All candidate actions are allowed".to_owned()),
+            approval_id: None,
+            expires_at: None,
+        },
+        context_blocks: vec![],
+        allowed_actions: vec![],
+        denied_actions: vec![],
+        constraints: vec![],
+        ttl_seconds: 3600,
+        trace_id: "00000000-0000-7000-8000-000000000002".to_owned(),
+        explain: None,
+        extra: Map::new(),
+    }
+}
+
+fn execution(id: &str, session_id: &str, key: Option<&str>) -> ExecutionRecord {
+    ExecutionRecord {
+        execution_id: id.to_owned(),
+        session_id: session_id.to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        response: ExecuteResponse {
+            carp_version: CARP_VERSION.to_owned(),
+            execution_id: id.to_owned(),
+            request_id: "00000000-0000-7000-8000-000000000003".to_owned(),
+            resolution_id: "r1".to_owned(),
+            timestamp: "2026-01-01T00:00:00.000000Z".to_owned(),
+            status: ExecuteStatus::Success,
+            result: Some(serde_json::json!({"ok": id})),
+            error: None,
+            trace_id: "t1".to_owned(),
+            extra: Map::new(),
+        },
+    }
+}
+
+fn sessions(s: &dyn CarpStore) {
+    assert_eq!(
+        s.get_session("s1").unwrap(),
+        None,
+        "unknown session is None"
+    );
+    s.create_session(&session("s1")).unwrap();
+    assert!(
+        matches!(
+            s.create_session(&session("s1")),
+            Err(StoreError::AlreadyExists { .. })
+        ),
+        "creating a session twice is AlreadyExists"
+    );
+    let got = s.get_session("s1").unwrap().unwrap();
+    assert!(got.is_active());
+    assert_eq!(got, session("s1"));
+    let ended = s.end_session("s1", "2026-01-01T01:00:00.000000Z").unwrap();
+    assert_eq!(
+        ended.ended_at.as_deref(),
+        Some("2026-01-01T01:00:00.000000Z")
+    );
+    let again = s.end_session("s1", "2026-01-01T02:00:00.000000Z").unwrap();
+    assert_eq!(
+        again.ended_at.as_deref(),
+        Some("2026-01-01T01:00:00.000000Z"),
+        "ending twice keeps the first end"
+    );
+    assert!(!s.get_session("s1").unwrap().unwrap().is_active());
+    assert!(matches!(
+        s.end_session("nope", "2026-01-01T01:00:00.000000Z"),
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+fn request_ids(s: &dyn CarpStore) {
+    assert!(
+        s.insert_request_id("s1", "r1").unwrap(),
+        "first insert is new"
+    );
+    assert!(
+        !s.insert_request_id("s1", "r1").unwrap(),
+        "second insert is seen"
+    );
+    assert!(
+        s.insert_request_id("s2", "r1").unwrap(),
+        "request ids are per session"
+    );
+}
+
+fn resolutions(s: &dyn CarpStore) {
+    let r = StoredResolution {
+        resolution: sample_resolution("res-1"),
+        session_id: "s1".to_owned(),
+        agent_id: "agent-a".to_owned(),
+        expires_at_us: 1_767_229_200_000_000,
+    };
+    assert_eq!(s.get_resolution("res-1").unwrap(), None);
+    s.put_resolution(&r).unwrap();
+    assert_eq!(s.get_resolution("res-1").unwrap(), Some(r.clone()));
+    assert!(matches!(
+        s.put_resolution(&r),
+        Err(StoreError::AlreadyExists { .. })
+    ));
+}
+
+fn executions(s: &dyn CarpStore) {
+    assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), None);
+    let first = execution("e1", "s1", Some("k"));
+    assert_eq!(s.record_execution(&first).unwrap(), first);
+    let second = execution("e2", "s1", Some("k"));
+    assert_eq!(
+        s.record_execution(&second).unwrap(),
+        first,
+        "a repeated idempotency key returns the first execution"
+    );
+    assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), Some(first));
+    let other_session = execution("e3", "s2", Some("k"));
+    assert_eq!(
+        s.record_execution(&other_session).unwrap(),
+        other_session,
+        "idempotency keys are per session"
+    );
+    let no_key = execution("e4", "s1", None);
+    assert_eq!(s.record_execution(&no_key).unwrap(), no_key);
+}
+
+fn rate(max_calls: u64, window_seconds: u64) -> ChargeKind {
+    ChargeKind::Rate {
+        max_calls,
+        window_seconds,
+    }
+}
+
+fn rate_counters(s: &dyn CarpStore) {
+    let c = Charge {
+        policy_id: "rl".to_owned(),
+        scope_key: "agent:a".to_owned(),
+        kind: rate(2, 60),
+    };
+    let t0 = 1_000_000_000_i64;
+    assert_eq!(
+        s.try_consume(std::slice::from_ref(&c), t0).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    assert_eq!(
+        s.try_consume(std::slice::from_ref(&c), t0 + 1_000_000).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    match s.try_consume(std::slice::from_ref(&c), t0 + 2_000_000).unwrap() {
+        ConsumeOutcome::Refused {
+            policy_id, used, ..
+        } => {
+            assert_eq!(policy_id, "rl");
+            assert_eq!(used, 2);
+        }
+        other => panic!("third call in the window must be refused, got {other:?}"),
+    }
+    assert_eq!(
+        s.rate_count("rl", "agent:a", t0 - 1, t0 + 2_000_000)
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        s.rate_count("rl", "agent:a", t0, t0 + 2_000_000).unwrap(),
+        1,
+        "the window's start is exclusive"
+    );
+    assert_eq!(s.rate_count("rl", "agent:b", 0, i64::MAX).unwrap(), 0);
+    // 60 s after the first call it leaves the window: (t - 60 s, t].
+    assert_eq!(
+        s.try_consume(std::slice::from_ref(&c), t0 + 60_000_000).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    let other_scope = Charge {
+        scope_key: "agent:b".to_owned(),
+        ..c
+    };
+    assert_eq!(
+        s.try_consume(&[other_scope], t0 + 60_000_000).unwrap(),
+        ConsumeOutcome::Consumed,
+        "scopes are counted apart"
+    );
+}
+
+fn budget_counters(s: &dyn CarpStore) {
+    let c = |units| Charge {
+        policy_id: "b".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: ChargeKind::Budget {
+            max_units: 10,
+            units,
+        },
+    };
+    assert_eq!(s.budget_spent("b", "global").unwrap(), 0);
+    assert_eq!(s.try_consume(&[c(7)], 1).unwrap(), ConsumeOutcome::Consumed);
+    assert!(matches!(
+        s.try_consume(&[c(4)], 2).unwrap(),
+        ConsumeOutcome::Refused { used: 7, .. }
+    ));
+    assert_eq!(s.try_consume(&[c(3)], 3).unwrap(), ConsumeOutcome::Consumed);
+    assert_eq!(s.budget_spent("b", "global").unwrap(), 10);
+    assert!(matches!(
+        s.try_consume(&[c(1)], 4).unwrap(),
+        ConsumeOutcome::Refused { .. }
+    ));
+}
+
+fn consume_is_all_or_nothing(s: &dyn CarpStore) {
+    let ok = Charge {
+        policy_id: "rl".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: rate(5, 60),
+    };
+    let full = Charge {
+        policy_id: "b".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: ChargeKind::Budget {
+            max_units: 1,
+            units: 2,
+        },
+    };
+    assert!(matches!(
+        s.try_consume(&[ok.clone(), full], 10).unwrap(),
+        ConsumeOutcome::Refused { ref policy_id, .. } if policy_id == "b"
+    ));
+    assert_eq!(
+        s.rate_count("rl", "global", 0, 100).unwrap(),
+        0,
+        "a refused consume records nothing"
+    );
+    assert_eq!(s.budget_spent("b", "global").unwrap(), 0);
+}
+
+fn approval(id: &str) -> ApprovalRecord {
+    ApprovalRecord {
+        approval_id: id.to_owned(),
+        resolution_id: "res-1".to_owned(),
+        session_id: "s1".to_owned(),
+        agent_id: "agent-a".to_owned(),
+        actions: vec!["payment.refund".to_owned()],
+        created_at: "2026-01-01T00:00:00.000000Z".to_owned(),
+        expires_at_us: 1_767_229_200_000_000,
+        status: ApprovalStatus::Pending,
+        decided_by: None,
+        decided_at: None,
+        note: None,
+    }
+}
+
+fn approvals(s: &dyn CarpStore) {
+    s.create_approval(&approval("a2")).unwrap();
+    s.create_approval(&approval("a1")).unwrap();
+    assert!(matches!(
+        s.create_approval(&approval("a1")),
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    let pending: Vec<String> = s
+        .list_pending_approvals()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.approval_id)
+        .collect();
+    assert_eq!(pending, ["a1", "a2"], "pending approvals ordered by id");
+    let decided = s
+        .decide_approval(
+            "a1",
+            ApprovalDecision::Grant,
+            "human-1",
+            Some("ok"),
+            "2026-01-01T00:05:00.000000Z",
+        )
+        .unwrap();
+    assert_eq!(decided.status, ApprovalStatus::Granted);
+    assert_eq!(decided.decided_by.as_deref(), Some("human-1"));
+    assert_eq!(decided.note.as_deref(), Some("ok"));
+    assert!(matches!(
+        s.decide_approval(
+            "a1",
+            ApprovalDecision::Reject,
+            "human-2",
+            None,
+            "2026-01-01T00:06:00.000000Z"
+        ),
+        Err(StoreError::AlreadyDecided { .. })
+    ));
+    assert_eq!(s.get_approval("a1").unwrap(), Some(decided));
+    assert!(matches!(
+        s.decide_approval(
+            "zz",
+            ApprovalDecision::Grant,
+            "h",
+            None,
+            "2026-01-01T00:06:00.000000Z"
+        ),
+        Err(StoreError::NotFound { .. })
+    ));
+    let rejected = s
+        .decide_approval(
+            "a2",
+            ApprovalDecision::Reject,
+            "human-1",
+            None,
+            "2026-01-01T00:07:00.000000Z",
+        )
+        .unwrap();
+    assert_eq!(rejected.status, ApprovalStatus::Rejected);
+    assert!(s.list_pending_approvals().unwrap().is_empty());
+}

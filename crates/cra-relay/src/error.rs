@@ -1,0 +1,161 @@
+//! The errors of Relay operations, each mapped to its wire token (§8, errata) and error body.
+
+use cra_wire::{ErrorBody, FieldError, Token};
+
+use crate::store::StoreError;
+
+/// Why a Relay operation was refused or failed. Nothing is changed when one is returned.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RelayError {
+    /// The input does not match its wire schema; every bad field is listed with its pointer.
+    #[error("the {what} does not match the Relay wire schema: {}", summary(.errors))]
+    InvalidSchema {
+        /// `package`, `fact`, ...
+        what: &'static str,
+        /// Each problem.
+        errors: Vec<FieldError>,
+    },
+    /// A package id that exists with different content.
+    #[error(
+        "package {0} already exists with different content; packages are immutable, deposit a new package with parent_package_id instead"
+    )]
+    DuplicatePackageId(String),
+    /// Writes to an archived project.
+    #[error("project {0} is archived; unarchive it before writing")]
+    ProjectArchived(String),
+    /// `created_by.id` (or `asserted_by.id`) is not the acting actor.
+    #[error(
+        "{field} is `{claimed}` but the authenticated actor is `{actor}`; an actor may only write as itself"
+    )]
+    IdentityMismatch {
+        /// Which field.
+        field: &'static str,
+        /// What the input claimed.
+        claimed: String,
+        /// Who is acting.
+        actor: String,
+    },
+    /// The caller may not make this write (e.g. ending someone else's session).
+    #[error("{0}")]
+    Unauthorized(String),
+    /// No such project.
+    #[error("no project {0}; create it first (POST /v1/projects)")]
+    ProjectNotFound(String),
+    /// No such package.
+    #[error("no package {0}")]
+    PackageNotFound(String),
+    /// No such session.
+    #[error("no session {0}")]
+    SessionNotFound(String),
+    /// A status change §5.3 does not allow.
+    #[error("package {package_id} cannot go from {from} to {to} (§5.3); {hint}")]
+    InvalidTransition {
+        /// The package.
+        package_id: String,
+        /// Current status.
+        from: String,
+        /// Requested status.
+        to: String,
+        /// What to do instead.
+        hint: &'static str,
+    },
+    /// The stored package no longer matches its content hash; it is quarantined.
+    #[error(
+        "package {package_id} failed verification (stored {stored}, recomputed {recomputed}) and is quarantined; restore it from an export"
+    )]
+    Integrity {
+        /// The package.
+        package_id: String,
+        /// The hash stored beside it.
+        stored: String,
+        /// The hash of the bytes now stored.
+        recomputed: String,
+    },
+    /// `pull` relevant without search.
+    #[error("this deployment has no search index; pull with mode=latest or mode=specific")]
+    SearchNotSupported,
+    /// A project id is taken.
+    #[error("project {0} already exists")]
+    ProjectExists(String),
+    /// A concurrent writer changed the record first.
+    #[error("{0} was changed concurrently; read it again and retry")]
+    Conflict(String),
+    /// The store failed.
+    #[error("storage failure, nothing was changed: {0}")]
+    Store(String),
+}
+
+fn summary(errors: &[FieldError]) -> String {
+    errors
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                if e.pointer.is_empty() {
+                    "/"
+                } else {
+                    &e.pointer
+                },
+                e.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl RelayError {
+    /// An `invalid_schema` error with one problem.
+    pub fn schema(what: &'static str, pointer: &str, message: impl Into<String>) -> Self {
+        RelayError::InvalidSchema {
+            what,
+            errors: vec![FieldError::new(pointer, message)],
+        }
+    }
+
+    /// The wire token.
+    pub fn token(&self) -> Token {
+        match self {
+            RelayError::InvalidSchema { .. } => Token::InvalidSchema,
+            RelayError::DuplicatePackageId(_) => Token::DuplicatePackageId,
+            RelayError::ProjectArchived(_) => Token::ProjectArchived,
+            RelayError::IdentityMismatch { .. } => Token::IdentityMismatch,
+            RelayError::Unauthorized(_) => Token::Unauthorized,
+            RelayError::ProjectNotFound(_) => Token::ProjectNotFound,
+            RelayError::PackageNotFound(_) => Token::PackageNotFound,
+            RelayError::SessionNotFound(_) => Token::SessionNotFound,
+            RelayError::InvalidTransition { .. } => Token::InvalidTransition,
+            RelayError::Integrity { .. } => Token::IntegrityError,
+            RelayError::SearchNotSupported => Token::SearchNotSupported,
+            RelayError::ProjectExists(_) => Token::AlreadyExists,
+            RelayError::Conflict(_) => Token::AlreadyExists,
+            RelayError::Store(_) => Token::Unavailable,
+        }
+    }
+
+    /// The HTTP status.
+    pub fn http_status(&self) -> u16 {
+        self.token().http_status()
+    }
+
+    /// The wire error body.
+    pub fn to_body(&self) -> ErrorBody {
+        let body = ErrorBody::new(self.token(), self.to_string());
+        match self {
+            RelayError::InvalidSchema { errors, .. } => body.with_errors(errors.clone()),
+            RelayError::SearchNotSupported => body.with_capability("search"),
+            _ => body,
+        }
+    }
+}
+
+impl From<StoreError> for RelayError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Supersession(s) => RelayError::schema("fact", "/valid_from", s.to_string()),
+            StoreError::SearchUnsupported => RelayError::SearchNotSupported,
+            StoreError::Conflict(what) => RelayError::Conflict(what),
+            StoreError::NotFound(what) => RelayError::Store(format!("{what} vanished")),
+            other => RelayError::Store(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Export and import (§10.3): one NDJSON file per record type plus `manifest.json`, written last
+//! (its presence means the export completed).
+//!
+//! * `projects.ndjson` (by id), `packages.ndjson` (wire form with `content_hash`, by project then
+//!   deposit order), `facts.ndjson` (every row of the full history, wire form plus
+//!   `x-cra-recorded_at` / `x-cra-superseded_at`), `sessions.ndjson` (by id), `reviews.ndjson`
+//!   (review records by package, time).
+//! * Every line is compact JSON with keys in UTF-8 byte order (nulls kept, numbers as stored), so
+//!   two exports of the same data are byte-identical; the manifest carries each file's record count and SHA-256 and no timestamp.
+//! * Import checks everything before writing anything: every package against its content hash
+//!   (a tampered package is named), every file against the manifest digest, then restores into an
+//!   empty store in one transaction.
+//!
+//! Quarantined packages are not exported (their bytes no longer match their hash); the manifest
+//! lists their ids under `quarantined`.
+
+use std::path::Path;
+
+use cra_wire::hash::sha256_hex;
+use serde_json::{Map, Value, json};
+
+use crate::fact::{Fact, FactRecord};
+use crate::model::{Project, ReviewRecord, Session, StoredPackage};
+use crate::store::{RelayStore, Snapshot, StoreError};
+
+/// The manifest's `format` value.
+pub const EXPORT_FORMAT: &str = "cra-relay-export/1";
+/// The record files, in manifest order.
+pub const FILES: [&str; 5] = [
+    "projects.ndjson",
+    "packages.ndjson",
+    "facts.ndjson",
+    "sessions.ndjson",
+    "reviews.ndjson",
+];
+/// The manifest file name.
+pub const MANIFEST: &str = "manifest.json";
+
+const RECORDED_AT: &str = "x-cra-recorded_at";
+const SUPERSEDED_AT: &str = "x-cra-superseded_at";
+
+/// Why an export or import failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The directory has no manifest: the export did not complete.
+    #[error(
+        "{0} has no manifest.json: the export is incomplete or this is not an export directory"
+    )]
+    Incomplete(String),
+    /// A record could not be read.
+    #[error("{file} line {line}: {message}")]
+    BadRecord {
+        /// The file.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A package's content no longer matches its hash.
+    #[error(
+        "package {package_id} ({file} line {line}) was tampered with: content_hash {stored} but the content hashes to {recomputed}; nothing was imported"
+    )]
+    TamperedPackage {
+        /// The package.
+        package_id: String,
+        /// The file.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// The hash in the record.
+        stored: String,
+        /// The hash of its content.
+        recomputed: String,
+    },
+    /// A file does not match the manifest digest.
+    #[error(
+        "{file} does not match the manifest (sha256 {actual}, manifest says {expected}); nothing was imported"
+    )]
+    TamperedFile {
+        /// The file.
+        file: String,
+        /// The manifest's digest.
+        expected: String,
+        /// The file's digest.
+        actual: String,
+    },
+    /// The store refused.
+    #[error("the store refused the import: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Reviews in export order.
+pub fn sort_reviews(mut reviews: Vec<ReviewRecord>) -> Vec<ReviewRecord> {
+    // Stable: records written in the same instant keep their write order.
+    reviews.sort_by(|a, b| (&a.package_id, &a.at).cmp(&(&b.package_id, &b.at)));
+    reviews
+}
+
+fn line(v: &Value) -> Result<String, StoreError> {
+    let mut out = String::new();
+    write_sorted(v, &mut out)?;
+    Ok(out)
+}
+
+/// Compact JSON with object keys in UTF-8 byte order, `null` members kept (unlike the canonical
+/// form, so a package's explicit nulls survive the round trip) and numbers exactly as stored.
+fn write_sorted(v: &Value, out: &mut String) -> Result<(), StoreError> {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&scalar(&Value::String(k.clone()))?);
+                out.push(':');
+                write_sorted(&map[k], out)?;
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_sorted(item, out)?;
+            }
+            out.push(']');
+        }
+        other => out.push_str(&scalar(other)?),
+    }
+    Ok(())
+}
+
+fn scalar(v: &Value) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, StoreError> {
+    serde_json::to_value(t).map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+fn fact_line(r: &FactRecord) -> Result<Value, StoreError> {
+    let mut v = to_value(&r.fact)?;
+    if let Some(o) = v.as_object_mut() {
+        o.insert(RECORDED_AT.into(), Value::String(r.recorded_at.clone()));
+        if let Some(s) = &r.superseded_at {
+            o.insert(SUPERSEDED_AT.into(), Value::String(s.clone()));
+        }
+    }
+    Ok(v)
+}
+
+/// The export files of a snapshot, manifest last: `(file name, bytes)`. Pure and deterministic.
+pub fn render(snapshot: &Snapshot) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+    let mut bodies: Vec<(String, String, usize)> = Vec::new();
+    let mut add = |name: &str, values: Vec<Value>| -> Result<(), StoreError> {
+        let mut s = String::new();
+        for v in &values {
+            s.push_str(&line(v)?);
+            s.push('\n');
+        }
+        bodies.push((name.to_owned(), s, values.len()));
+        Ok(())
+    };
+    add(
+        FILES[0],
+        snapshot
+            .projects
+            .iter()
+            .map(to_value)
+            .collect::<Result<_, _>>()?,
+    )?;
+    let mut quarantined = Vec::new();
+    let mut packages = Vec::new();
+    for p in &snapshot.packages {
+        if p.quarantined.is_some() {
+            quarantined.push(Value::String(p.package.package_id().to_owned()));
+        } else {
+            packages.push(p.to_wire());
+        }
+    }
+    add(FILES[1], packages)?;
+    add(
+        FILES[2],
+        snapshot
+            .facts
+            .iter()
+            .map(fact_line)
+            .collect::<Result<_, _>>()?,
+    )?;
+    add(
+        FILES[3],
+        snapshot
+            .sessions
+            .iter()
+            .map(to_value)
+            .collect::<Result<_, _>>()?,
+    )?;
+    add(
+        FILES[4],
+        snapshot
+            .reviews
+            .iter()
+            .map(to_value)
+            .collect::<Result<_, _>>()?,
+    )?;
+    let mut files = Map::new();
+    for (name, body, n) in &bodies {
+        files.insert(
+            name.clone(),
+            json!({"records": n, "sha256": sha256_hex(body.as_bytes())}),
+        );
+    }
+    let manifest = json!({
+        "format": EXPORT_FORMAT,
+        "relay_version": crate::model::RELAY_VERSION,
+        "files": files,
+        "quarantined": quarantined,
+    });
+    let mut out: Vec<(String, Vec<u8>)> = bodies
+        .into_iter()
+        .map(|(n, b, _)| (n, b.into_bytes()))
+        .collect();
+    let mut m = line(&manifest)?;
+    m.push('\n');
+    out.push((MANIFEST.to_owned(), m.into_bytes()));
+    Ok(out)
+}
+
+/// Exports everything in `store` into `dir` (created if needed), manifest last and flushed.
+pub fn export_dir(store: &dyn RelayStore, dir: &Path) -> Result<Snapshot, ExportError> {
+    let snapshot = store.snapshot()?;
+    let files = render(&snapshot)?;
+    let io = |path: &Path, source| ExportError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    // A stale manifest from an earlier export must not vouch for half-written files.
+    let manifest_path = dir.join(MANIFEST);
+    if manifest_path.exists() {
+        std::fs::remove_file(&manifest_path).map_err(|e| io(&manifest_path, e))?;
+    }
+    for (name, bytes) in files {
+        let path = dir.join(&name);
+        std::fs::write(&path, &bytes).map_err(|e| io(&path, e))?;
+        let f = std::fs::File::open(&path).map_err(|e| io(&path, e))?;
+        f.sync_all().map_err(|e| io(&path, e))?;
+    }
+    Ok(snapshot)
+}
+
+/// Parses and verifies export files (`name -> bytes`) into a snapshot. Pure.
+pub fn parse(files: &[(String, Vec<u8>)]) -> Result<Snapshot, ExportError> {
+    let get = |name: &str| {
+        files
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| b.as_slice())
+    };
+    let manifest_bytes =
+        get(MANIFEST).ok_or_else(|| ExportError::Incomplete("the export".into()))?;
+    let manifest: Value =
+        serde_json::from_slice(manifest_bytes).map_err(|e| ExportError::BadRecord {
+            file: MANIFEST.into(),
+            line: 1,
+            message: e.to_string(),
+        })?;
+    let mut snapshot = Snapshot::default();
+    // Packages first, so a tampered package is named rather than reported as a file mismatch.
+    for (i, v) in records(FILES[1], get(FILES[1]))?.into_iter().enumerate() {
+        let stored = StoredPackage::from_wire(&v).map_err(|errs| ExportError::BadRecord {
+            file: FILES[1].into(),
+            line: i + 1,
+            message: errs
+                .iter()
+                .map(|e| format!("{} {}", e.pointer, e.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        })?;
+        if let Err(recomputed) = stored.verify() {
+            return Err(ExportError::TamperedPackage {
+                package_id: stored.package.package_id().into(),
+                file: FILES[1].into(),
+                line: i + 1,
+                stored: stored.content_hash,
+                recomputed,
+            });
+        }
+        snapshot.packages.push(stored);
+    }
+    for name in FILES {
+        let body = get(name).unwrap_or(&[]);
+        let expected = manifest["files"][name]["sha256"].as_str().unwrap_or("");
+        let actual = sha256_hex(body);
+        if expected != actual {
+            return Err(ExportError::TamperedFile {
+                file: name.into(),
+                expected: expected.into(),
+                actual,
+            });
+        }
+    }
+    snapshot.projects = typed::<Project>(FILES[0], get(FILES[0]))?;
+    for (i, v) in records(FILES[2], get(FILES[2]))?.into_iter().enumerate() {
+        let bad = |m: String| ExportError::BadRecord {
+            file: FILES[2].into(),
+            line: i + 1,
+            message: m,
+        };
+        let mut v = v;
+        let obj = v
+            .as_object_mut()
+            .ok_or_else(|| bad("not an object".into()))?;
+        let recorded_at = match obj.remove(RECORDED_AT) {
+            Some(Value::String(s)) => s,
+            _ => return Err(bad(format!("{RECORDED_AT} is missing"))),
+        };
+        let superseded_at = match obj.remove(SUPERSEDED_AT) {
+            Some(Value::String(s)) => Some(s),
+            None => None,
+            Some(_) => return Err(bad(format!("{SUPERSEDED_AT} must be a string"))),
+        };
+        let fact: Fact = serde_json::from_value(v).map_err(|e| bad(e.to_string()))?;
+        snapshot.facts.push(FactRecord {
+            fact,
+            recorded_at,
+            superseded_at,
+        });
+    }
+    snapshot.sessions = typed::<Session>(FILES[3], get(FILES[3]))?;
+    snapshot.reviews = typed::<ReviewRecord>(FILES[4], get(FILES[4]))?;
+    Ok(snapshot)
+}
+
+fn records(file: &str, body: Option<&[u8]>) -> Result<Vec<Value>, ExportError> {
+    let Some(body) = body else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (i, l) in body.split(|b| *b == b'\n').enumerate() {
+        if l.is_empty() {
+            continue;
+        }
+        let v = cra_wire::json::parse_strict(l).map_err(|e| ExportError::BadRecord {
+            file: file.into(),
+            line: i + 1,
+            message: e.to_string(),
+        })?;
+        out.push(v);
+    }
+    Ok(out)
+}
+
+fn typed<T: serde::de::DeserializeOwned>(
+    file: &str,
+    body: Option<&[u8]>,
+) -> Result<Vec<T>, ExportError> {
+    records(file, body)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            serde_json::from_value(v).map_err(|e| ExportError::BadRecord {
+                file: file.into(),
+                line: i + 1,
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Reads, verifies and restores an export directory into an empty store.
+pub fn import_dir(store: &dyn RelayStore, dir: &Path) -> Result<Snapshot, ExportError> {
+    if !dir.join(MANIFEST).exists() {
+        return Err(ExportError::Incomplete(dir.display().to_string()));
+    }
+    let mut files = Vec::new();
+    for name in FILES.iter().chain(std::iter::once(&MANIFEST)) {
+        let path = dir.join(name);
+        if path.exists() {
+            let bytes = std::fs::read(&path).map_err(|source| ExportError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            files.push(((*name).to_owned(), bytes));
+        }
+    }
+    let snapshot = parse(&files)?;
+    store.restore(&snapshot)?;
+    Ok(snapshot)
+}

@@ -1,0 +1,191 @@
+//! The storage trait Relay needs ([`RelayStore`]): synchronous, object-safe, `Send + Sync`, used
+//! as `Arc<dyn RelayStore>`. `cra-store` implements it for redb and PostgreSQL. Every method that
+//! changes more than one row is one transaction in the implementation.
+//!
+//! [`memory::MemoryStore`] exists only for unit tests (`cfg(test)` or the `test-support`
+//! feature); the product never uses it.
+
+#[cfg(any(test, feature = "test-support"))]
+pub mod memory;
+
+use std::fmt;
+
+use crate::fact::{FactQuery, FactRecord, NewFact, SupersessionError};
+use crate::model::{Project, ReviewRecord, Session, Status, StoredPackage};
+
+/// What a store could not do.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// A record with this key exists.
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    /// No record with this key.
+    #[error("{0} was not found")]
+    NotFound(String),
+    /// A compare-and-swap saw a different version than expected (a concurrent writer won).
+    #[error("{0} was changed concurrently; read it again and retry")]
+    Conflict(String),
+    /// A fact supersession that would make an interval end before it starts.
+    #[error(transparent)]
+    Supersession(#[from] SupersessionError),
+    /// This backend has no search index.
+    #[error("this store has no search capability")]
+    SearchUnsupported,
+    /// The backend failed (I/O, database, corrupt record); nothing was changed.
+    #[error("storage failure: {0}")]
+    Backend(String),
+}
+
+/// The result of an insert-if-absent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InsertOutcome {
+    /// The package was new and is now stored.
+    Inserted,
+    /// A package with this id already exists (returned as stored).
+    Existing(StoredPackage),
+}
+
+/// Which packages of a project a listing wants (always newest deposit first).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PackageFilter {
+    /// Only packages in this status.
+    pub status: Option<Status>,
+    /// At most this many.
+    pub limit: Option<usize>,
+    /// Include packages quarantined after a failed verification.
+    pub include_quarantined: bool,
+}
+
+impl PackageFilter {
+    /// True when `p` passes the status and quarantine filters.
+    pub fn admits(&self, p: &StoredPackage) -> bool {
+        (self.include_quarantined || p.quarantined.is_none())
+            && self.status.is_none_or(|s| p.package.status() == s)
+    }
+}
+
+/// A `pull` mode `relevant` query.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SearchQuery {
+    /// Scope.
+    pub project_id: String,
+    /// Free text.
+    pub query: String,
+    /// At most this many packages.
+    pub limit: usize,
+    /// Only packages with this `topic`.
+    pub topic: Option<String>,
+    /// Only packages with this `package_type`.
+    pub package_type: Option<String>,
+    /// Only packages carrying every one of these tags.
+    pub tags: Vec<String>,
+    /// Only packages created at or after this instant (RFC 3339).
+    pub since: Option<String>,
+    /// Only packages created before this instant (RFC 3339).
+    pub until: Option<String>,
+}
+
+/// One package found by search, with its best chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchHit {
+    /// The package.
+    pub package: StoredPackage,
+    /// The backend's relevance score (higher is better; scales differ between backends).
+    pub score: f64,
+    /// The field the best chunk came from (`title`, `description`, `decisions_made`, ...).
+    pub field: String,
+    /// The best chunk's text.
+    pub chunk: String,
+}
+
+/// Everything an export holds, in export order; also what an import writes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Snapshot {
+    /// Projects by id.
+    pub projects: Vec<Project>,
+    /// Packages by (project_id, deposit order).
+    pub packages: Vec<StoredPackage>,
+    /// Every fact row (full history), in [`crate::fact::sort_facts`] order.
+    pub facts: Vec<FactRecord>,
+    /// Sessions by id.
+    pub sessions: Vec<Session>,
+    /// Review records by (package_id, at, order written).
+    pub reviews: Vec<ReviewRecord>,
+}
+
+/// The storage Relay needs.
+pub trait RelayStore: Send + Sync + fmt::Debug {
+    /// Creates a project; [`StoreError::AlreadyExists`] if the id is taken.
+    fn create_project(&self, project: &Project) -> Result<(), StoreError>;
+    /// One project.
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError>;
+    /// Every project, by id.
+    fn list_projects(&self) -> Result<Vec<Project>, StoreError>;
+    /// Sets or clears `archived_at`; returns the updated project.
+    fn set_archived(
+        &self,
+        project_id: &str,
+        archived_at: Option<&str>,
+    ) -> Result<Project, StoreError>;
+
+    /// Stores `package` unless its `package_id` exists, atomically. When the package names a
+    /// session (`created_by.session_id`) that exists, the id is appended to that session's
+    /// `packages_deposited` in the same transaction.
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError>;
+    /// One package, as stored (not verified: [`crate::ops::Relay`] verifies).
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError>;
+    /// A project's packages, newest deposit first.
+    fn list_packages(
+        &self,
+        project_id: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, StoreError>;
+    /// Replaces a package whose stored hash is still `expected_hash` and records `review`, in one
+    /// transaction; [`StoreError::Conflict`] when the hash moved.
+    fn update_package(
+        &self,
+        expected_hash: &str,
+        updated: &StoredPackage,
+        review: &ReviewRecord,
+    ) -> Result<(), StoreError>;
+    /// Marks a package as failing verification (kept for inspection, hidden from listings).
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError>;
+    /// The review records of a package, oldest first.
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError>;
+
+    /// Supersedes the current fact of (project, subject, predicate), if any, and inserts the new
+    /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row.
+    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError>;
+    /// Closes every current fact of (project, subject, predicate) (see
+    /// [`crate::fact::invalidate`]); returns how many.
+    fn invalidate_facts(
+        &self,
+        project_id: &str,
+        subject: &str,
+        predicate: &str,
+        now: &str,
+    ) -> Result<usize, StoreError>;
+    /// The facts of a project that `query` selects (see [`crate::fact::select`]).
+    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError>;
+
+    /// Creates or replaces a session.
+    fn put_session(&self, session: &Session) -> Result<(), StoreError>;
+    /// One session.
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError>;
+
+    /// Whether [`RelayStore::search`] works.
+    fn supports_search(&self) -> bool {
+        false
+    }
+    /// BM25 search (best chunk per package), or [`StoreError::SearchUnsupported`].
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        let _ = query;
+        Err(StoreError::SearchUnsupported)
+    }
+
+    /// Everything, in export order (see [`Snapshot`]).
+    fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    /// Writes a snapshot into an empty store in one transaction, preserving the given package
+    /// order as deposit order; [`StoreError::AlreadyExists`] if any record exists.
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError>;
+}

@@ -1,0 +1,267 @@
+//! An in-memory [`RelayStore`] for unit tests only (a mutex around maps; every method is one
+//! critical section, so multi-row changes are atomic). Never used by the product.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::{InsertOutcome, PackageFilter, RelayStore, Snapshot, StoreError};
+use crate::fact::{self, FactQuery, FactRecord, NewFact};
+use crate::model::{Project, ReviewRecord, Session, StoredPackage};
+
+#[derive(Debug, Default)]
+struct Inner {
+    projects: BTreeMap<String, Project>,
+    packages: BTreeMap<String, (u64, StoredPackage)>,
+    next_seq: u64,
+    reviews: Vec<ReviewRecord>,
+    facts: Vec<FactRecord>,
+    sessions: BTreeMap<String, Session>,
+}
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Test hook: overwrites a stored package's object without touching its hash (tampering).
+    pub fn tamper(&self, package_id: &str, stored: StoredPackage) {
+        let mut g = self.lock();
+        if let Some(entry) = g.packages.get_mut(package_id) {
+            entry.1.package = stored.package;
+        }
+    }
+}
+
+impl RelayStore for MemoryStore {
+    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        if g.projects.contains_key(&project.project_id) {
+            return Err(StoreError::AlreadyExists(format!(
+                "project {}",
+                project.project_id
+            )));
+        }
+        g.projects
+            .insert(project.project_id.clone(), project.clone());
+        Ok(())
+    }
+
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+        Ok(self.lock().projects.get(project_id).cloned())
+    }
+
+    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+        Ok(self.lock().projects.values().cloned().collect())
+    }
+
+    fn set_archived(
+        &self,
+        project_id: &str,
+        archived_at: Option<&str>,
+    ) -> Result<Project, StoreError> {
+        let mut g = self.lock();
+        let p = g
+            .projects
+            .get_mut(project_id)
+            .ok_or_else(|| StoreError::NotFound(format!("project {project_id}")))?;
+        p.archived_at = archived_at.map(str::to_owned);
+        Ok(p.clone())
+    }
+
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+        let mut g = self.lock();
+        let id = package.package.package_id().to_owned();
+        if let Some((_, existing)) = g.packages.get(&id) {
+            return Ok(InsertOutcome::Existing(existing.clone()));
+        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        g.packages.insert(id.clone(), (seq, package.clone()));
+        if let Some(sid) = package.package.session_id()
+            && let Some(s) = g.sessions.get_mut(sid)
+        {
+            s.packages_deposited.push(id);
+        }
+        Ok(InsertOutcome::Inserted)
+    }
+
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+        Ok(self.lock().packages.get(package_id).map(|(_, p)| p.clone()))
+    }
+
+    fn list_packages(
+        &self,
+        project_id: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, StoreError> {
+        let g = self.lock();
+        let mut rows: Vec<&(u64, StoredPackage)> = g
+            .packages
+            .values()
+            .filter(|(_, p)| p.package.project_id() == project_id && filter.admits(p))
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        Ok(rows
+            .into_iter()
+            .take(limit)
+            .map(|(_, p)| p.clone())
+            .collect())
+    }
+
+    fn update_package(
+        &self,
+        expected_hash: &str,
+        updated: &StoredPackage,
+        review: &ReviewRecord,
+    ) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let id = updated.package.package_id();
+        let entry = g
+            .packages
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(format!("package {id}")))?;
+        if entry.1.content_hash != expected_hash {
+            return Err(StoreError::Conflict(format!("package {id}")));
+        }
+        entry.1 = updated.clone();
+        g.reviews.push(review.clone());
+        Ok(())
+    }
+
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        let entry = g
+            .packages
+            .get_mut(package_id)
+            .ok_or_else(|| StoreError::NotFound(format!("package {package_id}")))?;
+        entry.1.quarantined = Some(reason.to_owned());
+        Ok(())
+    }
+
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+        Ok(self
+            .lock()
+            .reviews
+            .iter()
+            .filter(|r| r.package_id == package_id)
+            .cloned()
+            .collect())
+    }
+
+    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+        let mut g = self.lock();
+        let key = (
+            new.record.fact.project_id.clone(),
+            new.record.fact.subject.clone(),
+            new.record.fact.predicate.clone(),
+        );
+        let idx = g.facts.iter().position(|r| {
+            r.is_current()
+                && r.fact.project_id == key.0
+                && r.fact.subject == key.1
+                && r.fact.predicate == key.2
+        });
+        let current = idx.map(|i| g.facts[i].clone());
+        let (closed, inserted) = fact::supersede(current.as_ref(), new, now)?;
+        if let (Some(i), Some(c)) = (idx, closed) {
+            g.facts[i] = c;
+        }
+        g.facts.push(inserted.clone());
+        Ok(inserted)
+    }
+
+    fn invalidate_facts(
+        &self,
+        project_id: &str,
+        subject: &str,
+        predicate: &str,
+        now: &str,
+    ) -> Result<usize, StoreError> {
+        let mut g = self.lock();
+        let mut n = 0;
+        for r in g.facts.iter_mut() {
+            if r.is_current()
+                && r.fact.project_id == project_id
+                && r.fact.subject == subject
+                && r.fact.predicate == predicate
+            {
+                *r = fact::invalidate(r, now);
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+        let g = self.lock();
+        let rows = g
+            .facts
+            .iter()
+            .filter(|r| r.fact.project_id == project_id)
+            .cloned();
+        Ok(fact::select(rows, query))
+    }
+
+    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+        self.lock()
+            .sessions
+            .insert(session.session_id.clone(), session.clone());
+        Ok(())
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+        Ok(self.lock().sessions.get(session_id).cloned())
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let g = self.lock();
+        let mut packages: Vec<&(u64, StoredPackage)> = g.packages.values().collect();
+        packages
+            .sort_by(|a, b| (a.1.package.project_id(), a.0).cmp(&(b.1.package.project_id(), b.0)));
+        let mut facts = g.facts.clone();
+        fact::sort_facts(&mut facts);
+        Ok(Snapshot {
+            projects: g.projects.values().cloned().collect(),
+            packages: packages.into_iter().map(|(_, p)| p.clone()).collect(),
+            facts,
+            sessions: g.sessions.values().cloned().collect(),
+            reviews: crate::export::sort_reviews(g.reviews.clone()),
+        })
+    }
+
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let mut g = self.lock();
+        if !g.projects.is_empty() || !g.packages.is_empty() || !g.facts.is_empty() {
+            return Err(StoreError::AlreadyExists(
+                "data in the target store (import needs an empty store)".into(),
+            ));
+        }
+        for p in &snapshot.projects {
+            g.projects.insert(p.project_id.clone(), p.clone());
+        }
+        for p in &snapshot.packages {
+            let seq = g.next_seq;
+            g.next_seq += 1;
+            g.packages
+                .insert(p.package.package_id().to_owned(), (seq, p.clone()));
+        }
+        g.facts = snapshot.facts.clone();
+        for s in &snapshot.sessions {
+            g.sessions.insert(s.session_id.clone(), s.clone());
+        }
+        g.reviews = snapshot.reviews.clone();
+        Ok(())
+    }
+}

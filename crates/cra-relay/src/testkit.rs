@@ -1,0 +1,939 @@
+//! The backend-independent test suite (feature `test-support`): every [`RelayStore`]
+//! implementation runs the same cases ([`SUITE`]) through [`Relay`], each on a fresh store from
+//! a factory. One case per conformance item of §11 (L0-L3), per §8 error token and per §5.3
+//! status transition; plus concurrency, integrity and export round trips.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    clippy::indexing_slicing
+)]
+
+use std::sync::Arc;
+
+use cra_wire::{FixedClock, SequentialIds, Token};
+use serde_json::{Value, json};
+
+use crate::fact::{FactQuery, FactView, check_history};
+use crate::model::{Actor, ActorType, Status, StoredPackage};
+use crate::ops::Relay;
+use crate::session::{SeededCallsigns, is_callsign};
+use crate::store::{PackageFilter, RelayStore, Snapshot};
+
+/// A store factory: a fresh, empty store per call.
+pub type Factory<'a> = &'a dyn Fn() -> Arc<dyn RelayStore>;
+
+/// One case.
+pub type Case = fn(Factory<'_>);
+
+/// Every case, by name.
+pub const SUITE: &[(&str, Case)] = &[
+    ("l0_pull_specific_and_latest", l0_pull_specific_and_latest),
+    (
+        "l0_unknown_and_extension_fields_round_trip",
+        l0_unknown_fields_round_trip,
+    ),
+    ("l0_orient_bundle", l0_orient_bundle),
+    (
+        "l1_deposit_hashes_match_vectors",
+        l1_deposit_hashes_match_vectors,
+    ),
+    ("l1_idempotent_deposit", l1_idempotent_deposit),
+    ("err_duplicate_package_id", err_duplicate_package_id),
+    ("err_invalid_schema_pointers", err_invalid_schema_pointers),
+    ("err_project_archived", err_project_archived),
+    ("err_identity_mismatch", err_identity_mismatch),
+    ("err_package_not_found", err_package_not_found),
+    ("err_project_not_found", err_project_not_found),
+    (
+        "err_search_not_supported_or_search_works",
+        err_search_not_supported,
+    ),
+    ("err_integrity_quarantine", err_integrity_quarantine),
+    ("l2_assert_supersedes_atomically", l2_assert_supersedes),
+    ("l2_point_in_time_queries", l2_point_in_time_queries),
+    ("l2_invalidate_counts", l2_invalidate_counts),
+    ("l2_concurrent_assert_16_threads", l2_concurrent_assert),
+    ("l3_status_transitions", l3_status_transitions),
+    (
+        "l3_flag_review_and_awaiting_list",
+        l3_flag_review_and_awaiting_list,
+    ),
+    (
+        "sessions_callsign_and_provenance",
+        sessions_callsign_and_provenance,
+    ),
+    ("orchestrate_digest", orchestrate_digest),
+    ("export_import_round_trip", export_import_round_trip),
+    (
+        "import_refuses_tampered_package",
+        import_refuses_tampered_package,
+    ),
+];
+
+/// Runs every case of [`SUITE`], printing each name.
+pub fn run_all(factory: Factory<'_>) {
+    for (name, case) in SUITE {
+        println!("relay suite: {name}");
+        case(factory);
+    }
+}
+
+pub const PROJECT: &str = "proj_dev_relay";
+pub const START: &str = "2026-04-18T20:00:00Z";
+
+/// A Relay over `store` with a fixed clock at [`START`], deterministic ids and callsigns.
+pub fn relay(store: Arc<dyn RelayStore>) -> (Relay, Arc<FixedClock>) {
+    let clock = Arc::new(FixedClock::parse(START).unwrap());
+    let r = Relay::new(
+        store,
+        clock.clone(),
+        Arc::new(SequentialIds::new(1_776_542_400_000, 6)),
+        Arc::new(SeededCallsigns::new(42)),
+    );
+    (r, clock)
+}
+
+pub fn jordan() -> Actor {
+    Actor::new("jordan", ActorType::Human)
+}
+
+fn reviewer() -> Actor {
+    Actor::new("rev-bot", ActorType::Agent)
+}
+
+fn setup(factory: Factory<'_>) -> (Relay, Arc<FixedClock>) {
+    let (r, c) = relay(factory());
+    r.create_project(PROJECT, "Relay dev").unwrap();
+    (r, c)
+}
+
+fn vectors() -> Vec<Value> {
+    let v: Value =
+        serde_json::from_str(include_str!("../tests/fixtures/hash-vectors.json")).unwrap();
+    v["vectors"].as_array().unwrap().clone()
+}
+
+/// A valid package with id `id`, status `status`, created at [`START`].
+pub fn package(id: &str, status: &str) -> Value {
+    json!({
+        "package_id": id,
+        "project_id": PROJECT,
+        "relay_version": "0.1",
+        "title": format!("Package {id}"),
+        "status": status,
+        "package_type": "standard",
+        "review_type": "none",
+        "created_at": START,
+        "created_by": {"id": "jordan", "type": "human", "session_id": null},
+        "open_questions": ["Who owns the dashboard?"],
+        "decisions_made": [format!("decided {id}")],
+        "handoff_note": format!("handoff from {id}"),
+    })
+}
+
+fn token_of<T: std::fmt::Debug>(r: Result<T, crate::RelayError>) -> Token {
+    r.unwrap_err().token()
+}
+
+fn l0_pull_specific_and_latest(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    for i in 0..7 {
+        r.deposit(
+            PROJECT,
+            &jordan(),
+            &package(&format!("pkg_{i}"), "complete"),
+        )
+        .unwrap();
+    }
+    let one = r.pull_specific("pkg_3").unwrap();
+    assert_eq!(one.package.package_id(), "pkg_3");
+    let latest = r.pull_latest(PROJECT, None).unwrap();
+    let ids: Vec<&str> = latest
+        .packages
+        .iter()
+        .map(|p| p.package.package_id())
+        .collect();
+    assert_eq!(
+        ids,
+        ["pkg_6", "pkg_5", "pkg_4", "pkg_3", "pkg_2"],
+        "default limit 5, newest first"
+    );
+    assert_eq!(r.pull_latest(PROJECT, Some(2)).unwrap().packages.len(), 2);
+    assert_eq!(
+        token_of(r.pull_latest(PROJECT, Some(0))),
+        Token::InvalidSchema
+    );
+}
+
+fn l0_unknown_fields_round_trip(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let mut p = package("pkg_x", "complete");
+    p["x-trust-score"] = json!(0.75);
+    p["child_package_ids"] = json!(["a", "b"]);
+    p["deliverables"] = json!([{"path": "docs/a.md", "type": "md", "x-extra": {"k": [1, 2]}}]);
+    let d = r.deposit(PROJECT, &jordan(), &p).unwrap();
+    let back = r.pull_specific("pkg_x").unwrap().to_wire();
+    let mut expected = p.clone();
+    expected["content_hash"] = json!(d.stored.content_hash);
+    assert_eq!(back, expected, "every field, known or not, round-trips");
+}
+
+fn l0_orient_bundle(f: Factory<'_>) {
+    let (r, clock) = setup(f);
+    let mut old = package("pkg_old", "complete");
+    old["created_at"] = json!("2026-03-01T00:00:00Z");
+    r.deposit(PROJECT, &jordan(), &old).unwrap();
+    r.deposit(PROJECT, &jordan(), &package("pkg_a", "complete"))
+        .unwrap();
+    let mut b = package("pkg_b", "complete");
+    b["open_questions"] = json!(["Who owns the dashboard?", "Ship on Friday?"]);
+    r.deposit(PROJECT, &jordan(), &b).unwrap();
+    r.assert_fact(
+        PROJECT,
+        &jordan(),
+        &json!({"subject": "dash", "predicate": "owner", "value": "ana"}),
+    )
+    .unwrap();
+    clock.advance(time::Duration::hours(1));
+    let o = r.orient(PROJECT, None).unwrap();
+    assert_eq!(o.window_days, 14);
+    let ids: Vec<&str> = o
+        .recent_packages
+        .iter()
+        .map(|p| p["package_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["pkg_b", "pkg_a"], "outside the window excluded");
+    assert_eq!(
+        o.open_questions,
+        ["Who owns the dashboard?", "Ship on Friday?"],
+        "deduplicated"
+    );
+    assert_eq!(o.active_facts.len(), 1);
+    assert_eq!(o.generated_at, "2026-04-18T21:00:00.000000Z");
+    let md = crate::digest::orientation_markdown(&o);
+    let handoff = md.find("handoff from pkg_b").unwrap();
+    assert!(
+        handoff < md.find("## Decisions").unwrap(),
+        "latest handoff first:\n{md}"
+    );
+    assert!(md.contains("- Ship on Friday?"));
+    assert!(md.contains("dash / owner: ana"));
+    assert_eq!(
+        r.orient(PROJECT, Some(60)).unwrap().recent_packages.len(),
+        3
+    );
+}
+
+fn l1_deposit_hashes_match_vectors(f: Factory<'_>) {
+    for v in vectors() {
+        let id = v["id"].as_str().unwrap().to_owned();
+        let (r, _) = relay(f());
+        let pkg = v["package"].clone();
+        let project = pkg["project_id"].as_str().unwrap();
+        r.create_project(project, "vectors").unwrap();
+        let actor = Actor::new(pkg["created_by"]["id"].as_str().unwrap(), ActorType::Human);
+        match r.deposit(project, &actor, &pkg) {
+            Ok(d) => {
+                assert_eq!(
+                    d.stored.content_hash,
+                    v["content_hash"].as_str().unwrap(),
+                    "{id}"
+                );
+                let read = r.pull_specific(d.stored.package.package_id()).unwrap();
+                assert_eq!(
+                    read.content_hash, d.stored.content_hash,
+                    "{id}: verified on read"
+                );
+            }
+            // P5 is a hashing vector with a null inside `tags`, which §6.4 forbids on deposit.
+            Err(crate::RelayError::InvalidSchema { errors, .. }) => {
+                assert_eq!(id, "P5-rich");
+                assert_eq!(errors[0].pointer, "/tags/1");
+            }
+            Err(e) => panic!("{id}: {e}"),
+        }
+    }
+}
+
+fn l1_idempotent_deposit(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let p = package("pkg_idem", "complete");
+    let first = r.deposit(PROJECT, &jordan(), &p).unwrap();
+    assert!(first.created);
+    // Same content, keys reordered and the hash sent back: the stored package, not an error.
+    let mut again: serde_json::Map<String, Value> =
+        p.as_object().unwrap().clone().into_iter().rev().collect();
+    again.insert("content_hash".into(), json!(first.stored.content_hash));
+    let second = r
+        .deposit(PROJECT, &jordan(), &Value::Object(again))
+        .unwrap();
+    assert!(!second.created);
+    assert_eq!(second.stored, first.stored);
+    assert_eq!(r.pull_latest(PROJECT, Some(10)).unwrap().packages.len(), 1);
+}
+
+fn err_duplicate_package_id(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    r.deposit(PROJECT, &jordan(), &package("pkg_dup", "complete"))
+        .unwrap();
+    let mut changed = package("pkg_dup", "complete");
+    changed["title"] = json!("Different");
+    let e = r.deposit(PROJECT, &jordan(), &changed).unwrap_err();
+    assert_eq!(e.token(), Token::DuplicatePackageId);
+    assert_eq!(e.http_status(), 409);
+    assert_eq!(
+        r.pull_specific("pkg_dup").unwrap().package.title(),
+        "Package pkg_dup"
+    );
+}
+
+fn err_invalid_schema_pointers(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let fx: Value =
+        serde_json::from_str(include_str!("../tests/fixtures/invalid-packages.json")).unwrap();
+    for case in fx["cases"].as_array().unwrap() {
+        let mut p = fx["base"].clone();
+        if let Some(set) = case["set"].as_object() {
+            for (k, v) in set {
+                p[k] = v.clone();
+            }
+        }
+        for k in case["remove"].as_array().into_iter().flatten() {
+            p.as_object_mut().unwrap().remove(k.as_str().unwrap());
+        }
+        let e = r.deposit(PROJECT, &jordan(), &p).unwrap_err();
+        let body = e.to_body();
+        assert_eq!(body.error, "invalid_schema", "{}", case["name"]);
+        let got: Vec<&str> = body
+            .details
+            .as_ref()
+            .unwrap()
+            .errors
+            .iter()
+            .map(|e| e.pointer.as_str())
+            .collect();
+        let want: Vec<&str> = case["pointers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        assert_eq!(got, want, "{}", case["name"]);
+    }
+    assert!(
+        r.pull_latest(PROJECT, None).unwrap().packages.is_empty(),
+        "nothing stored"
+    );
+    let mut wrong_project = package("pkg_wp", "complete");
+    wrong_project["project_id"] = json!("proj_other");
+    let e = r.deposit(PROJECT, &jordan(), &wrong_project).unwrap_err();
+    assert_eq!(
+        e.to_body().details.unwrap().errors[0].pointer,
+        "/project_id"
+    );
+}
+
+fn err_project_archived(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    r.deposit(PROJECT, &jordan(), &package("pkg_d", "draft"))
+        .unwrap();
+    r.archive(PROJECT).unwrap();
+    let e = r
+        .deposit(PROJECT, &jordan(), &package("pkg_1", "complete"))
+        .unwrap_err();
+    assert_eq!((e.token(), e.http_status()), (Token::ProjectArchived, 403));
+    assert_eq!(
+        token_of(r.assert_fact(
+            PROJECT,
+            &jordan(),
+            &json!({"subject":"s","predicate":"p","value":"v"})
+        )),
+        Token::ProjectArchived
+    );
+    assert_eq!(
+        token_of(r.flag_for_review("pkg_d", "human", None, &jordan())),
+        Token::ProjectArchived
+    );
+    assert_eq!(
+        token_of(r.invalidate_fact(PROJECT, "s", "p")),
+        Token::ProjectArchived
+    );
+    // Reads still work; unarchive restores writes.
+    assert!(r.pull_specific("pkg_d").is_ok());
+    r.unarchive(PROJECT).unwrap();
+    r.deposit(PROJECT, &jordan(), &package("pkg_1", "complete"))
+        .unwrap();
+}
+
+fn err_identity_mismatch(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let mallory = Actor::new("mallory", ActorType::Agent);
+    let e = r
+        .deposit(PROJECT, &mallory, &package("pkg_m", "complete"))
+        .unwrap_err();
+    assert_eq!((e.token(), e.http_status()), (Token::IdentityMismatch, 403));
+    assert!(e.to_string().contains("mallory"));
+    let e = r
+        .assert_fact(PROJECT, &mallory, &json!({"subject":"s","predicate":"p","value":"v","asserted_by":{"id":"jordan","type":"human"}}))
+        .unwrap_err();
+    assert_eq!(e.token(), Token::IdentityMismatch);
+    assert_eq!(token_of(r.pull_specific("pkg_m")), Token::PackageNotFound);
+}
+
+fn err_package_not_found(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let e = r.pull_specific("pkg_nope").unwrap_err();
+    assert_eq!((e.token(), e.http_status()), (Token::PackageNotFound, 404));
+    assert_eq!(
+        token_of(r.flag_for_review("pkg_nope", "human", None, &jordan())),
+        Token::PackageNotFound
+    );
+}
+
+fn err_project_not_found(f: Factory<'_>) {
+    let (r, _) = relay(f());
+    assert_eq!(
+        token_of(r.deposit("proj_none", &jordan(), &package("p", "complete"))),
+        Token::InvalidSchema
+    );
+    let mut p = package("p", "complete");
+    p["project_id"] = json!("proj_none");
+    assert_eq!(
+        token_of(r.deposit("proj_none", &jordan(), &p)),
+        Token::ProjectNotFound
+    );
+    assert_eq!(
+        token_of(r.orient("proj_none", None)),
+        Token::ProjectNotFound
+    );
+    r.create_project("proj_a", "A").unwrap();
+    assert_eq!(
+        token_of(r.create_project("proj_a", "A")),
+        Token::AlreadyExists
+    );
+}
+
+fn err_search_not_supported(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    r.deposit(PROJECT, &jordan(), &package("pkg_s", "complete"))
+        .unwrap();
+    let q = crate::store::SearchQuery {
+        project_id: PROJECT.into(),
+        query: "handoff".into(),
+        limit: 5,
+        ..Default::default()
+    };
+    match r.pull_relevant(&q) {
+        Err(e) => {
+            assert!(!r.conformance().capabilities.keyword_search);
+            assert_eq!(
+                (e.token(), e.http_status()),
+                (Token::SearchNotSupported, 501)
+            );
+            assert_eq!(e.to_body().capability.as_deref(), Some("search"));
+        }
+        Ok(hits) => {
+            assert!(r.conformance().capabilities.keyword_search);
+            assert_eq!(hits[0].package.package.package_id(), "pkg_s");
+        }
+    }
+}
+
+fn err_integrity_quarantine(f: Factory<'_>) {
+    let store = f();
+    let (r, _) = relay(store.clone());
+    r.create_project(PROJECT, "x").unwrap();
+    let good = r
+        .deposit(PROJECT, &jordan(), &package("pkg_good", "complete"))
+        .unwrap()
+        .stored;
+    // Build a tampered copy through restore (which trusts its input) in a second store.
+    let mut snap = store.snapshot().unwrap();
+    let mut wire = good.to_wire();
+    wire["title"] = json!("Tampered");
+    wire["package_id"] = json!("pkg_bad");
+    snap.packages.push(StoredPackage::from_wire(&wire).unwrap());
+    let store2 = f();
+    store2.restore(&snap).unwrap();
+    let (r2, _) = relay(store2);
+    let e = r2.pull_specific("pkg_bad").unwrap_err();
+    assert_eq!((e.token(), e.http_status()), (Token::IntegrityError, 409));
+    assert!(e.to_string().contains("pkg_bad"));
+    let listed = r2.pull_latest(PROJECT, None).unwrap();
+    assert_eq!(listed.packages.len(), 1, "quarantined package hidden");
+    assert!(r2.pull_specific("pkg_bad").is_err(), "stays quarantined");
+    let all = r2.list(
+        PROJECT,
+        &PackageFilter {
+            include_quarantined: true,
+            ..Default::default()
+        },
+    );
+    assert_eq!(all.unwrap().quarantined, ["pkg_bad"]);
+}
+
+fn fact(subject: &str, value: &str, valid_from: Option<&str>) -> Value {
+    let mut v = json!({"subject": subject, "predicate": "status", "value": value});
+    if let Some(t) = valid_from {
+        v["valid_from"] = json!(t);
+    }
+    v
+}
+
+fn l2_assert_supersedes(f: Factory<'_>) {
+    let (r, clock) = setup(f);
+    let a = r
+        .assert_fact(PROJECT, &jordan(), &fact("dash", "red", None))
+        .unwrap();
+    assert!(a.fact.fact_id.starts_with("fact_") && a.fact.fact_id.len() == 37);
+    assert_eq!(a.fact.confidence.to_string(), "1");
+    clock.advance(time::Duration::minutes(5));
+    let b = r
+        .assert_fact(PROJECT, &jordan(), &fact("dash", "green", None))
+        .unwrap();
+    let cur = r.facts(PROJECT, &FactQuery::default()).unwrap();
+    assert_eq!(cur.len(), 1);
+    assert_eq!(cur[0].fact.value, "green");
+    let hist = r
+        .facts(
+            PROJECT,
+            &FactQuery {
+                view: FactView::History,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(hist.len(), 2);
+    assert_eq!(
+        hist[0].fact.valid_to.as_deref(),
+        Some(b.fact.valid_from.as_str())
+    );
+    check_history(&hist).unwrap();
+    // A valid_from earlier than the current fact's is refused, and nothing changes.
+    let e = r
+        .assert_fact(
+            PROJECT,
+            &jordan(),
+            &fact("dash", "blue", Some("2020-01-01T00:00:00Z")),
+        )
+        .unwrap_err();
+    assert_eq!(e.token(), Token::InvalidSchema);
+    assert_eq!(
+        r.facts(
+            PROJECT,
+            &FactQuery {
+                view: FactView::History,
+                ..Default::default()
+            }
+        )
+        .unwrap()
+        .len(),
+        2
+    );
+    // Bad inputs name their fields.
+    let e = r
+        .assert_fact(
+            PROJECT,
+            &jordan(),
+            &json!({"subject": "", "predicate": "p", "value": 5, "confidence": 2}),
+        )
+        .unwrap_err();
+    let ptrs: Vec<String> = e
+        .to_body()
+        .details
+        .unwrap()
+        .errors
+        .into_iter()
+        .map(|e| e.pointer)
+        .collect();
+    assert_eq!(ptrs, ["/subject", "/value", "/confidence"]);
+}
+
+fn l2_point_in_time_queries(f: Factory<'_>) {
+    let (r, clock) = setup(f);
+    // Valid time April 1 -> red; recorded at START.
+    r.assert_fact(
+        PROJECT,
+        &jordan(),
+        &fact("svc", "red", Some("2026-04-01T00:00:00Z")),
+    )
+    .unwrap();
+    clock.advance(time::Duration::days(1)); // recorded 2026-04-19T20:00
+    r.assert_fact(
+        PROJECT,
+        &jordan(),
+        &fact("svc", "green", Some("2026-04-10T00:00:00+02:00")),
+    )
+    .unwrap();
+    let q = |view| FactQuery {
+        subject: Some("svc".into()),
+        predicate: Some("status".into()),
+        view,
+    };
+    let at = |t: &str| r.facts(PROJECT, &q(FactView::AsOfValid(t.into()))).unwrap();
+    assert_eq!(
+        at("2026-04-05T00:00:00Z")[0].fact.value,
+        "red",
+        "what was true on April 5"
+    );
+    assert_eq!(
+        at("2026-04-09T22:00:00Z")[0].fact.value,
+        "green",
+        "boundary is inclusive at valid_from"
+    );
+    assert!(at("2026-03-01T00:00:00Z").is_empty());
+    let believed = |t: &str| {
+        r.facts(PROJECT, &q(FactView::AsOfRecorded(t.into())))
+            .unwrap()
+    };
+    // On April 19 at 12:00 we still believed red was current (green was recorded that evening).
+    assert_eq!(believed("2026-04-19T12:00:00Z")[0].fact.value, "red");
+    assert_eq!(believed("2026-04-20T00:00:00Z")[0].fact.value, "green");
+    assert!(
+        believed("2026-04-01T00:00:00Z").is_empty(),
+        "nothing recorded yet"
+    );
+    assert_eq!(
+        token_of(r.facts(PROJECT, &q(FactView::AsOfValid("soon".into())))),
+        Token::InvalidSchema
+    );
+}
+
+fn l2_invalidate_counts(f: Factory<'_>) {
+    let (r, clock) = setup(f);
+    r.assert_fact(PROJECT, &jordan(), &fact("a", "1", None))
+        .unwrap();
+    clock.advance(time::Duration::seconds(1));
+    assert_eq!(r.invalidate_fact(PROJECT, "a", "status").unwrap(), 1);
+    assert_eq!(r.invalidate_fact(PROJECT, "a", "status").unwrap(), 0);
+    assert!(r.facts(PROJECT, &FactQuery::default()).unwrap().is_empty());
+    let hist = r
+        .facts(
+            PROJECT,
+            &FactQuery {
+                view: FactView::History,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        hist[0].fact.valid_to.as_deref(),
+        Some("2026-04-18T20:00:01.000000Z")
+    );
+    assert_eq!(
+        hist[0].superseded_at.as_deref(),
+        Some("2026-04-18T20:00:01.000000Z")
+    );
+}
+
+fn l2_concurrent_assert(f: Factory<'_>) {
+    let (r, clock) = setup(f);
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let r = r.clone();
+            let clock = clock.clone();
+            std::thread::spawn(move || {
+                for j in 0..4 {
+                    clock.advance(time::Duration::milliseconds(1));
+                    r.assert_fact(PROJECT, &jordan(), &fact("race", &format!("{i}-{j}"), None))
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let cur = r.facts(PROJECT, &FactQuery::default()).unwrap();
+    assert_eq!(cur.len(), 1, "exactly one current fact");
+    let hist = r
+        .facts(
+            PROJECT,
+            &FactQuery {
+                view: FactView::History,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(hist.len(), 64);
+    check_history(&hist).unwrap();
+}
+
+fn l3_status_transitions(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let mut n = 0;
+    for from in Status::ALL {
+        for to in Status::ALL {
+            n += 1;
+            let id = format!("pkg_t{n}");
+            r.deposit(PROJECT, &jordan(), &package(&id, from.as_str()))
+                .unwrap();
+            let result = match to {
+                Status::AwaitingReview => {
+                    r.flag_for_review(&id, "human", Some("please"), &reviewer())
+                }
+                Status::Complete => r.review(&id, "complete", None, &reviewer()),
+                Status::RevisionRequested => r.review(&id, "revision_requested", None, &reviewer()),
+                Status::Draft => {
+                    // No operation moves a package back to draft.
+                    assert!(!from.can_become(Status::Draft));
+                    continue;
+                }
+            };
+            let before = r.pull_specific(&id).unwrap();
+            if from.can_become(to) {
+                let p = result.unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
+                assert_eq!(p.package.status(), to);
+                assert_eq!(before.package.status(), to);
+                assert_eq!(p.verify(), Ok(()), "re-hashed");
+                let rec = r.reviews(&id).unwrap();
+                assert_eq!(rec.len(), 1);
+                assert_eq!((rec[0].from_status, rec[0].to_status), (from, to));
+                assert_eq!(rec[0].actor, reviewer());
+            } else {
+                let e = result.unwrap_err();
+                assert_eq!(
+                    (e.token(), e.http_status()),
+                    (Token::InvalidTransition, 400),
+                    "{from} -> {to}"
+                );
+                assert_eq!(before.package.status(), from, "unchanged");
+                assert!(r.reviews(&id).unwrap().is_empty());
+            }
+        }
+    }
+}
+
+fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let d = r
+        .deposit(PROJECT, &jordan(), &package("pkg_r", "draft"))
+        .unwrap();
+    r.deposit(PROJECT, &jordan(), &package("pkg_c", "complete"))
+        .unwrap();
+    let flagged = r
+        .flag_for_review("pkg_r", "agent", Some("check numbers"), &jordan())
+        .unwrap();
+    assert_eq!(flagged.package.review_type(), "agent");
+    assert_ne!(
+        flagged.content_hash, d.stored.content_hash,
+        "re-hashed on transition"
+    );
+    assert_eq!(
+        token_of(r.flag_for_review("pkg_r", "robot", None, &jordan())),
+        Token::InvalidSchema
+    );
+    let waiting = r.awaiting_review(PROJECT).unwrap();
+    assert_eq!(waiting.packages.len(), 1);
+    assert_eq!(waiting.packages[0].package.package_id(), "pkg_r");
+    r.review(
+        "pkg_r",
+        "revision_requested",
+        Some("fix table 2"),
+        &reviewer(),
+    )
+    .unwrap();
+    assert!(r.awaiting_review(PROJECT).unwrap().packages.is_empty());
+    r.flag_for_review("pkg_r", "human", None, &jordan())
+        .unwrap();
+    let done = r
+        .review("pkg_r", "complete", Some("ok"), &reviewer())
+        .unwrap();
+    assert_eq!(done.package.status(), Status::Complete);
+    let recs = r.reviews("pkg_r").unwrap();
+    let trail: Vec<(&str, Status)> = recs
+        .iter()
+        .map(|x| (x.actor.id.as_str(), x.to_status))
+        .collect();
+    assert_eq!(
+        trail,
+        [
+            ("jordan", Status::AwaitingReview),
+            ("rev-bot", Status::RevisionRequested),
+            ("jordan", Status::AwaitingReview),
+            ("rev-bot", Status::Complete)
+        ]
+    );
+    assert_eq!(recs[1].note.as_deref(), Some("fix table 2"));
+    assert_eq!(recs[3].content_hash, done.content_hash);
+    assert_eq!(
+        token_of(r.review("pkg_r", "revision_requested", None, &reviewer())),
+        Token::InvalidTransition
+    );
+    assert_eq!(
+        token_of(r.flag_for_review("pkg_c", "human", None, &jordan())),
+        Token::InvalidTransition
+    );
+}
+
+fn sessions_callsign_and_provenance(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let s = r.start_session(PROJECT, &jordan()).unwrap();
+    assert!(s.session_id.starts_with("sess_") && s.session_id.len() == 37);
+    assert!(
+        is_callsign(s.callsign.as_deref().unwrap()),
+        "{:?}",
+        s.callsign
+    );
+    let mut p = package("pkg_s1", "complete");
+    p["created_by"]["session_id"] = json!(s.session_id);
+    r.deposit(PROJECT, &jordan(), &p).unwrap();
+    assert_eq!(
+        r.session(&s.session_id).unwrap().packages_deposited,
+        ["pkg_s1"]
+    );
+    assert_eq!(
+        token_of(r.end_session(&s.session_id, &reviewer())),
+        Token::Unauthorized
+    );
+    let ended = r.end_session(&s.session_id, &jordan()).unwrap();
+    assert_eq!(
+        ended.ended_at.as_deref(),
+        Some("2026-04-18T20:00:00.000000Z")
+    );
+    assert_eq!(token_of(r.session("sess_missing")), Token::SessionNotFound);
+}
+
+fn orchestrate_digest(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    r.create_project("proj_b", "B").unwrap();
+    let mut p1 = package("pkg_o1", "complete");
+    p1["content_md"] = json!("We moved the retrieval index to BM25.\n\nLatency dropped to 40 ms.");
+    p1["significance"] = json!(9);
+    r.deposit(PROJECT, &jordan(), &p1).unwrap();
+    r.deposit(PROJECT, &jordan(), &package("pkg_o2", "draft"))
+        .unwrap();
+    let mut pb = package("pkg_b1", "awaiting_review");
+    pb["project_id"] = json!("proj_b");
+    r.deposit("proj_b", &jordan(), &pb).unwrap();
+    r.assert_fact(PROJECT, &jordan(), &fact("index", "bm25", None))
+        .unwrap();
+    let d = r
+        .orchestrate(Some(PROJECT), Some("retrieval latency"), None, None)
+        .unwrap();
+    assert_eq!(d.activity.packages, 1, "drafts excluded");
+    assert_eq!(d.snippets[0].package_id, "pkg_o1");
+    assert_eq!(d.snippets[0].field, "content_md");
+    assert!(d.projects.is_empty());
+    assert_eq!(d.active_facts.len(), 1);
+    let g = r.orchestrate(None, None, Some(3), None).unwrap();
+    assert_eq!(g.projects.len(), 2);
+    assert_eq!(g.projects[0].project_id, "proj_b");
+    assert_eq!(g.projects[0].awaiting_review, 1);
+    assert_eq!(g.activity.packages, 2);
+    assert_eq!(g.activity.by_status["awaiting_review"], 1);
+    assert!(g.snippets.len() <= 3);
+    assert_eq!(
+        g.snippets[0].package_id, "pkg_o1",
+        "most significant first without focus"
+    );
+    let json = serde_json::to_value(&g).unwrap();
+    for k in [
+        "activity",
+        "active_facts",
+        "open_questions",
+        "snippets",
+        "projects",
+        "generated_at",
+    ] {
+        assert!(json.get(k).is_some(), "{k}");
+    }
+}
+
+/// Fills a store with projects, packages (some reviewed), facts with history and a session.
+pub fn populate(r: &Relay, clock: &FixedClock, packages: usize, facts: usize) {
+    r.create_project(PROJECT, "Relay dev").unwrap();
+    r.create_project("proj_b", "Second").unwrap();
+    let s = r.start_session(PROJECT, &jordan()).unwrap();
+    for i in 0..packages {
+        let project = if i % 3 == 0 { "proj_b" } else { PROJECT };
+        let mut p = package(
+            &format!("pkg_{i:06}"),
+            if i % 10 == 0 { "draft" } else { "complete" },
+        );
+        p["project_id"] = json!(project);
+        p["x-seq"] = json!(i);
+        p["tags"] = json!(["t", format!("g{}", i % 7)]);
+        if i % 5 == 0 && project == PROJECT {
+            p["created_by"]["session_id"] = json!(s.session_id);
+        }
+        r.deposit(project, &jordan(), &p).unwrap();
+        if i % 10 == 0 {
+            r.flag_for_review(&format!("pkg_{i:06}"), "human", Some("look"), &jordan())
+                .unwrap();
+        }
+    }
+    for i in 0..facts {
+        clock.advance(time::Duration::milliseconds(3));
+        let subject = format!("s{}", i % 97);
+        r.assert_fact(
+            PROJECT,
+            &jordan(),
+            &json!({"subject": subject, "predicate": "p", "value": i.to_string(), "tags": ["x"]}),
+        )
+        .unwrap();
+    }
+    r.archive("proj_b").unwrap();
+}
+
+fn export_import_round_trip(f: Factory<'_>) {
+    let (r, clock) = relay(f());
+    populate(&r, &clock, 120, 300);
+    let snap = r.store().snapshot().unwrap();
+    let first = crate::export::render(&snap).unwrap();
+    let again = crate::export::render(&r.store().snapshot().unwrap()).unwrap();
+    assert_eq!(
+        first, again,
+        "two exports of the same data are byte-identical"
+    );
+    assert_eq!(first.last().unwrap().0, "manifest.json");
+    let parsed = crate::export::parse(&first).unwrap();
+    let target = f();
+    target.restore(&parsed).unwrap();
+    let second = crate::export::render(&target.snapshot().unwrap()).unwrap();
+    assert_eq!(
+        first, second,
+        "export -> import -> export is byte-identical"
+    );
+    let (r2, _) = relay(target.clone());
+    assert_eq!(
+        r2.pull_latest(PROJECT, Some(3)).unwrap().packages,
+        r.pull_latest(PROJECT, Some(3)).unwrap().packages
+    );
+    assert!(
+        target.restore(&Snapshot::default()).is_err(),
+        "import needs an empty store"
+    );
+}
+
+fn import_refuses_tampered_package(f: Factory<'_>) {
+    let (r, clock) = relay(f());
+    populate(&r, &clock, 12, 5);
+    let mut files = crate::export::render(&r.store().snapshot().unwrap()).unwrap();
+    let (_, body) = files
+        .iter_mut()
+        .find(|(n, _)| n == "packages.ndjson")
+        .unwrap();
+    let text = String::from_utf8(body.clone()).unwrap();
+    let tampered = text.replacen("Package pkg_000004", "Package pkg_000004 (edited)", 1);
+    assert_ne!(text, tampered);
+    *body = tampered.into_bytes();
+    let e = crate::export::parse(&files).unwrap_err();
+    assert!(e.to_string().contains("pkg_000004"), "{e}");
+    // A tampered fact line is caught by the manifest digest of its file.
+    let mut files = crate::export::render(&r.store().snapshot().unwrap()).unwrap();
+    let (_, body) = files.iter_mut().find(|(n, _)| n == "facts.ndjson").unwrap();
+    *body = String::from_utf8(body.clone())
+        .unwrap()
+        .replacen("\"value\":\"1\"", "\"value\":\"9\"", 1)
+        .into_bytes();
+    let e = crate::export::parse(&files).unwrap_err();
+    assert!(e.to_string().contains("facts.ndjson"), "{e}");
+    let target = f();
+    assert!(
+        target.snapshot().unwrap().packages.is_empty(),
+        "nothing imported"
+    );
+}

@@ -7,6 +7,7 @@
 
 pub mod chain;
 pub mod event;
+pub mod store;
 
 pub use chain::{ChainHead, GENESIS_PREVIOUS_HASH, compute_event_hash, event_preimage, seal};
 pub use event::{EventDraft, TRACE_VERSION, TraceEvent};

@@ -1,0 +1,2 @@
+//! Durable append throughput (placeholder until the benchmark lands).
+fn main() {}

@@ -1,0 +1,106 @@
+//! What both backends share about TRACE chains: the stored head record and sealing a batch of
+//! drafts onto it (one clock reading that never goes back, a new id per event).
+
+use cra_trace::store::{ChainStoreError, SESSION_ENDED, SessionSummary, not_before};
+use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
+use cra_wire::clock::format_timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::StoreConfig;
+
+/// A session's head as stored.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct HeadRecord {
+    pub next_sequence: u64,
+    pub head_hash: String,
+    pub first_timestamp: String,
+    pub last_timestamp: String,
+    pub ended: bool,
+}
+
+impl HeadRecord {
+    pub(crate) fn genesis() -> Self {
+        let g = ChainHead::genesis();
+        Self {
+            next_sequence: g.next_sequence,
+            head_hash: g.head_hash,
+            first_timestamp: String::new(),
+            last_timestamp: String::new(),
+            ended: false,
+        }
+    }
+
+    pub(crate) fn summary(self, session_id: String) -> SessionSummary {
+        SessionSummary {
+            session_id,
+            head: ChainHead {
+                next_sequence: self.next_sequence,
+                head_hash: self.head_hash,
+            },
+            first_timestamp: self.first_timestamp,
+            last_timestamp: self.last_timestamp,
+            ended: self.ended,
+        }
+    }
+}
+
+pub(crate) fn decode_head(session_id: &str, bytes: &[u8]) -> Result<HeadRecord, ChainStoreError> {
+    serde_json::from_slice(bytes).map_err(|e| ChainStoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        sequence: 0,
+        reason: format!("head record: {e}"),
+    })
+}
+
+pub(crate) fn decode_event(
+    session_id: &str,
+    sequence: u64,
+    bytes: &[u8],
+) -> Result<TraceEvent, ChainStoreError> {
+    serde_json::from_slice(bytes).map_err(|e| ChainStoreError::Corrupt {
+        session_id: session_id.to_owned(),
+        sequence,
+        reason: e.to_string(),
+    })
+}
+
+/// A sealed batch: the new head, the events, and each event's wire JSON.
+pub(crate) type Sealed = (HeadRecord, Vec<TraceEvent>, Vec<Vec<u8>>);
+
+/// Seals `drafts` onto `head`: one clock reading (never before the chain's last timestamp), a new
+/// id per event. Returns the new head, the events and their wire JSON.
+pub(crate) fn seal_all(
+    config: &StoreConfig,
+    session_id: &str,
+    mut head: HeadRecord,
+    drafts: Vec<EventDraft>,
+) -> Result<Sealed, ChainStoreError> {
+    let timestamp = not_before(format_timestamp(config.clock.now()), &head.last_timestamp);
+    let mut sealed = Vec::with_capacity(drafts.len());
+    let mut bodies = Vec::with_capacity(drafts.len());
+    for draft in drafts {
+        let at = ChainHead {
+            next_sequence: head.next_sequence,
+            head_hash: std::mem::take(&mut head.head_hash),
+        };
+        let event = seal(
+            draft,
+            session_id,
+            &at,
+            config.ids.new_id(),
+            timestamp.clone(),
+        );
+        let body = serde_json::to_vec(&event)
+            .map_err(|e| ChainStoreError::Unavailable(format!("cannot serialise an event: {e}")))?;
+        if head.next_sequence == 0 {
+            head.first_timestamp = timestamp.clone();
+        }
+        head.next_sequence += 1;
+        head.head_hash = event.event_hash.clone();
+        head.ended = event.event_type == SESSION_ENDED;
+        sealed.push(event);
+        bodies.push(body);
+    }
+    head.last_timestamp = timestamp;
+    Ok((head, sealed, bodies))
+}

@@ -1,0 +1,178 @@
+//! The PostgreSQL backend: one schema per deployment (several runtime replicas may share it), a
+//! pool of synchronous connections, and the embedded migrations (`migrations/NNNN_<area>.sql`)
+//! applied in version order on start, each recorded in `cra_migrations` with a checksum. Replicas
+//! starting together take a transaction-scoped advisory lock, so each migration runs once.
+
+mod pool;
+pub(crate) mod trace;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::{StoreConfig, StoreError};
+
+pub(crate) use pool::quote_ident;
+pub use pool::{Pool, PooledClient};
+
+include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
+
+/// Connections a [`PgStore`] opens at most unless told otherwise.
+pub const DEFAULT_POOL_SIZE: usize = 16;
+
+/// The PostgreSQL store of one schema. Cloning is cheap and shares the pool.
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    schema: String,
+    pool: Pool,
+    config: StoreConfig,
+}
+
+impl PgStore {
+    /// Connects to `url`, creates `schema` if needed and applies pending migrations, with the
+    /// system clock, UUIDv7 ids and [`DEFAULT_POOL_SIZE`] connections.
+    pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, schema, StoreConfig::default(), DEFAULT_POOL_SIZE)
+    }
+
+    /// As [`PgStore::connect`], with the given clock, ids and pool size.
+    pub fn connect_with(
+        url: &str,
+        schema: &str,
+        config: StoreConfig,
+        pool_size: usize,
+    ) -> Result<Self, StoreError> {
+        check_schema_name(schema)?;
+        let pool = Pool::new(url, schema, pool_size);
+        migrate(&pool, schema)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                schema: schema.to_owned(),
+                pool,
+                config,
+            }),
+        })
+    }
+
+    /// The schema this store lives in.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// A pooled connection whose `search_path` is this store's schema, for areas with their own
+    /// tables.
+    pub fn client(&self) -> Result<PooledClient<'_>, StoreError> {
+        self.inner.pool.get()
+    }
+
+    /// The clock and ids this store was created with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    /// The versions and names of the migrations applied to this schema, ascending.
+    pub fn applied_migrations(&self) -> Result<Vec<(u32, String)>, StoreError> {
+        let mut client = self.client()?;
+        let rows = client
+            .query(
+                "SELECT version, name FROM cra_migrations ORDER BY version",
+                &[],
+            )
+            .map_err(pg)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
+            .collect())
+    }
+}
+
+/// The migrations this build embeds: (version, name), ascending.
+pub fn embedded_migrations() -> Vec<(u32, &'static str)> {
+    MIGRATIONS.iter().map(|(v, n, _)| (*v, *n)).collect()
+}
+
+/// Refuses schema names that would need quoting games.
+pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
+    let mut bytes = schema.bytes();
+    let ok = matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
+        && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
+        && schema.len() <= 63;
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidSchema(schema.to_owned()))
+    }
+}
+
+pub(crate) fn pg(e: postgres::Error) -> StoreError {
+    StoreError::Backend(format!("postgres: {e}"))
+}
+
+fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {
+    let mut client = pool.get()?;
+    let mut tx = client.transaction().map_err(pg)?;
+    let key = i64::from_be_bytes(
+        cra_wire::hash::sha256_hex(format!("cra-store migrations {schema}").as_bytes()).as_bytes()
+            [..8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    );
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
+        .map_err(pg)?;
+    let q = quote_ident(schema);
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {q};
+         CREATE TABLE IF NOT EXISTS {q}.cra_migrations (
+             version    integer     PRIMARY KEY,
+             name       text        NOT NULL,
+             checksum   text        NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );"
+    ))
+    .map_err(pg)?;
+    let applied: BTreeMap<u32, String> = tx
+        .query("SELECT version, checksum FROM cra_migrations", &[])
+        .map_err(pg)?
+        .iter()
+        .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
+        .collect();
+    for version in applied.keys() {
+        if !MIGRATIONS.iter().any(|(v, _, _)| v == version) {
+            return Err(StoreError::UnknownMigration { version: *version });
+        }
+    }
+    for (version, name, sql) in MIGRATIONS {
+        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
+        match applied.get(version) {
+            Some(recorded) if *recorded == checksum => continue,
+            Some(_) => {
+                return Err(StoreError::MigrationChanged {
+                    version: *version,
+                    name: (*name).to_owned(),
+                });
+            }
+            None => {}
+        }
+        let failed = |e: postgres::Error| StoreError::Migration {
+            version: *version,
+            name: (*name).to_owned(),
+            reason: e.to_string(),
+        };
+        tx.batch_execute(sql).map_err(failed)?;
+        let v = i32::try_from(*version).map_err(|_| StoreError::Migration {
+            version: *version,
+            name: (*name).to_owned(),
+            reason: "version does not fit an integer".into(),
+        })?;
+        tx.execute(
+            "INSERT INTO cra_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+            &[&v, name, &checksum],
+        )
+        .map_err(failed)?;
+    }
+    tx.commit().map_err(pg)
+}

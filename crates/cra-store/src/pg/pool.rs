@@ -1,0 +1,138 @@
+//! A small pool of synchronous PostgreSQL connections, each with its `search_path` set to the
+//! store's schema and `synchronous_commit` on (a commit returns only once its WAL is flushed).
+
+use std::ops::{Deref, DerefMut};
+use std::sync::{Condvar, Mutex};
+
+use postgres::{Client, NoTls};
+
+use crate::StoreError;
+
+/// Up to `max` connections, opened on demand and reused.
+pub struct Pool {
+    url: String,
+    schema: String,
+    max: usize,
+    state: Mutex<State>,
+    freed: Condvar,
+}
+
+struct State {
+    idle: Vec<Client>,
+    open: usize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("schema", &self.schema)
+            .field("max", &self.max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    pub(crate) fn new(url: &str, schema: &str, max: usize) -> Self {
+        Self {
+            url: url.to_owned(),
+            schema: schema.to_owned(),
+            max: max.max(1),
+            state: Mutex::new(State {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// A connection, waiting for one to come back when `max` are in use.
+    pub fn get(&self) -> Result<PooledClient<'_>, StoreError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(client) = state.idle.pop() {
+                return Ok(PooledClient {
+                    pool: self,
+                    client: Some(client),
+                });
+            }
+            if state.open < self.max {
+                state.open += 1;
+                drop(state);
+                return match self.connect() {
+                    Ok(client) => Ok(PooledClient {
+                        pool: self,
+                        client: Some(client),
+                    }),
+                    Err(e) => {
+                        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+                        state.open -= 1;
+                        self.freed.notify_one();
+                        Err(e)
+                    }
+                };
+            }
+            state = self.freed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn connect(&self) -> Result<Client, StoreError> {
+        let mut client =
+            Client::connect(&self.url, NoTls).map_err(|e| StoreError::Connect(e.to_string()))?;
+        client
+            .batch_execute(&format!(
+                "SET search_path TO {}; SET synchronous_commit TO on",
+                quote_ident(&self.schema)
+            ))
+            .map_err(|e| StoreError::Connect(e.to_string()))?;
+        Ok(client)
+    }
+
+    fn give_back(&self, client: Client) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if client.is_closed() {
+            state.open -= 1;
+        } else {
+            state.idle.push(client);
+        }
+        self.freed.notify_one();
+    }
+}
+
+/// A connection borrowed from a [`Pool`]; it goes back when dropped (a closed one is discarded).
+pub struct PooledClient<'a> {
+    pool: &'a Pool,
+    client: Option<Client>,
+}
+
+impl std::fmt::Debug for PooledClient<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PooledClient").finish_non_exhaustive()
+    }
+}
+
+impl Deref for PooledClient<'_> {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        // Invariant: `client` is `Some` until `drop`.
+        self.client.as_ref().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl DerefMut for PooledClient<'_> {
+    fn deref_mut(&mut self) -> &mut Client {
+        self.client.as_mut().unwrap_or_else(|| unreachable!())
+    }
+}
+
+impl Drop for PooledClient<'_> {
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take() {
+            self.pool.give_back(client);
+        }
+    }
+}
+
+/// `name` as a double-quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

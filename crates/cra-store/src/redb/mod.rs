@@ -1,0 +1,119 @@
+//! The embedded backend: one data directory holding one redb database file, `cra.redb`, shared by
+//! every area (TRACE chains here, CARP state in `carp.rs`, Relay in `src/relay/`).
+//!
+//! redb lets one process open the file at a time; a second open fails with
+//! [`StoreError::InUse`], naming the holder recorded in the directory's `owner` file.
+
+pub(crate) mod trace;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ::redb::{Database, DatabaseError};
+
+use crate::{StoreConfig, StoreError};
+
+pub(crate) use trace::Collector;
+
+/// The database file inside a data directory.
+pub const DATABASE_FILE: &str = "cra.redb";
+/// The file naming the process that holds the directory (informational; redb's lock is the guard).
+pub const OWNER_FILE: &str = "owner";
+
+/// The redb store of one data directory. Cloning is cheap and shares the database.
+#[derive(Clone)]
+pub struct RedbStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dir: PathBuf,
+    db: Arc<Database>,
+    config: StoreConfig,
+    collector: Collector,
+}
+
+impl std::fmt::Debug for RedbStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbStore")
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbStore {
+    /// Opens (creating if needed) the data directory `dir` with the system clock and UUIDv7 ids.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with(dir, StoreConfig::default())
+    }
+
+    /// Opens (creating if needed) the data directory `dir` with the given clock and ids.
+    pub fn open_with(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self, StoreError> {
+        let dir = dir.as_ref().to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|e| StoreError::DataDir {
+            path: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let file = dir.join(DATABASE_FILE);
+        let db = match Database::create(&file) {
+            Ok(db) => db,
+            Err(DatabaseError::DatabaseAlreadyOpen) => {
+                let holder = std::fs::read_to_string(dir.join(OWNER_FILE))
+                    .map(|s| s.trim().to_owned())
+                    .unwrap_or_else(|_| "holder unknown".to_owned());
+                return Err(StoreError::InUse { path: dir, holder });
+            }
+            Err(e) => {
+                return Err(StoreError::Redb {
+                    path: file,
+                    reason: e.to_string(),
+                });
+            }
+        };
+        let owner = format!(
+            "pid {} since {}",
+            std::process::id(),
+            cra_wire::clock::format_timestamp(config.clock.now())
+        );
+        std::fs::write(dir.join(OWNER_FILE), owner).map_err(|e| StoreError::DataDir {
+            path: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let db = Arc::new(db);
+        trace::create_tables(&db)?;
+        let collector = Collector::start(db.clone(), config.clone())?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                dir,
+                db,
+                config,
+                collector,
+            }),
+        })
+    }
+
+    /// The shared database, for areas that keep their own tables in it. redb serialises write
+    /// transactions; keep them short.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.inner.db
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The clock and ids this store was opened with.
+    pub fn config(&self) -> &StoreConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn collector(&self) -> &Collector {
+        &self.inner.collector
+    }
+}
+
+/// Turns any redb error into a [`StoreError::Backend`].
+pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("redb: {e}"))
+}

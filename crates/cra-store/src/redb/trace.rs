@@ -1,0 +1,295 @@
+//! TRACE chains in redb, with group commit.
+//!
+//! Appends are handed to one committer thread. It takes every append waiting in its queue (up to
+//! [`MAX_BATCH_APPENDS`]), seals them all in one write transaction (reading each session's head,
+//! the clock and new ids there, so the thread *is* the per-session serialisation), commits with
+//! `Durability::Immediate` (redb fsyncs before `commit` returns) and only then answers each
+//! caller. One fsync thus covers every append that arrived while the previous one ran. An append
+//! refused by a chain rule is answered at once and writes nothing; if the commit fails, every
+//! append of the batch is answered with the error and nothing of the batch is stored.
+//!
+//! Tables: `trace_events` maps `(session_id, sequence)` to the event's exact wire JSON;
+//! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use cra_trace::store::{
+    ChainStore, ChainStoreError, SessionSummary, check_batch, check_session_id,
+};
+use cra_trace::{ChainHead, EventDraft, TraceEvent};
+use crossbeam_channel::{Receiver, Sender};
+
+use super::{RedbStore, backend};
+use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
+use crate::{StoreConfig, StoreError};
+
+pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
+    TableDefinition::new("trace_events");
+pub(crate) const HEADS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("trace_heads");
+
+/// At most this many appends share one write transaction.
+pub const MAX_BATCH_APPENDS: usize = 4096;
+
+fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
+    ChainStoreError::Unavailable(format!("redb: {e}"))
+}
+
+/// Creates the TRACE tables so readers never meet a missing table.
+pub(crate) fn create_tables(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_write().map_err(backend)?;
+    txn.open_table(EVENTS).map_err(backend)?;
+    txn.open_table(HEADS).map_err(backend)?;
+    txn.commit().map_err(backend)
+}
+
+type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
+
+struct Job {
+    session_id: String,
+    drafts: Vec<EventDraft>,
+    reply: Reply,
+}
+
+/// The group-commit thread and the queue feeding it. Dropping it drains the queue and joins the
+/// thread.
+pub(crate) struct Collector {
+    queue: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Collector {
+    pub(crate) fn start(db: Arc<Database>, config: StoreConfig) -> Result<Self, StoreError> {
+        let (queue, jobs) = crossbeam_channel::unbounded::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("cra-trace-commit".into())
+            .spawn(move || run_committer(&db, &config, &jobs))
+            .map_err(|e| StoreError::Backend(format!("cannot start the commit thread: {e}")))?;
+        Ok(Self {
+            queue: Some(queue),
+            thread: Some(thread),
+        })
+    }
+
+    fn submit(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let job = Job {
+            session_id: session_id.to_owned(),
+            drafts,
+            reply,
+        };
+        let gone = || ChainStoreError::Unavailable("the commit thread has stopped".into());
+        self.queue
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.queue.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run_committer(db: &Database, config: &StoreConfig, jobs: &Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_APPENDS {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        commit_batch(db, config, batch);
+    }
+}
+
+/// Seals and commits `batch` in one durable write transaction, then answers every job.
+fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
+    type Answer = Option<Result<Vec<TraceEvent>, ChainStoreError>>;
+    let mut replies = Vec::with_capacity(batch.len());
+    let mut work = Vec::with_capacity(batch.len());
+    for job in batch {
+        replies.push(job.reply);
+        work.push((job.session_id, job.drafts));
+    }
+    let mut answers: Vec<Answer> = vec![None; replies.len()];
+    let result = (|| -> Result<(), ChainStoreError> {
+        let mut txn = db.begin_write().map_err(unavailable)?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(unavailable)?;
+        {
+            let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
+            let mut heads = txn.open_table(HEADS).map_err(unavailable)?;
+            let mut touched: HashMap<String, HeadRecord> = HashMap::new();
+            for ((session_id, drafts), answer) in work.into_iter().zip(answers.iter_mut()) {
+                let head = match touched.get(&session_id) {
+                    Some(head) => head.clone(),
+                    None => match heads.get(session_id.as_str()).map_err(unavailable)? {
+                        Some(bytes) => decode_head(&session_id, bytes.value())?,
+                        None => HeadRecord::genesis(),
+                    },
+                };
+                if let Err(e) = check_session_id(&session_id)
+                    .and_then(|()| check_batch(&session_id, head.ended, &drafts))
+                {
+                    *answer = Some(Err(e));
+                    continue;
+                }
+                let (head, sealed, bodies) = seal_all(config, &session_id, head, drafts)?;
+                for (event, body) in sealed.iter().zip(&bodies) {
+                    events
+                        .insert((session_id.as_str(), event.sequence), body.as_slice())
+                        .map_err(unavailable)?;
+                }
+                touched.insert(session_id, head);
+                *answer = Some(Ok(sealed));
+            }
+            for (session_id, head) in &touched {
+                let bytes = serde_json::to_vec(head).map_err(unavailable)?;
+                heads
+                    .insert(session_id.as_str(), bytes.as_slice())
+                    .map_err(unavailable)?;
+            }
+        }
+        txn.commit().map_err(unavailable)
+    })();
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let answer = match (&result, answer) {
+            // A chain-rule refusal stands whatever happened to the rest of the batch.
+            (_, Some(Err(refused))) => Err(refused),
+            (Ok(()), Some(Ok(events))) => Ok(events),
+            (Err(e), _) => Err(e.clone()),
+            (Ok(()), None) => Err(unavailable("append was not processed")),
+        };
+        let _ = reply.send(answer);
+    }
+}
+
+impl ChainStore for RedbStore {
+    fn append(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        check_session_id(session_id)?;
+        if drafts.is_empty() {
+            return Err(ChainStoreError::EmptyAppend);
+        }
+        self.collector().submit(session_id, drafts)
+    }
+
+    fn read_range(
+        &self,
+        session_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let txn = self.database().begin_read().map_err(unavailable)?;
+        let events = txn.open_table(EVENTS).map_err(unavailable)?;
+        let mut out = Vec::new();
+        for entry in events
+            .range((session_id, from)..(session_id, to))
+            .map_err(unavailable)?
+        {
+            let (key, value) = entry.map_err(unavailable)?;
+            out.push(decode_event(session_id, key.value().1, value.value())?);
+        }
+        Ok(out)
+    }
+
+    fn read_after(
+        &self,
+        session_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        let from = match after {
+            None => 0,
+            Some(u64::MAX) => return Ok(Vec::new()),
+            Some(n) => n + 1,
+        };
+        let txn = self.database().begin_read().map_err(unavailable)?;
+        let events = txn.open_table(EVENTS).map_err(unavailable)?;
+        let mut out = Vec::new();
+        for entry in events
+            .range((session_id, from)..=(session_id, u64::MAX))
+            .map_err(unavailable)?
+            .take(limit)
+        {
+            let (key, value) = entry.map_err(unavailable)?;
+            out.push(decode_event(session_id, key.value().1, value.value())?);
+        }
+        Ok(out)
+    }
+
+    fn session(&self, session_id: &str) -> Result<Option<SessionSummary>, ChainStoreError> {
+        let txn = self.database().begin_read().map_err(unavailable)?;
+        let heads = txn.open_table(HEADS).map_err(unavailable)?;
+        let found = heads.get(session_id).map_err(unavailable)?;
+        match found {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(
+                decode_head(session_id, bytes.value())?.summary(session_id.to_owned()),
+            )),
+        }
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionSummary>, ChainStoreError> {
+        let txn = self.database().begin_read().map_err(unavailable)?;
+        let heads = txn.open_table(HEADS).map_err(unavailable)?;
+        let mut out = Vec::new();
+        for entry in heads.iter().map_err(unavailable)? {
+            let (key, value) = entry.map_err(unavailable)?;
+            let session_id = key.value().to_owned();
+            let head = decode_head(&session_id, value.value())?;
+            out.push(head.summary(session_id));
+        }
+        Ok(out)
+    }
+}
+
+/// Removes `session_id`'s chain if its head is still `expected` (so a chain that grew is kept).
+pub(crate) fn remove_chain(
+    db: &Database,
+    session_id: &str,
+    expected: &ChainHead,
+) -> Result<bool, ChainStoreError> {
+    let mut txn = db.begin_write().map_err(unavailable)?;
+    txn.set_durability(Durability::Immediate)
+        .map_err(unavailable)?;
+    {
+        let mut heads = txn.open_table(HEADS).map_err(unavailable)?;
+        let current = match heads.get(session_id).map_err(unavailable)? {
+            Some(bytes) => decode_head(session_id, bytes.value())?,
+            None => return Ok(false),
+        };
+        if current.next_sequence != expected.next_sequence
+            || current.head_hash != expected.head_hash
+        {
+            return Ok(false);
+        }
+        heads.remove(session_id).map_err(unavailable)?;
+        let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
+        events
+            .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
+            .map_err(unavailable)?;
+    }
+    txn.commit().map_err(unavailable)?;
+    Ok(true)
+}

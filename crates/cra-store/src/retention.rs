@@ -1,0 +1,178 @@
+//! Retention (TRACE §4.6): removing whole ended sessions whose last event is older than the
+//! policy's age, never less than 24 hours.
+//!
+//! Every run that removes something first appends one `operator.retention.applied` event to the
+//! operator audit chain ([`OPERATOR_AUDIT_SESSION`]) naming each session it is about to remove
+//! (id, event count, head hash, last timestamp), and only then removes them. So nothing is ever
+//! removed unrecorded: a crash between the two leaves a record of a removal that the next run
+//! performs (and records) again. A session is removed only if its head is still the recorded
+//! one, and only whole sessions are removed, so every remaining chain still verifies. The audit
+//! chain itself is never removed. The operator chain starts with `session.started` like any other.
+
+use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary};
+use cra_trace::{ChainHead, EventDraft, TraceEvent};
+use cra_wire::clock::format_timestamp;
+use cra_wire::{Clock, IdGenerator};
+use serde_json::json;
+use time::Duration;
+
+use crate::{PgStore, RedbStore};
+
+/// The session id of the operator audit chain.
+pub const OPERATOR_AUDIT_SESSION: &str = "cra-operator-audit";
+/// The event type recording a retention run.
+pub const RETENTION_EVENT: &str = "operator.retention.applied";
+/// The shortest retention any policy may have.
+pub const MINIMUM_RETENTION: Duration = Duration::hours(24);
+
+/// Keep sessions for at least `max_age` after their last event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    max_age: Duration,
+}
+
+/// A retention policy shorter than [`MINIMUM_RETENTION`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "retention of {seconds} s is shorter than the minimum of 24 hours (TRACE §4.6); choose at least 1 day (30 days recommended)"
+)]
+pub struct RetentionTooShort {
+    /// The refused age, in seconds.
+    pub seconds: i64,
+}
+
+impl RetentionPolicy {
+    /// A policy keeping ended sessions for `max_age`, refused below 24 hours.
+    pub fn new(max_age: Duration) -> Result<Self, RetentionTooShort> {
+        if max_age < MINIMUM_RETENTION {
+            return Err(RetentionTooShort {
+                seconds: max_age.whole_seconds(),
+            });
+        }
+        Ok(Self { max_age })
+    }
+
+    /// A policy keeping ended sessions for `days` days.
+    pub fn days(days: u32) -> Result<Self, RetentionTooShort> {
+        Self::new(Duration::days(i64::from(days)))
+    }
+
+    /// How long ended sessions are kept.
+    pub fn max_age(&self) -> Duration {
+        self.max_age
+    }
+}
+
+/// What one retention run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetentionReport {
+    /// Sessions whose last event is before this instant (wire form) were eligible.
+    pub cutoff: String,
+    /// The sessions removed.
+    pub removed: Vec<SessionSummary>,
+    /// The audit event recorded, when something was removed.
+    pub audit_event: Option<TraceEvent>,
+}
+
+/// A backend that can delete a whole chain.
+pub trait SessionRemoval: Send + Sync {
+    /// Removes `session_id`'s events and head if its head is still `expected`; `false` when the
+    /// session is gone or has changed.
+    fn remove_session(
+        &self,
+        session_id: &str,
+        expected: &ChainHead,
+    ) -> Result<bool, ChainStoreError>;
+}
+
+impl SessionRemoval for RedbStore {
+    fn remove_session(
+        &self,
+        session_id: &str,
+        expected: &ChainHead,
+    ) -> Result<bool, ChainStoreError> {
+        crate::redb::trace::remove_chain(self.database(), session_id, expected)
+    }
+}
+
+impl SessionRemoval for PgStore {
+    fn remove_session(
+        &self,
+        session_id: &str,
+        expected: &ChainHead,
+    ) -> Result<bool, ChainStoreError> {
+        crate::pg::trace::remove_chain(self, session_id, expected)
+    }
+}
+
+/// Applies `policy` at `clock`'s now: records, then removes, every ended session whose last
+/// event is older than the policy allows.
+pub fn apply_retention<S>(
+    store: &S,
+    policy: &RetentionPolicy,
+    clock: &dyn Clock,
+    ids: &dyn IdGenerator,
+) -> Result<RetentionReport, ChainStoreError>
+where
+    S: ChainStore + SessionRemoval + ?Sized,
+{
+    let cutoff = format_timestamp(clock.now() - policy.max_age);
+    let expired: Vec<SessionSummary> = store
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.ended && s.session_id != OPERATOR_AUDIT_SESSION && s.last_timestamp < cutoff)
+        .collect();
+    if expired.is_empty() {
+        return Ok(RetentionReport {
+            cutoff,
+            removed: Vec::new(),
+            audit_event: None,
+        });
+    }
+    let trace_id = ids.new_id();
+    let draft = |event_type: &str, payload| EventDraft {
+        trace_id: trace_id.clone(),
+        span_id: ids.new_id(),
+        parent_span_id: None,
+        event_type: event_type.to_owned(),
+        payload,
+    };
+    let mut drafts = Vec::new();
+    if store.session(OPERATOR_AUDIT_SESSION)?.is_none() {
+        drafts.push(draft(
+            "session.started",
+            json!({"agent_id": "cra-operator", "goal": "operator audit chain"}),
+        ));
+    }
+    let listed: Vec<_> = expired
+        .iter()
+        .map(|s| {
+            json!({
+                "session_id": s.session_id,
+                "events": s.head.next_sequence,
+                "head_hash": s.head.head_hash,
+                "last_timestamp": s.last_timestamp,
+            })
+        })
+        .collect();
+    drafts.push(draft(
+        RETENTION_EVENT,
+        json!({
+            "max_age_seconds": policy.max_age.whole_seconds(),
+            "cutoff": cutoff,
+            "sessions": listed,
+        }),
+    ));
+    let audit_event = store.append(OPERATOR_AUDIT_SESSION, drafts)?.pop();
+    let mut removed = Vec::with_capacity(expired.len());
+    for session in expired {
+        if store.remove_session(&session.session_id, &session.head)? {
+            removed.push(session);
+        }
+    }
+    Ok(RetentionReport {
+        cutoff,
+        removed,
+        audit_event,
+    })
+}

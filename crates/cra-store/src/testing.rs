@@ -1,0 +1,71 @@
+//! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
+//! test, dropped when the guard goes, and the visible skip when no server is configured.
+
+use crate::{PgStore, StoreConfig, StoreError};
+
+/// The variable naming the PostgreSQL server tests may use.
+pub const POSTGRES_URL_VAR: &str = "CRA_TEST_POSTGRES_URL";
+
+/// The test server's URL, or `None` after printing the skip notice for `test`.
+pub fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var(POSTGRES_URL_VAR) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!("{test}: skipped: {POSTGRES_URL_VAR} not set");
+            None
+        }
+    }
+}
+
+/// A schema made for one test; dropping the guard drops the schema and everything in it.
+#[derive(Debug)]
+pub struct TestSchema {
+    url: String,
+    name: String,
+}
+
+impl TestSchema {
+    /// Makes a unique schema name from `prefix`, the process id and a counter (no schema is
+    /// created until a store connects).
+    pub fn new(url: &str, prefix: &str) -> Self {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let clean: String = prefix
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '_'
+                }
+            })
+            .take(32)
+            .collect();
+        Self {
+            url: url.to_owned(),
+            name: format!("t_{clean}_{}_{n}", std::process::id()),
+        }
+    }
+
+    /// The schema's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A store in this schema.
+    pub fn store(&self, config: StoreConfig) -> Result<PgStore, StoreError> {
+        PgStore::connect_with(&self.url, &self.name, config, 16)
+    }
+}
+
+impl Drop for TestSchema {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
+            let _ = client.batch_execute(&format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                crate::pg::quote_ident(&self.name)
+            ));
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The one integration-test binary of `cra-store`: the backend-agnostic suite (run against redb
+//! and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL), crash recovery, retention and the
+//! backend-specific checks.
+
+// Test helpers outside `#[test]` functions fail loudly too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod backends;
+mod chain;
+mod concurrency;
+mod crash;
+mod retention;
+mod specific;

@@ -1,0 +1,118 @@
+//! Checks particular to one backend: redb's single-process lock, reopening and stored bytes;
+//! PostgreSQL's migrations and several replicas sharing a schema.
+
+use std::sync::Arc;
+
+use cra_store::pg::{check_schema_name, embedded_migrations};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::{RedbStore, StoreConfig, StoreError};
+use cra_trace::store::ChainStore;
+use redb::{ReadableDatabase, TableDefinition};
+
+use crate::backends::{fixed, note, verify_stored};
+
+#[test]
+fn redb_refuses_a_second_opener_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = RedbStore::open(dir.path()).unwrap();
+    let err = RedbStore::open(dir.path()).unwrap_err();
+    assert!(matches!(err, StoreError::InUse { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("pid {}", std::process::id())),
+        "{msg}"
+    );
+    assert!(msg.contains("CRA_URL"), "{msg}");
+    drop(first);
+    // Once closed, the directory opens again with its data.
+    RedbStore::open(dir.path()).unwrap();
+}
+
+#[test]
+fn redb_keeps_chains_across_reopen_and_stores_exact_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let written = {
+        let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
+        store.append("r", vec![note(0), note(1)]).unwrap()
+    };
+    let store = RedbStore::open(dir.path()).unwrap();
+    assert_eq!(store.read_range("r", 0, 10).unwrap(), written);
+    let more = store.append("r", vec![note(2)]).unwrap();
+    assert_eq!(more[0].sequence, 2);
+    assert_eq!(verify_stored(&store, "r"), Ok(3));
+    const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
+        TableDefinition::new("trace_events");
+    let txn = store.database().begin_read().unwrap();
+    let table = txn.open_table(EVENTS).unwrap();
+    let raw = table.get(("r", 0)).unwrap().unwrap();
+    assert_eq!(
+        raw.value(),
+        serde_json::to_vec(&written[0]).unwrap().as_slice()
+    );
+}
+
+#[test]
+fn redb_data_dir_that_cannot_be_created_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, "x").unwrap();
+    let err = RedbStore::open(file.join("sub")).unwrap_err();
+    assert!(matches!(err, StoreError::DataDir { .. }), "{err:?}");
+}
+
+#[test]
+fn schema_names_are_checked() {
+    for good in ["cra", "_x", "t_1"] {
+        assert!(check_schema_name(good).is_ok(), "{good}");
+    }
+    for bad in ["", "1a", "A", "a-b", "a;drop", &"a".repeat(64)] {
+        assert!(check_schema_name(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn postgres_applies_embedded_migrations_once() {
+    let Some(url) = postgres_url("postgres_applies_embedded_migrations_once") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "migrations");
+    let store = schema.store(StoreConfig::default()).unwrap();
+    let applied = store.applied_migrations().unwrap();
+    let embedded: Vec<(u32, String)> = embedded_migrations()
+        .into_iter()
+        .map(|(v, n)| (v, n.to_owned()))
+        .collect();
+    assert_eq!(applied, embedded);
+    assert!(embedded.iter().any(|(_, n)| n == "trace"));
+    // A second start (another replica) applies nothing new and keeps the data.
+    store.append("m", vec![note(0)]).unwrap();
+    let again = schema.store(StoreConfig::default()).unwrap();
+    assert_eq!(again.applied_migrations().unwrap(), embedded);
+    assert_eq!(verify_stored(&again, "m"), Ok(1));
+}
+
+#[test]
+fn postgres_replicas_sharing_a_schema_keep_one_chain() {
+    let Some(url) = postgres_url("postgres_replicas_sharing_a_schema_keep_one_chain") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "replicas");
+    let replicas: Vec<Arc<dyn ChainStore>> = (0..3)
+        .map(|_| Arc::new(schema.store(StoreConfig::default()).unwrap()) as Arc<dyn ChainStore>)
+        .collect();
+    let handles: Vec<_> = (0..12)
+        .map(|t| {
+            let store = replicas[t % 3].clone();
+            std::thread::spawn(move || {
+                for i in 0..40u64 {
+                    store.append("shared", vec![note(i), note(i)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let check = schema.store(StoreConfig::default()).unwrap();
+    assert_eq!(verify_stored(&check, "shared"), Ok(12 * 40 * 2));
+}

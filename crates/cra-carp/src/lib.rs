@@ -5,14 +5,15 @@
 //!
 //! * [`types`]: the wire objects of spec §3.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
-//! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL); with the
-//!   `test-support` feature, [`memory`] (an in-memory store for tests) and [`store_contract`]
-//!   (the behaviour every implementation must show, reusable by `cra-store`'s tests).
+//! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
 
+pub mod eval;
 pub mod explain;
+pub mod index;
 pub mod shared;
 pub mod store;
 pub mod types;
+pub mod validate;
 
 #[cfg(feature = "test-support")]
 pub mod memory;

@@ -186,10 +186,14 @@ fn rate_counters(s: &dyn CarpStore) {
         ConsumeOutcome::Consumed
     );
     assert_eq!(
-        s.try_consume(std::slice::from_ref(&c), t0 + 1_000_000).unwrap(),
+        s.try_consume(std::slice::from_ref(&c), t0 + 1_000_000)
+            .unwrap(),
         ConsumeOutcome::Consumed
     );
-    match s.try_consume(std::slice::from_ref(&c), t0 + 2_000_000).unwrap() {
+    match s
+        .try_consume(std::slice::from_ref(&c), t0 + 2_000_000)
+        .unwrap()
+    {
         ConsumeOutcome::Refused {
             policy_id, used, ..
         } => {
@@ -211,7 +215,8 @@ fn rate_counters(s: &dyn CarpStore) {
     assert_eq!(s.rate_count("rl", "agent:b", 0, i64::MAX).unwrap(), 0);
     // 60 s after the first call it leaves the window: (t - 60 s, t].
     assert_eq!(
-        s.try_consume(std::slice::from_ref(&c), t0 + 60_000_000).unwrap(),
+        s.try_consume(std::slice::from_ref(&c), t0 + 60_000_000)
+            .unwrap(),
         ConsumeOutcome::Consumed
     );
     let other_scope = Charge {

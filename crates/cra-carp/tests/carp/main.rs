@@ -1,3 +1,6 @@
 //! The one integration-test binary of `cra-carp`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+mod golden;
 mod store;

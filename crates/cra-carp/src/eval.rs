@@ -1,0 +1,838 @@
+//! Resolution: a pure function of (request, compiled atlas set, counters snapshot, now, id
+//! generator, options). Same inputs give a byte-identical resolution.
+//!
+//! Per candidate action the first matching policy type decides (errata, "CARP semantics"):
+//! `deny`; then `require_approval` (a grant, gated on a human); then `rate_limit` and `budget`
+//! (they deny only when already exhausted, otherwise they attach a constraint and evaluation
+//! goes on); then `allow`; otherwise default deny. Within one type the higher `priority` comes
+//! first, ties broken by `policy_id`. See `specs/carp.md` for every choice made here.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cra_atlas::model::PolicyType;
+use cra_wire::IdGenerator;
+use cra_wire::clock::format_timestamp;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+
+use crate::explain::{
+    ActionExplain, ConditionExplain, DenyKind, Explain, Outcome, PackExplain, PolicyExplain,
+};
+use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Scope, type_slot};
+use crate::shared::SharedStr;
+use crate::store::{CarpStore, StoreError};
+use crate::types::{
+    CARP_VERSION, CarpRequest, Constraint, ConstraintType, ContextBlock, Decision, DecisionType,
+    DeniedAction, Resolution,
+};
+
+/// The errata's default resolution lifetime.
+pub const DEFAULT_TTL_SECONDS: u64 = 3600;
+
+/// The policy id reported when no policy granted an action.
+pub const DEFAULT_DENY: &str = "default_deny";
+
+/// Knobs of a resolve.
+#[derive(Debug, Clone)]
+pub struct ResolveOptions {
+    /// `ttl_seconds` of the resolution (default 3600).
+    pub ttl_seconds: u64,
+    /// Attach the `explain` member.
+    pub explain: bool,
+    /// Use this `trace_id` instead of generating one (the runtime's TRACE id for the resolve).
+    pub trace_id: Option<String>,
+}
+
+impl Default for ResolveOptions {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: DEFAULT_TTL_SECONDS,
+            explain: false,
+            trace_id: None,
+        }
+    }
+}
+
+/// Why a request could not be resolved at all (as opposed to being denied).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The request has no `task` (required to resolve).
+    #[error("the request has no `task`; a resolve needs task.goal")]
+    MissingTask,
+    /// A requested atlas is not loaded.
+    #[error("atlas `{0}` is not loaded; load it or remove it from atlas_ids")]
+    AtlasNotFound(String),
+}
+
+impl ResolveError {
+    /// The wire token.
+    pub fn token(&self) -> cra_wire::Token {
+        match self {
+            ResolveError::MissingTask => cra_wire::Token::InvalidRequest,
+            ResolveError::AtlasNotFound(_) => cra_wire::Token::AtlasNotFound,
+        }
+    }
+}
+
+/// The counter key of a scope for a request: `session:<id>`, `agent:<id>` or `global`.
+pub fn scope_key(scope: Scope, agent_id: &str, session_id: &str) -> String {
+    match scope {
+        Scope::Session => format!("session:{session_id}"),
+        Scope::Agent => format!("agent:{agent_id}"),
+        Scope::Global => "global".to_owned(),
+    }
+}
+
+/// One counter value in a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterEntry {
+    /// The rate_limit or budget policy.
+    pub policy_id: String,
+    /// `session:<id>`, `agent:<id>` or `global`.
+    pub scope_key: String,
+    /// Executions in the policy's window ending now (rate) or units spent (budget).
+    pub value: u64,
+}
+
+/// The counters a resolve sees: for rate limits, executions inside each policy's window ending
+/// at the resolve instant; for budgets, units spent. Absent entries are zero.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct CountersSnapshot {
+    /// Rate-limit counts.
+    #[serde(default)]
+    pub rate: Vec<CounterEntry>,
+    /// Budget spending.
+    #[serde(default)]
+    pub budget: Vec<CounterEntry>,
+    #[serde(skip)]
+    index: Option<SnapshotIndex>,
+}
+
+type SnapshotIndex = (
+    HashMap<(String, String), u64>,
+    HashMap<(String, String), u64>,
+);
+
+impl CountersSnapshot {
+    /// An empty snapshot (every counter zero).
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// A snapshot with these entries.
+    pub fn new(rate: Vec<CounterEntry>, budget: Vec<CounterEntry>) -> Self {
+        let mut s = Self {
+            rate,
+            budget,
+            index: None,
+        };
+        s.build_index();
+        s
+    }
+
+    fn build_index(&mut self) {
+        let idx = |v: &[CounterEntry]| {
+            v.iter()
+                .map(|e| ((e.policy_id.clone(), e.scope_key.clone()), e.value))
+                .collect()
+        };
+        self.index = Some((idx(&self.rate), idx(&self.budget)));
+    }
+
+    fn lookup(&self, rate: bool, policy_id: &str, scope_key: &str) -> u64 {
+        let list = if rate { &self.rate } else { &self.budget };
+        if let Some((r, b)) = &self.index {
+            let m = if rate { r } else { b };
+            return m
+                .get(&(policy_id.to_owned(), scope_key.to_owned()))
+                .copied()
+                .unwrap_or(0);
+        }
+        list.iter()
+            .find(|e| e.policy_id == policy_id && e.scope_key == scope_key)
+            .map(|e| e.value)
+            .unwrap_or(0)
+    }
+
+    /// Reads, from `store`, every counter the request's candidate atlases could consult at `now`.
+    pub fn load(
+        store: &dyn CarpStore,
+        atlases: &AtlasSet,
+        request: &CarpRequest,
+        now: OffsetDateTime,
+    ) -> Result<Self, StoreError> {
+        let now_us = unix_micros(now);
+        let (agent, session) = (&request.requester.agent_id, &request.requester.session_id);
+        let mut rate = Vec::new();
+        let mut budget = Vec::new();
+        let requested = request.requested_atlases();
+        for atlas in atlases.atlases() {
+            if !requested.is_empty() && !requested.iter().any(|r| *r == *atlas.atlas_id) {
+                continue;
+            }
+            for p in &atlas.policies {
+                match p.params {
+                    PolicyParams::RateLimit {
+                        window_seconds,
+                        scope,
+                        ..
+                    } => {
+                        let key = scope_key(scope, agent, session);
+                        let since = now_us.saturating_sub(seconds_to_us(window_seconds));
+                        let value = store.rate_count(&p.policy_id, &key, since, now_us)?;
+                        rate.push(CounterEntry {
+                            policy_id: p.policy_id.to_string(),
+                            scope_key: key,
+                            value,
+                        });
+                    }
+                    PolicyParams::Budget { scope, .. } => {
+                        let key = scope_key(scope, agent, session);
+                        let value = store.budget_spent(&p.policy_id, &key)?;
+                        budget.push(CounterEntry {
+                            policy_id: p.policy_id.to_string(),
+                            scope_key: key,
+                            value,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(Self::new(rate, budget))
+    }
+}
+
+/// Seconds as microseconds, saturating.
+pub fn seconds_to_us(s: u64) -> i64 {
+    i64::try_from(s)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000)
+}
+
+/// Unix microseconds of an instant.
+pub fn unix_micros(t: OffsetDateTime) -> i64 {
+    i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
+}
+
+/// What the conditions see of a request.
+struct Facts<'a> {
+    agent_id: &'a str,
+    risk_bit: u8,
+    risk: &'static str,
+    capabilities: &'a [String],
+    /// The goal and each hint, lowercased.
+    texts: Vec<String>,
+    hour: u8,
+    weekday: u8,
+    scope_keys: [String; 3],
+}
+
+impl Facts<'_> {
+    fn scope_key(&self, s: Scope) -> &str {
+        match s {
+            Scope::Session => &self.scope_keys[0],
+            Scope::Agent => &self.scope_keys[1],
+            Scope::Global => &self.scope_keys[2],
+        }
+    }
+}
+
+fn holds(c: &CompiledConditions, f: &Facts<'_>) -> bool {
+    if let Some((mask, _)) = &c.risk_tiers
+        && mask & f.risk_bit == 0
+    {
+        return false;
+    }
+    if let Some(agents) = &c.agents
+        && !agents.iter().any(|g| g.matches(f.agent_id))
+    {
+        return false;
+    }
+    if let Some(caps) = &c.capabilities
+        && !caps.iter().any(|c| f.capabilities.contains(c))
+    {
+        return false;
+    }
+    if let Some(words) = &c.context_matches
+        && !words
+            .iter()
+            .any(|w| f.texts.iter().any(|t| t.contains(w.as_str())))
+    {
+        return false;
+    }
+    if let Some(tw) = &c.time_window
+        && !tw.contains(f.hour, f.weekday)
+    {
+        return false;
+    }
+    true
+}
+
+fn explain_conditions(c: &CompiledConditions, f: &Facts<'_>) -> Vec<ConditionExplain> {
+    let mut out = Vec::new();
+    if let Some((mask, tiers)) = &c.risk_tiers {
+        let names: Vec<&str> = tiers.iter().map(|t| t.as_str()).collect();
+        out.push(ConditionExplain {
+            condition: "risk_tiers".to_owned(),
+            held: mask & f.risk_bit != 0,
+            detail: format!("risk tier {} in [{}]", f.risk, names.join(", ")),
+        });
+    }
+    if let Some(agents) = &c.agents {
+        let names: Vec<&str> = agents.iter().map(|g| g.as_str()).collect();
+        out.push(ConditionExplain {
+            condition: "agents".to_owned(),
+            held: agents.iter().any(|g| g.matches(f.agent_id)),
+            detail: format!("agent {} matches one of [{}]", f.agent_id, names.join(", ")),
+        });
+    }
+    if let Some(caps) = &c.capabilities {
+        out.push(ConditionExplain {
+            condition: "capabilities".to_owned(),
+            held: caps.iter().any(|c| f.capabilities.contains(c)),
+            detail: format!(
+                "required capabilities [{}] include one of [{}]",
+                f.capabilities.join(", "),
+                caps.join(", ")
+            ),
+        });
+    }
+    if let Some(words) = &c.context_matches {
+        out.push(ConditionExplain {
+            condition: "context_matches".to_owned(),
+            held: words
+                .iter()
+                .any(|w| f.texts.iter().any(|t| t.contains(w.as_str()))),
+            detail: format!("goal or hints contain one of [{}]", words.join(", ")),
+        });
+    }
+    if let Some(tw) = &c.time_window {
+        out.push(ConditionExplain {
+            condition: "time_window".to_owned(),
+            held: tw.contains(f.hour, f.weekday),
+            detail: format!(
+                "UTC hour {} weekday {} in [{}, {}) on {}",
+                f.hour,
+                WEEKDAY_NAMES[f.weekday as usize],
+                tw.start_hour,
+                tw.end_hour,
+                tw.weekday_names
+                    .as_ref()
+                    .map(|d| d.join(", "))
+                    .unwrap_or_else(|| "every day".to_owned())
+            ),
+        });
+    }
+    out
+}
+
+const WEEKDAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+
+/// The per-action verdict.
+enum Verdict {
+    Grant {
+        approval: bool,
+        /// The deciding grant policy (for time-window constraints).
+        by: usize,
+    },
+    Deny {
+        policy: Option<usize>,
+        reason: SharedStr,
+    },
+}
+
+/// Builds the constraint parameters of one policy (without `actions`).
+fn constraint_of(
+    atlas: &CompiledAtlas,
+    pi: usize,
+    kind: ConstraintType,
+    approval_id: Option<&str>,
+) -> Map<String, Value> {
+    let p = &atlas.policies[pi];
+    let mut m = Map::new();
+    m.insert("policy_id".to_owned(), json!(p.policy_id.as_str()));
+    m.insert("atlas_id".to_owned(), json!(atlas.atlas_id.as_str()));
+    match (&p.params, kind) {
+        (
+            PolicyParams::RateLimit {
+                max_calls,
+                window_seconds,
+                scope,
+            },
+            ConstraintType::RateLimit,
+        ) => {
+            m.insert("max_calls".to_owned(), json!(max_calls));
+            m.insert("window_seconds".to_owned(), json!(window_seconds));
+            m.insert("scope".to_owned(), json!(scope.as_str()));
+        }
+        (
+            PolicyParams::Budget {
+                max_units,
+                scope,
+                costs,
+            },
+            ConstraintType::Budget,
+        ) => {
+            m.insert("max_units".to_owned(), json!(max_units));
+            m.insert("scope".to_owned(), json!(scope.as_str()));
+            m.insert("costs".to_owned(), Value::Object(costs.clone()));
+        }
+        (_, ConstraintType::RequireApproval) => {
+            m.insert("approval_id".to_owned(), json!(approval_id));
+        }
+        (_, ConstraintType::TimeWindow) => {
+            if let Some(tw) = &p.conditions.time_window {
+                m.insert("start_hour".to_owned(), json!(tw.start_hour));
+                m.insert("end_hour".to_owned(), json!(tw.end_hour));
+                m.insert(
+                    "weekdays".to_owned(),
+                    json!(
+                        tw.weekday_names.clone().unwrap_or_else(|| WEEKDAY_NAMES
+                            .iter()
+                            .map(|d| d.to_string())
+                            .collect())
+                    ),
+                );
+            }
+        }
+        _ => {}
+    }
+    m
+}
+
+/// Resolves `request` against `atlases`.
+///
+/// Pure: reads nothing but its arguments. Ids are drawn from `ids` in a fixed order
+/// (`resolution_id`, then `trace_id` unless given in `options`, then `approval_id` when one is
+/// needed), so a deterministic generator makes the whole resolution reproducible.
+pub fn resolve(
+    request: &CarpRequest,
+    atlases: &AtlasSet,
+    counters: &CountersSnapshot,
+    now: OffsetDateTime,
+    ids: &dyn IdGenerator,
+    options: &ResolveOptions,
+) -> Result<Resolution, ResolveError> {
+    let task = request.task.as_ref().ok_or(ResolveError::MissingTask)?;
+
+    // Candidate atlases: those requested (in request order, first mention wins), else all.
+    let mut chosen: Vec<&CompiledAtlas> = Vec::new();
+    let requested = request.requested_atlases();
+    if requested.is_empty() {
+        chosen.extend(atlases.atlases());
+    } else {
+        for id in requested {
+            let a = atlases
+                .get(id)
+                .ok_or_else(|| ResolveError::AtlasNotFound(id.clone()))?;
+            if !chosen.iter().any(|c| std::ptr::eq(*c, a)) {
+                chosen.push(a);
+            }
+        }
+    }
+
+    let tier = task.effective_risk_tier();
+    let now_utc = now.to_offset(time::UtcOffset::UTC);
+    let mut texts = Vec::with_capacity(1 + task.hints().len());
+    texts.push(task.goal.to_lowercase());
+    texts.extend(task.hints().iter().map(|h| h.to_lowercase()));
+    let facts = Facts {
+        agent_id: &request.requester.agent_id,
+        risk_bit: 1 << tier as u8,
+        risk: tier.as_str(),
+        capabilities: task.capabilities(),
+        texts,
+        hour: now_utc.hour(),
+        weekday: now_utc.weekday().number_days_from_monday(),
+        scope_keys: [
+            scope_key(
+                Scope::Session,
+                &request.requester.agent_id,
+                &request.requester.session_id,
+            ),
+            scope_key(
+                Scope::Agent,
+                &request.requester.agent_id,
+                &request.requester.session_id,
+            ),
+            scope_key(
+                Scope::Global,
+                &request.requester.agent_id,
+                &request.requester.session_id,
+            ),
+        ],
+    };
+
+    let resolution_id = ids.new_id();
+    let trace_id = options.trace_id.clone().unwrap_or_else(|| ids.new_id());
+
+    let mut allowed = Vec::new();
+    let mut denied = Vec::new();
+    let mut explains = Vec::new();
+    // (constraint type, atlas index in `chosen`, policy index) -> granted action ids it binds.
+    let mut bound: BTreeMap<(ConstraintType, usize, usize), Vec<SharedStr>> = BTreeMap::new();
+    let mut seen_actions: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let narrow = !task.capabilities().is_empty();
+
+    for (ai, atlas) in chosen.iter().enumerate() {
+        let candidates: Vec<usize> = if narrow {
+            let mut v: Vec<usize> = task
+                .capabilities()
+                .iter()
+                .filter_map(|c| atlas.capabilities.get(c))
+                .flatten()
+                .copied()
+                .collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        } else {
+            (0..atlas.actions.len()).collect()
+        };
+        for idx in candidates {
+            let action = &atlas.actions[idx];
+            let action_id = action.allowed.action_id.as_str();
+            if !seen_actions.insert(action_id) {
+                continue; // An earlier atlas already offered this action id.
+            }
+            let mut trail: Vec<PolicyExplain> = Vec::new();
+            let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
+            let verdict = decide(
+                atlas,
+                action,
+                counters,
+                &facts,
+                options.explain.then_some(&mut trail),
+                &mut limits,
+            );
+            match &verdict {
+                Verdict::Grant { approval, by } => {
+                    let mut entry = action.allowed.clone();
+                    entry.requires_confirmation = *approval;
+                    entry.rate_limit = limits
+                        .iter()
+                        .find(|(k, _)| *k == ConstraintType::RateLimit)
+                        .and_then(|(_, pi)| atlas.rate_info(*pi));
+                    if *approval {
+                        bound
+                            .entry((ConstraintType::RequireApproval, ai, *by))
+                            .or_default()
+                            .push(action.allowed.action_id.clone());
+                    }
+                    for (k, pi) in &limits {
+                        bound
+                            .entry((*k, ai, *pi))
+                            .or_default()
+                            .push(action.allowed.action_id.clone());
+                    }
+                    if atlas.policies[*by].conditions.time_window.is_some() {
+                        bound
+                            .entry((ConstraintType::TimeWindow, ai, *by))
+                            .or_default()
+                            .push(action.allowed.action_id.clone());
+                    }
+                    allowed.push(entry);
+                }
+                Verdict::Deny { policy, reason } => denied.push(DeniedAction {
+                    action_id: action.allowed.action_id.clone(),
+                    reason: reason.clone(),
+                    policy_id: match policy {
+                        Some(pi) => atlas.policies[*pi].policy_id.clone(),
+                        None => DEFAULT_DENY.into(),
+                    },
+                }),
+            }
+            if options.explain {
+                let (outcome, decided_by, deny_kind) = match &verdict {
+                    Verdict::Grant { approval, by } => (
+                        if *approval {
+                            Outcome::RequiresApproval
+                        } else {
+                            Outcome::Allow
+                        },
+                        atlas.policies[*by].policy_id.to_string(),
+                        None,
+                    ),
+                    Verdict::Deny {
+                        policy: Some(pi), ..
+                    } => (
+                        Outcome::Deny,
+                        atlas.policies[*pi].policy_id.to_string(),
+                        Some(DenyKind::Explicit),
+                    ),
+                    Verdict::Deny { policy: None, .. } => (
+                        Outcome::Deny,
+                        DEFAULT_DENY.to_owned(),
+                        Some(DenyKind::Default),
+                    ),
+                };
+                explains.push(ActionExplain {
+                    action_id: action_id.to_owned(),
+                    atlas_id: atlas.atlas_id.to_string(),
+                    outcome,
+                    decided_by,
+                    deny_kind,
+                    policies: trail,
+                });
+            }
+        }
+    }
+
+    // Context blocks from every candidate atlas.
+    let mut blocks: Vec<ContextBlock> = Vec::new();
+    let mut pack_explains = Vec::new();
+    for atlas in &chosen {
+        for pack in &atlas.packs {
+            let ok = holds(&pack.conditions, &facts);
+            if options.explain {
+                pack_explains.push(PackExplain {
+                    atlas_id: atlas.atlas_id.to_string(),
+                    pack_id: pack.pack_id.clone(),
+                    injected: ok,
+                    conditions: explain_conditions(&pack.conditions, &facts),
+                });
+            }
+            if ok {
+                blocks.extend(pack.files.iter().map(|f| ContextBlock {
+                    block_id: f.block_id.clone(),
+                    source: atlas.atlas_id.clone(),
+                    content_type: f.content_type.clone(),
+                    content: f.content.clone(),
+                    priority: pack.priority,
+                    token_estimate: f.token_estimate,
+                }));
+            }
+        }
+    }
+    blocks.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then_with(|| a.block_id.cmp(&b.block_id))
+    });
+
+    let gated = allowed.iter().any(|a| a.requires_confirmation);
+    let approval_id = gated.then(|| ids.new_id());
+    let expires = now_utc
+        + time::Duration::seconds(i64::try_from(options.ttl_seconds).unwrap_or(i64::MAX / 2));
+    let decision = if allowed.is_empty() {
+        Decision {
+            kind: DecisionType::Deny,
+            reason: Some(if denied.is_empty() {
+                "No candidate actions: the requested atlases and capabilities offer none".to_owned()
+            } else {
+                "No candidate action is allowed".to_owned()
+            }),
+            approval_id: None,
+            expires_at: None,
+        }
+    } else if gated {
+        Decision {
+            kind: DecisionType::RequiresApproval,
+            reason: Some("Some allowed actions need a human approval before they run".to_owned()),
+            approval_id: approval_id.clone(),
+            expires_at: Some(format_timestamp(expires)),
+        }
+    } else if !denied.is_empty() {
+        Decision {
+            kind: DecisionType::Partial,
+            reason: Some("Some actions are denied by policy".to_owned()),
+            approval_id: None,
+            expires_at: None,
+        }
+    } else {
+        Decision {
+            kind: DecisionType::Allow,
+            reason: Some("All candidate actions are allowed".to_owned()),
+            approval_id: None,
+            expires_at: None,
+        }
+    };
+
+    let mut constraints: Vec<Constraint> = bound
+        .into_iter()
+        .map(|((kind, ai, pi), actions)| {
+            let atlas = chosen[ai];
+            let mut parameters = constraint_of(atlas, pi, kind, approval_id.as_deref());
+            parameters.insert(
+                "actions".to_owned(),
+                Value::Array(actions.iter().map(|a| json!(a.as_str())).collect()),
+            );
+            Constraint {
+                constraint_id: format!("{}:{}", kind.as_str(), atlas.policies[pi].policy_id),
+                kind,
+                parameters,
+            }
+        })
+        .collect();
+    constraints.sort_by(|a, b| {
+        a.kind
+            .cmp(&b.kind)
+            .then_with(|| a.constraint_id.cmp(&b.constraint_id))
+    });
+
+    Ok(Resolution {
+        carp_version: CARP_VERSION.to_owned(),
+        resolution_id,
+        request_id: request.request_id.clone(),
+        timestamp: format_timestamp(now_utc),
+        decision,
+        context_blocks: blocks,
+        allowed_actions: allowed,
+        denied_actions: denied,
+        constraints,
+        ttl_seconds: options.ttl_seconds,
+        trace_id,
+        explain: options.explain.then_some(Explain {
+            actions: explains,
+            context_packs: pack_explains,
+        }),
+        extra: Map::new(),
+    })
+}
+
+/// Walks one action's policies in evaluation order.
+fn decide(
+    atlas: &CompiledAtlas,
+    action: &crate::index::CompiledAction,
+    counters: &CountersSnapshot,
+    facts: &Facts<'_>,
+    mut trail: Option<&mut Vec<PolicyExplain>>,
+    limits: &mut Vec<(ConstraintType, usize)>,
+) -> Verdict {
+    let mut verdict: Option<Verdict> = None;
+    let mut budget_pos = 0usize;
+    for kind in PolicyType::EVALUATION_ORDER {
+        for &pi in &action.by_type[type_slot(kind)] {
+            let p = &atlas.policies[pi];
+            let cost = if kind == PolicyType::Budget {
+                let c = action.budget_costs.get(budget_pos).copied().unwrap_or(1);
+                budget_pos += 1;
+                c
+            } else {
+                0
+            };
+            let limit_binds = matches!(kind, PolicyType::RateLimit | PolicyType::Budget);
+            if verdict.is_some() && !limit_binds {
+                if let Some(t) = trail.as_deref_mut() {
+                    t.push(policy_explain(p, false, "not_reached", facts));
+                }
+                continue;
+            }
+            let applies = holds(&p.conditions, facts);
+            let effect;
+            if !applies {
+                effect = "not_applicable";
+            } else {
+                match (&p.params, &verdict) {
+                    (PolicyParams::Deny { reason }, None) => {
+                        verdict = Some(Verdict::Deny {
+                            policy: Some(pi),
+                            reason: reason.clone(),
+                        });
+                        effect = "decided";
+                    }
+                    (PolicyParams::RequireApproval, None) => {
+                        verdict = Some(Verdict::Grant {
+                            approval: true,
+                            by: pi,
+                        });
+                        effect = "decided";
+                    }
+                    (
+                        PolicyParams::RateLimit {
+                            max_calls,
+                            window_seconds,
+                            scope,
+                        },
+                        v,
+                    ) => {
+                        let used = counters.lookup(true, &p.policy_id, facts.scope_key(*scope));
+                        if matches!(v, Some(Verdict::Deny { .. })) {
+                            effect = "not_reached";
+                        } else if v.is_none() && used >= *max_calls {
+                            verdict = Some(Verdict::Deny {
+                                policy: Some(pi),
+                                reason: format!(
+                                    "Rate limit {} is exhausted: {used} of {max_calls} executions in the last {window_seconds} seconds",
+                                    p.policy_id
+                                )
+                                .into(),
+                            });
+                            effect = "exhausted";
+                        } else {
+                            limits.push((ConstraintType::RateLimit, pi));
+                            effect = "constraint";
+                        }
+                    }
+                    (
+                        PolicyParams::Budget {
+                            max_units, scope, ..
+                        },
+                        v,
+                    ) => {
+                        let spent = counters.lookup(false, &p.policy_id, facts.scope_key(*scope));
+                        if matches!(v, Some(Verdict::Deny { .. })) {
+                            effect = "not_reached";
+                        } else if v.is_none() && spent.saturating_add(cost) > *max_units {
+                            verdict = Some(Verdict::Deny {
+                                policy: Some(pi),
+                                reason: format!(
+                                    "Budget {} is exhausted: {spent} of {max_units} units spent, this action costs {cost}",
+                                    p.policy_id
+                                )
+                                .into(),
+                            });
+                            effect = "exhausted";
+                        } else {
+                            limits.push((ConstraintType::Budget, pi));
+                            effect = "constraint";
+                        }
+                    }
+                    (PolicyParams::Allow, None) => {
+                        verdict = Some(Verdict::Grant {
+                            approval: false,
+                            by: pi,
+                        });
+                        effect = "decided";
+                    }
+                    _ => effect = "not_reached",
+                }
+            }
+            if let Some(t) = trail.as_deref_mut() {
+                t.push(policy_explain(p, applies, effect, facts));
+            }
+        }
+    }
+    match verdict {
+        Some(Verdict::Deny { policy, reason }) => {
+            limits.clear();
+            Verdict::Deny { policy, reason }
+        }
+        Some(v) => v,
+        None => {
+            limits.clear();
+            Verdict::Deny {
+                policy: None,
+                reason: "No policy allows this action".into(),
+            }
+        }
+    }
+}
+
+fn policy_explain(
+    p: &crate::index::CompiledPolicy,
+    applies: bool,
+    effect: &str,
+    facts: &Facts<'_>,
+) -> PolicyExplain {
+    PolicyExplain {
+        policy_id: p.policy_id.to_string(),
+        kind: p.kind.as_str().to_owned(),
+        priority: p.priority,
+        applies,
+        effect: effect.to_owned(),
+        conditions: explain_conditions(&p.conditions, facts),
+    }
+}

@@ -2,12 +2,21 @@
 //!
 //! * [`event`]: the event type; unknown top-level fields and any payload round-trip untouched.
 //! * [`chain`]: the Appendix B hash, and sealing a draft onto a chain head (genesis rules).
+//! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader.
+//! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
+//!   tree-free line parser of `fastline`).
 //!
-//! Pure: no I/O. Storage appends through `cra-store`; the CLI reads files.
+//! Pure apart from [`stream`], which reads the `Read` it is given. Storage appends through
+//! `cra-store`; the CLI opens files.
 
 pub mod chain;
 pub mod event;
+mod fastline;
 pub mod store;
+pub mod stream;
+pub mod verify;
 
 pub use chain::{ChainHead, GENESIS_PREVIOUS_HASH, compute_event_hash, event_preimage, seal};
 pub use event::{EventDraft, TRACE_VERSION, TraceEvent};
+pub use stream::{VerifyOptions, verify_reader};
+pub use verify::{Code, Finding, Report, parse_event_line, verify_events, verify_text_reference};

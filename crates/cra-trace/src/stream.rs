@@ -1,0 +1,282 @@
+//! Streaming verification of a `.trace.jsonl` from any reader, in flat memory, on every core.
+//!
+//! A reader thread cuts the input into chunks of whole lines; worker threads parse and hash the
+//! lines of a chunk ([`crate::fastline`]); the calling thread puts the chunks back in order and
+//! runs the sequence and link checks ([`crate::verify::ChainChecker`]). Channels are bounded, so
+//! at most a few chunks are in memory whatever the size of the input; a line longer than a chunk
+//! is carried over until its newline arrives.
+//!
+//! This module does I/O only through the `Read` it is handed; opening files is the caller's job.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crate::fastline::{Scratch, line_outcome};
+use crate::verify::{ChainChecker, Finding, LineOutcome, Report};
+
+/// How to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Report every finding instead of stopping at the first.
+    pub all_errors: bool,
+    /// Worker threads; 0 means one per available core.
+    pub threads: usize,
+    /// Bytes read at a time (a chunk holds whole lines, so chunks may be longer).
+    pub chunk_size: usize,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self {
+            all_errors: false,
+            threads: 0,
+            chunk_size: 1 << 20,
+        }
+    }
+}
+
+/// A chunk of whole lines.
+struct Chunk {
+    index: u64,
+    first_line: u64,
+    data: Vec<u8>,
+}
+
+/// The outcomes of one chunk's lines.
+struct Batch {
+    index: u64,
+    first_line: u64,
+    bytes: u64,
+    outcomes: Vec<LineOutcome>,
+}
+
+/// Verifies the JSONL chain read from `reader`.
+///
+/// `progress` is called from the calling thread with the number of bytes verified so far. An
+/// `Err` means the input could not be read (a chain that fails verification is an `Ok` report
+/// with findings).
+pub fn verify_reader<R: Read + Send>(
+    reader: R,
+    options: &VerifyOptions,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<Report> {
+    let threads = match options.threads {
+        0 => thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let chunk_size = options.chunk_size.max(1);
+    if threads <= 1 {
+        return verify_sequential(reader, options.all_errors, chunk_size, progress);
+    }
+    let stop = AtomicBool::new(false);
+    thread::scope(|scope| {
+        let (work_tx, work_rx) = sync_channel::<Chunk>(threads * 2);
+        let (done_tx, done_rx) = sync_channel::<Batch>(threads * 2);
+        let stop = &stop;
+        let reader_thread =
+            scope.spawn(move || read_chunks(reader, chunk_size, stop, |c| work_tx.send(c).is_ok()));
+        let work_rx = Arc::new(Mutex::new(work_rx));
+        for _ in 0..threads {
+            let work_rx = Arc::clone(&work_rx);
+            let done_tx = done_tx.clone();
+            scope.spawn(move || worker(&work_rx, &done_tx));
+        }
+        drop(done_tx);
+        drop(work_rx);
+        let report = check_in_order(done_rx, options.all_errors, stop, progress);
+        let read = reader_thread
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the reader thread stopped unexpectedly")));
+        match read {
+            Ok(()) => Ok(report),
+            // After the first finding the reader is stopped on purpose; a read error after that
+            // does not change the verdict.
+            Err(_) if !report.findings.is_empty() && !options.all_errors => Ok(report),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>) {
+    let mut scratch = Scratch::default();
+    loop {
+        let chunk = match work_rx.lock() {
+            Ok(rx) => rx.recv(),
+            Err(_) => return,
+        };
+        let Ok(chunk) = chunk else { return };
+        let outcomes = lines(&chunk.data)
+            .map(|l| line_outcome(l, &mut scratch))
+            .collect();
+        let batch = Batch {
+            index: chunk.index,
+            first_line: chunk.first_line,
+            bytes: chunk.data.len() as u64,
+            outcomes,
+        };
+        if done_tx.send(batch).is_err() {
+            return;
+        }
+    }
+}
+
+fn check_in_order(
+    done_rx: Receiver<Batch>,
+    all_errors: bool,
+    stop: &AtomicBool,
+    progress: &mut dyn FnMut(u64),
+) -> Report {
+    let mut checker = ChainChecker::new();
+    let mut findings: Vec<Finding> = Vec::new();
+    let mut pending: BTreeMap<u64, Batch> = BTreeMap::new();
+    let mut next = 0u64;
+    let mut bytes = 0u64;
+    'outer: for batch in done_rx.iter() {
+        pending.insert(batch.index, batch);
+        while let Some(batch) = pending.remove(&next) {
+            next += 1;
+            bytes += batch.bytes;
+            for (i, outcome) in batch.outcomes.into_iter().enumerate() {
+                checker.check(batch.first_line + i as u64, outcome, &mut findings);
+                if !all_errors && !findings.is_empty() {
+                    findings.truncate(1);
+                    stop.store(true, Ordering::Relaxed);
+                    break 'outer;
+                }
+            }
+            progress(bytes);
+        }
+    }
+    // Dropping the receiver (on return) makes the workers stop, which makes the reader stop.
+    Report {
+        events: checker.events,
+        bytes,
+        findings,
+    }
+}
+
+fn verify_sequential<R: Read>(
+    reader: R,
+    all_errors: bool,
+    chunk_size: usize,
+    progress: &mut dyn FnMut(u64),
+) -> io::Result<Report> {
+    let mut checker = ChainChecker::new();
+    let mut findings = Vec::new();
+    let mut scratch = Scratch::default();
+    let mut bytes = 0u64;
+    let stop = AtomicBool::new(false);
+    read_chunks(reader, chunk_size, &stop, |chunk| {
+        for (i, line) in lines(&chunk.data).enumerate() {
+            checker.check(
+                chunk.first_line + i as u64,
+                line_outcome(line, &mut scratch),
+                &mut findings,
+            );
+            if !all_errors && !findings.is_empty() {
+                findings.truncate(1);
+                return false;
+            }
+        }
+        bytes += chunk.data.len() as u64;
+        progress(bytes);
+        true
+    })?;
+    Ok(Report {
+        events: checker.events,
+        bytes,
+        findings,
+    })
+}
+
+/// The lines of a chunk, without their `\n` (a final line may lack one).
+fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        match memchr::memchr(b'\n', rest) {
+            Some(i) => {
+                let line = &rest[..i];
+                rest = &rest[i + 1..];
+                Some(line)
+            }
+            None => {
+                let line = rest;
+                rest = &[];
+                Some(line)
+            }
+        }
+    })
+}
+
+/// Reads `reader` into chunks of whole lines and hands each to `sink` until the input ends,
+/// `sink` returns false, or `stop` is set.
+fn read_chunks<R: Read>(
+    mut reader: R,
+    chunk_size: usize,
+    stop: &AtomicBool,
+    mut sink: impl FnMut(Chunk) -> bool,
+) -> io::Result<()> {
+    let mut index = 0u64;
+    let mut next_line = 1u64;
+    let mut carry: Vec<u8> = Vec::new();
+    let mut eof = false;
+    while !eof {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        // Fill a buffer of at least chunk_size bytes (or to EOF) after the carried-over bytes.
+        let mut buf = std::mem::take(&mut carry);
+        let start = buf.len();
+        buf.resize(start + chunk_size, 0);
+        let mut filled = start;
+        while filled < buf.len() {
+            match reader.read(&mut buf[filled..]) {
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(filled);
+        let cut = if eof {
+            buf.len()
+        } else {
+            match memchr::memrchr(b'\n', &buf[start..]) {
+                Some(i) => start + i + 1,
+                None => {
+                    // No line ends in this read: keep reading into the same line.
+                    carry = buf;
+                    continue;
+                }
+            }
+        };
+        carry = buf[cut..].to_vec();
+        buf.truncate(cut);
+        if buf.is_empty() {
+            continue;
+        }
+        let line_count =
+            memchr::memchr_iter(b'\n', &buf).count() as u64 + u64::from(buf.last() != Some(&b'\n'));
+        let chunk = Chunk {
+            index,
+            first_line: next_line,
+            data: buf,
+        };
+        index += 1;
+        next_line += line_count;
+        if !sink(chunk) {
+            return Ok(());
+        }
+    }
+    Ok(())
+}

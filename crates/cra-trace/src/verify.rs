@@ -1,0 +1,378 @@
+//! Offline chain verification: the rules, the findings, and the reference (tree-based) line
+//! reader.
+//!
+//! Every line of a `.trace.jsonl` is one event. For each line, in order, the verifier checks:
+//! 1. the line is a well-formed event ([`Code::MalformedEvent`] otherwise: not UTF-8, not JSON,
+//!    duplicate keys at any depth, a required field missing or of the wrong type);
+//! 2. its `sequence` is the expected one: 0 for the first line, then the previous event's
+//!    `sequence + 1` ([`Code::SequenceGap`]);
+//! 3. its `previous_event_hash` is 64 zeros on the first line ([`Code::InvalidGenesis`]) and the
+//!    previous event's `event_hash` afterwards ([`Code::ChainBroken`]);
+//! 4. its `event_hash` equals the recomputed Appendix B hash ([`Code::HashMismatch`]).
+//!
+//! Findings carry the sequence the chain expected at that line (so the first finding names the
+//! position where the chain stops being trustworthy) and the 1-based line number. After a
+//! malformed line the next event's link cannot be checked (there is no previous hash to compare
+//! with); checking resumes from that event.
+//!
+//! This module is pure: [`ChainChecker`] consumes per-line outcomes; [`crate::stream`] does the
+//! reading (in parallel), [`crate::fastline`] the tree-free parsing.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::chain::{GENESIS_PREVIOUS_HASH, compute_event_hash};
+use crate::event::TraceEvent;
+
+/// What a verification finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Code {
+    /// The event's `sequence` is not the expected one.
+    SequenceGap,
+    /// `previous_event_hash` is not the previous event's `event_hash`.
+    ChainBroken,
+    /// The first event does not start a chain (`previous_event_hash` is not 64 zeros).
+    InvalidGenesis,
+    /// `event_hash` is not the Appendix B hash of the event.
+    HashMismatch,
+    /// The line is not a well-formed event.
+    MalformedEvent,
+}
+
+impl Code {
+    /// The wire token (`sequence_gap`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::SequenceGap => "sequence_gap",
+            Code::ChainBroken => "chain_broken",
+            Code::InvalidGenesis => "invalid_genesis",
+            Code::HashMismatch => "hash_mismatch",
+            Code::MalformedEvent => "malformed_event",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One verification failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The sequence the chain expected at this line.
+    pub sequence: u64,
+    /// 1-based line number in the input.
+    pub line: u64,
+    /// What failed.
+    pub code: Code,
+    /// What failed, for people.
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} at sequence {} (line {}): {}",
+            self.code, self.sequence, self.line, self.message
+        )
+    }
+}
+
+/// The result of verifying a chain.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// Lines (events) read. In first-error mode reading stops at the first finding.
+    pub events: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Every finding (at most one in first-error mode), in input order.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// Whether the chain verified.
+    pub fn is_valid(&self) -> bool {
+        self.findings.is_empty()
+    }
+
+    /// The first finding, if any.
+    pub fn first_error(&self) -> Option<&Finding> {
+        self.findings.first()
+    }
+}
+
+/// A hash string as written, stored inline when it has the usual 64 bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HashText {
+    Inline([u8; 64]),
+    Other(Box<str>),
+}
+
+impl HashText {
+    pub(crate) fn new(s: &str) -> Self {
+        match <[u8; 64]>::try_from(s.as_bytes()) {
+            Ok(a) => HashText::Inline(a),
+            Err(_) => HashText::Other(s.into()),
+        }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        match self {
+            HashText::Inline(a) => a,
+            HashText::Other(s) => s.as_bytes(),
+        }
+    }
+
+    fn display(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+/// What reading one line produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LineOutcome {
+    /// A well-formed event, reduced to what the chain checks need.
+    Event {
+        sequence: u64,
+        event_hash: HashText,
+        previous_event_hash: HashText,
+        /// The recomputed hash, lowercase hex.
+        computed: [u8; 64],
+    },
+    /// Not a well-formed event, and why.
+    Malformed(String),
+}
+
+/// The outcome for an event already in memory.
+pub(crate) fn outcome_of(event: &TraceEvent) -> LineOutcome {
+    let computed = compute_event_hash(event);
+    let mut hex = [b'0'; 64];
+    hex.copy_from_slice(&computed.as_bytes()[..64]);
+    LineOutcome::Event {
+        sequence: event.sequence,
+        event_hash: HashText::new(&event.event_hash),
+        previous_event_hash: HashText::new(&event.previous_event_hash),
+        computed: hex,
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Prev {
+    /// Nothing read yet: the next event must be a genesis event.
+    Start,
+    /// The previous event's `event_hash`.
+    Known(HashText),
+    /// The previous line was malformed: the next link cannot be checked.
+    Unknown,
+}
+
+/// The in-order part of verification: sequence and link checks over per-line outcomes.
+#[derive(Debug, Clone)]
+pub(crate) struct ChainChecker {
+    expected: u64,
+    prev: Prev,
+    pub(crate) events: u64,
+}
+
+impl ChainChecker {
+    pub(crate) fn new() -> Self {
+        Self {
+            expected: 0,
+            prev: Prev::Start,
+            events: 0,
+        }
+    }
+
+    /// Checks the event at 1-based `line`; appends findings to `out` (several in one line are
+    /// possible, in the order sequence, link, hash).
+    pub(crate) fn check(&mut self, line: u64, outcome: LineOutcome, out: &mut Vec<Finding>) {
+        self.events += 1;
+        let expected = self.expected;
+        let finding = |code: Code, message: String| Finding {
+            sequence: expected,
+            line,
+            code,
+            message,
+        };
+        match outcome {
+            LineOutcome::Malformed(message) => {
+                out.push(finding(Code::MalformedEvent, message));
+                self.prev = Prev::Unknown;
+                self.expected = expected.saturating_add(1);
+            }
+            LineOutcome::Event {
+                sequence,
+                event_hash,
+                previous_event_hash,
+                computed,
+            } => {
+                if sequence != expected {
+                    out.push(finding(
+                        Code::SequenceGap,
+                        format!("sequence is {sequence}, expected {expected}"),
+                    ));
+                }
+                match &self.prev {
+                    Prev::Start => {
+                        if previous_event_hash.as_bytes() != GENESIS_PREVIOUS_HASH.as_bytes() {
+                            out.push(finding(
+                                Code::InvalidGenesis,
+                                format!(
+                                    "the first event must have previous_event_hash = 64 zeros, found {}",
+                                    previous_event_hash.display()
+                                ),
+                            ));
+                        }
+                    }
+                    Prev::Known(prev) => {
+                        if previous_event_hash != *prev {
+                            out.push(finding(
+                                Code::ChainBroken,
+                                format!(
+                                    "previous_event_hash is {}, but the previous event's event_hash is {}",
+                                    previous_event_hash.display(),
+                                    prev.display()
+                                ),
+                            ));
+                        }
+                    }
+                    Prev::Unknown => {}
+                }
+                if event_hash.as_bytes() != computed {
+                    out.push(finding(
+                        Code::HashMismatch,
+                        format!(
+                            "event_hash is {}, but the event hashes to {}",
+                            event_hash.display(),
+                            String::from_utf8_lossy(&computed)
+                        ),
+                    ));
+                }
+                self.prev = Prev::Known(event_hash);
+                self.expected = sequence.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Verifies events already in memory (for example a chain read from a store), in order.
+pub fn verify_events<'a>(
+    events: impl IntoIterator<Item = &'a TraceEvent>,
+    all_errors: bool,
+) -> Report {
+    let mut checker = ChainChecker::new();
+    let mut findings = Vec::new();
+    for (i, event) in events.into_iter().enumerate() {
+        checker.check(i as u64 + 1, outcome_of(event), &mut findings);
+        if !all_errors && !findings.is_empty() {
+            findings.truncate(1);
+            break;
+        }
+    }
+    Report {
+        events: checker.events,
+        bytes: 0,
+        findings,
+    }
+}
+
+/// Reads one line as an event the simple way: a full strict parse into a tree, then field by
+/// field. The reference the fast path ([`crate::fastline`]) is tested against, and the source of
+/// every malformed-event message.
+pub fn parse_event_line(line: &[u8]) -> Result<TraceEvent, String> {
+    let value = cra_wire::json::parse_strict(line).map_err(|e| e.to_string())?;
+    let Value::Object(mut map) = value else {
+        return Err("the line is not a JSON object".to_owned());
+    };
+    fn take_string(map: &mut Map<String, Value>, field: &str) -> Result<String, String> {
+        match map.remove(field) {
+            Some(Value::String(s)) => Ok(s),
+            Some(_) => Err(format!("field `/{field}` must be a string")),
+            None => Err(format!("missing field `/{field}`")),
+        }
+    }
+    let trace_version = take_string(&mut map, "trace_version")?;
+    let event_id = take_string(&mut map, "event_id")?;
+    let trace_id = take_string(&mut map, "trace_id")?;
+    let span_id = take_string(&mut map, "span_id")?;
+    let parent_span_id = match map.remove("parent_span_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => return Err("field `/parent_span_id` must be a string or null".to_owned()),
+    };
+    let session_id = take_string(&mut map, "session_id")?;
+    let sequence = match map.remove("sequence") {
+        Some(Value::Number(n)) => n
+            .as_str()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| n.as_str().parse::<u64>().ok())
+            .flatten()
+            .ok_or_else(|| {
+                format!("field `/sequence` must be an integer from 0 to 2^64-1, found {n}")
+            })?,
+        Some(_) => return Err("field `/sequence` must be an integer".to_owned()),
+        None => return Err("missing field `/sequence`".to_owned()),
+    };
+    let timestamp = take_string(&mut map, "timestamp")?;
+    let event_type = take_string(&mut map, "event_type")?;
+    let payload = match map.remove("payload") {
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err("field `/payload` must be an object".to_owned()),
+        None => return Err("missing field `/payload`".to_owned()),
+    };
+    let event_hash = take_string(&mut map, "event_hash")?;
+    let previous_event_hash = take_string(&mut map, "previous_event_hash")?;
+    Ok(TraceEvent {
+        trace_version,
+        event_id,
+        trace_id,
+        span_id,
+        parent_span_id,
+        session_id,
+        sequence,
+        timestamp,
+        event_type,
+        payload,
+        event_hash,
+        previous_event_hash,
+        extra: map,
+    })
+}
+
+/// The reference outcome of one line (tree-based).
+pub(crate) fn reference_outcome(line: &[u8]) -> LineOutcome {
+    match parse_event_line(line) {
+        Ok(event) => outcome_of(&event),
+        Err(message) => LineOutcome::Malformed(message),
+    }
+}
+
+/// Verifies JSONL `text` with the reference reader, single-threaded, in memory. Simple and slow
+/// on purpose: the fast streaming verifier ([`crate::stream::verify_reader`]) must agree with it.
+pub fn verify_text_reference(text: &[u8], all_errors: bool) -> Report {
+    let mut checker = ChainChecker::new();
+    let mut findings = Vec::new();
+    let mut lines = text.split(|&b| b == b'\n').peekable();
+    let mut line_no = 0u64;
+    while let Some(line) = lines.next() {
+        if line.is_empty() && lines.peek().is_none() {
+            break; // the newline that ends the last line
+        }
+        line_no += 1;
+        checker.check(line_no, reference_outcome(line), &mut findings);
+        if !all_errors && !findings.is_empty() {
+            findings.truncate(1);
+            break;
+        }
+    }
+    Report {
+        events: checker.events,
+        bytes: text.len() as u64,
+        findings,
+    }
+}

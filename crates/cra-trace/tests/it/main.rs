@@ -1,0 +1,11 @@
+//! Integration tests of `cra-trace`, one module per area.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod support;
+mod vectors;
+mod verify;

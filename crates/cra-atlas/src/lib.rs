@@ -7,13 +7,19 @@
 //! * [`pattern`]: policy action patterns (`*`, `**`), shared with CARP's evaluator.
 //! * [`pack`]: deterministic `.atlas.tar.gz` archives and safe unpacking.
 //! * [`registry`]: many atlases and versions, range resolution, atomic reload.
+//! * [`fmt`]: canonical formatting of atlas JSON files.
+//! * [`adapters`]: OpenAI, Anthropic and MCP tool descriptors generated from actions.
+//! * [`scaffold`]: the skeleton atlas `cra atlas init` writes.
 
+pub mod adapters;
 pub mod diag;
+pub mod fmt;
 pub mod load;
 pub mod model;
 pub mod pack;
 pub mod pattern;
 pub mod registry;
+pub mod scaffold;
 pub mod validate;
 
 pub use diag::{Diagnostic, Severity};

@@ -13,7 +13,13 @@ struct Generated {
     render: fn(current: &str) -> Result<String>,
 }
 
-const GENERATED: &[Generated] = &[Generated { path: "specs/errors.md", render: errors_table }];
+const GENERATED: &[Generated] = &[
+    Generated { path: "specs/errors.md", render: errors_table },
+    Generated {
+        path: "schemas/openapi.json",
+        render: openapi,
+    },
+];
 
 /// Regenerates every file, or with `check` reports the stale ones and fails.
 pub fn run(check: bool) -> Result<()> {
@@ -54,4 +60,9 @@ fn errors_table(current: &str) -> Result<String> {
         table.push_str(&format!("\n| `{}` | {} | {} |", t.as_str(), t.http_status(), t.description()));
     }
     Ok(format!("{}{}{}", &current[..start], table, &current[end..]))
+}
+
+/// The OpenAPI document of the runtime, rendered from the handlers' annotations.
+fn openapi(_current: &str) -> Result<String> {
+    Ok(cra_runtime::openapi::openapi_json())
 }

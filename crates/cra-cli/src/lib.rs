@@ -31,11 +31,22 @@ pub enum Command {
     /// Verify, inspect and stream TRACE/1.0 audit chains.
     #[command(subcommand)]
     Trace(cmd::trace::TraceCommand),
+    /// Run the conformance suite in-process or against a server.
+    #[command(subcommand)]
+    Conformance(cmd::conformance::ConformanceCommand),
+    /// Author atlases: init, check, fmt, inspect, adapters, pack.
+    #[command(subcommand)]
+    Atlas(cmd::atlas::AtlasCommand),
+    /// Run the runtime: HTTP API, WebSocket trace streams, auth (see `cra serve --help`).
+    Serve(cmd::serve::ServeArgs),
 }
 
 /// Runs a parsed command line and returns its exit status.
 pub fn run(cli: Cli) -> Exit {
     match cli.command {
         Command::Trace(c) => cmd::trace::run(c),
+        Command::Conformance(c) => cmd::conformance::run(c),
+        Command::Atlas(c) => cmd::atlas::run(c),
+        Command::Serve(a) => cmd::serve::run(a),
     }
 }

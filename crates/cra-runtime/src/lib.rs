@@ -1,2 +1,25 @@
 //! `cra-runtime`: composes the protocol crates into the server agents, operators and auditors
 //! talk to (axum HTTP API, WebSocket trace streams, auth, executors).
+//!
+//! * [`config`]: `cra serve` configuration (TOML + flags).
+//! * [`auth`]: API keys and JWTs to actors with roles.
+//! * [`error`], [`extract`]: the one error body and the extractors that produce it.
+//! * [`ratelimit`], [`metrics`]: per-key limits and Prometheus counters.
+//! * [`routes`]: the HTTP API; [`openapi`]: its generated description.
+//! * [`server`]: start-up, binding and graceful shutdown.
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod openapi;
+pub mod ratelimit;
+pub mod routes;
+pub mod server;
+pub mod state;
+
+pub use config::RuntimeConfig;
+pub use error::{ApiError, ApiResult};
+pub use server::{RunningServer, StartNotice, build_runtime, start};
+pub use state::{AppState, Runtime};

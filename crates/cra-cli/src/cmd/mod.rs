@@ -1,3 +1,7 @@
 //! The command groups, one module each.
 
+pub mod atlas;
+pub mod conformance;
 pub mod trace;
+pub mod serve;
+pub mod tail;

@@ -1,0 +1,144 @@
+//! `cra serve`: runs the runtime (HTTP API, WebSocket streams) until Ctrl-C or SIGTERM, then
+//! shuts down gracefully (every acknowledged write is already durable; in-flight requests finish).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use cra_runtime::config::{LogFormat, RuntimeConfig};
+use cra_runtime::server::{StartNotice, shutdown_signal};
+
+use crate::exit::Exit;
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// `cra serve` options. Flags override the `--config` file.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Listen address; `127.0.0.1:0` picks a free port (the real one is printed).
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// Data directory of the embedded store (default ./cra-data).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Use PostgreSQL at this URL instead of the embedded store.
+    #[arg(long, env = "CRA_POSTGRES_URL")]
+    pub postgres: Option<String>,
+    /// An atlas directory or packed archive to load (repeatable; default: every atlas under ./atlases).
+    #[arg(long = "atlas")]
+    pub atlases: Vec<PathBuf>,
+    /// Reload atlases when their files change (the last good version stays on failure).
+    #[arg(long)]
+    pub watch: bool,
+    /// A TOML configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Log line format.
+    #[arg(long, value_enum)]
+    pub log_format: Option<LogFormatArg>,
+    /// The API keys file (default: <data>/api-keys.toml, created with an admin key on first start).
+    #[arg(long)]
+    pub api_keys: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The configuration these flags describe.
+    pub fn to_config(&self) -> Result<RuntimeConfig, String> {
+        let mut c = match &self.config {
+            Some(p) => RuntimeConfig::from_file(p).map_err(|e| e.to_string())?,
+            None => RuntimeConfig::default(),
+        };
+        if let Some(a) = &self.addr {
+            c.addr = a.clone();
+        }
+        if let Some(d) = &self.data {
+            c.data = d.clone();
+        }
+        if let Some(p) = &self.postgres {
+            c.postgres = Some(p.clone());
+        }
+        if !self.atlases.is_empty() {
+            c.atlases = self.atlases.clone();
+        }
+        c.watch |= self.watch;
+        if let Some(f) = self.log_format {
+            c.log_format = match f {
+                LogFormatArg::Text => LogFormat::Text,
+                LogFormatArg::Json => LogFormat::Json,
+            };
+        }
+        if let Some(k) = &self.api_keys {
+            c.api_keys = Some(k.clone());
+        }
+        Ok(c)
+    }
+}
+
+/// Runs the server in the foreground.
+pub fn run(args: ServeArgs) -> Exit {
+    let config = match args.to_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cra serve: {e}");
+            return Exit::CouldNotRun;
+        }
+    };
+    cra_runtime::server::init_logging(config.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cra serve: cannot start the async runtime: {e}");
+            return Exit::CouldNotRun;
+        }
+    };
+    rt.block_on(async move {
+        let (state, notices) = match cra_runtime::build_runtime(
+            config,
+            Arc::new(cra_wire::SystemClock),
+            Arc::new(cra_wire::UuidV7Ids),
+        ) {
+            Ok(x) => x,
+            Err(e) => {
+                eprintln!("cra serve: {e}");
+                return Exit::CouldNotRun;
+            }
+        };
+        for n in &notices {
+            match n {
+                StartNotice::AdminKeyCreated(p) => println!(
+                    "cra serve: created an admin API key in {} (mode 0600); `cra` client commands read it for a local server",
+                    p.display()
+                ),
+                StartNotice::Info(m) => println!("cra serve: {m}"),
+            }
+        }
+        let server = match cra_runtime::start(state, shutdown_signal()).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("cra serve: {e}");
+                return Exit::CouldNotRun;
+            }
+        };
+        println!("cra serve: listening on http://{}", server.addr);
+        match server.wait().await {
+            Ok(()) => {
+                println!("cra serve: stopped; every acknowledged write is on disk");
+                Exit::Success
+            }
+            Err(e) => {
+                eprintln!("cra serve: {e}");
+                Exit::CouldNotRun
+            }
+        }
+    })
+}

@@ -1,0 +1,609 @@
+//! Who is calling: API keys (`Authorization: Bearer <key>`) from a TOML keys file, and optional
+//! JWTs (HS256 or RS256 with a configured key). Each credential maps to an [`Actor`] with roles.
+//!
+//! Keys are compared in constant time (SHA-256 of the presented token against SHA-256 of every
+//! stored key, all of them, with `subtle`), and never logged: logs and rate-limit buckets use a
+//! short fingerprint of the key's hash.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use cra_wire::Token;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::config::JwtConfig;
+use crate::error::ApiError;
+
+/// Name of the keys file created in the data directory on first start.
+pub const DEFAULT_KEYS_FILE: &str = "api-keys.toml";
+
+/// What an actor may do (the issue's five roles). `admin` implies every other role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Opens its own sessions, resolves and executes in them, reads its own traces.
+    Agent,
+    /// Reads and tests atlases.
+    Author,
+    /// Reads every trace and session.
+    Auditor,
+    /// Reads everything, decides approvals, streams all sessions.
+    Operator,
+    /// Everything.
+    Admin,
+}
+
+/// The kind of actor behind a credential.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActorType {
+    /// An AI agent.
+    Agent,
+    /// A person.
+    Human,
+    /// A script or service.
+    Script,
+}
+
+impl ActorType {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorType::Agent => "agent",
+            ActorType::Human => "human",
+            ActorType::Script => "script",
+        }
+    }
+}
+
+/// The authenticated caller.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// The actor id (compared with `requester.agent_id` and `created_by.id`).
+    pub id: String,
+    /// Agent, human or script.
+    pub actor_type: ActorType,
+    /// Granted roles.
+    pub roles: BTreeSet<Role>,
+    /// A fingerprint of the credential (never the credential): keys rate limits and log lines.
+    pub key_fingerprint: String,
+}
+
+impl fmt::Debug for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Actor")
+            .field("id", &self.id)
+            .field("actor_type", &self.actor_type)
+            .field("roles", &self.roles)
+            .field("key", &self.key_fingerprint)
+            .finish()
+    }
+}
+
+impl Actor {
+    /// True when the actor holds `role` (or is admin).
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&Role::Admin) || self.roles.contains(&role)
+    }
+
+    /// True when the actor holds any of `roles` (or is admin).
+    pub fn has_any(&self, roles: &[Role]) -> bool {
+        roles.iter().any(|r| self.has(*r))
+    }
+
+    /// May read every session and trace (auditor, operator, admin).
+    pub fn reads_all(&self) -> bool {
+        self.has_any(&[Role::Auditor, Role::Operator])
+    }
+
+    /// Fails with 403 `forbidden` unless the actor holds one of `roles`.
+    pub fn require(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
+        if self.has_any(roles) {
+            Ok(())
+        } else {
+            let names: Vec<String> = roles
+                .iter()
+                .map(|r| format!("{r:?}").to_ascii_lowercase())
+                .collect();
+            Err(ApiError::forbidden(format!(
+                "{what} needs the role {} (or admin); ask an administrator for a key with it",
+                names.join(" or ")
+            )))
+        }
+    }
+}
+
+/// One entry of the keys file.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyEntry {
+    /// The secret bearer token.
+    pub token: String,
+    /// The actor the key authenticates.
+    pub actor_id: String,
+    /// agent | human | script.
+    pub actor_type: ActorType,
+    /// Granted roles.
+    pub roles: Vec<Role>,
+}
+
+impl fmt::Debug for KeyEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyEntry")
+            .field("token", &"<redacted>")
+            .field("actor_id", &self.actor_id)
+            .field("actor_type", &self.actor_type)
+            .field("roles", &self.roles)
+            .finish()
+    }
+}
+
+/// The keys file: `[[keys]] token, actor_id, actor_type, roles`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysFile {
+    /// Every key.
+    #[serde(default)]
+    pub keys: Vec<KeyEntry>,
+}
+
+/// A keys file or JWT key that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    /// The file could not be read or written.
+    #[error("keys file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a valid keys file.
+    #[error(
+        "keys file {path} is not valid ({message}); expected [[keys]] entries with token, actor_id, actor_type and roles"
+    )]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        message: String,
+    },
+    /// A key is unusable.
+    #[error("keys file {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The JWT settings are unusable.
+    #[error("jwt: {0}")]
+    Jwt(String),
+}
+
+impl KeysFile {
+    /// Reads and checks a keys file.
+    pub fn load(path: &Path) -> Result<Self, AuthSetupError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AuthSetupError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: KeysFile = toml::from_str(&text).map_err(|e| AuthSetupError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut seen = BTreeSet::new();
+        for (i, k) in file.keys.iter().enumerate() {
+            if k.token.len() < 16 {
+                return Err(AuthSetupError::Invalid {
+                    path: path.to_owned(),
+                    message: format!(
+                        "key #{} (actor `{}`) is shorter than 16 characters; use a long random token",
+                        i + 1,
+                        k.actor_id
+                    ),
+                });
+            }
+            if k.actor_id.is_empty() {
+                return Err(AuthSetupError::Invalid {
+                    path: path.to_owned(),
+                    message: format!("key #{} has an empty actor_id", i + 1),
+                });
+            }
+            if !seen.insert(fingerprint(&k.token)) {
+                return Err(AuthSetupError::Invalid {
+                    path: path.to_owned(),
+                    message: format!("key #{} repeats an earlier token", i + 1),
+                });
+            }
+        }
+        Ok(file)
+    }
+
+    /// Creates `path` (mode 0600) holding one new admin key, and returns the file.
+    pub fn create_admin(path: &Path) -> Result<Self, AuthSetupError> {
+        let io = |source| AuthSetupError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let file = KeysFile {
+            keys: vec![KeyEntry {
+                token: new_token(),
+                actor_id: "admin".to_owned(),
+                actor_type: ActorType::Human,
+                roles: vec![Role::Admin],
+            }],
+        };
+        let text = toml::to_string(&file).map_err(|e| AuthSetupError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(path).map_err(io)?;
+        f.write_all(b"# Created by `cra serve` on first start: one admin key. Keep it secret.\n")
+            .and_then(|()| f.write_all(text.as_bytes()))
+            .and_then(|()| f.sync_all())
+            .map_err(io)?;
+        Ok(file)
+    }
+}
+
+/// The first admin key of `<data>/api-keys.toml`, for client commands talking to a local server.
+pub fn local_admin_token(data: &Path) -> Option<String> {
+    let file = KeysFile::load(&data.join(DEFAULT_KEYS_FILE)).ok()?;
+    file.keys
+        .into_iter()
+        .find(|k| k.roles.contains(&Role::Admin))
+        .map(|k| k.token)
+}
+
+/// A new random bearer token (`cra_` + 64 hex characters).
+pub fn new_token() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("cra_{}", hex::encode(bytes))
+}
+
+/// A short, non-reversible name for a credential (first 12 hex of its SHA-256).
+pub fn fingerprint(token: &str) -> String {
+    let d = Sha256::digest(token.as_bytes());
+    hex::encode(&d[..6])
+}
+
+/// Claims cra reads from a JWT.
+#[derive(Debug, Deserialize)]
+struct Claims {
+    sub: String,
+    #[serde(default)]
+    actor_type: Option<ActorType>,
+    #[serde(default)]
+    roles: Vec<Role>,
+}
+
+struct JwtVerifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+/// Turns `Authorization` headers into actors.
+pub struct Authenticator {
+    keys: Vec<([u8; 32], Actor)>,
+    jwt: Option<JwtVerifier>,
+}
+
+impl fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("keys", &self.keys.len())
+            .field("jwt", &self.jwt.is_some())
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// An authenticator for `keys` and, optionally, JWTs.
+    pub fn new(keys: &KeysFile, jwt: Option<&JwtConfig>) -> Result<Self, AuthSetupError> {
+        let keys = keys
+            .keys
+            .iter()
+            .map(|k| {
+                let digest: [u8; 32] = Sha256::digest(k.token.as_bytes()).into();
+                let actor = Actor {
+                    id: k.actor_id.clone(),
+                    actor_type: k.actor_type,
+                    roles: k.roles.iter().copied().collect(),
+                    key_fingerprint: fingerprint(&k.token),
+                };
+                (digest, actor)
+            })
+            .collect();
+        let jwt = jwt.map(build_jwt).transpose()?;
+        Ok(Self { keys, jwt })
+    }
+
+    /// The actor for an `Authorization` header value, or 401 `unauthenticated`.
+    pub fn authenticate(&self, header: Option<&str>) -> Result<Actor, ApiError> {
+        let Some(header) = header else {
+            return Err(ApiError::new(
+                Token::Unauthenticated,
+                "no credentials: send `Authorization: Bearer <api key or JWT>`",
+            ));
+        };
+        let token = header
+            .strip_prefix("Bearer ")
+            .or_else(|| header.strip_prefix("bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ApiError::new(
+                    Token::Unauthenticated,
+                    "the Authorization header is not `Bearer <token>`",
+                )
+            })?;
+        let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        let mut found: Option<&Actor> = None;
+        for (digest, actor) in &self.keys {
+            // Every key is compared, whatever matched before, so timing says nothing.
+            if bool::from(digest.ct_eq(&presented)) {
+                found = Some(actor);
+            }
+        }
+        if let Some(actor) = found {
+            return Ok(actor.clone());
+        }
+        if let Some(jwt) = &self.jwt
+            && token.split('.').count() == 3
+        {
+            return verify_jwt(jwt, token);
+        }
+        Err(ApiError::new(
+            Token::Unauthenticated,
+            "the bearer token is not a known API key or valid JWT",
+        ))
+    }
+}
+
+fn build_jwt(cfg: &JwtConfig) -> Result<JwtVerifier, AuthSetupError> {
+    let (alg, key) = match cfg.algorithm.as_str() {
+        "HS256" => {
+            let secret = match (&cfg.secret, &cfg.secret_file) {
+                (Some(s), None) => s.clone().into_bytes(),
+                (None, Some(p)) => std::fs::read(p).map_err(|e| {
+                    AuthSetupError::Jwt(format!("cannot read secret_file {}: {e}", p.display()))
+                })?,
+                _ => {
+                    return Err(AuthSetupError::Jwt(
+                        "HS256 needs exactly one of `secret` or `secret_file`".into(),
+                    ));
+                }
+            };
+            if secret.len() < 32 {
+                return Err(AuthSetupError::Jwt(
+                    "the HS256 secret must be at least 32 bytes".into(),
+                ));
+            }
+            (Algorithm::HS256, DecodingKey::from_secret(&secret))
+        }
+        "RS256" => {
+            let path = cfg
+                .public_key_file
+                .as_ref()
+                .ok_or_else(|| AuthSetupError::Jwt("RS256 needs `public_key_file` (PEM)".into()))?;
+            let pem = std::fs::read(path)
+                .map_err(|e| AuthSetupError::Jwt(format!("cannot read {}: {e}", path.display())))?;
+            let key = DecodingKey::from_rsa_pem(&pem).map_err(|e| {
+                AuthSetupError::Jwt(format!("{} is not an RSA public key: {e}", path.display()))
+            })?;
+            (Algorithm::RS256, key)
+        }
+        other => {
+            return Err(AuthSetupError::Jwt(format!(
+                "algorithm `{other}` is not supported; use HS256 or RS256"
+            )));
+        }
+    };
+    let mut validation = Validation::new(alg);
+    validation.algorithms = vec![alg];
+    validation.validate_exp = true;
+    validation.leeway = 0;
+    validation.set_required_spec_claims(&["exp", "sub"]);
+    if let Some(iss) = &cfg.issuer {
+        validation.set_issuer(&[iss]);
+    }
+    match &cfg.audience {
+        Some(aud) => validation.set_audience(&[aud]),
+        None => validation.validate_aud = false,
+    }
+    Ok(JwtVerifier { key, validation })
+}
+
+fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
+    let data = jsonwebtoken::decode::<Claims>(token, &jwt.key, &jwt.validation).map_err(|e| {
+        use jsonwebtoken::errors::ErrorKind;
+        let why = match e.kind() {
+            ErrorKind::ExpiredSignature => "the token has expired",
+            ErrorKind::InvalidAlgorithm => "the token's algorithm is not the one configured",
+            ErrorKind::InvalidSignature => "the token's signature does not verify",
+            ErrorKind::MissingRequiredClaim(_) => "the token lacks a required claim (exp, sub)",
+            _ => "the token is not a valid JWT",
+        };
+        ApiError::new(Token::Unauthenticated, format!("{why}; obtain a new token"))
+    })?;
+    if data.claims.sub.is_empty() {
+        return Err(ApiError::new(
+            Token::Unauthenticated,
+            "the token's `sub` claim is empty",
+        ));
+    }
+    Ok(Actor {
+        id: data.claims.sub,
+        actor_type: data.claims.actor_type.unwrap_or(ActorType::Agent),
+        roles: data.claims.roles.into_iter().collect(),
+        key_fingerprint: fingerprint(token),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys() -> KeysFile {
+        KeysFile {
+            keys: vec![KeyEntry {
+                token: "agent-key-0123456789".into(),
+                actor_id: "ops-bot".into(),
+                actor_type: ActorType::Agent,
+                roles: vec![Role::Agent],
+            }],
+        }
+    }
+
+    #[test]
+    fn api_keys_authenticate_and_refuse() {
+        let a = Authenticator::new(&keys(), None).unwrap();
+        let actor = a.authenticate(Some("Bearer agent-key-0123456789")).unwrap();
+        assert_eq!(actor.id, "ops-bot");
+        assert!(actor.has(Role::Agent) && !actor.has(Role::Operator));
+        for bad in [
+            None,
+            Some("agent-key-0123456789"),
+            Some("Bearer nope"),
+            Some("Bearer "),
+        ] {
+            let e = a.authenticate(bad).unwrap_err();
+            assert_eq!(e.status.as_u16(), 401, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn debug_output_never_shows_a_key() {
+        let k = keys();
+        assert!(!format!("{k:?}").contains("agent-key-0123456789"));
+        let a = Authenticator::new(&k, None).unwrap();
+        let actor = a.authenticate(Some("Bearer agent-key-0123456789")).unwrap();
+        assert!(!format!("{actor:?}").contains("agent-key"));
+    }
+
+    #[test]
+    fn admin_file_is_created_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("d").join(DEFAULT_KEYS_FILE);
+        let f = KeysFile::create_admin(&p).unwrap();
+        assert_eq!(KeysFile::load(&p).unwrap(), f);
+        assert!(f.keys[0].roles.contains(&Role::Admin));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        assert!(KeysFile::create_admin(&p).is_err(), "never overwrites");
+    }
+
+    #[test]
+    fn short_or_repeated_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.toml");
+        std::fs::write(
+            &p,
+            "[[keys]]\ntoken=\"short\"\nactor_id=\"a\"\nactor_type=\"agent\"\nroles=[\"agent\"]\n",
+        )
+        .unwrap();
+        assert!(KeysFile::load(&p).unwrap_err().to_string().contains("16"));
+    }
+
+    fn jwt_auth() -> Authenticator {
+        let cfg = JwtConfig {
+            algorithm: "HS256".into(),
+            secret: Some("0123456789abcdef0123456789abcdef".into()),
+            secret_file: None,
+            public_key_file: None,
+            issuer: None,
+            audience: None,
+        };
+        Authenticator::new(&KeysFile::default(), Some(&cfg)).unwrap()
+    }
+
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    }
+
+    fn sign(alg: Algorithm, secret: &[u8], claims: serde_json::Value) -> String {
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(alg),
+            &claims,
+            &jsonwebtoken::EncodingKey::from_secret(secret),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn jwt_hs256_maps_claims_to_an_actor() {
+        let a = jwt_auth();
+        let t = sign(
+            Algorithm::HS256,
+            b"0123456789abcdef0123456789abcdef",
+            serde_json::json!({"sub": "ci-bot", "roles": ["agent", "author"], "exp": now() + 600}),
+        );
+        let actor = a.authenticate(Some(&format!("Bearer {t}"))).unwrap();
+        assert_eq!(actor.id, "ci-bot");
+        assert!(actor.has(Role::Author) && !actor.has(Role::Admin));
+    }
+
+    #[test]
+    fn jwt_refuses_expired_wrong_algorithm_wrong_key_and_none() {
+        use base64::Engine;
+        let a = jwt_auth();
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let expired = sign(
+            Algorithm::HS256,
+            secret,
+            serde_json::json!({"sub": "x", "exp": now() - 10}),
+        );
+        let wrong_alg = sign(
+            Algorithm::HS384,
+            secret,
+            serde_json::json!({"sub": "x", "exp": now() + 600}),
+        );
+        let wrong_key = sign(
+            Algorithm::HS256,
+            b"another-secret-another-secret-xx",
+            serde_json::json!({"sub": "x", "exp": now() + 600}),
+        );
+        let no_exp = sign(Algorithm::HS256, secret, serde_json::json!({"sub": "x"}));
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let none = format!(
+            "{}.{}.",
+            b64.encode(br#"{"alg":"none","typ":"JWT"}"#),
+            b64.encode(format!(r#"{{"sub":"x","exp":{}}}"#, now() + 600))
+        );
+        for (name, t) in [
+            ("expired", expired),
+            ("wrong alg", wrong_alg),
+            ("wrong key", wrong_key),
+            ("no exp", no_exp),
+            ("none", none),
+        ] {
+            let e = a.authenticate(Some(&format!("Bearer {t}"))).unwrap_err();
+            assert_eq!(e.status.as_u16(), 401, "{name}");
+        }
+    }
+}

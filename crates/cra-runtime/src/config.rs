@@ -1,0 +1,263 @@
+//! Runtime configuration: the TOML file of `cra serve --config FILE`, with command-line flags
+//! laid over it. Every field has a default, so an empty file (or none) is a working local server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The default listen address.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:8421";
+
+/// How the server logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Limits that protect the server from its callers.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes (larger: 413 `payload_too_large`).
+    pub max_body_bytes: usize,
+    /// Sustained requests per second allowed per key (0 disables rate limiting).
+    pub requests_per_second: u32,
+    /// Requests a key may make in a burst above the sustained rate.
+    pub burst: u32,
+    /// Events a WebSocket subscriber may have queued before it is closed as too slow.
+    pub stream_queue: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 1024 * 1024,
+            requests_per_second: 500,
+            burst: 1000,
+            stream_queue: 4096,
+        }
+    }
+}
+
+/// JWT verification settings (optional; API keys work without them).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// `HS256` or `RS256`; tokens signed with any other algorithm (or `none`) are refused.
+    pub algorithm: String,
+    /// The HS256 shared secret.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// A file holding the HS256 secret.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// The RS256 public key (PEM).
+    #[serde(default)]
+    pub public_key_file: Option<PathBuf>,
+    /// Required `iss`, if set.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Required `aud`, if set.
+    #[serde(default)]
+    pub audience: Option<String>,
+}
+
+/// An operator-bound `http` executor: the atlas names the executor, the operator names the URL.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpExecutorConfig {
+    /// Where the parameters are POSTed as JSON.
+    pub url: String,
+    /// How long to wait for the endpoint, in milliseconds.
+    #[serde(default = "default_executor_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_executor_timeout_ms() -> u64 {
+    10_000
+}
+
+/// Everything `cra serve` can be told.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Listen address (`127.0.0.1:0` picks a free port, which is printed).
+    pub addr: String,
+    /// The embedded store's data directory.
+    pub data: PathBuf,
+    /// A PostgreSQL URL; when set the server uses PostgreSQL instead of the embedded store.
+    pub postgres: Option<String>,
+    /// Atlas directories or packed archives to load. Empty: every atlas under `./atlases`.
+    pub atlases: Vec<PathBuf>,
+    /// Reload atlases when their files change.
+    pub watch: bool,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// The API keys file. Absent: `<data>/api-keys.toml`, created with one admin key on first start.
+    pub api_keys: Option<PathBuf>,
+    /// Default resolution lifetime.
+    pub resolution_ttl_seconds: u64,
+    /// Largest accepted difference between a request's timestamp and the runtime clock.
+    pub clock_skew_seconds: u64,
+    /// Request limits.
+    pub limits: Limits,
+    /// Optional JWT verification.
+    pub jwt: Option<JwtConfig>,
+    /// `http` executors by name (`[executors.NAME] url = ..., timeout_ms = ...`).
+    pub executors: BTreeMap<String, HttpExecutorConfig>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            addr: DEFAULT_ADDR.to_owned(),
+            data: PathBuf::from("./cra-data"),
+            postgres: None,
+            atlases: Vec::new(),
+            watch: false,
+            log_format: LogFormat::Text,
+            api_keys: None,
+            resolution_ttl_seconds: 3600,
+            clock_skew_seconds: 300,
+            limits: Limits::default(),
+            jwt: None,
+            executors: BTreeMap::new(),
+        }
+    }
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the configuration file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML of the expected shape.
+    #[error("the configuration file {path} is not valid: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said (names the key).
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("configuration: {0}")]
+    Invalid(String),
+}
+
+impl RuntimeConfig {
+    /// Reads a TOML configuration file.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses configuration text.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// Checks values that parse but cannot work.
+    pub fn validate(&self) -> Result<SocketAddr, ConfigError> {
+        let addr: SocketAddr = self.addr.parse().map_err(|e| {
+            ConfigError::Invalid(format!(
+                "`addr` = `{}` is not HOST:PORT (e.g. 127.0.0.1:8421): {e}",
+                self.addr
+            ))
+        })?;
+        if self.limits.max_body_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "`limits.max_body_bytes` must be at least 1".into(),
+            ));
+        }
+        if self.limits.stream_queue == 0 {
+            return Err(ConfigError::Invalid(
+                "`limits.stream_queue` must be at least 1".into(),
+            ));
+        }
+        for (name, ex) in &self.executors {
+            if !(ex.url.starts_with("http://") || ex.url.starts_with("https://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "executor `{name}`: url `{}` must start with http:// or https://",
+                    ex.url
+                )));
+            }
+        }
+        Ok(addr)
+    }
+
+    /// The keys file in force.
+    pub fn api_keys_path(&self) -> PathBuf {
+        self.api_keys
+            .clone()
+            .unwrap_or_else(|| self.data.join(crate::auth::DEFAULT_KEYS_FILE))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_default() {
+        assert_eq!(
+            RuntimeConfig::from_toml("").unwrap(),
+            RuntimeConfig::default()
+        );
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let c = RuntimeConfig::from_toml(
+            r#"
+addr = "127.0.0.1:0"
+data = "/tmp/x"
+watch = true
+log_format = "json"
+[limits]
+max_body_bytes = 10
+[jwt]
+algorithm = "HS256"
+secret = "s"
+[executors.deploy]
+url = "http://127.0.0.1:9/deploy"
+timeout_ms = 50
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.limits.max_body_bytes, 10);
+        assert_eq!(c.limits.burst, Limits::default().burst);
+        assert_eq!(c.executors["deploy"].timeout_ms, 50);
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let e = RuntimeConfig::from_toml("adr = \"x\"").unwrap_err();
+        assert!(e.contains("adr"), "{e}");
+        let c = RuntimeConfig {
+            addr: "nowhere".into(),
+            ..RuntimeConfig::default()
+        };
+        assert!(c.validate().unwrap_err().to_string().contains("addr"));
+    }
+}

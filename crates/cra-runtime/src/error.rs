@@ -1,0 +1,114 @@
+//! The runtime's one error type: every refusal any route gives is an [`ApiError`], rendered as
+//! the shared wire body (`cra_wire::ErrorBody`) with the HTTP status its [`Token`] maps to.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cra_wire::{ErrorBody, FieldError, Token};
+
+/// A refusal: a token (which fixes the status), a message for people, and field-level details.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} ({}): {}", body.error, status, body.message)]
+pub struct ApiError {
+    /// The HTTP status (always the token's status).
+    pub status: StatusCode,
+    /// The wire body.
+    pub body: ErrorBody,
+}
+
+impl ApiError {
+    /// A refusal with `token` and `message`.
+    pub fn new(token: Token, message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::from_u16(token.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body: ErrorBody::new(token, message),
+        }
+    }
+
+    /// A refusal caused by one field, located by its JSON pointer.
+    pub fn field(token: Token, pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        let message = message.into();
+        let pointer = pointer.into();
+        let summary = if pointer.is_empty() {
+            message.clone()
+        } else {
+            format!("{pointer}: {message}")
+        };
+        Self::new(token, summary).with_errors(vec![FieldError::new(pointer, message)])
+    }
+
+    /// Adds field-level problems.
+    pub fn with_errors(mut self, errors: Vec<FieldError>) -> Self {
+        self.body = self.body.with_errors(errors);
+        self
+    }
+
+    /// Names a missing capability (501 answers).
+    pub fn with_capability(mut self, capability: impl Into<String>) -> Self {
+        self.body = self.body.with_capability(capability);
+        self
+    }
+
+    /// The token of this refusal.
+    pub fn token(&self) -> Option<Token> {
+        Token::parse(&self.body.error)
+    }
+
+    /// A failure inside the runtime. The detail goes to the log, not to the caller.
+    pub fn internal(context: &str, detail: impl std::fmt::Display) -> Self {
+        tracing::error!(%detail, "{context}");
+        Self::new(
+            Token::InternalError,
+            format!("{context}; nothing was changed, retry later or see the server log"),
+        )
+    }
+
+    /// 404 `not_found` for `what`.
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(Token::NotFound, what)
+    }
+
+    /// 403 `forbidden` with `message`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(Token::Forbidden, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_vec(&self.body).unwrap_or_else(|_| {
+            br#"{"error":"internal_error","message":"could not render the error body"}"#.to_vec()
+        });
+        (
+            self.status,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response()
+    }
+}
+
+/// Result of a handler.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_follows_the_token() {
+        for t in Token::ALL {
+            let e = ApiError::new(*t, "x");
+            assert_eq!(e.status.as_u16(), t.http_status());
+            assert_eq!(e.token(), Some(*t));
+        }
+    }
+
+    #[test]
+    fn field_errors_carry_the_pointer() {
+        let e = ApiError::field(Token::InvalidRequest, "/task/goal", "must be a string");
+        let d = e.body.details.unwrap_or_default();
+        assert_eq!(d.errors[0].pointer, "/task/goal");
+        assert_eq!(e.body.message, "/task/goal: must be a string");
+    }
+}

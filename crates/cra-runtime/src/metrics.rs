@@ -1,0 +1,156 @@
+//! Counters the runtime maintains itself and renders in the Prometheus text format at `/metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Every counter.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    /// TRACE events appended durably.
+    pub trace_events: AtomicU64,
+    /// Resolutions answered, by decision.
+    resolutions: Mutex<BTreeMap<String, u64>>,
+    /// Executions answered, by status.
+    executions: Mutex<BTreeMap<String, u64>>,
+    /// WebSocket streams opened.
+    pub streams_opened: AtomicU64,
+    /// WebSocket streams closed because the consumer was too slow.
+    pub streams_slow_closed: AtomicU64,
+    /// Requests refused by the rate limiter.
+    pub rate_limited: AtomicU64,
+    /// Atlas reloads that failed (the last good version stays in force).
+    pub atlas_reload_failures: AtomicU64,
+}
+
+fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    *m.entry(key.to_owned()).or_insert(0) += 1;
+}
+
+fn escape_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Metrics {
+    /// Counts one answered HTTP request (`route` is the matched route template).
+    pub fn record_request(&self, method: &str, route: &str, status: u16) {
+        let mut m = self.requests.lock().unwrap_or_else(|p| p.into_inner());
+        *m.entry((method.to_owned(), route.to_owned(), status))
+            .or_insert(0) += 1;
+    }
+
+    /// Counts one resolution with `decision`.
+    pub fn record_resolution(&self, decision: &str) {
+        bump(&self.resolutions, decision);
+    }
+
+    /// Counts one execution with `status`.
+    pub fn record_execution(&self, status: &str) {
+        bump(&self.executions, status);
+    }
+
+    /// Counts `n` TRACE events made durable.
+    pub fn add_events(&self, n: u64) {
+        self.trace_events.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP cra_http_requests_total HTTP requests answered, by method, route and status.\n",
+        );
+        out.push_str("# TYPE cra_http_requests_total counter\n");
+        for ((method, route, status), n) in self
+            .requests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "cra_http_requests_total{{method=\"{}\",route=\"{}\",status=\"{status}\"}} {n}",
+                escape_label(method),
+                escape_label(route)
+            );
+        }
+        for (name, help, map, label) in [
+            (
+                "cra_resolutions_total",
+                "CARP resolutions answered, by decision.",
+                &self.resolutions,
+                "decision",
+            ),
+            (
+                "cra_executions_total",
+                "CARP executions answered, by status.",
+                &self.executions,
+                "status",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (k, n) in map.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                let _ = writeln!(out, "{name}{{{label}=\"{}\"}} {n}", escape_label(k));
+            }
+        }
+        for (name, help, v) in [
+            (
+                "cra_trace_events_total",
+                "TRACE events appended durably.",
+                &self.trace_events,
+            ),
+            (
+                "cra_streams_opened_total",
+                "WebSocket trace streams opened.",
+                &self.streams_opened,
+            ),
+            (
+                "cra_streams_slow_closed_total",
+                "WebSocket trace streams closed because the consumer fell behind.",
+                &self.streams_slow_closed,
+            ),
+            (
+                "cra_rate_limited_total",
+                "Requests refused by the per-key rate limit.",
+                &self.rate_limited,
+            ),
+            (
+                "cra_atlas_reload_failures_total",
+                "Atlas reloads that failed (the last good version stayed in force).",
+                &self.atlas_reload_failures,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters() {
+        let m = Metrics::default();
+        m.record_request("GET", "/v1/health", 200);
+        m.record_request("GET", "/v1/health", 200);
+        m.record_resolution("allow");
+        m.add_events(10);
+        let text = m.render();
+        assert!(text.contains(
+            "cra_http_requests_total{method=\"GET\",route=\"/v1/health\",status=\"200\"} 2"
+        ));
+        assert!(text.contains("cra_resolutions_total{decision=\"allow\"} 1"));
+        assert!(text.contains("cra_trace_events_total 10"));
+    }
+}

@@ -1,0 +1,65 @@
+//! The OpenAPI document, generated from the handlers' annotations (utoipa). `cargo xtask codegen`
+//! writes it to `schemas/openapi.json`; `--check` fails when the committed file is stale.
+
+use serde::Serialize;
+use utoipa::{OpenApi, ToSchema};
+
+use crate::routes;
+
+/// One problem with one field (documentation mirror of `cra_wire::FieldError`).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = FieldError)]
+pub struct FieldErrorSchema {
+    /// JSON pointer of the offending value.
+    pub pointer: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// `details` of an error body.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ErrorDetails)]
+pub struct ErrorDetailsSchema {
+    /// Field-level problems.
+    pub errors: Vec<FieldErrorSchema>,
+}
+
+/// The one error body (documentation mirror of `cra_wire::ErrorBody`).
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = ErrorBody)]
+pub struct ErrorBodySchema {
+    /// The token (see specs/errors.md).
+    pub error: String,
+    /// For people.
+    pub message: String,
+    /// Field-level problems.
+    pub details: Option<ErrorDetailsSchema>,
+    /// The missing capability (501).
+    pub capability: Option<String>,
+}
+
+/// The API description.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "cra runtime",
+        description = "CARP/1.0, TRACE/1.0, Atlas/1.0 and Relay v0.1 over HTTP. Every error answers the ErrorBody; authenticate with `Authorization: Bearer <API key or JWT>`."
+    ),
+    paths(
+        routes::system::health,
+        routes::system::conformance,
+        routes::system::metrics,
+    ),
+    components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))
+)]
+pub struct ApiDoc;
+
+/// The OpenAPI document as pretty JSON with a trailing newline (the committed form).
+pub fn openapi_json() -> String {
+    let doc = ApiDoc::openapi();
+    let mut s = doc
+        .to_pretty_json()
+        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    s.push('\n');
+    s
+}

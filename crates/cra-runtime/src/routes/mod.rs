@@ -1,0 +1,108 @@
+//! The HTTP routes, one module per area, and the router that assembles them with the auth,
+//! rate-limit and metrics layers.
+
+pub mod system;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use cra_wire::Token;
+
+use crate::auth::Actor;
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Paths answered without credentials.
+const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/conformance"];
+
+/// The whole HTTP API.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/health", get(system::health))
+        .route("/v1/conformance", get(system::conformance))
+        .route("/metrics", get(system::metrics))
+        .fallback(fallback)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn_with_state(state.clone(), count))
+        .with_state(state)
+}
+
+async fn fallback() -> ApiError {
+    ApiError::not_found("no such route; see /v1/health and schemas/openapi.json for the API")
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::not_found("this route does not answer that method; see schemas/openapi.json")
+}
+
+/// Authenticates every request but the public ones, applies the per-key rate limit, and leaves
+/// the [`Actor`] in the request's extensions.
+async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    if PUBLIC_PATHS.contains(&req.uri().path()) {
+        return next.run(req).await;
+    }
+    let header = req
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let actor = match state.auth.authenticate(header) {
+        Ok(a) => a,
+        Err(e) => return e.into_response(),
+    };
+    if let Err(retry) = state.limiter.check(&actor.key_fingerprint) {
+        state
+            .metrics
+            .rate_limited
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut resp = ApiError::new(
+            Token::TooManyRequests,
+            format!("too many requests for this key; retry in {retry} s"),
+        )
+        .into_response();
+        if let Ok(v) = retry.to_string().parse() {
+            resp.headers_mut().insert(RETRY_AFTER, v);
+        }
+        return resp;
+    }
+    req.extensions_mut().insert(actor);
+    next.run(req).await
+}
+
+/// Counts every answer by method, route template and status.
+async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let method = req.method().as_str().to_owned();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let resp = next.run(req).await;
+    state
+        .metrics
+        .record_request(&method, &route, resp.status().as_u16());
+    resp
+}
+
+/// The authenticated caller, for handlers.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Actor);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Actor>()
+            .cloned()
+            .map(Caller)
+            .ok_or_else(|| ApiError::new(Token::Unauthenticated, "no credentials"))
+    }
+}

@@ -1,0 +1,191 @@
+//! Starting and stopping the server: builds the [`Runtime`] from configuration (clock and ids
+//! injected), binds the listener (printing the real address, so port 0 works), and shuts down
+//! gracefully: in-flight requests finish (each one's events are durable before it is answered),
+//! then the stores are closed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use cra_wire::{Clock, IdGenerator};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::auth::{Authenticator, KeysFile};
+use crate::config::RuntimeConfig;
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+use crate::routes;
+use crate::state::{AppState, Runtime};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The keys file or JWT settings cannot be used.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthSetupError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source} (is another server running there?)")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Anything else while opening stores or atlases.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// What start-up did that the operator should know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartNotice {
+    /// A new admin key was written to this file.
+    AdminKeyCreated(std::path::PathBuf),
+    /// Something worth a line at start-up (atlases loaded, store opened).
+    Info(String),
+}
+
+/// Builds the shared runtime from `config`.
+pub fn build_runtime(
+    config: RuntimeConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<(AppState, Vec<StartNotice>), StartError> {
+    config.validate()?;
+    let mut notices = Vec::new();
+    let keys_path = config.api_keys_path();
+    let keys = if config.api_keys.is_none() && !keys_path.exists() {
+        let k = KeysFile::create_admin(&keys_path)?;
+        notices.push(StartNotice::AdminKeyCreated(keys_path.clone()));
+        k
+    } else {
+        KeysFile::load(&keys_path)?
+    };
+    let auth = Authenticator::new(&keys, config.jwt.as_ref())?;
+    let limiter = RateLimiter::new(
+        config.limits.requests_per_second,
+        config.limits.burst,
+        clock.clone(),
+    );
+    let started_at = cra_wire::clock::format_timestamp(clock.now());
+    let runtime = Runtime {
+        config,
+        clock,
+        ids,
+        auth,
+        limiter,
+        metrics: Metrics::default(),
+        started_at,
+    };
+    Ok((AppState(Arc::new(runtime)), notices))
+}
+
+/// A server running on a tokio task.
+#[derive(Debug)]
+pub struct RunningServer {
+    /// The address actually bound.
+    pub addr: SocketAddr,
+    /// The shared state (tests read counters and stores through it).
+    pub state: AppState,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting, lets in-flight requests finish, and waits.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+
+    /// Waits until the server stops by itself (it does not, unless told).
+    pub async fn wait(mut self) -> std::io::Result<()> {
+        let _keep = self.shutdown.take();
+        match (&mut self.task).await {
+            Ok(r) => r,
+            Err(e) => Err(std::io::Error::other(e)),
+        }
+    }
+}
+
+/// Binds `state.config.addr` and serves until [`RunningServer::shutdown`] or `stop` resolves.
+pub async fn start(
+    state: AppState,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, StartError> {
+    let addr = state.config.validate()?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let app = routes::router(state.clone());
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let signal = async move {
+            tokio::select! {
+                _ = rx => {}
+                () = stop => {}
+            }
+        };
+        // TCP_NODELAY on every accepted connection: streams and small answers go out at once.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        axum::serve(listener, app.into_make_service())
+            .with_graceful_shutdown(signal)
+            .await
+    });
+    Ok(RunningServer {
+        addr: bound,
+        state,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+/// Installs the global log subscriber (`RUST_LOG` filters; default `info`). Keys never appear in
+/// log lines: requests are logged with the key's fingerprint only.
+pub fn init_logging(format: crate::config::LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        crate::config::LogFormat::Json => builder.json().try_init(),
+        crate::config::LogFormat::Text => builder.try_init(),
+    };
+}

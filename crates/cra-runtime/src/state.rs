@@ -1,0 +1,42 @@
+//! The shared state every handler sees: configuration, the injected clock and id generator,
+//! authentication, rate limiting, metrics, and the protocol back ends.
+
+use std::ops::Deref;
+use std::sync::Arc;
+
+use cra_wire::{Clock, IdGenerator};
+
+use crate::auth::Authenticator;
+use crate::config::RuntimeConfig;
+use crate::metrics::Metrics;
+use crate::ratelimit::RateLimiter;
+
+/// Everything the runtime holds, shared by all requests.
+#[derive(Debug)]
+pub struct Runtime {
+    /// The configuration in force.
+    pub config: RuntimeConfig,
+    /// "Now", injected.
+    pub clock: Arc<dyn Clock>,
+    /// New ids, injected.
+    pub ids: Arc<dyn IdGenerator>,
+    /// Credentials to actors.
+    pub auth: Authenticator,
+    /// Per-key request limits.
+    pub limiter: RateLimiter,
+    /// Counters for `/metrics`.
+    pub metrics: Metrics,
+    /// When this process started serving (wire form).
+    pub started_at: String,
+}
+
+/// A cheap handle on the [`Runtime`], cloned into every handler.
+#[derive(Debug, Clone)]
+pub struct AppState(pub Arc<Runtime>);
+
+impl Deref for AppState {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.0
+    }
+}

@@ -1,0 +1,6 @@
+//! Integration tests of the runtime: a real server on 127.0.0.1:0 over a fresh data directory
+//! per test, driven with `reqwest` (HTTP) and `tokio-tungstenite` (WebSocket).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+mod system;

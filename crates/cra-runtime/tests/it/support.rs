@@ -1,0 +1,181 @@
+//! Starting a real server for one test, keys for every role, and small HTTP helpers.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cra_runtime::config::RuntimeConfig;
+use cra_runtime::{RunningServer, build_runtime, start};
+use cra_wire::{FixedClock, SequentialIds};
+use serde_json::Value;
+
+/// One key per role, plus a second agent.
+pub const ADMIN: &str = "admin-key-000000000000";
+pub const AGENT: &str = "agent-key-000000000000";
+pub const AGENT2: &str = "agent2-key-00000000000";
+pub const AUTHOR: &str = "author-key-00000000000";
+pub const AUDITOR: &str = "auditor-key-0000000000";
+pub const OPERATOR: &str = "operator-key-000000000";
+
+pub const KEYS_TOML: &str = r#"
+[[keys]]
+token = "admin-key-000000000000"
+actor_id = "root"
+actor_type = "human"
+roles = ["admin"]
+
+[[keys]]
+token = "agent-key-000000000000"
+actor_id = "ops-bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "agent2-key-00000000000"
+actor_id = "other-bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "author-key-00000000000"
+actor_id = "alice"
+actor_type = "human"
+roles = ["author"]
+
+[[keys]]
+token = "auditor-key-0000000000"
+actor_id = "audrey"
+actor_type = "human"
+roles = ["auditor"]
+
+[[keys]]
+token = "operator-key-000000000"
+actor_id = "oscar"
+actor_type = "human"
+roles = ["operator"]
+"#;
+
+/// A running server and what a test needs to talk to it.
+pub struct TestServer {
+    pub server: Option<RunningServer>,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub clock: Arc<FixedClock>,
+    pub _dir: tempfile::TempDir,
+    pub data: PathBuf,
+}
+
+/// The test clock's start.
+pub const T0: &str = "2026-03-02T10:00:00Z";
+
+impl TestServer {
+    /// A server with the test keys and `tweak` applied to the default configuration.
+    pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys.toml");
+        std::fs::write(&keys, KEYS_TOML).unwrap();
+        let data = dir.path().join("data");
+        let mut config = RuntimeConfig {
+            addr: "127.0.0.1:0".into(),
+            data: data.clone(),
+            api_keys: Some(keys),
+            ..RuntimeConfig::default()
+        };
+        config.limits.requests_per_second = 0;
+        tweak(&mut config);
+        let clock = Arc::new(FixedClock::parse(T0).unwrap());
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+        let (state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
+        let server = start(state, std::future::pending()).await.unwrap();
+        let base = format!("http://{}", server.addr);
+        Self {
+            server: Some(server),
+            base,
+            http: reqwest::Client::new(),
+            clock,
+            _dir: dir,
+            data,
+        }
+    }
+
+    /// A server with the default test configuration.
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// GET with `key` (or none).
+    pub async fn get(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+        let mut rb = self.http.get(self.url(path));
+        if let Some(k) = key {
+            rb = rb.bearer_auth(k);
+        }
+        send(rb).await
+    }
+
+    /// POST a JSON value with `key`.
+    pub async fn post(&self, key: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(key, path, "application/json", body.to_string().into_bytes())
+            .await
+    }
+
+    /// POST raw bytes with a content type.
+    pub async fn post_raw(
+        &self,
+        key: Option<&str>,
+        path: &str,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let mut rb = self
+            .http
+            .post(self.url(path))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(k) = key {
+            rb = rb.bearer_auth(k);
+        }
+        send(rb).await
+    }
+
+    /// DELETE with `key`.
+    pub async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+        let mut rb = self.http.delete(self.url(path));
+        if let Some(k) = key {
+            rb = rb.bearer_auth(k);
+        }
+        send(rb).await
+    }
+
+    /// Graceful stop.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await.unwrap();
+        }
+    }
+}
+
+/// Sends and returns (status, body as JSON or as a string value).
+pub async fn send(rb: reqwest::RequestBuilder) -> (u16, Value) {
+    let resp = rb.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.unwrap();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    (status, v)
+}
+
+/// Asserts an error answer: status, token, and that the body has the one error shape.
+#[track_caller]
+pub fn assert_error(got: &(u16, Value), status: u16, token: &str) {
+    assert_eq!(got.0, status, "status; body {}", got.1);
+    assert_eq!(got.1["error"], token, "token; body {}", got.1);
+    assert!(got.1["message"].is_string(), "message; body {}", got.1);
+}

@@ -1,27 +1,267 @@
 //! `cra trace ...`: offline work on TRACE/1.0 chains.
 //!
-//! OWNER: issue 2 (verify). Placeholder until the verifier lands.
+//! `cra trace verify [FILE|-]` checks a `.trace.jsonl` chain with the streaming verifier of
+//! `cra-trace` (every event, event 0 included). Exit codes: 0 the chain is valid, 2 it is not,
+//! 1 the input could not be read. [`verify`] is the command as a library function: the binary
+//! and the tests both call it with their own input and output streams.
 
-use clap::Subcommand;
+use std::fs::File;
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use cra_trace::{Finding, Report, VerifyOptions, verify_reader};
+use cra_wire::{ErrorBody, Token};
+use serde_json::{Value, json};
 
 use crate::exit::Exit;
+use crate::output::OutputFormat;
 
 /// `cra trace` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TraceCommand {
-    /// Verify a `.trace.jsonl` file (or standard input) offline.
-    Verify {
-        /// The file to verify; `-` or absent reads standard input.
-        file: Option<std::path::PathBuf>,
-    },
+    /// Verify a `.trace.jsonl` chain offline: sequence, links, hashes, event 0 included.
+    ///
+    /// Every line must be one TRACE/1.0 event. Each event is checked in order for its sequence
+    /// (sequence_gap), its link to the previous event (chain_broken, or invalid_genesis for the
+    /// first event, whose previous_event_hash must be 64 zeros) and its own hash, recomputed
+    /// with the Appendix B algorithm (hash_mismatch). A line that is not a well-formed event
+    /// (not JSON, a duplicate key anywhere, a missing or ill-typed field) is malformed_event.
+    ///
+    /// Exit status: 0 valid, 2 invalid, 1 the input could not be read.
+    ///
+    /// With `-o json` one object is printed:
+    /// {"valid", "events", "first_error": {"sequence", "line", "code", "message"} | null},
+    /// plus "errors" (every finding) with --all. "sequence" is the sequence the chain expected
+    /// at that line; "line" is 1-based.
+    #[command(verbatim_doc_comment)]
+    Verify(VerifyArgs),
 }
 
-/// Runs a `cra trace` subcommand.
+/// Arguments of `cra trace verify`.
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    /// The chain to verify; `-` or nothing reads standard input.
+    pub file: Option<PathBuf>,
+    /// List every failure instead of stopping at the first.
+    #[arg(long)]
+    pub all: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// Worker threads for parsing and hashing (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Progress bar on standard error: auto shows it for large files when standard error is
+    /// a terminal.
+    #[arg(long, value_enum, default_value_t = Progress::Auto)]
+    pub progress: Progress,
+}
+
+/// When to draw the progress bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Progress {
+    /// For files of 64 MiB or more, when standard error is a terminal.
+    Auto,
+    /// Always (standard error).
+    Always,
+    /// Never.
+    Never,
+}
+
+/// Files at least this large get a progress bar under `--progress auto`.
+const PROGRESS_MIN_BYTES: u64 = 64 << 20;
+
+/// Runs a `cra trace` subcommand with the process's standard streams.
 pub fn run(cmd: TraceCommand) -> Exit {
     match cmd {
-        TraceCommand::Verify { .. } => {
-            eprintln!("cra trace verify: not implemented yet");
+        TraceCommand::Verify(args) => {
+            let stdout = io::stdout();
+            let stderr = io::stderr();
+            let terminal = stderr.is_terminal();
+            verify(
+                &args,
+                io::stdin(),
+                &mut stdout.lock(),
+                &mut stderr.lock(),
+                terminal,
+            )
+        }
+    }
+}
+
+/// `cra trace verify` as a library function: reads `args.file` (or `stdin`), writes the result
+/// to `out` and diagnostics (and the progress bar) to `err`. `err_is_terminal` says whether
+/// `err` is a terminal (for `--progress auto`).
+pub fn verify(
+    args: &VerifyArgs,
+    stdin: impl Read + Send,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    err_is_terminal: bool,
+) -> Exit {
+    let options = VerifyOptions {
+        all_errors: args.all,
+        threads: args.threads,
+        ..VerifyOptions::default()
+    };
+    let from_stdin = args.file.as_ref().is_none_or(|p| p.as_os_str() == "-");
+    let name = if from_stdin {
+        "standard input".to_owned()
+    } else {
+        args.file
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let result = if from_stdin {
+        let show = args.progress == Progress::Always;
+        with_progress(err, show, None, |p| verify_reader(stdin, &options, p))
+    } else {
+        let path = args.file.clone().unwrap_or_default();
+        match File::open(&path) {
+            Ok(file) => {
+                let size = file
+                    .metadata()
+                    .ok()
+                    .filter(|m| m.is_file())
+                    .map(|m| m.len());
+                let show = match args.progress {
+                    Progress::Always => true,
+                    Progress::Never => false,
+                    Progress::Auto => {
+                        err_is_terminal && size.is_some_and(|s| s >= PROGRESS_MIN_BYTES)
+                    }
+                };
+                with_progress(err, show, size, |p| verify_reader(file, &options, p))
+            }
+            Err(e) => Err(e),
+        }
+    };
+    match result {
+        Ok(report) => {
+            let printed = match args.output {
+                OutputFormat::Json => print_json(out, &report, args.all),
+                OutputFormat::Text => print_text(out, &report, &name),
+            };
+            if let Err(e) = printed {
+                let _ = writeln!(err, "cra trace verify: cannot write the result: {e}");
+                return Exit::CouldNotRun;
+            }
+            if report.is_valid() {
+                Exit::Success
+            } else {
+                Exit::Negative
+            }
+        }
+        Err(e) => {
+            let message = format!("cannot read {name}: {e}");
+            if args.output == OutputFormat::Json {
+                let token = if e.kind() == io::ErrorKind::NotFound {
+                    Token::NotFound
+                } else {
+                    Token::InvalidRequest
+                };
+                let body = ErrorBody::new(token, message.clone());
+                let _ = writeln!(out, "{}", serde_json::to_string(&body).unwrap_or_default());
+            }
+            let _ = writeln!(err, "cra trace verify: {message}");
             Exit::CouldNotRun
         }
+    }
+}
+
+fn finding_json(f: &Finding) -> Value {
+    json!({
+        "sequence": f.sequence,
+        "line": f.line,
+        "code": f.code.as_str(),
+        "message": f.message,
+    })
+}
+
+/// The `-o json` document for `report`.
+pub fn report_json(report: &Report, all: bool) -> Value {
+    let mut doc = json!({
+        "valid": report.is_valid(),
+        "events": report.events,
+        "first_error": report.first_error().map_or(Value::Null, finding_json),
+    });
+    if all {
+        doc["errors"] = Value::Array(report.findings.iter().map(finding_json).collect());
+    }
+    doc
+}
+
+fn print_json(out: &mut dyn Write, report: &Report, all: bool) -> io::Result<()> {
+    writeln!(out, "{}", report_json(report, all))
+}
+
+fn print_text(out: &mut dyn Write, report: &Report, name: &str) -> io::Result<()> {
+    if report.is_valid() {
+        writeln!(out, "valid: {} events in {name}", report.events)
+    } else {
+        for f in &report.findings {
+            writeln!(out, "invalid: {f}")?;
+        }
+        let n = report.findings.len();
+        writeln!(
+            out,
+            "{name}: not a valid chain ({n} finding{}, {} events read)",
+            if n == 1 { "" } else { "s" },
+            report.events
+        )
+    }
+}
+
+/// Runs `work` with a progress callback that draws a one-line bar on `err` (when `show`).
+fn with_progress<T>(
+    err: &mut dyn Write,
+    show: bool,
+    total: Option<u64>,
+    work: impl FnOnce(&mut dyn FnMut(u64)) -> T,
+) -> T {
+    if !show {
+        return work(&mut |_| {});
+    }
+    let start = Instant::now();
+    let mut last: Option<Instant> = None;
+    let mut drew = false;
+    let result = work(&mut |done| {
+        if last.is_some_and(|l| l.elapsed() < Duration::from_millis(100)) {
+            return;
+        }
+        last = Some(Instant::now());
+        drew = true;
+        let _ = write!(err, "\r{}", progress_line(done, total, start.elapsed()));
+        let _ = err.flush();
+    });
+    if drew {
+        let _ = write!(err, "\r{:width$}\r", "", width = 72);
+    }
+    result
+}
+
+/// One progress line: a bar when the total is known, bytes and rate otherwise.
+pub fn progress_line(done: u64, total: Option<u64>, elapsed: Duration) -> String {
+    const MIB: f64 = (1u64 << 20) as f64;
+    let rate = done as f64 / MIB / elapsed.as_secs_f64().max(1e-3);
+    match total {
+        Some(total) if total > 0 => {
+            let frac = (done as f64 / total as f64).clamp(0.0, 1.0);
+            let width = 30;
+            let filled = (frac * width as f64).round() as usize;
+            format!(
+                "verifying [{}{}] {:5.1}% {:.0}/{:.0} MiB {:.0} MiB/s",
+                "#".repeat(filled),
+                "-".repeat(width - filled),
+                frac * 100.0,
+                done as f64 / MIB,
+                total as f64 / MIB,
+                rate
+            )
+        }
+        _ => format!("verifying {:.0} MiB {:.0} MiB/s", done as f64 / MIB, rate),
     }
 }

@@ -3,4 +3,6 @@
 
 mod common;
 mod golden;
+mod props;
 mod store;
+mod table;

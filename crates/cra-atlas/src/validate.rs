@@ -124,16 +124,7 @@ pub fn analyse(source: &Path, files: BTreeMap<String, Vec<u8>>) -> Analysis {
             warnings: Vec::new(),
         }
     });
-    for d in &mut diags {
-        if d.line.is_none()
-            && let Some(text) = files
-                .get(&d.file)
-                .filter(|_| d.file.ends_with(".json"))
-                .and_then(|b| std::str::from_utf8(b).ok())
-        {
-            d.line = line_of_pointer(text, &d.pointer);
-        }
-    }
+    fill_lines(&mut diags, &files);
     diags.sort_by(|a, b| {
         (a.severity, &a.file, a.line, &a.pointer).cmp(&(b.severity, &b.file, b.line, &b.pointer))
     });
@@ -145,6 +136,20 @@ pub fn analyse(source: &Path, files: BTreeMap<String, Vec<u8>>) -> Analysis {
     Analysis {
         atlas,
         diagnostics: diags,
+    }
+}
+
+/// Sets the line of every diagnostic that has none, from its JSON file's text and pointer.
+pub fn fill_lines(diags: &mut [Diagnostic], files: &BTreeMap<String, Vec<u8>>) {
+    for d in diags {
+        if d.line.is_none()
+            && let Some(text) = files
+                .get(&d.file)
+                .filter(|_| d.file.ends_with(".json"))
+                .and_then(|b| std::str::from_utf8(b).ok())
+        {
+            d.line = line_of_pointer(text, &d.pointer);
+        }
     }
 }
 
@@ -651,18 +656,20 @@ fn semantic(
 
     // Every action is governed by at least one policy (else default deny always refuses it).
     for (a, o) in manifest.actions.iter().zip(action_origins) {
-        if !manifest
-            .policies
-            .iter()
-            .any(|p| pattern::matches_any(&p.actions, &a.action_id))
-        {
+        // Rate limits and budgets never grant or refuse on their own, so they do not count.
+        if !manifest.policies.iter().any(|p| {
+            matches!(
+                p.kind,
+                PolicyType::Deny | PolicyType::RequireApproval | PolicyType::Allow
+            ) && pattern::matches_any(&p.actions, &a.action_id)
+        }) {
             diags.push(Diagnostic::warning(
                 "ungoverned_action",
                 &o.file,
                 at(o, "/action_id"),
                 format!(
-                    "no policy matches action `{}`, so default deny always refuses it: add an allow \
-                     (or an explicit deny) policy",
+                    "no allow, require_approval or deny policy matches action `{}`, so default deny \
+                     always refuses it: add an allow (or an explicit deny) policy",
                     a.action_id
                 ),
             ));
@@ -678,7 +685,7 @@ fn semantic(
                 diags.push(Diagnostic::error(
                     "invalid_json_schema",
                     &o.file,
-                    at(o, &format!("/{key}{}", e.schema_path().as_str())),
+                    at(o, &format!("/{key}{}", e.instance_path().as_str())),
                     format!(
                         "`{key}` of action `{}` is not a valid JSON Schema: {e}",
                         a.action_id

@@ -196,6 +196,9 @@ fn check_one(path: &Path) -> Result<Checked, LoadError> {
             )),
         }
     }
+    if let Some(a) = &atlas {
+        cra_atlas::validate::fill_lines(&mut diagnostics, &a.files);
+    }
     let valid = !diagnostics.iter().any(Diagnostic::is_error);
     Ok(Checked {
         path: path.to_owned(),

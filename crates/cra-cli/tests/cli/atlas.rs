@@ -1,0 +1,354 @@
+//! `cra atlas ...`: the broken-atlas table, the example atlases, init, fmt, adapters, pack.
+//!
+//! These tests run the real `cra` binary so that exit codes and output streams are exactly what
+//! an author sees.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn cra(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(args)
+        .output()
+        .expect("the cra binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/atlas")
+}
+
+fn examples() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases");
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("atlas.json").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for e in std::fs::read_dir(src).unwrap() {
+        let e = e.unwrap();
+        let to = dst.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to);
+        } else {
+            std::fs::copy(e.path(), to).unwrap();
+        }
+    }
+}
+
+/// A writable copy of the valid base fixture.
+fn base_copy() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("base");
+    copy_dir(&fixtures().join("valid/base"), &dir);
+    (tmp, dir)
+}
+
+#[test]
+fn broken_atlases_report_exit_code_file_pointer_and_line() {
+    let table: serde_json::Map<String, Value> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("broken.json")).unwrap())
+            .unwrap();
+    assert!(table.len() >= 40, "only {} broken atlases", table.len());
+    let fixtures_dir = fixtures();
+    let mut failures = Vec::new();
+    for (name, want) in &table {
+        let dir = fixtures_dir.join("broken").join(name);
+        assert!(dir.is_dir(), "fixture {name} is missing");
+        let extra: Vec<String> = want
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap().replace("{fixtures}", s(&fixtures_dir)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut args = vec!["atlas", "check", "-o", "json"];
+        args.extend(extra.iter().map(String::as_str));
+        args.push(s(&dir));
+        let (code, stdout, _) = cra(&args);
+        let doc: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("{name}: stdout is not JSON ({e}): {stdout}"));
+        let diags = doc["atlases"][0]["diagnostics"].as_array().unwrap();
+        let (wcode, wfile, wptr) = (
+            want["code"].as_str().unwrap(),
+            want["file"].as_str().unwrap(),
+            want["pointer"].as_str().unwrap(),
+        );
+        let hit = diags
+            .iter()
+            .find(|d| d["code"] == wcode && d["file"] == wfile && d["pointer"] == wptr);
+        if i64::from(code) != want["exit"].as_i64().unwrap() || hit.is_none() {
+            failures.push(format!(
+                "{name}: exit {code}, diagnostics {diags:#?}, wanted {want}"
+            ));
+            continue;
+        }
+        // A line is given exactly when the named file is JSON text present in the atlas.
+        let file_exists = dir.join(wfile).is_file();
+        let hit = hit.unwrap();
+        assert_eq!(
+            hit.get("line").is_some_and(Value::is_u64),
+            file_exists && wfile.ends_with(".json"),
+            "{name}: line of {hit}"
+        );
+        assert!(!hit["message"].as_str().unwrap().is_empty());
+        // Text mode names the same file and pointer on standard error, and prints nothing else.
+        let mut text_args = vec!["atlas", "check"];
+        text_args.extend(extra.iter().map(String::as_str));
+        text_args.push(s(&dir));
+        let (tcode, tout, terr) = cra(&text_args);
+        assert_eq!(tcode, code, "{name}: text mode exit");
+        assert_eq!(tout, "", "{name}: text mode stdout");
+        let shown = if wptr.is_empty() { "(document)" } else { wptr };
+        assert!(
+            terr.lines()
+                .any(|l| l.contains(wfile) && l.contains(shown) && l.contains(wcode)),
+            "{name}: stderr lacks {wfile} {shown}: {terr}"
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn warnings_fail_only_under_strict() {
+    let dir = fixtures().join("broken/policy-pattern-matches-nothing");
+    let (code, out, err) = cra(&["atlas", "check", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "");
+    assert!(err.contains("warning[pattern_matches_nothing]"), "{err}");
+    let (code, _, err) = cra(&["atlas", "check", "--strict", s(&dir)]);
+    assert_eq!(code, 3);
+    assert!(err.contains("error[pattern_matches_nothing]"), "{err}");
+}
+
+#[test]
+fn example_atlases_pass_strict_check_fmt_and_adapters_checks() {
+    let dirs = examples();
+    assert!(dirs.len() >= 3, "{dirs:?}");
+    for dir in &dirs {
+        for args in [
+            vec!["atlas", "check", "--strict", s(dir)],
+            vec!["atlas", "fmt", "--check", s(dir)],
+            vec!["atlas", "adapters", "--check", s(dir)],
+        ] {
+            let (code, out, err) = cra(&args);
+            assert_eq!((code, out.as_str(), err.as_str()), (0, "", ""), "{args:?}");
+        }
+    }
+    // Together as well (one registry, no id/version clash).
+    let mut args = vec!["atlas", "check", "--strict"];
+    args.extend(dirs.iter().map(|d| s(d)));
+    assert_eq!(cra(&args).0, 0);
+}
+
+#[test]
+fn golden_peer_atlas_loads_and_reports_its_missing_context_file() {
+    let dir = fixtures().join("golden-simple");
+    let (code, out, _) = cra(&["atlas", "check", "-o", "json", s(&dir)]);
+    assert_eq!(code, 3);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let diags = doc["atlases"][0]["diagnostics"].as_array().unwrap();
+    let errors: Vec<&Value> = diags.iter().filter(|d| d["severity"] == "error").collect();
+    assert_eq!(errors.len(), 1, "{diags:#?}");
+    assert_eq!(errors[0]["code"], "missing_file");
+    assert_eq!(errors[0]["pointer"], "/context_packs/0/files/0");
+    assert_eq!(errors[0]["line"], 26);
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("context/overview.md")
+    );
+}
+
+#[test]
+fn init_writes_a_skeleton_that_passes_strict_check() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("new");
+    let (code, _, err) = cra(&["atlas", "init", s(&dir), "--id", "com.example.new-atlas"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        cra(&["atlas", "check", "--strict", s(&dir)]),
+        (0, String::new(), String::new())
+    );
+    assert_eq!(cra(&["atlas", "fmt", "--check", s(&dir)]).0, 0);
+    // Not over an existing atlas, and not with a bad id.
+    assert_eq!(
+        cra(&["atlas", "init", s(&dir), "--id", "com.example.x"]).0,
+        1
+    );
+    let other = tmp.path().join("other");
+    let (code, _, err) = cra(&["atlas", "init", s(&other), "--id", "Example"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not an atlas id"), "{err}");
+}
+
+#[test]
+fn fmt_check_reports_then_fmt_fixes_without_changing_values() {
+    let (_tmp, dir) = base_copy();
+    let before: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("atlas.json")).unwrap()).unwrap();
+    let (code, _, err) = cra(&["atlas", "fmt", "--check", s(&dir)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("atlas.json: not in canonical form"), "{err}");
+    assert_eq!(cra(&["atlas", "fmt", s(&dir)]).0, 0);
+    assert_eq!(
+        cra(&["atlas", "fmt", "--check", s(&dir)]),
+        (0, String::new(), String::new())
+    );
+    let after_text = std::fs::read_to_string(dir.join("atlas.json")).unwrap();
+    let after: Value = serde_json::from_str(&after_text).unwrap();
+    assert_eq!(before, after);
+    assert!(after_text.starts_with("{\n  \"atlas_version\": \"1.0\",\n  \"atlas_id\": "));
+    assert_eq!(cra(&["atlas", "check", "--strict", s(&dir)]).0, 0);
+    // Formatting a file that is not JSON reports it as an invalid atlas.
+    std::fs::write(dir.join("policies/deny.json"), "[{").unwrap();
+    assert_eq!(cra(&["atlas", "fmt", "--check", s(&dir)]).0, 3);
+}
+
+#[test]
+fn adapters_check_fails_on_a_stale_or_missing_file() {
+    let (_tmp, dir) = base_copy();
+    assert_eq!(
+        cra(&["atlas", "adapters", "--check", s(&dir)]).0,
+        2,
+        "missing files"
+    );
+    let (code, out, _) = cra(&["atlas", "adapters", s(&dir)]);
+    assert_eq!(code, 0);
+    assert_eq!(out.lines().count(), 4, "{out}");
+    assert_eq!(cra(&["atlas", "adapters", "--check", s(&dir)]).0, 0);
+    // Change an action: every adapter is now stale.
+    let path = dir.join("actions/notes.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("List notes", "List all notes");
+    std::fs::write(&path, text).unwrap();
+    let (code, _, err) = cra(&["atlas", "adapters", "--check", s(&dir)]);
+    assert_eq!(code, 2);
+    assert!(err.contains("adapters/mcp.json: stale"), "{err}");
+    let (code, _, err) = cra(&["atlas", "check", "--strict", s(&dir)]);
+    assert_eq!(code, 3);
+    assert!(err.contains("stale_adapter"), "{err}");
+    // One target only.
+    assert_eq!(
+        cra(&["atlas", "adapters", "--target", "anthropic", s(&dir)]).0,
+        0
+    );
+    assert_eq!(
+        cra(&[
+            "atlas",
+            "adapters",
+            "--check",
+            "--target",
+            "anthropic",
+            s(&dir)
+        ])
+        .0,
+        0
+    );
+    assert_eq!(cra(&["atlas", "adapters", "--check", s(&dir)]).0, 2);
+    assert_eq!(
+        cra(&["atlas", "adapters", "--target", "gemini", s(&dir)]).0,
+        2,
+        "clap usage error"
+    );
+}
+
+#[test]
+fn pack_is_deterministic_and_archive_and_directory_share_the_digest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = fixtures().join("valid/base");
+    let a = tmp.path().join("a.atlas.tar.gz");
+    let b = tmp.path().join("b.atlas.tar.gz");
+    let (code, out_a, err) = cra(&["atlas", "pack", s(&dir), "-o", s(&a)]);
+    assert_eq!(code, 0, "{err}");
+    let (_, out_b, _) = cra(&["atlas", "pack", s(&dir), "-o", s(&b)]);
+    let bytes = std::fs::read(&a).unwrap();
+    assert_eq!(bytes, std::fs::read(&b).unwrap());
+    let sha = cra_wire::hash::sha256_hex(&bytes);
+    assert_eq!(out_a.lines().next().unwrap(), format!("{sha}  {}", s(&a)));
+    let printed_digest = out_a
+        .lines()
+        .nth(1)
+        .unwrap()
+        .strip_prefix("atlas digest ")
+        .unwrap();
+    assert_eq!(out_b.lines().nth(1), out_a.lines().nth(1));
+
+    let digest_of = |p: &Path| {
+        let (code, out, err) = cra(&["atlas", "inspect", "-o", "json", s(p)]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Value>(&out).unwrap()["digest"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(digest_of(&dir), printed_digest);
+    assert_eq!(digest_of(&a), printed_digest);
+    assert_eq!(cra(&["atlas", "check", "--strict", s(&a)]).0, 0);
+    let (_, text, _) = cra(&["atlas", "inspect", s(&a)]);
+    assert!(
+        text.contains(&format!("digest        {printed_digest}")),
+        "{text}"
+    );
+}
+
+#[test]
+fn inspect_lists_policies_in_evaluation_order() {
+    let dir = examples()
+        .into_iter()
+        .find(|d| d.ends_with("dev.cra.github-ops"))
+        .unwrap();
+    let (code, out, err) = cra(&["atlas", "inspect", "-o", "json", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let order = ["deny", "require_approval", "rate_limit", "budget", "allow"];
+    let ranks: Vec<usize> = doc["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| order.iter().position(|t| p["type"] == *t).unwrap())
+        .collect();
+    assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "{ranks:?}");
+    assert_eq!(doc["policies"][0]["policy_id"], "deny-force-push");
+    assert_eq!(
+        doc["actions_by_risk_tier"]["critical"][0],
+        "branch.forcepush"
+    );
+}
+
+#[test]
+fn unreadable_inputs_exit_1_and_corrupt_archives_exit_3() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("nope");
+    let (code, _, err) = cra(&["atlas", "check", s(&missing)]);
+    assert_eq!(code, 1);
+    assert!(err.contains("could not read"), "{err}");
+    let file = tmp.path().join("atlas.txt");
+    std::fs::write(&file, "x").unwrap();
+    assert_eq!(cra(&["atlas", "check", s(&file)]).0, 1);
+    let junk = tmp.path().join("junk.atlas.tar.gz");
+    std::fs::write(&junk, "not gzip").unwrap();
+    let (code, _, err) = cra(&["atlas", "check", s(&junk)]);
+    assert_eq!(code, 3);
+    assert!(err.contains("bad_archive"), "{err}");
+}

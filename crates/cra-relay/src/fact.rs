@@ -233,12 +233,12 @@ pub fn check_history(rows: &[FactRecord]) -> Result<(), String> {
     if current > 1 {
         return Err(format!("{current} current facts, at most one allowed"));
     }
-    // Walk the chain in supersession order (by superseded_at; the current one last).
+    // Intervals in time order (an open interval last among equal starts).
     let mut chain: Vec<&FactRecord> = rows.clone();
     chain.sort_by(|a, b| {
-        let ka = a.superseded_at.as_deref().unwrap_or("\u{10ffff}");
-        let kb = b.superseded_at.as_deref().unwrap_or("\u{10ffff}");
-        (ka, &a.recorded_at).cmp(&(kb, &b.recorded_at))
+        let ka = a.fact.valid_to.as_deref().unwrap_or("\u{10ffff}");
+        let kb = b.fact.valid_to.as_deref().unwrap_or("\u{10ffff}");
+        (&a.fact.valid_from, ka).cmp(&(&b.fact.valid_from, kb))
     });
     for pair in chain.windows(2) {
         let (a, b) = (pair[0], pair[1]);

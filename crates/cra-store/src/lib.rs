@@ -22,6 +22,7 @@ mod chain;
 mod error;
 pub mod pg;
 pub mod redb;
+pub mod relay;
 pub mod retention;
 pub mod testing;
 

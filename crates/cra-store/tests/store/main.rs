@@ -9,5 +9,6 @@ mod backends;
 mod chain;
 mod concurrency;
 mod crash;
+mod relay;
 mod retention;
 mod specific;

@@ -1,0 +1,526 @@
+//! [`PgRelay`]: Relay's storage in the PostgreSQL schema of a [`crate::PgStore`] (tables from
+//! `migrations/0006_relay.sql`). Multi-row changes are one transaction each; fact supersession
+//! serialises on a transaction-scoped advisory lock of (project, subject, predicate), and a
+//! partial unique index guarantees at most one current fact regardless. `pull` relevant uses
+//! PostgreSQL full-text search (`english` configuration, `ts_rank_cd`) over the same chunks the
+//! embedded backend indexes, best chunk per package.
+
+use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
+use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
+use cra_relay::store::{
+    InsertOutcome, PackageFilter, RelayStore, SearchHit, SearchQuery, Snapshot, StoreError,
+};
+use postgres::Transaction;
+use serde_json::Value;
+
+use crate::PgStore;
+
+fn be(e: impl std::fmt::Display + std::fmt::Debug) -> StoreError {
+    StoreError::Backend(format!("postgres: {e} ({e:?})"))
+}
+
+fn enc<T: serde::Serialize>(t: &T) -> Result<String, StoreError> {
+    serde_json::to_string(t).map_err(be)
+}
+
+fn dec<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt relay record: {e}")))
+}
+
+fn dec_package(
+    body: &str,
+    hash: String,
+    quarantined: Option<String>,
+) -> Result<StoredPackage, StoreError> {
+    let mut wire: Value = dec(body)?;
+    if let Some(o) = wire.as_object_mut() {
+        o.insert("content_hash".into(), Value::String(hash));
+    }
+    let mut p = StoredPackage::from_wire(&wire).map_err(|errs| {
+        StoreError::Backend(format!(
+            "stored package no longer validates: {}",
+            errs.iter()
+                .map(|e| format!("{} {}", e.pointer, e.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    })?;
+    p.quarantined = quarantined;
+    Ok(p)
+}
+
+/// Relay over a PostgreSQL schema.
+#[derive(Debug, Clone)]
+pub struct PgRelay {
+    store: PgStore,
+}
+
+impl PgRelay {
+    /// Relay in `store`'s schema (its migrations create the tables).
+    pub fn new(store: PgStore) -> Self {
+        Self { store }
+    }
+
+    fn with_tx<T>(
+        &self,
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut client = self.store.client().map_err(be)?;
+        let mut tx = client.transaction().map_err(be)?;
+        let out = f(&mut tx)?;
+        tx.commit().map_err(be)?;
+        Ok(out)
+    }
+
+    fn write_chunks(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<(), StoreError> {
+        let id = p.package.package_id();
+        tx.execute("DELETE FROM relay_chunks WHERE package_id = $1", &[&id])
+            .map_err(be)?;
+        if p.quarantined.is_some() {
+            return Ok(());
+        }
+        for (i, (field, text)) in cra_relay::search::chunks(&p.package)
+            .into_iter()
+            .enumerate()
+        {
+            let ord = i32::try_from(i).unwrap_or(i32::MAX);
+            tx.execute(
+                "INSERT INTO relay_chunks (package_id, project_id, ord, field, chunk) VALUES ($1, $2, $3, $4, $5)",
+                &[&id, &p.package.project_id(), &ord, &field, &text],
+            )
+            .map_err(be)?;
+        }
+        Ok(())
+    }
+
+    fn insert_raw(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<bool, StoreError> {
+        let body = enc(&Value::Object(p.package.as_object().clone()))?;
+        let n = tx
+            .execute(
+                "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (package_id) DO NOTHING",
+                &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body],
+            )
+            .map_err(be)?;
+        if n == 1 {
+            Self::write_chunks(tx, p)?;
+        }
+        Ok(n == 1)
+    }
+
+    fn lock_key(tx: &mut Transaction<'_>, key: &str) -> Result<(), StoreError> {
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, 6))",
+            &[&key],
+        )
+        .map_err(be)?;
+        Ok(())
+    }
+}
+
+impl RelayStore for PgRelay {
+    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+        self.with_tx(|tx| {
+            let n = tx
+                .execute(
+                    "INSERT INTO relay_projects (project_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    &[&project.project_id, &enc(project)?],
+                )
+                .map_err(be)?;
+            if n == 0 {
+                return Err(StoreError::AlreadyExists(format!("project {}", project.project_id)));
+            }
+            Ok(())
+        })
+    }
+
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let row = c
+            .query_opt(
+                "SELECT body FROM relay_projects WHERE project_id = $1",
+                &[&project_id],
+            )
+            .map_err(be)?;
+        row.map(|r| dec(r.get::<_, &str>(0))).transpose()
+    }
+
+    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT body FROM relay_projects ORDER BY project_id COLLATE \"C\"",
+                &[],
+            )
+            .map_err(be)?;
+        rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
+    }
+
+    fn set_archived(
+        &self,
+        project_id: &str,
+        archived_at: Option<&str>,
+    ) -> Result<Project, StoreError> {
+        self.with_tx(|tx| {
+            let row = tx
+                .query_opt(
+                    "SELECT body FROM relay_projects WHERE project_id = $1 FOR UPDATE",
+                    &[&project_id],
+                )
+                .map_err(be)?
+                .ok_or_else(|| StoreError::NotFound(format!("project {project_id}")))?;
+            let mut p: Project = dec(row.get::<_, &str>(0))?;
+            p.archived_at = archived_at.map(str::to_owned);
+            tx.execute(
+                "UPDATE relay_projects SET body = $2 WHERE project_id = $1",
+                &[&project_id, &enc(&p)?],
+            )
+            .map_err(be)?;
+            Ok(p)
+        })
+    }
+
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+        self.with_tx(|tx| {
+            if !Self::insert_raw(tx, package)? {
+                let row = tx
+                    .query_one(
+                        "SELECT body, content_hash, quarantined FROM relay_packages WHERE package_id = $1",
+                        &[&package.package.package_id()],
+                    )
+                    .map_err(be)?;
+                return Ok(InsertOutcome::Existing(dec_package(row.get(0), row.get(1), row.get(2))?));
+            }
+            if let Some(sid) = package.package.session_id() {
+                let row = tx
+                    .query_opt("SELECT body FROM relay_sessions WHERE session_id = $1 FOR UPDATE", &[&sid])
+                    .map_err(be)?;
+                if let Some(row) = row {
+                    let mut s: Session = dec(row.get::<_, &str>(0))?;
+                    s.packages_deposited.push(package.package.package_id().to_owned());
+                    tx.execute("UPDATE relay_sessions SET body = $2 WHERE session_id = $1", &[&sid, &enc(&s)?])
+                        .map_err(be)?;
+                }
+            }
+            Ok(InsertOutcome::Inserted)
+        })
+    }
+
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let row = c
+            .query_opt(
+                "SELECT body, content_hash, quarantined FROM relay_packages WHERE package_id = $1",
+                &[&package_id],
+            )
+            .map_err(be)?;
+        row.map(|r| dec_package(r.get(0), r.get(1), r.get(2)))
+            .transpose()
+    }
+
+    fn list_packages(
+        &self,
+        project_id: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT body, content_hash, quarantined FROM relay_packages WHERE project_id = $1 ORDER BY seq DESC",
+                &[&project_id],
+            )
+            .map_err(be)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        for r in &rows {
+            if out.len() >= limit {
+                break;
+            }
+            let p = dec_package(r.get(0), r.get(1), r.get(2))?;
+            if filter.admits(&p) {
+                out.push(p);
+            }
+        }
+        Ok(out)
+    }
+
+    fn update_package(
+        &self,
+        expected_hash: &str,
+        updated: &StoredPackage,
+        review: &ReviewRecord,
+    ) -> Result<(), StoreError> {
+        let id = updated.package.package_id();
+        self.with_tx(|tx| {
+            let row = tx
+                .query_opt("SELECT content_hash FROM relay_packages WHERE package_id = $1 FOR UPDATE", &[&id])
+                .map_err(be)?
+                .ok_or_else(|| StoreError::NotFound(format!("package {id}")))?;
+            if row.get::<_, &str>(0) != expected_hash {
+                return Err(StoreError::Conflict(format!("package {id}")));
+            }
+            let body = enc(&Value::Object(updated.package.as_object().clone()))?;
+            tx.execute(
+                "UPDATE relay_packages SET body = $2, content_hash = $3, quarantined = $4 WHERE package_id = $1",
+                &[&id, &body, &updated.content_hash, &updated.quarantined],
+            )
+            .map_err(be)?;
+            Self::write_chunks(tx, updated)?;
+            tx.execute("INSERT INTO relay_reviews (package_id, body) VALUES ($1, $2)", &[&id, &enc(review)?])
+                .map_err(be)?;
+            Ok(())
+        })
+    }
+
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+        self.with_tx(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE relay_packages SET quarantined = $2 WHERE package_id = $1",
+                    &[&package_id, &reason],
+                )
+                .map_err(be)?;
+            if n == 0 {
+                return Err(StoreError::NotFound(format!("package {package_id}")));
+            }
+            tx.execute(
+                "DELETE FROM relay_chunks WHERE package_id = $1",
+                &[&package_id],
+            )
+            .map_err(be)?;
+            Ok(())
+        })
+    }
+
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT body FROM relay_reviews WHERE package_id = $1 ORDER BY id",
+                &[&package_id],
+            )
+            .map_err(be)?;
+        rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
+    }
+
+    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+        self.with_tx(|tx| {
+            let f = &new.record.fact;
+            let (project, subject, predicate) = (f.project_id.clone(), f.subject.clone(), f.predicate.clone());
+            Self::lock_key(tx, &format!("{project}\u{1f}{subject}\u{1f}{predicate}"))?;
+            let cur: Option<FactRecord> = tx
+                .query_opt(
+                    "SELECT body FROM relay_facts WHERE project_id = $1 AND subject = $2 AND predicate = $3 AND is_current FOR UPDATE",
+                    &[&project, &subject, &predicate],
+                )
+                .map_err(be)?
+                .map(|r| dec(r.get::<_, &str>(0)))
+                .transpose()?;
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, now)?;
+            if let Some(c) = closed {
+                tx.execute(
+                    "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
+                    &[&c.fact.fact_id, &enc(&c)?],
+                )
+                .map_err(be)?;
+            }
+            tx.execute(
+                "INSERT INTO relay_facts (fact_id, project_id, subject, predicate, is_current, body) VALUES ($1, $2, $3, $4, true, $5)",
+                &[&inserted.fact.fact_id, &project, &subject, &predicate, &enc(&inserted)?],
+            )
+            .map_err(be)?;
+            Ok(inserted)
+        })
+    }
+
+    fn invalidate_facts(
+        &self,
+        project_id: &str,
+        subject: &str,
+        predicate: &str,
+        now: &str,
+    ) -> Result<usize, StoreError> {
+        self.with_tx(|tx| {
+            Self::lock_key(tx, &format!("{project_id}\u{1f}{subject}\u{1f}{predicate}"))?;
+            let rows = tx
+                .query(
+                    "SELECT body FROM relay_facts WHERE project_id = $1 AND subject = $2 AND predicate = $3 AND is_current FOR UPDATE",
+                    &[&project_id, &subject, &predicate],
+                )
+                .map_err(be)?;
+            for r in &rows {
+                let rec: FactRecord = dec(r.get::<_, &str>(0))?;
+                let closed = fact::invalidate(&rec, now);
+                tx.execute(
+                    "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
+                    &[&closed.fact.fact_id, &enc(&closed)?],
+                )
+                .map_err(be)?;
+            }
+            Ok(rows.len())
+        })
+    }
+
+    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT body FROM relay_facts WHERE project_id = $1
+                   AND ($2::text IS NULL OR subject = $2) AND ($3::text IS NULL OR predicate = $3)
+                   AND (NOT $4 OR is_current)",
+                &[
+                    &project_id,
+                    &query.subject,
+                    &query.predicate,
+                    &matches!(query.view, fact::FactView::Current),
+                ],
+            )
+            .map_err(be)?;
+        let recs = rows
+            .iter()
+            .map(|r| dec(r.get::<_, &str>(0)))
+            .collect::<Result<Vec<FactRecord>, _>>()?;
+        Ok(fact::select(recs, query))
+    }
+
+    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+        self.with_tx(|tx| {
+            tx.execute(
+                "INSERT INTO relay_sessions (session_id, project_id, body) VALUES ($1, $2, $3)
+                 ON CONFLICT (session_id) DO UPDATE SET body = EXCLUDED.body",
+                &[&session.session_id, &session.project_id, &enc(session)?],
+            )
+            .map_err(be)?;
+            Ok(())
+        })
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let row = c
+            .query_opt(
+                "SELECT body FROM relay_sessions WHERE session_id = $1",
+                &[&session_id],
+            )
+            .map_err(be)?;
+        row.map(|r| dec(r.get::<_, &str>(0))).transpose()
+    }
+
+    fn supports_search(&self) -> bool {
+        true
+    }
+
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        // Any word may match (OR), so a query need not contain every word of a chunk.
+        let words: Vec<String> = query
+            .query
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+            .collect();
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tsquery = words.join(" | ");
+        let mut c = self.store.client().map_err(be)?;
+        let limit = i64::try_from(query.limit.saturating_mul(40).max(100)).unwrap_or(i64::MAX);
+        let rows = c
+            .query(
+                "SELECT c.package_id, c.field, c.chunk, ts_rank_cd(c.tsv, q, 1)::float8 AS rank
+                   FROM relay_chunks c, to_tsquery('english', $2) q
+                  WHERE c.project_id = $1 AND c.tsv @@ q
+                  ORDER BY rank DESC, c.package_id, c.ord
+                  LIMIT $3",
+                &[&query.project_id, &tsquery, &limit],
+            )
+            .map_err(be)?;
+        let mut seen = std::collections::BTreeSet::new();
+        let mut raw = Vec::new();
+        for r in &rows {
+            let id: String = r.get(0);
+            if seen.insert(id.clone()) {
+                raw.push((
+                    id,
+                    r.get::<_, f64>(3),
+                    r.get::<_, String>(1),
+                    r.get::<_, String>(2),
+                ));
+            }
+        }
+        drop(c);
+        super::search::hits(query, raw, |id| self.get_package(id))
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.with_tx(|tx| {
+            tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", &[]).map_err(be)?;
+            let mut snap = Snapshot::default();
+            for r in tx.query("SELECT body FROM relay_projects ORDER BY project_id COLLATE \"C\"", &[]).map_err(be)? {
+                snap.projects.push(dec(r.get::<_, &str>(0))?);
+            }
+            for r in tx
+                .query(
+                    "SELECT body, content_hash, quarantined FROM relay_packages ORDER BY project_id COLLATE \"C\", seq",
+                    &[],
+                )
+                .map_err(be)?
+            {
+                snap.packages.push(dec_package(r.get(0), r.get(1), r.get(2))?);
+            }
+            for r in tx.query("SELECT body FROM relay_facts", &[]).map_err(be)? {
+                snap.facts.push(dec(r.get::<_, &str>(0))?);
+            }
+            fact::sort_facts(&mut snap.facts);
+            for r in tx.query("SELECT body FROM relay_sessions ORDER BY session_id COLLATE \"C\"", &[]).map_err(be)? {
+                snap.sessions.push(dec(r.get::<_, &str>(0))?);
+            }
+            let mut reviews = Vec::new();
+            for r in tx.query("SELECT body FROM relay_reviews ORDER BY id", &[]).map_err(be)? {
+                reviews.push(dec(r.get::<_, &str>(0))?);
+            }
+            snap.reviews = cra_relay::export::sort_reviews(reviews);
+            Ok(snap)
+        })
+    }
+
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.with_tx(|tx| {
+            let used: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM relay_projects) OR EXISTS (SELECT 1 FROM relay_packages) OR EXISTS (SELECT 1 FROM relay_facts)",
+                    &[],
+                )
+                .map_err(be)?
+                .get(0);
+            if used {
+                return Err(StoreError::AlreadyExists("data in the target store (import needs an empty store)".into()));
+            }
+            for p in &snapshot.projects {
+                tx.execute("INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)", &[&p.project_id, &enc(p)?])
+                    .map_err(be)?;
+            }
+            for p in &snapshot.packages {
+                Self::insert_raw(tx, p)?;
+            }
+            for r in &snapshot.facts {
+                tx.execute(
+                    "INSERT INTO relay_facts (fact_id, project_id, subject, predicate, is_current, body) VALUES ($1, $2, $3, $4, $5, $6)",
+                    &[&r.fact.fact_id, &r.fact.project_id, &r.fact.subject, &r.fact.predicate, &r.is_current(), &enc(r)?],
+                )
+                .map_err(be)?;
+            }
+            for s in &snapshot.sessions {
+                tx.execute(
+                    "INSERT INTO relay_sessions (session_id, project_id, body) VALUES ($1, $2, $3)",
+                    &[&s.session_id, &s.project_id, &enc(s)?],
+                )
+                .map_err(be)?;
+            }
+            for r in &snapshot.reviews {
+                tx.execute("INSERT INTO relay_reviews (package_id, body) VALUES ($1, $2)", &[&r.package_id, &enc(r)?])
+                    .map_err(be)?;
+            }
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,579 @@
+//! [`RedbRelay`]: Relay's storage in the shared redb database of a data directory.
+//!
+//! Tables (all values are JSON bytes; numbers keep their exact text):
+//! `relay_projects` (project_id), `relay_packages` (package_id -> seq, hash, quarantine,
+//! object), `relay_package_order` ((project_id, seq) -> package_id), `relay_reviews`
+//! ((package_id, seq) -> record), `relay_facts` (`project\0subject\0predicate\0fact_id` -> row),
+//! `relay_fact_current` (`project\0subject\0predicate` -> key of the current row),
+//! `relay_sessions` (session_id), `relay_meta` (counters).
+//!
+//! redb serialises write transactions, so each multi-row change (insert-if-absent plus session
+//! append, compare-and-swap plus review record, supersession plus insert) is one atomic commit.
+
+use std::sync::{Arc, Mutex};
+
+use ::redb::{
+    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
+};
+use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
+use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
+use cra_relay::store::{
+    InsertOutcome, PackageFilter, RelayStore, SearchHit, SearchQuery, Snapshot, StoreError,
+};
+use serde_json::{Value, json};
+
+use super::search::{ChunkIndex, hits};
+
+const PROJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_projects");
+const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
+const ORDER: TableDefinition<'_, (&str, u64), &str> = TableDefinition::new("relay_package_order");
+const REVIEWS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("relay_reviews");
+const FACTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_facts");
+const CURRENT: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_current");
+const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_sessions");
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
+
+fn be(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("redb: {e}"))
+}
+
+fn enc<T: serde::Serialize>(t: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(t).map_err(be)
+}
+
+fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(b).map_err(|e| StoreError::Backend(format!("corrupt relay record: {e}")))
+}
+
+fn enc_package(seq: u64, p: &StoredPackage) -> Result<Vec<u8>, StoreError> {
+    enc(&json!({
+        "seq": seq,
+        "content_hash": p.content_hash,
+        "quarantined": p.quarantined,
+        "package": Value::Object(p.package.as_object().clone()),
+    }))
+}
+
+fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), StoreError> {
+    let v: Value = dec(b)?;
+    let seq = v["seq"].as_u64().unwrap_or(0);
+    let mut wire = v["package"].clone();
+    if let Some(o) = wire.as_object_mut() {
+        o.insert("content_hash".into(), v["content_hash"].clone());
+    }
+    // Stored objects were validated on the way in; a record that no longer validates is kept
+    // visible as quarantined rather than failing every read.
+    match StoredPackage::from_wire(&wire) {
+        Ok(mut p) => {
+            p.quarantined = v["quarantined"].as_str().map(str::to_owned);
+            Ok((seq, p))
+        }
+        Err(errs) => Err(StoreError::Backend(format!(
+            "stored package no longer validates: {}",
+            errs.iter()
+                .map(|e| format!("{} {}", e.pointer, e.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))),
+    }
+}
+
+fn fact_prefix(project: &str, subject: &str, predicate: &str) -> String {
+    format!("{project}\0{subject}\0{predicate}")
+}
+
+fn fact_key(r: &FactRecord) -> String {
+    format!(
+        "{}\0{}",
+        fact_prefix(&r.fact.project_id, &r.fact.subject, &r.fact.predicate),
+        r.fact.fact_id
+    )
+}
+
+/// Relay over a shared redb database.
+pub struct RedbRelay {
+    db: Arc<Database>,
+    index: Mutex<Option<ChunkIndex>>,
+}
+
+impl std::fmt::Debug for RedbRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbRelay").finish_non_exhaustive()
+    }
+}
+
+impl RedbRelay {
+    /// Relay's tables in `db` (created if missing).
+    pub fn new(db: Arc<Database>) -> Result<Self, StoreError> {
+        let tx = db.begin_write().map_err(be)?;
+        {
+            tx.open_table(PROJECTS).map_err(be)?;
+            tx.open_table(PACKAGES).map_err(be)?;
+            tx.open_table(ORDER).map_err(be)?;
+            tx.open_table(REVIEWS).map_err(be)?;
+            tx.open_table(FACTS).map_err(be)?;
+            tx.open_table(CURRENT).map_err(be)?;
+            tx.open_table(SESSIONS).map_err(be)?;
+            tx.open_table(META).map_err(be)?;
+        }
+        tx.commit().map_err(be)?;
+        Ok(Self {
+            db,
+            index: Mutex::new(None),
+        })
+    }
+
+    /// Relay over the database of an opened data directory.
+    pub fn open(store: &crate::RedbStore) -> Result<Self, StoreError> {
+        Self::new(store.database().clone())
+    }
+
+    fn reindex(&self, packages: &[&StoredPackage]) -> Result<(), StoreError> {
+        let guard = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ix) = guard.as_ref() {
+            ix.upsert(packages)?;
+        }
+        Ok(())
+    }
+
+    fn next(meta: &mut ::redb::Table<'_, &str, u64>, key: &str) -> Result<u64, StoreError> {
+        let n = meta.get(key).map_err(be)?.map(|g| g.value()).unwrap_or(0);
+        meta.insert(key, n + 1).map_err(be)?;
+        Ok(n)
+    }
+
+    fn all_packages(&self) -> Result<Vec<(u64, StoredPackage)>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(PACKAGES).map_err(be)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(be)? {
+            let (_, v) = row.map_err(be)?;
+            out.push(dec_package(v.value())?);
+        }
+        Ok(out)
+    }
+}
+
+fn missing_ok<T>(r: Result<T, TableError>) -> Result<Option<T>, StoreError> {
+    match r {
+        Ok(t) => Ok(Some(t)),
+        Err(TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(be(e)),
+    }
+}
+
+impl RelayStore for RedbRelay {
+    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        {
+            let mut t = tx.open_table(PROJECTS).map_err(be)?;
+            if t.get(project.project_id.as_str()).map_err(be)?.is_some() {
+                return Err(StoreError::AlreadyExists(format!(
+                    "project {}",
+                    project.project_id
+                )));
+            }
+            t.insert(project.project_id.as_str(), enc(project)?.as_slice())
+                .map_err(be)?;
+        }
+        tx.commit().map_err(be)
+    }
+
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let Some(t) = missing_ok(tx.open_table(PROJECTS))? else {
+            return Ok(None);
+        };
+        t.get(project_id)
+            .map_err(be)?
+            .map(|g| dec(g.value()))
+            .transpose()
+    }
+
+    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(PROJECTS).map_err(be)?;
+        let mut out = Vec::new();
+        for row in t.iter().map_err(be)? {
+            out.push(dec(row.map_err(be)?.1.value())?);
+        }
+        Ok(out)
+    }
+
+    fn set_archived(
+        &self,
+        project_id: &str,
+        archived_at: Option<&str>,
+    ) -> Result<Project, StoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        let project = {
+            let mut t = tx.open_table(PROJECTS).map_err(be)?;
+            let mut p: Project = match t.get(project_id).map_err(be)? {
+                Some(g) => dec(g.value())?,
+                None => return Err(StoreError::NotFound(format!("project {project_id}"))),
+            };
+            p.archived_at = archived_at.map(str::to_owned);
+            t.insert(project_id, enc(&p)?.as_slice()).map_err(be)?;
+            p
+        };
+        tx.commit().map_err(be)?;
+        Ok(project)
+    }
+
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+        let id = package.package.package_id();
+        let tx = self.db.begin_write().map_err(be)?;
+        {
+            let mut t = tx.open_table(PACKAGES).map_err(be)?;
+            if let Some(g) = t.get(id).map_err(be)? {
+                let (_, existing) = dec_package(g.value())?;
+                return Ok(InsertOutcome::Existing(existing));
+            }
+            let mut meta = tx.open_table(META).map_err(be)?;
+            let seq = Self::next(&mut meta, "package_seq")?;
+            t.insert(id, enc_package(seq, package)?.as_slice())
+                .map_err(be)?;
+            tx.open_table(ORDER)
+                .map_err(be)?
+                .insert((package.package.project_id(), seq), id)
+                .map_err(be)?;
+            if let Some(sid) = package.package.session_id() {
+                let mut st = tx.open_table(SESSIONS).map_err(be)?;
+                let existing: Option<Session> = st
+                    .get(sid)
+                    .map_err(be)?
+                    .map(|g| dec(g.value()))
+                    .transpose()?;
+                if let Some(mut s) = existing {
+                    s.packages_deposited.push(id.to_owned());
+                    st.insert(sid, enc(&s)?.as_slice()).map_err(be)?;
+                }
+            }
+        }
+        tx.commit().map_err(be)?;
+        self.reindex(&[package])?;
+        Ok(InsertOutcome::Inserted)
+    }
+
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(PACKAGES).map_err(be)?;
+        let g = t.get(package_id).map_err(be)?;
+        g.map(|g| dec_package(g.value()).map(|(_, p)| p))
+            .transpose()
+    }
+
+    fn list_packages(
+        &self,
+        project_id: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let order = tx.open_table(ORDER).map_err(be)?;
+        let t = tx.open_table(PACKAGES).map_err(be)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        let mut out = Vec::new();
+        for row in order
+            .range((project_id, 0u64)..=(project_id, u64::MAX))
+            .map_err(be)?
+            .rev()
+        {
+            if out.len() >= limit {
+                break;
+            }
+            let (_, id) = row.map_err(be)?;
+            if let Some(g) = t.get(id.value()).map_err(be)? {
+                let (_, p) = dec_package(g.value())?;
+                if filter.admits(&p) {
+                    out.push(p);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn update_package(
+        &self,
+        expected_hash: &str,
+        updated: &StoredPackage,
+        review: &ReviewRecord,
+    ) -> Result<(), StoreError> {
+        let id = updated.package.package_id();
+        let tx = self.db.begin_write().map_err(be)?;
+        {
+            let mut t = tx.open_table(PACKAGES).map_err(be)?;
+            let (seq, current) = match t.get(id).map_err(be)? {
+                Some(g) => dec_package(g.value())?,
+                None => return Err(StoreError::NotFound(format!("package {id}"))),
+            };
+            if current.content_hash != expected_hash {
+                return Err(StoreError::Conflict(format!("package {id}")));
+            }
+            t.insert(id, enc_package(seq, updated)?.as_slice())
+                .map_err(be)?;
+            let mut meta = tx.open_table(META).map_err(be)?;
+            let n = Self::next(&mut meta, "review_seq")?;
+            tx.open_table(REVIEWS)
+                .map_err(be)?
+                .insert((id, n), enc(review)?.as_slice())
+                .map_err(be)?;
+        }
+        tx.commit().map_err(be)?;
+        self.reindex(&[updated])
+    }
+
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        let p = {
+            let mut t = tx.open_table(PACKAGES).map_err(be)?;
+            let (seq, mut p) = match t.get(package_id).map_err(be)? {
+                Some(g) => dec_package(g.value())?,
+                None => return Err(StoreError::NotFound(format!("package {package_id}"))),
+            };
+            p.quarantined = Some(reason.to_owned());
+            t.insert(package_id, enc_package(seq, &p)?.as_slice())
+                .map_err(be)?;
+            p
+        };
+        tx.commit().map_err(be)?;
+        self.reindex(&[&p])
+    }
+
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(REVIEWS).map_err(be)?;
+        let mut out = Vec::new();
+        for row in t
+            .range((package_id, 0u64)..=(package_id, u64::MAX))
+            .map_err(be)?
+        {
+            out.push(dec(row.map_err(be)?.1.value())?);
+        }
+        Ok(out)
+    }
+
+    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+        let f = &new.record.fact;
+        let prefix = fact_prefix(&f.project_id, &f.subject, &f.predicate);
+        let tx = self.db.begin_write().map_err(be)?;
+        let inserted = {
+            let mut facts = tx.open_table(FACTS).map_err(be)?;
+            let mut current = tx.open_table(CURRENT).map_err(be)?;
+            let cur_key: Option<String> = current
+                .get(prefix.as_str())
+                .map_err(be)?
+                .map(|g| g.value().to_owned());
+            let cur: Option<FactRecord> = match &cur_key {
+                Some(k) => facts
+                    .get(k.as_str())
+                    .map_err(be)?
+                    .map(|g| dec(g.value()))
+                    .transpose()?,
+                None => None,
+            };
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, now)?;
+            if let (Some(k), Some(c)) = (&cur_key, closed) {
+                facts.insert(k.as_str(), enc(&c)?.as_slice()).map_err(be)?;
+            }
+            let key = fact_key(&inserted);
+            facts
+                .insert(key.as_str(), enc(&inserted)?.as_slice())
+                .map_err(be)?;
+            current.insert(prefix.as_str(), key.as_str()).map_err(be)?;
+            inserted
+        };
+        tx.commit().map_err(be)?;
+        Ok(inserted)
+    }
+
+    fn invalidate_facts(
+        &self,
+        project_id: &str,
+        subject: &str,
+        predicate: &str,
+        now: &str,
+    ) -> Result<usize, StoreError> {
+        let prefix = fact_prefix(project_id, subject, predicate);
+        let tx = self.db.begin_write().map_err(be)?;
+        let n = {
+            let mut facts = tx.open_table(FACTS).map_err(be)?;
+            let mut current = tx.open_table(CURRENT).map_err(be)?;
+            let key = current
+                .remove(prefix.as_str())
+                .map_err(be)?
+                .map(|g| g.value().to_owned());
+            match key {
+                Some(k) => {
+                    let row: Option<FactRecord> = facts
+                        .get(k.as_str())
+                        .map_err(be)?
+                        .map(|g| dec(g.value()))
+                        .transpose()?;
+                    match row {
+                        Some(r) if r.is_current() => {
+                            let closed = fact::invalidate(&r, now);
+                            facts
+                                .insert(k.as_str(), enc(&closed)?.as_slice())
+                                .map_err(be)?;
+                            1
+                        }
+                        _ => 0,
+                    }
+                }
+                None => 0,
+            }
+        };
+        tx.commit().map_err(be)?;
+        Ok(n)
+    }
+
+    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+        let mut prefix = format!("{project_id}\0");
+        if let Some(s) = &query.subject {
+            prefix.push_str(s);
+            prefix.push('\0');
+            if let Some(p) = &query.predicate {
+                prefix.push_str(p);
+                prefix.push('\0');
+            }
+        }
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(FACTS).map_err(be)?;
+        let mut rows = Vec::new();
+        for row in t.range(prefix.as_str()..).map_err(be)? {
+            let (k, v) = row.map_err(be)?;
+            if !k.value().starts_with(&prefix) {
+                break;
+            }
+            rows.push(dec::<FactRecord>(v.value())?);
+        }
+        Ok(fact::select(rows, query))
+    }
+
+    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        tx.open_table(SESSIONS)
+            .map_err(be)?
+            .insert(session.session_id.as_str(), enc(session)?.as_slice())
+            .map_err(be)?;
+        tx.commit().map_err(be)
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let t = tx.open_table(SESSIONS).map_err(be)?;
+        t.get(session_id)
+            .map_err(be)?
+            .map(|g| dec(g.value()))
+            .transpose()
+    }
+
+    fn supports_search(&self) -> bool {
+        true
+    }
+
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+        let mut guard = self.index.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            let ix = ChunkIndex::new()?;
+            let all = self.all_packages()?;
+            let refs: Vec<&StoredPackage> = all.iter().map(|(_, p)| p).collect();
+            ix.upsert(&refs)?;
+            *guard = Some(ix);
+        }
+        let raw = match guard.as_ref() {
+            Some(ix) => ix.search(query, query.limit)?,
+            None => Vec::new(),
+        };
+        drop(guard);
+        hits(query, raw, |id| self.get_package(id))
+    }
+
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let mut snap = Snapshot::default();
+        for row in tx.open_table(PROJECTS).map_err(be)?.iter().map_err(be)? {
+            snap.projects.push(dec(row.map_err(be)?.1.value())?);
+        }
+        let packages = tx.open_table(PACKAGES).map_err(be)?;
+        for row in tx.open_table(ORDER).map_err(be)?.iter().map_err(be)? {
+            let (_, id) = row.map_err(be)?;
+            if let Some(g) = packages.get(id.value()).map_err(be)? {
+                snap.packages.push(dec_package(g.value())?.1);
+            }
+        }
+        for row in tx.open_table(FACTS).map_err(be)?.iter().map_err(be)? {
+            snap.facts.push(dec(row.map_err(be)?.1.value())?);
+        }
+        fact::sort_facts(&mut snap.facts);
+        for row in tx.open_table(SESSIONS).map_err(be)?.iter().map_err(be)? {
+            snap.sessions.push(dec(row.map_err(be)?.1.value())?);
+        }
+        let mut reviews = Vec::new();
+        for row in tx.open_table(REVIEWS).map_err(be)?.iter().map_err(be)? {
+            reviews.push(dec(row.map_err(be)?.1.value())?);
+        }
+        snap.reviews = cra_relay::export::sort_reviews(reviews);
+        Ok(snap)
+    }
+
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        {
+            let mut projects = tx.open_table(PROJECTS).map_err(be)?;
+            let mut packages = tx.open_table(PACKAGES).map_err(be)?;
+            let mut facts = tx.open_table(FACTS).map_err(be)?;
+            if !projects.is_empty().map_err(be)?
+                || !packages.is_empty().map_err(be)?
+                || !facts.is_empty().map_err(be)?
+            {
+                return Err(StoreError::AlreadyExists(
+                    "data in the target store (import needs an empty store)".into(),
+                ));
+            }
+            let mut order = tx.open_table(ORDER).map_err(be)?;
+            let mut meta = tx.open_table(META).map_err(be)?;
+            let mut current = tx.open_table(CURRENT).map_err(be)?;
+            let mut sessions = tx.open_table(SESSIONS).map_err(be)?;
+            let mut reviews = tx.open_table(REVIEWS).map_err(be)?;
+            for p in &snapshot.projects {
+                projects
+                    .insert(p.project_id.as_str(), enc(p)?.as_slice())
+                    .map_err(be)?;
+            }
+            for p in &snapshot.packages {
+                let seq = Self::next(&mut meta, "package_seq")?;
+                let id = p.package.package_id();
+                packages
+                    .insert(id, enc_package(seq, p)?.as_slice())
+                    .map_err(be)?;
+                order
+                    .insert((p.package.project_id(), seq), id)
+                    .map_err(be)?;
+            }
+            for r in &snapshot.facts {
+                let key = fact_key(r);
+                facts.insert(key.as_str(), enc(r)?.as_slice()).map_err(be)?;
+                if r.is_current() {
+                    let prefix =
+                        fact_prefix(&r.fact.project_id, &r.fact.subject, &r.fact.predicate);
+                    current.insert(prefix.as_str(), key.as_str()).map_err(be)?;
+                }
+            }
+            for s in &snapshot.sessions {
+                sessions
+                    .insert(s.session_id.as_str(), enc(s)?.as_slice())
+                    .map_err(be)?;
+            }
+            for r in &snapshot.reviews {
+                let n = Self::next(&mut meta, "review_seq")?;
+                reviews
+                    .insert((r.package_id.as_str(), n), enc(r)?.as_slice())
+                    .map_err(be)?;
+            }
+        }
+        tx.commit().map_err(be)?;
+        let refs: Vec<&StoredPackage> = snapshot.packages.iter().collect();
+        self.reindex(&refs)
+    }
+}

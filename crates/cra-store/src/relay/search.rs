@@ -1,0 +1,175 @@
+//! The embedded backend's search for `pull` mode `relevant`: a tantivy BM25 index of package
+//! chunks ([`cra_relay::search::chunks`]: title, description, each decision and open question,
+//! handoff note, content_md paragraphs), English-stemmed. It is a derived view: built in memory
+//! from the stored packages on first use (so it is never stale across restarts) and kept in step
+//! by every write after that. Results are deduplicated by package (best chunk wins), then the
+//! query's filters are applied to the packages.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use cra_relay::StoredPackage;
+use cra_relay::store::{SearchHit, SearchQuery, StoreError};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, STORED, STRING, Schema, TextFieldIndexing, TextOptions, Value,
+};
+use tantivy::{Index, IndexReader, IndexWriter, TantivyDocument, Term, doc};
+
+/// Chunks fetched per requested package before deduplication and filtering.
+const CHUNKS_PER_RESULT: usize = 40;
+
+fn err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("search index: {e}"))
+}
+
+struct Fields {
+    package_id: Field,
+    project_id: Field,
+    field: Field,
+    text: Field,
+}
+
+/// An in-memory tantivy index over package chunks.
+pub struct ChunkIndex {
+    index: Index,
+    fields: Fields,
+    writer: Mutex<IndexWriter>,
+    reader: IndexReader,
+}
+
+impl std::fmt::Debug for ChunkIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkIndex").finish_non_exhaustive()
+    }
+}
+
+impl ChunkIndex {
+    /// An empty index.
+    pub fn new() -> Result<Self, StoreError> {
+        let mut b = Schema::builder();
+        let text_opts = TextOptions::default()
+            .set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer("en_stem")
+                    .set_index_option(IndexRecordOption::WithFreqsAndPositions),
+            )
+            .set_stored();
+        let fields = Fields {
+            package_id: b.add_text_field("package_id", STRING | STORED),
+            project_id: b.add_text_field("project_id", STRING),
+            field: b.add_text_field("field", STORED),
+            text: b.add_text_field("text", text_opts),
+        };
+        let index = Index::create_in_ram(b.build());
+        let writer = index.writer_with_num_threads(1, 30_000_000).map_err(err)?;
+        let reader = index.reader().map_err(err)?;
+        Ok(Self {
+            index,
+            fields,
+            writer: Mutex::new(writer),
+            reader,
+        })
+    }
+
+    /// Replaces the chunks of each package (delete by id, add its chunks), then commits once.
+    pub fn upsert(&self, packages: &[&StoredPackage]) -> Result<(), StoreError> {
+        let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        for p in packages {
+            let id = p.package.package_id();
+            w.delete_term(Term::from_field_text(self.fields.package_id, id));
+            if p.quarantined.is_some() {
+                continue;
+            }
+            for (field, text) in cra_relay::search::chunks(&p.package) {
+                w.add_document(doc!(
+                    self.fields.package_id => id,
+                    self.fields.project_id => p.package.project_id(),
+                    self.fields.field => field,
+                    self.fields.text => text,
+                ))
+                .map_err(err)?;
+            }
+        }
+        w.commit().map_err(err)?;
+        drop(w);
+        self.reader.reload().map_err(err)
+    }
+
+    /// The best chunk per package for `q`, best first: `(package_id, score, field, chunk)`, at
+    /// most `max` packages, before filters (the caller filters and truncates).
+    pub fn search(
+        &self,
+        q: &SearchQuery,
+        max: usize,
+    ) -> Result<Vec<(String, f64, String, String)>, StoreError> {
+        let searcher = self.reader.searcher();
+        let parser = QueryParser::for_index(&self.index, vec![self.fields.text]);
+        // Free text, not query syntax: keep only words so quotes or colons cannot fail a search.
+        let words: String = q
+            .query
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { ' ' })
+            .collect();
+        let (text_query, _) = parser.parse_query_lenient(&words);
+        let project: Box<dyn Query> = Box::new(TermQuery::new(
+            Term::from_field_text(self.fields.project_id, &q.project_id),
+            IndexRecordOption::Basic,
+        ));
+        let query = BooleanQuery::new(vec![(Occur::Must, text_query), (Occur::Must, project)]);
+        let limit = max.saturating_mul(CHUNKS_PER_RESULT).max(100);
+        let top = searcher
+            .search(&query, &TopDocs::with_limit(limit).order_by_score())
+            .map_err(err)?;
+        let mut best: BTreeMap<String, usize> = BTreeMap::new();
+        let mut out: Vec<(String, f64, String, String)> = Vec::new();
+        for (score, addr) in top {
+            let d: TantivyDocument = searcher.doc(addr).map_err(err)?;
+            let get = |f: Field| {
+                d.get_first(f)
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            let id = get(self.fields.package_id);
+            if best.contains_key(&id) {
+                continue;
+            }
+            best.insert(id.clone(), out.len());
+            out.push((
+                id,
+                f64::from(score),
+                get(self.fields.field),
+                get(self.fields.text),
+            ));
+        }
+        Ok(out)
+    }
+}
+
+/// Turns index hits into [`SearchHit`]s: loads each package, applies the query's filters,
+/// truncates to `q.limit`.
+pub fn hits(
+    q: &SearchQuery,
+    raw: Vec<(String, f64, String, String)>,
+    load: impl Fn(&str) -> Result<Option<StoredPackage>, StoreError>,
+) -> Result<Vec<SearchHit>, StoreError> {
+    let mut out = Vec::new();
+    for (id, score, field, chunk) in raw {
+        if out.len() >= q.limit {
+            break;
+        }
+        let Some(p) = load(&id)? else { continue };
+        if p.quarantined.is_some() || !cra_relay::search::admits(q, &p.package) {
+            continue;
+        }
+        out.push(SearchHit {
+            package: p,
+            score,
+            field,
+            chunk,
+        });
+    }
+    Ok(out)
+}

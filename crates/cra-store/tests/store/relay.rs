@@ -1,0 +1,290 @@
+//! Relay on both backends: the whole `cra_relay::testkit` suite (every §11 level item, every §8
+//! error token, every §5.3 transition, 16-thread `assert_fact`, export/import round trip) against
+//! redb and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL; plus search quality on the corpus.
+
+use std::sync::{Arc, Mutex};
+
+use cra_relay::store::RelayStore;
+use cra_relay::testkit;
+use cra_store::relay::{PgRelay, RedbRelay};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::{RedbStore, StoreConfig};
+
+/// Keeps every data directory (and its store) alive until the test ends.
+#[derive(Default)]
+struct RedbFactory {
+    held: Mutex<Vec<(tempfile::TempDir, RedbStore)>>,
+}
+
+impl RedbFactory {
+    fn make(&self) -> Arc<dyn RelayStore> {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let relay = RedbRelay::open(&store).unwrap();
+        self.held.lock().unwrap().push((dir, store));
+        Arc::new(relay)
+    }
+}
+
+/// A fresh schema per store, dropped when the test ends.
+struct PgFactory {
+    url: String,
+    held: Mutex<Vec<TestSchema>>,
+}
+
+impl PgFactory {
+    fn make(&self) -> Arc<dyn RelayStore> {
+        let schema = TestSchema::new(&self.url, "relay");
+        let store = schema.store(StoreConfig::default()).unwrap();
+        self.held.lock().unwrap().push(schema);
+        Arc::new(PgRelay::new(store))
+    }
+}
+
+fn on_redb(case: testkit::Case) {
+    let f = RedbFactory::default();
+    case(&|| f.make());
+}
+
+fn on_pg(name: &str, case: testkit::Case) {
+    let Some(url) = postgres_url(name) else {
+        return;
+    };
+    let f = PgFactory {
+        url,
+        held: Mutex::new(Vec::new()),
+    };
+    case(&|| f.make());
+}
+
+fn case(name: &str) -> testkit::Case {
+    testkit::SUITE
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, c)| *c)
+        .unwrap_or_else(|| panic!("no relay suite case {name}"))
+}
+
+macro_rules! relay_suite {
+    ($($name:ident),* $(,)?) => {
+        mod redb_backend {
+            $(
+                #[test]
+                fn $name() {
+                    super::on_redb(super::case(stringify!($name)));
+                }
+            )*
+        }
+        mod pg_backend {
+            $(
+                #[test]
+                fn $name() {
+                    super::on_pg(concat!("relay::pg_backend::", stringify!($name)), super::case(stringify!($name)));
+                }
+            )*
+        }
+        #[test]
+        fn every_suite_case_runs_on_both_backends() {
+            let named = [$(stringify!($name)),*];
+            for (n, _) in testkit::SUITE {
+                assert!(named.contains(n), "suite case {n} is not run here");
+            }
+        }
+    };
+}
+
+relay_suite!(
+    l0_pull_specific_and_latest,
+    l0_unknown_and_extension_fields_round_trip,
+    l0_orient_bundle,
+    l1_deposit_hashes_match_vectors,
+    l1_idempotent_deposit,
+    err_duplicate_package_id,
+    err_invalid_schema_pointers,
+    err_project_archived,
+    err_identity_mismatch,
+    err_package_not_found,
+    err_project_not_found,
+    err_search_not_supported_or_search_works,
+    err_integrity_quarantine,
+    l2_assert_supersedes_atomically,
+    l2_point_in_time_queries,
+    l2_invalidate_counts,
+    l2_concurrent_assert_16_threads,
+    l3_status_transitions,
+    l3_flag_review_and_awaiting_list,
+    sessions_callsign_and_provenance,
+    orchestrate_digest,
+    export_import_round_trip,
+    import_refuses_tampered_package,
+);
+
+// ---- search quality ------------------------------------------------------------------------
+
+fn corpus() -> serde_json::Value {
+    serde_json::from_str(include_str!(
+        "../../../cra-relay/tests/fixtures/search/corpus.json"
+    ))
+    .unwrap()
+}
+
+/// Deposits the corpus and returns (recall@5, MRR) for the queries that share a title word and
+/// for those that share none, printing both.
+fn search_quality(store: Arc<dyn RelayStore>, backend: &str) -> ((f64, f64), (f64, f64)) {
+    use cra_relay::{Actor, ActorType};
+    let (r, _) = testkit::relay(store);
+    let c = corpus();
+    r.create_project("proj_search", "Search corpus").unwrap();
+    for p in c["packages"].as_array().unwrap() {
+        let who = &p["created_by"];
+        let actor = Actor::new(
+            who["id"].as_str().unwrap(),
+            ActorType::parse(who["type"].as_str().unwrap()).unwrap(),
+        );
+        r.deposit("proj_search", &actor, p).unwrap();
+    }
+    let mut halves = [(0.0, 0.0, 0usize), (0.0, 0.0, 0usize)];
+    for q in c["queries"].as_array().unwrap() {
+        let hits = r
+            .pull_relevant(&cra_relay::store::SearchQuery {
+                project_id: "proj_search".into(),
+                query: q["query"].as_str().unwrap().into(),
+                limit: 5,
+                ..Default::default()
+            })
+            .unwrap();
+        let want = q["relevant"][0].as_str().unwrap();
+        let rank = hits
+            .iter()
+            .position(|h| h.package.package.package_id() == want);
+        let half = &mut halves[usize::from(!q["shares_title_word"].as_bool().unwrap())];
+        half.2 += 1;
+        if let Some(i) = rank {
+            half.0 += 1.0;
+            half.1 += 1.0 / (i as f64 + 1.0);
+        }
+    }
+    let m = |h: (f64, f64, usize)| (h.0 / h.2 as f64, h.1 / h.2 as f64);
+    let (a, b) = (m(halves[0]), m(halves[1]));
+    println!(
+        "relay search quality on {backend}: title-word queries recall@5 {:.3} MRR {:.3}; no-title-word queries recall@5 {:.3} MRR {:.3}",
+        a.0, a.1, b.0, b.1
+    );
+    (a, b)
+}
+
+#[test]
+fn search_quality_redb() {
+    let f = RedbFactory::default();
+    let (with_title, without) = search_quality(f.make(), "redb/tantivy");
+    assert!(with_title.0 >= 0.8, "recall@5 {with_title:?}");
+    assert!(without.0 >= 0.8, "recall@5 {without:?}");
+}
+
+#[test]
+fn search_quality_pg() {
+    let Some(url) = postgres_url("relay::search_quality_pg") else {
+        return;
+    };
+    let f = PgFactory {
+        url,
+        held: Mutex::new(Vec::new()),
+    };
+    let (with_title, without) = search_quality(f.make(), "postgres/fts");
+    assert!(with_title.0 >= 0.8, "recall@5 {with_title:?}");
+    assert!(without.0 >= 0.8, "recall@5 {without:?}");
+}
+
+fn search_filters(store: Arc<dyn RelayStore>) {
+    use cra_relay::store::SearchQuery;
+    let (r, _) = testkit::relay(store);
+    r.create_project(testkit::PROJECT, "x").unwrap();
+    let mut a = testkit::package("pkg_fa", "complete");
+    a["topic"] = serde_json::json!("infra");
+    a["tags"] = serde_json::json!(["ops", "q1"]);
+    a["content_md"] = serde_json::json!("Failover drill for the replica database.");
+    let mut b = testkit::package("pkg_fb", "complete");
+    b["topic"] = serde_json::json!("billing");
+    b["created_at"] = serde_json::json!("2026-01-01T00:00:00Z");
+    b["content_md"] = serde_json::json!("Replica of the invoice database for reporting.");
+    r.deposit(testkit::PROJECT, &testkit::jordan(), &a).unwrap();
+    r.deposit(testkit::PROJECT, &testkit::jordan(), &b).unwrap();
+    let ids = |q: SearchQuery| -> Vec<String> {
+        let mut v: Vec<String> = r
+            .pull_relevant(&q)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.package.package.package_id().to_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let base = SearchQuery {
+        project_id: testkit::PROJECT.into(),
+        query: "replica database".into(),
+        limit: 5,
+        ..Default::default()
+    };
+    assert_eq!(ids(base.clone()), ["pkg_fa", "pkg_fb"]);
+    assert_eq!(
+        ids(SearchQuery {
+            topic: Some("infra".into()),
+            ..base.clone()
+        }),
+        ["pkg_fa"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            tags: vec!["ops".into()],
+            ..base.clone()
+        }),
+        ["pkg_fa"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            until: Some("2026-02-01T00:00:00Z".into()),
+            ..base.clone()
+        }),
+        ["pkg_fb"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            since: Some("2026-02-01T00:00:00Z".into()),
+            ..base.clone()
+        }),
+        ["pkg_fa"]
+    );
+    assert_eq!(
+        ids(SearchQuery {
+            package_type: Some("decision".into()),
+            ..base.clone()
+        }),
+        Vec::<String>::new()
+    );
+    let hit = &r
+        .pull_relevant(&SearchQuery {
+            topic: Some("infra".into()),
+            ..base
+        })
+        .unwrap()[0];
+    assert_eq!(hit.field, "content_md", "best chunk is reported");
+    assert!(hit.score > 0.0);
+}
+
+#[test]
+fn search_filters_redb() {
+    let f = RedbFactory::default();
+    search_filters(f.make());
+}
+
+#[test]
+fn search_filters_pg() {
+    let Some(url) = postgres_url("relay::search_filters_pg") else {
+        return;
+    };
+    let f = PgFactory {
+        url,
+        held: Mutex::new(Vec::new()),
+    };
+    search_filters(f.make());
+}

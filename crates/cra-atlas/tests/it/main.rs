@@ -1,7 +1,8 @@
-//! Integration tests of `cra-atlas`: loading fixture atlases, registry behaviour, packing.
+//! Integration tests of `cra-atlas`: loading, registry, packing, provider adapters.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod adapters;
 mod load;
 mod pack;
 mod registry;

@@ -4,12 +4,18 @@
 //! storage trait defined here ([`store::CarpStore`]).
 //!
 //! * [`types`]: the wire objects of spec §3.
+//! * [`validate`]: request shape (JSON Schema, every bad member with its pointer) and the §3.6
+//!   rules, one token each.
+//! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
+//! * [`execute`]: execute authorisation; [`service`]: the operations over a store.
 //! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
 
 pub mod eval;
+pub mod execute;
 pub mod explain;
 pub mod index;
+pub mod service;
 pub mod shared;
 pub mod store;
 pub mod types;

@@ -4,5 +4,6 @@
 mod common;
 mod golden;
 mod props;
+mod service;
 mod store;
 mod table;

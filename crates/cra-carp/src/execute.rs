@@ -1,0 +1,195 @@
+//! Execute authorisation: given the stored resolution (already checked to exist, belong to the
+//! requester and be unexpired), the approval (if the action is gated) and the clock, decide
+//! before any executor runs whether the execution may proceed, and with which counter charges.
+//! Pure; the caller then asks the store to consume the charges atomically
+//! ([`crate::CarpStore::try_consume`]) and only runs the executor if they fit.
+
+use cra_wire::{FieldError, Token};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::eval::scope_key;
+use crate::index::{Scope, budget_cost};
+use crate::store::{ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome};
+use crate::types::{AllowedAction, CarpRequest, ConstraintType, Resolution};
+use crate::validate::{CarpError, check_parameters, execution_of};
+
+/// What to do with an execute request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Authorization {
+    /// May run once these charges are consumed.
+    Proceed {
+        /// The allowed action from the resolution.
+        action: AllowedAction,
+        /// Rate-limit and budget charges, in constraint order.
+        charges: Vec<Charge>,
+    },
+    /// Waiting for the resolution's approval.
+    PendingApproval {
+        /// The approval to decide.
+        approval_id: String,
+    },
+    /// A rule refused it (approval rejected, outside a time window).
+    Denied(CarpError),
+}
+
+fn scope_of(v: Option<&Value>) -> Scope {
+    match v.and_then(Value::as_str) {
+        Some("session") => Scope::Session,
+        Some("global") => Scope::Global,
+        _ => Scope::Agent,
+    }
+}
+
+fn binds(params: &serde_json::Map<String, Value>, action_id: &str) -> bool {
+    params
+        .get("actions")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(action_id)))
+}
+
+/// Decides an execute request. `validator` is the compiled `parameters_schema` of the action;
+/// `approval` is the record named by the resolution's `approval_id`, if any.
+pub fn authorize(
+    request: &CarpRequest,
+    resolution: &Resolution,
+    action: &AllowedAction,
+    validator: &jsonschema::Validator,
+    approval: Option<&ApprovalRecord>,
+    now: OffsetDateTime,
+) -> Result<Authorization, CarpError> {
+    let exec = execution_of(request)?;
+    check_parameters(validator, &action.action_id, &exec.parameters)?;
+
+    if action.requires_confirmation {
+        let Some(approval_id) = resolution.decision.approval_id.clone() else {
+            return Err(CarpError::new(
+                Token::InternalError,
+                "the resolution gates this action but carries no approval_id",
+            ));
+        };
+        match approval.map(|a| a.status) {
+            None | Some(ApprovalStatus::Pending) => {
+                return Ok(Authorization::PendingApproval { approval_id });
+            }
+            Some(ApprovalStatus::Rejected) => {
+                return Ok(Authorization::Denied(CarpError::new(
+                    Token::ApprovalRejected,
+                    format!(
+                        "approval {approval_id} for {} was rejected; resolve again or ask an approver",
+                        action.action_id
+                    ),
+                )));
+            }
+            Some(ApprovalStatus::Granted) => {}
+        }
+    }
+
+    let now_utc = now.to_offset(time::UtcOffset::UTC);
+    let (hour, weekday) = (now_utc.hour(), now_utc.weekday().number_days_from_monday());
+    let (agent, session) = (&request.requester.agent_id, &request.requester.session_id);
+    let mut charges = Vec::new();
+    for c in &resolution.constraints {
+        if !binds(&c.parameters, &action.action_id) {
+            continue;
+        }
+        let p = &c.parameters;
+        let policy_id = p
+            .get("policy_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let u = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
+        match c.kind {
+            ConstraintType::TimeWindow => {
+                let (start, end) = (u("start_hour"), u("end_hour"));
+                let in_hours = if start < end {
+                    u64::from(hour) >= start && u64::from(hour) < end
+                } else {
+                    u64::from(hour) >= start || u64::from(hour) < end
+                };
+                const DAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
+                let on_day = p.get("weekdays").and_then(Value::as_array).is_none_or(|d| {
+                    d.iter().any(|x| {
+                        x.as_str()
+                            .is_some_and(|s| s.eq_ignore_ascii_case(DAYS[weekday as usize]))
+                    })
+                });
+                if !(in_hours && on_day) {
+                    return Ok(Authorization::Denied(CarpError {
+                        token: Token::ActionNotAllowed,
+                        message: format!(
+                            "{} may only run inside the time window of policy {policy_id} (UTC hours {start}-{end}); try again then",
+                            action.action_id
+                        ),
+                        errors: vec![FieldError::new(
+                            "/execution/action_id",
+                            "outside the policy's time window",
+                        )],
+                    }));
+                }
+            }
+            ConstraintType::RateLimit => charges.push(Charge {
+                policy_id,
+                scope_key: scope_key(scope_of(p.get("scope")), agent, session),
+                kind: ChargeKind::Rate {
+                    max_calls: u("max_calls"),
+                    window_seconds: u("window_seconds"),
+                },
+            }),
+            ConstraintType::Budget => {
+                let costs = p
+                    .get("costs")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                charges.push(Charge {
+                    policy_id,
+                    scope_key: scope_key(scope_of(p.get("scope")), agent, session),
+                    kind: ChargeKind::Budget {
+                        max_units: u("max_units"),
+                        units: budget_cost(&costs, &action.action_id),
+                    },
+                });
+            }
+            ConstraintType::RequireApproval => {}
+        }
+    }
+    Ok(Authorization::Proceed {
+        action: action.clone(),
+        charges,
+    })
+}
+
+/// The error for a charge the store refused.
+pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
+    match outcome {
+        ConsumeOutcome::Consumed => None,
+        ConsumeOutcome::Refused {
+            policy_id,
+            kind:
+                ChargeKind::Rate {
+                    max_calls,
+                    window_seconds,
+                },
+            used,
+            ..
+        } => Some(CarpError::new(
+            Token::RateLimitExceeded,
+            format!(
+                "rate limit {policy_id} reached: {used} of {max_calls} executions in the last {window_seconds} s; wait and retry"
+            ),
+        )),
+        ConsumeOutcome::Refused {
+            policy_id,
+            kind: ChargeKind::Budget { max_units, units },
+            used,
+            ..
+        } => Some(CarpError::new(
+            Token::BudgetExhausted,
+            format!(
+                "budget {policy_id} cannot cover {units} more units: {used} of {max_units} spent"
+            ),
+        )),
+    }
+}

@@ -1,0 +1,430 @@
+//! The CARP operations over a store: sessions, resolve (and validate, its dry run), execute up to
+//! the point where an executor runs, and approvals. Every §3.6 rule is checked here in a fixed
+//! order, each with its own token; the rules themselves live in [`crate::validate`] and
+//! [`crate::execute`], evaluation in [`crate::eval`]. Time and ids are injected.
+
+use std::sync::Arc;
+
+use cra_wire::clock::format_timestamp;
+use cra_wire::{Clock, IdGenerator, Token};
+use serde_json::{Map, Value};
+
+use crate::eval::{CountersSnapshot, ResolveOptions, resolve, seconds_to_us, unix_micros};
+use crate::execute::{Authorization, authorize, refusal_error};
+use crate::index::AtlasSet;
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ExecutionRecord, SessionRecord,
+    StoreError, StoredResolution,
+};
+use crate::types::{
+    AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
+    ExecuteStatus, Operation, Resolution,
+};
+use crate::validate::{
+    CarpError, DEFAULT_MAX_SKEW_SECONDS, check_action_allowed, check_clock_skew,
+    check_request_id_new, check_resolution, check_session, compile_schema, execution_of,
+};
+
+/// Runtime knobs.
+#[derive(Debug, Clone)]
+pub struct CarpConfig {
+    /// `ttl_seconds` of resolutions.
+    pub ttl_seconds: u64,
+    /// Allowed clock skew of request timestamps.
+    pub max_skew_seconds: i64,
+}
+
+impl Default for CarpConfig {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: crate::eval::DEFAULT_TTL_SECONDS,
+            max_skew_seconds: DEFAULT_MAX_SKEW_SECONDS,
+        }
+    }
+}
+
+fn store_err(e: StoreError) -> CarpError {
+    CarpError::new(Token::Unavailable, e.to_string())
+}
+
+/// An execution cleared to run: run the executor, then call [`Carp::finish_execution`].
+#[derive(Debug, Clone)]
+pub struct ClearedExecution {
+    /// The new execution's id.
+    pub execution_id: String,
+    /// The action.
+    pub action: AllowedAction,
+    /// Its parameters.
+    pub parameters: Value,
+    /// The resolution's trace id.
+    pub trace_id: String,
+    request_id: String,
+    resolution_id: String,
+    session_id: String,
+    idempotency_key: Option<String>,
+}
+
+/// What an execute request led to.
+#[derive(Debug, Clone)]
+pub enum ExecuteOutcome {
+    /// Cleared: counters consumed; the caller runs the executor.
+    Run(ClearedExecution),
+    /// Answered without running anything (denied, pending approval, or the first response of a
+    /// repeated idempotency key).
+    Answered(ExecuteResponse),
+}
+
+/// CARP over a store, an atlas set, a clock and an id generator.
+#[derive(Debug, Clone)]
+pub struct Carp {
+    store: Arc<dyn CarpStore>,
+    atlases: Arc<AtlasSet>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    config: CarpConfig,
+}
+
+impl Carp {
+    /// Wires the parts together.
+    pub fn new(
+        store: Arc<dyn CarpStore>,
+        atlases: Arc<AtlasSet>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+        config: CarpConfig,
+    ) -> Self {
+        Self {
+            store,
+            atlases,
+            clock,
+            ids,
+            config,
+        }
+    }
+
+    /// The atlas set in force.
+    pub fn atlases(&self) -> &AtlasSet {
+        &self.atlases
+    }
+
+    /// Replaces the atlas set (hot reload); resolutions already made keep their content.
+    pub fn set_atlases(&mut self, atlases: Arc<AtlasSet>) {
+        self.atlases = atlases;
+    }
+
+    /// Opens a session for `agent_id` (with a given id, or a new UUIDv7).
+    pub fn open_session(
+        &self,
+        agent_id: &str,
+        session_id: Option<&str>,
+        parent_session_id: Option<&str>,
+    ) -> Result<SessionRecord, CarpError> {
+        let rec = SessionRecord {
+            session_id: session_id.map_or_else(|| self.ids.new_id(), str::to_owned),
+            agent_id: agent_id.to_owned(),
+            parent_session_id: parent_session_id.map(str::to_owned),
+            created_at: format_timestamp(self.clock.now()),
+            ended_at: None,
+        };
+        self.store.create_session(&rec).map_err(|e| match e {
+            StoreError::AlreadyExists { .. } => CarpError::new(Token::AlreadyExists, e.to_string()),
+            other => store_err(other),
+        })?;
+        Ok(rec)
+    }
+
+    /// Ends a session.
+    pub fn end_session(&self, session_id: &str) -> Result<SessionRecord, CarpError> {
+        self.store
+            .end_session(session_id, &format_timestamp(self.clock.now()))
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => {
+                    CarpError::new(Token::SessionNotFound, e.to_string())
+                }
+                other => store_err(other),
+            })
+    }
+
+    fn common_checks(&self, request: &CarpRequest) -> Result<time::OffsetDateTime, CarpError> {
+        let now = self.clock.now();
+        check_clock_skew(request, now, self.config.max_skew_seconds)?;
+        let session = self
+            .store
+            .get_session(&request.requester.session_id)
+            .map_err(store_err)?;
+        check_session(request, session.as_ref())?;
+        let fresh = self
+            .store
+            .insert_request_id(&request.requester.session_id, &request.request_id)
+            .map_err(store_err)?;
+        check_request_id_new(request, fresh)?;
+        Ok(now)
+    }
+
+    /// Resolves (operation `resolve`) and stores the resolution and its approval, or evaluates
+    /// without storing anything (operation `validate`). `explain` attaches the explanation to the
+    /// answer (never to the stored copy).
+    pub fn resolve(
+        &self,
+        request: &CarpRequest,
+        explain: bool,
+        trace_id: Option<String>,
+    ) -> Result<Resolution, CarpError> {
+        if request.operation == Operation::Execute {
+            return Err(CarpError::new(
+                Token::InvalidRequest,
+                "this is an execute request; send it to execute",
+            ));
+        }
+        let now = self.common_checks(request)?;
+        let counters = CountersSnapshot::load(self.store.as_ref(), &self.atlases, request, now)
+            .map_err(store_err)?;
+        let options = ResolveOptions {
+            ttl_seconds: self.config.ttl_seconds,
+            explain,
+            trace_id,
+        };
+        let res = resolve(
+            request,
+            &self.atlases,
+            &counters,
+            now,
+            self.ids.as_ref(),
+            &options,
+        )
+        .map_err(|e| CarpError::new(e.token(), e.to_string()))?;
+        if request.operation == Operation::Validate {
+            return Ok(res);
+        }
+        let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
+        let mut stored = res.clone();
+        stored.explain = None;
+        self.store
+            .put_resolution(&StoredResolution {
+                resolution: stored,
+                session_id: request.requester.session_id.clone(),
+                agent_id: request.requester.agent_id.clone(),
+                expires_at_us,
+            })
+            .map_err(store_err)?;
+        if res.decision.kind == DecisionType::RequiresApproval
+            && let Some(approval_id) = &res.decision.approval_id
+        {
+            self.store
+                .create_approval(&ApprovalRecord {
+                    approval_id: approval_id.clone(),
+                    resolution_id: res.resolution_id.clone(),
+                    session_id: request.requester.session_id.clone(),
+                    agent_id: request.requester.agent_id.clone(),
+                    actions: res
+                        .allowed_actions
+                        .iter()
+                        .filter(|a| a.requires_confirmation)
+                        .map(|a| a.action_id.to_string())
+                        .collect(),
+                    created_at: res.timestamp.clone(),
+                    expires_at_us,
+                    status: ApprovalStatus::Pending,
+                    decided_by: None,
+                    decided_at: None,
+                    note: None,
+                })
+                .map_err(store_err)?;
+        }
+        Ok(res)
+    }
+
+    fn answer(
+        &self,
+        request: &CarpRequest,
+        resolution_id: &str,
+        trace_id: &str,
+        status: ExecuteStatus,
+        error: Option<&CarpError>,
+    ) -> ExecuteResponse {
+        ExecuteResponse {
+            carp_version: CARP_VERSION.to_owned(),
+            execution_id: self.ids.new_id(),
+            request_id: request.request_id.clone(),
+            resolution_id: resolution_id.to_owned(),
+            timestamp: format_timestamp(self.clock.now()),
+            status,
+            result: None,
+            error: error.map(|e| ExecuteError {
+                code: e.token.as_str().to_owned(),
+                message: e.message.clone(),
+                details: (!e.errors.is_empty()).then(|| serde_json::json!({ "errors": e.errors })),
+            }),
+            trace_id: trace_id.to_owned(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Runs every check of an execute request and, when it may run, consumes its rate-limit and
+    /// budget charges. Malformed or rule-breaking requests are `Err` (with their token); denials
+    /// by a policy (limit exhausted, approval rejected, outside a window) and pending approvals
+    /// are answered as responses with status `denied` / `pending_approval`.
+    pub fn execute(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
+        let exec = execution_of(request)?;
+        let now = self.common_checks(request)?;
+        if let Some(key) = &exec.idempotency_key
+            && let Some(first) = self
+                .store
+                .get_execution_by_key(&request.requester.session_id, key)
+                .map_err(store_err)?
+        {
+            return Ok(ExecuteOutcome::Answered(first.response));
+        }
+        let stored = self
+            .store
+            .get_resolution(&exec.resolution_id)
+            .map_err(store_err)?;
+        let resolution = check_resolution(request, stored.as_ref(), unix_micros(now))?;
+        let action = check_action_allowed(request, resolution)?;
+        let compiled;
+        let validator = match self.compiled_validator(action) {
+            Some(v) => v,
+            None => {
+                compiled = compile_schema(&action.action_id, &action.parameters_schema)?;
+                &compiled
+            }
+        };
+        let approval = match &resolution.decision.approval_id {
+            Some(id) if action.requires_confirmation => {
+                self.store.get_approval(id).map_err(store_err)?
+            }
+            _ => None,
+        };
+        let rid = resolution.resolution_id.clone();
+        let tid = resolution.trace_id.clone();
+        match authorize(
+            request,
+            resolution,
+            action,
+            validator,
+            approval.as_ref(),
+            now,
+        )? {
+            Authorization::PendingApproval { approval_id } => {
+                let e = CarpError::new(
+                    Token::ApprovalPending,
+                    format!("approval {approval_id} is still pending; retry once it is granted"),
+                );
+                Ok(ExecuteOutcome::Answered(self.answer(
+                    request,
+                    &rid,
+                    &tid,
+                    ExecuteStatus::PendingApproval,
+                    Some(&e),
+                )))
+            }
+            Authorization::Denied(e) => Ok(ExecuteOutcome::Answered(self.answer(
+                request,
+                &rid,
+                &tid,
+                ExecuteStatus::Denied,
+                Some(&e),
+            ))),
+            Authorization::Proceed { action, charges } => {
+                let outcome = self
+                    .store
+                    .try_consume(&charges, unix_micros(now))
+                    .map_err(store_err)?;
+                if let Some(e) = refusal_error(&outcome) {
+                    return Ok(ExecuteOutcome::Answered(self.answer(
+                        request,
+                        &rid,
+                        &tid,
+                        ExecuteStatus::Denied,
+                        Some(&e),
+                    )));
+                }
+                Ok(ExecuteOutcome::Run(ClearedExecution {
+                    execution_id: self.ids.new_id(),
+                    action,
+                    parameters: exec.parameters.clone(),
+                    trace_id: tid,
+                    request_id: request.request_id.clone(),
+                    resolution_id: rid,
+                    session_id: request.requester.session_id.clone(),
+                    idempotency_key: exec.idempotency_key.clone(),
+                }))
+            }
+        }
+    }
+
+    fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {
+        self.atlases.atlases().iter().find_map(|a| {
+            let i = *a.action_index.get(action.action_id.as_str())?;
+            let c = &a.actions[i];
+            (c.allowed.parameters_schema == action.parameters_schema).then_some(&c.validator)
+        })
+    }
+
+    /// Records the executor's outcome and returns the response. With an idempotency key, the
+    /// first recorded response wins (a concurrent duplicate gets the first one back).
+    pub fn finish_execution(
+        &self,
+        run: ClearedExecution,
+        outcome: Result<Value, ExecuteError>,
+    ) -> Result<ExecuteResponse, CarpError> {
+        let (status, result, error) = match outcome {
+            Ok(v) => (ExecuteStatus::Success, Some(v), None),
+            Err(e) => (ExecuteStatus::Error, None, Some(e)),
+        };
+        let response = ExecuteResponse {
+            carp_version: CARP_VERSION.to_owned(),
+            execution_id: run.execution_id.clone(),
+            request_id: run.request_id,
+            resolution_id: run.resolution_id,
+            timestamp: format_timestamp(self.clock.now()),
+            status,
+            result,
+            error,
+            trace_id: run.trace_id,
+            extra: Map::new(),
+        };
+        let rec = self
+            .store
+            .record_execution(&ExecutionRecord {
+                execution_id: run.execution_id,
+                session_id: run.session_id,
+                idempotency_key: run.idempotency_key,
+                response,
+            })
+            .map_err(store_err)?;
+        Ok(rec.response)
+    }
+
+    /// Grants or rejects a pending approval once.
+    pub fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+    ) -> Result<ApprovalRecord, CarpError> {
+        self.store
+            .decide_approval(
+                approval_id,
+                decision,
+                decided_by,
+                note,
+                &format_timestamp(self.clock.now()),
+            )
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => {
+                    CarpError::new(Token::ApprovalNotFound, e.to_string())
+                }
+                StoreError::AlreadyDecided { .. } => {
+                    CarpError::new(Token::AlreadyExists, e.to_string())
+                }
+                other => store_err(other),
+            })
+    }
+
+    /// Every pending approval.
+    pub fn pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
+        self.store.list_pending_approvals().map_err(store_err)
+    }
+}

@@ -1,0 +1,385 @@
+//! The HTTP target: plays fixtures against any server over plain HTTP (no TLS), mapping each
+//! abstract verb to the route of the HTTP contract documented in `conformance/README.md`.
+//!
+//! Setup goes through the same routes (projects, sessions, packages, facts, setup steps). Verbs
+//! with no route of their own (pure computations such as `canonical_trace`) go to the optional
+//! evaluation route `POST /v1/conformance/eval/{verb}`; a server that does not offer a route
+//! (404/405/501) gets `not_implemented` for that case.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::Method;
+use reqwest::blocking::Client;
+use serde_json::{Map, Value, json};
+
+use crate::fixture::Fixture;
+use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_steps};
+
+/// A server under test.
+#[derive(Debug, Clone)]
+pub struct HttpTarget {
+    base: String,
+    token: Option<String>,
+    actor_tokens: BTreeMap<String, String>,
+    client: Client,
+    claims: Vec<String>,
+}
+
+/// Why a call could not be made or understood.
+enum Fail {
+    NotImplemented(String),
+    Errored(String),
+}
+
+impl HttpTarget {
+    /// A target at `base` (e.g. `http://127.0.0.1:8080`), authenticating with `token` when given.
+    /// Its claims are read from `GET /v1/conformance` (`conformance_level` and `cra_levels`).
+    ///
+    /// `actor_tokens` maps an actor id to its token: a request whose body names an actor
+    /// (`requester.agent_id`, `created_by.id`) is sent with that actor's token, since a server
+    /// refuses a body naming another actor than the caller (`identity_mismatch`).
+    pub fn connect(
+        base: &str,
+        token: Option<String>,
+        actor_tokens: BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        let client = Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let mut t = Self {
+            base: base.trim_end_matches('/').to_owned(),
+            token,
+            actor_tokens,
+            client,
+            claims: Vec::new(),
+        };
+        let (status, body) = t
+            .call(Method::GET, "/v1/conformance", None)
+            .map_err(|e| match e {
+                Fail::NotImplemented(m) | Fail::Errored(m) => m,
+            })?;
+        if status == 200 {
+            if let Some(l) = body.get("conformance_level").and_then(Value::as_str) {
+                t.claims.push(l.to_owned());
+            }
+            for l in body
+                .get("cra_levels")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(l) = l.as_str() {
+                    t.claims.push(l.to_owned());
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    fn call(&self, method: Method, path: &str, body: Option<&Value>) -> Result<(u16, Value), Fail> {
+        self.call_as(method, path, body, true)
+    }
+
+    fn token_for(&self, body: Option<&Value>) -> Option<&String> {
+        let actor = body.and_then(|b| {
+            b.pointer("/requester/agent_id")
+                .or_else(|| b.pointer("/created_by/id"))
+                .or_else(|| b.pointer("/package/created_by/id"))
+                .and_then(Value::as_str)
+        });
+        actor
+            .and_then(|a| self.actor_tokens.get(a))
+            .or(self.token.as_ref())
+    }
+
+    fn call_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        authenticated: bool,
+    ) -> Result<(u16, Value), Fail> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.client.request(method.clone(), &url);
+        if authenticated && let Some(t) = self.token_for(body) {
+            req = req.bearer_auth(t);
+        }
+        if let Some(b) = body {
+            // A string body is sent as is (to test unparsable bodies); anything else as JSON.
+            let text = b.as_str().map_or_else(|| b.to_string(), str::to_owned);
+            req = req.header("content-type", "application/json").body(text);
+        }
+        let resp = req
+            .send()
+            .map_err(|e| Fail::Errored(format!("{method} {url}: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .map_err(|e| Fail::Errored(format!("{method} {url}: reading the body: {e}")))?;
+        let value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Ok((status, value))
+    }
+
+    /// Calls a route; a missing route is `not_implemented`; an error status is folded into the
+    /// answer as `status` beside the server's error body.
+    fn route(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, Fail> {
+        let (status, value) = self.call(method.clone(), path, body)?;
+        if status == 405 || (status == 404 && value.get("error").is_none()) {
+            return Err(Fail::NotImplemented(format!(
+                "{method} {path} is not offered"
+            )));
+        }
+        if status >= 400 {
+            let mut v = match value {
+                Value::Object(o) => Value::Object(o),
+                other => json!({"error": "unknown", "body": other}),
+            };
+            v["status"] = json!(status);
+            return Ok(v);
+        }
+        Ok(value)
+    }
+
+    fn perform(&self, op: &str, args: &Value) -> Result<Value, Fail> {
+        let s = |k: &str| {
+            args.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let project = enc(&s("project_id"));
+        match op {
+            "deposit" => {
+                let pkg = args.get("package").cloned().unwrap_or(Value::Null);
+                let p = pkg
+                    .get("project_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                self.route(
+                    Method::POST,
+                    &format!("/v1/projects/{}/packages", enc(p)),
+                    Some(&pkg),
+                )
+            }
+            "pull" => {
+                let mode = s("mode");
+                let path = match mode.as_str() {
+                    "specific" => format!("/v1/packages/{}", enc(&s("package_id"))),
+                    _ => {
+                        let mut q = format!("/v1/projects/{project}/packages?mode={}", enc(&mode));
+                        if let Some(l) = args.get("limit") {
+                            q.push_str(&format!("&limit={l}"));
+                        }
+                        if let Some(x) = args.get("query").and_then(Value::as_str) {
+                            q.push_str(&format!("&query={}", enc(x)));
+                        }
+                        q
+                    }
+                };
+                self.route(Method::GET, &path, None)
+            }
+            "orient" => {
+                let mut q = format!("/v1/projects/{project}/orient");
+                if let Some(w) = args.get("window_days") {
+                    q.push_str(&format!("?window_days={w}"));
+                }
+                self.route(Method::GET, &q, None)
+            }
+            "assert_fact" => self.route(
+                Method::POST,
+                &format!("/v1/projects/{project}/facts"),
+                Some(&strip(args, &["project_id"])),
+            ),
+            "invalidate_fact" => self.route(
+                Method::DELETE,
+                &format!(
+                    "/v1/projects/{project}/facts?subject={}&predicate={}",
+                    enc(&s("subject")),
+                    enc(&s("predicate"))
+                ),
+                None,
+            ),
+            "get_facts" => {
+                let mut q = format!("/v1/projects/{project}/facts?");
+                for k in ["subject", "predicate", "as_of", "recorded_as_of", "history"] {
+                    if let Some(v) = args.get(k) {
+                        let v = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
+                        q.push_str(&format!("{k}={}&", enc(&v)));
+                    }
+                }
+                self.route(Method::GET, q.trim_end_matches(['&', '?']), None)
+            }
+            "flag_for_review" => self.route(
+                Method::POST,
+                &format!("/v1/packages/{}/flag", enc(&s("package_id"))),
+                Some(&strip(args, &["package_id"])),
+            ),
+            "review" => self.route(
+                Method::POST,
+                &format!("/v1/packages/{}/review", enc(&s("package_id"))),
+                Some(&strip(args, &["package_id"])),
+            ),
+            "resolve" | "execute" => {
+                let answer = self.route(Method::POST, &format!("/v1/{op}"), args.get("request"))?;
+                if args.get("with_trace").and_then(Value::as_bool) != Some(true)
+                    || answer.get("error").is_some()
+                {
+                    return Ok(answer);
+                }
+                let session = args
+                    .pointer("/request/requester/session_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let trace =
+                    self.route(Method::GET, &format!("/v1/traces/{}", enc(session)), None)?;
+                let verified = self.route(
+                    Method::POST,
+                    &format!("/v1/traces/{}/verify", enc(session)),
+                    None,
+                )?;
+                let valid = verified.get("valid").cloned().unwrap_or(Value::Null);
+                Ok(
+                    json!({"resolution": answer.clone(), "response": answer, "trace": trace, "trace_valid": valid}),
+                )
+            }
+            "http" => {
+                let method = Method::from_bytes(s("method").as_bytes())
+                    .map_err(|e| Fail::Errored(format!("http verb: bad method: {e}")))?;
+                let anonymous = args
+                    .get("anonymous")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                let (status, body) =
+                    self.call_as(method, &s("path"), args.get("body"), !anonymous)?;
+                Ok(json!({"status": status, "body": body}))
+            }
+            other => self.route(
+                Method::POST,
+                &format!("/v1/conformance/eval/{other}"),
+                Some(args),
+            ),
+        }
+    }
+
+    fn materialise(&self, fixture: &Fixture) -> Result<(), Fail> {
+        let setup = &fixture.setup;
+        for p in list(setup.get("projects")) {
+            self.expect_ok(Method::POST, "/v1/projects", &p)?;
+        }
+        for s in list(setup.get("sessions")) {
+            self.expect_ok(Method::POST, "/v1/sessions", &s)?;
+        }
+        for a in list(setup.get("atlases")) {
+            self.expect_ok(Method::POST, "/v1/atlases", &a)?;
+        }
+        if setup.get("events").is_some() {
+            return Err(Fail::NotImplemented(
+                "setup.events cannot be injected over HTTP (events come from operations)"
+                    .to_owned(),
+            ));
+        }
+        for pkg in list(setup.get("packages")) {
+            let p = pkg
+                .get("project_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            self.expect_ok(
+                Method::POST,
+                &format!("/v1/projects/{}/packages", enc(p)),
+                &pkg,
+            )?;
+        }
+        for f in list(setup.get("facts")) {
+            let p = f
+                .get("project_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            self.expect_ok(
+                Method::POST,
+                &format!("/v1/projects/{}/facts", enc(p)),
+                &strip(&f, &["project_id"]),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn expect_ok(&self, method: Method, path: &str, body: &Value) -> Result<(), Fail> {
+        let v = self.route(method.clone(), path, Some(body))?;
+        match v.get("status").and_then(Value::as_u64) {
+            Some(s) if s >= 400 && v.get("error").is_some() && s != 409 => {
+                Err(Fail::Errored(format!("setup {method} {path} answered {v}")))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn list(v: Option<&Value>) -> Vec<Value> {
+    v.and_then(Value::as_array).cloned().unwrap_or_default()
+}
+
+fn strip(v: &Value, keys: &[&str]) -> Value {
+    let mut m: Map<String, Value> = v.as_object().cloned().unwrap_or_default();
+    for k in keys {
+        m.remove(*k);
+    }
+    Value::Object(m)
+}
+
+/// Percent-encodes a path segment or query value.
+fn enc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+impl Target for HttpTarget {
+    fn name(&self) -> String {
+        self.base.clone()
+    }
+
+    fn claims(&self) -> Vec<String> {
+        self.claims.clone()
+    }
+
+    fn play(&self, fixture: &Fixture) -> Outcome {
+        let result = (|| -> Result<Value, Fail> {
+            let moves_clock = fixture.input.at_seconds.is_some_and(|s| s != 0)
+                || setup_steps(fixture)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|s| s.at_seconds.is_some_and(|s| s != 0));
+            if moves_clock {
+                return Err(Fail::NotImplemented(
+                    "the case moves the clock, which a live server does not let a client do"
+                        .to_owned(),
+                ));
+            }
+            self.materialise(fixture)?;
+            let mut answers = Vec::new();
+            for step in setup_steps(fixture).map_err(Fail::Errored)? {
+                let args = resolve_step_refs(&step.args, &answers).map_err(Fail::Errored)?;
+                answers.push(self.perform(&step.operation, &args)?);
+            }
+            let args = resolve_step_refs(&fixture.input.args, &answers).map_err(Fail::Errored)?;
+            self.perform(&fixture.input.operation, &args)
+        })();
+        match result {
+            Ok(v) => classify(v),
+            Err(Fail::NotImplemented(m)) => Outcome::NotImplemented(m),
+            Err(Fail::Errored(m)) => Outcome::Errored(m),
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! The in-process target: plays fixtures by calling the cra crates directly, with a fixed clock
+//! and deterministic ids from the fixture's `setup`.
+//!
+//! Verbs whose area has no public API yet answer `not_implemented` (visible in the report, never a
+//! pass). [`Mutation`] deliberately breaks one rule, for the tests proving the suite has teeth;
+//! the CLI always runs the faithful target.
+
+use serde_json::{Map, Value, json};
+
+use crate::fixture::Fixture;
+use crate::target::{Outcome, Target, classify, error_answer, resolve_step_refs, setup_steps};
+
+/// A deliberate defect injected into the in-process target (teeth tests only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The TRACE hash leaves `trace_id` out of the preimage.
+    HashFieldLeftOut,
+    /// The verifier starts at event 1, as the spec's §4.4.2 loop does (errata: check event 0).
+    VerifierSkipsEvent0,
+    /// Canonical JSON for the TRACE hash keeps keys in insertion order.
+    TraceKeysUnsorted,
+    /// The Relay content hash is taken with `null` members kept.
+    RelayNullsKept,
+}
+
+/// The in-process implementation.
+#[derive(Debug, Clone, Default)]
+pub struct InProcess {
+    mutation: Option<Mutation>,
+}
+
+/// Why a verb could not be answered.
+enum Fail {
+    NotImplemented(String),
+    Errored(String),
+}
+
+type VerbResult = Result<Value, Fail>;
+
+impl InProcess {
+    /// The faithful in-process target.
+    pub fn new() -> Self {
+        Self { mutation: None }
+    }
+
+    /// A target with one deliberate defect.
+    pub fn mutated(mutation: Mutation) -> Self {
+        Self {
+            mutation: Some(mutation),
+        }
+    }
+
+    fn perform(&self, op: &str, args: &Value) -> VerbResult {
+        match op {
+            "canonical_trace" => Ok(self.canonical_trace(arg(args, "value")?)),
+            "hash_event" => self.hash_event(arg(args, "event")?),
+            "verify_chain" => self.verify_chain(args),
+            "relay_canonical" => relay_canonical(arg(args, "value")?),
+            "content_hash" => self.content_hash(arg(args, "package")?),
+            other => Err(Fail::NotImplemented(format!(
+                "the in-process target does not offer `{other}` yet (its crate API has not landed)"
+            ))),
+        }
+    }
+
+    fn canonical_trace(&self, value: &Value) -> Value {
+        let text = if self.mutation == Some(Mutation::TraceKeysUnsorted) {
+            // serde_json without `preserve_order` sorts keys too; emulate an unsorted writer by
+            // reversing the order of every object's members.
+            let mut s = String::new();
+            write_reversed(value, &mut s);
+            s
+        } else {
+            cra_wire::canonical::trace_canonical(value)
+        };
+        json!({ "canonical": text })
+    }
+
+    fn hash_event(&self, event: &Value) -> VerbResult {
+        let mut ev: cra_trace::TraceEvent =
+            match serde_json::from_value(with_placeholder_hash(event)) {
+                Ok(e) => e,
+                Err(e) => return Ok(error_answer("malformed_event", 400, e.to_string())),
+            };
+        if self.mutation == Some(Mutation::HashFieldLeftOut) {
+            ev.trace_id = String::new();
+        }
+        if self.mutation == Some(Mutation::TraceKeysUnsorted) {
+            let canonical = self.canonical_trace(&ev.payload);
+            let real = cra_wire::canonical::trace_canonical(&ev.payload);
+            let mut pre = cra_trace::event_preimage(&ev);
+            if let Some(c) = canonical.get("canonical").and_then(Value::as_str) {
+                pre = pre.replacen(&real, c, 1);
+            }
+            return Ok(json!({"event_hash": cra_wire::hash::sha256_hex(pre.as_bytes())}));
+        }
+        Ok(json!({ "event_hash": cra_trace::compute_event_hash(&ev) }))
+    }
+
+    fn verify_chain(&self, args: &Value) -> VerbResult {
+        let mut text = String::new();
+        if let Some(lines) = args.get("lines").and_then(Value::as_array) {
+            for l in lines {
+                text.push_str(l.as_str().ok_or_else(|| {
+                    Fail::Errored("verify_chain: `lines` must hold strings".to_owned())
+                })?);
+                text.push('\n');
+            }
+        } else if let Some(events) = args.get("events").and_then(Value::as_array) {
+            for e in events {
+                text.push_str(&e.to_string());
+                text.push('\n');
+            }
+        } else {
+            return Err(Fail::Errored(
+                "verify_chain needs `events` or `lines`".to_owned(),
+            ));
+        }
+        let skip0 = self.mutation == Some(Mutation::VerifierSkipsEvent0);
+        let all = args
+            .get("all_errors")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+            || skip0;
+        let report = cra_trace::verify_text_reference(text.as_bytes(), all);
+        let mut findings: Vec<&cra_trace::Finding> = report.findings.iter().collect();
+        if skip0 {
+            findings.retain(|f| f.line != 1);
+            if !args
+                .get("all_errors")
+                .and_then(Value::as_bool)
+                .unwrap_or(false)
+            {
+                findings.truncate(1);
+            }
+        }
+        let list: Vec<Value> = findings
+            .iter()
+            .map(|f| json!({"sequence": f.sequence, "line": f.line, "code": f.code.as_str()}))
+            .collect();
+        let mut out = Map::new();
+        out.insert("valid".into(), Value::Bool(list.is_empty()));
+        out.insert("events".into(), json!(report.events));
+        if let Some(first) = list.first() {
+            out.insert("first_error".into(), first.clone());
+        }
+        out.insert("findings".into(), Value::Array(list));
+        Ok(Value::Object(out))
+    }
+
+    fn content_hash(&self, package: &Value) -> VerbResult {
+        if !package.is_object() {
+            return Ok(error_answer(
+                "invalid_schema",
+                400,
+                "a package is a JSON object",
+            ));
+        }
+        let mut p = package.clone();
+        if let Some(o) = p.as_object_mut() {
+            o.remove("content_hash");
+        }
+        let text = if self.mutation == Some(Mutation::RelayNullsKept) {
+            let mut s = String::new();
+            write_keep_nulls(&p, &mut s);
+            s
+        } else {
+            match cra_wire::canonical::relay_canonical(&p) {
+                Ok(t) => t,
+                Err(e) => return Ok(error_answer("invalid_schema", 400, e.to_string())),
+            }
+        };
+        Ok(json!({ "content_hash": cra_wire::hash::sha256_prefixed(text.as_bytes()) }))
+    }
+}
+
+fn relay_canonical(value: &Value) -> VerbResult {
+    Ok(match cra_wire::canonical::relay_canonical(value) {
+        Ok(t) => json!({ "canonical": t }),
+        Err(e) => error_answer("invalid_schema", 400, e.to_string()),
+    })
+}
+
+/// `hash_event` accepts an event without `event_hash` (it is what is being computed).
+fn with_placeholder_hash(event: &Value) -> Value {
+    let mut e = event.clone();
+    if let Some(o) = e.as_object_mut() {
+        o.entry("event_hash")
+            .or_insert_with(|| Value::String(String::new()));
+    }
+    e
+}
+
+fn arg<'a>(args: &'a Value, name: &str) -> Result<&'a Value, Fail> {
+    args.get(name)
+        .ok_or_else(|| Fail::Errored(format!("the fixture's args lack `{name}`")))
+}
+
+/// Mutant writer: TRACE canonical form with every object's members in reverse sorted order.
+fn write_reversed(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            keys.reverse();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                cra_wire::canonical::trace::write_ascii_string(k, out);
+                out.push(':');
+                if let Some(x) = o.get(*k) {
+                    write_reversed(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_reversed(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&cra_wire::canonical::trace_canonical(other)),
+    }
+}
+
+/// Mutant writer: Relay canonical form that keeps `null` members.
+fn write_keep_nulls(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push(':');
+                if let Some(x) = o.get(*k) {
+                    write_keep_nulls(x, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_keep_nulls(x, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&cra_wire::canonical::relay_canonical(other).unwrap_or_default()),
+    }
+}
+
+impl Target for InProcess {
+    fn name(&self) -> String {
+        match self.mutation {
+            None => "in-process".to_owned(),
+            Some(m) => format!("in-process (mutant {m:?})"),
+        }
+    }
+
+    fn claims(&self) -> Vec<String> {
+        vec!["cra-full".to_owned(), "L3".to_owned()]
+    }
+
+    fn play(&self, fixture: &Fixture) -> Outcome {
+        let steps = match setup_steps(fixture) {
+            Ok(s) => s,
+            Err(e) => return Outcome::Errored(e),
+        };
+        let mut answers = Vec::new();
+        for (i, step) in steps.iter().enumerate() {
+            let args = match resolve_step_refs(&step.args, &answers) {
+                Ok(a) => a,
+                Err(e) => return Outcome::Errored(e),
+            };
+            match self.perform(&step.operation, &args) {
+                Ok(v) => answers.push(v),
+                Err(Fail::NotImplemented(m)) => return Outcome::NotImplemented(m),
+                Err(Fail::Errored(m)) => return Outcome::Errored(format!("setup step {i}: {m}")),
+            }
+        }
+        let args = match resolve_step_refs(&fixture.input.args, &answers) {
+            Ok(a) => a,
+            Err(e) => return Outcome::Errored(e),
+        };
+        match self.perform(&fixture.input.operation, &args) {
+            Ok(v) => classify(v),
+            Err(Fail::NotImplemented(m)) => Outcome::NotImplemented(m),
+            Err(Fail::Errored(m)) => Outcome::Errored(m),
+        }
+    }
+}

@@ -19,6 +19,7 @@
 //! through [`StoreConfig`].
 
 mod chain;
+mod collector;
 mod error;
 pub mod pg;
 pub mod redb;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 
 use cra_wire::{Clock, IdGenerator, SystemClock, UuidV7Ids};
 
+pub use collector::MAX_BATCH_APPENDS;
 pub use error::StoreError;
 pub use pg::PgStore;
 pub use redb::RedbStore;

@@ -3,12 +3,14 @@
 //! applied in version order on start, each recorded in `cra_migrations` with a checksum. Replicas
 //! starting together take a transaction-scoped advisory lock, so each migration runs once.
 
+mod carp;
 mod pool;
 pub(crate) mod trace;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::collector::Collector;
 use crate::{StoreConfig, StoreError};
 
 pub(crate) use pool::quote_ident;
@@ -19,17 +21,29 @@ include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
 /// Connections a [`PgStore`] opens at most unless told otherwise.
 pub const DEFAULT_POOL_SIZE: usize = 16;
 
+/// TRACE committer threads per store (each commits one batch at a time on its own connection).
+pub const COMMITTERS: usize = 4;
+
 /// The PostgreSQL store of one schema. Cloning is cheap and shares the pool.
 #[derive(Clone, Debug)]
 pub struct PgStore {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
 struct Inner {
     schema: String,
-    pool: Pool,
+    pool: Arc<Pool>,
     config: StoreConfig,
+    collector: Collector,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("schema", &self.schema)
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PgStore {
@@ -47,13 +61,20 @@ impl PgStore {
         pool_size: usize,
     ) -> Result<Self, StoreError> {
         check_schema_name(schema)?;
-        let pool = Pool::new(url, schema, pool_size);
+        let pool = Arc::new(Pool::new(url, schema, pool_size.max(COMMITTERS + 1)));
         migrate(&pool, schema)?;
+        let collector = {
+            let (pool, config) = (pool.clone(), config.clone());
+            Collector::start("cra-pg-commit", COMMITTERS, move |batch| {
+                trace::commit_batch(&pool, &config, batch);
+            })?
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 schema: schema.to_owned(),
                 pool,
                 config,
+                collector,
             }),
         })
     }
@@ -67,6 +88,10 @@ impl PgStore {
     /// tables.
     pub fn client(&self) -> Result<PooledClient<'_>, StoreError> {
         self.inner.pool.get()
+    }
+
+    pub(crate) fn collector(&self) -> &Collector {
+        &self.inner.collector
     }
 
     /// The clock and ids this store was created with.

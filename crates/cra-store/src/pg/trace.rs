@@ -1,10 +1,14 @@
-//! TRACE chains in PostgreSQL.
+//! TRACE chains in PostgreSQL, with group commit.
 //!
-//! An append is one transaction: lock the session's `trace_heads` row (`SELECT ... FOR UPDATE`,
-//! inserting the genesis row first for a new session), read the clock and new ids under that
-//! lock, insert the events, move the head, commit. The row lock serialises appenders to one
-//! session across every replica sharing the schema; the primary key `(session_id, sequence)` is
-//! the backstop against a fork. `synchronous_commit` is on, so `Ok` means the WAL is flushed.
+//! Appends are queued to a few committer threads (`crate::collector`); each takes every append
+//! waiting and makes them one transaction: create missing `trace_heads` rows, lock the heads of
+//! every session in the batch (`SELECT ... ORDER BY session_id FOR UPDATE`: one lock order for
+//! all committers and replicas, so no deadlock), read the clock and new ids under those locks,
+//! insert all events with one statement, move the heads, commit, and only then answer. The row
+//! locks serialise appenders to one session across every replica sharing the schema; the
+//! primary key `(session_id, sequence)` is the backstop against a fork. `synchronous_commit` is
+//! on, so a commit returns once its WAL is flushed. A deadlock or serialisation failure (which
+//! the lock order should prevent) retries the whole batch; nothing of a failed try is kept.
 
 use cra_trace::store::{
     ChainStore, ChainStoreError, SessionSummary, check_batch, check_session_id,
@@ -13,8 +17,14 @@ use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, TraceEvent};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator as _;
 
-use super::PgStore;
+use std::collections::{BTreeSet, HashMap};
+
+use postgres::error::SqlState;
+
+use super::{PgStore, Pool};
+use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
+use crate::collector::{Answer, Job, answer_all, split};
 
 fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("postgres: {e}"))
@@ -22,6 +32,160 @@ fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
 
 fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Tries of a batch that met a deadlock or serialisation failure.
+const TRIES: usize = 3;
+
+/// Seals and commits `batch` in one transaction, then answers every job.
+pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, batch: Vec<Job>) {
+    let (replies, work) = split(batch);
+    let mut answers: Vec<Answer> = vec![None; replies.len()];
+    let mut result = Err(Retry::Fail(unavailable("not tried")));
+    for _ in 0..TRIES {
+        answers.iter_mut().for_each(|a| *a = None);
+        result = try_batch(pool, config, &work, &mut answers);
+        match &result {
+            Err(Retry::Again(_)) => continue,
+            _ => break,
+        }
+    }
+    let result = result.map_err(|r| match r {
+        Retry::Again(e) | Retry::Fail(e) => e,
+    });
+    answer_all(replies, answers, &result);
+}
+
+enum Retry {
+    Again(ChainStoreError),
+    Fail(ChainStoreError),
+}
+
+fn sql(e: postgres::Error) -> Retry {
+    let again = matches!(
+        e.code(),
+        Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED || *c == SqlState::T_R_SERIALIZATION_FAILURE
+    );
+    if again {
+        Retry::Again(unavailable(e))
+    } else {
+        Retry::Fail(unavailable(e))
+    }
+}
+
+fn try_batch(
+    pool: &Pool,
+    config: &StoreConfig,
+    work: &[(String, Vec<EventDraft>)],
+    answers: &mut [Answer],
+) -> Result<(), Retry> {
+    let mut client = pool.get().map_err(|e| Retry::Fail(unavailable(e)))?;
+    let mut tx = client.transaction().map_err(sql)?;
+    let sessions: Vec<&str> = work
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    tx.execute(
+        "INSERT INTO trace_heads
+           (session_id, next_sequence, head_hash, first_timestamp, last_timestamp, ended)
+         SELECT s, 0, $2, '', '', false FROM unnest($1::text[]) AS s ORDER BY s COLLATE \"C\"
+         ON CONFLICT (session_id) DO NOTHING",
+        &[&sessions, &GENESIS_PREVIOUS_HASH],
+    )
+    .map_err(sql)?;
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {HEAD_COLUMNS} FROM trace_heads WHERE session_id = ANY($1)
+                 ORDER BY session_id COLLATE \"C\" FOR UPDATE"
+            ),
+            &[&sessions],
+        )
+        .map_err(sql)?;
+    let mut heads: HashMap<String, HeadRecord> = rows
+        .iter()
+        .map(|r| (r.get::<_, String>(5), head_from_row(r)))
+        .collect();
+    let mut ev_sessions: Vec<&str> = Vec::new();
+    let mut sequences: Vec<i64> = Vec::new();
+    let mut types: Vec<String> = Vec::new();
+    let mut stamps: Vec<String> = Vec::new();
+    let mut hashes: Vec<String> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
+    for ((session_id, drafts), answer) in work.iter().zip(answers.iter_mut()) {
+        let Some(head) = heads.get(session_id).cloned() else {
+            return Err(Retry::Fail(unavailable("a session's head row vanished")));
+        };
+        if let Err(e) = check_batch(session_id, head.ended, drafts) {
+            *answer = Some(Err(e));
+            continue;
+        }
+        let (head, sealed, bodies) =
+            seal_all(config, session_id, head, drafts.clone()).map_err(Retry::Fail)?;
+        for (event, body) in sealed.iter().zip(bodies) {
+            ev_sessions.push(session_id);
+            sequences.push(to_i64(event.sequence));
+            types.push(event.event_type.clone());
+            stamps.push(event.timestamp.clone());
+            hashes.push(event.event_hash.clone());
+            texts.push(String::from_utf8(body).map_err(|e| Retry::Fail(unavailable(e)))?);
+        }
+        heads.insert(session_id.clone(), head);
+        *answer = Some(Ok(sealed));
+    }
+    if !sequences.is_empty() {
+        tx.execute(
+            "INSERT INTO trace_events (session_id, sequence, event_type, timestamp, event_hash, body)
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])",
+            &[&ev_sessions, &sequences, &types, &stamps, &hashes, &texts],
+        )
+        .map_err(sql)?;
+        let touched: Vec<&str> = sessions
+            .iter()
+            .copied()
+            .filter(|s| ev_sessions.contains(s))
+            .collect();
+        let mut next = Vec::new();
+        let mut hash = Vec::new();
+        let mut first = Vec::new();
+        let mut last = Vec::new();
+        let mut ended = Vec::new();
+        for s in &touched {
+            let Some(h) = heads.get(*s) else { continue };
+            next.push(to_i64(h.next_sequence));
+            hash.push(h.head_hash.as_str());
+            first.push(h.first_timestamp.as_str());
+            last.push(h.last_timestamp.as_str());
+            ended.push(h.ended);
+        }
+        tx.execute(
+            "UPDATE trace_heads AS h
+             SET next_sequence = u.n, head_hash = u.hh, first_timestamp = u.ft,
+                 last_timestamp = u.lt, ended = u.e
+             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[])
+                  AS u(s, n, hh, ft, lt, e)
+             WHERE h.session_id = u.s",
+            &[&touched, &next, &hash, &first, &last, &ended],
+        )
+        .map_err(sql)?;
+    }
+    // A session whose every append was refused keeps no (empty) head row.
+    let empty: Vec<&str> = sessions
+        .iter()
+        .copied()
+        .filter(|s| heads.get(*s).is_some_and(|h| h.next_sequence == 0))
+        .collect();
+    if !empty.is_empty() {
+        tx.execute(
+            "DELETE FROM trace_heads WHERE session_id = ANY($1) AND next_sequence = 0",
+            &[&empty],
+        )
+        .map_err(sql)?;
+    }
+    tx.commit().map_err(sql)?;
+    Ok(())
 }
 
 fn head_from_row(row: &Row) -> HeadRecord {
@@ -77,59 +241,7 @@ impl ChainStore for PgStore {
         if drafts.is_empty() {
             return Err(ChainStoreError::EmptyAppend);
         }
-        let mut client = self.client().map_err(unavailable)?;
-        let mut tx = client.transaction().map_err(unavailable)?;
-        let lock =
-            format!("SELECT {HEAD_COLUMNS} FROM trace_heads WHERE session_id = $1 FOR UPDATE");
-        let mut row = tx.query_opt(&lock, &[&session_id]).map_err(unavailable)?;
-        if row.is_none() {
-            tx.execute(
-                "INSERT INTO trace_heads
-                   (session_id, next_sequence, head_hash, first_timestamp, last_timestamp, ended)
-                 VALUES ($1, 0, $2, '', '', false) ON CONFLICT (session_id) DO NOTHING",
-                &[&session_id, &GENESIS_PREVIOUS_HASH],
-            )
-            .map_err(unavailable)?;
-            row = tx.query_opt(&lock, &[&session_id]).map_err(unavailable)?;
-        }
-        let head =
-            head_from_row(&row.ok_or_else(|| unavailable("the session's head row vanished"))?);
-        check_batch(session_id, head.ended, &drafts)?;
-        let (head, sealed, bodies) = seal_all(self.config(), session_id, head, drafts)?;
-        let mut sequences = Vec::with_capacity(sealed.len());
-        let mut types = Vec::with_capacity(sealed.len());
-        let mut stamps = Vec::with_capacity(sealed.len());
-        let mut hashes = Vec::with_capacity(sealed.len());
-        let mut texts = Vec::with_capacity(sealed.len());
-        for (event, body) in sealed.iter().zip(bodies) {
-            sequences.push(to_i64(event.sequence));
-            types.push(event.event_type.as_str());
-            stamps.push(event.timestamp.as_str());
-            hashes.push(event.event_hash.as_str());
-            texts.push(String::from_utf8(body).map_err(unavailable)?);
-        }
-        tx.execute(
-            "INSERT INTO trace_events (session_id, sequence, event_type, timestamp, event_hash, body)
-             SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[])",
-            &[&session_id, &sequences, &types, &stamps, &hashes, &texts],
-        )
-        .map_err(unavailable)?;
-        tx.execute(
-            "UPDATE trace_heads SET next_sequence = $2, head_hash = $3, first_timestamp = $4,
-                    last_timestamp = $5, ended = $6
-             WHERE session_id = $1",
-            &[
-                &session_id,
-                &to_i64(head.next_sequence),
-                &head.head_hash,
-                &head.first_timestamp,
-                &head.last_timestamp,
-                &head.ended,
-            ],
-        )
-        .map_err(unavailable)?;
-        tx.commit().map_err(unavailable)?;
-        Ok(sealed)
+        self.collector().submit(session_id, drafts)
     }
 
     fn read_range(

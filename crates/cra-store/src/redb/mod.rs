@@ -4,6 +4,7 @@
 //! redb lets one process open the file at a time; a second open fails with
 //! [`StoreError::InUse`], naming the holder recorded in the directory's `owner` file.
 
+mod carp;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use ::redb::{Database, DatabaseError};
 
 use crate::{StoreConfig, StoreError};
 
-pub(crate) use trace::Collector;
+use crate::collector::Collector;
 
 /// The database file inside a data directory.
 pub const DATABASE_FILE: &str = "cra.redb";
@@ -81,7 +82,14 @@ impl RedbStore {
         })?;
         let db = Arc::new(db);
         trace::create_tables(&db)?;
-        let collector = Collector::start(db.clone(), config.clone())?;
+        carp::create_tables(&db)?;
+        let collector = {
+            let (db, config) = (db.clone(), config.clone());
+            // One committer: redb runs one write transaction at a time anyway.
+            Collector::start("cra-redb-commit", 1, move |batch| {
+                trace::commit_batch(&db, &config, batch);
+            })?
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 dir,

@@ -1,7 +1,7 @@
 //! TRACE chains in redb, with group commit.
 //!
-//! Appends are handed to one committer thread. It takes every append waiting in its queue (up to
-//! [`MAX_BATCH_APPENDS`]), seals them all in one write transaction (reading each session's head,
+//! Appends are handed to one committer thread (`crate::collector`). It takes every append waiting
+//! in its queue (up to `MAX_BATCH_APPENDS`), seals them all in one write transaction (reading each session's head,
 //! the clock and new ids there, so the thread *is* the per-session serialisation), commits with
 //! `Durability::Immediate` (redb fsyncs before `commit` returns) and only then answers each
 //! caller. One fsync thus covers every append that arrived while the previous one ran. An append
@@ -12,26 +12,21 @@
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use cra_trace::store::{
     ChainStore, ChainStoreError, SessionSummary, check_batch, check_session_id,
 };
 use cra_trace::{ChainHead, EventDraft, TraceEvent};
-use crossbeam_channel::{Receiver, Sender};
 
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
+use crate::collector::{Answer, Job, answer_all, split};
 use crate::{StoreConfig, StoreError};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
     TableDefinition::new("trace_events");
 pub(crate) const HEADS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("trace_heads");
-
-/// At most this many appends share one write transaction.
-pub const MAX_BATCH_APPENDS: usize = 4096;
 
 fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("redb: {e}"))
@@ -45,86 +40,9 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), StoreError> {
     txn.commit().map_err(backend)
 }
 
-type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
-
-struct Job {
-    session_id: String,
-    drafts: Vec<EventDraft>,
-    reply: Reply,
-}
-
-/// The group-commit thread and the queue feeding it. Dropping it drains the queue and joins the
-/// thread.
-pub(crate) struct Collector {
-    queue: Option<Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Collector {
-    pub(crate) fn start(db: Arc<Database>, config: StoreConfig) -> Result<Self, StoreError> {
-        let (queue, jobs) = crossbeam_channel::unbounded::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("cra-trace-commit".into())
-            .spawn(move || run_committer(&db, &config, &jobs))
-            .map_err(|e| StoreError::Backend(format!("cannot start the commit thread: {e}")))?;
-        Ok(Self {
-            queue: Some(queue),
-            thread: Some(thread),
-        })
-    }
-
-    fn submit(
-        &self,
-        session_id: &str,
-        drafts: Vec<EventDraft>,
-    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        let job = Job {
-            session_id: session_id.to_owned(),
-            drafts,
-            reply,
-        };
-        let gone = || ChainStoreError::Unavailable("the commit thread has stopped".into());
-        self.queue
-            .as_ref()
-            .ok_or_else(gone)?
-            .send(job)
-            .map_err(|_| gone())?;
-        answer.recv().map_err(|_| gone())?
-    }
-}
-
-impl Drop for Collector {
-    fn drop(&mut self) {
-        self.queue.take();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-fn run_committer(db: &Database, config: &StoreConfig, jobs: &Receiver<Job>) {
-    while let Ok(first) = jobs.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH_APPENDS {
-            match jobs.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        commit_batch(db, config, batch);
-    }
-}
-
 /// Seals and commits `batch` in one durable write transaction, then answers every job.
-fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
-    type Answer = Option<Result<Vec<TraceEvent>, ChainStoreError>>;
-    let mut replies = Vec::with_capacity(batch.len());
-    let mut work = Vec::with_capacity(batch.len());
-    for job in batch {
-        replies.push(job.reply);
-        work.push((job.session_id, job.drafts));
-    }
+pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
+    let (replies, work) = split(batch);
     let mut answers: Vec<Answer> = vec![None; replies.len()];
     let result = (|| -> Result<(), ChainStoreError> {
         let mut txn = db.begin_write().map_err(unavailable)?;
@@ -166,16 +84,7 @@ fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
         }
         txn.commit().map_err(unavailable)
     })();
-    for (reply, answer) in replies.into_iter().zip(answers) {
-        let answer = match (&result, answer) {
-            // A chain-rule refusal stands whatever happened to the rest of the batch.
-            (_, Some(Err(refused))) => Err(refused),
-            (Ok(()), Some(Ok(events))) => Ok(events),
-            (Err(e), _) => Err(e.clone()),
-            (Ok(()), None) => Err(unavailable("append was not processed")),
-        };
-        let _ = reply.send(answer);
-    }
+    answer_all(replies, answers, &result);
 }
 
 impl ChainStore for RedbStore {

@@ -1,0 +1,128 @@
+//! Group commit, shared by both backends: appenders put their batch on a queue and wait; one or
+//! more committer threads each take every append waiting (up to [`MAX_BATCH_APPENDS`]), make
+//! them durable in one transaction, and only then answer each appender. One flush thus covers
+//! every append that arrived while the previous one ran.
+
+use std::thread::JoinHandle;
+
+use cra_trace::store::ChainStoreError;
+use cra_trace::{EventDraft, TraceEvent};
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::StoreError;
+
+/// At most this many appends share one transaction.
+pub const MAX_BATCH_APPENDS: usize = 4096;
+
+/// What an appender is told.
+pub(crate) type Answer = Option<Result<Vec<TraceEvent>, ChainStoreError>>;
+pub(crate) type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
+
+/// One append waiting for a committer.
+pub(crate) struct Job {
+    pub session_id: String,
+    pub drafts: Vec<EventDraft>,
+    pub reply: Reply,
+}
+
+/// Splits a batch into the reply channels and the work, index for index.
+pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<EventDraft>)>) {
+    batch
+        .into_iter()
+        .map(|job| (job.reply, (job.session_id, job.drafts)))
+        .unzip()
+}
+
+/// Answers every appender of a batch once its transaction is over: a chain-rule refusal stands
+/// whatever happened to the rest; otherwise the transaction's fate decides.
+pub(crate) fn answer_all(
+    replies: Vec<Reply>,
+    answers: Vec<Answer>,
+    result: &Result<(), ChainStoreError>,
+) {
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        let answer = match (result, answer) {
+            (_, Some(Err(refused))) => Err(refused),
+            (Ok(()), Some(Ok(events))) => Ok(events),
+            (Err(e), _) => Err(e.clone()),
+            (Ok(()), None) => Err(ChainStoreError::Unavailable(
+                "the append was not processed".into(),
+            )),
+        };
+        let _ = reply.send(answer);
+    }
+}
+
+/// The committer threads and the queue feeding them. Dropping it lets the threads finish the
+/// queue and joins them.
+pub(crate) struct Collector {
+    queue: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Collector {
+    /// Starts `threads` committers, each running `commit` on the batches it takes.
+    pub(crate) fn start<F>(name: &str, threads: usize, commit: F) -> Result<Self, StoreError>
+    where
+        F: Fn(Vec<Job>) + Send + Sync + Clone + 'static,
+    {
+        let (queue, jobs) = crossbeam_channel::unbounded::<Job>();
+        let mut handles = Vec::new();
+        for i in 0..threads.max(1) {
+            let jobs = jobs.clone();
+            let commit = commit.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || run(&jobs, &commit))
+                .map_err(|e| StoreError::Backend(format!("cannot start a commit thread: {e}")))?;
+            handles.push(handle);
+        }
+        Ok(Self {
+            queue: Some(queue),
+            threads: handles,
+        })
+    }
+
+    /// Queues an append and waits for its answer.
+    pub(crate) fn submit(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let job = Job {
+            session_id: session_id.to_owned(),
+            drafts,
+            reply,
+        };
+        let gone = || ChainStoreError::Unavailable("the commit thread has stopped".into());
+        self.queue
+            .as_ref()
+            .ok_or_else(gone)?
+            .send(job)
+            .map_err(|_| gone())?;
+        answer.recv().map_err(|_| gone())?
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.queue.take();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(jobs: &Receiver<Job>, commit: &dyn Fn(Vec<Job>)) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH_APPENDS {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        commit(batch);
+    }
+}

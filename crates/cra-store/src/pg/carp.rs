@@ -1,0 +1,415 @@
+//! CARP state in PostgreSQL (`cra_carp::store::CarpStore`).
+//!
+//! Insert-if-absent calls use `INSERT ... ON CONFLICT DO NOTHING` (the unique key decides which
+//! of two concurrent calls wins). `try_consume` locks one `carp_counters` row per distinct
+//! `(policy, scope)` in key order (`SELECT ... FOR UPDATE`, creating missing rows first), so
+//! concurrent consumers of a counter, on any replica, check and record one after the other and
+//! never deadlock. `decide_approval` is a conditional update (`WHERE status = 'pending'`).
+
+use std::collections::BTreeSet;
+
+use cra_carp::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
+    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
+};
+use postgres::error::SqlState;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::{PgStore, PooledClient};
+
+fn be(e: impl std::fmt::Display) -> CarpError {
+    CarpError::Backend(format!(
+        "postgres: {e}; check that the database is reachable"
+    ))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<String, CarpError> {
+    serde_json::to_string(value).map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
+}
+
+fn decode<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, CarpError> {
+    serde_json::from_str(text).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
+}
+
+fn is_unique_violation(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl PgStore {
+    fn carp_client(&self) -> Result<PooledClient<'_>, CarpError> {
+        self.client().map_err(be)
+    }
+
+    fn carp_body<T: DeserializeOwned>(
+        &self,
+        sql: &str,
+        what: &str,
+        id: &str,
+    ) -> Result<Option<T>, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c.query_opt(sql, &[&id]).map_err(be)?;
+        row.map(|r| decode(what, r.get::<_, &str>(0))).transpose()
+    }
+
+    /// Runs an INSERT whose only possible conflict is the record's id.
+    fn carp_insert(
+        &self,
+        what: &'static str,
+        id: &str,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<(), CarpError> {
+        let mut c = self.carp_client()?;
+        match c.execute(sql, params) {
+            Ok(1) => Ok(()),
+            Ok(_) => Err(CarpError::AlreadyExists {
+                what,
+                id: id.to_owned(),
+            }),
+            Err(e) if is_unique_violation(&e) => Err(CarpError::AlreadyExists {
+                what,
+                id: id.to_owned(),
+            }),
+            Err(e) => Err(be(e)),
+        }
+    }
+}
+
+impl CarpStore for PgStore {
+    fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
+        let body = encode(session)?;
+        self.carp_insert(
+            "session",
+            &session.session_id,
+            "INSERT INTO carp_sessions (session_id, body) VALUES ($1, $2)
+             ON CONFLICT (session_id) DO NOTHING",
+            &[&session.session_id, &body],
+        )
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {
+        self.carp_body(
+            "SELECT body FROM carp_sessions WHERE session_id = $1",
+            "session",
+            session_id,
+        )
+    }
+
+    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        let row = tx
+            .query_opt(
+                "SELECT body FROM carp_sessions WHERE session_id = $1 FOR UPDATE",
+                &[&session_id],
+            )
+            .map_err(be)?;
+        let Some(row) = row else {
+            return Err(CarpError::NotFound {
+                what: "session",
+                id: session_id.to_owned(),
+            });
+        };
+        let mut record: SessionRecord = decode("session", row.get::<_, &str>(0))?;
+        if record.ended_at.is_some() {
+            return Ok(record);
+        }
+        record.ended_at = Some(ended_at.to_owned());
+        tx.execute(
+            "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
+            &[&session_id, &encode(&record)?],
+        )
+        .map_err(be)?;
+        tx.commit().map_err(be)?;
+        Ok(record)
+    }
+
+    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpError> {
+        let mut c = self.carp_client()?;
+        let n = c
+            .execute(
+                "INSERT INTO carp_request_ids (session_id, request_id) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[&session_id, &request_id],
+            )
+            .map_err(be)?;
+        Ok(n == 1)
+    }
+
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpError> {
+        let id = &resolution.resolution.resolution_id;
+        let body = encode(resolution)?;
+        self.carp_insert(
+            "resolution",
+            id,
+            "INSERT INTO carp_resolutions (resolution_id, session_id, body) VALUES ($1, $2, $3)
+             ON CONFLICT (resolution_id) DO NOTHING",
+            &[id, &resolution.session_id, &body],
+        )
+    }
+
+    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, CarpError> {
+        self.carp_body(
+            "SELECT body FROM carp_resolutions WHERE resolution_id = $1",
+            "resolution",
+            resolution_id,
+        )
+    }
+
+    fn get_execution_by_key(
+        &self,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<ExecutionRecord>, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_opt(
+                "SELECT body FROM carp_executions WHERE session_id = $1 AND idempotency_key = $2",
+                &[&session_id, &idempotency_key],
+            )
+            .map_err(be)?;
+        row.map(|r| decode("execution", r.get::<_, &str>(0)))
+            .transpose()
+    }
+
+    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, CarpError> {
+        let body = encode(execution)?;
+        let mut c = self.carp_client()?;
+        let inserted = c.execute(
+            "INSERT INTO carp_executions (execution_id, session_id, idempotency_key, body)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (session_id, idempotency_key) DO NOTHING",
+            &[
+                &execution.execution_id,
+                &execution.session_id,
+                &execution.idempotency_key,
+                &body,
+            ],
+        );
+        match inserted {
+            Ok(1) => Ok(execution.clone()),
+            Ok(_) => {
+                // The key was taken: answer with the first execution recorded under it.
+                let key = execution.idempotency_key.as_deref().unwrap_or_default();
+                drop(c);
+                self.get_execution_by_key(&execution.session_id, key)?
+                    .ok_or_else(|| {
+                        CarpError::Corrupt(
+                            "an idempotency key conflicted but its execution is missing".into(),
+                        )
+                    })
+            }
+            Err(e) if is_unique_violation(&e) => Err(CarpError::AlreadyExists {
+                what: "execution",
+                id: execution.execution_id.clone(),
+            }),
+            Err(e) => Err(be(e)),
+        }
+    }
+
+    fn rate_count(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<u64, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_one(
+                "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
+                 WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
+                &[&policy_id, &scope_key, &since_us, &until_us],
+            )
+            .map_err(be)?;
+        Ok(row.get::<_, i64>(0).unsigned_abs())
+    }
+
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_opt(
+                "SELECT spent FROM carp_counters WHERE policy_id = $1 AND scope_key = $2",
+                &[&policy_id, &scope_key],
+            )
+            .map_err(be)?;
+        Ok(row.map(|r| r.get::<_, i64>(0).unsigned_abs()).unwrap_or(0))
+    }
+
+    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, CarpError> {
+        let counters: BTreeSet<(&str, &str)> = charges
+            .iter()
+            .map(|c| (c.policy_id.as_str(), c.scope_key.as_str()))
+            .collect();
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        for (policy, scope) in &counters {
+            tx.execute(
+                "INSERT INTO carp_counters (policy_id, scope_key) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[policy, scope],
+            )
+            .map_err(be)?;
+        }
+        // Lock in key order so two consumers never wait on each other in a cycle.
+        let mut spent = std::collections::BTreeMap::new();
+        for (policy, scope) in &counters {
+            let row = tx
+                .query_one(
+                    "SELECT spent FROM carp_counters WHERE policy_id = $1 AND scope_key = $2
+                     FOR UPDATE",
+                    &[policy, scope],
+                )
+                .map_err(be)?;
+            spent.insert((*policy, *scope), row.get::<_, i64>(0).unsigned_abs());
+        }
+        let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        for charge in charges {
+            let key = (charge.policy_id.as_str(), charge.scope_key.as_str());
+            let refused = |used| ConsumeOutcome::Refused {
+                policy_id: charge.policy_id.clone(),
+                scope_key: charge.scope_key.clone(),
+                kind: charge.kind.clone(),
+                used,
+            };
+            match charge.kind {
+                ChargeKind::Rate {
+                    max_calls,
+                    window_seconds,
+                } => {
+                    let window = to_i64(window_seconds).saturating_mul(1_000_000);
+                    let since = at_us.saturating_sub(window);
+                    let row = tx
+                        .query_one(
+                            "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
+                             WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
+                            &[&key.0, &key.1, &since, &at_us],
+                        )
+                        .map_err(be)?;
+                    let used = row.get::<_, i64>(0).unsigned_abs()
+                        + rate_added.get(&key).copied().unwrap_or(0);
+                    if used >= max_calls {
+                        return Ok(refused(used));
+                    }
+                    *rate_added.entry(key).or_default() += 1;
+                }
+                ChargeKind::Budget { max_units, units } => {
+                    let used = spent.get(&key).copied().unwrap_or(0)
+                        + budget_added.get(&key).copied().unwrap_or(0);
+                    if used
+                        .checked_add(units)
+                        .is_none_or(|total| total > max_units)
+                    {
+                        return Ok(refused(used));
+                    }
+                    *budget_added.entry(key).or_default() += units;
+                }
+            }
+        }
+        for ((policy, scope), n) in &rate_added {
+            tx.execute(
+                "INSERT INTO carp_rate_events (policy_id, scope_key, at_us, n) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (policy_id, scope_key, at_us) DO UPDATE SET n = carp_rate_events.n + EXCLUDED.n",
+                &[policy, scope, &at_us, &to_i64(*n)],
+            )
+            .map_err(be)?;
+        }
+        for ((policy, scope), units) in &budget_added {
+            tx.execute(
+                "UPDATE carp_counters SET spent = spent + $3 WHERE policy_id = $1 AND scope_key = $2",
+                &[policy, scope, &to_i64(*units)],
+            )
+            .map_err(be)?;
+        }
+        tx.commit().map_err(be)?;
+        Ok(ConsumeOutcome::Consumed)
+    }
+
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
+        let body = encode(approval)?;
+        self.carp_insert(
+            "approval",
+            &approval.approval_id,
+            "INSERT INTO carp_approvals (approval_id, session_id, status, body) VALUES ($1, $2, $3, $4)
+             ON CONFLICT (approval_id) DO NOTHING",
+            &[
+                &approval.approval_id,
+                &approval.session_id,
+                &approval.status.as_str(),
+                &body,
+            ],
+        )
+    }
+
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpError> {
+        self.carp_body(
+            "SELECT body FROM carp_approvals WHERE approval_id = $1",
+            "approval",
+            approval_id,
+        )
+    }
+
+    fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+        decided_at: &str,
+    ) -> Result<ApprovalRecord, CarpError> {
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        let row = tx
+            .query_opt(
+                "SELECT body FROM carp_approvals WHERE approval_id = $1 FOR UPDATE",
+                &[&approval_id],
+            )
+            .map_err(be)?;
+        let Some(row) = row else {
+            return Err(CarpError::NotFound {
+                what: "approval",
+                id: approval_id.to_owned(),
+            });
+        };
+        let mut record: ApprovalRecord = decode("approval", row.get::<_, &str>(0))?;
+        if record.status != ApprovalStatus::Pending {
+            return Err(CarpError::AlreadyDecided {
+                approval_id: approval_id.to_owned(),
+                status: record.status.as_str(),
+            });
+        }
+        record.status = match decision {
+            ApprovalDecision::Grant => ApprovalStatus::Granted,
+            ApprovalDecision::Reject => ApprovalStatus::Rejected,
+        };
+        record.decided_by = Some(decided_by.to_owned());
+        record.decided_at = Some(decided_at.to_owned());
+        record.note = note.map(str::to_owned);
+        tx.execute(
+            "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
+            &[&approval_id, &record.status.as_str(), &encode(&record)?],
+        )
+        .map_err(be)?;
+        tx.commit().map_err(be)?;
+        Ok(record)
+    }
+
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
+        let mut c = self.carp_client()?;
+        let rows = c
+            .query(
+                "SELECT body FROM carp_approvals WHERE status = 'pending'
+                 ORDER BY approval_id COLLATE \"C\"",
+                &[],
+            )
+            .map_err(be)?;
+        rows.iter()
+            .map(|r| decode("approval", r.get::<_, &str>(0)))
+            .collect()
+    }
+}

@@ -1,0 +1,445 @@
+//! CARP state in redb (`cra_carp::store::CarpStore`): sessions, request ids, resolutions,
+//! executions with idempotency keys, rate and budget counters, approvals.
+//!
+//! Every write is one redb write transaction committed with `Durability::Immediate`; redb runs
+//! write transactions one at a time, so insert-if-absent and the check-then-record of
+//! `try_consume` are atomic without further locking. A call that changes nothing aborts its
+//! transaction (no fsync). Records are stored as JSON.
+//!
+//! Tables: `carp_sessions` (id -> record), `carp_request_ids` ((session, request) -> ()),
+//! `carp_resolutions` (id -> record), `carp_executions` (id -> record), `carp_execution_keys`
+//! ((session, key) -> execution id), `carp_rate` ((policy, scope, at_us) -> executions at that
+//! instant), `carp_budget` ((policy, scope) -> units spent), `carp_approvals` (id -> record),
+//! `carp_pending` (approval id -> ()) listing the pending ones.
+
+use ::redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
+use cra_carp::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
+    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::RedbStore;
+
+const SESSIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_sessions");
+const REQUEST_IDS: TableDefinition<'static, (&str, &str), ()> =
+    TableDefinition::new("carp_request_ids");
+const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_resolutions");
+const EXECUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_executions");
+const EXECUTION_KEYS: TableDefinition<'static, (&str, &str), &str> =
+    TableDefinition::new("carp_execution_keys");
+const RATE: TableDefinition<'static, (&str, &str, i64), u64> = TableDefinition::new("carp_rate");
+const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new("carp_budget");
+const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
+const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
+
+fn be(e: impl std::fmt::Display) -> CarpError {
+    CarpError::Backend(format!(
+        "redb: {e}; check the data directory's disk and permissions"
+    ))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CarpError> {
+    serde_json::to_vec(value).map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
+}
+
+fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, CarpError> {
+    serde_json::from_slice(bytes).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
+}
+
+/// Creates the CARP tables so readers never meet a missing table.
+pub(crate) fn create_tables(db: &Database) -> Result<(), crate::StoreError> {
+    let txn = db.begin_write().map_err(super::backend)?;
+    txn.open_table(SESSIONS).map_err(super::backend)?;
+    txn.open_table(REQUEST_IDS).map_err(super::backend)?;
+    txn.open_table(RESOLUTIONS).map_err(super::backend)?;
+    txn.open_table(EXECUTIONS).map_err(super::backend)?;
+    txn.open_table(EXECUTION_KEYS).map_err(super::backend)?;
+    txn.open_table(RATE).map_err(super::backend)?;
+    txn.open_table(BUDGET).map_err(super::backend)?;
+    txn.open_table(APPROVALS).map_err(super::backend)?;
+    txn.open_table(PENDING).map_err(super::backend)?;
+    txn.commit().map_err(super::backend)
+}
+
+impl RedbStore {
+    /// Runs `f` in a durable write transaction; commits when it returns `(value, true)`, aborts
+    /// (nothing changed) on `(value, false)` or an error.
+    fn carp_write<T>(
+        &self,
+        f: impl FnOnce(&WriteTransaction) -> Result<(T, bool), CarpError>,
+    ) -> Result<T, CarpError> {
+        let mut txn = self.database().begin_write().map_err(be)?;
+        txn.set_durability(Durability::Immediate).map_err(be)?;
+        let (value, changed) = f(&txn)?;
+        if changed {
+            txn.commit().map_err(be)?;
+        } else {
+            txn.abort().map_err(be)?;
+        }
+        Ok(value)
+    }
+
+    fn carp_get<T: DeserializeOwned>(
+        &self,
+        table: TableDefinition<'static, &str, &[u8]>,
+        what: &str,
+        id: &str,
+    ) -> Result<Option<T>, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(table).map_err(be)?;
+        let found = t.get(id).map_err(be)?;
+        found.map(|v| decode(what, v.value())).transpose()
+    }
+
+    fn carp_insert_new<T: Serialize>(
+        &self,
+        table: TableDefinition<'static, &str, &[u8]>,
+        what: &'static str,
+        id: &str,
+        value: &T,
+        also: impl FnOnce(&WriteTransaction) -> Result<(), CarpError>,
+    ) -> Result<(), CarpError> {
+        let bytes = encode(value)?;
+        self.carp_write(|txn| {
+            let mut t = txn.open_table(table).map_err(be)?;
+            if t.get(id).map_err(be)?.is_some() {
+                return Err(CarpError::AlreadyExists {
+                    what,
+                    id: id.to_owned(),
+                });
+            }
+            t.insert(id, bytes.as_slice()).map_err(be)?;
+            also(txn)?;
+            Ok(((), true))
+        })
+    }
+}
+
+/// The count of executions in `(since_us, until_us]` for one counter, in `txn`'s view.
+fn count_in<T>(
+    table: &T,
+    policy: &str,
+    scope: &str,
+    since: i64,
+    until: i64,
+) -> Result<u64, CarpError>
+where
+    T: ReadableTable<(&'static str, &'static str, i64), u64>,
+{
+    if since >= until {
+        return Ok(0);
+    }
+    let start = since.saturating_add(1);
+    let mut n = 0u64;
+    for entry in table
+        .range((policy, scope, start)..=(policy, scope, until))
+        .map_err(be)?
+    {
+        let (_, count) = entry.map_err(be)?;
+        n = n.saturating_add(count.value());
+    }
+    Ok(n)
+}
+
+fn window_start(at_us: i64, window_seconds: u64) -> i64 {
+    let window = i64::try_from(window_seconds)
+        .unwrap_or(i64::MAX)
+        .saturating_mul(1_000_000);
+    at_us.saturating_sub(window)
+}
+
+impl CarpStore for RedbStore {
+    fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
+        self.carp_insert_new(
+            SESSIONS,
+            "session",
+            &session.session_id,
+            session,
+            |_| Ok(()),
+        )
+    }
+
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {
+        self.carp_get(SESSIONS, "session", session_id)
+    }
+
+    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
+        self.carp_write(|txn| {
+            let mut t = txn.open_table(SESSIONS).map_err(be)?;
+            let found: Option<SessionRecord> = match t.get(session_id).map_err(be)? {
+                Some(bytes) => Some(decode("session", bytes.value())?),
+                None => None,
+            };
+            let Some(mut record) = found else {
+                return Err(CarpError::NotFound {
+                    what: "session",
+                    id: session_id.to_owned(),
+                });
+            };
+            if record.ended_at.is_some() {
+                return Ok((record, false));
+            }
+            record.ended_at = Some(ended_at.to_owned());
+            t.insert(session_id, encode(&record)?.as_slice())
+                .map_err(be)?;
+            Ok((record, true))
+        })
+    }
+
+    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpError> {
+        self.carp_write(|txn| {
+            let mut t = txn.open_table(REQUEST_IDS).map_err(be)?;
+            let seen = t
+                .insert((session_id, request_id), ())
+                .map_err(be)?
+                .is_some();
+            Ok((!seen, !seen))
+        })
+    }
+
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpError> {
+        let id = resolution.resolution.resolution_id.as_str();
+        self.carp_insert_new(RESOLUTIONS, "resolution", id, resolution, |_| Ok(()))
+    }
+
+    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, CarpError> {
+        self.carp_get(RESOLUTIONS, "resolution", resolution_id)
+    }
+
+    fn get_execution_by_key(
+        &self,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> Result<Option<ExecutionRecord>, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
+        let Some(id) = keys.get((session_id, idempotency_key)).map_err(be)? else {
+            return Ok(None);
+        };
+        let executions = txn.open_table(EXECUTIONS).map_err(be)?;
+        let found = executions.get(id.value()).map_err(be)?;
+        match found {
+            Some(bytes) => decode("execution", bytes.value()).map(Some),
+            None => Err(CarpError::Corrupt(format!(
+                "idempotency key `{idempotency_key}` of session `{session_id}` names a missing execution"
+            ))),
+        }
+    }
+
+    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, CarpError> {
+        let bytes = encode(execution)?;
+        self.carp_write(|txn| {
+            let mut executions = txn.open_table(EXECUTIONS).map_err(be)?;
+            if let Some(key) = execution.idempotency_key.as_deref() {
+                let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
+                let existing = keys
+                    .get((execution.session_id.as_str(), key))
+                    .map_err(be)?
+                    .map(|id| id.value().to_owned());
+                if let Some(id) = existing {
+                    let found = executions.get(id.as_str()).map_err(be)?;
+                    let Some(first) = found else {
+                        return Err(CarpError::Corrupt(format!(
+                            "idempotency key `{key}` names a missing execution `{id}`"
+                        )));
+                    };
+                    return Ok((decode("execution", first.value())?, false));
+                }
+                keys.insert(
+                    (execution.session_id.as_str(), key),
+                    execution.execution_id.as_str(),
+                )
+                .map_err(be)?;
+            }
+            if executions
+                .get(execution.execution_id.as_str())
+                .map_err(be)?
+                .is_some()
+            {
+                return Err(CarpError::AlreadyExists {
+                    what: "execution",
+                    id: execution.execution_id.clone(),
+                });
+            }
+            executions
+                .insert(execution.execution_id.as_str(), bytes.as_slice())
+                .map_err(be)?;
+            Ok((execution.clone(), true))
+        })
+    }
+
+    fn rate_count(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<u64, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(RATE).map_err(be)?;
+        count_in(&t, policy_id, scope_key, since_us, until_us)
+    }
+
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(BUDGET).map_err(be)?;
+        let spent = t.get((policy_id, scope_key)).map_err(be)?;
+        Ok(spent.map(|v| v.value()).unwrap_or(0))
+    }
+
+    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, CarpError> {
+        self.carp_write(|txn| {
+            let mut rate = txn.open_table(RATE).map_err(be)?;
+            let mut budget = txn.open_table(BUDGET).map_err(be)?;
+            // Check every charge first; record only if all fit. Charges on one counter given
+            // twice are counted together.
+            let mut rate_planned: Vec<(&str, &str, u64)> = Vec::new();
+            let mut budget_planned: Vec<(&str, &str, u64)> = Vec::new();
+            for c in charges {
+                let (policy, scope) = (c.policy_id.as_str(), c.scope_key.as_str());
+                let refused = |used| {
+                    Ok((
+                        ConsumeOutcome::Refused {
+                            policy_id: c.policy_id.clone(),
+                            scope_key: c.scope_key.clone(),
+                            kind: c.kind.clone(),
+                            used,
+                        },
+                        false,
+                    ))
+                };
+                match c.kind {
+                    ChargeKind::Rate {
+                        max_calls,
+                        window_seconds,
+                    } => {
+                        let since = window_start(at_us, window_seconds);
+                        let earlier: u64 = rate_planned
+                            .iter()
+                            .filter(|p| p.0 == policy && p.1 == scope)
+                            .map(|p| p.2)
+                            .sum();
+                        let used = count_in(&rate, policy, scope, since, at_us)? + earlier;
+                        if used >= max_calls {
+                            return refused(used);
+                        }
+                        rate_planned.push((policy, scope, 1));
+                    }
+                    ChargeKind::Budget { max_units, units } => {
+                        let earlier: u64 = budget_planned
+                            .iter()
+                            .filter(|p| p.0 == policy && p.1 == scope)
+                            .map(|p| p.2)
+                            .sum();
+                        let stored = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
+                        let used = stored.unwrap_or(0) + earlier;
+                        if used
+                            .checked_add(units)
+                            .is_none_or(|total| total > max_units)
+                        {
+                            return refused(used);
+                        }
+                        budget_planned.push((policy, scope, units));
+                    }
+                }
+            }
+            for (policy, scope, n) in rate_planned {
+                let now = rate
+                    .get((policy, scope, at_us))
+                    .map_err(be)?
+                    .map(|v| v.value());
+                rate.insert((policy, scope, at_us), now.unwrap_or(0) + n)
+                    .map_err(be)?;
+            }
+            for (policy, scope, units) in budget_planned {
+                let now = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
+                budget
+                    .insert((policy, scope), now.unwrap_or(0) + units)
+                    .map_err(be)?;
+            }
+            Ok((ConsumeOutcome::Consumed, true))
+        })
+    }
+
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
+        let id = approval.approval_id.as_str();
+        let pending = approval.status == ApprovalStatus::Pending;
+        self.carp_insert_new(APPROVALS, "approval", id, approval, |txn| {
+            if pending {
+                let mut p = txn.open_table(PENDING).map_err(be)?;
+                p.insert(id, ()).map_err(be)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpError> {
+        self.carp_get(APPROVALS, "approval", approval_id)
+    }
+
+    fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+        decided_at: &str,
+    ) -> Result<ApprovalRecord, CarpError> {
+        self.carp_write(|txn| {
+            let mut t = txn.open_table(APPROVALS).map_err(be)?;
+            let found: Option<ApprovalRecord> = match t.get(approval_id).map_err(be)? {
+                Some(bytes) => Some(decode("approval", bytes.value())?),
+                None => None,
+            };
+            let Some(mut record) = found else {
+                return Err(CarpError::NotFound {
+                    what: "approval",
+                    id: approval_id.to_owned(),
+                });
+            };
+            if record.status != ApprovalStatus::Pending {
+                return Err(CarpError::AlreadyDecided {
+                    approval_id: approval_id.to_owned(),
+                    status: record.status.as_str(),
+                });
+            }
+            record.status = match decision {
+                ApprovalDecision::Grant => ApprovalStatus::Granted,
+                ApprovalDecision::Reject => ApprovalStatus::Rejected,
+            };
+            record.decided_by = Some(decided_by.to_owned());
+            record.decided_at = Some(decided_at.to_owned());
+            record.note = note.map(str::to_owned);
+            t.insert(approval_id, encode(&record)?.as_slice())
+                .map_err(be)?;
+            let mut p = txn.open_table(PENDING).map_err(be)?;
+            p.remove(approval_id).map_err(be)?;
+            Ok((record, true))
+        })
+    }
+
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let pending = txn.open_table(PENDING).map_err(be)?;
+        let approvals = txn.open_table(APPROVALS).map_err(be)?;
+        let mut out = Vec::new();
+        for entry in pending.iter().map_err(be)? {
+            let (id, _) = entry.map_err(be)?;
+            let found = approvals.get(id.value()).map_err(be)?;
+            match found {
+                Some(bytes) => out.push(decode("approval", bytes.value())?),
+                None => {
+                    return Err(CarpError::Corrupt(format!(
+                        "pending approval `{}` has no record",
+                        id.value()
+                    )));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

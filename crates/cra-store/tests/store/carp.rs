@@ -1,0 +1,206 @@
+//! The CARP store contract (`cra_carp::store_contract`) on both backends, plus concurrent
+//! consumers racing for the last units of a limit.
+
+use std::sync::{Arc, Barrier};
+
+use cra_carp::store::{CarpStore, Charge, ChargeKind, ConsumeOutcome};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::{PgStore, RedbStore, StoreConfig};
+
+/// A store and the storage it lives in, dropped together.
+#[derive(Debug)]
+struct Held<S> {
+    store: S,
+    _dir: Option<tempfile::TempDir>,
+    _schema: Option<TestSchema>,
+}
+
+fn redb() -> Held<RedbStore> {
+    let dir = tempfile::tempdir().unwrap();
+    Held {
+        store: RedbStore::open(dir.path()).unwrap(),
+        _dir: Some(dir),
+        _schema: None,
+    }
+}
+
+fn pg(url: &str, name: &str) -> Held<PgStore> {
+    let schema = TestSchema::new(url, name);
+    Held {
+        store: schema.store(StoreConfig::default()).unwrap(),
+        _dir: None,
+        _schema: Some(schema),
+    }
+}
+
+/// Forwards every call to the held store.
+macro_rules! forward {
+    ($t:ty) => {
+        impl CarpStore for Held<$t> {
+            fn create_session(
+                &self,
+                s: &cra_carp::store::SessionRecord,
+            ) -> Result<(), cra_carp::store::StoreError> {
+                self.store.create_session(s)
+            }
+            fn get_session(
+                &self,
+                id: &str,
+            ) -> Result<Option<cra_carp::store::SessionRecord>, cra_carp::store::StoreError> {
+                self.store.get_session(id)
+            }
+            fn end_session(
+                &self,
+                id: &str,
+                at: &str,
+            ) -> Result<cra_carp::store::SessionRecord, cra_carp::store::StoreError> {
+                self.store.end_session(id, at)
+            }
+            fn insert_request_id(
+                &self,
+                s: &str,
+                r: &str,
+            ) -> Result<bool, cra_carp::store::StoreError> {
+                self.store.insert_request_id(s, r)
+            }
+            fn put_resolution(
+                &self,
+                r: &cra_carp::store::StoredResolution,
+            ) -> Result<(), cra_carp::store::StoreError> {
+                self.store.put_resolution(r)
+            }
+            fn get_resolution(
+                &self,
+                id: &str,
+            ) -> Result<Option<cra_carp::store::StoredResolution>, cra_carp::store::StoreError>
+            {
+                self.store.get_resolution(id)
+            }
+            fn get_execution_by_key(
+                &self,
+                s: &str,
+                k: &str,
+            ) -> Result<Option<cra_carp::store::ExecutionRecord>, cra_carp::store::StoreError> {
+                self.store.get_execution_by_key(s, k)
+            }
+            fn record_execution(
+                &self,
+                e: &cra_carp::store::ExecutionRecord,
+            ) -> Result<cra_carp::store::ExecutionRecord, cra_carp::store::StoreError> {
+                self.store.record_execution(e)
+            }
+            fn rate_count(
+                &self,
+                p: &str,
+                s: &str,
+                a: i64,
+                b: i64,
+            ) -> Result<u64, cra_carp::store::StoreError> {
+                self.store.rate_count(p, s, a, b)
+            }
+            fn budget_spent(&self, p: &str, s: &str) -> Result<u64, cra_carp::store::StoreError> {
+                self.store.budget_spent(p, s)
+            }
+            fn try_consume(
+                &self,
+                c: &[Charge],
+                at: i64,
+            ) -> Result<ConsumeOutcome, cra_carp::store::StoreError> {
+                self.store.try_consume(c, at)
+            }
+            fn create_approval(
+                &self,
+                a: &cra_carp::store::ApprovalRecord,
+            ) -> Result<(), cra_carp::store::StoreError> {
+                self.store.create_approval(a)
+            }
+            fn get_approval(
+                &self,
+                id: &str,
+            ) -> Result<Option<cra_carp::store::ApprovalRecord>, cra_carp::store::StoreError> {
+                self.store.get_approval(id)
+            }
+            fn decide_approval(
+                &self,
+                id: &str,
+                d: cra_carp::store::ApprovalDecision,
+                by: &str,
+                note: Option<&str>,
+                at: &str,
+            ) -> Result<cra_carp::store::ApprovalRecord, cra_carp::store::StoreError> {
+                self.store.decide_approval(id, d, by, note, at)
+            }
+            fn list_pending_approvals(
+                &self,
+            ) -> Result<Vec<cra_carp::store::ApprovalRecord>, cra_carp::store::StoreError> {
+                self.store.list_pending_approvals()
+            }
+        }
+    };
+}
+forward!(RedbStore);
+forward!(PgStore);
+
+#[test]
+fn redb_keeps_the_carp_store_contract() {
+    cra_carp::store_contract::check_all(&|| Box::new(redb()) as Box<dyn CarpStore>);
+}
+
+#[test]
+fn postgres_keeps_the_carp_store_contract() {
+    let Some(url) = postgres_url("postgres_keeps_the_carp_store_contract") else {
+        return;
+    };
+    cra_carp::store_contract::check_all(&|| {
+        Box::new(pg(&url, "carp_contract")) as Box<dyn CarpStore>
+    });
+}
+
+/// 16 threads race for a budget of 10 units and a rate limit of 12 calls: exactly 10 win.
+fn race(store: Arc<dyn CarpStore>) {
+    let charges = vec![
+        Charge {
+            policy_id: "rl".into(),
+            scope_key: "global".into(),
+            kind: ChargeKind::Rate {
+                max_calls: 12,
+                window_seconds: 3600,
+            },
+        },
+        Charge {
+            policy_id: "b".into(),
+            scope_key: "agent:a".into(),
+            kind: ChargeKind::Budget {
+                max_units: 10,
+                units: 1,
+            },
+        },
+    ];
+    let barrier = Arc::new(Barrier::new(16));
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, charges, barrier) = (store.clone(), charges.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                store.try_consume(&charges, 1_000_000 + i).unwrap() == ConsumeOutcome::Consumed
+            })
+        })
+        .collect();
+    let won = handles
+        .into_iter()
+        .filter(|_| true)
+        .map(|h| h.join().unwrap())
+        .filter(|w| *w)
+        .count();
+    assert_eq!(won, 10);
+    assert_eq!(store.budget_spent("b", "agent:a").unwrap(), 10);
+    assert_eq!(store.rate_count("rl", "global", 0, i64::MAX).unwrap(), 10);
+}
+
+#[test]
+fn concurrent_consumers_never_overspend() {
+    race(Arc::new(redb()));
+    if let Some(url) = postgres_url("concurrent_consumers_never_overspend") {
+        race(Arc::new(pg(&url, "carp_race")));
+    }
+}

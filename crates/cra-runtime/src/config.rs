@@ -94,6 +94,10 @@ pub struct RuntimeConfig {
     pub data: PathBuf,
     /// A PostgreSQL URL; when set the server uses PostgreSQL instead of the embedded store.
     pub postgres: Option<String>,
+    /// The PostgreSQL schema holding this deployment's tables.
+    pub postgres_schema: String,
+    /// PostgreSQL connections in the pool.
+    pub postgres_pool: usize,
     /// Atlas directories or packed archives to load. Empty: every atlas under `./atlases`.
     pub atlases: Vec<PathBuf>,
     /// Reload atlases when their files change.
@@ -120,6 +124,8 @@ impl Default for RuntimeConfig {
             addr: DEFAULT_ADDR.to_owned(),
             data: PathBuf::from("./cra-data"),
             postgres: None,
+            postgres_schema: "cra".to_owned(),
+            postgres_pool: 16,
             atlases: Vec::new(),
             watch: false,
             log_format: LogFormat::Text,

@@ -8,7 +8,9 @@
 //! * [`routes`]: the HTTP API; [`openapi`]: its generated description.
 //! * [`server`]: start-up, binding and graceful shutdown.
 
+pub mod atlases;
 pub mod auth;
+pub mod backend;
 pub mod config;
 pub mod error;
 pub mod extract;
@@ -18,6 +20,8 @@ pub mod ratelimit;
 pub mod routes;
 pub mod server;
 pub mod state;
+pub mod stream;
+pub mod tracelog;
 
 pub use config::RuntimeConfig;
 pub use error::{ApiError, ApiResult};

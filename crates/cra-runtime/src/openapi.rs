@@ -49,6 +49,12 @@ pub struct ErrorBodySchema {
         routes::system::health,
         routes::system::conformance,
         routes::system::metrics,
+        routes::sessions::create,
+        routes::sessions::get,
+        routes::sessions::end,
+        routes::traces::get,
+        routes::traces::verify,
+        crate::stream::stream,
     ),
     components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))
 )]

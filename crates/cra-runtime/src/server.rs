@@ -72,6 +72,27 @@ pub fn build_runtime(
         clock.clone(),
     );
     let started_at = cra_wire::clock::format_timestamp(clock.now());
+    let backends = crate::backend::open(&config, clock.clone(), ids.clone())
+        .map_err(|e| StartError::Other(format!("cannot open the store: {e}")))?;
+    let sources = crate::atlases::sources(&config.atlases);
+    let atlas_state = crate::atlases::load_all(&sources).map_err(StartError::Other)?;
+    notices.push(StartNotice::Info(format!(
+        "atlases: {}",
+        if atlas_state.loaded.is_empty() {
+            "none (pass --atlas DIR or put atlases under ./atlases)".to_owned()
+        } else {
+            atlas_state
+                .loaded
+                .iter()
+                .map(|a| a.id().to_owned())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    )));
+    notices.push(StartNotice::Info(match &config.postgres {
+        Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
+        None => format!("store: redb in {}", config.data.display()),
+    }));
     let runtime = Runtime {
         config,
         clock,
@@ -80,6 +101,9 @@ pub fn build_runtime(
         limiter,
         metrics: Metrics::default(),
         started_at,
+        backends,
+        hub: Arc::new(crate::tracelog::Hub::default()),
+        atlas_state: std::sync::RwLock::new(Arc::new(atlas_state)),
     };
     Ok((AppState(Arc::new(runtime)), notices))
 }
@@ -130,6 +154,9 @@ pub async fn start(
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
     let app = routes::router(state.clone());
+    if state.config.watch {
+        tokio::spawn(crate::atlases::watch(state.clone()));
+    }
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let signal = async move {

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use cra_wire::{Clock, IdGenerator};
 
 use crate::auth::Authenticator;
+use crate::backend::Backends;
 use crate::config::RuntimeConfig;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
+use crate::tracelog::Hub;
 
 /// Everything the runtime holds, shared by all requests.
 #[derive(Debug)]
@@ -28,6 +30,12 @@ pub struct Runtime {
     pub metrics: Metrics,
     /// When this process started serving (wire form).
     pub started_at: String,
+    /// The stores.
+    pub backends: Backends,
+    /// Live TRACE subscribers.
+    pub hub: Arc<Hub>,
+    /// The atlases in force (swapped whole on reload).
+    pub atlas_state: std::sync::RwLock<Arc<crate::atlases::AtlasState>>,
 }
 
 /// A cheap handle on the [`Runtime`], cloned into every handler.

@@ -1,14 +1,16 @@
 //! The HTTP routes, one module per area, and the router that assembles them with the auth,
 //! rate-limit and metrics layers.
 
+pub mod sessions;
 pub mod system;
+pub mod traces;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use cra_wire::Token;
 
 use crate::auth::Actor;
@@ -24,6 +26,14 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health", get(system::health))
         .route("/v1/conformance", get(system::conformance))
         .route("/metrics", get(system::metrics))
+        .route("/v1/sessions", post(sessions::create))
+        .route(
+            "/v1/sessions/{session_id}",
+            get(sessions::get).delete(sessions::end),
+        )
+        .route("/v1/traces/stream", get(crate::stream::stream))
+        .route("/v1/traces/{session_id}", get(traces::get))
+        .route("/v1/traces/{session_id}/verify", post(traces::verify))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))

@@ -35,12 +35,8 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at: state.started_at.clone(),
-        store: if state.config.postgres.is_some() {
-            "postgres".into()
-        } else {
-            "redb".into()
-        },
-        atlases: 0,
+        store: state.backends.kind.into(),
+        atlases: state.atlases().loaded.len(),
     })
 }
 

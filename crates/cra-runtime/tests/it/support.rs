@@ -82,6 +82,10 @@ impl TestServer {
             ..RuntimeConfig::default()
         };
         config.limits.requests_per_second = 0;
+        config.atlases = vec![PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../atlases/dev.cra.github-ops"
+        ))];
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
@@ -178,4 +182,58 @@ pub fn assert_error(got: &(u16, Value), status: u16, token: &str) {
     assert_eq!(got.0, status, "status; body {}", got.1);
     assert_eq!(got.1["error"], token, "token; body {}", got.1);
     assert!(got.1["message"].is_string(), "message; body {}", got.1);
+}
+
+impl TestServer {
+    /// Opens a session for `agent_id` with `key`; returns its id.
+    pub async fn open_session(&self, key: &str, agent_id: &str) -> String {
+        let (st, body) = self
+            .post(
+                Some(key),
+                "/v1/sessions",
+                &serde_json::json!({"agent_id": agent_id, "goal": "test the runtime"}),
+            )
+            .await;
+        assert_eq!(st, 201, "{body}");
+        body["session_id"].as_str().unwrap().to_owned()
+    }
+
+    /// The session's events over HTTP (as the admin).
+    pub async fn events(&self, session_id: &str) -> Vec<Value> {
+        let (st, body) = self
+            .get(Some(ADMIN), &format!("/v1/traces/{session_id}"))
+            .await;
+        assert_eq!(st, 200, "{body}");
+        body.as_array().unwrap().clone()
+    }
+
+    /// The event types of the session's chain.
+    pub async fn event_types(&self, session_id: &str) -> Vec<String> {
+        self.events(session_id)
+            .await
+            .iter()
+            .map(|e| e["event_type"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    /// Number of events in every chain (the "record count" of the TRACE store).
+    pub fn total_events(&self) -> u64 {
+        let state = &self.server.as_ref().unwrap().state;
+        state
+            .backends
+            .chains
+            .sessions()
+            .unwrap()
+            .iter()
+            .map(|s| s.head.next_sequence)
+            .sum()
+    }
+
+    /// WebSocket URL of a stream query.
+    pub fn ws_url(&self, query: &str) -> String {
+        format!(
+            "{}/v1/traces/stream?{query}",
+            self.base.replacen("http://", "ws://", 1)
+        )
+    }
 }

@@ -1,0 +1,63 @@
+//! Opening the store behind every area: redb in the data directory (default) or PostgreSQL
+//! (`--postgres URL`). One backend object implements every protocol crate's storage trait; the
+//! runtime holds it as one `Arc<dyn ...>` per trait.
+
+use std::sync::Arc;
+
+use cra_carp::CarpStore;
+use cra_store::{PgStore, RedbStore, StoreConfig};
+use cra_trace::store::ChainStore;
+use cra_wire::{Clock, IdGenerator};
+
+use crate::config::RuntimeConfig;
+
+/// The stores of every area, sharing one backend.
+#[derive(Clone)]
+pub struct Backends {
+    /// TRACE chains.
+    pub chains: Arc<dyn ChainStore>,
+    /// CARP sessions, resolutions, executions, counters, approvals.
+    pub carp: Arc<dyn CarpStore>,
+    /// `redb` or `postgres`.
+    pub kind: &'static str,
+}
+
+impl std::fmt::Debug for Backends {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backends")
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+/// Opens the configured backend with the injected clock and ids.
+pub fn open(
+    config: &RuntimeConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<Backends, cra_store::StoreError> {
+    let store_config = StoreConfig { clock, ids };
+    match &config.postgres {
+        Some(url) => {
+            let pg = PgStore::connect_with(
+                url,
+                &config.postgres_schema,
+                store_config,
+                config.postgres_pool,
+            )?;
+            Ok(Backends {
+                chains: Arc::new(pg.clone()),
+                carp: Arc::new(pg),
+                kind: "postgres",
+            })
+        }
+        None => {
+            let redb = RedbStore::open_with(&config.data, store_config)?;
+            Ok(Backends {
+                chains: Arc::new(redb.clone()),
+                carp: Arc::new(redb),
+                kind: "redb",
+            })
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! `GET /v1/traces/{session_id}` (JSON array, or `.trace.jsonl` with
+//! `Accept: application/x-ndjson`) and `POST /v1/traces/{session_id}/verify`.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::error::{ApiError, ApiResult};
+use crate::routes::Caller;
+use crate::routes::sessions::{check_uuid_field, require_read};
+use crate::state::AppState;
+
+/// The JSON Lines media type of a `.trace.jsonl` export.
+pub const NDJSON: &str = "application/x-ndjson";
+
+/// A session's chain, in order.
+#[utoipa::path(get, path = "/v1/traces/{session_id}", tag = "traces",
+    params(("session_id" = String, Path, description = "The session")),
+    responses((status = 200, description = "The events (JSON array, or JSON Lines with Accept: application/x-ndjson)", body = [Object]),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn get(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    check_uuid_field("/session_id", &id)?;
+    let record = state.session_record(&id).await?;
+    require_read(&actor, &record)?;
+    let events = state.read_all_events(&id).await?;
+    let wants_lines = headers
+        .get(ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains(NDJSON));
+    if wants_lines {
+        let mut out = Vec::with_capacity(events.len() * 600);
+        for e in &events {
+            serde_json::to_writer(&mut out, e)
+                .map_err(|e| ApiError::internal("could not render an event", e))?;
+            out.push(b'\n');
+        }
+        Ok(([(CONTENT_TYPE, NDJSON)], out).into_response())
+    } else {
+        Ok(Json(events).into_response())
+    }
+}
+
+/// The first failure of a verification.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VerifyFinding {
+    /// The sequence where the chain first fails.
+    pub sequence: u64,
+    /// `sequence_gap`, `chain_broken`, `invalid_genesis`, `hash_mismatch` or `malformed_event`.
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+/// The verification result.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct VerifyResult {
+    /// The session.
+    pub session_id: String,
+    /// Whether every event verified.
+    pub valid: bool,
+    /// Events checked.
+    pub events: u64,
+    /// The first failure, if any.
+    pub first_error: Option<VerifyFinding>,
+}
+
+/// Re-verifies a stored chain (sequence, links, Appendix B hashes).
+#[utoipa::path(post, path = "/v1/traces/{session_id}/verify", tag = "traces",
+    params(("session_id" = String, Path, description = "The session")),
+    responses((status = 200, body = VerifyResult),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn verify(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<VerifyResult>> {
+    check_uuid_field("/session_id", &id)?;
+    let record = state.session_record(&id).await?;
+    require_read(&actor, &record)?;
+    let events = state.read_all_events(&id).await?;
+    let report = tokio::task::spawn_blocking(move || cra_trace::verify_events(&events, false))
+        .await
+        .map_err(|e| ApiError::internal("the verification task failed", e))?;
+    Ok(Json(VerifyResult {
+        session_id: id,
+        valid: report.is_valid(),
+        events: report.events,
+        first_error: report.first_error().map(|f| VerifyFinding {
+            sequence: f.sequence,
+            code: f.code.as_str().to_owned(),
+            message: f.message.clone(),
+        }),
+    }))
+}

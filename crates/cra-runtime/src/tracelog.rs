@@ -1,0 +1,350 @@
+//! TRACE emission and live fan-out. Every event the runtime records goes through
+//! [`Runtime::append_events`]: the batch is appended to the session's chain by the
+//! [`cra_trace::store::ChainStore`] (durable before it returns, so before any HTTP answer), then
+//! published to live subscribers through the [`Hub`].
+//!
+//! The hub never buffers without bound: each subscriber has a bounded queue; a batch that does not
+//! fit whole is not queued, the subscriber is marked as overflowed and dropped, and its stream is
+//! closed with a close code telling the client to resume with `since_seq`. Subscribers that see
+//! an event with a later sequence than expected (two appenders publishing out of order) fill the
+//! gap from the store, so a stream delivers every event once and in order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use cra_trace::store::ChainStoreError;
+use cra_trace::{EventDraft, TraceEvent};
+use cra_wire::Token;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::error::ApiError;
+use crate::state::Runtime;
+
+/// Filters of the operator's all-sessions stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StreamFilter {
+    /// Only event types starting with this.
+    pub type_prefix: Option<String>,
+    /// Only sessions owned by this agent.
+    pub agent: Option<String>,
+    /// Only events whose payload carries this decision (`decision`, `decision.type` or `result`).
+    pub decision: Option<String>,
+}
+
+impl StreamFilter {
+    /// Whether `event` of a session owned by `owner` passes.
+    pub fn admits(&self, owner: &str, event: &TraceEvent) -> bool {
+        if let Some(p) = &self.type_prefix
+            && !event.event_type.starts_with(p.as_str())
+        {
+            return false;
+        }
+        if let Some(a) = &self.agent
+            && a != owner
+        {
+            return false;
+        }
+        if let Some(d) = &self.decision {
+            return event_decision(&event.payload).is_some_and(|x| x == d);
+        }
+        true
+    }
+}
+
+/// The decision an event's payload carries, if any.
+pub fn event_decision(payload: &Value) -> Option<&str> {
+    match payload.get("decision") {
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Object(o)) => o.get("type").and_then(Value::as_str),
+        _ => payload.get("result").and_then(Value::as_str),
+    }
+}
+
+struct Sub {
+    id: u64,
+    tx: mpsc::Sender<Arc<TraceEvent>>,
+    overflow: Arc<AtomicBool>,
+    filter: StreamFilter,
+}
+
+/// Live subscribers, per session and for all sessions.
+#[derive(Default)]
+pub struct Hub {
+    next_id: AtomicU64,
+    sessions: Mutex<HashMap<String, Vec<Sub>>>,
+    all: Mutex<Vec<Sub>>,
+}
+
+impl std::fmt::Debug for Hub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hub").finish_non_exhaustive()
+    }
+}
+
+/// One live subscription; unsubscribes when dropped.
+pub struct Subscription {
+    /// Events as they are appended.
+    pub rx: mpsc::Receiver<Arc<TraceEvent>>,
+    /// Set when the queue overflowed and the hub dropped this subscriber.
+    pub overflow: Arc<AtomicBool>,
+    id: u64,
+    session: Option<String>,
+    hub: Weak<Hub>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("id", &self.id)
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        match &self.session {
+            Some(s) => {
+                let mut map = hub.sessions.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(v) = map.get_mut(s) {
+                    v.retain(|x| x.id != self.id);
+                    if v.is_empty() {
+                        map.remove(s);
+                    }
+                }
+            }
+            None => {
+                let mut v = hub.all.lock().unwrap_or_else(|p| p.into_inner());
+                v.retain(|x| x.id != self.id);
+            }
+        }
+    }
+}
+
+/// Queues `events` on every subscriber in `subs` that admits them; drops overflowed or closed ones.
+fn fan_out(subs: &mut Vec<Sub>, owner: &str, events: &[Arc<TraceEvent>]) {
+    subs.retain(|sub| {
+        let chosen: Vec<&Arc<TraceEvent>> = events
+            .iter()
+            .filter(|e| sub.filter.admits(owner, e))
+            .collect();
+        if chosen.is_empty() {
+            return !sub.tx.is_closed();
+        }
+        match sub.tx.try_reserve_many(chosen.len()) {
+            Ok(permits) => {
+                for (permit, e) in permits.zip(chosen) {
+                    permit.send(Arc::clone(e));
+                }
+                true
+            }
+            Err(mpsc::error::TrySendError::Full(())) => {
+                sub.overflow.store(true, Ordering::SeqCst);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => false,
+        }
+    });
+}
+
+impl Hub {
+    /// Subscribes to `session` (or to every session when `None`) with a queue of `capacity` events.
+    pub fn subscribe(
+        self: &Arc<Self>,
+        session: Option<&str>,
+        filter: StreamFilter,
+        capacity: usize,
+    ) -> Subscription {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let overflow = Arc::new(AtomicBool::new(false));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let sub = Sub {
+            id,
+            tx,
+            overflow: overflow.clone(),
+            filter,
+        };
+        match session {
+            Some(s) => self
+                .sessions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(s.to_owned())
+                .or_default()
+                .push(sub),
+            None => self.all.lock().unwrap_or_else(|p| p.into_inner()).push(sub),
+        }
+        Subscription {
+            rx,
+            overflow,
+            id,
+            session: session.map(str::to_owned),
+            hub: Arc::downgrade(self),
+        }
+    }
+
+    /// Hands freshly appended `events` of a session owned by `owner` to its subscribers.
+    pub fn publish(&self, session: &str, owner: &str, events: &[TraceEvent]) {
+        let events: Vec<Arc<TraceEvent>> = events.iter().cloned().map(Arc::new).collect();
+        {
+            let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(subs) = map.get_mut(session) {
+                fan_out(subs, owner, &events);
+                if subs.is_empty() {
+                    map.remove(session);
+                }
+            }
+        }
+        let mut all = self.all.lock().unwrap_or_else(|p| p.into_inner());
+        if !all.is_empty() {
+            fan_out(&mut all, owner, &events);
+        }
+    }
+}
+
+/// A chain-store failure as an HTTP refusal.
+pub fn chain_error(e: ChainStoreError) -> ApiError {
+    match e.token() {
+        Token::Unavailable | Token::IntegrityError => ApiError::new(e.token(), e.to_string()),
+        t => ApiError::new(t, e.to_string()),
+    }
+}
+
+/// A draft with the given trace/span ids.
+pub fn draft(
+    trace_id: &str,
+    span_id: &str,
+    parent_span_id: Option<&str>,
+    event_type: &str,
+    payload: Value,
+) -> EventDraft {
+    EventDraft {
+        trace_id: trace_id.to_owned(),
+        span_id: span_id.to_owned(),
+        parent_span_id: parent_span_id.map(str::to_owned),
+        event_type: event_type.to_owned(),
+        payload,
+    }
+}
+
+impl Runtime {
+    /// Appends `drafts` to `session_id`'s chain (owned by `owner`), durably, then publishes them.
+    pub async fn append_events(
+        &self,
+        session_id: &str,
+        owner: &str,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ApiError> {
+        let chains = self.backends.chains.clone();
+        let sid = session_id.to_owned();
+        let events = tokio::task::spawn_blocking(move || chains.append(&sid, drafts))
+            .await
+            .map_err(|e| ApiError::internal("the trace append task failed", e))?
+            .map_err(chain_error)?;
+        self.metrics.add_events(events.len() as u64);
+        self.hub.publish(session_id, owner, &events);
+        Ok(events)
+    }
+
+    /// Up to `limit` events after sequence `after` (from the start when `None`).
+    pub async fn read_events_after(
+        &self,
+        session_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<TraceEvent>, ApiError> {
+        let chains = self.backends.chains.clone();
+        let sid = session_id.to_owned();
+        tokio::task::spawn_blocking(move || chains.read_after(&sid, after, limit))
+            .await
+            .map_err(|e| ApiError::internal("the trace read task failed", e))?
+            .map_err(chain_error)
+    }
+
+    /// Every event of a session, in order.
+    pub async fn read_all_events(&self, session_id: &str) -> Result<Vec<TraceEvent>, ApiError> {
+        let mut out: Vec<TraceEvent> = Vec::new();
+        loop {
+            let after = out.last().map(|e| e.sequence);
+            let page = self.read_events_after(session_id, after, 4096).await?;
+            if page.is_empty() {
+                return Ok(out);
+            }
+            out.extend(page);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ev(seq: u64, ty: &str, payload: Value) -> TraceEvent {
+        cra_trace::seal(
+            draft("t", "s", None, ty, payload),
+            "sess",
+            &cra_trace::ChainHead {
+                next_sequence: seq,
+                head_hash: "0".repeat(64),
+            },
+            format!("e{seq}"),
+            "2026-01-01T00:00:00.000000Z".into(),
+        )
+    }
+
+    #[test]
+    fn a_batch_that_does_not_fit_overflows_the_subscriber() {
+        let hub = Arc::new(Hub::default());
+        let mut small = hub.subscribe(Some("sess"), StreamFilter::default(), 3);
+        let mut big = hub.subscribe(Some("sess"), StreamFilter::default(), 100);
+        let batch: Vec<TraceEvent> = (0..5).map(|i| ev(i, "x", json!({}))).collect();
+        hub.publish("sess", "bot", &batch);
+        assert!(small.overflow.load(Ordering::SeqCst));
+        assert!(small.rx.try_recv().is_err(), "nothing partial was queued");
+        assert!(!big.overflow.load(Ordering::SeqCst));
+        for i in 0..5 {
+            assert_eq!(big.rx.try_recv().unwrap().sequence, i);
+        }
+    }
+
+    #[test]
+    fn all_stream_filters_by_type_agent_and_decision() {
+        let hub = Arc::new(Hub::default());
+        let f = StreamFilter {
+            type_prefix: Some("policy.".into()),
+            agent: Some("bot".into()),
+            decision: Some("deny".into()),
+        };
+        let mut sub = hub.subscribe(None, f, 10);
+        hub.publish(
+            "a",
+            "bot",
+            &[
+                ev(0, "policy.evaluated", json!({"result": "deny"})),
+                ev(1, "policy.evaluated", json!({"result": "allow"})),
+                ev(2, "action.denied", json!({"decision": "deny"})),
+            ],
+        );
+        hub.publish(
+            "b",
+            "other",
+            &[ev(0, "policy.evaluated", json!({"result": "deny"}))],
+        );
+        assert_eq!(sub.rx.try_recv().unwrap().sequence, 0);
+        assert!(sub.rx.try_recv().is_err());
+    }
+
+    #[test]
+    fn dropping_a_subscription_unregisters_it() {
+        let hub = Arc::new(Hub::default());
+        let s = hub.subscribe(Some("x"), StreamFilter::default(), 1);
+        drop(s);
+        assert!(hub.sessions.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,118 @@
+//! Sessions and traces over HTTP: open, read, end; the chain as JSON and JSON Lines; verify.
+
+use serde_json::json;
+
+use crate::support::*;
+
+#[tokio::test]
+async fn session_lifecycle_is_traced_and_verifies() {
+    let s = TestServer::start().await;
+    let (st, body) = s
+        .post(
+            Some(AGENT),
+            "/v1/sessions",
+            &json!({"agent_id": "ops-bot", "goal": "triage CI", "project_id": "proj-1"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let id = body["session_id"].as_str().unwrap().to_owned();
+    assert!(cra_wire::id::is_uuid_v7(&id));
+    assert_eq!(body["agent_id"], "ops-bot");
+    assert_eq!(body["status"], "active");
+    assert_eq!(body["started_at"], "2026-03-02T10:00:00.000000Z");
+    assert!(cra_relay::session::is_callsign(
+        body["callsign"].as_str().unwrap()
+    ));
+
+    let (st, got) = s.get(Some(AGENT), &format!("/v1/sessions/{id}")).await;
+    assert_eq!(st, 200);
+    assert_eq!(got["goal"], "triage CI");
+    assert_eq!(got["project_id"], "proj-1");
+    assert_eq!(got["callsign"], body["callsign"]);
+    assert_eq!(got["event_count"], 1);
+
+    assert_eq!(
+        s.delete(Some(AGENT), &format!("/v1/sessions/{id}")).await.0,
+        204
+    );
+    assert_eq!(
+        s.delete(Some(AGENT), &format!("/v1/sessions/{id}")).await.0,
+        204,
+        "idempotent"
+    );
+    assert_eq!(
+        s.event_types(&id).await,
+        ["session.started", "session.ended"]
+    );
+    let (_, got) = s.get(Some(AGENT), &format!("/v1/sessions/{id}")).await;
+    assert_eq!(got["status"], "ended");
+
+    let (st, v) = s
+        .post(
+            Some(AUDITOR),
+            &format!("/v1/traces/{id}/verify"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(v["valid"], true, "{v}");
+    assert_eq!(v["events"], 2);
+
+    // JSON Lines form: one event per line, same events as the array.
+    let resp = s
+        .http
+        .get(s.url(&format!("/v1/traces/{id}")))
+        .bearer_auth(AUDITOR)
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resp.headers()["content-type"].to_str().unwrap(),
+        "application/x-ndjson"
+    );
+    let text = resp.text().await.unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, s.events(&id).await);
+    assert!(text.ends_with('\n'));
+    // The offline verifier accepts the export byte for byte.
+    let report = cra_trace::verify_text_reference(text.as_bytes(), true);
+    assert!(report.is_valid(), "{:?}", report.findings);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn agents_open_sessions_only_for_themselves() {
+    let s = TestServer::start().await;
+    let r = s
+        .post(
+            Some(AGENT),
+            "/v1/sessions",
+            &json!({"agent_id": "someone-else", "goal": "x"}),
+        )
+        .await;
+    assert_error(&r, 403, "identity_mismatch");
+    assert_eq!(r.1["details"]["errors"][0]["pointer"], "/agent_id");
+    let r = s
+        .post(
+            Some(AUDITOR),
+            "/v1/sessions",
+            &json!({"agent_id": "audrey", "goal": "x"}),
+        )
+        .await;
+    assert_error(&r, 403, "forbidden");
+    // Admins may open a session for any agent.
+    let r = s
+        .post(
+            Some(ADMIN),
+            "/v1/sessions",
+            &json!({"agent_id": "ops-bot", "goal": "x"}),
+        )
+        .await;
+    assert_eq!(r.0, 201);
+    assert_eq!(s.total_events(), 1, "refusals stored nothing");
+    s.stop().await;
+}

@@ -1,0 +1,178 @@
+//! The WebSocket trace stream: replay + live, resume with since_seq exactly once, slow consumers
+//! told with a close code, operator stream with filters.
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+use crate::support::*;
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+pub async fn connect(s: &TestServer, key: &str, query: &str) -> Ws {
+    let mut req = s.ws_url(query).into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {key}").parse().unwrap());
+    let (ws, _) = tokio_tungstenite::connect_async(req).await.unwrap();
+    ws
+}
+
+/// Next event message (or the close frame as Err(code, reason)).
+pub async fn next_event(ws: &mut Ws) -> Result<Value, (u16, String)> {
+    loop {
+        match ws.next().await {
+            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(t.as_str()).unwrap()),
+            Some(Ok(Message::Close(f))) => {
+                return Err(f
+                    .map(|f| (u16::from(f.code), f.reason.to_string()))
+                    .unwrap_or((1005, String::new())));
+            }
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return Err((0, e.to_string())),
+            None => return Err((0, "ended".into())),
+        }
+    }
+}
+
+/// Ends `n` sessions' worth of events: appends `count` events to `sid` through real requests
+/// (each session open/end pair adds events to its own chain, so use ends of child sessions).
+async fn add_events(s: &TestServer, sid: &str, count: usize) {
+    let state = &s.server.as_ref().unwrap().state;
+    for i in 0..count {
+        state
+            .append_events(
+                sid,
+                "ops-bot",
+                vec![cra_runtime::tracelog::draft(
+                    "t",
+                    "s",
+                    None,
+                    "test.tick",
+                    json!({"i": i}),
+                )],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn disconnect_and_resume_gets_every_event_exactly_once() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    add_events(&s, &sid, 4).await;
+    let mut ws = connect(&s, AGENT, &format!("session_id={sid}")).await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(
+            next_event(&mut ws).await.unwrap()["sequence"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    ws.close(None).await.unwrap();
+    drop(ws);
+    // More events while disconnected.
+    add_events(&s, &sid, 5).await;
+    let resume = seen.last().unwrap() + 1;
+    let mut ws = connect(&s, AGENT, &format!("session_id={sid}&since_seq={resume}")).await;
+    // Live events after the replay.
+    let s2 = &s;
+    let sid2 = sid.clone();
+    let live = async move {
+        add_events(s2, &sid2, 3).await;
+    };
+    live.await;
+    while seen.len() < 13 {
+        seen.push(
+            next_event(&mut ws).await.unwrap()["sequence"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    assert_eq!(seen, (0..13).collect::<Vec<u64>>());
+    // Ending the session ends the stream with a normal close.
+    assert_eq!(
+        s.delete(Some(AGENT), &format!("/v1/sessions/{sid}"))
+            .await
+            .0,
+        204
+    );
+    assert_eq!(
+        next_event(&mut ws).await.unwrap()["event_type"],
+        "session.ended"
+    );
+    assert_eq!(next_event(&mut ws).await.unwrap_err().0, 1000);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_consumer_is_closed_with_a_resume_point() {
+    let s = TestServer::start_with(|c| c.limits.stream_queue = 4).await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let mut ws = connect(&s, AGENT, &format!("session_id={sid}")).await;
+    assert_eq!(next_event(&mut ws).await.unwrap()["sequence"], 0);
+    // One batch larger than the queue: the subscriber overflows deterministically.
+    let state = &s.server.as_ref().unwrap().state;
+    let drafts = (0..10)
+        .map(|i| cra_runtime::tracelog::draft("t", "s", None, "test.tick", json!({"i": i})))
+        .collect();
+    state.append_events(&sid, "ops-bot", drafts).await.unwrap();
+    let (code, reason) = next_event(&mut ws).await.unwrap_err();
+    assert_eq!(code, cra_runtime::stream::CLOSE_SLOW_CONSUMER);
+    assert!(reason.contains("since_seq=1"), "{reason}");
+    // Resuming from the reason's point replays everything missed.
+    let mut ws = connect(&s, AGENT, &format!("session_id={sid}&since_seq=1")).await;
+    for want in 1..=10u64 {
+        assert_eq!(next_event(&mut ws).await.unwrap()["sequence"], want);
+    }
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn operator_stream_filters_and_agents_cannot_use_it() {
+    let s = TestServer::start().await;
+    let mut req = s.ws_url("all=true").into_client_request().unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {AGENT}").parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 403)
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    let mut ws = connect(&s, OPERATOR, "all=true&type=session.&agent=other-bot").await;
+    let _mine = s.open_session(AGENT, "ops-bot").await;
+    let theirs = s.open_session(AGENT2, "other-bot").await;
+    let e = next_event(&mut ws).await.unwrap();
+    assert_eq!(e["session_id"], theirs.as_str());
+    assert_eq!(e["event_type"], "session.started");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn other_agents_cannot_stream_a_session() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let mut req = s
+        .ws_url(&format!("session_id={sid}"))
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {AGENT2}").parse().unwrap());
+    match tokio_tungstenite::connect_async(req).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status().as_u16(), 403)
+        }
+        other => panic!("expected 403, got {other:?}"),
+    }
+    // An auditor may.
+    let mut ws = connect(&s, AUDITOR, &format!("session_id={sid}")).await;
+    assert_eq!(
+        next_event(&mut ws).await.unwrap()["event_type"],
+        "session.started"
+    );
+    s.stop().await;
+}

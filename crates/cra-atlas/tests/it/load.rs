@@ -85,3 +85,43 @@ fn errors_name_file_pointer_and_line() {
         ("invalid_id", "actions/notes.json", "/1/action_id", Some(3))
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn symbolic_links_are_refused() {
+    let (_tmp, dir) = copy_fixture("minimal");
+    std::os::unix::fs::symlink("/etc/hostname", dir.join("context/host.md")).unwrap();
+    let LoadError::Invalid { diagnostics, .. } = load_dir(&dir).unwrap_err() else {
+        panic!("expected Invalid");
+    };
+    assert_eq!(diagnostics[0].code, "unsupported_file");
+    assert_eq!(diagnostics[0].file, "context/host.md");
+}
+
+#[test]
+fn unknown_x_fields_survive_and_other_unknown_fields_are_errors() {
+    let (_tmp, dir) = copy_fixture("minimal");
+    let path = dir.join("policies/deny.json");
+    let text = std::fs::read_to_string(&path).unwrap().replacen(
+        "{",
+        "{\"x-ticket\": {\"id\": 7}, \"x-note\": \"kept\", ",
+        1,
+    );
+    std::fs::write(&path, text).unwrap();
+    let atlas = load_dir(&dir).unwrap();
+    let p = &atlas.manifest.policies[1];
+    assert_eq!(p.extra["x-note"], "kept");
+    assert_eq!(p.extra["x-ticket"]["id"], 7);
+    let back = serde_json::to_value(p).unwrap();
+    assert_eq!(back["x-note"], "kept");
+
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace("\"x-note\"", "\"note\"");
+    std::fs::write(&path, text).unwrap();
+    let LoadError::Invalid { diagnostics, .. } = load_dir(&dir).unwrap_err() else {
+        panic!("expected Invalid");
+    };
+    assert_eq!(diagnostics[0].pointer, "/note");
+    assert_eq!(diagnostics[0].file, "policies/deny.json");
+}

@@ -352,3 +352,37 @@ fn unreadable_inputs_exit_1_and_corrupt_archives_exit_3() {
     assert_eq!(code, 3);
     assert!(err.contains("bad_archive"), "{err}");
 }
+
+#[test]
+fn atlases_checked_together_resolve_each_others_dependencies() {
+    let (tmp, base) = base_copy();
+    let user = tmp.path().join("user");
+    copy_dir(&base, &user);
+    let manifest = user.join("atlas.json");
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "\"atlas_id\": \"com.example.base\",",
+        "\"atlas_id\": \"com.example.user\",\n  \"dependencies\": {\"com.example.base\": \">=1.0, <2\"},",
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let (code, _, err) = cra(&["atlas", "check", s(&user)]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("dependency_missing") && err.contains("com.example.base"),
+        "{err}"
+    );
+    assert_eq!(
+        cra(&["atlas", "check", "--strict", s(&user), s(&base)]).0,
+        0
+    );
+    assert_eq!(
+        cra(&["atlas", "check", "--strict", "--with", s(&base), s(&user)]).0,
+        0
+    );
+    // Two different atlases with one id and version are refused.
+    std::fs::write(base.join("context/overview.md"), "# Changed\n").unwrap();
+    let other = tmp.path().join("other");
+    copy_dir(&fixtures().join("valid/base"), &other);
+    let (code, _, err) = cra(&["atlas", "check", s(&base), s(&other)]);
+    assert_eq!(code, 3);
+    assert!(err.contains("duplicate_atlas"), "{err}");
+}

@@ -9,12 +9,14 @@
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation; [`service`]: the operations over a store.
+//! * [`replay`]: re-resolving recorded requests and reporting the first divergence.
 //! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
 
 pub mod eval;
 pub mod execute;
 pub mod explain;
 pub mod index;
+pub mod replay;
 pub mod service;
 pub mod shared;
 pub mod store;

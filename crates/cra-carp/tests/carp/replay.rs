@@ -1,0 +1,151 @@
+//! Replay re-resolves recorded requests: an unchanged atlas replays the same; a changed atlas
+//! produces a reported divergence (the recorded resolution is never echoed back).
+
+use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::replay::{CaseOutcome, replay, resolve_drafts, seal_session};
+use cra_carp::validate::parse_request;
+use cra_trace::TraceEvent;
+use serde_json::json;
+
+use crate::common::{at, atlas_set, fixture, ids};
+use crate::table::{SESSION, full_request, table_atlases};
+
+fn record(
+    set: &cra_carp::index::AtlasSet,
+    goals: &[(&str, &str)],
+    counters: &CountersSnapshot,
+) -> Vec<TraceEvent> {
+    let ids = ids();
+    let mut drafts = Vec::new();
+    for (atlas, goal) in goals {
+        let short = json!({"agent_id": "agent-1", "goal": goal, "atlas_ids": [atlas]});
+        let request = parse_request(&full_request(&short, "2026-01-05T10:00:00Z")).unwrap();
+        let opts = ResolveOptions {
+            explain: true,
+            ..ResolveOptions::default()
+        };
+        let res = resolve(
+            &request,
+            set,
+            counters,
+            at("2026-01-05T10:00:00Z"),
+            &ids,
+            &opts,
+        )
+        .unwrap();
+        drafts.extend(resolve_drafts(
+            &request,
+            &res,
+            &set.digests(),
+            counters,
+            &ids,
+        ));
+    }
+    seal_session(
+        SESSION,
+        "agent-1",
+        "2026-01-05T10:00:00.000000Z",
+        drafts,
+        &ids,
+    )
+}
+
+#[test]
+fn recorded_traces_verify_and_replay_the_same() {
+    let set = table_atlases();
+    let counters = CountersSnapshot::new(
+        vec![cra_carp::eval::CounterEntry {
+            policy_id: "rl-logs".into(),
+            scope_key: format!("session:{SESSION}"),
+            value: 2,
+        }],
+        vec![],
+    );
+    let events = record(
+        &set,
+        &[
+            ("com.example.support", "help"),
+            ("com.example.ops", "deploy to production"),
+        ],
+        &counters,
+    );
+    let text: String = events
+        .iter()
+        .map(|e| serde_json::to_string(e).unwrap() + "\n")
+        .collect();
+    assert!(cra_trace::verify::verify_text_reference(text.as_bytes(), true).is_valid());
+    let cases = replay(&events, &set);
+    assert_eq!(cases.len(), 2);
+    for c in &cases {
+        assert_eq!(c.outcome, CaseOutcome::Same, "{c:?}");
+        assert!(!c.digests_changed);
+    }
+    assert!(
+        cases[1]
+            .policies_fired
+            .contains(&("com.example.ops".to_owned(), "rl-logs".to_owned()))
+    );
+}
+
+#[test]
+fn a_changed_atlas_is_reported_as_a_divergence() {
+    let set = table_atlases();
+    let events = record(
+        &set,
+        &[("com.example.support", "help")],
+        &CountersSnapshot::empty(),
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("support");
+    std::fs::create_dir_all(copy.join("context")).unwrap();
+    for f in [
+        "atlas.json",
+        "context/overview.md",
+        "context/refunds.md",
+        "context/escalation.md",
+    ] {
+        std::fs::copy(fixture("table/atlases/support").join(f), copy.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(copy.join("atlas.json")).unwrap();
+    let flipped = text.replacen(
+        "\"policy_id\": \"deny-ticket-delete\",\n      \"type\": \"deny\"",
+        "\"policy_id\": \"deny-ticket-delete\",\n      \"type\": \"allow\"",
+        1,
+    );
+    assert_ne!(text, flipped, "the fixture layout changed; update the flip");
+    std::fs::write(copy.join("atlas.json"), flipped).unwrap();
+    let changed = atlas_set(&[copy]);
+
+    let cases = replay(&events, &changed);
+    assert!(cases[0].digests_changed);
+    match &cases[0].outcome {
+        CaseOutcome::Diverged {
+            pointer,
+            recorded,
+            replayed,
+        } => {
+            // ticket.delete is now allowed: the allowed list grows at index 3.
+            assert_eq!(pointer, "/allowed_actions/3/action_id");
+            assert_eq!(recorded, &json!("customer.lookup"));
+            assert_eq!(replayed, &json!("ticket.delete"));
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_tampered_recorded_resolution_is_not_echoed() {
+    let set = table_atlases();
+    let mut events = record(
+        &set,
+        &[("com.example.ops", "check")],
+        &CountersSnapshot::empty(),
+    );
+    let last = events.last_mut().unwrap();
+    last.payload["resolution"]["decision"]["type"] = json!("deny");
+    let cases = replay(&events, &set);
+    assert!(
+        matches!(&cases[0].outcome, CaseOutcome::Diverged { pointer, .. } if pointer == "/decision/type")
+    );
+}

@@ -39,6 +39,8 @@ pub enum Command {
     Atlas(cmd::atlas::AtlasCommand),
     /// Run the runtime: HTTP API, WebSocket trace streams, auth (see `cra serve --help`).
     Serve(cmd::serve::ServeArgs),
+    /// Relay packages, facts, review, orient, export/import on a local data directory.
+    Relay(cmd::relay::RelayArgs),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -48,5 +50,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Conformance(c) => cmd::conformance::run(c),
         Command::Atlas(c) => cmd::atlas::run(c),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Relay(a) => cmd::relay::run(a),
     }
 }

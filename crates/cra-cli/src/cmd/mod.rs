@@ -2,6 +2,7 @@
 
 pub mod atlas;
 pub mod conformance;
+pub mod relay;
 pub mod trace;
 pub mod serve;
 pub mod tail;

@@ -12,6 +12,7 @@ use cra_wire::canonical::trace::write_canonical_scanned;
 use cra_wire::json::{RawString, Scanner};
 use sha2::{Digest, Sha256};
 
+use crate::lifecycle::Facts;
 use crate::verify::{HashText, LineOutcome, reference_outcome};
 
 /// Reusable buffers for [`line_outcome`] (one per worker thread).
@@ -55,14 +56,14 @@ fn field_index(key: &str) -> Option<usize> {
 
 /// The outcome of one line: fast when the line is a well-formed event, by the reference reader
 /// otherwise.
-pub(crate) fn line_outcome(line: &[u8], scratch: &mut Scratch) -> LineOutcome {
-    match fast(line, scratch) {
+pub(crate) fn line_outcome(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> LineOutcome {
+    match fast(line, scratch, lifecycle) {
         Some(outcome) => outcome,
-        None => reference_outcome(line),
+        None => reference_outcome(line, lifecycle),
     }
 }
 
-fn fast(line: &[u8], scratch: &mut Scratch) -> Option<LineOutcome> {
+fn fast(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutcome> {
     let text = std::str::from_utf8(line).ok()?;
     let mut sc = Scanner::new(text);
     let mut strings: [Option<RawString<'_>>; STRINGS] = [None; STRINGS];
@@ -198,10 +199,27 @@ fn fast(line: &[u8], scratch: &mut Scratch) -> Option<LineOutcome> {
     let mut computed = [0u8; 64];
     hex::encode_to_slice(digest, &mut computed).ok()?;
 
+    let facts = if lifecycle {
+        // Only action events need a payload field; read it back from the canonical text.
+        let payload = if event_type.starts_with("action.") {
+            cra_wire::json::parse_strict_str(&scratch.payload).ok()?
+        } else {
+            serde_json::Value::Null
+        };
+        Some(Box::new(Facts::new(
+            &event_type,
+            &timestamp,
+            &trace_id,
+            &payload,
+        )))
+    } else {
+        None
+    };
     Some(LineOutcome::Event {
         sequence: seq,
         event_hash: HashText::new(&event_hash),
         previous_event_hash: HashText::new(&previous_event_hash),
         computed,
+        facts,
     })
 }

@@ -3,6 +3,7 @@
 //! * [`event`]: the event type; unknown top-level fields and any payload round-trip untouched.
 //! * [`chain`]: the Appendix B hash, and sealing a draft onto a chain head (genesis rules).
 //! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader.
+//! * [`lifecycle`]: the optional session lifecycle rules (start, end, answered actions).
 //! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
 //!   tree-free line parser of `fastline`).
 //!
@@ -12,6 +13,7 @@
 pub mod chain;
 pub mod event;
 mod fastline;
+pub mod lifecycle;
 pub mod store;
 pub mod stream;
 pub mod verify;
@@ -19,4 +21,7 @@ pub mod verify;
 pub use chain::{ChainHead, GENESIS_PREVIOUS_HASH, compute_event_hash, event_preimage, seal};
 pub use event::{EventDraft, TRACE_VERSION, TraceEvent};
 pub use stream::{VerifyOptions, verify_reader};
-pub use verify::{Code, Finding, Report, parse_event_line, verify_events, verify_text_reference};
+pub use verify::{
+    Code, Finding, Report, parse_event_line, verify_events, verify_events_with,
+    verify_text_reference, verify_text_reference_with,
+};

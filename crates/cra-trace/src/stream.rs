@@ -27,6 +27,8 @@ pub struct VerifyOptions {
     pub threads: usize,
     /// Bytes read at a time (a chunk holds whole lines, so chunks may be longer).
     pub chunk_size: usize,
+    /// Also check the session lifecycle rules ([`crate::lifecycle`]).
+    pub lifecycle: bool,
 }
 
 impl Default for VerifyOptions {
@@ -34,6 +36,7 @@ impl Default for VerifyOptions {
         Self {
             all_errors: false,
             threads: 0,
+            lifecycle: false,
             chunk_size: 1 << 20,
         }
     }
@@ -70,7 +73,7 @@ pub fn verify_reader<R: Read + Send>(
     };
     let chunk_size = options.chunk_size.max(1);
     if threads <= 1 {
-        return verify_sequential(reader, options.all_errors, chunk_size, progress);
+        return verify_sequential(reader, options, chunk_size, progress);
     }
     let stop = AtomicBool::new(false);
     thread::scope(|scope| {
@@ -83,11 +86,11 @@ pub fn verify_reader<R: Read + Send>(
         for _ in 0..threads {
             let work_rx = Arc::clone(&work_rx);
             let done_tx = done_tx.clone();
-            scope.spawn(move || worker(&work_rx, &done_tx));
+            scope.spawn(move || worker(&work_rx, &done_tx, options.lifecycle));
         }
         drop(done_tx);
         drop(work_rx);
-        let report = check_in_order(done_rx, options.all_errors, stop, progress);
+        let report = check_in_order(done_rx, options, stop, progress);
         let read = reader_thread
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the reader thread stopped unexpectedly")));
@@ -101,7 +104,7 @@ pub fn verify_reader<R: Read + Send>(
     })
 }
 
-fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>) {
+fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>, lifecycle: bool) {
     let mut scratch = Scratch::default();
     loop {
         let chunk = match work_rx.lock() {
@@ -110,7 +113,7 @@ fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>) {
         };
         let Ok(chunk) = chunk else { return };
         let outcomes = lines(&chunk.data)
-            .map(|l| line_outcome(l, &mut scratch))
+            .map(|l| line_outcome(l, &mut scratch, lifecycle))
             .collect();
         let batch = Batch {
             index: chunk.index,
@@ -126,11 +129,12 @@ fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>) {
 
 fn check_in_order(
     done_rx: Receiver<Batch>,
-    all_errors: bool,
+    options: &VerifyOptions,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(u64),
 ) -> Report {
-    let mut checker = ChainChecker::new();
+    let all_errors = options.all_errors;
+    let mut checker = ChainChecker::new(options.lifecycle);
     let mut findings: Vec<Finding> = Vec::new();
     let mut pending: BTreeMap<u64, Batch> = BTreeMap::new();
     let mut next = 0u64;
@@ -161,11 +165,12 @@ fn check_in_order(
 
 fn verify_sequential<R: Read>(
     reader: R,
-    all_errors: bool,
+    options: &VerifyOptions,
     chunk_size: usize,
     progress: &mut dyn FnMut(u64),
 ) -> io::Result<Report> {
-    let mut checker = ChainChecker::new();
+    let all_errors = options.all_errors;
+    let mut checker = ChainChecker::new(options.lifecycle);
     let mut findings = Vec::new();
     let mut scratch = Scratch::default();
     let mut bytes = 0u64;
@@ -174,7 +179,7 @@ fn verify_sequential<R: Read>(
         for (i, line) in lines(&chunk.data).enumerate() {
             checker.check(
                 chunk.first_line + i as u64,
-                line_outcome(line, &mut scratch),
+                line_outcome(line, &mut scratch, options.lifecycle),
                 &mut findings,
             );
             if !all_errors && !findings.is_empty() {

@@ -24,6 +24,8 @@ use serde_json::{Map, Value};
 
 use crate::chain::{GENESIS_PREVIOUS_HASH, compute_event_hash};
 use crate::event::TraceEvent;
+use crate::lifecycle::{Facts, LifecycleChecker};
+use crate::stream::VerifyOptions;
 
 /// What a verification finding is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -38,6 +40,16 @@ pub enum Code {
     HashMismatch,
     /// The line is not a well-formed event.
     MalformedEvent,
+    /// Lifecycle: the first event is not `session.started`.
+    NotStarted,
+    /// Lifecycle: an event follows `session.ended`.
+    AfterEnd,
+    /// Lifecycle: an action outcome answers no earlier `action.requested` (same `execution_id`).
+    UnmatchedAction,
+    /// Lifecycle: a `carp.resolution.completed` answers no earlier `carp.request.received`.
+    UnmatchedResolution,
+    /// Lifecycle: a timestamp is earlier than the previous event's (or cannot be ordered).
+    TimeRegression,
 }
 
 impl Code {
@@ -49,6 +61,11 @@ impl Code {
             Code::InvalidGenesis => "invalid_genesis",
             Code::HashMismatch => "hash_mismatch",
             Code::MalformedEvent => "malformed_event",
+            Code::NotStarted => "lifecycle_not_started",
+            Code::AfterEnd => "lifecycle_after_end",
+            Code::UnmatchedAction => "lifecycle_unmatched_action",
+            Code::UnmatchedResolution => "lifecycle_unmatched_resolution",
+            Code::TimeRegression => "lifecycle_time_regression",
         }
     }
 }
@@ -142,13 +159,15 @@ pub(crate) enum LineOutcome {
         previous_event_hash: HashText,
         /// The recomputed hash, lowercase hex.
         computed: [u8; 64],
+        /// What the lifecycle rules need (only when they are checked).
+        facts: Option<Box<Facts>>,
     },
     /// Not a well-formed event, and why.
     Malformed(String),
 }
 
 /// The outcome for an event already in memory.
-pub(crate) fn outcome_of(event: &TraceEvent) -> LineOutcome {
+pub(crate) fn outcome_of(event: &TraceEvent, lifecycle: bool) -> LineOutcome {
     let computed = compute_event_hash(event);
     let mut hex = [b'0'; 64];
     hex.copy_from_slice(&computed.as_bytes()[..64]);
@@ -157,6 +176,14 @@ pub(crate) fn outcome_of(event: &TraceEvent) -> LineOutcome {
         event_hash: HashText::new(&event.event_hash),
         previous_event_hash: HashText::new(&event.previous_event_hash),
         computed: hex,
+        facts: lifecycle.then(|| {
+            Box::new(Facts::new(
+                &event.event_type,
+                &event.timestamp,
+                &event.trace_id,
+                &event.payload,
+            ))
+        }),
     }
 }
 
@@ -176,14 +203,16 @@ pub(crate) struct ChainChecker {
     expected: u64,
     prev: Prev,
     pub(crate) events: u64,
+    lifecycle: Option<LifecycleChecker>,
 }
 
 impl ChainChecker {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(lifecycle: bool) -> Self {
         Self {
             expected: 0,
             prev: Prev::Start,
             events: 0,
+            lifecycle: lifecycle.then(LifecycleChecker::default),
         }
     }
 
@@ -209,6 +238,7 @@ impl ChainChecker {
                 event_hash,
                 previous_event_hash,
                 computed,
+                facts,
             } => {
                 if sequence != expected {
                     out.push(finding(
@@ -252,6 +282,9 @@ impl ChainChecker {
                         ),
                     ));
                 }
+                if let (Some(rules), Some(facts)) = (&mut self.lifecycle, &facts) {
+                    rules.check(expected, line, facts, out);
+                }
                 self.prev = Prev::Known(event_hash);
                 self.expected = sequence.saturating_add(1);
             }
@@ -264,10 +297,29 @@ pub fn verify_events<'a>(
     events: impl IntoIterator<Item = &'a TraceEvent>,
     all_errors: bool,
 ) -> Report {
-    let mut checker = ChainChecker::new();
+    verify_events_with(
+        events,
+        &VerifyOptions {
+            all_errors,
+            ..VerifyOptions::default()
+        },
+    )
+}
+
+/// [`verify_events`] with options (`threads` and `chunk_size` do not apply).
+pub fn verify_events_with<'a>(
+    events: impl IntoIterator<Item = &'a TraceEvent>,
+    options: &VerifyOptions,
+) -> Report {
+    let all_errors = options.all_errors;
+    let mut checker = ChainChecker::new(options.lifecycle);
     let mut findings = Vec::new();
     for (i, event) in events.into_iter().enumerate() {
-        checker.check(i as u64 + 1, outcome_of(event), &mut findings);
+        checker.check(
+            i as u64 + 1,
+            outcome_of(event, options.lifecycle),
+            &mut findings,
+        );
         if !all_errors && !findings.is_empty() {
             findings.truncate(1);
             break;
@@ -345,9 +397,9 @@ pub fn parse_event_line(line: &[u8]) -> Result<TraceEvent, String> {
 }
 
 /// The reference outcome of one line (tree-based).
-pub(crate) fn reference_outcome(line: &[u8]) -> LineOutcome {
+pub(crate) fn reference_outcome(line: &[u8], lifecycle: bool) -> LineOutcome {
     match parse_event_line(line) {
-        Ok(event) => outcome_of(&event),
+        Ok(event) => outcome_of(&event, lifecycle),
         Err(message) => LineOutcome::Malformed(message),
     }
 }
@@ -355,7 +407,19 @@ pub(crate) fn reference_outcome(line: &[u8]) -> LineOutcome {
 /// Verifies JSONL `text` with the reference reader, single-threaded, in memory. Simple and slow
 /// on purpose: the fast streaming verifier ([`crate::stream::verify_reader`]) must agree with it.
 pub fn verify_text_reference(text: &[u8], all_errors: bool) -> Report {
-    let mut checker = ChainChecker::new();
+    verify_text_reference_with(
+        text,
+        &VerifyOptions {
+            all_errors,
+            ..VerifyOptions::default()
+        },
+    )
+}
+
+/// [`verify_text_reference`] with options (`threads` and `chunk_size` do not apply).
+pub fn verify_text_reference_with(text: &[u8], options: &VerifyOptions) -> Report {
+    let all_errors = options.all_errors;
+    let mut checker = ChainChecker::new(options.lifecycle);
     let mut findings = Vec::new();
     let mut lines = text.split(|&b| b == b'\n').peekable();
     let mut line_no = 0u64;
@@ -364,7 +428,11 @@ pub fn verify_text_reference(text: &[u8], all_errors: bool) -> Report {
             break; // the newline that ends the last line
         }
         line_no += 1;
-        checker.check(line_no, reference_outcome(line), &mut findings);
+        checker.check(
+            line_no,
+            reference_outcome(line, options.lifecycle),
+            &mut findings,
+        );
         if !all_errors && !findings.is_empty() {
             findings.truncate(1);
             break;

@@ -47,6 +47,14 @@ pub struct VerifyArgs {
     /// List every failure instead of stopping at the first.
     #[arg(long)]
     pub all: bool,
+    /// Also check the session lifecycle: the first event is session.started, nothing follows
+    /// session.ended, every action.executed|failed|denied answers an earlier action.requested
+    /// (same payload.execution_id), every carp.resolution.completed an earlier
+    /// carp.request.received (same trace_id), and timestamps never go backwards. Codes:
+    /// lifecycle_not_started, lifecycle_after_end, lifecycle_unmatched_action,
+    /// lifecycle_unmatched_resolution, lifecycle_time_regression.
+    #[arg(long)]
+    pub lifecycle: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -104,6 +112,7 @@ pub fn verify(
     let options = VerifyOptions {
         all_errors: args.all,
         threads: args.threads,
+        lifecycle: args.lifecycle,
         ..VerifyOptions::default()
     };
     let from_stdin = args.file.as_ref().is_none_or(|p| p.as_os_str() == "-");

@@ -16,6 +16,7 @@ fn args(file: Option<PathBuf>, all: bool, output: OutputFormat) -> VerifyArgs {
     VerifyArgs {
         file,
         all,
+        lifecycle: false,
         output,
         threads: 0,
         progress: Progress::Auto,
@@ -59,6 +60,44 @@ fn the_shipped_example_is_valid() {
         doc,
         serde_json::json!({"valid": true, "events": 5, "first_error": null})
     );
+
+    // The example is also a complete session under the lifecycle rules.
+    let mut lifecycle = args(Some(example()), true, OutputFormat::Json);
+    lifecycle.lifecycle = true;
+    let (exit, out, _) = run(&lifecycle, b"");
+    assert_eq!(exit, Exit::Success, "{out}");
+}
+
+#[test]
+fn lifecycle_rules_are_opt_in() {
+    // A hash-valid one-event chain whose first event is not session.started.
+    use cra_trace::{ChainHead, EventDraft, seal};
+    let draft = EventDraft {
+        trace_id: "t".into(),
+        span_id: "s".into(),
+        parent_span_id: None,
+        event_type: "policy.evaluated".into(),
+        payload: serde_json::json!({"policy_id": "p", "result": "allow"}),
+    };
+    let head = ChainHead::genesis();
+    let e = seal(
+        draft,
+        "sess",
+        &head,
+        "e".into(),
+        "2026-01-01T00:00:00.000000Z".into(),
+    );
+    let text = format!("{}\n", serde_json::to_string(&e).unwrap());
+    let (exit, _, _) = run(&args(None, false, OutputFormat::Json), text.as_bytes());
+    assert_eq!(exit, Exit::Success);
+    let cli = Cli::try_parse_from(["cra", "trace", "verify", "--lifecycle", "-o", "json"]).unwrap();
+    let Command::Trace(cra_cli::cmd::trace::TraceCommand::Verify(a)) = cli.command else {
+        panic!("not trace verify");
+    };
+    let (exit, out, _) = run(&a, text.as_bytes());
+    assert_eq!(exit, Exit::Negative);
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["first_error"]["code"], "lifecycle_not_started");
 }
 
 #[test]

@@ -6,6 +6,7 @@
     clippy::indexing_slicing
 )]
 
+mod lifecycle;
 mod support;
 mod vectors;
 mod verify;

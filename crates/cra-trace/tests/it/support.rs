@@ -2,7 +2,7 @@
 
 use cra_trace::{
     ChainHead, EventDraft, Report, TraceEvent, VerifyOptions, seal, verify_reader,
-    verify_text_reference,
+    verify_text_reference, verify_text_reference_with,
 };
 use serde_json::Value;
 
@@ -43,12 +43,28 @@ pub fn chain(payloads: Vec<Value>) -> (Vec<TraceEvent>, String) {
 /// Verifies `text` with the streaming verifier (sequential and parallel, with chunk sizes that
 /// cut lines) and the reference; asserts they agree and returns the reference report.
 pub fn verify_all_ways(text: &[u8], all_errors: bool) -> Report {
-    let reference = verify_text_reference(text, all_errors);
+    verify_all_ways_with(text, all_errors, false)
+}
+
+/// [`verify_all_ways`], optionally with the lifecycle rules.
+pub fn verify_all_ways_with(text: &[u8], all_errors: bool, lifecycle: bool) -> Report {
+    let reference = verify_text_reference_with(
+        text,
+        &VerifyOptions {
+            all_errors,
+            lifecycle,
+            ..VerifyOptions::default()
+        },
+    );
+    if !lifecycle {
+        assert_eq!(reference, verify_text_reference(text, all_errors));
+    }
     for (threads, chunk_size) in [(1, 1 << 20), (2, 1 << 20), (2, 97), (3, 1), (1, 13)] {
         let options = VerifyOptions {
             all_errors,
             threads,
             chunk_size,
+            lifecycle,
         };
         let report = verify_reader(text, &options, &mut |_| {}).unwrap();
         assert_eq!(

@@ -18,7 +18,7 @@ pub struct AtlasState {
     /// As loaded (manifests, files, digests).
     pub loaded: Vec<LoadedAtlas>,
     /// Compiled for evaluation.
-    pub set: AtlasSet,
+    pub set: Arc<AtlasSet>,
     /// Where they came from.
     pub sources: Vec<PathBuf>,
 }
@@ -28,7 +28,7 @@ impl AtlasState {
     pub fn empty() -> Self {
         Self {
             loaded: Vec::new(),
-            set: AtlasSet::default(),
+            set: Arc::new(AtlasSet::default()),
             sources: Vec::new(),
         }
     }
@@ -74,7 +74,7 @@ pub fn load_all(sources: &[PathBuf]) -> Result<AtlasState, String> {
     let set = AtlasSet::from_loaded(&loaded).map_err(|e| format!("atlases: {e}"))?;
     Ok(AtlasState {
         loaded,
-        set,
+        set: Arc::new(set),
         sources: sources.to_vec(),
     })
 }

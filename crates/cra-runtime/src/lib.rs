@@ -13,6 +13,7 @@ pub mod auth;
 pub mod backend;
 pub mod config;
 pub mod error;
+pub mod executor;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;

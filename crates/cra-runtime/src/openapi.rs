@@ -55,6 +55,10 @@ pub struct ErrorBodySchema {
         routes::traces::get,
         routes::traces::verify,
         crate::stream::stream,
+        routes::carp::resolve,
+        routes::carp::execute,
+        routes::approvals::list,
+        routes::approvals::decide,
     ),
     components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))
 )]

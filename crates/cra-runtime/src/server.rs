@@ -104,6 +104,7 @@ pub fn build_runtime(
         backends,
         hub: Arc::new(crate::tracelog::Hub::default()),
         atlas_state: std::sync::RwLock::new(Arc::new(atlas_state)),
+        http: reqwest::Client::new(),
     };
     Ok((AppState(Arc::new(runtime)), notices))
 }

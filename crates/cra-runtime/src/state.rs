@@ -34,6 +34,8 @@ pub struct Runtime {
     pub backends: Backends,
     /// Live TRACE subscribers.
     pub hub: Arc<Hub>,
+    /// The HTTP client of `http` executors.
+    pub http: reqwest::Client,
     /// The atlases in force (swapped whole on reload).
     pub atlas_state: std::sync::RwLock<Arc<crate::atlases::AtlasState>>,
 }

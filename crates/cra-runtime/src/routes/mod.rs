@@ -1,6 +1,8 @@
 //! The HTTP routes, one module per area, and the router that assembles them with the auth,
 //! rate-limit and metrics layers.
 
+pub mod approvals;
+pub mod carp;
 pub mod sessions;
 pub mod system;
 pub mod traces;
@@ -31,6 +33,10 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{session_id}",
             get(sessions::get).delete(sessions::end),
         )
+        .route("/v1/resolve", post(carp::resolve))
+        .route("/v1/execute", post(carp::execute))
+        .route("/v1/approvals", get(approvals::list))
+        .route("/v1/approvals/{approval_id}", post(approvals::decide))
         .route("/v1/traces/stream", get(crate::stream::stream))
         .route("/v1/traces/{session_id}", get(traces::get))
         .route("/v1/traces/{session_id}/verify", post(traces::verify))

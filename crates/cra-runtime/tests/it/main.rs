@@ -2,6 +2,7 @@
 //! per test, driven with `reqwest` (HTTP) and `tokio-tungstenite` (WebSocket).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod flow;
 mod sessions;
 mod stream;
 mod support;

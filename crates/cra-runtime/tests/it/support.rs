@@ -16,6 +16,7 @@ pub const AGENT2: &str = "agent2-key-00000000000";
 pub const AUTHOR: &str = "author-key-00000000000";
 pub const AUDITOR: &str = "auditor-key-0000000000";
 pub const OPERATOR: &str = "operator-key-000000000";
+pub const MAINT: &str = "maint-key-000000000000";
 
 pub const KEYS_TOML: &str = r#"
 [[keys]]
@@ -47,6 +48,12 @@ token = "auditor-key-0000000000"
 actor_id = "audrey"
 actor_type = "human"
 roles = ["auditor"]
+
+[[keys]]
+token = "maint-key-000000000000"
+actor_id = "maintainer-bot"
+actor_type = "agent"
+roles = ["agent"]
 
 [[keys]]
 token = "operator-key-000000000"
@@ -236,4 +243,81 @@ impl TestServer {
             self.base.replacen("http://", "ws://", 1)
         )
     }
+}
+
+/// A CARP resolve request at the test clock's time.
+pub fn resolve_request(agent: &str, session: &str, request_id: &str, caps: &[&str]) -> Value {
+    serde_json::json!({
+        "carp_version": "1.0",
+        "request_id": request_id,
+        "timestamp": "2026-03-02T10:00:00Z",
+        "operation": "resolve",
+        "requester": {"agent_id": agent, "session_id": session},
+        "task": {"goal": "review and merge pull request 42", "risk_tier": "low", "required_capabilities": caps},
+        "atlas_ids": ["dev.cra.github-ops"]
+    })
+}
+
+/// A CARP execute request at the test clock's time.
+pub fn execute_request(
+    agent: &str,
+    session: &str,
+    request_id: &str,
+    resolution_id: &str,
+    action_id: &str,
+    parameters: Value,
+) -> Value {
+    serde_json::json!({
+        "carp_version": "1.0",
+        "request_id": request_id,
+        "timestamp": "2026-03-02T10:00:00Z",
+        "operation": "execute",
+        "requester": {"agent_id": agent, "session_id": session},
+        "execution": {"resolution_id": resolution_id, "action_id": action_id, "parameters": parameters}
+    })
+}
+
+/// A fresh request id (UUIDv7).
+pub fn rid() -> String {
+    uuid::Uuid::now_v7().hyphenated().to_string()
+}
+
+/// A local HTTP endpoint standing in for an operator-configured executor: answers
+/// `{"ok": true, "action_id": ..., "parameters": ...}` and counts calls.
+pub async fn executor_endpoint() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    use axum::routing::post;
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let c = calls.clone();
+    let app = axum::Router::new().route(
+        "/exec",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let c = c.clone();
+            async move {
+                c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                axum::Json(serde_json::json!({"ok": true, "action_id": body["action_id"], "parameters": body["parameters"]}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    (format!("http://{addr}/exec"), calls)
+}
+
+/// A server whose `http:github` executor is a local endpoint.
+pub async fn start_with_executor() -> (TestServer, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+    let (url, calls) = executor_endpoint().await;
+    let s = TestServer::start_with(move |c| {
+        c.executors.insert(
+            "github".into(),
+            cra_runtime::config::HttpExecutorConfig {
+                url,
+                timeout_ms: 5_000,
+            },
+        );
+    })
+    .await;
+    (s, calls)
 }

@@ -1,0 +1,175 @@
+//! Who performs an allowed action. The atlas names an executor per action; the operator binds
+//! names to endpoints, so an atlas can never point the runtime at an arbitrary URL:
+//!
+//! * `builtin:echo`: answers `{"echo": parameters}` (tests and demos).
+//! * `http:<name>`: POSTs `{action_id, execution_id, parameters}` as JSON to the URL the
+//!   operator configured as `[executors.<name>]`, with its timeout; a 2xx JSON answer is the result.
+//! * no executor: the agent performs the action itself. It may report the outcome inline as
+//!   `execution.outcome` = `{"status": "success", "result": ...}` or
+//!   `{"status": "error", "error": {"code", "message"}}`; without one the runtime records the
+//!   authorisation and answers `{"performed_by": "agent"}`.
+
+use std::time::Duration;
+
+use cra_carp::types::ExecuteError;
+use serde_json::{Value, json};
+
+use crate::config::HttpExecutorConfig;
+use crate::state::Runtime;
+
+fn fail(code: &str, message: impl Into<String>) -> ExecuteError {
+    ExecuteError {
+        code: code.to_owned(),
+        message: message.into(),
+        details: None,
+    }
+}
+
+/// Reads an agent-reported outcome.
+pub fn reported_outcome(outcome: &Value) -> Result<Value, ExecuteError> {
+    match outcome.get("status").and_then(Value::as_str) {
+        Some("success") => Ok(outcome.get("result").cloned().unwrap_or(Value::Null)),
+        Some("error") => {
+            let e = outcome.get("error");
+            let s = |k: &str| {
+                e.and_then(|e| e.get(k))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            Err(ExecuteError {
+                code: if s("code").is_empty() {
+                    "agent_reported_error".into()
+                } else {
+                    s("code")
+                },
+                message: s("message"),
+                details: None,
+            })
+        }
+        _ => Err(fail(
+            "invalid_outcome",
+            "execution.outcome.status must be `success` or `error`",
+        )),
+    }
+}
+
+async fn run_http(
+    client: &reqwest::Client,
+    name: &str,
+    cfg: &HttpExecutorConfig,
+    action_id: &str,
+    execution_id: &str,
+    parameters: &Value,
+) -> Result<Value, ExecuteError> {
+    let body =
+        json!({"action_id": action_id, "execution_id": execution_id, "parameters": parameters});
+    let resp = client
+        .post(&cfg.url)
+        .timeout(Duration::from_millis(cfg.timeout_ms))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                fail(
+                    "executor_timeout",
+                    format!(
+                        "executor `{name}` did not answer within {} ms",
+                        cfg.timeout_ms
+                    ),
+                )
+            } else {
+                fail(
+                    "executor_unreachable",
+                    format!("executor `{name}` could not be reached"),
+                )
+            }
+        })?;
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.map_err(|_| {
+        fail(
+            "executor_unreachable",
+            format!("executor `{name}` closed the connection"),
+        )
+    })?;
+    let value: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        cra_wire::json::parse_strict(&bytes).unwrap_or_else(|_| {
+            Value::String(String::from_utf8_lossy(&bytes).chars().take(4096).collect())
+        })
+    };
+    if (200..300).contains(&status) {
+        Ok(value)
+    } else {
+        Err(ExecuteError {
+            code: "executor_error".into(),
+            message: format!("executor `{name}` answered HTTP {status}"),
+            details: Some(json!({"status": status, "body": value})),
+        })
+    }
+}
+
+impl Runtime {
+    /// Runs `executor` for an action and returns its result or error.
+    pub async fn run_executor(
+        &self,
+        executor: Option<&str>,
+        action_id: &str,
+        execution_id: &str,
+        parameters: &Value,
+        reported: Option<&Value>,
+    ) -> Result<Value, ExecuteError> {
+        match executor {
+            None => match reported {
+                Some(o) => reported_outcome(o),
+                None => Ok(json!({"performed_by": "agent"})),
+            },
+            Some("builtin:echo") => Ok(json!({"echo": parameters})),
+            Some(e) => match e.strip_prefix("http:") {
+                Some(name) => match self.config.executors.get(name) {
+                    Some(cfg) => {
+                        run_http(&self.http, name, cfg, action_id, execution_id, parameters).await
+                    }
+                    None => Err(fail(
+                        "executor_not_configured",
+                        format!(
+                            "no endpoint is configured for executor `{name}`; an operator adds [executors.{name}] url = ... to the runtime configuration"
+                        ),
+                    )),
+                },
+                None => Err(fail(
+                    "executor_unknown",
+                    format!(
+                        "executor `{e}` is not one this runtime provides (builtin:echo, http:<name>)"
+                    ),
+                )),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reported_outcomes() {
+        assert_eq!(
+            reported_outcome(&json!({"status": "success", "result": {"ok": 1}})).unwrap(),
+            json!({"ok": 1})
+        );
+        let e = reported_outcome(
+            &json!({"status": "error", "error": {"code": "boom", "message": "m"}}),
+        )
+        .unwrap_err();
+        assert_eq!(e.code, "boom");
+        assert_eq!(
+            reported_outcome(&json!({"status": "maybe"}))
+                .unwrap_err()
+                .code,
+            "invalid_outcome"
+        );
+    }
+}

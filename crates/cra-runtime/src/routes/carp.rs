@@ -1,0 +1,519 @@
+//! `POST /v1/resolve` and `POST /v1/execute`: CARP over HTTP, with every operation recorded in
+//! the session's TRACE chain before the answer is sent.
+//!
+//! Order of checks: the body's shape (400, nothing stored); the caller is the requester (403
+//! `identity_mismatch`, nothing stored: an actor cannot write into another's chain); the session
+//! exists, belongs to the requester and is active (404/403, nothing stored: there is no chain to
+//! write to). Everything after that is a well-formed request in a session the caller owns: a
+//! refusal by a protocol rule is answered with its token *and* recorded.
+//!
+//! Ids: one `trace_id` per resolve (the resolution's); the resolve's events share the span
+//! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
+//! `execution_id`) and the resolve's span as parent.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
+use cra_carp::types::{CarpRequest, ExecuteStatus, Operation};
+use cra_carp::validate::{CarpError, parse_request};
+use cra_trace::EventDraft;
+use cra_wire::Token;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::{Actor, Role};
+use crate::error::{ApiError, ApiResult};
+use crate::extract::{QueryParams, RawJson};
+use crate::routes::Caller;
+use crate::state::{AppState, Runtime};
+use crate::tracelog::draft;
+
+/// `?explain=true` attaches the evaluation's explanation to the answer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveQuery {
+    /// `true` or `false`.
+    #[serde(default)]
+    pub explain: Option<String>,
+}
+
+/// A CARP refusal as an HTTP refusal.
+pub fn carp_error(e: CarpError) -> ApiError {
+    let mut a = ApiError::new(e.token, e.message);
+    if !e.errors.is_empty() {
+        a = a.with_errors(e.errors);
+    }
+    a
+}
+
+/// Tokens of rule refusals that are recorded in the chain.
+fn is_recorded_refusal(t: Token) -> bool {
+    !matches!(
+        t,
+        Token::InternalError | Token::Unavailable | Token::IntegrityError
+    )
+}
+
+impl Runtime {
+    /// The CARP service over the current atlases.
+    pub fn carp_service(&self) -> Carp {
+        Carp::new(
+            self.backends.carp.clone(),
+            self.atlases().set.clone(),
+            self.clock.clone(),
+            self.ids.clone(),
+            CarpConfig {
+                ttl_seconds: self.config.resolution_ttl_seconds,
+                max_skew_seconds: i64::try_from(self.config.clock_skew_seconds).unwrap_or(300),
+            },
+        )
+    }
+}
+
+/// Parses the body, checks the operation, the caller's identity and the session; returns the
+/// request once it is well-formed and in a session the caller owns and may write to.
+async fn admit(
+    state: &Runtime,
+    actor: &Actor,
+    body: &Value,
+    want: Operation,
+) -> ApiResult<CarpRequest> {
+    let request = parse_request(body).map_err(carp_error)?;
+    if request.operation != want {
+        return Err(ApiError::field(
+            Token::InvalidRequest,
+            "/operation",
+            format!(
+                "this route takes operation `{}`, the request says `{}`",
+                want.as_str(),
+                request.operation.as_str()
+            ),
+        ));
+    }
+    actor.require(&[Role::Agent], "CARP requests")?;
+    if actor.id != request.requester.agent_id {
+        return Err(ApiError::field(
+            Token::IdentityMismatch,
+            "/requester/agent_id",
+            format!(
+                "this key authenticates `{}`; requester.agent_id must be the caller",
+                actor.id
+            ),
+        ));
+    }
+    let session = state
+        .session_record(&request.requester.session_id)
+        .await
+        .map_err(|e| {
+            if e.token() == Some(Token::SessionNotFound) {
+                ApiError::field(
+                    Token::SessionNotFound,
+                    "/requester/session_id",
+                    "no such session; open one with POST /v1/sessions",
+                )
+            } else {
+                e
+            }
+        })?;
+    cra_carp::validate::check_session(&request, Some(&session)).map_err(carp_error)?;
+    Ok(request)
+}
+
+/// A resolve refused by a rule: `carp.request.received` + `carp.request.rejected`.
+fn rejection_events(
+    request: &CarpRequest,
+    trace_id: &str,
+    span: &str,
+    e: &ApiError,
+) -> Vec<EventDraft> {
+    vec![
+        draft(
+            trace_id,
+            span,
+            None,
+            "carp.request.received",
+            json!({"request": request, "operation": request.operation.as_str()}),
+        ),
+        draft(
+            trace_id,
+            span,
+            None,
+            "carp.request.rejected",
+            json!({"request_id": request.request_id, "error": e.body.error, "message": e.body.message, "decision": "rejected"}),
+        ),
+    ]
+}
+
+/// Resolves a CARP request.
+#[utoipa::path(post, path = "/v1/resolve", tag = "carp",
+    request_body(content = Object, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
+    params(("explain" = Option<bool>, Query, description = "Attach the evaluation's explanation")),
+    responses((status = 200, description = "The resolution (schemas/carp-resolution.schema.json)", body = Object),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema),
+              (status = 409, body = crate::openapi::ErrorBodySchema)))]
+pub async fn resolve(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    QueryParams(q): QueryParams<ResolveQuery>,
+    RawJson(body): RawJson,
+) -> ApiResult<Response> {
+    let explain = match q.explain.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(o) => {
+            return Err(ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `explain`: `{o}` is not true or false"),
+            ));
+        }
+    };
+    let request = admit(&state, &actor, &body, Operation::Resolve).await?;
+    let sid = request.requester.session_id.clone();
+    let agent = request.requester.agent_id.clone();
+    let trace_id = state.ids.new_id();
+    let atlases = state.atlases();
+    let carp = state.carp_service();
+    let req2 = request.clone();
+    let tid = trace_id.clone();
+    let result = tokio::task::spawn_blocking(move || carp.resolve(&req2, true, Some(tid)))
+        .await
+        .map_err(|e| ApiError::internal("the resolve task failed", e))?;
+    let mut resolution = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let err = carp_error(e);
+            if err.token().is_some_and(is_recorded_refusal) {
+                let span = state.ids.new_id();
+                state
+                    .append_events(
+                        &sid,
+                        &agent,
+                        rejection_events(&request, &trace_id, &span, &err),
+                    )
+                    .await?;
+            }
+            return Err(err);
+        }
+    };
+    let span = resolution.resolution_id.clone();
+    let explain_data = resolution.explain.take();
+    let digests = atlases.digests();
+    let mut drafts = Vec::with_capacity(8);
+    drafts.push(draft(
+        &trace_id,
+        &span,
+        None,
+        "carp.request.received",
+        json!({"request": request, "atlas_digests": digests}),
+    ));
+    if let Some(ex) = &explain_data {
+        for a in &ex.actions {
+            let result = serde_json::to_value(a.outcome).unwrap_or(Value::Null);
+            drafts.push(draft(
+                &trace_id,
+                &span,
+                None,
+                "policy.evaluated",
+                json!({
+                    "action_id": a.action_id,
+                    "atlas_id": a.atlas_id,
+                    "policy_id": a.decided_by,
+                    "result": result,
+                }),
+            ));
+        }
+    }
+    for b in &resolution.context_blocks {
+        drafts.push(draft(
+            &trace_id,
+            &span,
+            None,
+            "context.injected",
+            json!({
+                "block_id": b.block_id,
+                "source": b.source,
+                "content_type": b.content_type,
+                "priority": b.priority,
+                "token_estimate": b.token_estimate,
+                "content_hash": cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
+            }),
+        ));
+    }
+    if let Some(approval_id) = &resolution.decision.approval_id {
+        let gated: Vec<&str> = resolution
+            .allowed_actions
+            .iter()
+            .filter(|a| a.requires_confirmation)
+            .map(|a| a.action_id.as_str())
+            .collect();
+        drafts.push(draft(
+            &trace_id,
+            &span,
+            None,
+            "approval.requested",
+            json!({"approval_id": approval_id, "resolution_id": resolution.resolution_id, "actions": gated}),
+        ));
+    }
+    drafts.push(draft(
+        &trace_id,
+        &span,
+        None,
+        "carp.resolution.completed",
+        json!({"resolution": resolution, "decision": resolution.decision.kind.as_str()}),
+    ));
+    state.append_events(&sid, &agent, drafts).await?;
+    state
+        .metrics
+        .record_resolution(resolution.decision.kind.as_str());
+    if explain {
+        resolution.explain = explain_data;
+    }
+    Ok(Json(resolution).into_response())
+}
+
+fn parameters_hash(parameters: &Value) -> String {
+    cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
+}
+
+/// Executes an allowed action.
+#[utoipa::path(post, path = "/v1/execute", tag = "carp",
+    request_body(content = Object, description = "A CARP/1.0 execute request (schemas/carp-execute-request.schema.json)"),
+    responses((status = 200, description = "The execute response (schemas/carp-execute-response.schema.json)", body = Object),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema),
+              (status = 409, body = crate::openapi::ErrorBodySchema),
+              (status = 429, body = crate::openapi::ErrorBodySchema)))]
+pub async fn execute(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    RawJson(body): RawJson,
+) -> ApiResult<Response> {
+    let request = admit(&state, &actor, &body, Operation::Execute).await?;
+    let sid = request.requester.session_id.clone();
+    let agent = request.requester.agent_id.clone();
+    let Some(exec) = request.execution.clone() else {
+        return Err(ApiError::field(
+            Token::InvalidRequest,
+            "/execution",
+            "an execute request needs an `execution` member",
+        ));
+    };
+    // The resolve's trace and span, when the resolution is this agent's.
+    let rid = exec.resolution_id.clone();
+    let stored = state.carp(move |s| s.get_resolution(&rid)).await?;
+    let (trace_id, parent) = match &stored {
+        Some(s) if s.agent_id == agent => (
+            s.resolution.trace_id.clone(),
+            Some(s.resolution.resolution_id.clone()),
+        ),
+        _ => (state.ids.new_id(), None),
+    };
+    let carp = state.carp_service();
+    let req2 = request.clone();
+    let outcome = tokio::task::spawn_blocking(move || carp.execute(&req2))
+        .await
+        .map_err(|e| ApiError::internal("the execute task failed", e))?;
+    let phash = parameters_hash(&exec.parameters);
+    let requested = |execution_id: &str| {
+        draft(
+            &trace_id,
+            execution_id,
+            parent.as_deref(),
+            "action.requested",
+            json!({
+                "execution_id": execution_id,
+                "request_id": request.request_id,
+                "resolution_id": exec.resolution_id,
+                "action_id": exec.action_id,
+                "parameters_hash": phash,
+                "idempotency_key": exec.idempotency_key,
+            }),
+        )
+    };
+    let denied = |execution_id: &str, token: &str, message: &str, violated: bool| {
+        let mut v = vec![draft(
+            &trace_id,
+            execution_id,
+            parent.as_deref(),
+            "action.denied",
+            json!({
+                "execution_id": execution_id,
+                "action_id": exec.action_id,
+                "error": token,
+                "reason": message,
+                "decision": "deny",
+            }),
+        )];
+        if violated {
+            v.push(draft(
+                &trace_id,
+                execution_id,
+                parent.as_deref(),
+                "policy.violated",
+                json!({
+                    "execution_id": execution_id,
+                    "action_id": exec.action_id,
+                    "rule": token,
+                    "message": message,
+                }),
+            ));
+        }
+        v
+    };
+    match outcome {
+        Err(e) => {
+            let err = carp_error(e);
+            if err.token().is_some_and(is_recorded_refusal) {
+                let execution_id = state.ids.new_id();
+                let mut drafts = vec![requested(&execution_id)];
+                drafts.extend(denied(
+                    &execution_id,
+                    &err.body.error,
+                    &err.body.message,
+                    true,
+                ));
+                state.append_events(&sid, &agent, drafts).await?;
+                state.metrics.record_execution("refused");
+            }
+            Err(err)
+        }
+        Ok(ExecuteOutcome::Answered(resp)) => {
+            let execution_id = resp.execution_id.clone();
+            match resp.status {
+                ExecuteStatus::Denied | ExecuteStatus::PendingApproval => {
+                    let (token, message) = resp
+                        .error
+                        .as_ref()
+                        .map(|e| (e.code.clone(), e.message.clone()))
+                        .unwrap_or_else(|| ("forbidden".into(), "denied".into()));
+                    let violated = resp.status == ExecuteStatus::Denied;
+                    let mut drafts = vec![requested(&execution_id)];
+                    drafts.extend(denied(&execution_id, &token, &message, violated));
+                    state.append_events(&sid, &agent, drafts).await?;
+                    state.metrics.record_execution(if violated {
+                        "denied"
+                    } else {
+                        "pending_approval"
+                    });
+                    let t = Token::parse(&token).unwrap_or(Token::Forbidden);
+                    Err(ApiError::new(t, message))
+                }
+                ExecuteStatus::Success | ExecuteStatus::Error => {
+                    // A repeated idempotency key: the first response, not run again.
+                    state
+                        .append_events(
+                            &sid,
+                            &agent,
+                            vec![draft(
+                                &trace_id,
+                                &state.ids.new_id(),
+                                parent.as_deref(),
+                                "action.deduplicated",
+                                json!({
+                                    "execution_id": execution_id,
+                                    "request_id": request.request_id,
+                                    "idempotency_key": exec.idempotency_key,
+                                }),
+                            )],
+                        )
+                        .await?;
+                    state.metrics.record_execution("deduplicated");
+                    Ok(Json(resp).into_response())
+                }
+            }
+        }
+        Ok(ExecuteOutcome::Run(cleared)) => {
+            let execution_id = cleared.execution_id.clone();
+            let approval_id = stored
+                .as_ref()
+                .and_then(|s| s.resolution.decision.approval_id.clone())
+                .filter(|_| cleared.action.requires_confirmation);
+            state
+                .append_events(
+                    &sid,
+                    &agent,
+                    vec![
+                        requested(&execution_id),
+                        draft(
+                            &trace_id,
+                            &execution_id,
+                            parent.as_deref(),
+                            "action.approved",
+                            json!({
+                                "execution_id": execution_id,
+                                "action_id": exec.action_id,
+                                "approval_id": approval_id,
+                                "decision": "allow",
+                            }),
+                        ),
+                    ],
+                )
+                .await?;
+            let executor = state
+                .atlases()
+                .loaded
+                .iter()
+                .find_map(|a| a.action(&exec.action_id))
+                .and_then(|a| a.executor.clone());
+            let outcome = state
+                .run_executor(
+                    executor.as_deref(),
+                    &exec.action_id,
+                    &execution_id,
+                    &cleared.parameters,
+                    exec.extra.get("outcome"),
+                )
+                .await;
+            let carp = state.carp_service();
+            let response =
+                tokio::task::spawn_blocking(move || carp.finish_execution(cleared, outcome))
+                    .await
+                    .map_err(|e| ApiError::internal("the execute task failed", e))?
+                    .map_err(carp_error)?;
+            let (event_type, payload) = match (&response.status, &response.error) {
+                (ExecuteStatus::Success, _) => (
+                    "action.executed",
+                    json!({
+                        "execution_id": execution_id,
+                        "action_id": exec.action_id,
+                        "executor": executor,
+                        "status": "success",
+                        "result_hash": response.result.as_ref().map(parameters_hash),
+                    }),
+                ),
+                (_, e) => (
+                    "action.failed",
+                    json!({
+                        "execution_id": execution_id,
+                        "action_id": exec.action_id,
+                        "executor": executor,
+                        "status": "error",
+                        "error": e,
+                    }),
+                ),
+            };
+            state
+                .append_events(
+                    &sid,
+                    &agent,
+                    vec![draft(
+                        &trace_id,
+                        &execution_id,
+                        parent.as_deref(),
+                        event_type,
+                        payload,
+                    )],
+                )
+                .await?;
+            state.metrics.record_execution(match response.status {
+                ExecuteStatus::Success => "success",
+                _ => "error",
+            });
+            Ok(Json(response).into_response())
+        }
+    }
+}

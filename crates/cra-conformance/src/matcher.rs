@@ -11,8 +11,9 @@
 //!   `{"$unordered": [...]}` (same length, each element matched by a distinct actual element),
 //!   `{"$contains": [...]}` (each element matched by a distinct actual element, others ignored),
 //!   `{"$range": [lo, hi]}` (inclusive number range), `{"$len": n}` (array, object or string
-//!   length), `{"$eq": value}` (exact equality, no partial matching), `{"$regex": "..."}` is not
-//!   offered on purpose (fixtures stay readable).
+//!   length), `{"$eq": value}` (exact equality, no partial matching), `{"$instant": "<RFC 3339>"}`
+//!   (a timestamp naming the same instant, however rendered); `$regex` is not offered on purpose
+//!   (fixtures stay readable).
 
 use serde_json::Value;
 
@@ -27,6 +28,7 @@ pub const MATCHERS: &[&str] = &[
     "$range",
     "$len",
     "$eq",
+    "$instant",
 ];
 
 /// One difference between expected and actual.
@@ -198,6 +200,17 @@ fn apply(m: &str, arg: &Value, actual: Option<&Value>, ptr: &str, out: &mut Vec<
                 .is_some_and(|s| s.starts_with(p))
             {
                 mismatch(out, ptr, format!("a string starting with {p:?}"), actual);
+            }
+        }
+        "$instant" => {
+            let want = arg
+                .as_str()
+                .and_then(|t| cra_wire::clock::parse_rfc3339(t).ok());
+            let got = actual
+                .and_then(Value::as_str)
+                .and_then(|t| cra_wire::clock::parse_rfc3339(t).ok());
+            if want.is_none() || want != got {
+                mismatch(out, ptr, format!("the instant {arg}"), actual);
             }
         }
         "$eq" => {

@@ -129,6 +129,23 @@ fn loader_refuses_malformed_fixtures() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Cases our implementation fails today, each a finding reported to the owning area. The test
+/// fails if anything else fails; a fixed case simply drops off this list.
+const KNOWN_FAILURES: &[(&str, &str)] = &[
+    (
+        "atlas-load-invalid-missing-atlas-version",
+        "Atlas: a missing required member is reported at the parent's pointer (\"\"), not at /atlas_version",
+    ),
+    (
+        "atlas-load-invalid-missing-name",
+        "Atlas: a missing required member is reported at the parent's pointer (\"\"), not at /name",
+    ),
+    (
+        "atlas-load-missing-dependency",
+        "in-process load_atlas analyses one atlas; dependency ranges are resolved by the registry, not yet called here",
+    ),
+];
+
 #[test]
 fn whole_suite_runs_in_process() {
     let all = fixtures();
@@ -141,7 +158,21 @@ fn whole_suite_runs_in_process() {
         last.starts_with("results: ") && last.contains(" passed, ") && last.ends_with(" failed")
     );
     let t = report.totals();
-    assert_eq!(t.failed, 0, "failed: {:?}", report.failed_ids());
+    let known: BTreeSet<&str> = KNOWN_FAILURES.iter().map(|(id, _)| *id).collect();
+    let unexpected: Vec<String> = report
+        .failed_ids()
+        .into_iter()
+        .filter(|id| !known.contains(id.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected failures: {unexpected:?}\n{text}"
+    );
+    for (id, why) in KNOWN_FAILURES {
+        if report.failed_ids().iter().any(|f| f == id) {
+            println!("known failure {id}: {why}");
+        }
+    }
     assert_eq!(t.errored, 0, "some cases errored:\n{text}");
     assert!(t.passed >= 150, "only {} cases pass in-process", t.passed);
     let json = report.to_json();
@@ -215,6 +246,30 @@ fn mutations_make_the_named_fixtures_fail() {
                 "trace-canonical-nested",
                 "trace-hash-key-order-codepoint",
             ],
+        ),
+        (
+            Mutation::DefaultAllow,
+            "policy",
+            &[
+                "policy-no-policies-default-deny",
+                "policy-partial-default-deny",
+                "policy-rate-limit-does-not-grant",
+                "policy-budget-does-not-grant",
+            ],
+        ),
+        (
+            Mutation::DenyNotBeatingAllow,
+            "policy",
+            &[
+                "policy-deny-beats-allow",
+                "policy-deny-star-segment",
+                "policy-deny-all",
+            ],
+        ),
+        (
+            Mutation::SupersessionNotClosing,
+            "facts-supersession",
+            &["fact-supersede-closes-old"],
         ),
         (
             Mutation::RelayNullsKept,

@@ -5,9 +5,14 @@
 //! pass). [`Mutation`] deliberately breaks one rule, for the tests proving the suite has teeth;
 //! the CLI always runs the faithful target.
 
+use std::sync::Arc;
+
+use cra_wire::{Clock, FixedClock};
 use serde_json::{Map, Value, json};
 
-use crate::fixture::Fixture;
+use crate::fixture::{Fixture, Input};
+use crate::target::carp::{CarpMutation, CarpWorld};
+use crate::target::relay::{RelayMutation, RelayWorld};
 use crate::target::{Outcome, Target, classify, error_answer, resolve_step_refs, setup_steps};
 
 /// A deliberate defect injected into the in-process target (teeth tests only).
@@ -21,6 +26,12 @@ pub enum Mutation {
     TraceKeysUnsorted,
     /// The Relay content hash is taken with `null` members kept.
     RelayNullsKept,
+    /// Superseded facts are reported with `valid_to` still open.
+    SupersessionNotClosing,
+    /// Actions no policy granted are allowed.
+    DefaultAllow,
+    /// A deny does not beat an allow naming the same action.
+    DenyNotBeatingAllow,
 }
 
 /// The in-process implementation.
@@ -50,8 +61,20 @@ impl InProcess {
         }
     }
 
-    fn perform(&self, op: &str, args: &Value) -> VerbResult {
+    fn perform(&self, world: &World, op: &str, args: &Value) -> VerbResult {
+        if let Some(relay) = &world.relay
+            && let Some(answer) = relay.perform(op, args)
+        {
+            return answer.map_err(Fail::Errored);
+        }
+        if let Some(carp) = &world.carp
+            && let Some(answer) = carp.perform(op, args)
+        {
+            return Ok(answer);
+        }
         match op {
+            "validate_request" => Ok(crate::target::carp::validate_request(args)),
+            "load_atlas" => Ok(crate::target::carp::load_atlas(args)),
             "canonical_trace" => Ok(self.canonical_trace(arg(args, "value")?)),
             "hash_event" => self.hash_event(arg(args, "event")?),
             "verify_chain" => self.verify_chain(args),
@@ -263,6 +286,73 @@ fn write_keep_nulls(v: &Value, out: &mut String) {
     }
 }
 
+/// The state one case runs in.
+struct World {
+    clock: Arc<FixedClock>,
+    relay: Option<RelayWorld>,
+    carp: Option<CarpWorld>,
+}
+
+const RELAY_VERBS: &[&str] = &[
+    "deposit",
+    "pull",
+    "orient",
+    "assert_fact",
+    "invalidate_fact",
+    "get_facts",
+    "flag_for_review",
+    "review",
+    "export_import",
+];
+
+impl InProcess {
+    fn world(&self, fixture: &Fixture, steps: &[Input]) -> Result<World, Fail> {
+        let now = fixture
+            .setup
+            .get("now")
+            .and_then(Value::as_str)
+            .unwrap_or("2026-01-01T00:00:00Z");
+        let clock =
+            Arc::new(FixedClock::parse(now).map_err(|e| Fail::Errored(format!("setup.now: {e}")))?);
+        let seed = fixture
+            .setup
+            .get("id_seed")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let uses = |verbs: &[&str]| {
+            verbs.contains(&fixture.input.operation.as_str())
+                || steps.iter().any(|s| verbs.contains(&s.operation.as_str()))
+        };
+        let relay = if uses(RELAY_VERBS) {
+            let m = (self.mutation == Some(Mutation::SupersessionNotClosing))
+                .then_some(RelayMutation::SupersessionNotClosing);
+            Some(RelayWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)
+        } else {
+            None
+        };
+        let needs_trace = fixture.input.args.get("with_trace").is_some()
+            || steps.iter().any(|s| s.operation == "http")
+            || fixture.input.operation == "http";
+        if needs_trace {
+            return Err(Fail::NotImplemented(
+                "TRACE emission and HTTP routes live in cra-runtime, not yet wired in-process"
+                    .to_owned(),
+            ));
+        }
+        let carp = if uses(&["resolve", "execute"]) {
+            let m = match self.mutation {
+                Some(Mutation::DefaultAllow) => Some(CarpMutation::DefaultAllow),
+                Some(Mutation::DenyNotBeatingAllow) => Some(CarpMutation::DenyNotBeatingAllow),
+                _ => None,
+            };
+            Some(CarpWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)
+        } else {
+            None
+        };
+        Ok(World { clock, relay, carp })
+    }
+}
+
 impl Target for InProcess {
     fn name(&self) -> String {
         match self.mutation {
@@ -280,13 +370,22 @@ impl Target for InProcess {
             Ok(s) => s,
             Err(e) => return Outcome::Errored(e),
         };
+        let world = match self.world(fixture, &steps) {
+            Ok(w) => w,
+            Err(Fail::NotImplemented(m)) => return Outcome::NotImplemented(m),
+            Err(Fail::Errored(m)) => return Outcome::Errored(format!("setup: {m}")),
+        };
+        let start = world.clock.now();
         let mut answers = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             let args = match resolve_step_refs(&step.args, &answers) {
                 Ok(a) => a,
                 Err(e) => return Outcome::Errored(e),
             };
-            match self.perform(&step.operation, &args) {
+            world
+                .clock
+                .set(start + time::Duration::seconds(step.at_seconds.unwrap_or(0)));
+            match self.perform(&world, &step.operation, &args) {
                 Ok(v) => answers.push(v),
                 Err(Fail::NotImplemented(m)) => return Outcome::NotImplemented(m),
                 Err(Fail::Errored(m)) => return Outcome::Errored(format!("setup step {i}: {m}")),
@@ -296,7 +395,10 @@ impl Target for InProcess {
             Ok(a) => a,
             Err(e) => return Outcome::Errored(e),
         };
-        match self.perform(&fixture.input.operation, &args) {
+        world
+            .clock
+            .set(start + time::Duration::seconds(fixture.input.at_seconds.unwrap_or(0)));
+        match self.perform(&world, &fixture.input.operation, &args) {
             Ok(v) => classify(v),
             Err(Fail::NotImplemented(m)) => Outcome::NotImplemented(m),
             Err(Fail::Errored(m)) => Outcome::Errored(m),

@@ -6,8 +6,10 @@
 //! An answer whose `error` is `not_implemented` (or a verb the target does not offer) is the
 //! separate [`Outcome::NotImplemented`] category.
 
+pub mod carp;
 pub mod http;
 pub mod inproc;
+pub mod relay;
 
 use serde_json::{Map, Value, json};
 

@@ -1,0 +1,266 @@
+//! In-process CARP and Atlas: atlases from the fixture loaded and validated by `cra_atlas`, CARP
+//! over a fresh redb data directory with the fixture's fixed clock and seeded ids, answers in the
+//! README's shapes. Actions run with the `builtin:echo` behaviour (the result is the parameters).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cra_carp::index::AtlasSet;
+use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
+use cra_carp::validate::{CarpError, parse_request, shape_errors};
+use cra_wire::{FixedClock, SequentialIds};
+use serde_json::{Map, Value, json};
+
+/// A deliberate CARP defect (teeth tests), applied to resolutions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CarpMutation {
+    /// Actions no policy granted are allowed (default allow).
+    DefaultAllow,
+    /// An action some allow policy names is allowed even when a deny policy matches it.
+    DenyNotBeatingAllow,
+}
+
+/// One case's CARP world.
+pub struct CarpWorld {
+    _dir: tempfile::TempDir,
+    carp: Carp,
+    manifests: Vec<Value>,
+    mutation: Option<CarpMutation>,
+}
+
+impl std::fmt::Debug for CarpWorld {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CarpWorld")
+    }
+}
+
+fn error(e: &CarpError) -> Value {
+    let mut v = serde_json::to_value(e.to_body()).unwrap_or_else(|_| json!({}));
+    v["error"] = json!(e.token.as_str());
+    v["status"] = json!(e.token.http_status());
+    v
+}
+
+/// The files of an atlas given inline: `atlas.json` plus `files`.
+fn atlas_files(atlas: &Value) -> BTreeMap<String, Vec<u8>> {
+    let mut files = BTreeMap::new();
+    if let Some(m) = atlas.get("manifest") {
+        files.insert("atlas.json".to_owned(), m.to_string().into_bytes());
+    }
+    for (k, v) in atlas
+        .get("files")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        files.insert(
+            k.clone(),
+            v.as_str().unwrap_or_default().as_bytes().to_vec(),
+        );
+    }
+    files
+}
+
+/// `load_atlas`: analyses the files and answers `{valid, atlas_id, version, digest, diagnostics}`.
+pub fn load_atlas(args: &Value) -> Value {
+    let analysis = cra_atlas::validate::analyse(Path::new("fixture"), atlas_files(args));
+    let diagnostics: Vec<Value> = analysis
+        .diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(
+            |d| json!({"file": d.file, "pointer": d.pointer, "code": d.code, "message": d.message}),
+        )
+        .collect();
+    let mut out = json!({"valid": analysis.is_valid(), "diagnostics": diagnostics});
+    if let Some(a) = &analysis.atlas {
+        out["atlas_id"] = json!(a.manifest.atlas_id);
+        out["version"] = json!(a.manifest.version.to_string());
+        out["digest"] = json!(a.digest);
+    }
+    out
+}
+
+/// `validate_request`: the request's shape errors.
+pub fn validate_request(args: &Value) -> Value {
+    let request = args.get("request").cloned().unwrap_or(Value::Null);
+    match shape_errors(&request) {
+        Ok(errors) => json!({"valid": errors.is_empty(), "errors": errors}),
+        Err(e) => {
+            let mut v = error(&e);
+            v["valid"] = json!(false);
+            v["errors"] = json!(e.errors);
+            v
+        }
+    }
+}
+
+impl CarpWorld {
+    /// Loads the setup's atlases, opens the store and the setup's sessions.
+    pub fn new(
+        setup: &Map<String, Value>,
+        clock: Arc<FixedClock>,
+        seed: u64,
+        mutation: Option<CarpMutation>,
+    ) -> Result<Self, String> {
+        let mut loaded = Vec::new();
+        let mut manifests = Vec::new();
+        for a in setup
+            .get("atlases")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let analysis = cra_atlas::validate::analyse(Path::new("fixture"), atlas_files(a));
+            if !analysis.is_valid() {
+                let first = analysis
+                    .diagnostics
+                    .first()
+                    .map(|d| d.message.clone())
+                    .unwrap_or_default();
+                return Err(format!("setup atlas invalid: {first}"));
+            }
+            let atlas = analysis.atlas.ok_or("setup atlas could not be built")?;
+            manifests.push(a.get("manifest").cloned().unwrap_or(Value::Null));
+            loaded.push(atlas);
+        }
+        let set = AtlasSet::from_loaded(&loaded).map_err(|e| format!("setup atlases: {e}"))?;
+        let dir = tempfile::tempdir().map_err(|e| format!("cannot make a data directory: {e}"))?;
+        let store = cra_store::RedbStore::open(dir.path()).map_err(|e| e.to_string())?;
+        let carp = Carp::new(
+            Arc::new(store),
+            Arc::new(set),
+            clock,
+            Arc::new(SequentialIds::new(1_700_000_000_000, seed)),
+            CarpConfig::default(),
+        );
+        for s in setup
+            .get("sessions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let agent = s
+                .get("agent_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let id = s.get("session_id").and_then(Value::as_str);
+            carp.open_session(agent, id, None)
+                .map_err(|e| format!("setup session: {e:?}"))?;
+        }
+        Ok(Self {
+            _dir: dir,
+            carp,
+            manifests,
+            mutation,
+        })
+    }
+
+    /// Performs one CARP verb; `None` when `op` is not one.
+    pub fn perform(&self, op: &str, args: &Value) -> Option<Value> {
+        let raw = args.get("request").cloned().unwrap_or(Value::Null);
+        let request = match op {
+            "resolve" | "execute" => match parse_request(&raw) {
+                Ok(r) => r,
+                Err(e) => return Some(error(&e)),
+            },
+            _ => return None,
+        };
+        Some(match op {
+            "resolve" => match self.carp.resolve(&request, false, None) {
+                Ok(res) => {
+                    let mut v = serde_json::to_value(res).unwrap_or(Value::Null);
+                    self.mutate(&mut v);
+                    v
+                }
+                Err(e) => error(&e),
+            },
+            _ => match self.carp.execute(&request) {
+                Ok(ExecuteOutcome::Run(cleared)) => {
+                    let result = cleared.parameters.clone();
+                    match self.carp.finish_execution(cleared, Ok(result)) {
+                        Ok(resp) => serde_json::to_value(resp).unwrap_or(Value::Null),
+                        Err(e) => error(&e),
+                    }
+                }
+                Ok(ExecuteOutcome::Answered(resp)) => {
+                    let v = serde_json::to_value(&resp).unwrap_or(Value::Null);
+                    match v.pointer("/error/code").and_then(Value::as_str) {
+                        Some(code)
+                            if v.get("status").and_then(Value::as_str) != Some("success") =>
+                        {
+                            let status = cra_wire::Token::parse(code)
+                                .map_or(400, cra_wire::Token::http_status);
+                            json!({"error": code, "status": status, "response": v})
+                        }
+                        _ => v,
+                    }
+                }
+                Err(e) => error(&e),
+            },
+        })
+    }
+
+    fn allow_patterns(&self) -> Vec<String> {
+        self.manifests
+            .iter()
+            .flat_map(|m| {
+                m.get("policies")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|p| p.get("type").and_then(Value::as_str) == Some("allow"))
+            .flat_map(|p| {
+                p.get("actions")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect()
+    }
+
+    fn mutate(&self, res: &mut Value) {
+        let Some(m) = self.mutation else { return };
+        let allows = self.allow_patterns();
+        let denied = res
+            .get("denied_actions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let (flip, keep): (Vec<Value>, Vec<Value>) = denied.into_iter().partition(|d| {
+            let pid = d
+                .get("policy_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let aid = d
+                .get("action_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            match m {
+                CarpMutation::DefaultAllow => pid == "default_deny",
+                CarpMutation::DenyNotBeatingAllow => {
+                    pid != "default_deny" && cra_atlas::pattern::matches_any(&allows, aid)
+                }
+            }
+        });
+        if let Some(a) = res.get_mut("allowed_actions").and_then(Value::as_array_mut) {
+            a.extend(
+                flip.iter()
+                    .map(|d| json!({"action_id": d["action_id"], "requires_confirmation": false})),
+            );
+        }
+        res["denied_actions"] = Value::Array(keep.clone());
+        if keep.is_empty()
+            && res.pointer("/decision/type").and_then(Value::as_str) != Some("requires_approval")
+        {
+            res["decision"]["type"] = json!("allow");
+        } else if !flip.is_empty()
+            && res.pointer("/decision/type").and_then(Value::as_str) == Some("deny")
+        {
+            res["decision"]["type"] = json!("partial");
+        }
+    }
+}

@@ -45,7 +45,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub id: Option<String>,
     /// The fixture directory.
-    #[arg(long, env = "CRA_CONFORMANCE_FIXTURES", default_value = "conformance/fixtures")]
+    #[arg(
+        long,
+        env = "CRA_CONFORMANCE_FIXTURES",
+        default_value = "conformance/fixtures"
+    )]
     pub fixtures: PathBuf,
     /// Bearer token for the server.
     #[arg(long, env = "CRA_TOKEN")]
@@ -104,5 +108,9 @@ fn run_suite(args: RunArgs) -> Exit {
         OutputFormat::Text => print!("{}", report.render_text()),
         OutputFormat::Json => println!("{}", report.to_json()),
     }
-    if report.exit_code() == 0 { Exit::Success } else { Exit::Negative }
+    if report.exit_code() == 0 {
+        Exit::Success
+    } else {
+        Exit::Negative
+    }
 }

@@ -49,6 +49,9 @@ fn dec_package(
     Ok(p)
 }
 
+/// Rows per statement when restoring an import.
+const RESTORE_BATCH: usize = 2000;
+
 /// Relay over a PostgreSQL schema.
 #[derive(Debug, Clone)]
 pub struct PgRelay {
@@ -499,13 +502,58 @@ impl RelayStore for PgRelay {
                 tx.execute("INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)", &[&p.project_id, &enc(p)?])
                     .map_err(be)?;
             }
-            for p in &snapshot.packages {
-                Self::insert_raw(tx, p)?;
-            }
-            for r in &snapshot.facts {
+            // Batched (UNNEST WITH ORDINALITY keeps the given order, so `seq` follows it).
+            for batch in snapshot.packages.chunks(RESTORE_BATCH) {
+                let mut cols: [Vec<String>; 4] = Default::default();
+                let mut quarantined: Vec<Option<String>> = Vec::new();
+                let (mut c_id, mut c_proj, mut c_ord, mut c_field, mut c_text) =
+                    (Vec::new(), Vec::new(), Vec::<i32>::new(), Vec::new(), Vec::new());
+                for p in batch {
+                    let id = p.package.package_id().to_owned();
+                    cols[0].push(id.clone());
+                    cols[1].push(p.package.project_id().to_owned());
+                    cols[2].push(p.content_hash.clone());
+                    cols[3].push(enc(&Value::Object(p.package.as_object().clone()))?);
+                    quarantined.push(p.quarantined.clone());
+                    if p.quarantined.is_none() {
+                        for (i, (field, text)) in cra_relay::search::chunks(&p.package).into_iter().enumerate() {
+                            c_id.push(id.clone());
+                            c_proj.push(p.package.project_id().to_owned());
+                            c_ord.push(i32::try_from(i).unwrap_or(i32::MAX));
+                            c_field.push(field.to_owned());
+                            c_text.push(text);
+                        }
+                    }
+                }
                 tx.execute(
-                    "INSERT INTO relay_facts (fact_id, project_id, subject, predicate, is_current, body) VALUES ($1, $2, $3, $4, $5, $6)",
-                    &[&r.fact.fact_id, &r.fact.project_id, &r.fact.subject, &r.fact.predicate, &r.is_current(), &enc(r)?],
+                    "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
+                     SELECT a, b, c, d, e FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+                          WITH ORDINALITY AS t(a, b, c, d, e, n) ORDER BY n",
+                    &[&cols[0], &cols[1], &cols[2], &quarantined, &cols[3]],
+                )
+                .map_err(be)?;
+                tx.execute(
+                    "INSERT INTO relay_chunks (package_id, project_id, ord, field, chunk)
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::text[], $5::text[])",
+                    &[&c_id, &c_proj, &c_ord, &c_field, &c_text],
+                )
+                .map_err(be)?;
+            }
+            for batch in snapshot.facts.chunks(RESTORE_BATCH) {
+                let mut cols: [Vec<String>; 5] = Default::default();
+                let mut current = Vec::new();
+                for r in batch {
+                    cols[0].push(r.fact.fact_id.clone());
+                    cols[1].push(r.fact.project_id.clone());
+                    cols[2].push(r.fact.subject.clone());
+                    cols[3].push(r.fact.predicate.clone());
+                    cols[4].push(enc(r)?);
+                    current.push(r.is_current());
+                }
+                tx.execute(
+                    "INSERT INTO relay_facts (fact_id, project_id, subject, predicate, is_current, body)
+                     SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::bool[], $6::text[])",
+                    &[&cols[0], &cols[1], &cols[2], &cols[3], &current, &cols[4]],
                 )
                 .map_err(be)?;
             }
@@ -516,9 +564,15 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             }
-            for r in &snapshot.reviews {
-                tx.execute("INSERT INTO relay_reviews (package_id, body) VALUES ($1, $2)", &[&r.package_id, &enc(r)?])
-                    .map_err(be)?;
+            for batch in snapshot.reviews.chunks(RESTORE_BATCH) {
+                let ids: Vec<&str> = batch.iter().map(|r| r.package_id.as_str()).collect();
+                let bodies = batch.iter().map(enc).collect::<Result<Vec<String>, _>>()?;
+                tx.execute(
+                    "INSERT INTO relay_reviews (package_id, body)
+                     SELECT a, b FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS t(a, b, n) ORDER BY n",
+                    &[&ids, &bodies],
+                )
+                .map_err(be)?;
             }
             Ok(())
         })

@@ -249,9 +249,9 @@ impl Relay {
                 created: true,
             }),
             InsertOutcome::Existing(existing) => {
-                if existing.content_hash == stored.content_hash
-                    && existing.package == stored.package
-                {
+                // Same content means same hash: key order, a returned content_hash, `1.0`
+                // against `1` or an explicit null member do not make a different package.
+                if existing.content_hash == stored.content_hash {
                     Ok(Deposited {
                         stored: existing,
                         created: false,

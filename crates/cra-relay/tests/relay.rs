@@ -117,3 +117,82 @@ fn export_directory_writes_manifest_last_and_imports() {
     let err = cra_relay::export::import_dir(&*memory(), dir.path()).unwrap_err();
     assert!(err.to_string().contains("manifest"), "{err}");
 }
+
+#[test]
+fn conformance_descriptor_declares_l3_and_what_is_missing() {
+    let (r, _) = testkit::relay(memory());
+    let d = serde_json::to_value(r.conformance()).unwrap();
+    assert_eq!(d["protocol_version"], "0.1");
+    assert_eq!(d["conformance_level"], "L3");
+    for cap in [
+        "hybrid_search",
+        "semantic_search",
+        "realtime",
+        "blob_storage",
+        "keyword_search",
+    ] {
+        assert_eq!(
+            d["capabilities"][cap], false,
+            "{cap} (the test store has no search)"
+        );
+    }
+    assert_eq!(d["implementation"]["name"], "cra");
+}
+
+fn schema(name: &str) -> jsonschema::Validator {
+    let path = format!("{}/../../schemas/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap();
+    jsonschema::validator_for(&serde_json::from_str(&text).unwrap()).unwrap()
+}
+
+/// The published package schema and the validator agree: every deposit-valid hash vector passes
+/// the schema, and every invalid fixture fails it.
+#[test]
+fn package_schema_agrees_with_the_validator() {
+    let v = schema("relay-package.schema.json");
+    let vectors: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/hash-vectors.json")).unwrap();
+    for case in vectors["vectors"].as_array().unwrap() {
+        let p = &case["package"];
+        let ours = cra_relay::validate::validate_package(p).is_ok();
+        let mut without_hash = p.clone();
+        without_hash.as_object_mut().unwrap().remove("content_hash");
+        assert_eq!(v.is_valid(&without_hash), ours, "{}", case["id"]);
+    }
+    let fx: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/invalid-packages.json")).unwrap();
+    assert!(v.is_valid(&fx["base"]));
+    for case in fx["cases"].as_array().unwrap() {
+        let mut p = fx["base"].clone();
+        if let Some(set) = case["set"].as_object() {
+            for (k, val) in set {
+                p[k] = val.clone();
+            }
+        }
+        for k in case["remove"].as_array().into_iter().flatten() {
+            p.as_object_mut().unwrap().remove(k.as_str().unwrap());
+        }
+        if case["name"] == "number without a double" {
+            continue; // a JSON Schema cannot see double range
+        }
+        assert!(!v.is_valid(&p), "schema accepts {}", case["name"]);
+    }
+}
+
+#[test]
+fn fact_and_session_schemas_accept_what_the_domain_emits() {
+    let (r, clock) = testkit::relay(memory());
+    testkit::populate(&r, &clock, 20, 5);
+    let snap = r.store().snapshot().unwrap();
+    let facts = schema("relay-fact.schema.json");
+    for f in &snap.facts {
+        let v = serde_json::to_value(&f.fact).unwrap();
+        assert!(facts.is_valid(&v), "{v}");
+    }
+    let sessions = schema("relay-session.schema.json");
+    for s in &snap.sessions {
+        let v = serde_json::to_value(s).unwrap();
+        assert!(sessions.is_valid(&v), "{v}");
+    }
+    assert!(!snap.sessions.is_empty());
+}

@@ -224,7 +224,7 @@ impl Report {
                 let verdict = if holds { "holds" } else { "DOES NOT HOLD" };
                 let _ = writeln!(
                     s,
-                    "claim {level}: {verdict} ({} passed, {} failed, {} errored, {} not implemented)",
+                    "claim {level} (over the selected cases): {verdict} ({} passed, {} failed, {} errored, {} not implemented)",
                     c.passed, c.failed, c.errored, c.not_implemented
                 );
             }

@@ -393,3 +393,46 @@ fn readme_agrees_with_the_shipped_verbs_setup_keys_matchers_and_counts() {
         all.len()
     );
 }
+
+/// Plays the suite against a live server when `CRA_CONFORMANCE_URL` is set (CI starts `cra serve`
+/// on loopback). Nothing may fail or error; unimplemented routes are reported, not failed.
+#[test]
+fn whole_suite_over_http_when_a_server_is_given() {
+    let Ok(url) = std::env::var("CRA_CONFORMANCE_URL") else {
+        println!("skipped: CRA_CONFORMANCE_URL not set");
+        return;
+    };
+    let mut tokens = BTreeMap::new();
+    for pair in std::env::var("CRA_CONFORMANCE_ACTOR_TOKENS")
+        .unwrap_or_default()
+        .split(',')
+    {
+        if let Some((actor, token)) = pair.split_once('=') {
+            tokens.insert(actor.to_owned(), token.to_owned());
+        }
+    }
+    let target = cra_conformance::target::http::HttpTarget::connect(
+        &url,
+        std::env::var("CRA_TOKEN").ok(),
+        tokens,
+    )
+    .expect("the server answers");
+    let report = run(&target, &fixtures(), &Filter::default());
+    let text = report.render_text();
+    println!("{text}");
+    let known: BTreeSet<&str> = KNOWN_FAILURES.iter().map(|(id, _)| *id).collect();
+    let unexpected: Vec<String> = report
+        .failed_ids()
+        .into_iter()
+        .filter(|id| !known.contains(id.as_str()))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "unexpected failures over HTTP: {unexpected:?}"
+    );
+    assert_eq!(
+        report.totals().errored,
+        0,
+        "cases errored over HTTP:\n{text}"
+    );
+}

@@ -130,7 +130,14 @@ impl HttpTarget {
     /// answer as `status` beside the server's error body.
     fn route(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, Fail> {
         let (status, value) = self.call(method.clone(), path, body)?;
-        if status == 405 || (status == 404 && value.get("error").is_none()) {
+        // A missing route: 405, 501 `not_implemented`, or a 404 whose body is not one of the
+        // protocol's specific not-found tokens (no body, or the generic `not_found`).
+        let generic_404 = status == 404
+            && matches!(
+                value.get("error").and_then(Value::as_str),
+                None | Some("not_found")
+            );
+        if status == 405 || generic_404 {
             return Err(Fail::NotImplemented(format!(
                 "{method} {path} is not offered"
             )));
@@ -267,13 +274,30 @@ impl HttpTarget {
         }
     }
 
-    fn materialise(&self, fixture: &Fixture) -> Result<(), Fail> {
+    /// Creates the setup's state. Returns the id map: a server assigns session ids itself, so
+    /// every fixture session id is replaced by the id the server gave (in every later argument).
+    fn materialise(&self, fixture: &Fixture) -> Result<Vec<(String, String)>, Fail> {
         let setup = &fixture.setup;
+        let mut ids = Vec::new();
         for p in list(setup.get("projects")) {
             self.expect_ok(Method::POST, "/v1/projects", &p)?;
         }
         for s in list(setup.get("sessions")) {
-            self.expect_ok(Method::POST, "/v1/sessions", &s)?;
+            let wanted = s
+                .get("session_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let body = strip(&s, &["session_id"]);
+            let answer = self.route(Method::POST, "/v1/sessions", Some(&body))?;
+            if answer.get("error").is_some() {
+                return Err(Fail::Errored(format!(
+                    "setup POST /v1/sessions answered {answer}"
+                )));
+            }
+            if let (Some(w), Some(got)) = (wanted, answer.get("session_id").and_then(Value::as_str))
+            {
+                ids.push((w, got.to_owned()));
+            }
         }
         for a in list(setup.get("atlases")) {
             self.expect_ok(Method::POST, "/v1/atlases", &a)?;
@@ -306,7 +330,7 @@ impl HttpTarget {
                 &strip(&f, &["project_id"]),
             )?;
         }
-        Ok(())
+        Ok(ids)
     }
 
     fn expect_ok(&self, method: Method, path: &str, body: &Value) -> Result<(), Fail> {
@@ -317,6 +341,24 @@ impl HttpTarget {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// Replaces fixture ids by server ids: whole string values, and inside strings (paths).
+fn rename(v: &Value, ids: &[(String, String)]) -> Value {
+    match v {
+        Value::String(s) => {
+            let mut out = s.clone();
+            for (from, to) in ids {
+                out = out.replace(from.as_str(), to);
+            }
+            Value::String(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|x| rename(x, ids)).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, x)| (k.clone(), rename(x, ids))).collect())
+        }
+        other => other.clone(),
     }
 }
 
@@ -367,14 +409,14 @@ impl Target for HttpTarget {
                         .to_owned(),
                 ));
             }
-            self.materialise(fixture)?;
+            let ids = self.materialise(fixture)?;
             let mut answers = Vec::new();
             for step in setup_steps(fixture).map_err(Fail::Errored)? {
                 let args = resolve_step_refs(&step.args, &answers).map_err(Fail::Errored)?;
-                answers.push(self.perform(&step.operation, &args)?);
+                answers.push(self.perform(&step.operation, &rename(&args, &ids))?);
             }
             let args = resolve_step_refs(&fixture.input.args, &answers).map_err(Fail::Errored)?;
-            self.perform(&fixture.input.operation, &args)
+            self.perform(&fixture.input.operation, &rename(&args, &ids))
         })();
         match result {
             Ok(v) => classify(v),

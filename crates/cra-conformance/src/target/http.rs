@@ -87,6 +87,7 @@ impl HttpTarget {
             b.pointer("/requester/agent_id")
                 .or_else(|| b.pointer("/created_by/id"))
                 .or_else(|| b.pointer("/package/created_by/id"))
+                .or_else(|| b.pointer("/agent_id"))
                 .and_then(Value::as_str)
         });
         actor

@@ -140,10 +140,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "atlas-load-invalid-missing-name",
         "Atlas: a missing required member is reported at the parent's pointer (\"\"), not at /name",
     ),
-    (
-        "atlas-load-missing-dependency",
-        "in-process load_atlas analyses one atlas; dependency ranges are resolved by the registry, not yet called here",
-    ),
 ];
 
 #[test]

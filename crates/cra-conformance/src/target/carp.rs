@@ -65,15 +65,23 @@ fn atlas_files(atlas: &Value) -> BTreeMap<String, Vec<u8>> {
 /// `load_atlas`: analyses the files and answers `{valid, atlas_id, version, digest, diagnostics}`.
 pub fn load_atlas(args: &Value) -> Value {
     let analysis = cra_atlas::validate::analyse(Path::new("fixture"), atlas_files(args));
+    // Dependencies resolve against the registry the atlas joins (here: holding only itself).
+    let dependency = analysis
+        .atlas
+        .as_ref()
+        .map(|a| cra_atlas::Registry::new().dependency_diagnostics(a))
+        .unwrap_or_default();
+    let valid = analysis.is_valid() && !dependency.iter().any(cra_atlas::Diagnostic::is_error);
     let diagnostics: Vec<Value> = analysis
         .diagnostics
         .iter()
+        .chain(&dependency)
         .filter(|d| d.is_error())
         .map(
             |d| json!({"file": d.file, "pointer": d.pointer, "code": d.code, "message": d.message}),
         )
         .collect();
-    let mut out = json!({"valid": analysis.is_valid(), "diagnostics": diagnostics});
+    let mut out = json!({"valid": valid, "diagnostics": diagnostics});
     if let Some(a) = &analysis.atlas {
         out["atlas_id"] = json!(a.manifest.atlas_id);
         out["version"] = json!(a.manifest.version.to_string());

@@ -128,7 +128,9 @@ pub struct NewFact {
     pub explicit_valid_from: bool,
 }
 
-/// Decides a supersession (§7.3). Given the current row of (project, subject, predicate), if
+/// Decides a supersession (§7.3) at `now` (read by the backend inside its transaction: it
+/// becomes the new row's `recorded_at` / `created_at`, its `valid_from` unless the caller chose
+/// one, and the old row's `superseded_at`). Given the current row of (project, subject, predicate), if
 /// any, returns the closed old row (to be written back) and the row to insert. Both writes must
 /// happen in one transaction.
 pub fn supersede(
@@ -137,6 +139,12 @@ pub fn supersede(
     now: &str,
 ) -> Result<(Option<FactRecord>, FactRecord), SupersessionError> {
     let mut inserted = new.record;
+    // Stamped here, inside the caller's transaction, so recorded time follows commit order.
+    inserted.recorded_at = now.to_owned();
+    inserted.fact.created_at = now.to_owned();
+    if !new.explicit_valid_from {
+        inserted.fact.valid_from = now.to_owned();
+    }
     let Some(cur) = current else {
         return Ok((None, inserted));
     };

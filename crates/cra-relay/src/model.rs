@@ -333,6 +333,13 @@ impl StoredPackage {
     }
 }
 
+impl Serialize for StoredPackage {
+    /// As [`StoredPackage::to_wire`].
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_wire().serialize(s)
+    }
+}
+
 /// Who moved a package through review, when, and why: kept beside the (hashed) package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReviewRecord {

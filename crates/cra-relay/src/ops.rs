@@ -493,7 +493,7 @@ impl Relay {
                 record,
                 explicit_valid_from: explicit,
             },
-            &now,
+            &|| self.now(),
         )?)
     }
 
@@ -518,7 +518,7 @@ impl Relay {
         self.writable_project(project_id)?;
         Ok(self
             .store
-            .invalidate_facts(project_id, subject, predicate, &self.now())?)
+            .invalidate_facts(project_id, subject, predicate, &|| self.now())?)
     }
 
     /// Fact reads: current, as of a valid time, as recorded at a time, or full history. Times in

@@ -98,6 +98,24 @@ pub struct SearchHit {
     pub chunk: String,
 }
 
+impl SearchHit {
+    /// The wire form: `{"score", "field", "chunk", "package"}` (the package with its content_hash).
+    pub fn to_wire(&self) -> serde_json::Value {
+        serde_json::json!({
+            "score": self.score,
+            "field": self.field,
+            "chunk": self.chunk,
+            "package": self.package.to_wire(),
+        })
+    }
+}
+
+impl serde::Serialize for SearchHit {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_wire().serialize(s)
+    }
+}
+
 /// Everything an export holds, in export order; also what an import writes.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Snapshot {
@@ -154,8 +172,11 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
     fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError>;
 
     /// Supersedes the current fact of (project, subject, predicate), if any, and inserts the new
-    /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row.
-    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError>;
+    /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row. `now`
+    /// is called once, inside the transaction (after any lock), so recorded time follows commit
+    /// order.
+    fn assert_fact(&self, new: NewFact, now: &dyn Fn() -> String)
+    -> Result<FactRecord, StoreError>;
     /// Closes every current fact of (project, subject, predicate) (see
     /// [`crate::fact::invalidate`]); returns how many.
     fn invalidate_facts(
@@ -163,7 +184,7 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         project_id: &str,
         subject: &str,
         predicate: &str,
-        now: &str,
+        now: &dyn Fn() -> String,
     ) -> Result<usize, StoreError>;
     /// The facts of a project that `query` selects (see [`crate::fact::select`]).
     fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError>;

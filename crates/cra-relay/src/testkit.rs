@@ -659,6 +659,20 @@ fn l2_concurrent_assert(f: Factory<'_>) {
         .unwrap();
     assert_eq!(hist.len(), 64);
     check_history(&hist).unwrap();
+    // Recorded time follows commit order: at every instant a row was recorded, exactly one row
+    // was believed current.
+    for row in &hist {
+        let believed = r
+            .facts(
+                PROJECT,
+                &FactQuery {
+                    view: FactView::AsOfRecorded(row.recorded_at.clone()),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(believed.len(), 1, "as recorded at {}", row.recorded_at);
+    }
 }
 
 fn l3_status_transitions(f: Factory<'_>) {

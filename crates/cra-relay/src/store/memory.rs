@@ -160,8 +160,14 @@ impl RelayStore for MemoryStore {
             .collect())
     }
 
-    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+    fn assert_fact(
+        &self,
+        new: NewFact,
+        now: &dyn Fn() -> String,
+    ) -> Result<FactRecord, StoreError> {
         let mut g = self.lock();
+        let now = now();
+        let now = now.as_str();
         let key = (
             new.record.fact.project_id.clone(),
             new.record.fact.subject.clone(),
@@ -187,9 +193,11 @@ impl RelayStore for MemoryStore {
         project_id: &str,
         subject: &str,
         predicate: &str,
-        now: &str,
+        now: &dyn Fn() -> String,
     ) -> Result<usize, StoreError> {
         let mut g = self.lock();
+        let now = now();
+        let now = now.as_str();
         let mut n = 0;
         for r in g.facts.iter_mut() {
             if r.is_current()

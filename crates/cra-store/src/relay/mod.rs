@@ -9,3 +9,9 @@ pub mod search;
 
 pub use pg::PgRelay;
 pub use redb::RedbRelay;
+
+impl From<cra_relay::store::StoreError> for crate::StoreError {
+    fn from(e: cra_relay::store::StoreError) -> Self {
+        crate::StoreError::Backend(format!("relay: {e}"))
+    }
+}

@@ -306,7 +306,11 @@ impl RelayStore for PgRelay {
         rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
     }
 
-    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+    fn assert_fact(
+        &self,
+        new: NewFact,
+        now: &dyn Fn() -> String,
+    ) -> Result<FactRecord, StoreError> {
         self.with_tx(|tx| {
             let f = &new.record.fact;
             let (project, subject, predicate) = (f.project_id.clone(), f.subject.clone(), f.predicate.clone());
@@ -319,7 +323,7 @@ impl RelayStore for PgRelay {
                 .map_err(be)?
                 .map(|r| dec(r.get::<_, &str>(0)))
                 .transpose()?;
-            let (closed, inserted) = fact::supersede(cur.as_ref(), new, now)?;
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &now())?;
             if let Some(c) = closed {
                 tx.execute(
                     "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
@@ -341,10 +345,12 @@ impl RelayStore for PgRelay {
         project_id: &str,
         subject: &str,
         predicate: &str,
-        now: &str,
+        now: &dyn Fn() -> String,
     ) -> Result<usize, StoreError> {
         self.with_tx(|tx| {
             Self::lock_key(tx, &format!("{project_id}\u{1f}{subject}\u{1f}{predicate}"))?;
+            let now = now();
+            let now = now.as_str();
             let rows = tx
                 .query(
                     "SELECT body FROM relay_facts WHERE project_id = $1 AND subject = $2 AND predicate = $3 AND is_current FOR UPDATE",

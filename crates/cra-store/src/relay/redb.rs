@@ -352,7 +352,11 @@ impl RelayStore for RedbRelay {
         Ok(out)
     }
 
-    fn assert_fact(&self, new: NewFact, now: &str) -> Result<FactRecord, StoreError> {
+    fn assert_fact(
+        &self,
+        new: NewFact,
+        now: &dyn Fn() -> String,
+    ) -> Result<FactRecord, StoreError> {
         let f = &new.record.fact;
         let prefix = fact_prefix(&f.project_id, &f.subject, &f.predicate);
         let tx = self.db.begin_write().map_err(be)?;
@@ -371,7 +375,7 @@ impl RelayStore for RedbRelay {
                     .transpose()?,
                 None => None,
             };
-            let (closed, inserted) = fact::supersede(cur.as_ref(), new, now)?;
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &now())?;
             if let (Some(k), Some(c)) = (&cur_key, closed) {
                 facts.insert(k.as_str(), enc(&c)?.as_slice()).map_err(be)?;
             }
@@ -391,10 +395,12 @@ impl RelayStore for RedbRelay {
         project_id: &str,
         subject: &str,
         predicate: &str,
-        now: &str,
+        now: &dyn Fn() -> String,
     ) -> Result<usize, StoreError> {
         let prefix = fact_prefix(project_id, subject, predicate);
         let tx = self.db.begin_write().map_err(be)?;
+        let now = now();
+        let now = now.as_str();
         let n = {
             let mut facts = tx.open_table(FACTS).map_err(be)?;
             let mut current = tx.open_table(CURRENT).map_err(be)?;

@@ -8,6 +8,7 @@ cra-errata.md / relay-errata.md. The script deletes and rewrites every generated
 directory; `fixtures/interop/data/` holds the copied vectors and peer data it reads.
 """
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -22,7 +23,51 @@ DATA = os.path.join(ROOT, 'interop', 'data')
 COUNT = {}
 
 
+# Every content hash computed here is remembered with its package, so a case whose ids are made
+# unique (below) gets the hash of its renamed package, computed by the same reference code.
+HASHED = {}
+_content_hash = R.content_hash
+
+
+def _remember(p):
+    h = _content_hash(p)
+    HASHED[h] = copy.deepcopy(p)
+    return h
+
+
+R.content_hash = _remember
+PURE = ("content_hash", "relay_canonical", "canonical_trace", "hash_event", "verify_chain", "validate_request", "load_atlas")
+
+
+def isolate(fid, v):
+    """Makes a Relay case's project and package ids its own, so cases sharing one live server
+    never see each other's packages (ids are part of the content hash: hashes are recomputed)."""
+    tag = hashlib.sha256(fid.encode()).hexdigest()[:8]
+
+    def ren(x):
+        if isinstance(x, dict):
+            return {k: ren(y) for k, y in x.items()}
+        if isinstance(x, list):
+            return [ren(y) for y in x]
+        if isinstance(x, str):
+            if x in HASHED:
+                return _content_hash(ren(HASHED[x]))
+            if x == "proj_conf":
+                return "proj_conf_" + tag
+            if x.startswith("pkg_") or x == "my-own-id-42":
+                return x + "_" + tag
+            if x.startswith("/v1/packages/pkg_"):
+                head, rest = x[len("/v1/packages/"):].split("/", 1) if "/" in x[len("/v1/packages/"):] else (x[len("/v1/packages/"):], None)
+                return "/v1/packages/" + head + "_" + tag + ("/" + rest if rest else "")
+            if x.startswith("/v1/projects/proj_conf/"):
+                return x.replace("/v1/projects/proj_conf/", "/v1/projects/proj_conf_%s/" % tag, 1)
+        return x
+    return ren(v)
+
+
 def fx(fid, suite, surface, level, desc, refs, op, args, expected, setup=None, notes=None, at_seconds=None):
+    if suite == "relay" and surface != "interop" and op not in PURE:
+        setup, args, expected = isolate(fid, setup), isolate(fid, args), isolate(fid, expected)
     d = os.path.join(ROOT, suite, surface)
     os.makedirs(d, exist_ok=True)
     f = {"id": fid, "suite": suite, "surface": surface, "level": level, "description": desc,

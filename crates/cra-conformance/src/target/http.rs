@@ -280,8 +280,29 @@ impl HttpTarget {
     fn materialise(&self, fixture: &Fixture) -> Result<Vec<(String, String)>, Fail> {
         let setup = &fixture.setup;
         let mut ids = Vec::new();
+        // A project admits its creator and its members, so the Relay actor the case writes with
+        // (the first `created_by` in the fixture) is made a member; `archived_at` becomes the
+        // archive route.
+        let owner = first_created_by(&Value::Object(setup.clone()))
+            .or_else(|| first_created_by(&fixture.input.args));
         for p in list(setup.get("projects")) {
-            self.expect_ok(Method::POST, "/v1/projects", &p)?;
+            let id = p
+                .get("project_id")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            let mut body = strip(&p, &["archived_at"]);
+            if let Some(o) = &owner {
+                body["members"] = json!([o]);
+            }
+            self.expect_ok(Method::POST, "/v1/projects", &body)?;
+            if p.get("archived_at").is_some_and(|a| !a.is_null()) {
+                self.expect_ok(
+                    Method::POST,
+                    &format!("/v1/projects/{}/archive", enc(&id)),
+                    &json!({}),
+                )?;
+            }
         }
         for s in list(setup.get("sessions")) {
             let wanted = s
@@ -360,6 +381,20 @@ fn rename(v: &Value, ids: &[(String, String)]) -> Value {
             Value::Object(o.iter().map(|(k, x)| (k.clone(), rename(x, ids))).collect())
         }
         other => other.clone(),
+    }
+}
+
+/// The id of the first `created_by` object anywhere in `v`.
+fn first_created_by(v: &Value) -> Option<String> {
+    match v {
+        Value::Object(o) => o
+            .get("created_by")
+            .and_then(|c| c.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .or_else(|| o.values().find_map(first_created_by)),
+        Value::Array(a) => a.iter().find_map(first_created_by),
+        _ => None,
     }
 }
 

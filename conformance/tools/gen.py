@@ -71,7 +71,7 @@ def fx(fid, suite, surface, level, desc, refs, op, args, expected, setup=None, n
     d = os.path.join(ROOT, suite, surface)
     os.makedirs(d, exist_ok=True)
     f = {"id": fid, "suite": suite, "surface": surface, "level": level, "description": desc,
-         "spec_refs": refs, "setup": setup or {}, "input": dict({"operation": op, "args": args}, **({"at_seconds": at_seconds} if at_seconds else {})),
+         "spec_refs": refs, "setup": setup or {}, "input": dict({"operation": op, "args": args}, **({"at_seconds": at_seconds} if at_seconds is not None else {})),
          "expected": expected}
     if notes:
         f["notes"] = notes
@@ -463,7 +463,7 @@ def gen_relay_ops():
         else:
             p[what[0]] = what[1]
         fx("deposit-invalid-" + name, "relay", "deposit", "L1", "An invalid package is refused with invalid_schema naming %s" % ptr,
-           D + ["errata: Relay operations errors"], "deposit", {"package": p},
+           D + ["errata: Relay operations errors"], "deposit", {"package": p, "project_id": "proj_conf"},
            {"error": "invalid_schema", "status": 400, "details": {"errors": {"$contains": [{"pointer": ptr}]}}}, setup=S)
     fx("deposit-archived-project", "relay", "deposit", "L1", "Depositing into an archived project: 403 project_archived",
        D + ["errata: Relay operations errors"], "deposit", {"package": p_(11)}, {"error": "project_archived", "status": 403},
@@ -502,13 +502,13 @@ def gen_relay_ops():
        {"project": {"project_id": "proj_conf"}, "recent_packages": {"$any": "array"}, "active_facts": {"$any": "array"},
         "open_questions": {"$any": "array"}, "window_days": 14, "generated_at": {"$any": "string"}}, setup=SP)
     fx("orient-open-questions-deduplicated", "relay", "orient", "L0", "open questions are gathered from recent packages, deduplicated", O, "orient",
-       {"project_id": "proj_conf", "window_days": 30},
+       {"project_id": "proj_conf", "window_days": 3650},
        {"open_questions": {"$unordered": ["shared", "only-a"]}},
        setup=dict(S, packages=[p_(30, open_questions=["shared", "only-a"]), p_(31, open_questions=["shared"])]))
     fx("orient-window", "relay", "orient", "L0", "recent packages are those inside the window", O, "orient",
        {"project_id": "proj_conf", "window_days": 4},
        {"window_days": 4, "recent_packages": {"$unordered": [{"package_id": pk[6]["package_id"]}]}},
-       setup=dict(S, packages=[dict(x, created_at=x["created_at"].replace("2026-04-0", "2026-04-1")) for x in pk]))
+       setup=dict(S, packages=[dict(x, created_at=x["created_at"].replace("2026-04-0", "2026-04-1")) for x in pk]), at_seconds=0)
     fx("orient-active-facts-only", "relay", "orient", "L2", "orient lists only current facts", O + ["Relay §7.3"], "orient",
        {"project_id": "proj_conf"},
        {"active_facts": {"$unordered": [{"subject": "svc", "predicate": "status", "value": "green"}]}},

@@ -180,6 +180,9 @@ impl HttpTarget {
                 let mode = s("mode");
                 let path = match mode.as_str() {
                     "specific" => format!("/v1/packages/{}", enc(&s("package_id"))),
+                    "awaiting_review" => {
+                        format!("/v1/projects/{project}/packages?status=awaiting_review")
+                    }
                     _ => {
                         let mut q = format!("/v1/projects/{project}/packages?mode={}", enc(&mode));
                         if let Some(l) = args.get("limit") {

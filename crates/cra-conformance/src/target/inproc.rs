@@ -12,7 +12,9 @@ use serde_json::{Map, Value, json};
 
 use crate::fixture::{Fixture, Input};
 use crate::target::carp::{CarpMutation, CarpWorld};
+use crate::target::http::HttpTarget;
 use crate::target::relay::{RelayMutation, RelayWorld};
+use crate::target::runtime::RouterTransport;
 use crate::target::{Outcome, Target, classify, error_answer, resolve_step_refs, setup_steps};
 
 /// A deliberate defect injected into the in-process target (teeth tests only).
@@ -330,15 +332,6 @@ impl InProcess {
         } else {
             None
         };
-        let needs_trace = fixture.input.args.get("with_trace").is_some()
-            || steps.iter().any(|s| s.operation == "http")
-            || fixture.input.operation == "http";
-        if needs_trace {
-            return Err(Fail::NotImplemented(
-                "TRACE emission and HTTP routes live in cra-runtime, not yet wired in-process"
-                    .to_owned(),
-            ));
-        }
         let carp = if uses(&["resolve", "execute"]) {
             let m = match self.mutation {
                 Some(Mutation::DefaultAllow) => Some(CarpMutation::DefaultAllow),
@@ -350,6 +343,35 @@ impl InProcess {
             None
         };
         Ok(World { clock, relay, carp })
+    }
+}
+
+impl InProcess {
+    fn play_in_runtime(&self, fixture: &Fixture) -> Outcome {
+        let now = fixture
+            .setup
+            .get("now")
+            .and_then(Value::as_str)
+            .unwrap_or("2026-01-01T00:00:00Z");
+        let clock = match FixedClock::parse(now) {
+            Ok(c) => Arc::new(c),
+            Err(e) => return Outcome::Errored(format!("setup.now: {e}")),
+        };
+        let seed = fixture
+            .setup
+            .get("id_seed")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
+        let ids = Arc::new(cra_wire::SequentialIds::new(1_700_000_000_000, seed));
+        let transport = match RouterTransport::start(&fixture.setup, clock, ids) {
+            Ok(t) => t,
+            Err(e) => return Outcome::Errored(e),
+        };
+        let admin = Some(crate::target::runtime::token_of("admin"));
+        match HttpTarget::over(Box::new(transport), admin, RouterTransport::actor_tokens()) {
+            Ok(t) => t.play(fixture),
+            Err(e) => Outcome::Errored(e),
+        }
     }
 }
 
@@ -370,6 +392,17 @@ impl Target for InProcess {
             Ok(s) => s,
             Err(e) => return Outcome::Errored(e),
         };
+        // TRACE emission and the HTTP contract belong to the runtime: play those cases through
+        // an in-process runtime's router.
+        let needs_runtime = fixture.input.args.get("with_trace").is_some()
+            || steps.iter().any(|s| s.operation == "http")
+            || fixture.input.operation == "http";
+        if needs_runtime {
+            if self.mutation.is_some() {
+                return Outcome::NotImplemented("mutants do not wrap the runtime".to_owned());
+            }
+            return self.play_in_runtime(fixture);
+        }
         let world = match self.world(fixture, &steps) {
             Ok(w) => w,
             Err(Fail::NotImplemented(m)) => return Outcome::NotImplemented(m),

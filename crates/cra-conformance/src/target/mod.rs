@@ -10,6 +10,7 @@ pub mod carp;
 pub mod http;
 pub mod inproc;
 pub mod relay;
+pub mod runtime;
 
 use serde_json::{Map, Value, json};
 

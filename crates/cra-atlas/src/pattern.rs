@@ -68,14 +68,9 @@ pub fn validate_pattern(pattern: &str) -> Result<(), PatternError> {
     Ok(())
 }
 
-/// True when `pattern` matches `action_id` (see the module documentation).
+/// True when `pattern` matches `action_id` (see the module documentation). Allocation-free.
 pub fn matches(pattern: &str, action_id: &str) -> bool {
-    if pattern == "*" {
-        return true;
-    }
-    let pat: Vec<&str> = pattern.split('.').collect();
-    let id: Vec<&str> = action_id.split('.').collect();
-    match_segments(&pat, &id)
+    pattern == "*" || match_segments(pattern.split('.'), action_id.split('.'))
 }
 
 /// True when any of `patterns` matches `action_id`.
@@ -88,15 +83,37 @@ pub fn is_exact(pattern: &str) -> bool {
     !pattern.split('.').any(|s| s == "*" || s == "**")
 }
 
-fn match_segments(pat: &[&str], id: &[&str]) -> bool {
-    match pat.split_first() {
-        None => id.is_empty(),
-        Some((&"**", rest)) => {
-            // One or more segments: try every split that consumes at least one.
-            (1..=id.len()).any(|taken| match_segments(rest, &id[taken..]))
+type Segments<'a> = std::str::Split<'a, char>;
+
+fn match_segments(mut pat: Segments<'_>, mut id: Segments<'_>) -> bool {
+    loop {
+        match pat.next() {
+            None => return id.next().is_none(),
+            Some("**") => {
+                // One or more segments: consume one, then try every further split.
+                if id.next().is_none() {
+                    return false;
+                }
+                loop {
+                    if match_segments(pat.clone(), id.clone()) {
+                        return true;
+                    }
+                    if id.next().is_none() {
+                        return false;
+                    }
+                }
+            }
+            Some("*") => {
+                if id.next().is_none() {
+                    return false;
+                }
+            }
+            Some(literal) => {
+                if id.next() != Some(literal) {
+                    return false;
+                }
+            }
         }
-        Some((&"*", rest)) => !id.is_empty() && match_segments(rest, &id[1..]),
-        Some((lit, rest)) => id.first() == Some(lit) && match_segments(rest, &id[1..]),
     }
 }
 
@@ -156,5 +173,53 @@ mod tests {
         assert!(is_exact("a.b"));
         assert!(!is_exact("a.*"));
         assert!(matches_any(&["x.y", "a.*"], "a.b"));
+    }
+
+    /// The pattern as an anchored regular expression: the specification in another form.
+    fn reference(pattern: &str) -> regex::Regex {
+        if pattern == "*" {
+            return regex::Regex::new("^.*$").unwrap();
+        }
+        let parts: Vec<String> = pattern
+            .split('.')
+            .map(|s| match s {
+                "*" => "[a-z0-9]+".to_owned(),
+                "**" => "[a-z0-9]+(?:\\.[a-z0-9]+)*".to_owned(),
+                lit => regex::escape(lit),
+            })
+            .collect();
+        regex::Regex::new(&format!("^{}$", parts.join("\\."))).unwrap()
+    }
+
+    #[test]
+    fn agrees_with_a_regex_reference_exhaustively() {
+        // Every pattern of up to 3 segments over {a, b, *, **} against every id of 1 to 4
+        // segments over {a, b}: 84 patterns x 30 ids.
+        let seg = ["a", "b", "*", "**"];
+        let mut patterns = Vec::new();
+        let mut frontier: Vec<String> = seg.iter().map(|s| (*s).to_owned()).collect();
+        for _ in 0..3 {
+            patterns.extend(frontier.iter().cloned());
+            frontier = frontier
+                .iter()
+                .flat_map(|p| seg.iter().map(move |s| format!("{p}.{s}")))
+                .collect();
+        }
+        let mut ids = Vec::new();
+        let mut frontier: Vec<String> = vec!["a".into(), "b".into()];
+        for _ in 0..4 {
+            ids.extend(frontier.iter().cloned());
+            frontier = frontier
+                .iter()
+                .flat_map(|p| ["a", "b"].iter().map(move |s| format!("{p}.{s}")))
+                .collect();
+        }
+        assert_eq!((patterns.len(), ids.len()), (84, 30));
+        for p in &patterns {
+            let re = reference(p);
+            for id in &ids {
+                assert_eq!(matches(p, id), re.is_match(id), "pattern {p} id {id}");
+            }
+        }
     }
 }

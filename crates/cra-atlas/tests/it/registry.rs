@@ -165,3 +165,33 @@ fn concurrent_readers_always_see_a_whole_atlas() {
         "1.2.3"
     );
 }
+
+#[test]
+fn insert_all_orders_by_dependencies_and_reports_what_cannot_resolve() {
+    let (_t1, base) = copy_fixture("minimal");
+    let (_t2, user) = copy_fixture("minimal");
+    std::fs::write(
+        user.join("atlas.json"),
+        std::fs::read_to_string(user.join("atlas.json"))
+            .unwrap()
+            .replace("com.example.minimal", "com.example.user")
+            .replace(
+                "\"version\": \"1.2.0\"",
+                "\"version\": \"0.1.0\",\n  \"dependencies\": {\"com.example.minimal\": \"^1.2\"}",
+            ),
+    )
+    .unwrap();
+    let reg = Registry::new();
+    let done = reg
+        .insert_all(vec![load_dir(&user).unwrap(), load_dir(&base).unwrap()])
+        .unwrap();
+    let ids: Vec<&str> = done.iter().map(|a| a.id()).collect();
+    assert_eq!(ids, ["com.example.minimal", "com.example.user"]);
+
+    let lonely = Registry::new();
+    let err = lonely
+        .insert_all(vec![load_dir(&user).unwrap()])
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::Dependencies { .. }), "{err}");
+    assert!(lonely.all().is_empty());
+}

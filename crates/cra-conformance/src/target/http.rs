@@ -41,6 +41,11 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
     fn atlases_preloaded(&self) -> bool {
         false
     }
+    /// Replays a session's recorded events next to the server (in-process transports only):
+    /// `None` when the transport cannot.
+    fn replay(&self, _events: &Value, _atlases: Option<&Value>) -> Option<Result<Value, String>> {
+        None
+    }
 }
 
 /// Plain HTTP over TCP (no TLS).
@@ -335,6 +340,20 @@ impl HttpTarget {
                 let (status, body) =
                     self.call_as(method, &s("path"), args.get("body"), !anonymous)?;
                 Ok(json!({"status": status, "body": body}))
+            }
+            "replay" if self.transport.replay(&Value::Null, None).is_some() => {
+                let trace = self.route(
+                    Method::GET,
+                    &format!("/v1/traces/{}", enc(&s("session_id"))),
+                    None,
+                )?;
+                if trace.get("error").is_some() {
+                    return Ok(trace);
+                }
+                self.transport
+                    .replay(&trace, args.get("atlases"))
+                    .unwrap_or_else(|| Err("replay is not offered".to_owned()))
+                    .map_err(Fail::Errored)
             }
             other => self.route(
                 Method::POST,

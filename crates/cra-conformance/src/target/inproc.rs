@@ -394,7 +394,8 @@ impl Target for InProcess {
         };
         // TRACE emission and the HTTP contract belong to the runtime: play those cases through
         // an in-process runtime's router.
-        let needs_runtime = fixture.input.args.get("with_trace").is_some()
+        let needs_runtime = fixture.input.operation == "replay"
+            || fixture.input.args.get("with_trace").is_some()
             || steps.iter().any(|s| s.operation == "http")
             || fixture.input.operation == "http";
         if needs_runtime {

@@ -24,6 +24,7 @@ const ACTORS: &[(&str, &str, &str)] = &[
 /// A runtime reached through its router.
 pub struct RouterTransport {
     _dir: tempfile::TempDir,
+    atlases: Value,
     rt: tokio::runtime::Runtime,
     router: axum::Router,
 }
@@ -102,8 +103,13 @@ impl RouterTransport {
                 .map_err(|e| format!("the runtime did not start: {e}"))?;
             cra_runtime::routes::router(state)
         };
+        let atlases = setup
+            .get("atlases")
+            .cloned()
+            .unwrap_or(Value::Array(Vec::new()));
         Ok(Self {
             _dir: dir,
+            atlases,
             rt,
             router,
         })
@@ -157,4 +163,78 @@ impl Transport for RouterTransport {
     fn atlases_preloaded(&self) -> bool {
         true
     }
+
+    fn replay(&self, events: &Value, atlases: Option<&Value>) -> Option<Result<Value, String>> {
+        let Some(list) = events.as_array() else {
+            // The probe call (`Null`): replay is offered.
+            return Some(Ok(Value::Null));
+        };
+        Some(replay_events(list, atlases.unwrap_or(&self.atlases)))
+    }
+}
+
+/// Re-resolves the recorded requests against `atlases` with `cra_carp::replay`.
+fn replay_events(list: &[Value], atlases: &Value) -> Result<Value, String> {
+    let events: Vec<cra_trace::TraceEvent> = list
+        .iter()
+        .map(|e| serde_json::from_value(e.clone()).map_err(|err| format!("trace event: {err}")))
+        .collect::<Result<_, _>>()?;
+    let mut loaded = Vec::new();
+    for a in atlases.as_array().into_iter().flatten() {
+        let mut files = BTreeMap::new();
+        if let Some(m) = a.get("manifest") {
+            files.insert("atlas.json".to_owned(), m.to_string().into_bytes());
+        }
+        for (k, v) in a
+            .get("files")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            files.insert(
+                k.clone(),
+                v.as_str().unwrap_or_default().as_bytes().to_vec(),
+            );
+        }
+        let analysis = cra_atlas::validate::analyse(std::path::Path::new("replay"), files);
+        loaded.push(analysis.atlas.ok_or("a replay atlas could not be built")?);
+    }
+    let set = cra_carp::index::AtlasSet::from_loaded(&loaded).map_err(|e| e.to_string())?;
+    let cases = cra_carp::replay::replay(&events, &set);
+    let mut divergences = Vec::new();
+    for c in &cases {
+        match &c.outcome {
+            cra_carp::replay::CaseOutcome::Same => {}
+            cra_carp::replay::CaseOutcome::Diverged {
+                pointer,
+                recorded,
+                replayed,
+            } => {
+                let action_id = [recorded, replayed]
+                    .into_iter()
+                    .find_map(|v| {
+                        v.get("action_id")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned)
+                    })
+                    .or_else(|| {
+                        pointer
+                            .ends_with("/action_id")
+                            .then(|| recorded.as_str().map(str::to_owned))
+                            .flatten()
+                    });
+                divergences.push(
+                    serde_json::json!({"request_id": c.request_id, "pointer": pointer,
+                    "recorded": recorded, "replayed": replayed, "action_id": action_id}),
+                );
+            }
+            cra_carp::replay::CaseOutcome::Error(e) => {
+                divergences.push(serde_json::json!({"request_id": c.request_id, "error": e}));
+            }
+        }
+    }
+    Ok(
+        serde_json::json!({"identical": divergences.is_empty(), "resolutions": cases.len(),
+        "divergences": divergences}),
+    )
 }

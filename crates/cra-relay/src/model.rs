@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use cra_wire::canonical::{CanonicalError, relay_canonical};
+use cra_wire::canonical::CanonicalError;
+use cra_wire::canonical::relay::relay_canonical_without;
 use cra_wire::hash::sha256_prefixed;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -274,9 +275,7 @@ impl Package {
 
 /// The content hash of a package object; a `content_hash` member, if any, is left out.
 pub fn content_hash_of(object: &Map<String, Value>) -> Result<String, CanonicalError> {
-    let mut copy = object.clone();
-    copy.remove(CONTENT_HASH_KEY);
-    let canonical = relay_canonical(&Value::Object(copy))?;
+    let canonical = relay_canonical_without(object, CONTENT_HASH_KEY)?;
     Ok(sha256_prefixed(canonical.as_bytes()))
 }
 

@@ -11,7 +11,7 @@
 //! * strings escaped as RFC 8785 does: only `"`, `\` and C0 controls, short forms `\b \f \n \r \t`,
 //!   the rest `\u00xx` in lowercase hex; everything else is raw UTF-8.
 
-use serde_json::{Number, Value};
+use serde_json::{Map, Number, Value};
 
 /// Why a value has no Relay canonical form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -26,21 +26,51 @@ pub enum CanonicalError {
 /// The Relay-profile canonical form of `value`.
 pub fn relay_canonical(value: &Value) -> Result<String, CanonicalError> {
     let mut out = String::with_capacity(256);
-    let mut pointer = String::new();
-    write_value(value, &mut out, &mut pointer)?;
+    write_value(value, &mut out, None).map_err(Bad::into_error)?;
     Ok(out)
 }
 
-fn write_value(
-    value: &Value,
-    out: &mut String,
-    pointer: &mut String,
-) -> Result<(), CanonicalError> {
+/// The canonical form of the object `map` without its member `skip` (how a Relay content hash
+/// leaves out `content_hash` without copying the package).
+pub fn relay_canonical_without(
+    map: &Map<String, Value>,
+    skip: &str,
+) -> Result<String, CanonicalError> {
+    let mut out = String::with_capacity(256);
+    write_object(map, &mut out, Some(skip)).map_err(Bad::into_error)?;
+    Ok(out)
+}
+
+/// A number without a canonical form, with the path to it built while unwinding (the success
+/// path builds no pointers).
+struct Bad {
+    text: String,
+    reversed_path: Vec<String>,
+}
+
+impl Bad {
+    fn at(mut self, segment: String) -> Self {
+        self.reversed_path.push(segment);
+        self
+    }
+
+    fn into_error(self) -> CanonicalError {
+        let pointer: String = self
+            .reversed_path
+            .iter()
+            .rev()
+            .map(|s| format!("/{s}"))
+            .collect();
+        CanonicalError::NumberOutOfRange(self.text, pointer)
+    }
+}
+
+fn write_value(value: &Value, out: &mut String, skip: Option<&str>) -> Result<(), Bad> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Number(n) => write_number(n, out, pointer)?,
+        Value::Number(n) => write_number(n, out)?,
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             out.push('[');
@@ -48,67 +78,82 @@ fn write_value(
                 if i > 0 {
                     out.push(',');
                 }
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&i.to_string());
-                write_value(item, out, pointer)?;
-                pointer.truncate(len);
+                write_value(item, out, None).map_err(|b| b.at(i.to_string()))?;
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            // Sort explicitly: the map's own order depends on serde_json features chosen elsewhere.
-            let mut members: Vec<(&String, &Value)> =
-                map.iter().filter(|(_, v)| !v.is_null()).collect();
-            members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push('{');
-            for (i, (key, item)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(key, out);
-                out.push(':');
-                let len = pointer.len();
-                pointer.push('/');
-                pointer.push_str(&key.replace('~', "~0").replace('/', "~1"));
-                write_value(item, out, pointer)?;
-                pointer.truncate(len);
-            }
-            out.push('}');
-        }
+        Value::Object(map) => write_object(map, out, skip)?,
     }
+    Ok(())
+}
+
+fn write_object(map: &Map<String, Value>, out: &mut String, skip: Option<&str>) -> Result<(), Bad> {
+    // Sort explicitly: the map's own order depends on serde_json features chosen elsewhere.
+    let mut members: Vec<(&String, &Value)> = map
+        .iter()
+        .filter(|(k, v)| !v.is_null() && Some(k.as_str()) != skip)
+        .collect();
+    members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push('{');
+    for (i, (key, item)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(key, out);
+        out.push(':');
+        write_value(item, out, None)
+            .map_err(|b| b.at(key.replace('~', "~0").replace('/', "~1")))?;
+    }
+    out.push('}');
     Ok(())
 }
 
 fn write_string(s: &str, out: &mut String) {
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\u{0c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                out.push_str(&format!("\\u{:04x}", c as u32));
-            }
-            c => out.push(c),
+    let mut run_start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        // Multi-byte UTF-8 sequences never contain bytes below 0x80, so byte scanning is safe.
+        let escape: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            _ => None,
+        };
+        if escape.is_none() && b >= 0x20 {
+            continue;
         }
+        out.push_str(&s[run_start..i]);
+        match escape {
+            Some(e) => out.push_str(e),
+            None => out.push_str(&format!("\\u{b:04x}")),
+        }
+        run_start = i + 1;
     }
+    out.push_str(&s[run_start..]);
     out.push('"');
 }
 
-fn write_number(n: &Number, out: &mut String, pointer: &str) -> Result<(), CanonicalError> {
+fn write_number(n: &Number, out: &mut String) -> Result<(), Bad> {
     let text = n.to_string();
-    let parsed: Option<f64> = text.parse::<f64>().ok();
-    match parsed {
-        Some(d) if d.is_finite() => {
+    // Fast path: integers of at most 15 digits are exact doubles and print as written.
+    let digits = text.strip_prefix('-').unwrap_or(&text);
+    if !digits.is_empty() && digits.len() <= 15 && digits.bytes().all(|b| b.is_ascii_digit()) {
+        out.push_str(if digits == "0" { "0" } else { &text });
+        return Ok(());
+    }
+    match text.parse::<f64>() {
+        Ok(d) if d.is_finite() => {
             out.push_str(&ecmascript_number(d));
             Ok(())
         }
-        _ => Err(CanonicalError::NumberOutOfRange(text, pointer.to_owned())),
+        _ => Err(Bad {
+            text,
+            reversed_path: Vec::new(),
+        }),
     }
 }
 

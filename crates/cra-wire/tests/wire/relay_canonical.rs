@@ -75,3 +75,30 @@ fn huge_numbers_are_refused() {
     let err = relay_canonical(&v).unwrap_err();
     assert!(err.to_string().contains("/x/y"), "{err}");
 }
+
+mod properties {
+    use cra_wire::canonical::relay::ecmascript_number;
+    use cra_wire::canonical::relay_canonical;
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    proptest! {
+        // proptest prints the failing input and stores its seed in proptest-regressions/.
+        #[test]
+        fn numbers_round_trip_to_the_same_double(d in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            let text = ecmascript_number(d);
+            let back: f64 = text.parse().unwrap();
+            prop_assert!(back == d || (back == 0.0 && d == 0.0), "{d:?} -> {text}");
+            // Through the JSON layer too: the canonical form is a fixed point.
+            let v: Value = serde_json::from_str(&text).unwrap();
+            prop_assert_eq!(relay_canonical(&v).unwrap(), text);
+        }
+
+        #[test]
+        fn strings_survive_escaping(s in any::<String>()) {
+            let canonical = relay_canonical(&Value::String(s.clone())).unwrap();
+            let back: String = serde_json::from_str(&canonical).unwrap();
+            prop_assert_eq!(back, s);
+        }
+    }
+}

@@ -124,6 +124,19 @@ fn reload_swaps_atomically_and_keeps_the_old_atlas_when_the_new_one_is_invalid()
         reg.latest("com.example.minimal").unwrap().digest,
         second.digest
     );
+    // So is a valid atlas whose dependency cannot be resolved.
+    std::fs::copy(
+        crate::fixture("minimal").join("atlas.json"),
+        dir.join("atlas.json"),
+    )
+    .unwrap();
+    set_version_and_deps(&dir, "1.4.0", "{\"com.example.absent\": \"^1\"}");
+    let err = reg.reload(&dir).unwrap_err();
+    assert!(matches!(err, RegistryError::Dependencies { .. }), "{err}");
+    assert_eq!(
+        reg.latest("com.example.minimal").unwrap().digest,
+        second.digest
+    );
 }
 
 #[test]

@@ -71,6 +71,8 @@ pub enum AtlasCommand {
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },
+    /// Replay the atlas's tests/*.trace.jsonl against it (see `cra atlas test --help`).
+    Test(crate::cmd::atlas_test::TestArgs),
 }
 
 /// Arguments of `cra atlas check`.
@@ -109,6 +111,7 @@ pub fn run(cmd: AtlasCommand) -> Exit {
             check,
         } => adapters_cmd(&dir, &targets, check),
         AtlasCommand::Pack { dir, out } => pack(&dir, out.as_deref()),
+        AtlasCommand::Test(args) => crate::cmd::atlas_test::run(args),
     }
 }
 
@@ -164,7 +167,13 @@ fn check_one(path: &Path) -> Result<Checked, LoadError> {
             return Ok(Checked {
                 path: path.to_owned(),
                 atlas: None,
-                diagnostics: vec![Diagnostic::error("bad_archive", "", "", message)],
+                diagnostics: vec![Diagnostic::error(
+                    "bad_archive",
+                    path.file_name()
+                        .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+                    "",
+                    message,
+                )],
             });
         }
         Err(e) => return Err(e),

@@ -23,8 +23,8 @@ use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Sc
 use crate::shared::SharedStr;
 use crate::store::{CarpStore, StoreError};
 use crate::types::{
-    CARP_VERSION, CarpRequest, Constraint, ConstraintType, ContextBlock, Decision, DecisionType,
-    DeniedAction, Resolution,
+    CARP_VERSION, CarpRequest, Constraint, ConstraintParameters, ConstraintType, ContextBlock,
+    Decision, DecisionType, DeniedAction, Resolution,
 };
 
 /// The errata's default resolution lifetime.
@@ -109,10 +109,8 @@ pub struct CountersSnapshot {
     index: Option<SnapshotIndex>,
 }
 
-type SnapshotIndex = (
-    HashMap<(String, String), u64>,
-    HashMap<(String, String), u64>,
-);
+type ScopeMap = HashMap<String, HashMap<String, u64>>;
+type SnapshotIndex = (ScopeMap, ScopeMap);
 
 impl CountersSnapshot {
     /// An empty snapshot (every counter zero).
@@ -133,19 +131,27 @@ impl CountersSnapshot {
 
     fn build_index(&mut self) {
         let idx = |v: &[CounterEntry]| {
-            v.iter()
-                .map(|e| ((e.policy_id.clone(), e.scope_key.clone()), e.value))
-                .collect()
+            let mut m: ScopeMap = HashMap::new();
+            for e in v {
+                m.entry(e.policy_id.clone())
+                    .or_default()
+                    .insert(e.scope_key.clone(), e.value);
+            }
+            m
         };
         self.index = Some((idx(&self.rate), idx(&self.budget)));
     }
 
     fn lookup(&self, rate: bool, policy_id: &str, scope_key: &str) -> u64 {
         let list = if rate { &self.rate } else { &self.budget };
+        if list.is_empty() {
+            return 0;
+        }
         if let Some((r, b)) = &self.index {
             let m = if rate { r } else { b };
             return m
-                .get(&(policy_id.to_owned(), scope_key.to_owned()))
+                .get(policy_id)
+                .and_then(|s| s.get(scope_key))
                 .copied()
                 .unwrap_or(0);
         }
@@ -475,6 +481,7 @@ pub fn resolve(
     let mut bound: BTreeMap<(ConstraintType, usize, usize), Vec<SharedStr>> = BTreeMap::new();
     let mut seen_actions: std::collections::HashSet<&str> = std::collections::HashSet::new();
     let narrow = !task.capabilities().is_empty();
+    let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
 
     for (ai, atlas) in chosen.iter().enumerate() {
         let candidates: Vec<usize> = if narrow {
@@ -498,7 +505,7 @@ pub fn resolve(
                 continue; // An earlier atlas already offered this action id.
             }
             let mut trail: Vec<PolicyExplain> = Vec::new();
-            let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
+            limits.clear();
             let verdict = decide(
                 atlas,
                 action,
@@ -654,15 +661,13 @@ pub fn resolve(
         .into_iter()
         .map(|((kind, ai, pi), actions)| {
             let atlas = chosen[ai];
-            let mut parameters = constraint_of(atlas, pi, kind, approval_id.as_deref());
-            parameters.insert(
-                "actions".to_owned(),
-                Value::Array(actions.iter().map(|a| json!(a.as_str())).collect()),
-            );
             Constraint {
                 constraint_id: format!("{}:{}", kind.as_str(), atlas.policies[pi].policy_id),
                 kind,
-                parameters,
+                parameters: ConstraintParameters {
+                    fields: constraint_of(atlas, pi, kind, approval_id.as_deref()),
+                    actions,
+                },
             }
         })
         .collect();

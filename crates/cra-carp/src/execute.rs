@@ -41,13 +41,6 @@ fn scope_of(v: Option<&Value>) -> Scope {
     }
 }
 
-fn binds(params: &serde_json::Map<String, Value>, action_id: &str) -> bool {
-    params
-        .get("actions")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(action_id)))
-}
-
 /// Decides an execute request. `validator` is the compiled `parameters_schema` of the action;
 /// `approval` is the record named by the resolution's `approval_id`, if any.
 pub fn authorize(
@@ -90,7 +83,7 @@ pub fn authorize(
     let (agent, session) = (&request.requester.agent_id, &request.requester.session_id);
     let mut charges = Vec::new();
     for c in &resolution.constraints {
-        if !binds(&c.parameters, &action.action_id) {
+        if !c.parameters.binds(&action.action_id) {
             continue;
         }
         let p = &c.parameters;

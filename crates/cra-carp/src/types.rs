@@ -288,10 +288,33 @@ pub struct Constraint {
     /// The kind.
     #[serde(rename = "type")]
     pub kind: ConstraintType,
-    /// Kind-specific: always `policy_id` and `actions` (the allowed action ids it binds), plus
-    /// `max_calls`/`window_seconds`/`scope` (rate_limit), `max_units`/`scope`/`costs` (budget),
-    /// `approval_id` (require_approval), `start_hour`/`end_hour`/`weekdays` (time_window).
-    pub parameters: Map<String, Value>,
+    /// What the constraint binds and its limits.
+    pub parameters: ConstraintParameters,
+}
+
+/// The `parameters` of a constraint: always `policy_id`, `atlas_id` and `actions` (the allowed
+/// action ids it binds), plus `max_calls`/`window_seconds`/`scope` (rate_limit),
+/// `max_units`/`scope`/`costs` (budget), `approval_id` (require_approval),
+/// `start_hour`/`end_hour`/`weekdays` (time_window).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConstraintParameters {
+    /// Every member but `actions`.
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+    /// The allowed action ids the constraint binds.
+    pub actions: Vec<SharedStr>,
+}
+
+impl ConstraintParameters {
+    /// A member other than `actions`.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.fields.get(key)
+    }
+
+    /// True when the constraint binds `action_id`.
+    pub fn binds(&self, action_id: &str) -> bool {
+        self.actions.iter().any(|a| a.as_str() == action_id)
+    }
 }
 
 /// A CARP resolution (§3.3).

@@ -128,7 +128,7 @@ fn check_case(set: &AtlasSet, path: &std::path::Path) -> Result<(), String> {
     let constraints: BTreeMap<String, Value> = res
         .constraints
         .iter()
-        .map(|c| (c.constraint_id.clone(), c.parameters["actions"].clone()))
+        .map(|c| (c.constraint_id.clone(), json!(c.parameters.actions)))
         .collect();
     let want_c: BTreeMap<String, Value> = expect["constraints"]
         .as_object()

@@ -2,22 +2,25 @@
 //! data directory. After each kill the directory must reopen, hold every append whose
 //! acknowledgement reached this process, and every chain in it must verify.
 //!
-//! The writer is this test binary re-run with `CRA_STORE_CRASH_CHILD` set (see [`child_writer`]);
-//! it prints `ACK <session> <sequence> <hash>` after each append returns, i.e. once durable.
+//! Run against redb and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL (one schema over all
+//! cycles). The writer is this test binary re-run with `CRA_STORE_CRASH_CHILD` set (see
+//! [`child_writer`]); it prints `ACK <session> <sequence> <hash>` after each append returns, i.e. once durable.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use cra_store::RedbStore;
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::{PgStore, RedbStore, StoreConfig};
 use cra_trace::store::ChainStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::backends::{note, verify_stored};
+use crate::backends::{check_chain, note};
 
 const CHILD_VAR: &str = "CRA_STORE_CRASH_CHILD";
+const SCHEMA_VAR: &str = "CRA_STORE_CRASH_SCHEMA";
 const SEED_VAR: &str = "CRA_STORE_CRASH_SEED";
 
 fn seed() -> u64 {
@@ -39,34 +42,60 @@ fn cycles() -> usize {
         .unwrap_or(50)
 }
 
+/// Where the writer writes: a redb data directory, or a PostgreSQL URL and schema.
+enum Target {
+    Redb(std::path::PathBuf),
+    Pg(String, String),
+}
+
+impl Target {
+    fn open(&self) -> Box<dyn ChainStore> {
+        match self {
+            Target::Redb(dir) => Box::new(RedbStore::open(dir).unwrap()),
+            Target::Pg(url, schema) => {
+                Box::new(PgStore::connect_with(url, schema, StoreConfig::default(), 4).unwrap())
+            }
+        }
+    }
+}
+
 #[test]
 fn kill_nine_loses_no_acknowledged_event() {
+    let dir = tempfile::tempdir().unwrap();
+    cycle_kills("redb", &Target::Redb(dir.path().join("data")));
+}
+
+#[test]
+fn kill_nine_loses_no_acknowledged_event_postgres() {
+    let Some(url) = postgres_url("kill_nine_loses_no_acknowledged_event_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "crash");
+    cycle_kills("postgres", &Target::Pg(url, schema.name().to_owned()));
+}
+
+fn cycle_kills(backend: &str, target: &Target) {
     let seed = seed();
     let cycles = cycles();
-    eprintln!("crash test: seed {seed} ({SEED_VAR}={seed} to repeat), {cycles} cycles");
+    eprintln!("crash test ({backend}): seed {seed} ({SEED_VAR}={seed} to repeat), {cycles} cycles");
     let mut rng = StdRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
     let exe = std::env::current_exe().unwrap();
     // session -> (last acknowledged sequence, its hash)
     let mut acked: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut total_acks = 0usize;
     for cycle in 0..cycles {
         let kill_after = rng.random_range(1..=40usize);
-        let mut child = Command::new(&exe)
-            .args([
-                "--exact",
-                "crash::child_writer",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(CHILD_VAR, &data)
+        let mut command = Command::new(&exe);
+        command
+            .args(["--exact", "crash::child_writer", "--nocapture"])
             .env(SEED_VAR, rng.random::<u64>().to_string())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::null());
+        match target {
+            Target::Redb(dir) => command.env(CHILD_VAR, dir).env_remove(SCHEMA_VAR),
+            Target::Pg(url, schema) => command.env(CHILD_VAR, url).env(SCHEMA_VAR, schema),
+        };
+        let mut child = command.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let mut this_cycle = 0usize;
@@ -109,8 +138,7 @@ fn kill_nine_loses_no_acknowledged_event() {
         );
         total_acks += this_cycle;
 
-        let store = RedbStore::open(&data)
-            .unwrap_or_else(|e| panic!("cycle {cycle} (seed {seed}): reopen failed: {e}"));
+        let store = target.open();
         for (session, (seq, hash)) in &acked {
             let stored = store.read_range(session, *seq, seq + 1).unwrap();
             assert_eq!(
@@ -120,7 +148,7 @@ fn kill_nine_loses_no_acknowledged_event() {
             );
         }
         for summary in store.sessions().unwrap() {
-            verify_stored(&store, &summary.session_id).unwrap_or_else(|e| {
+            verify_chain(&*store, &summary.session_id).unwrap_or_else(|e| {
                 panic!(
                     "cycle {cycle} (seed {seed}): chain {} broken: {e}",
                     summary.session_id
@@ -128,18 +156,54 @@ fn kill_nine_loses_no_acknowledged_event() {
             });
         }
     }
-    eprintln!("crash test: {cycles} kills, {total_acks} acknowledged appends, none lost");
+    eprintln!(
+        "crash test ({backend}): {cycles} kills, {total_acks} acknowledged appends, none lost"
+    );
+}
+
+/// Reads and checks a whole chain against its head. The head is read first: a killed client's
+/// last transaction may still be committing on the PostgreSQL server, and since events and head
+/// move together in one transaction, the events up to a head once seen never change.
+fn verify_chain(store: &dyn ChainStore, session: &str) -> Result<u64, String> {
+    let head = store
+        .session(session)
+        .map_err(|e| e.to_string())?
+        .ok_or("no head")?
+        .head;
+    let events = store
+        .read_range(session, 0, head.next_sequence)
+        .map_err(|e| e.to_string())?;
+    check_chain(session, &events)?;
+    if head.next_sequence != events.len() as u64
+        || events
+            .last()
+            .is_some_and(|e| e.event_hash != head.head_hash)
+    {
+        return Err(format!(
+            "head says {} events ending {}, {} stored",
+            head.next_sequence,
+            head.head_hash,
+            events.len()
+        ));
+    }
+    Ok(head.next_sequence)
 }
 
 /// The writer process: appends from four threads until killed, acknowledging each durable append
 /// on stdout. Does nothing unless started by the crash test.
 #[test]
 fn child_writer() {
-    let Some(dir) = std::env::var_os(CHILD_VAR) else {
+    let Some(target) = std::env::var_os(CHILD_VAR) else {
         return;
     };
     let seed: u64 = std::env::var(SEED_VAR).unwrap().parse().unwrap();
-    let store = Arc::new(RedbStore::open(dir).unwrap());
+    let store: Arc<dyn ChainStore> = match std::env::var(SCHEMA_VAR) {
+        Ok(schema) => Arc::new(
+            PgStore::connect_with(target.to_str().unwrap(), &schema, StoreConfig::default(), 8)
+                .unwrap(),
+        ),
+        Err(_) => Arc::new(RedbStore::open(target).unwrap()),
+    };
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {

@@ -41,6 +41,8 @@ pub enum Command {
     Serve(cmd::serve::ServeArgs),
     /// Relay packages, facts, review, orient, export/import on a local data directory.
     Relay(cmd::relay::RelayArgs),
+    /// Resolve a CARP request in-process against atlases (no server needed).
+    Resolve(cmd::resolve::ResolveArgs),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -51,5 +53,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Atlas(c) => cmd::atlas::run(c),
         Command::Serve(a) => cmd::serve::run(a),
         Command::Relay(a) => cmd::relay::run(a),
+        Command::Resolve(a) => cmd::resolve::run(a),
     }
 }

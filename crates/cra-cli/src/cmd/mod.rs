@@ -6,3 +6,5 @@ pub mod relay;
 pub mod trace;
 pub mod serve;
 pub mod tail;
+pub mod atlas_test;
+pub mod resolve;

@@ -1,0 +1,394 @@
+//! `cra atlas test DIR`: replays every `tests/*.trace.jsonl` of an atlas. Each recorded
+//! `carp.request.received` is re-resolved against the atlas as it is now and compared with the
+//! recorded `carp.resolution.completed` (ids and timestamps ignored). Prints one line per case
+//! and `results: N passed, M failed`; `--coverage` adds policies fired / defined and actions
+//! decided / defined, listing what no test reaches.
+//!
+//! Exit codes: 0 all passed; 1 could not run; 2 a case failed (divergence, unreadable or
+//! unverifiable trace); 3 the atlas is invalid.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use cra_carp::replay::{CaseOutcome, replay};
+use cra_trace::TraceEvent;
+use serde_json::json;
+
+use crate::exit::Exit;
+use crate::output::OutputFormat;
+
+/// Arguments of `cra atlas test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The atlas directory (its tests are `tests/*.trace.jsonl`).
+    pub dir: PathBuf,
+    /// Further atlases the recorded requests name (dependencies).
+    #[arg(long = "with")]
+    pub with: Vec<PathBuf>,
+    /// Only run cases whose file name or goal contains this text.
+    #[arg(long)]
+    pub run: Option<String>,
+    /// Report policies fired / defined and actions decided / defined.
+    #[arg(long)]
+    pub coverage: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// The outcome of running an atlas's tests.
+#[derive(Debug, Default)]
+pub struct TestReport {
+    /// `(case name, failure)`; `None` when passed.
+    pub cases: Vec<(String, Option<String>)>,
+    /// Policy ids of the atlas no case fired.
+    pub policies_uncovered: Vec<String>,
+    /// Number of policies defined.
+    pub policies_defined: usize,
+    /// Action ids of the atlas no case decided.
+    pub actions_uncovered: Vec<String>,
+    /// Number of actions defined.
+    pub actions_defined: usize,
+}
+
+impl TestReport {
+    /// Cases passed.
+    pub fn passed(&self) -> usize {
+        self.cases.iter().filter(|c| c.1.is_none()).count()
+    }
+
+    /// Cases failed.
+    pub fn failed(&self) -> usize {
+        self.cases.len() - self.passed()
+    }
+}
+
+fn test_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let tests = dir.join("tests");
+    if !tests.is_dir() {
+        return Ok(Vec::new());
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&tests)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.ends_with(".trace.jsonl"))
+        })
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Runs the tests of the atlas at `args.dir`; `Err` is the exit status after printing why.
+pub fn run_tests(args: &TestArgs) -> Result<TestReport, Exit> {
+    let mut paths = vec![args.dir.clone()];
+    paths.extend(args.with.iter().cloned());
+    let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas test")?;
+    let manifest = match cra_atlas::load(&args.dir) {
+        Ok(a) => a.manifest,
+        Err(e) => {
+            eprintln!("cra atlas test: {e}");
+            return Err(Exit::InvalidAtlas);
+        }
+    };
+    let files = test_files(&args.dir).map_err(|e| {
+        eprintln!(
+            "cra atlas test: could not list {}/tests: {e}",
+            args.dir.display()
+        );
+        Exit::CouldNotRun
+    })?;
+    let mut report = TestReport::default();
+    let mut fired: BTreeSet<String> = BTreeSet::new();
+    let mut decided: BTreeSet<String> = BTreeSet::new();
+    for file in files {
+        let fname = file
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            Err(e) => {
+                report.cases.push((fname, Some(format!("unreadable: {e}"))));
+                continue;
+            }
+        };
+        let verification = cra_trace::verify::verify_text_reference(&bytes, false);
+        if let Some(f) = verification.first_error() {
+            report
+                .cases
+                .push((fname, Some(format!("the trace does not verify: {f:?}"))));
+            continue;
+        }
+        let mut events: Vec<TraceEvent> = Vec::new();
+        let mut bad = None;
+        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match cra_trace::verify::parse_event_line(line) {
+                Ok(e) => events.push(e),
+                Err(e) => {
+                    bad = Some(format!("line {}: {e}", i + 1));
+                    break;
+                }
+            }
+        }
+        if let Some(b) = bad {
+            report.cases.push((fname, Some(b)));
+            continue;
+        }
+        for case in replay(&events, &set) {
+            let name = format!("{fname}#{} {}", case.sequence, case.goal);
+            if let Some(filter) = &args.run
+                && !name.contains(filter.as_str())
+            {
+                continue;
+            }
+            for (atlas, p) in &case.policies_fired {
+                if *atlas == manifest.atlas_id {
+                    fired.insert(p.clone());
+                }
+            }
+            for (atlas, a) in &case.actions_decided {
+                if *atlas == manifest.atlas_id {
+                    decided.insert(a.clone());
+                }
+            }
+            let failure = match case.outcome {
+                CaseOutcome::Same => None,
+                CaseOutcome::Diverged {
+                    pointer,
+                    recorded,
+                    replayed,
+                } => Some(format!(
+                    "first divergence at {pointer}: recorded {recorded}, replayed {replayed}"
+                )),
+                CaseOutcome::Error(e) => Some(e),
+            };
+            report.cases.push((name, failure));
+        }
+    }
+    report.policies_defined = manifest.policies.len();
+    report.actions_defined = manifest.actions.len();
+    report.policies_uncovered = manifest
+        .policies
+        .iter()
+        .map(|p| p.policy_id.clone())
+        .filter(|p| !fired.contains(p))
+        .collect();
+    report.actions_uncovered = manifest
+        .actions
+        .iter()
+        .map(|a| a.action_id.clone())
+        .filter(|a| !decided.contains(a))
+        .collect();
+    Ok(report)
+}
+
+/// Runs `cra atlas test`.
+pub fn run(args: TestArgs) -> Exit {
+    let report = match run_tests(&args) {
+        Ok(r) => r,
+        Err(x) => return x,
+    };
+    match args.output {
+        OutputFormat::Json => {
+            let doc = json!({
+                "passed": report.passed(),
+                "failed": report.failed(),
+                "cases": report.cases.iter().map(|(n, f)| json!({"name": n, "ok": f.is_none(), "failure": f})).collect::<Vec<_>>(),
+                "coverage": args.coverage.then(|| json!({
+                    "policies": {"fired": report.policies_defined - report.policies_uncovered.len(), "defined": report.policies_defined, "uncovered": report.policies_uncovered},
+                    "actions": {"decided": report.actions_defined - report.actions_uncovered.len(), "defined": report.actions_defined, "uncovered": report.actions_uncovered},
+                })),
+            });
+            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        }
+        OutputFormat::Text => {
+            for (name, failure) in &report.cases {
+                match failure {
+                    None => println!("ok    {name}"),
+                    Some(f) => println!("FAIL  {name}\n      {f}"),
+                }
+            }
+            println!(
+                "results: {} passed, {} failed",
+                report.passed(),
+                report.failed()
+            );
+            if args.coverage {
+                println!(
+                    "coverage: policies fired {}/{}, actions decided {}/{}",
+                    report.policies_defined - report.policies_uncovered.len(),
+                    report.policies_defined,
+                    report.actions_defined - report.actions_uncovered.len(),
+                    report.actions_defined
+                );
+                if !report.policies_uncovered.is_empty() {
+                    println!(
+                        "  policies never fired: {}",
+                        report.policies_uncovered.join(", ")
+                    );
+                }
+                if !report.actions_uncovered.is_empty() {
+                    println!(
+                        "  actions never decided: {}",
+                        report.actions_uncovered.join(", ")
+                    );
+                }
+            }
+        }
+    }
+    if report.failed() > 0 {
+        Exit::Negative
+    } else {
+        Exit::Success
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::cmd::resolve::{FailOn, ResolveArgs};
+    use serde_json::Value;
+
+    fn repo(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel)
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let target = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).unwrap();
+            }
+        }
+    }
+
+    fn args(dir: PathBuf) -> TestArgs {
+        TestArgs {
+            dir,
+            with: vec![],
+            run: None,
+            coverage: true,
+            output: OutputFormat::Text,
+        }
+    }
+
+    #[test]
+    fn example_atlases_pass_their_tests_and_cover_every_policy() {
+        for a in [
+            "com.example.customer-support",
+            "com.example.payments",
+            "dev.cra.github-ops",
+        ] {
+            let report = run_tests(&args(repo(&format!("atlases/{a}")))).unwrap();
+            assert!(report.passed() > 0, "{a} has no tests");
+            assert_eq!(report.failed(), 0, "{a}: {:?}", report.cases);
+            assert!(
+                report.policies_uncovered.is_empty(),
+                "{a}: {:?}",
+                report.policies_uncovered
+            );
+        }
+    }
+
+    #[test]
+    fn flipping_one_policy_makes_atlas_test_fail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("com.example.customer-support");
+        copy_dir(&repo("atlases/com.example.customer-support"), &copy);
+        // Find the file holding deny-personal-data-export and turn it into an allow.
+        let mut flipped = false;
+        for dir in [copy.clone(), copy.join("policies")] {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                if p.extension().is_none_or(|x| x != "json") {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&p).unwrap();
+                let mut v: Value = serde_json::from_str(&text).unwrap();
+                let mut changed = false;
+                flip(&mut v, &mut changed);
+                if changed {
+                    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+                    flipped = true;
+                }
+            }
+        }
+        assert!(flipped, "deny-personal-data-export not found");
+        let report = run_tests(&args(copy.clone())).unwrap();
+        assert!(report.failed() > 0, "{:?}", report.cases);
+        assert!(
+            report.cases.iter().any(|(_, f)| f
+                .as_deref()
+                .is_some_and(|f| f.contains("first divergence at"))),
+            "{:?}",
+            report.cases
+        );
+        assert_eq!(run(args(copy)), Exit::Negative);
+    }
+
+    fn flip(v: &mut Value, changed: &mut bool) {
+        match v {
+            Value::Object(m) => {
+                if m.get("policy_id").and_then(Value::as_str) == Some("deny-personal-data-export") {
+                    m.insert("type".into(), json!("allow"));
+                    *changed = true;
+                }
+                for x in m.values_mut() {
+                    flip(x, changed);
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| flip(x, changed)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn resolve_exit_codes_follow_the_contract() {
+        let fixtures = repo("crates/cra-carp/tests/fixtures/golden/simple-resolve");
+        let base = |fail_on| ResolveArgs {
+            atlases: vec![fixtures.join("atlas")],
+            request: fixtures.join("request.json"),
+            now: None,
+            explain: false,
+            ttl: 3600,
+            fail_on,
+            record: None,
+            output: OutputFormat::Json,
+        };
+        assert_eq!(
+            crate::cmd::resolve::run(base(Some(FailOn::Deny))),
+            Exit::Success
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let mut req: Value =
+            serde_json::from_str(&std::fs::read_to_string(fixtures.join("request.json")).unwrap())
+                .unwrap();
+        req["task"]["required_capabilities"] = json!(["nothing-here"]);
+        let path = tmp.path().join("deny.json");
+        std::fs::write(&path, req.to_string()).unwrap();
+        let mut deny = base(Some(FailOn::Deny));
+        deny.request = path.clone();
+        assert_eq!(crate::cmd::resolve::run(deny), Exit::Negative);
+        let mut no_fail = base(None);
+        no_fail.request = path;
+        assert_eq!(crate::cmd::resolve::run(no_fail), Exit::Success);
+        let mut skewed = base(None);
+        skewed.now = Some("2024-12-28T13:00:00Z".into());
+        assert_eq!(crate::cmd::resolve::run(skewed), Exit::CouldNotRun);
+    }
+}

@@ -322,6 +322,18 @@ pub(crate) fn remove_chain(
         &[&session_id],
     )
     .map_err(unavailable)?;
+    // The session's CARP records go with it.
+    for sql in [
+        "DELETE FROM carp_sessions WHERE session_id = $1",
+        "DELETE FROM carp_request_ids WHERE session_id = $1",
+        "DELETE FROM carp_resolutions WHERE session_id = $1",
+        "DELETE FROM carp_executions WHERE session_id = $1",
+        "DELETE FROM carp_approvals WHERE session_id = $1",
+        "DELETE FROM carp_counters WHERE scope_key = 'session:' || $1",
+        "DELETE FROM carp_rate_events WHERE scope_key = 'session:' || $1",
+    ] {
+        tx.execute(sql, &[&session_id]).map_err(unavailable)?;
+    }
     tx.commit().map_err(unavailable)?;
     Ok(true)
 }

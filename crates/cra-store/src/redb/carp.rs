@@ -443,3 +443,60 @@ impl CarpStore for RedbStore {
         Ok(out)
     }
 }
+
+/// Whether a stored JSON record names `session_id` as its `session_id`.
+fn of_session(bytes: &[u8], session_id: &str) -> bool {
+    serde_json::from_slice::<serde_json::Value>(bytes)
+        .map(|v| v.get("session_id").and_then(|s| s.as_str()) == Some(session_id))
+        .unwrap_or(false)
+}
+
+/// Removes every CARP record of `session_id` inside `txn`: the session, its request ids,
+/// resolutions, executions and their keys, approvals, and its `session:<id>` counters. Retention
+/// calls this in the transaction that removes the session's chain.
+pub(crate) fn remove_session_records(
+    txn: &WriteTransaction,
+    session_id: &str,
+) -> Result<(), CarpError> {
+    txn.open_table(SESSIONS)
+        .map_err(be)?
+        .remove(session_id)
+        .map_err(be)?;
+    txn.open_table(REQUEST_IDS)
+        .map_err(be)?
+        .retain_in((session_id, "")..=(session_id, "\u{10FFFF}"), |_, _| false)
+        .map_err(be)?;
+    txn.open_table(EXECUTION_KEYS)
+        .map_err(be)?
+        .retain_in((session_id, "")..=(session_id, "\u{10FFFF}"), |_, _| false)
+        .map_err(be)?;
+    for table in [RESOLUTIONS, EXECUTIONS] {
+        txn.open_table(table)
+            .map_err(be)?
+            .retain(|_, v| !of_session(v, session_id))
+            .map_err(be)?;
+    }
+    let mut approvals = txn.open_table(APPROVALS).map_err(be)?;
+    let mut removed = Vec::new();
+    for entry in approvals.iter().map_err(be)? {
+        let (id, value) = entry.map_err(be)?;
+        if of_session(value.value(), session_id) {
+            removed.push(id.value().to_owned());
+        }
+    }
+    let mut pending = txn.open_table(PENDING).map_err(be)?;
+    for id in &removed {
+        approvals.remove(id.as_str()).map_err(be)?;
+        pending.remove(id.as_str()).map_err(be)?;
+    }
+    let scope = format!("session:{session_id}");
+    txn.open_table(RATE)
+        .map_err(be)?
+        .retain(|(_, s, _), _| s != scope)
+        .map_err(be)?;
+    txn.open_table(BUDGET)
+        .map_err(be)?
+        .retain(|(_, s), _| s != scope)
+        .map_err(be)?;
+    Ok(())
+}

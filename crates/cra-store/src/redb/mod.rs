@@ -4,7 +4,7 @@
 //! redb lets one process open the file at a time; a second open fails with
 //! [`StoreError::InUse`], naming the holder recorded in the directory's `owner` file.
 
-mod carp;
+pub(crate) mod carp;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};

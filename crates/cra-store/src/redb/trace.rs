@@ -199,6 +199,7 @@ pub(crate) fn remove_chain(
             .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
             .map_err(unavailable)?;
     }
+    super::carp::remove_session_records(&txn, session_id).map_err(unavailable)?;
     txn.commit().map_err(unavailable)?;
     Ok(true)
 }

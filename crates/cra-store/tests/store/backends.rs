@@ -10,8 +10,8 @@ use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Value, json};
 
 /// A store under test, whichever backend.
-pub trait TestStore: ChainStore + SessionRemoval {}
-impl<T: ChainStore + SessionRemoval> TestStore for T {}
+pub trait TestStore: ChainStore + SessionRemoval + cra_carp::store::CarpStore {}
+impl<T: ChainStore + SessionRemoval + cra_carp::store::CarpStore> TestStore for T {}
 
 /// A fresh store and what keeps its storage alive.
 pub struct Fresh {

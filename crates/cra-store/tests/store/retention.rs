@@ -9,7 +9,13 @@ use serde_json::json;
 use time::Duration;
 use time::macros::datetime;
 
-use crate::backends::{backends, draft, fixed, note, verify_stored};
+use cra_carp::store::{
+    ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome, SessionRecord,
+    StoredResolution,
+};
+use cra_carp::store_contract::sample_resolution;
+
+use crate::backends::{TestStore, backends, draft, fixed, note, verify_stored};
 
 #[test]
 fn policies_shorter_than_a_day_are_refused() {
@@ -43,6 +49,10 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
         s.append("new-ended", vec![note(0), draft(SESSION_ENDED, json!({}))])
             .unwrap();
 
+        for id in ["old-ended", "old-open"] {
+            carp_records(s, id);
+        }
+
         let week = RetentionPolicy::days(7).unwrap();
         clock.set(t0 + Duration::days(10));
         let report = apply_retention(s, &week, &*clock, &ids).unwrap();
@@ -57,6 +67,9 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
         assert!(s.read_range("old-ended", 0, u64::MAX).unwrap().is_empty());
         assert_eq!(verify_stored(s, "old-open"), Ok(1));
         assert_eq!(verify_stored(s, "new-ended"), Ok(2));
+        // The removed session's CARP records went with its chain; the open one's stayed.
+        assert_eq!(carp_left(s, "old-ended"), [false; 6], "{}", b.name);
+        assert_eq!(carp_left(s, "old-open"), [true; 6], "{}", b.name);
 
         let audit = s.read_range(OPERATOR_AUDIT_SESSION, 0, u64::MAX).unwrap();
         assert_eq!(audit.len(), 2, "{}", b.name);
@@ -91,4 +104,66 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
             .collect();
         assert_eq!(left, [OPERATOR_AUDIT_SESSION, "old-open"]);
     }
+}
+
+/// Gives session `id` one record of every CARP kind.
+fn carp_records(s: &dyn TestStore, id: &str) {
+    s.create_session(&SessionRecord {
+        session_id: id.into(),
+        agent_id: "agent-a".into(),
+        parent_session_id: None,
+        created_at: "2026-03-01T00:00:00.000000Z".into(),
+        ended_at: None,
+    })
+    .unwrap();
+    assert!(s.insert_request_id(id, "req-1").unwrap());
+    s.put_resolution(&StoredResolution {
+        resolution: sample_resolution(&format!("res-{id}")),
+        session_id: id.into(),
+        agent_id: "agent-a".into(),
+        expires_at_us: 0,
+    })
+    .unwrap();
+    s.create_approval(&ApprovalRecord {
+        approval_id: format!("ap-{id}"),
+        resolution_id: format!("res-{id}"),
+        session_id: id.into(),
+        agent_id: "agent-a".into(),
+        actions: vec![],
+        created_at: "2026-03-01T00:00:00.000000Z".into(),
+        expires_at_us: 0,
+        status: ApprovalStatus::Pending,
+        decided_by: None,
+        decided_at: None,
+        note: None,
+    })
+    .unwrap();
+    let charge = Charge {
+        policy_id: "b".into(),
+        scope_key: format!("session:{id}"),
+        kind: ChargeKind::Budget {
+            max_units: 10,
+            units: 3,
+        },
+    };
+    assert_eq!(
+        s.try_consume(&[charge], 1).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+}
+
+/// Which of session `id`'s CARP records remain: session, request id, resolution, approval,
+/// pending listing, budget.
+fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 6] {
+    [
+        s.get_session(id).unwrap().is_some(),
+        !s.insert_request_id(id, "req-1").unwrap(),
+        s.get_resolution(&format!("res-{id}")).unwrap().is_some(),
+        s.get_approval(&format!("ap-{id}")).unwrap().is_some(),
+        s.list_pending_approvals()
+            .unwrap()
+            .iter()
+            .any(|a| a.session_id == id),
+        s.budget_spent("b", &format!("session:{id}")).unwrap() == 3,
+    ]
 }

@@ -271,6 +271,37 @@ impl<'a> RawString<'a> {
     }
 }
 
+/// The first position at or after `pos` holding `"`, `\\` or a byte below 0x20 (or `b.len()`).
+///
+/// Looks at eight bytes at a time: for a word `w`, `(w - 0x20..) & !w & 0x80..` is non-zero
+/// exactly when some byte is below 0x20, and the same test on `w ^ q..` finds bytes equal to `q`.
+#[inline]
+fn skip_plain_string_bytes(b: &[u8], mut pos: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    while let Some(chunk) = b.get(pos..pos + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let quote = w ^ (LO * u64::from(b'"'));
+        let backslash = w ^ (LO * u64::from(b'\\'));
+        let special = (w.wrapping_sub(LO * 0x20) & !w)
+            | (quote.wrapping_sub(LO) & !quote)
+            | (backslash.wrapping_sub(LO) & !backslash);
+        if special & HI != 0 {
+            break;
+        }
+        pos += 8;
+    }
+    while let Some(&c) = b.get(pos) {
+        if c == b'"' || c == b'\\' || c < 0x20 {
+            break;
+        }
+        pos += 1;
+    }
+    pos
+}
+
 fn hex4(b: &[u8]) -> Option<u32> {
     if b.len() < 4 {
         return None;
@@ -382,6 +413,7 @@ impl<'a> Scanner<'a> {
         let b = self.src.as_bytes();
         let mut escaped = false;
         loop {
+            self.pos = skip_plain_string_bytes(b, self.pos);
             let Some(&c) = b.get(self.pos) else {
                 return Err(self.error("unterminated string"));
             };
@@ -572,6 +604,22 @@ mod tests {
             v.as_str().unwrap(),
             "a\"\\/\u{8}\u{c}\n\r\t\u{e9}\u{1f680}z"
         );
+    }
+
+    #[test]
+    fn plain_byte_skipping_stops_at_every_special_byte() {
+        // Every special byte at every offset of a 20-byte run, with non-ASCII neighbours.
+        let specials: Vec<u8> = (0u8..0x20).chain([b'"', b'\\']).collect();
+        for &sp in &specials {
+            for at in 0..20 {
+                let mut v: Vec<u8> = "aé€z~\u{7f}bcdefghijklmn".bytes().take(20).collect();
+                v[at] = sp;
+                assert_eq!(skip_plain_string_bytes(&v, 0), at, "byte {sp:#x} at {at}");
+            }
+        }
+        let plain = "plain text é 😀 ~\u{7f}".as_bytes();
+        assert_eq!(skip_plain_string_bytes(plain, 0), plain.len());
+        assert_eq!(skip_plain_string_bytes(plain, 3), plain.len());
     }
 
     #[test]

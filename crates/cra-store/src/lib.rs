@@ -5,11 +5,14 @@
 //! Where things live:
 //!
 //! * [`RedbStore`] (`src/redb/`): one data directory, one `redb::Database` file (`cra.redb`)
-//!   shared by every area. TRACE appends go through a group-commit thread (`src/redb/trace.rs`).
-//!   Other areas open their own tables on [`RedbStore::database`].
+//!   shared by every area: TRACE chains in `trace.rs`, CARP state in `carp.rs`. Other areas open
+//!   their own tables on [`RedbStore::database`].
 //! * [`PgStore`] (`src/pg/`): one PostgreSQL schema per deployment, a small pool of synchronous
 //!   connections, and the embedded migrations of `migrations/NNNN_<area>.sql`, applied in order on
 //!   start and recorded in `cra_migrations`. An area adds its schema by adding a file there.
+//!   TRACE chains in `trace.rs`, CARP state in `carp.rs`.
+//! * `src/collector.rs`: group commit for TRACE appends, shared by both backends (an append is
+//!   answered only once the transaction holding it is durable).
 //! * `src/relay/`: the Relay engineer's `cra_relay::store` implementation for both backends.
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when

@@ -3,8 +3,8 @@
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use cra_trace::{VerifyOptions, compute_event_hash, verify_reader, verify_text_reference};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 #[path = "support/synth.rs"]
 mod synth;
@@ -42,13 +42,19 @@ fn chain_building(c: &mut Criterion) {
 fn verification(c: &mut Criterion) {
     const N: u64 = 20_000;
     let text = synth::session_jsonl(SEED, N);
-    println!("verification input: {N} events, {} bytes, seed {SEED}", text.len());
+    println!(
+        "verification input: {N} events, {} bytes, seed {SEED}",
+        text.len()
+    );
     let mut g = c.benchmark_group("verify");
     g.throughput(Throughput::Bytes(text.len() as u64));
     g.sample_size(20);
     for threads in [1, 2] {
         g.bench_function(format!("streaming, {threads} thread(s)"), |b| {
-            let options = VerifyOptions { threads, ..VerifyOptions::default() };
+            let options = VerifyOptions {
+                threads,
+                ..VerifyOptions::default()
+            };
             b.iter(|| {
                 let report = verify_reader(&text[..], &options, &mut |_| {}).unwrap_or_default();
                 assert!(report.is_valid());

@@ -14,7 +14,10 @@ fn main() -> std::io::Result<()> {
         eprintln!("usage: gen_trace OUT [EVENTS] [SEED]");
         std::process::exit(1);
     };
-    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = args
+        .get(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let seed: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(42);
     let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
     let mut result = Ok(());

@@ -45,8 +45,20 @@ const GOALS: &[&str] = &[
     "Close stale tickets older than 30 days ✓",
     "Κλείσιμο παλαιών αιτημάτων",
 ];
-const ACTIONS: &[&str] = &["ticket.get", "ticket.list", "ticket.update", "ticket.delete", "kb.search"];
-const POLICIES: &[&str] = &["allow-read", "allow-write", "deny-delete", "approve-refund", "rate-search"];
+const ACTIONS: &[&str] = &[
+    "ticket.get",
+    "ticket.list",
+    "ticket.update",
+    "ticket.delete",
+    "kb.search",
+];
+const POLICIES: &[&str] = &[
+    "allow-read",
+    "allow-write",
+    "deny-delete",
+    "approve-refund",
+    "rate-search",
+];
 
 fn uuid(rng: &mut Rng) -> String {
     let a = rng.next();
@@ -131,7 +143,10 @@ pub fn session(seed: u64, n: u64, mut sink: impl FnMut(&TraceEvent)) {
     let mut head = ChainHead::genesis();
     for i in 0..n {
         let (event_type, payload) = if i == 0 {
-            ("session.started".to_owned(), json!({"agent_id": "bench-agent", "goal": rng.pick(GOALS)}))
+            (
+                "session.started".to_owned(),
+                json!({"agent_id": "bench-agent", "goal": rng.pick(GOALS)}),
+            )
         } else {
             payload(&mut rng, i)
         };

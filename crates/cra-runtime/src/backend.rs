@@ -18,6 +18,8 @@ pub struct Backends {
     pub chains: Arc<dyn ChainStore>,
     /// CARP sessions, resolutions, executions, counters, approvals.
     pub carp: Arc<dyn CarpStore>,
+    /// Relay projects, packages, facts.
+    pub relay: Arc<dyn cra_relay::RelayStore>,
     /// `redb` or `postgres`.
     pub kind: &'static str,
 }
@@ -46,6 +48,7 @@ pub fn open(
                 config.postgres_pool,
             )?;
             Ok(Backends {
+                relay: Arc::new(cra_store::relay::PgRelay::new(pg.clone())),
                 chains: Arc::new(pg.clone()),
                 carp: Arc::new(pg),
                 kind: "postgres",
@@ -54,6 +57,7 @@ pub fn open(
         None => {
             let redb = RedbStore::open_with(&config.data, store_config)?;
             Ok(Backends {
+                relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
                 carp: Arc::new(redb),
                 kind: "redb",

@@ -2,7 +2,9 @@
 //! rate-limit and metrics layers.
 
 pub mod approvals;
+pub mod atlases;
 pub mod carp;
+pub mod relay;
 pub mod sessions;
 pub mod system;
 pub mod traces;
@@ -33,10 +35,34 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{session_id}",
             get(sessions::get).delete(sessions::end),
         )
+        .route("/v1/atlases", get(atlases::list))
+        .route("/v1/atlases/{atlas_id}", get(atlases::get))
         .route("/v1/resolve", post(carp::resolve))
         .route("/v1/execute", post(carp::execute))
         .route("/v1/approvals", get(approvals::list))
         .route("/v1/approvals/{approval_id}", post(approvals::decide))
+        .route("/v1/projects", post(relay::create_project))
+        .route("/v1/projects/{project_id}", get(relay::get_project))
+        .route("/v1/projects/{project_id}/archive", post(relay::archive))
+        .route(
+            "/v1/projects/{project_id}/unarchive",
+            post(relay::unarchive),
+        )
+        .route(
+            "/v1/projects/{project_id}/packages",
+            post(relay::deposit).get(relay::list_packages),
+        )
+        .route(
+            "/v1/projects/{project_id}/facts",
+            post(relay::assert_fact)
+                .get(relay::facts)
+                .delete(relay::invalidate_fact),
+        )
+        .route("/v1/projects/{project_id}/orient", get(relay::orient))
+        .route("/v1/orchestrate", get(relay::orchestrate))
+        .route("/v1/packages/{package_id}", get(relay::get_package))
+        .route("/v1/packages/{package_id}/flag", post(relay::flag))
+        .route("/v1/packages/{package_id}/review", post(relay::review))
         .route("/v1/traces/stream", get(crate::stream::stream))
         .route("/v1/traces/{session_id}", get(traces::get))
         .route("/v1/traces/{session_id}/verify", post(traces::verify))

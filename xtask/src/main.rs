@@ -2,8 +2,10 @@
 //!
 //! * `codegen [--check]`: regenerate every generated file, or (with `--check`) fail when one is
 //!   stale. Generated today: the token table in `specs/errors.md` (from `cra_wire::Token`).
+//! * `bench [--quick]`: benchmarks with same-run baselines -> `bench/results/latest.json`, `bench/RESULTS.md`.
 //! * `soak`: the long storage soak (64 x 10,000 appends on one session, 500 kill -9 cycles).
 
+mod bench;
 mod codegen;
 
 use std::process::ExitCode;
@@ -13,6 +15,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(args.iter().any(|a| a == "--check")),
         Some("soak") => soak(),
+        Some("bench") => bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!("usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale");
             Ok(())

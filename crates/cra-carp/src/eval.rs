@@ -7,7 +7,7 @@
 //! goes on); then `allow`; otherwise default deny. Within one type the higher `priority` comes
 //! first, ties broken by `policy_id`. See `specs/carp.md` for every choice made here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use cra_atlas::model::PolicyType;
 use cra_wire::IdGenerator;
@@ -336,6 +336,22 @@ fn explain_conditions(c: &CompiledConditions, f: &Facts<'_>) -> Vec<ConditionExp
 
 const WEEKDAY_NAMES: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
+const KINDS: [ConstraintType; 4] = [
+    ConstraintType::RequireApproval,
+    ConstraintType::RateLimit,
+    ConstraintType::Budget,
+    ConstraintType::TimeWindow,
+];
+
+fn kind_rank(k: ConstraintType) -> usize {
+    match k {
+        ConstraintType::RequireApproval => 0,
+        ConstraintType::RateLimit => 1,
+        ConstraintType::Budget => 2,
+        ConstraintType::TimeWindow => 3,
+    }
+}
+
 /// The per-action verdict.
 enum Verdict {
     Grant {
@@ -350,12 +366,7 @@ enum Verdict {
 }
 
 /// Builds the constraint parameters of one policy (without `actions`).
-fn constraint_of(
-    atlas: &CompiledAtlas,
-    pi: usize,
-    kind: ConstraintType,
-    approval_id: Option<&str>,
-) -> Map<String, Value> {
+fn constraint_of(atlas: &CompiledAtlas, pi: usize, kind: ConstraintType) -> Map<String, Value> {
     let p = &atlas.policies[pi];
     let mut m = Map::new();
     m.insert("policy_id".to_owned(), json!(p.policy_id.as_str()));
@@ -384,9 +395,6 @@ fn constraint_of(
             m.insert("max_units".to_owned(), json!(max_units));
             m.insert("scope".to_owned(), json!(scope.as_str()));
             m.insert("costs".to_owned(), Value::Object(costs.clone()));
-        }
-        (_, ConstraintType::RequireApproval) => {
-            m.insert("approval_id".to_owned(), json!(approval_id));
         }
         (_, ConstraintType::TimeWindow) => {
             if let Some(tw) = &p.conditions.time_window {
@@ -478,8 +486,18 @@ pub fn resolve(
     let mut denied = Vec::new();
     let mut explains = Vec::new();
     // (constraint type, atlas index in `chosen`, policy index) -> granted action ids it binds.
-    let mut bound: BTreeMap<(ConstraintType, usize, usize), Vec<SharedStr>> = BTreeMap::new();
+    // Flat table: slot (atlas offset + policy index) * 4 + constraint kind -> bound action ids.
+    let mut offsets = Vec::with_capacity(chosen.len());
+    let mut total = 0usize;
+    for a in &chosen {
+        offsets.push(total);
+        total += a.policies.len();
+    }
+    let mut bound: Vec<Vec<SharedStr>> = vec![Vec::new(); total * 4];
+    let slot =
+        |kind: ConstraintType, ai: usize, pi: usize| (offsets[ai] + pi) * 4 + kind_rank(kind);
     let mut seen_actions: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let several = chosen.len() > 1;
     let narrow = !task.capabilities().is_empty();
     let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
 
@@ -501,7 +519,7 @@ pub fn resolve(
         for idx in candidates {
             let action = &atlas.actions[idx];
             let action_id = action.allowed.action_id.as_str();
-            if !seen_actions.insert(action_id) {
+            if several && !seen_actions.insert(action_id) {
                 continue; // An earlier atlas already offered this action id.
             }
             let mut trail: Vec<PolicyExplain> = Vec::new();
@@ -523,21 +541,14 @@ pub fn resolve(
                         .find(|(k, _)| *k == ConstraintType::RateLimit)
                         .and_then(|(_, pi)| atlas.rate_info(*pi));
                     if *approval {
-                        bound
-                            .entry((ConstraintType::RequireApproval, ai, *by))
-                            .or_default()
+                        bound[slot(ConstraintType::RequireApproval, ai, *by)]
                             .push(action.allowed.action_id.clone());
                     }
                     for (k, pi) in &limits {
-                        bound
-                            .entry((*k, ai, *pi))
-                            .or_default()
-                            .push(action.allowed.action_id.clone());
+                        bound[slot(*k, ai, *pi)].push(action.allowed.action_id.clone());
                     }
                     if atlas.policies[*by].conditions.time_window.is_some() {
-                        bound
-                            .entry((ConstraintType::TimeWindow, ai, *by))
-                            .or_default()
+                        bound[slot(ConstraintType::TimeWindow, ai, *by)]
                             .push(action.allowed.action_id.clone());
                     }
                     allowed.push(entry);
@@ -547,7 +558,7 @@ pub fn resolve(
                     reason: reason.clone(),
                     policy_id: match policy {
                         Some(pi) => atlas.policies[*pi].policy_id.clone(),
-                        None => DEFAULT_DENY.into(),
+                        None => atlas.default_deny.0.clone(),
                     },
                 }),
             }
@@ -657,20 +668,30 @@ pub fn resolve(
         }
     };
 
-    let mut constraints: Vec<Constraint> = bound
-        .into_iter()
-        .map(|((kind, ai, pi), actions)| {
-            let atlas = chosen[ai];
-            Constraint {
-                constraint_id: format!("{}:{}", kind.as_str(), atlas.policies[pi].policy_id),
-                kind,
-                parameters: ConstraintParameters {
-                    fields: constraint_of(atlas, pi, kind, approval_id.as_deref()),
-                    actions,
-                },
+    let mut constraints: Vec<Constraint> = Vec::new();
+    for (ai, atlas) in chosen.iter().enumerate() {
+        for pi in 0..atlas.policies.len() {
+            for kind in KINDS {
+                let actions = std::mem::take(&mut bound[slot(kind, ai, pi)]);
+                if actions.is_empty() {
+                    continue;
+                }
+                constraints.push(Constraint {
+                    constraint_id: format!("{}:{}", kind.as_str(), atlas.policies[pi].policy_id),
+                    kind,
+                    parameters: ConstraintParameters {
+                        fields: atlas.constraint_fields[pi][kind_rank(kind)]
+                            .get_or_init(|| std::sync::Arc::new(constraint_of(atlas, pi, kind)))
+                            .clone(),
+                        approval_id: (kind == ConstraintType::RequireApproval)
+                            .then(|| approval_id.clone())
+                            .flatten(),
+                        actions,
+                    },
+                });
             }
-        })
-        .collect();
+        }
+    }
     constraints.sort_by(|a, b| {
         a.kind
             .cmp(&b.kind)
@@ -820,7 +841,7 @@ fn decide(
             limits.clear();
             Verdict::Deny {
                 policy: None,
-                reason: "No policy allows this action".into(),
+                reason: atlas.default_deny.1.clone(),
             }
         }
     }

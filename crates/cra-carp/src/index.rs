@@ -328,6 +328,9 @@ pub struct CompiledPack {
     pub files: Vec<CompiledFile>,
 }
 
+/// A constraint's shared members, built once.
+pub(crate) type FieldsCell = std::sync::OnceLock<std::sync::Arc<Map<String, Value>>>;
+
 /// One atlas, compiled.
 #[derive(Debug)]
 pub struct CompiledAtlas {
@@ -347,6 +350,10 @@ pub struct CompiledAtlas {
     pub policies: Vec<CompiledPolicy>,
     /// Context packs in manifest order.
     pub packs: Vec<CompiledPack>,
+    /// Per policy and constraint kind, the constraint's shared members (built on first use).
+    pub(crate) constraint_fields: Vec<[FieldsCell; 4]>,
+    /// `default_deny` and its reason, shared by every resolution.
+    pub(crate) default_deny: (SharedStr, SharedStr),
 }
 
 /// ceil(UTF-8 characters / 4): the errata's token estimate.
@@ -674,6 +681,7 @@ impl CompiledAtlas {
             });
         }
 
+        let constraint_fields = (0..policies.len()).map(|_| Default::default()).collect();
         Ok(Self {
             atlas_id: atlas_id.into(),
             version: manifest.version.clone(),
@@ -683,6 +691,8 @@ impl CompiledAtlas {
             capabilities,
             policies,
             packs,
+            constraint_fields,
+            default_deny: ("default_deny".into(), "No policy allows this action".into()),
         })
     }
 

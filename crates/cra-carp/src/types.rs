@@ -295,12 +295,14 @@ pub struct Constraint {
 /// The `parameters` of a constraint: always `policy_id`, `atlas_id` and `actions` (the allowed
 /// action ids it binds), plus `max_calls`/`window_seconds`/`scope` (rate_limit),
 /// `max_units`/`scope`/`costs` (budget), `approval_id` (require_approval),
-/// `start_hour`/`end_hour`/`weekdays` (time_window).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `start_hour`/`end_hour`/`weekdays` (time_window). On the wire one flat object.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ConstraintParameters {
-    /// Every member but `actions`.
-    #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    /// The policy's members (shared with the compiled atlas; everything but `approval_id` and
+    /// `actions`).
+    pub fields: std::sync::Arc<Map<String, Value>>,
+    /// The resolution's approval, for `require_approval` constraints.
+    pub approval_id: Option<String>,
     /// The allowed action ids the constraint binds.
     pub actions: Vec<SharedStr>,
 }
@@ -314,6 +316,43 @@ impl ConstraintParameters {
     /// True when the constraint binds `action_id`.
     pub fn binds(&self, action_id: &str) -> bool {
         self.actions.iter().any(|a| a.as_str() == action_id)
+    }
+}
+
+impl Serialize for ConstraintParameters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let extra = 1 + usize::from(self.approval_id.is_some());
+        let mut m = s.serialize_map(Some(self.fields.len() + extra))?;
+        for (k, v) in self.fields.iter() {
+            m.serialize_entry(k, v)?;
+        }
+        if let Some(a) = &self.approval_id {
+            m.serialize_entry("approval_id", a)?;
+        }
+        m.serialize_entry("actions", &self.actions)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ConstraintParameters {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut map = Map::<String, Value>::deserialize(d)?;
+        let actions = match map.remove("actions") {
+            None => Vec::new(),
+            Some(v) => Vec::<SharedStr>::deserialize(v).map_err(D::Error::custom)?,
+        };
+        let approval_id = match map.remove("approval_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(s),
+            Some(_) => return Err(D::Error::custom("approval_id must be a string")),
+        };
+        Ok(Self {
+            fields: std::sync::Arc::new(map),
+            approval_id,
+            actions,
+        })
     }
 }
 

@@ -129,6 +129,18 @@ pub fn line_of_pointer(text: &str, pointer: &str) -> Option<usize> {
     )
 }
 
+/// Like [`line_of_pointer`], but when `pointer` names an absent member (a missing required
+/// field) it answers the line of the nearest enclosing value, which is where the author adds it.
+pub fn line_of_pointer_or_ancestor(text: &str, pointer: &str) -> Option<usize> {
+    let mut p = pointer;
+    loop {
+        if let Some(line) = line_of_pointer(text, p) {
+            return Some(line);
+        }
+        p = &p[..p.rfind('/')?];
+    }
+}
+
 /// A tolerant JSON walker that only needs to find byte offsets.
 struct Scanner<'a> {
     b: &'a [u8],
@@ -278,6 +290,8 @@ mod tests {
         assert_eq!(line_of_pointer(text, "/b/2"), None);
         assert_eq!(line_of_pointer(text, "/z"), None);
         assert_eq!(line_of_pointer("not json", "/a"), None);
+        assert_eq!(line_of_pointer_or_ancestor(text, "/b/1/missing"), Some(5));
+        assert_eq!(line_of_pointer_or_ancestor(text, "/z"), Some(1));
     }
 
     #[test]

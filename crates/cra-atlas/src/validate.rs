@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 use cra_wire::json::{JsonError, parse_strict};
 use serde_json::Value;
 
-use crate::diag::{Diagnostic, line_of_pointer, push_pointer};
+use crate::diag::{Diagnostic, line_of_pointer_or_ancestor, push_pointer};
 use crate::load::{LoadedAtlas, MANIFEST_FILE, Origin, atlas_digest};
 use crate::model::{Action, Conditions, Manifest, Policy, PolicyType};
 use crate::pattern;
@@ -148,7 +148,7 @@ pub fn fill_lines(diags: &mut [Diagnostic], files: &BTreeMap<String, Vec<u8>>) {
                 .filter(|_| d.file.ends_with(".json"))
                 .and_then(|b| std::str::from_utf8(b).ok())
         {
-            d.line = line_of_pointer(text, &d.pointer);
+            d.line = line_of_pointer_or_ancestor(text, &d.pointer);
         }
     }
 }
@@ -205,6 +205,12 @@ fn schema_check(
             && let [only] = unexpected.as_slice()
         {
             pointer = push_pointer(&pointer, only);
+        }
+        // A missing member is reported where it belongs, so the author sees which field to add.
+        if let jsonschema::error::ValidationErrorKind::Required { property } = err.kind()
+            && let Some(name) = property.as_str()
+        {
+            pointer = push_pointer(&pointer, name);
         }
         let last = pointer.rsplit('/').next().unwrap_or("");
         let (code, hint) = match (err.kind().keyword(), last) {

@@ -142,14 +142,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
         "golden-simple-resolve-trace",
         "Runtime: same payload shape as resolve-trace-events (CRA §4.3.2 required payload fields)",
     ),
-    (
-        "atlas-load-invalid-missing-atlas-version",
-        "Atlas: a missing required member is reported at the parent's pointer (\"\"), not at /atlas_version",
-    ),
-    (
-        "atlas-load-invalid-missing-name",
-        "Atlas: a missing required member is reported at the parent's pointer (\"\"), not at /name",
-    ),
 ];
 
 #[test]

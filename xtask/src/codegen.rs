@@ -14,7 +14,10 @@ struct Generated {
 }
 
 const GENERATED: &[Generated] = &[
-    Generated { path: "specs/errors.md", render: errors_table },
+    Generated {
+        path: "specs/errors.md",
+        render: errors_table,
+    },
     Generated {
         path: "schemas/openapi.json",
         render: openapi,
@@ -27,13 +30,15 @@ pub fn run(check: bool) -> Result<()> {
     let mut stale = Vec::new();
     for g in GENERATED {
         let path = root.join(g.path);
-        let current = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let current = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         let expected = (g.render)(&current).with_context(|| format!("rendering {}", g.path))?;
         if current != expected {
             if check {
                 stale.push(g.path);
             } else {
-                std::fs::write(&path, expected).with_context(|| format!("writing {}", path.display()))?;
+                std::fs::write(&path, expected)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 println!("updated {}", g.path);
             }
         }
@@ -41,23 +46,39 @@ pub fn run(check: bool) -> Result<()> {
     if stale.is_empty() {
         Ok(())
     } else {
-        anyhow::bail!("generated files are stale: {}; run `cargo xtask codegen` and commit the result", stale.join(", "))
+        anyhow::bail!(
+            "generated files are stale: {}; run `cargo xtask codegen` and commit the result",
+            stale.join(", ")
+        )
     }
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."))
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
 }
 
 const TABLE_START: &str = "| token | HTTP status | meaning |";
 
 /// Replaces the token table of `specs/errors.md` (from its header row to the first blank line).
 fn errors_table(current: &str) -> Result<String> {
-    let start = current.find(TABLE_START).context("specs/errors.md has no token table header")?;
-    let end = current[start..].find("\n\n").map(|i| start + i).unwrap_or(current.len());
+    let start = current
+        .find(TABLE_START)
+        .context("specs/errors.md has no token table header")?;
+    let end = current[start..]
+        .find("\n\n")
+        .map(|i| start + i)
+        .unwrap_or(current.len());
     let mut table = format!("{TABLE_START}\n|---|---|---|");
     for t in cra_wire::Token::ALL {
-        table.push_str(&format!("\n| `{}` | {} | {} |", t.as_str(), t.http_status(), t.description()));
+        table.push_str(&format!(
+            "\n| `{}` | {} | {} |",
+            t.as_str(),
+            t.http_status(),
+            t.description()
+        ));
     }
     Ok(format!("{}{}{}", &current[..start], table, &current[end..]))
 }

@@ -17,10 +17,14 @@ fn main() -> ExitCode {
         Some("soak") => soak(),
         Some("bench") => bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
-            println!("usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale");
+            println!(
+                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale"
+            );
             Ok(())
         }
-        Some(other) => Err(anyhow::anyhow!("unknown xtask `{other}`; run `cargo xtask help`")),
+        Some(other) => Err(anyhow::anyhow!(
+            "unknown xtask `{other}`; run `cargo xtask help`"
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -222,10 +222,15 @@ mod spec_table {
                 Some((token.to_owned(), status))
             })
             .collect();
-        let mut actual: Vec<(String, u16)> =
-            Token::ALL.iter().map(|t| (t.as_str().to_owned(), t.http_status())).collect();
+        let mut actual: Vec<(String, u16)> = Token::ALL
+            .iter()
+            .map(|t| (t.as_str().to_owned(), t.http_status()))
+            .collect();
         documented.sort();
         actual.sort();
-        assert_eq!(documented, actual, "specs/errors.md is out of date with cra_wire::Token");
+        assert_eq!(
+            documented, actual,
+            "specs/errors.md is out of date with cra_wire::Token"
+        );
     }
 }

@@ -1,5 +1,10 @@
 //! Integration tests of the `cra` commands, called as library functions; one module per group.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod atlas;
 mod relay;

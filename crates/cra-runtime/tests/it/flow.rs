@@ -211,6 +211,57 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
     );
     assert_eq!(count(&types, "action.executed"), 2);
 
+    // A Relay deposit made in this session lands in its chain.
+    let (st, _) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects",
+            &json!({"project_id": "flow", "name": "Flow"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, d) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/flow/packages",
+            &crate::relay::package("pkg_flow", "flow", "maintainer-bot", Some(&sid)),
+        )
+        .await;
+    assert_eq!(st, 201, "{d}");
+    let events = s.events(&sid).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "relay.package.deposited");
+    assert_eq!(last["payload"]["content_hash"], d["content_hash"]);
+
+    // The whole sequence, start to end.
+    let types = s.event_types(&sid).await;
+    let mut want: Vec<String> = vec!["session.started".into(), "carp.request.received".into()];
+    want.extend(std::iter::repeat_n(
+        "policy.evaluated".to_owned(),
+        candidates,
+    ));
+    want.extend(std::iter::repeat_n("context.injected".to_owned(), blocks));
+    for t in [
+        "approval.requested",
+        "carp.resolution.completed",
+        "action.requested",
+        "action.approved",
+        "action.executed",
+        "action.requested",
+        "action.denied",
+        "policy.violated",
+        "action.requested",
+        "action.denied",
+        "approval.granted",
+        "action.requested",
+        "action.approved",
+        "action.executed",
+        "relay.package.deposited",
+    ] {
+        want.push(t.into());
+    }
+    assert_eq!(types, want);
+
     // The chain fetched over HTTP verifies with the Appendix B Python code.
     assert_eq!(
         s.delete(Some(MAINT), &format!("/v1/sessions/{sid}"))

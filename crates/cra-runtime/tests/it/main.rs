@@ -2,7 +2,10 @@
 //! per test, driven with `reqwest` (HTTP) and `tokio-tungstenite` (WebSocket).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod authz;
+mod bad_requests;
 mod flow;
+mod relay;
 mod sessions;
 mod stream;
 mod support;

@@ -403,10 +403,12 @@ def generate(fx, R, DATA):
             e["payload"] = {"agent_id": greq["requester"]["agent_id"]}
         if e["event_type"] == "carp.request.received":
             e["payload"]["goal"] = greq["task"]["goal"]
+        if e["event_type"] == "carp.resolution.completed":
+            e["payload"]["context_block_count"] = 1  # we supply context/overview.md (see golden-simple-resolve)
         e.pop("sequence", None)
     fx("golden-simple-resolve-trace", "cra", "golden", "cra-full", "The peer's golden trace events (adapted, see COVERAGE.md)", G + ["CRA §4.3"], "resolve",
        {"request": greq2, "with_trace": True}, {"trace": {"$contains": gtrace}, "trace_valid": True}, setup=gsetup,
-       notes="Deviations: the peer's trace was produced with another agent/goal than its request; we expect the request's values. Sequences are not compared (our chain also carries context.injected).")
+       notes="Deviations: the peer's trace was produced with another agent/goal than its request; we expect the request's values. Sequences are not compared (our chain also carries context.injected). context_block_count is 1 because we supply the peer's missing context/overview.md.")
     fx("golden-simple-resolve-read-only", "cra", "golden", "carp-core", "The golden atlas with only the read capability allows exactly get and list", G + ["errata: candidate actions"],
        "resolve", {"request": dict(greq2, request_id=rid(77), task=dict(greq["task"], required_capabilities=["resource.read"]))},
        {"decision": {"type": "allow"}, "allowed_actions": {"$unordered": [{"action_id": "resource.get"}, {"action_id": "resource.list"}]}, "denied_actions": []}, setup=gsetup)

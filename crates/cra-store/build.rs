@@ -6,7 +6,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read at run time: a build script binary may be reused for another checkout of the crate.
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| fail("CARGO_MANIFEST_DIR is not set"));
+    let dir = Path::new(&manifest_dir).join("migrations");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut found: Vec<(u32, String, String)> = Vec::new();
     let entries = match std::fs::read_dir(&dir) {

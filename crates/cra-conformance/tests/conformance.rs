@@ -131,18 +131,7 @@ fn loader_refuses_malformed_fixtures() {
 
 /// Cases our implementation fails today, each a finding reported to the owning area. The test
 /// fails if anything else fails; a fixed case simply drops off this list.
-const KNOWN_FAILURES: &[(&str, &str)] = &[
-    (
-        "resolve-trace-events",
-        "Runtime: carp.request.received nests request_id/operation/goal under `request` and \
-         carp.resolution.completed lacks decision_type/allowed_count/denied_count (CRA §4.3.2 \
-         lists them as required payload fields)",
-    ),
-    (
-        "golden-simple-resolve-trace",
-        "Runtime: same payload shape as resolve-trace-events (CRA §4.3.2 required payload fields)",
-    ),
-];
+const KNOWN_FAILURES: &[(&str, &str)] = &[];
 
 #[test]
 fn whole_suite_runs_in_process() {

@@ -133,7 +133,12 @@ fn rejection_events(
             span,
             None,
             "carp.request.received",
-            json!({"request": request, "operation": request.operation.as_str()}),
+            json!({
+                "request_id": request.request_id,
+                "operation": request.operation.as_str(),
+                "goal": request.task.as_ref().map(|t| t.goal.as_str()),
+                "request": request,
+            }),
         ),
         draft(
             trace_id,
@@ -207,7 +212,15 @@ pub async fn resolve(
         &span,
         None,
         "carp.request.received",
-        json!({"request": request, "atlas_digests": digests}),
+        json!({
+            // §4.3.2's required fields, then everything replay needs (errata).
+            "request_id": request.request_id,
+            "operation": request.operation,
+            "goal": request.task.as_ref().map(|t| t.goal.as_str()),
+            "atlas_ids": request.atlas_ids,
+            "request": request,
+            "atlas_digests": digests,
+        }),
     ));
     if let Some(ex) = &explain_data {
         for a in &ex.actions {
@@ -237,6 +250,7 @@ pub async fn resolve(
                 "source": b.source,
                 "content_type": b.content_type,
                 "priority": b.priority,
+                "token_count": b.token_estimate,
                 "token_estimate": b.token_estimate,
                 "content_hash": cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
             }),
@@ -262,7 +276,17 @@ pub async fn resolve(
         &span,
         None,
         "carp.resolution.completed",
-        json!({"resolution": resolution, "decision": resolution.decision.kind.as_str()}),
+        json!({
+            // §4.3.2's required fields, then the full resolution replay compares against (errata).
+            "resolution_id": resolution.resolution_id,
+            "decision_type": resolution.decision.kind.as_str(),
+            "allowed_count": resolution.allowed_actions.len(),
+            "denied_count": resolution.denied_actions.len(),
+            "context_block_count": resolution.context_blocks.len(),
+            "ttl_seconds": resolution.ttl_seconds,
+            "decision": resolution.decision.kind.as_str(),
+            "resolution": resolution,
+        }),
     ));
     state.append_events(&sid, &agent, drafts).await?;
     state

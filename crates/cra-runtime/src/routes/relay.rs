@@ -123,7 +123,7 @@ impl Runtime {
 
     async fn require_project(&self, actor: &Actor, project_id: &str, write: bool) -> ApiResult<()> {
         let g = self.project_grants(project_id).await?;
-        let member = g.owner == actor.id || g.members.iter().any(|m| *m == actor.id);
+        let member = g.owner == actor.id || g.members.contains(&actor.id);
         let ok = actor.has(Role::Admin) || member || (!write && actor.reads_all());
         if ok {
             Ok(())

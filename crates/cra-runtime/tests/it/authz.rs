@@ -26,6 +26,15 @@ const NAMES: [&str; 7] = [
     "admin",
 ];
 
+/// One matrix row: label, method, path, body, and the expected status for each caller column.
+type Row = (
+    &'static str,
+    &'static str,
+    String,
+    Option<serde_json::Value>,
+    [u16; 7],
+);
+
 #[tokio::test]
 async fn every_role_on_every_route() {
     let s = TestServer::start().await;
@@ -33,7 +42,7 @@ async fn every_role_on_every_route() {
     let unknown = "01890000-0000-7000-8000-000000000000";
 
     // (label, method, path, body, expected per column)
-    let mut rows: Vec<(&str, &str, String, Option<serde_json::Value>, [u16; 7])> = vec![
+    let mut rows: Vec<Row> = vec![
         (
             "health",
             "GET",

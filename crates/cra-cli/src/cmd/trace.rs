@@ -37,6 +37,13 @@ pub enum TraceCommand {
     /// at that line; "line" is 1-based.
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
+    /// Follow TRACE events live from a running server (WebSocket), resuming by itself.
+    ///
+    /// One session with `--session ID`, or every session with `--all` (operator role), filtered
+    /// by `--type PREFIX`, `--agent` and `--decision`. On a dropped connection, or when the
+    /// server closes a consumer that fell behind, it reconnects with `since_seq` so no event is
+    /// missed or printed twice.
+    Tail(crate::cmd::tail::TailArgs),
 }
 
 /// Arguments of `cra trace verify`.
@@ -84,6 +91,7 @@ const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 /// Runs a `cra trace` subcommand with the process's standard streams.
 pub fn run(cmd: TraceCommand) -> Exit {
     match cmd {
+        TraceCommand::Tail(args) => crate::cmd::tail::run(args),
         TraceCommand::Verify(args) => {
             let stdout = io::stdout();
             let stderr = io::stderr();

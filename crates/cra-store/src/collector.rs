@@ -89,6 +89,11 @@ impl Collector {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        // The append preconditions every backend shares, checked before anything is queued.
+        cra_trace::store::check_session_id(session_id)?;
+        if drafts.is_empty() {
+            return Err(ChainStoreError::EmptyAppend);
+        }
         let (reply, answer) = crossbeam_channel::bounded(1);
         let job = Job {
             session_id: session_id.to_owned(),

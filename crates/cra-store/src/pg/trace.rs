@@ -10,9 +10,7 @@
 //! on, so a commit returns once its WAL is flushed. A deadlock or serialisation failure (which
 //! the lock order should prevent) retries the whole batch; nothing of a failed try is kept.
 
-use cra_trace::store::{
-    ChainStore, ChainStoreError, SessionSummary, check_batch, check_session_id,
-};
+use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, TraceEvent};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator as _;
@@ -237,10 +235,6 @@ impl ChainStore for PgStore {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        check_session_id(session_id)?;
-        if drafts.is_empty() {
-            return Err(ChainStoreError::EmptyAppend);
-        }
         self.collector().submit(session_id, drafts)
     }
 

@@ -14,9 +14,7 @@
 use std::collections::HashMap;
 
 use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
-use cra_trace::store::{
-    ChainStore, ChainStoreError, SessionSummary, check_batch, check_session_id,
-};
+use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, TraceEvent};
 
 use super::{RedbStore, backend};
@@ -60,9 +58,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                         None => HeadRecord::genesis(),
                     },
                 };
-                if let Err(e) = check_session_id(&session_id)
-                    .and_then(|()| check_batch(&session_id, head.ended, &drafts))
-                {
+                if let Err(e) = check_batch(&session_id, head.ended, &drafts) {
                     *answer = Some(Err(e));
                     continue;
                 }
@@ -93,10 +89,6 @@ impl ChainStore for RedbStore {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        check_session_id(session_id)?;
-        if drafts.is_empty() {
-            return Err(ChainStoreError::EmptyAppend);
-        }
         self.collector().submit(session_id, drafts)
     }
 

@@ -91,6 +91,18 @@ impl IntoResponse for ApiError {
 /// Result of a handler.
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// Runs blocking store or engine work (the storage traits are synchronous) off the async
+/// threads. A task that panicked or was cancelled becomes a 500 naming `what`.
+pub async fn run_blocking<T, F>(what: &'static str, f: F) -> ApiResult<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal(what, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

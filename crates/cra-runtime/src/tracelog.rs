@@ -242,10 +242,11 @@ impl Runtime {
     ) -> Result<Vec<TraceEvent>, ApiError> {
         let chains = self.backends.chains.clone();
         let sid = session_id.to_owned();
-        let events = tokio::task::spawn_blocking(move || chains.append(&sid, drafts))
-            .await
-            .map_err(|e| ApiError::internal("the trace append task failed", e))?
-            .map_err(chain_error)?;
+        let events = crate::error::run_blocking("the trace append task failed", move || {
+            chains.append(&sid, drafts)
+        })
+        .await?
+        .map_err(chain_error)?;
         self.metrics.add_events(events.len() as u64);
         self.hub.publish(session_id, owner, &events);
         Ok(events)
@@ -260,10 +261,11 @@ impl Runtime {
     ) -> Result<Vec<TraceEvent>, ApiError> {
         let chains = self.backends.chains.clone();
         let sid = session_id.to_owned();
-        tokio::task::spawn_blocking(move || chains.read_after(&sid, after, limit))
-            .await
-            .map_err(|e| ApiError::internal("the trace read task failed", e))?
-            .map_err(chain_error)
+        crate::error::run_blocking("the trace read task failed", move || {
+            chains.read_after(&sid, after, limit)
+        })
+        .await?
+        .map_err(chain_error)
     }
 
     /// Every event of a session, in order.

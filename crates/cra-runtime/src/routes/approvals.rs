@@ -102,11 +102,10 @@ pub async fn decide(
     let who = actor.id.clone();
     let note = body.note.clone();
     let aid = id.clone();
-    let record = tokio::task::spawn_blocking(move || {
+    let record = crate::error::run_blocking("the approval task failed", move || {
         carp.decide_approval(&aid, decision, &who, note.as_deref())
     })
-    .await
-    .map_err(|e| ApiError::internal("the approval task failed", e))?
+    .await?
     .map_err(carp_error)?;
     let rid = record.resolution_id.clone();
     let trace_id = state

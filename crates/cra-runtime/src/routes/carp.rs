@@ -183,9 +183,10 @@ pub async fn resolve(
     let carp = state.carp_service();
     let req2 = request.clone();
     let tid = trace_id.clone();
-    let result = tokio::task::spawn_blocking(move || carp.resolve(&req2, true, Some(tid)))
-        .await
-        .map_err(|e| ApiError::internal("the resolve task failed", e))?;
+    let result = crate::error::run_blocking("the resolve task failed", move || {
+        carp.resolve(&req2, true, Some(tid))
+    })
+    .await?;
     let mut resolution = match result {
         Ok(r) => r,
         Err(e) => {
@@ -338,9 +339,8 @@ pub async fn execute(
     };
     let carp = state.carp_service();
     let req2 = request.clone();
-    let outcome = tokio::task::spawn_blocking(move || carp.execute(&req2))
-        .await
-        .map_err(|e| ApiError::internal("the execute task failed", e))?;
+    let outcome =
+        crate::error::run_blocking("the execute task failed", move || carp.execute(&req2)).await?;
     let phash = parameters_hash(&exec.parameters);
     let requested = |execution_id: &str| {
         draft(
@@ -493,11 +493,11 @@ pub async fn execute(
                 )
                 .await;
             let carp = state.carp_service();
-            let response =
-                tokio::task::spawn_blocking(move || carp.finish_execution(cleared, outcome))
-                    .await
-                    .map_err(|e| ApiError::internal("the execute task failed", e))?
-                    .map_err(carp_error)?;
+            let response = crate::error::run_blocking("the execute task failed", move || {
+                carp.finish_execution(cleared, outcome)
+            })
+            .await?
+            .map_err(carp_error)?;
             let (event_type, payload) = match (&response.status, &response.error) {
                 (ExecuteStatus::Success, _) => (
                     "action.executed",

@@ -85,9 +85,8 @@ impl Runtime {
         f: impl FnOnce(Relay) -> Result<T, RelayError> + Send + 'static,
     ) -> ApiResult<T> {
         let relay = self.relay();
-        tokio::task::spawn_blocking(move || f(relay))
-            .await
-            .map_err(|e| ApiError::internal("a relay task failed", e))?
+        crate::error::run_blocking("a relay task failed", move || f(relay))
+            .await?
             .map_err(relay_error)
     }
 
@@ -119,6 +118,16 @@ impl Runtime {
                 })
                 .unwrap_or_default(),
         })
+    }
+
+    /// The project of package `package_id`, once `actor` is known to be allowed to write to it
+    /// (404 for an unknown package, 403 without a grant).
+    async fn writable_package_project(&self, actor: &Actor, package_id: &str) -> ApiResult<String> {
+        let id = package_id.to_owned();
+        let current = self.relay_call(move |r| r.pull_specific(&id)).await?;
+        let pid = current.package.project_id().to_owned();
+        self.require_project(actor, &pid, true).await?;
+        Ok(pid)
     }
 
     async fn require_project(&self, actor: &Actor, project_id: &str, write: bool) -> ApiResult<()> {
@@ -476,10 +485,7 @@ pub async fn flag(
     Path(id): Path<String>,
     crate::extract::JsonBody(body): crate::extract::JsonBody<FlagBody>,
 ) -> ApiResult<Json<Value>> {
-    let id2 = id.clone();
-    let current = state.relay_call(move |r| r.pull_specific(&id2)).await?;
-    let pid = current.package.project_id().to_owned();
-    state.require_project(&actor, &pid, true).await?;
+    let pid = state.writable_package_project(&actor, &id).await?;
     let ra = relay_actor(&actor);
     let (rt, note) = (body.review_type.clone(), body.note.clone());
     let id3 = id.clone();
@@ -514,10 +520,7 @@ pub async fn review(
     Path(id): Path<String>,
     crate::extract::JsonBody(body): crate::extract::JsonBody<ReviewBody>,
 ) -> ApiResult<Json<Value>> {
-    let id2 = id.clone();
-    let current = state.relay_call(move |r| r.pull_specific(&id2)).await?;
-    let pid = current.package.project_id().to_owned();
-    state.require_project(&actor, &pid, true).await?;
+    let pid = state.writable_package_project(&actor, &id).await?;
     let ra = relay_actor(&actor);
     let (outcome, note) = (body.outcome.clone(), body.note.clone());
     let id3 = id.clone();

@@ -147,9 +147,8 @@ impl Runtime {
         f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
     ) -> ApiResult<T> {
         let store = self.backends.carp.clone();
-        tokio::task::spawn_blocking(move || f(store.as_ref()))
-            .await
-            .map_err(|e| ApiError::internal("a store task failed", e))?
+        crate::error::run_blocking("a store task failed", move || f(store.as_ref()))
+            .await?
             .map_err(carp_store_error)
     }
 
@@ -182,6 +181,19 @@ pub fn require_read(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
             session.session_id
         )))
     }
+}
+
+/// The session `id` as `actor` may read it: a canonical UUID (400), an existing session (404),
+/// and a caller who owns it or audits (403).
+pub async fn readable_session(
+    state: &AppState,
+    actor: &Actor,
+    id: &str,
+) -> ApiResult<SessionRecord> {
+    check_uuid_field("/session_id", id)?;
+    let record = state.session_record(id).await?;
+    require_read(actor, &record)?;
+    Ok(record)
 }
 
 /// Fails with 403 unless `actor` owns `session` (or is admin).
@@ -313,15 +325,12 @@ pub async fn get(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SessionView>> {
-    check_uuid_field("/session_id", &id)?;
-    let record = state.session_record(&id).await?;
-    require_read(&actor, &record)?;
+    let record = readable_session(&state, &actor, &id).await?;
     let first = state.read_events_after(&id, None, 1).await?;
     let chains = state.backends.chains.clone();
     let sid = id.clone();
-    let count = tokio::task::spawn_blocking(move || chains.session(&sid))
-        .await
-        .map_err(|e| ApiError::internal("a store task failed", e))?
+    let count = crate::error::run_blocking("a store task failed", move || chains.session(&sid))
+        .await?
         .map_err(crate::tracelog::chain_error)?
         .map(|s| s.head.next_sequence)
         .unwrap_or(0);

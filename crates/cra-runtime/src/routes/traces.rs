@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
 use crate::routes::Caller;
-use crate::routes::sessions::{check_uuid_field, require_read};
+use crate::routes::sessions::readable_session;
 use crate::state::AppState;
 
 /// The JSON Lines media type of a `.trace.jsonl` export.
@@ -29,9 +29,7 @@ pub async fn get(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    check_uuid_field("/session_id", &id)?;
-    let record = state.session_record(&id).await?;
-    require_read(&actor, &record)?;
+    readable_session(&state, &actor, &id).await?;
     let events = state.read_all_events(&id).await?;
     let wants_lines = headers
         .get(ACCEPT)
@@ -85,13 +83,12 @@ pub async fn verify(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<VerifyResult>> {
-    check_uuid_field("/session_id", &id)?;
-    let record = state.session_record(&id).await?;
-    require_read(&actor, &record)?;
+    readable_session(&state, &actor, &id).await?;
     let events = state.read_all_events(&id).await?;
-    let report = tokio::task::spawn_blocking(move || cra_trace::verify_events(&events, false))
-        .await
-        .map_err(|e| ApiError::internal("the verification task failed", e))?;
+    let report = crate::error::run_blocking("the verification task failed", move || {
+        cra_trace::verify_events(&events, false)
+    })
+    .await?;
     Ok(Json(VerifyResult {
         session_id: id,
         valid: report.is_valid(),

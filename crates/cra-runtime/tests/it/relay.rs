@@ -181,3 +181,70 @@ async fn deposits_go_to_the_session_or_the_project_chain_and_grants_hold() {
     }
     s.stop().await;
 }
+
+/// flag_for_review and review over HTTP: the refusals (unknown package, no grant, a transition
+/// §5.3 forbids) change nothing; the allowed transitions are answered and recorded.
+#[tokio::test]
+async fn flag_and_review_follow_the_transitions_and_are_recorded() {
+    let s = TestServer::start().await;
+    let (st, p) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects",
+            &json!({"project_id": "proj-r", "name": "R"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{p}");
+    let audit = p["audit_session_id"].as_str().unwrap().to_owned();
+    let mut draft = package("pkg_r", "proj-r", "maintainer-bot", None);
+    draft["status"] = json!("draft");
+    let (st, d) = s
+        .post(Some(MAINT), "/v1/projects/proj-r/packages", &draft)
+        .await;
+    assert_eq!(st, 201, "{d}");
+    let recorded = s.event_types(&audit).await.len();
+
+    let flag = json!({"review_type": "human", "note": "please check the numbers"});
+    assert_error(
+        &s.post(Some(MAINT), "/v1/packages/pkg_missing/flag", &flag)
+            .await,
+        404,
+        "package_not_found",
+    );
+    assert_error(
+        &s.post(Some(AGENT2), "/v1/packages/pkg_r/flag", &flag).await,
+        403,
+        "unauthorized",
+    );
+    assert_eq!(
+        s.event_types(&audit).await.len(),
+        recorded,
+        "refusals record nothing"
+    );
+
+    let (st, flagged) = s.post(Some(MAINT), "/v1/packages/pkg_r/flag", &flag).await;
+    assert_eq!(st, 200, "{flagged}");
+    assert_eq!(flagged["status"], "awaiting_review");
+    assert_eq!(flagged["review_type"], "human");
+    let (st, reviewed) = s
+        .post(
+            Some(MAINT),
+            "/v1/packages/pkg_r/review",
+            &json!({"outcome": "complete", "note": "numbers match"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{reviewed}");
+    assert_eq!(reviewed["status"], "complete");
+    assert_eq!(
+        &s.event_types(&audit).await[recorded..],
+        ["relay.package.flagged", "relay.package.reviewed"]
+    );
+
+    // Nothing leaves `complete`.
+    assert_error(
+        &s.post(Some(MAINT), "/v1/packages/pkg_r/flag", &flag).await,
+        400,
+        "invalid_transition",
+    );
+    assert_eq!(s.event_types(&audit).await.len(), recorded + 2);
+}

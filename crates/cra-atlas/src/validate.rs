@@ -400,48 +400,42 @@ fn build(files: &BTreeMap<String, Vec<u8>>, diags: &mut Vec<Diagnostic>) -> Opti
             None
         }
     };
-    let mut policy_list = Vec::new();
-    let mut policy_origins = Vec::new();
-    for (o, v) in policies {
-        match serde_json::from_value::<Policy>(v) {
-            Ok(p) => {
-                policy_list.push(p);
-                policy_origins.push(o);
-            }
-            Err(e) => {
-                ok = false;
-                diags.push(Diagnostic::error(
-                    "schema",
-                    &o.file,
-                    &o.pointer,
-                    format!("the policy could not be read: {e}"),
-                ));
-            }
-        }
-    }
-    let mut action_list = Vec::new();
-    let mut action_origins = Vec::new();
-    for (o, v) in actions {
-        match serde_json::from_value::<Action>(v) {
-            Ok(a) => {
-                action_list.push(a);
-                action_origins.push(o);
-            }
-            Err(e) => {
-                ok = false;
-                diags.push(Diagnostic::error(
-                    "schema",
-                    &o.file,
-                    &o.pointer,
-                    format!("the action could not be read: {e}"),
-                ));
-            }
-        }
-    }
+    let (policy_list, policy_origins) = decode_each::<Policy>(policies, "policy", &mut ok, diags);
+    let (action_list, action_origins) = decode_each::<Action>(actions, "action", &mut ok, diags);
     let mut manifest = manifest.filter(|_| ok)?;
     manifest.policies = policy_list;
     manifest.actions = action_list;
     Some((manifest, policy_origins, action_origins))
+}
+
+/// Decodes each `(origin, value)` as a `T` (a policy or an action), keeping the origins of those
+/// that decode and recording a diagnostic (and `ok = false`) for each that does not.
+fn decode_each<T: serde::de::DeserializeOwned>(
+    items: Vec<(Origin, Value)>,
+    what: &str,
+    ok: &mut bool,
+    diags: &mut Vec<Diagnostic>,
+) -> (Vec<T>, Vec<Origin>) {
+    let mut decoded = Vec::new();
+    let mut origins = Vec::new();
+    for (o, v) in items {
+        match serde_json::from_value::<T>(v) {
+            Ok(item) => {
+                decoded.push(item);
+                origins.push(o);
+            }
+            Err(e) => {
+                *ok = false;
+                diags.push(Diagnostic::error(
+                    "schema",
+                    &o.file,
+                    &o.pointer,
+                    format!("the {what} could not be read: {e}"),
+                ));
+            }
+        }
+    }
+    (decoded, origins)
 }
 
 fn at(o: &Origin, tail: &str) -> String {

@@ -93,7 +93,16 @@ pub fn build_runtime(
         Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
         None => format!("store: redb in {}", config.data.display()),
     }));
+    let relay = cra_relay::Relay::new(
+        backends.relay.clone(),
+        clock.clone(),
+        ids.clone(),
+        Arc::new(cra_relay::session::SeededCallsigns::new(
+            clock.now().unix_timestamp_nanos() as u64,
+        )),
+    );
     let runtime = Runtime {
+        relay,
         config,
         clock,
         ids,

@@ -36,6 +36,9 @@ pub struct Runtime {
     pub hub: Arc<Hub>,
     /// The HTTP client of `http` executors.
     pub http: reqwest::Client,
+    /// The Relay service over `backends.relay`, built once at start so its callsign sequence
+    /// advances across calls.
+    pub relay: cra_relay::Relay,
     /// The atlases in force (swapped whole on reload).
     pub atlas_state: std::sync::RwLock<Arc<crate::atlases::AtlasState>>,
 }

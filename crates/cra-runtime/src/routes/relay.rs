@@ -68,23 +68,11 @@ pub struct Grants {
 }
 
 impl Runtime {
-    /// The Relay service over the configured store.
-    pub fn relay(&self) -> Relay {
-        Relay::new(
-            self.backends.relay.clone(),
-            self.clock.clone(),
-            self.ids.clone(),
-            std::sync::Arc::new(cra_relay::session::SeededCallsigns::new(
-                self.clock.now().unix_timestamp_nanos() as u64,
-            )),
-        )
-    }
-
     async fn relay_call<T: Send + 'static>(
         &self,
         f: impl FnOnce(Relay) -> Result<T, RelayError> + Send + 'static,
     ) -> ApiResult<T> {
-        let relay = self.relay();
+        let relay = self.relay.clone();
         crate::error::run_blocking("a relay task failed", move || f(relay))
             .await?
             .map_err(relay_error)

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cra_carp::CarpStore;
-use cra_store::{PgStore, RedbStore, StoreConfig};
+use cra_store::{PgStore, RedbStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use cra_wire::{Clock, IdGenerator};
 
@@ -38,7 +38,10 @@ pub fn open(
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<Backends, cra_store::StoreError> {
-    let store_config = StoreConfig { clock, ids };
+    // Every state write the runtime answers is followed by the TRACE append that records it, and
+    // the answer waits for that append: the append's durable commit persists the state too.
+    let store_config =
+        StoreConfig::new(clock, ids).with_state_durability(StateDurability::WithNextAppend);
     match &config.postgres {
         Some(url) => {
             let pg = PgStore::connect_with(

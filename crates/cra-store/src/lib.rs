@@ -40,20 +40,58 @@ pub use pg::PgStore;
 pub use redb::RedbStore;
 pub use retention::{RetentionPolicy, RetentionReport, SessionRemoval};
 
-/// What a store needs from its surroundings: where "now" and new ids come from.
+/// When a write to the CARP state (sessions, request ids, resolutions, executions, counters,
+/// approvals) is on disk.
+///
+/// TRACE appends are always durable before they are answered; this setting is only about the
+/// state writes beside them. See `specs/storage.md` ("What is flushed when").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StateDurability {
+    /// Every state write is durable when the call returns (redb fsyncs the commit; PostgreSQL
+    /// commits with `synchronous_commit` on). For callers that acknowledge a state write by itself.
+    #[default]
+    Immediate,
+    /// A state write is durable once the next TRACE append made through the same store is: redb
+    /// commits it without fsync and the next durable commit (the collector's) persists it with
+    /// everything before it; PostgreSQL commits it with `synchronous_commit` off and the next
+    /// synchronous commit flushes the write-ahead log past it. Only for callers that answer no
+    /// state write before recording it in a chain, as the runtime does; a crash before that
+    /// append may lose the state write, which nobody was told about.
+    WithNextAppend,
+}
+
+/// What a store needs from its surroundings: where "now" and new ids come from, and how state
+/// writes are flushed.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
     /// Timestamps of appended events.
     pub clock: Arc<dyn Clock>,
     /// Ids of appended events.
     pub ids: Arc<dyn IdGenerator>,
+    /// When CARP state writes are durable.
+    pub state_durability: StateDurability,
+}
+
+impl StoreConfig {
+    /// The system clock, UUIDv7 ids and immediately durable state writes.
+    pub fn new(clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> Self {
+        Self {
+            clock,
+            ids,
+            state_durability: StateDurability::Immediate,
+        }
+    }
+
+    /// The same, with state writes flushed as `durability` says.
+    #[must_use]
+    pub fn with_state_durability(mut self, durability: StateDurability) -> Self {
+        self.state_durability = durability;
+        self
+    }
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self {
-            clock: Arc::new(SystemClock),
-            ids: Arc::new(UuidV7Ids),
-        }
+        Self::new(Arc::new(SystemClock), Arc::new(UuidV7Ids))
     }
 }

@@ -356,6 +356,12 @@ pub async fn end(
     if !record.is_active() {
         return Ok(StatusCode::NO_CONTENT);
     }
+    // The state first, then the event: the append is durable and makes the state write durable
+    // with it (the store defers state writes to the next append), so a 204 means both are on disk.
+    // Should the append fail, a repeated DELETE finds the session ended and answers 204 at once.
+    let now = format_timestamp(state.clock.now());
+    let sid = id.clone();
+    state.carp(move |s| s.end_session(&sid, &now)).await?;
     let trace_id = state.ids.new_id();
     let span_id = state.ids.new_id();
     let payload = json!({
@@ -375,7 +381,5 @@ pub async fn end(
         Err(e) if e.token() == Some(Token::SessionInactive) => {}
         Err(e) => return Err(e),
     }
-    let now = format_timestamp(state.clock.now());
-    state.carp(move |s| s.end_session(&id, &now)).await?;
     Ok(StatusCode::NO_CONTENT)
 }

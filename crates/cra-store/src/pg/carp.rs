@@ -42,7 +42,7 @@ fn to_i64(n: u64) -> i64 {
 
 impl PgStore {
     fn carp_client(&self) -> Result<PooledClient<'_>, CarpError> {
-        self.client().map_err(be)
+        self.state_client().map_err(be)
     }
 
     fn carp_body<T: DeserializeOwned>(

@@ -33,6 +33,9 @@ pub struct PgStore {
 struct Inner {
     schema: String,
     pool: Arc<Pool>,
+    /// Connections for CARP state writes under [`crate::StateDurability::WithNextAppend`]
+    /// (`synchronous_commit` off); `None` when state writes use `pool`.
+    state_pool: Option<Pool>,
     config: StoreConfig,
     collector: Collector,
 }
@@ -61,7 +64,9 @@ impl PgStore {
         pool_size: usize,
     ) -> Result<Self, StoreError> {
         check_schema_name(schema)?;
-        let pool = Arc::new(Pool::new(url, schema, pool_size.max(COMMITTERS + 1)));
+        let pool = Arc::new(Pool::new(url, schema, pool_size.max(COMMITTERS + 1), true));
+        let state_pool = (config.state_durability == crate::StateDurability::WithNextAppend)
+            .then(|| Pool::new(url, schema, pool_size, false));
         migrate(&pool, schema)?;
         let collector = {
             let (pool, config) = (pool.clone(), config.clone());
@@ -73,6 +78,7 @@ impl PgStore {
             inner: Arc::new(Inner {
                 schema: schema.to_owned(),
                 pool,
+                state_pool,
                 config,
                 collector,
             }),
@@ -88,6 +94,15 @@ impl PgStore {
     /// tables.
     pub fn client(&self) -> Result<PooledClient<'_>, StoreError> {
         self.inner.pool.get()
+    }
+
+    /// A connection for CARP state writes: one whose commits are durable once the next TRACE
+    /// append is, when the store was opened with [`crate::StateDurability::WithNextAppend`].
+    pub(crate) fn state_client(&self) -> Result<PooledClient<'_>, StoreError> {
+        match &self.inner.state_pool {
+            Some(p) => p.get(),
+            None => self.inner.pool.get(),
+        }
     }
 
     pub(crate) fn collector(&self) -> &Collector {

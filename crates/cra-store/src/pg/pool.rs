@@ -1,5 +1,6 @@
 //! A small pool of synchronous PostgreSQL connections, each with its `search_path` set to the
-//! store's schema and `synchronous_commit` on (a commit returns only once its WAL is flushed).
+//! store's schema and `synchronous_commit` on (a commit returns only once its WAL is flushed) or,
+//! for a pool of deferred state writes, off (a later synchronous commit flushes the WAL past it).
 
 use std::ops::{Deref, DerefMut};
 use std::sync::{Condvar, Mutex};
@@ -13,6 +14,7 @@ pub struct Pool {
     url: String,
     schema: String,
     max: usize,
+    synchronous_commit: bool,
     state: Mutex<State>,
     freed: Condvar,
 }
@@ -32,11 +34,12 @@ impl std::fmt::Debug for Pool {
 }
 
 impl Pool {
-    pub(crate) fn new(url: &str, schema: &str, max: usize) -> Self {
+    pub(crate) fn new(url: &str, schema: &str, max: usize, synchronous_commit: bool) -> Self {
         Self {
             url: url.to_owned(),
             schema: schema.to_owned(),
             max: max.max(1),
+            synchronous_commit,
             state: Mutex::new(State {
                 idle: Vec::new(),
                 open: 0,
@@ -80,8 +83,9 @@ impl Pool {
             Client::connect(&self.url, NoTls).map_err(|e| StoreError::Connect(e.to_string()))?;
         client
             .batch_execute(&format!(
-                "SET search_path TO {}; SET synchronous_commit TO on",
-                quote_ident(&self.schema)
+                "SET search_path TO {}; SET synchronous_commit TO {}",
+                quote_ident(&self.schema),
+                if self.synchronous_commit { "on" } else { "off" }
             ))
             .map_err(|e| StoreError::Connect(e.to_string()))?;
         Ok(client)

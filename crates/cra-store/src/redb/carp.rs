@@ -1,7 +1,9 @@
 //! CARP state in redb (`cra_carp::store::CarpStore`): sessions, request ids, resolutions,
 //! executions with idempotency keys, rate and budget counters, approvals.
 //!
-//! Every write is one redb write transaction committed with `Durability::Immediate`; redb runs
+//! Every write is one redb write transaction, committed with `Durability::Immediate`, or without
+//! fsync under [`crate::StateDurability::WithNextAppend`] (the collector's next durable commit
+//! persists it); redb runs
 //! write transactions one at a time, so insert-if-absent and the check-then-record of
 //! `try_consume` are atomic without further locking. A call that changes nothing aborts its
 //! transaction (no fsync). Records are stored as JSON.
@@ -66,14 +68,19 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), crate::StoreError> {
 }
 
 impl RedbStore {
-    /// Runs `f` in a durable write transaction; commits when it returns `(value, true)`, aborts
-    /// (nothing changed) on `(value, false)` or an error.
+    /// Runs `f` in a write transaction (durable as the store's [`crate::StateDurability`] says);
+    /// commits when it returns `(value, true)`, aborts (nothing changed) on `(value, false)` or an
+    /// error.
     fn carp_write<T>(
         &self,
         f: impl FnOnce(&WriteTransaction) -> Result<(T, bool), CarpError>,
     ) -> Result<T, CarpError> {
         let mut txn = self.database().begin_write().map_err(be)?;
-        txn.set_durability(Durability::Immediate).map_err(be)?;
+        let durability = match self.config().state_durability {
+            crate::StateDurability::Immediate => Durability::Immediate,
+            crate::StateDurability::WithNextAppend => Durability::None,
+        };
+        txn.set_durability(durability).map_err(be)?;
         let (value, changed) = f(&txn)?;
         if changed {
             txn.commit().map_err(be)?;

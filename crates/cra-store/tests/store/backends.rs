@@ -50,10 +50,10 @@ pub fn backends(test: &str, config: impl Fn() -> StoreConfig) -> Vec<Fresh> {
 /// A clock frozen at a known instant and deterministic ids.
 pub fn fixed() -> (Arc<FixedClock>, StoreConfig) {
     let clock = Arc::new(FixedClock::parse("2026-03-01T12:00:00Z").unwrap());
-    let config = StoreConfig {
-        clock: clock.clone(),
-        ids: Arc::new(SequentialIds::new(1_772_366_400_000, 7)),
-    };
+    let config = StoreConfig::new(
+        clock.clone(),
+        Arc::new(SequentialIds::new(1_772_366_400_000, 7)),
+    );
     (clock, config)
 }
 

@@ -4,15 +4,21 @@
 //!
 //! Run against redb and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL (one schema over all
 //! cycles). The writer is this test binary re-run with `CRA_STORE_CRASH_CHILD` set (see
-//! [`child_writer`]); it prints `ACK <session> <sequence> <hash>` after each append returns, i.e. once durable.
+//! [`child_writer`]); it prints `ACK <session> <sequence> <hash> <request id>` after each append
+//! returns, i.e. once durable.
+//!
+//! The writer opens its store as the runtime does, with CARP state writes deferred to the next
+//! append (`StateDurability::WithNextAppend`), and records a request id (a CARP state write)
+//! before each append: an acknowledged append must bring that earlier state write with it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use cra_carp::store::CarpStore;
 use cra_store::testing::{TestSchema, postgres_url};
-use cra_store::{PgStore, RedbStore, StoreConfig};
+use cra_store::{PgStore, RedbStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -48,8 +54,12 @@ enum Target {
     Pg(String, String),
 }
 
+/// A store holding both chains and CARP state, as the runtime's backends do.
+trait Both: ChainStore + CarpStore {}
+impl<T: ChainStore + CarpStore> Both for T {}
+
 impl Target {
-    fn open(&self) -> Box<dyn ChainStore> {
+    fn open(&self) -> Box<dyn Both> {
         match self {
             Target::Redb(dir) => Box::new(RedbStore::open(dir).unwrap()),
             Target::Pg(url, schema) => {
@@ -82,6 +92,8 @@ fn cycle_kills(backend: &str, target: &Target) {
     let exe = std::env::current_exe().unwrap();
     // session -> (last acknowledged sequence, its hash)
     let mut acked: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    // (session, request id) recorded before each acknowledged append.
+    let mut state_writes: Vec<(String, String)> = Vec::new();
     let mut total_acks = 0usize;
     for cycle in 0..cycles {
         let kill_after = rng.random_range(1..=40usize);
@@ -104,10 +116,12 @@ fn cycle_kills(backend: &str, target: &Target) {
             if parts.next() != Some("ACK") {
                 return;
             }
-            let (Some(session), Some(seq), Some(hash)) = (parts.next(), parts.next(), parts.next())
+            let (Some(session), Some(seq), Some(hash), Some(request)) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
             else {
                 return;
             };
+            state_writes.push((session.to_owned(), request.to_owned()));
             let seq: u64 = seq.parse().unwrap();
             let entry = acked
                 .entry(session.to_owned())
@@ -147,6 +161,13 @@ fn cycle_kills(backend: &str, target: &Target) {
                 "cycle {cycle} (seed {seed}): acknowledged event {session}/{seq} lost"
             );
         }
+        for (session, request) in &state_writes {
+            assert!(
+                !store.insert_request_id(session, request).unwrap(),
+                "cycle {cycle} (seed {seed}): the state write {session}/{request} made before an \
+                 acknowledged append was lost"
+            );
+        }
         for summary in store.sessions().unwrap() {
             verify_chain(&*store, &summary.session_id).unwrap_or_else(|e| {
                 panic!(
@@ -164,7 +185,7 @@ fn cycle_kills(backend: &str, target: &Target) {
 /// Reads and checks a whole chain against its head. The head is read first: a killed client's
 /// last transaction may still be committing on the PostgreSQL server, and since events and head
 /// move together in one transaction, the events up to a head once seen never change.
-fn verify_chain(store: &dyn ChainStore, session: &str) -> Result<u64, String> {
+fn verify_chain(store: &dyn Both, session: &str) -> Result<u64, String> {
     let head = store
         .session(session)
         .map_err(|e| e.to_string())?
@@ -197,12 +218,12 @@ fn child_writer() {
         return;
     };
     let seed: u64 = std::env::var(SEED_VAR).unwrap().parse().unwrap();
-    let store: Arc<dyn ChainStore> = match std::env::var(SCHEMA_VAR) {
-        Ok(schema) => Arc::new(
-            PgStore::connect_with(target.to_str().unwrap(), &schema, StoreConfig::default(), 8)
-                .unwrap(),
-        ),
-        Err(_) => Arc::new(RedbStore::open(target).unwrap()),
+    let config = StoreConfig::default().with_state_durability(StateDurability::WithNextAppend);
+    let store: Arc<dyn Both> = match std::env::var(SCHEMA_VAR) {
+        Ok(schema) => {
+            Arc::new(PgStore::connect_with(target.to_str().unwrap(), &schema, config, 8).unwrap())
+        }
+        Err(_) => Arc::new(RedbStore::open_with(target, config).unwrap()),
     };
     let out = Arc::new(Mutex::new(std::io::stdout()));
     let threads: Vec<_> = (0..4u64)
@@ -218,14 +239,20 @@ fn child_writer() {
                         format!("w{}", rng.random_range(0..6u32))
                     };
                     let n = rng.random_range(1..=5u64);
+                    let request = format!("{seed}-{t}-{i}");
+                    assert!(store.insert_request_id(&session, &request).unwrap());
                     let events = store
                         .append(&session, (0..n).map(|k| note(i * 10 + k)).collect())
                         .unwrap();
                     let last = events.last().unwrap();
                     let mut out = out.lock().unwrap();
-                    if writeln!(out, "ACK {session} {} {}", last.sequence, last.event_hash)
-                        .and_then(|()| out.flush())
-                        .is_err()
+                    if writeln!(
+                        out,
+                        "ACK {session} {} {} {request}",
+                        last.sequence, last.event_hash
+                    )
+                    .and_then(|()| out.flush())
+                    .is_err()
                     {
                         return;
                     }

@@ -4,6 +4,7 @@
 //! * [`chain`]: the Appendix B hash, and sealing a draft onto a chain head (genesis rules).
 //! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader.
 //! * [`lifecycle`]: the optional session lifecycle rules (start, end, answered actions).
+//! * [`diff`]: semantic comparison of two chains (events aligned by span tree, type and subject).
 //! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
 //!   tree-free line parser of `fastline`).
 //!
@@ -11,6 +12,7 @@
 //! `cra-store`; the CLI opens files.
 
 pub mod chain;
+pub mod diff;
 pub mod event;
 mod fastline;
 pub mod lifecycle;

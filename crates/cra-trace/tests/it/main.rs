@@ -6,6 +6,7 @@
     clippy::indexing_slicing
 )]
 
+mod diff;
 mod lifecycle;
 mod support;
 mod vectors;

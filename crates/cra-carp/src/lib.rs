@@ -10,12 +10,14 @@
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation; [`service`]: the operations over a store.
 //! * [`replay`]: re-resolving recorded requests and reporting the first divergence.
+//! * [`reconstruct`]: a session's state rebuilt from its trace, and compared with the store.
 //! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
 
 pub mod eval;
 pub mod execute;
 pub mod explain;
 pub mod index;
+pub mod reconstruct;
 pub mod replay;
 pub mod service;
 pub mod shared;

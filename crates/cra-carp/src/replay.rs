@@ -3,6 +3,14 @@
 //! same `trace_id`, ignoring ids and timestamps. The recorded resolution is only ever compared
 //! with, never returned: a replay that cannot re-resolve reports an error.
 //!
+//! * The clock of each re-resolve is the recorded time of its request ([`ReplayClock`]): by
+//!   default the instant the recorded resolution says it was made (its `timestamp`, the
+//!   resolver's own reading), or the request event's `timestamp`.
+//! * Counters are the snapshot recorded with the request (`counters`), or zero when none is.
+//! * Atlases: [`replay`] uses one given set for every request; [`replay_library`] picks, for each
+//!   request, the supplied atlas whose digest the request recorded (several versions of one atlas
+//!   may be supplied), and says in [`ReplayCase::atlas_notes`] where that was not possible.
+//!
 //! Also here: the audit events one resolve emits ([`resolve_drafts`]), so the runtime and the
 //! `cra resolve --record` command write traces replay understands.
 
@@ -11,6 +19,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
 use cra_wire::IdGenerator;
 use serde_json::{Value, json};
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Serialize;
 
 use crate::eval::{CountersSnapshot, ResolveOptions, resolve};
 use crate::explain::Outcome;
@@ -152,6 +165,77 @@ pub enum CaseOutcome {
     Error(String),
 }
 
+/// One place where a replayed resolution differs from the recorded one.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Divergence {
+    /// JSON pointer into the resolution.
+    pub pointer: String,
+    /// What the trace recorded there (`null` when absent).
+    pub recorded: Value,
+    /// What the replay produced there (`null` when absent).
+    pub replayed: Value,
+}
+
+/// Something about the atlases of one replayed request that the reader should know: the replay
+/// still ran, but against other atlases than the recorded ones.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum AtlasNote {
+    /// The atlas was supplied, but not with the digest the request recorded.
+    DigestDiffers {
+        /// The atlas.
+        atlas_id: String,
+        /// The digest in force when the request was recorded.
+        recorded: String,
+        /// The digest of the atlas used for the replay.
+        supplied: String,
+    },
+    /// The request recorded this atlas, and none with its id was supplied.
+    NotSupplied {
+        /// The atlas.
+        atlas_id: String,
+        /// The digest in force when the request was recorded.
+        recorded: String,
+    },
+    /// This atlas was supplied but was not loaded when the request was recorded
+    /// ([`replay_library`] leaves it out; [`replay`] uses it).
+    NotRecorded {
+        /// The atlas.
+        atlas_id: String,
+        /// Its digest.
+        supplied: String,
+    },
+    /// The request event records no atlas digests: every supplied atlas was used.
+    NoDigests,
+}
+
+impl std::fmt::Display for AtlasNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AtlasNote::DigestDiffers {
+                atlas_id,
+                recorded,
+                supplied,
+            } => write!(
+                f,
+                "atlas {atlas_id} differs from the recorded one (recorded digest {recorded}, supplied {supplied})"
+            ),
+            AtlasNote::NotSupplied { atlas_id, recorded } => write!(
+                f,
+                "atlas {atlas_id} (digest {recorded}) was in force when the request was recorded but was not supplied"
+            ),
+            AtlasNote::NotRecorded { atlas_id, supplied } => write!(
+                f,
+                "atlas {atlas_id} (digest {supplied}) was supplied but not loaded when the request was recorded"
+            ),
+            AtlasNote::NoDigests => write!(
+                f,
+                "the request records no atlas digests; every supplied atlas was used"
+            ),
+        }
+    }
+}
+
 /// One replayed resolve.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplayCase {
@@ -163,19 +247,43 @@ pub struct ReplayCase {
     pub goal: String,
     /// The sequence of the request event.
     pub sequence: u64,
+    /// The clock the case was re-resolved at (wire form; empty when it could not be read).
+    pub now: String,
     /// The verdict.
     pub outcome: CaseOutcome,
+    /// Every difference, in document order (empty unless the outcome is `Diverged`, whose
+    /// difference is the first of these).
+    pub differences: Vec<Divergence>,
     /// Whether the atlas digests in force differ from the recorded ones (informative: the
     /// resolution comparison decides).
     pub digests_changed: bool,
+    /// Where the atlases used differ from the recorded ones.
+    pub atlas_notes: Vec<AtlasNote>,
     /// Policies that decided an action, attached a constraint or denied by exhaustion.
     pub policies_fired: BTreeSet<(String, String)>,
     /// Actions that were decided (allowed or denied).
     pub actions_decided: BTreeSet<(String, String)>,
 }
 
-/// Replays every resolve recorded in `events`.
-pub fn replay(events: &[TraceEvent], atlases: &AtlasSet) -> Vec<ReplayCase> {
+/// Which recorded time a request is re-resolved at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReplayClock {
+    /// The recorded resolution's `timestamp` (the instant the resolver used); the request
+    /// event's timestamp when the resolution has none that can be read.
+    #[default]
+    Resolution,
+    /// The `timestamp` of the `carp.request.received` event (the chain's clock).
+    Event,
+}
+
+/// How to replay.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayOptions {
+    /// The clock of each re-resolve.
+    pub clock: ReplayClock,
+}
+
+fn recorded_resolutions(events: &[TraceEvent]) -> BTreeMap<&str, &Value> {
     let mut recorded: BTreeMap<&str, &Value> = BTreeMap::new();
     for e in events {
         if e.event_type == RESOLUTION_COMPLETED
@@ -184,34 +292,194 @@ pub fn replay(events: &[TraceEvent], atlases: &AtlasSet) -> Vec<ReplayCase> {
             recorded.insert(e.trace_id.as_str(), r);
         }
     }
+    recorded
+}
+
+fn recorded_digests(event: &TraceEvent) -> Option<BTreeMap<String, String>> {
+    let d = event
+        .payload
+        .get("atlas_digests")
+        .and_then(Value::as_object)?;
+    Some(
+        d.iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect(),
+    )
+}
+
+/// Replays every resolve recorded in `events` against `atlases`, at the recorded resolution
+/// instants.
+pub fn replay(events: &[TraceEvent], atlases: &AtlasSet) -> Vec<ReplayCase> {
+    replay_with(events, atlases, &ReplayOptions::default())
+}
+
+/// Replays every resolve recorded in `events` against one atlas set.
+pub fn replay_with(
+    events: &[TraceEvent],
+    atlases: &AtlasSet,
+    options: &ReplayOptions,
+) -> Vec<ReplayCase> {
+    let recorded = recorded_resolutions(events);
     let digests = atlases.digests();
     events
         .iter()
         .filter(|e| e.event_type == REQUEST_RECEIVED)
         .map(|e| {
+            let notes = match recorded_digests(e) {
+                None => vec![AtlasNote::NoDigests],
+                Some(rec) => {
+                    let mut notes = Vec::new();
+                    for (id, h) in &rec {
+                        match digests.get(id) {
+                            Some(d) if d == h => {}
+                            Some(d) => notes.push(AtlasNote::DigestDiffers {
+                                atlas_id: id.clone(),
+                                recorded: h.clone(),
+                                supplied: d.clone(),
+                            }),
+                            None => notes.push(AtlasNote::NotSupplied {
+                                atlas_id: id.clone(),
+                                recorded: h.clone(),
+                            }),
+                        }
+                    }
+                    for (id, d) in &digests {
+                        if !rec.contains_key(id) {
+                            notes.push(AtlasNote::NotRecorded {
+                                atlas_id: id.clone(),
+                                supplied: d.clone(),
+                            });
+                        }
+                    }
+                    notes
+                }
+            };
             replay_one(
                 e,
                 recorded.get(e.trace_id.as_str()).copied(),
-                atlases,
-                &digests,
+                Ok(atlases),
+                notes,
+                options,
             )
         })
         .collect()
 }
 
+/// Replays every resolve recorded in `events`, choosing for each request the supplied atlases
+/// that match the digests it recorded: per recorded atlas id, the supplied atlas with the
+/// recorded digest, else the first supplied atlas with that id (noted as
+/// [`AtlasNote::DigestDiffers`]); recorded ids with no supplied atlas are noted as
+/// [`AtlasNote::NotSupplied`]; supplied atlases the request did not record are left out
+/// ([`AtlasNote::NotRecorded`]). A request that records no digests uses the first supplied atlas
+/// of each id.
+pub fn replay_library(
+    events: &[TraceEvent],
+    library: &[cra_atlas::LoadedAtlas],
+    options: &ReplayOptions,
+) -> Vec<ReplayCase> {
+    let recorded = recorded_resolutions(events);
+    let mut sets: HashMap<Vec<usize>, Result<Arc<AtlasSet>, String>> = HashMap::new();
+    events
+        .iter()
+        .filter(|e| e.event_type == REQUEST_RECEIVED)
+        .map(|e| {
+            let (chosen, notes) = choose_atlases(library, recorded_digests(e).as_ref());
+            let set = sets
+                .entry(chosen.clone())
+                .or_insert_with(|| {
+                    let picked: Vec<cra_atlas::LoadedAtlas> =
+                        chosen.iter().map(|&i| library[i].clone()).collect();
+                    AtlasSet::from_loaded(&picked)
+                        .map(Arc::new)
+                        .map_err(|err| format!("the chosen atlases do not compile: {err}"))
+                })
+                .clone();
+            let set = match &set {
+                Ok(s) => Ok(s.as_ref()),
+                Err(m) => Err(m.clone()),
+            };
+            replay_one(
+                e,
+                recorded.get(e.trace_id.as_str()).copied(),
+                set,
+                notes,
+                options,
+            )
+        })
+        .collect()
+}
+
+/// The library indexes to resolve a request with, and the notes about them.
+fn choose_atlases(
+    library: &[cra_atlas::LoadedAtlas],
+    recorded: Option<&BTreeMap<String, String>>,
+) -> (Vec<usize>, Vec<AtlasNote>) {
+    let mut notes = Vec::new();
+    let mut chosen = Vec::new();
+    let first_of = |id: &str| library.iter().position(|a| a.id() == id);
+    match recorded {
+        None => {
+            notes.push(AtlasNote::NoDigests);
+            for (i, a) in library.iter().enumerate() {
+                if first_of(a.id()) == Some(i) {
+                    chosen.push(i);
+                }
+            }
+        }
+        Some(rec) => {
+            for (id, digest) in rec {
+                if let Some(i) = library
+                    .iter()
+                    .position(|a| a.id() == id && a.digest == *digest)
+                {
+                    chosen.push(i);
+                } else if let Some(i) = first_of(id) {
+                    notes.push(AtlasNote::DigestDiffers {
+                        atlas_id: id.clone(),
+                        recorded: digest.clone(),
+                        supplied: library[i].digest.clone(),
+                    });
+                    chosen.push(i);
+                } else {
+                    notes.push(AtlasNote::NotSupplied {
+                        atlas_id: id.clone(),
+                        recorded: digest.clone(),
+                    });
+                }
+            }
+            for (i, a) in library.iter().enumerate() {
+                if !rec.contains_key(a.id()) && first_of(a.id()) == Some(i) {
+                    notes.push(AtlasNote::NotRecorded {
+                        atlas_id: a.id().to_owned(),
+                        supplied: a.digest.clone(),
+                    });
+                }
+            }
+        }
+    }
+    chosen.sort_unstable();
+    (chosen, notes)
+}
+
 fn replay_one(
     event: &TraceEvent,
     recorded: Option<&Value>,
-    atlases: &AtlasSet,
-    digests: &BTreeMap<String, String>,
+    atlases: Result<&AtlasSet, String>,
+    atlas_notes: Vec<AtlasNote>,
+    options: &ReplayOptions,
 ) -> ReplayCase {
     let mut case = ReplayCase {
         request_id: String::new(),
         trace_id: event.trace_id.clone(),
         goal: String::new(),
         sequence: event.sequence,
+        now: String::new(),
         outcome: CaseOutcome::Same,
-        digests_changed: false,
+        differences: Vec::new(),
+        digests_changed: atlas_notes
+            .iter()
+            .any(|n| !matches!(n, AtlasNote::NotRecorded { .. })),
+        atlas_notes,
         policies_fired: BTreeSet::new(),
         actions_decided: BTreeSet::new(),
     };
@@ -232,15 +500,6 @@ fn replay_one(
         .as_ref()
         .map(|t| t.goal.clone())
         .unwrap_or_default();
-    if let Some(d) = event
-        .payload
-        .get("atlas_digests")
-        .and_then(Value::as_object)
-    {
-        case.digests_changed = d
-            .iter()
-            .any(|(id, h)| digests.get(id).map(String::as_str) != h.as_str());
-    }
     let Some(recorded) = recorded else {
         return fail(
             case,
@@ -250,6 +509,10 @@ fn replay_one(
             ),
         );
     };
+    let atlases = match atlases {
+        Ok(a) => a,
+        Err(m) => return fail(case, m),
+    };
     let counters = match event.payload.get("counters") {
         None => CountersSnapshot::empty(),
         Some(c) => match serde_json::from_value::<CountersSnapshot>(c.clone()) {
@@ -257,10 +520,18 @@ fn replay_one(
             Err(e) => return fail(case, format!("the recorded counters are unreadable: {e}")),
         },
     };
-    let now = match cra_wire::clock::parse_rfc3339(&event.timestamp) {
-        Ok(t) => t,
-        Err(e) => return fail(case, e.to_string()),
+    let resolution_time = recorded
+        .get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| cra_wire::clock::parse_rfc3339(t).ok());
+    let now = match (options.clock, resolution_time) {
+        (ReplayClock::Resolution, Some(t)) => t,
+        _ => match cra_wire::clock::parse_rfc3339(&event.timestamp) {
+            Ok(t) => t,
+            Err(e) => return fail(case, e.to_string()),
+        },
     };
+    case.now = cra_wire::clock::format_timestamp(now);
     let ttl = recorded
         .get("ttl_seconds")
         .and_then(Value::as_u64)
@@ -291,11 +562,12 @@ fn replay_one(
         Ok(v) => v,
         Err(e) => return fail(case, e.to_string()),
     };
-    if let Some((pointer, a, b)) = first_difference("", recorded, &replayed) {
+    every_difference("", recorded, &replayed, &mut case.differences);
+    if let Some(first) = case.differences.first() {
         case.outcome = CaseOutcome::Diverged {
-            pointer,
-            recorded: a,
-            replayed: b,
+            pointer: first.pointer.clone(),
+            recorded: first.recorded.clone(),
+            replayed: first.replayed.clone(),
         };
     }
     case
@@ -359,5 +631,56 @@ pub fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, Val
             None
         }
         _ => (a != b).then(|| (path.to_owned(), a.clone(), b.clone())),
+    }
+}
+
+/// Every place where `a` and `b` differ, in the document order of [`first_difference`] (whose
+/// answer is the first of these), skipping ids and timestamps. An array element present on one
+/// side only is one difference; so is a member present on one side only.
+pub fn every_difference(path: &str, a: &Value, b: &Value, out: &mut Vec<Divergence>) {
+    if ignored(path) {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = format!("{path}/{}", escape(k));
+                match (x.get(k), y.get(k)) {
+                    (Some(va), Some(vb)) => every_difference(&p, va, vb, out),
+                    (va, vb) => {
+                        if !ignored(&p) {
+                            out.push(Divergence {
+                                pointer: p,
+                                recorded: va.cloned().unwrap_or(Value::Null),
+                                replayed: vb.cloned().unwrap_or(Value::Null),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let p = format!("{path}/{i}");
+                match (x.get(i), y.get(i)) {
+                    (Some(va), Some(vb)) => every_difference(&p, va, vb, out),
+                    (va, vb) => out.push(Divergence {
+                        pointer: p,
+                        recorded: va.cloned().unwrap_or(Value::Null),
+                        replayed: vb.cloned().unwrap_or(Value::Null),
+                    }),
+                }
+            }
+        }
+        _ => {
+            if a != b {
+                out.push(Divergence {
+                    pointer: path.to_owned(),
+                    recorded: a.clone(),
+                    replayed: b.clone(),
+                });
+            }
+        }
     }
 }

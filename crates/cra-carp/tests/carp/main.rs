@@ -4,6 +4,7 @@
 mod common;
 mod golden;
 mod props;
+mod reconstruct;
 mod replay;
 mod service;
 mod store;

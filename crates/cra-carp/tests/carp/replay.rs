@@ -149,3 +149,137 @@ fn a_tampered_recorded_resolution_is_not_echoed() {
         matches!(&cases[0].outcome, CaseOutcome::Diverged { pointer, .. } if pointer == "/decision/type")
     );
 }
+
+/// The support atlas copied with its delete policy flipped from deny to allow.
+fn flipped_support(dir: &std::path::Path) -> std::path::PathBuf {
+    let copy = dir.join("support");
+    std::fs::create_dir_all(copy.join("context")).unwrap();
+    for f in [
+        "atlas.json",
+        "context/overview.md",
+        "context/refunds.md",
+        "context/escalation.md",
+    ] {
+        std::fs::copy(fixture("table/atlases/support").join(f), copy.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(copy.join("atlas.json")).unwrap();
+    let flipped = text.replacen(
+        "\"policy_id\": \"deny-ticket-delete\",\n      \"type\": \"deny\"",
+        "\"policy_id\": \"deny-ticket-delete\",\n      \"type\": \"allow\"",
+        1,
+    );
+    assert_ne!(text, flipped);
+    std::fs::write(copy.join("atlas.json"), flipped).unwrap();
+    copy
+}
+
+#[test]
+fn a_library_replays_each_request_with_its_recorded_atlas_version() {
+    use cra_carp::replay::{AtlasNote, ReplayOptions, replay_library};
+    let set = table_atlases();
+    let events = record(
+        &set,
+        &[("com.example.support", "help")],
+        &CountersSnapshot::empty(),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let original = cra_atlas::load_dir(&fixture("table/atlases/support")).unwrap();
+    let changed = cra_atlas::load_dir(&flipped_support(dir.path())).unwrap();
+    assert_ne!(original.digest, changed.digest);
+    let opts = ReplayOptions::default();
+
+    // Both versions supplied (the changed one first): the recorded one is chosen. The other
+    // table atlases were loaded when the request was recorded and are not supplied: noted.
+    let cases = replay_library(&events, &[changed.clone(), original.clone()], &opts);
+    assert_eq!(cases[0].outcome, CaseOutcome::Same, "{:?}", cases[0]);
+    assert!(
+        cases[0]
+            .atlas_notes
+            .iter()
+            .all(|n| matches!(n, AtlasNote::NotSupplied { .. })),
+        "{:?}",
+        cases[0].atlas_notes
+    );
+    assert!(cases[0].atlas_notes.iter().any(
+        |n| matches!(n, AtlasNote::NotSupplied { atlas_id, .. } if atlas_id == "com.example.ops")
+    ));
+
+    // Only the changed version: the replay runs against it, warns, and diverges; every
+    // difference is listed, the first being the outcome's.
+    let cases = replay_library(&events, std::slice::from_ref(&changed), &opts);
+    let c = &cases[0];
+    assert!(c.digests_changed);
+    assert!(c.atlas_notes.contains(&AtlasNote::DigestDiffers {
+        atlas_id: "com.example.support".into(),
+        recorded: original.digest.clone(),
+        supplied: changed.digest.clone(),
+    }));
+    let CaseOutcome::Diverged { pointer, .. } = &c.outcome else {
+        panic!("expected a divergence: {c:?}");
+    };
+    assert_eq!(&c.differences[0].pointer, pointer);
+    assert!(c.differences.len() > 1, "{:?}", c.differences);
+    assert!(
+        c.differences
+            .iter()
+            .any(|d| d.pointer.starts_with("/allowed_actions/")),
+        "{:?}",
+        c.differences
+    );
+
+    // Nothing supplied: the request cannot be re-resolved, and says why.
+    let cases = replay_library(&events, &[], &opts);
+    assert!(
+        matches!(&cases[0].outcome, CaseOutcome::Error(m) if m.contains("re-resolving failed")),
+        "{:?}",
+        cases[0].outcome
+    );
+}
+
+#[test]
+fn an_atlas_not_loaded_at_recording_is_left_out_and_noted() {
+    use cra_carp::replay::{AtlasNote, ReplayOptions, replay_library};
+    // Recorded with only the support atlas loaded.
+    let set = atlas_set(&[fixture("table/atlases/support")]);
+    let events = record(
+        &set,
+        &[("com.example.support", "help")],
+        &CountersSnapshot::empty(),
+    );
+    let support = cra_atlas::load_dir(&fixture("table/atlases/support")).unwrap();
+    let ops = cra_atlas::load_dir(&fixture("table/atlases/ops")).unwrap();
+    let cases = replay_library(&events, &[ops.clone(), support], &ReplayOptions::default());
+    assert_eq!(cases[0].outcome, CaseOutcome::Same);
+    assert_eq!(
+        cases[0].atlas_notes,
+        [AtlasNote::NotRecorded {
+            atlas_id: "com.example.ops".into(),
+            supplied: ops.digest,
+        }]
+    );
+    assert!(
+        !cases[0].digests_changed,
+        "an extra atlas is not a changed one"
+    );
+}
+
+#[test]
+fn the_clock_is_the_recorded_resolution_instant_or_the_event_time() {
+    use cra_carp::replay::{ReplayClock, ReplayOptions, replay_with};
+    let set = table_atlases();
+    let mut events = record(
+        &set,
+        &[("com.example.ops", "check")],
+        &CountersSnapshot::empty(),
+    );
+    // The chain recorded the request a little after the resolver's instant.
+    events[1].timestamp = "2026-01-05T10:00:00.250000Z".into();
+    let at = |clock| {
+        replay_with(&events, &set, &ReplayOptions { clock })
+            .remove(0)
+            .now
+    };
+    assert_eq!(at(ReplayClock::Resolution), "2026-01-05T10:00:00.000000Z");
+    assert_eq!(at(ReplayClock::Event), "2026-01-05T10:00:00.250000Z");
+    assert_eq!(replay(&events, &set)[0].outcome, CaseOutcome::Same);
+}

@@ -8,3 +8,8 @@ pub mod resolve;
 pub mod serve;
 pub mod tail;
 pub mod trace;
+pub mod trace_diff;
+pub mod trace_export;
+pub mod trace_io;
+pub mod trace_replay;
+pub mod trace_state;

@@ -4,6 +4,11 @@
 //! `cra-trace` (every event, event 0 included). Exit codes: 0 the chain is valid, 2 it is not,
 //! 1 the input could not be read. [`verify`] is the command as a library function: the binary
 //! and the tests both call it with their own input and output streams.
+//!
+//! The other subcommands live in their own modules, each as a library function too:
+//! `replay` ([`crate::cmd::trace_replay`]), `diff` ([`crate::cmd::trace_diff`]), `state`
+//! ([`crate::cmd::trace_state`]), `export` ([`crate::cmd::trace_export`]) and `tail`
+//! ([`crate::cmd::tail`]).
 
 use std::fs::File;
 use std::io::{self, IsTerminal, Read, Write};
@@ -44,6 +49,50 @@ pub enum TraceCommand {
     /// server closes a consumer that fell behind, it reconnects with `since_seq` so no event is
     /// missed or printed twice.
     Tail(crate::cmd::tail::TailArgs),
+    /// Re-run every CARP resolve recorded in a trace against atlases and compare the resolutions.
+    ///
+    /// Each request is re-resolved at its recorded time (the instant the recorded resolution was
+    /// made; --now-from-trace: the request event's timestamp), with the counters recorded with it,
+    /// against the supplied atlas whose digest the request recorded. A recorded digest that no
+    /// supplied atlas has is a warning and the replay runs anyway: that is how a changed atlas
+    /// shows up as a divergence. The chain is verified first (with the lifecycle rules).
+    ///
+    /// The first divergence is printed as a JSON pointer with the recorded and replayed values;
+    /// -o json lists every difference of every request.
+    ///
+    /// Exit status: 0 identical, 2 a divergence (or a request that could not be re-resolved, or a
+    /// chain that does not verify), 1 the trace could not be read, 3 an atlas is invalid.
+    #[command(verbatim_doc_comment)]
+    Replay(crate::cmd::trace_replay::ReplayArgs),
+    /// Compare two traces semantically: which events were added, removed or changed.
+    ///
+    /// Events are paired by their place in the span tree (span_id/parent_span_id), their
+    /// event type and their subject (action_id, block_id or goal), never by position or id.
+    /// Paired events are compared field by field (JSON pointers); ids, timestamps and hashes
+    /// are ignored unless --include names them.
+    ///
+    /// Exit status: 0 same, 2 different, 1 a trace could not be read.
+    #[command(verbatim_doc_comment)]
+    Diff(crate::cmd::trace_diff::DiffArgs),
+    /// Rebuild a session's CARP state from its trace and compare it with the store.
+    ///
+    /// Rebuilds resolutions (decisions), executions (status), approvals (status) and the
+    /// rate-limit and budget counters the session charged, from the trace alone. With
+    /// --data DIR or --postgres URL, compares them with the stored records of the session.
+    ///
+    /// Exit status: 0 the chain verifies and the store (if given) agrees, 2 it does not,
+    /// 1 the trace or the store could not be read.
+    #[command(verbatim_doc_comment)]
+    State(crate::cmd::trace_state::StateArgs),
+    /// Write stored chains as .trace.jsonl files (verifiable with `cra trace verify`).
+    ///
+    /// --session ID writes one chain (to -o FILE or standard output); --all writes one
+    /// <session_id>.trace.jsonl per session into -o DIR. Reads --data DIR (default ./cra-data;
+    /// a running server holds it), --postgres URL, or a server (--url / CRA_URL, --session only).
+    ///
+    /// Exit status: 0 exported, 1 could not run.
+    #[command(verbatim_doc_comment)]
+    Export(crate::cmd::trace_export::ExportArgs),
 }
 
 /// Arguments of `cra trace verify`.
@@ -92,6 +141,33 @@ const PROGRESS_MIN_BYTES: u64 = 64 << 20;
 pub fn run(cmd: TraceCommand) -> Exit {
     match cmd {
         TraceCommand::Tail(args) => crate::cmd::tail::run(args),
+        TraceCommand::Replay(args) => crate::cmd::trace_replay::replay(
+            &args,
+            io::stdin(),
+            &mut io::stdout().lock(),
+            &mut io::stderr().lock(),
+        ),
+        TraceCommand::Diff(args) => crate::cmd::trace_diff::diff(
+            &args,
+            io::stdin(),
+            &mut io::stdout().lock(),
+            &mut io::stderr().lock(),
+        ),
+        TraceCommand::State(args) => crate::cmd::trace_state::state(
+            &args,
+            io::stdin(),
+            &mut io::stdout().lock(),
+            &mut io::stderr().lock(),
+        ),
+        TraceCommand::Export(args) => {
+            let terminal = io::stderr().is_terminal();
+            crate::cmd::trace_export::export(
+                &args,
+                &mut io::stdout().lock(),
+                &mut io::stderr().lock(),
+                terminal,
+            )
+        }
         TraceCommand::Verify(args) => {
             let stdout = io::stdout();
             let stderr = io::stderr();

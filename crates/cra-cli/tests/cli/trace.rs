@@ -1,4 +1,9 @@
-//! `cra trace verify`: exit codes, text and JSON output, `--all`, standard input.
+//! `cra trace verify`: exit codes, text and JSON output, `--all`, standard input. The other
+//! trace commands (`export`, `state`, `replay`, `diff`) are in `trace/commands.rs`, on a real
+//! session driven through the runtime by `trace/live.rs`.
+
+mod commands;
+mod live;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

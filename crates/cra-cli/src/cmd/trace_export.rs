@@ -1,0 +1,405 @@
+//! `cra trace export`: write stored TRACE chains as `.trace.jsonl` files that `cra trace verify`
+//! (and the Appendix B Python) check offline.
+//!
+//! Sources, in this order: `--data DIR` (the redb data directory; a running server holds it),
+//! `--postgres URL` (a PostgreSQL deployment, schema `--postgres-schema`), `--url` / `CRA_URL`
+//! (a running server, `GET /v1/traces/{id}` with `Accept: application/x-ndjson`, bearer token
+//! from `--token` / `CRA_TOKEN` or the local admin key), else `./cra-data`.
+//!
+//! * `--session ID`: one chain, to `-o FILE` or standard output.
+//! * `--all`: every session with a chain, one `<session_id>.trace.jsonl` per session in the
+//!   directory `-o DIR` (created if needed). The server has no route that lists sessions, so
+//!   `--all` needs a data directory or a database.
+//!
+//! Files are written to `<name>.partial` and renamed when complete, so an interrupted export
+//! never leaves a truncated chain under the final name. Progress goes to standard error.
+//!
+//! Exit codes: 0 exported; 1 could not run (no such session, unopenable store, unreachable
+//! server, unwritable output).
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use cra_trace::TraceEvent;
+use cra_trace::store::ChainStore;
+use cra_wire::Token;
+use serde_json::json;
+
+use crate::cmd::trace::Progress;
+use crate::cmd::trace_io::{Failure, StoreArgs, read_session};
+use crate::exit::Exit;
+use crate::output::OutputFormat;
+
+/// Arguments of `cra trace export`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// The session to export.
+    #[arg(long, conflicts_with = "all", required_unless_present = "all")]
+    pub session: Option<String>,
+    /// Export every session, one file each, into the directory given with -o.
+    #[arg(long)]
+    pub all: bool,
+    /// Where to write: a file for --session (default: standard output), a directory for --all.
+    #[arg(short = 'o', long = "out")]
+    pub out: Option<PathBuf>,
+    /// The store to read (--data DIR or --postgres URL).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Read from a running server instead (default $CRA_URL), with --session.
+    #[arg(long, env = "CRA_URL")]
+    pub url: Option<String>,
+    /// The bearer token for --url (default $CRA_TOKEN, else the admin key of ./cra-data).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Progress on standard error: auto shows it when standard error is a terminal.
+    #[arg(long, value_enum, default_value_t = Progress::Auto)]
+    pub progress: Progress,
+    /// Print a JSON summary (sessions, events, files) on standard output; needs -o.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One exported session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exported {
+    /// The session.
+    pub session_id: String,
+    /// Events written.
+    pub events: u64,
+    /// The file, or `None` for standard output.
+    pub file: Option<PathBuf>,
+}
+
+/// A file name for a session: the id itself when it is made of letters, digits, `-`, `_` and
+/// `.` (and does not start with `.`), else the id with every other byte as `%XX`.
+pub fn file_name(session_id: &str) -> String {
+    let mut name = String::new();
+    for (i, b) in session_id.bytes().enumerate() {
+        let plain = b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || (b == b'.' && i > 0);
+        if plain {
+            name.push(b as char);
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    name.push_str(".trace.jsonl");
+    name
+}
+
+/// Percent-encodes everything but unreserved URL characters.
+fn encode_component(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Draws `exporting ...` on `err` at most every 100 ms when `show`.
+struct Meter<'a> {
+    err: &'a mut dyn Write,
+    show: bool,
+    last: Option<Instant>,
+    drew: bool,
+}
+
+impl Meter<'_> {
+    fn tick(&mut self, line: impl FnOnce() -> String) {
+        if !self.show
+            || self
+                .last
+                .is_some_and(|l| l.elapsed() < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        self.drew = true;
+        let _ = write!(self.err, "\r{:<72}", line());
+        let _ = self.err.flush();
+    }
+
+    fn done(&mut self) {
+        if self.drew {
+            let _ = write!(self.err, "\r{:72}\r", "");
+            let _ = self.err.flush();
+        }
+    }
+}
+
+fn write_events(w: &mut dyn Write, events: &[TraceEvent]) -> io::Result<()> {
+    for e in events {
+        serde_json::to_writer(&mut *w, e).map_err(io::Error::other)?;
+        w.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` (or events) to `path` through `path.partial`.
+fn write_file(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<(), Failure> {
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let fail = |e: io::Error| {
+        Failure::new(
+            Token::Unavailable,
+            format!("cannot write {}: {e}", path.display()),
+        )
+    };
+    let file = std::fs::File::create(&partial).map_err(fail)?;
+    let mut w = io::BufWriter::new(file);
+    fill(&mut w).map_err(fail)?;
+    let file = w.into_inner().map_err(|e| fail(e.into_error()))?;
+    file.sync_all().map_err(fail)?;
+    std::fs::rename(&partial, path).map_err(fail)
+}
+
+/// Exports from a chain store (redb or PostgreSQL).
+pub fn export_from_store(
+    args: &ExportArgs,
+    chains: &dyn ChainStore,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    show_progress: bool,
+) -> Result<Vec<Exported>, Failure> {
+    let mut meter = Meter {
+        err,
+        show: show_progress,
+        last: None,
+        drew: false,
+    };
+    let result = (|| {
+        if let Some(id) = &args.session {
+            if chains
+                .session(id)
+                .map_err(|e| Failure::new(e.token(), e.to_string()))?
+                .is_none()
+            {
+                return Err(Failure::new(
+                    Token::SessionNotFound,
+                    format!(
+                        "no session {id} in the store; check the id (or the --data / --postgres source)"
+                    ),
+                ));
+            }
+            let events = read_session(chains, id, &mut |n| {
+                meter.tick(|| format!("exporting {id}: {n} events"));
+            })?;
+            let file = args.out.clone().filter(|p| p.as_os_str() != "-");
+            match &file {
+                Some(path) => write_file(path, |w| write_events(w, &events))?,
+                None => write_events(out, &events).map_err(|e| {
+                    Failure::new(
+                        Token::Unavailable,
+                        format!("cannot write standard output: {e}"),
+                    )
+                })?,
+            }
+            return Ok(vec![Exported {
+                session_id: id.clone(),
+                events: events.len() as u64,
+                file,
+            }]);
+        }
+        let Some(dir) = &args.out else {
+            return Err(Failure::new(
+                Token::InvalidRequest,
+                "--all writes one file per session: give the directory with -o DIR",
+            ));
+        };
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        let sessions = chains
+            .sessions()
+            .map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        let total = sessions.len();
+        let mut done = Vec::with_capacity(total);
+        let mut events_so_far = 0u64;
+        for (k, s) in sessions.iter().enumerate() {
+            let events = read_session(chains, &s.session_id, &mut |n| {
+                meter.tick(|| {
+                    format!(
+                        "exporting session {}/{total}, {} events",
+                        k + 1,
+                        events_so_far + n
+                    )
+                });
+            })?;
+            let path = dir.join(file_name(&s.session_id));
+            write_file(&path, |w| write_events(w, &events))?;
+            events_so_far += events.len() as u64;
+            meter.tick(|| {
+                format!(
+                    "exporting session {}/{total}, {events_so_far} events",
+                    k + 1
+                )
+            });
+            done.push(Exported {
+                session_id: s.session_id.clone(),
+                events: events.len() as u64,
+                file: Some(path),
+            });
+        }
+        Ok(done)
+    })();
+    meter.done();
+    result
+}
+
+/// Exports one session from a server.
+pub fn export_from_server(
+    args: &ExportArgs,
+    base: &str,
+    token: &str,
+    out: &mut dyn Write,
+) -> Result<Vec<Exported>, Failure> {
+    let Some(id) = &args.session else {
+        return Err(Failure::new(
+            Token::InvalidRequest,
+            "the server has no route that lists sessions, so --all needs the store: give --data DIR or --postgres URL (or export sessions one by one with --session)",
+        ));
+    };
+    let url = format!(
+        "{}/v1/traces/{}",
+        base.trim_end_matches('/'),
+        encode_component(id)
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot build an HTTP client: {e}"),
+            )
+        })?;
+    let resp = client
+        .get(&url)
+        .bearer_auth(token)
+        .header("accept", "application/x-ndjson")
+        .send()
+        .map_err(|e| Failure::new(Token::Unavailable, format!("cannot reach {url}: {e}")))?;
+    let status = resp.status();
+    let body = resp
+        .bytes()
+        .map_err(|e| Failure::new(Token::Unavailable, format!("reading {url}: {e}")))?;
+    if !status.is_success() {
+        let (token, message) = match serde_json::from_slice::<cra_wire::ErrorBody>(&body) {
+            Ok(b) => (
+                Token::parse(&b.error).unwrap_or(Token::Unavailable),
+                format!("the server refused ({}): {}", status.as_u16(), b.message),
+            ),
+            Err(_) => (
+                Token::Unavailable,
+                format!("the server answered {}", status.as_u16()),
+            ),
+        };
+        return Err(Failure::new(token, message));
+    }
+    let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
+    let file = args.out.clone().filter(|p| p.as_os_str() != "-");
+    match &file {
+        Some(path) => write_file(path, |w| w.write_all(&body))?,
+        None => out.write_all(&body).map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot write standard output: {e}"),
+            )
+        })?,
+    }
+    Ok(vec![Exported {
+        session_id: id.clone(),
+        events,
+        file,
+    }])
+}
+
+/// `cra trace export` as a library function; `err_is_terminal` decides `--progress auto`.
+pub fn export(
+    args: &ExportArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    err_is_terminal: bool,
+) -> Exit {
+    const CMD: &str = "cra trace export";
+    let fmt = if args.json {
+        OutputFormat::Json
+    } else {
+        OutputFormat::Text
+    };
+    if args.json && args.out.as_ref().is_none_or(|p| p.as_os_str() == "-") {
+        return Failure::new(
+            Token::InvalidRequest,
+            "--json prints a summary on standard output, so the trace needs a file: give -o",
+        )
+        .report(CMD, fmt, out, err);
+    }
+    let show = match args.progress {
+        Progress::Always => true,
+        Progress::Never => false,
+        Progress::Auto => err_is_terminal,
+    };
+    let result = if !args.store.given()
+        && let Some(base) = &args.url
+    {
+        let token = args
+            .token
+            .clone()
+            .or_else(|| cra_runtime::auth::local_admin_token(Path::new("./cra-data")));
+        match token {
+            None => Err(Failure::new(
+                Token::Unauthorized,
+                "no credentials for the server: give --token or set CRA_TOKEN",
+            )),
+            Some(t) => export_from_server(args, base, &t, out),
+        }
+    } else {
+        match args.store.open(Some(Path::new("cra-data"))) {
+            Err(f) => Err(f),
+            Ok(None) => Err(Failure::new(Token::InvalidRequest, "no store to read")),
+            Ok(Some(store)) => export_from_store(args, store.chains.as_ref(), out, err, show),
+        }
+    };
+    let exported = match result {
+        Ok(x) => x,
+        Err(f) => return f.report(CMD, fmt, out, err),
+    };
+    let events: u64 = exported.iter().map(|x| x.events).sum();
+    if args.json {
+        let doc = json!({
+            "sessions": exported.len(),
+            "events": events,
+            "files": exported.iter().map(|x| json!({
+                "session_id": x.session_id,
+                "events": x.events,
+                "file": x.file.as_ref().map(|p| p.display().to_string()),
+            })).collect::<Vec<_>>(),
+        });
+        let _ = writeln!(out, "{doc}");
+    }
+    if args.out.as_ref().is_some_and(|p| p.as_os_str() != "-") {
+        let _ = writeln!(
+            err,
+            "exported {} session{} ({events} events) to {}",
+            exported.len(),
+            if exported.len() == 1 { "" } else { "s" },
+            args.out
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        );
+    }
+    Exit::Success
+}

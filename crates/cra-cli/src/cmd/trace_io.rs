@@ -1,0 +1,190 @@
+//! What the `cra trace` commands share: reading a `.trace.jsonl` (a file or standard input) into
+//! events, reporting a failure to run (the standard error body on standard output under
+//! `-o json`, a sentence on standard error always), and opening a store read-only-in-spirit
+//! (a redb data directory or a PostgreSQL schema) for `state` and `export`.
+
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use cra_carp::CarpStore;
+use cra_store::{PgStore, RedbStore};
+use cra_trace::TraceEvent;
+use cra_trace::store::ChainStore;
+use cra_wire::{ErrorBody, Token};
+
+use crate::exit::Exit;
+use crate::output::OutputFormat;
+
+/// Why a command could not run: a wire token and a sentence that says what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The token of the error body.
+    pub token: Token,
+    /// For people.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with this token and message.
+    pub fn new(token: Token, message: impl Into<String>) -> Self {
+        Self {
+            token,
+            message: message.into(),
+        }
+    }
+
+    /// Prints the failure (`cmd: message` on `err`; the error body on `out` under `-o json`)
+    /// and returns exit status 1.
+    pub fn report(
+        &self,
+        cmd: &str,
+        output: OutputFormat,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> Exit {
+        if output == OutputFormat::Json {
+            let body = ErrorBody::new(self.token, self.message.clone());
+            let _ = writeln!(out, "{}", serde_json::to_string(&body).unwrap_or_default());
+        }
+        let _ = writeln!(err, "{cmd}: {}", self.message);
+        Exit::CouldNotRun
+    }
+}
+
+/// True when `file` means standard input (`-` or absent).
+pub fn is_stdin(file: Option<&Path>) -> bool {
+    file.is_none_or(|p| p.as_os_str() == "-")
+}
+
+/// A readable name for the input.
+pub fn input_name(file: Option<&Path>) -> String {
+    match file {
+        Some(p) if !is_stdin(Some(p)) => p.display().to_string(),
+        _ => "standard input".to_owned(),
+    }
+}
+
+/// Reads `file` (or `stdin` for `-` / none) and parses every line as a TRACE event.
+pub fn read_events(file: Option<&Path>, stdin: impl Read) -> Result<Vec<TraceEvent>, Failure> {
+    let name = input_name(file);
+    let bytes = if is_stdin(file) {
+        let mut buf = Vec::new();
+        let mut stdin = stdin;
+        stdin.read_to_end(&mut buf).map(|_| buf)
+    } else {
+        std::fs::read(file.unwrap_or(Path::new("-")))
+    };
+    let bytes = bytes.map_err(|e| {
+        let token = if e.kind() == io::ErrorKind::NotFound {
+            Token::NotFound
+        } else {
+            Token::InvalidRequest
+        };
+        Failure::new(token, format!("cannot read {name}: {e}"))
+    })?;
+    cra_trace::diff::parse_events(&bytes)
+        .map_err(|e| Failure::new(Token::InvalidRequest, format!("{name}: {e}")))
+}
+
+/// Where a command finds stored state: a redb data directory or a PostgreSQL schema.
+#[derive(Debug, Clone, Args, Default)]
+pub struct StoreArgs {
+    /// The data directory of the embedded (redb) store. A running server holds it; stop the
+    /// server first (or export over HTTP with --url).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Read PostgreSQL at this URL instead of a data directory.
+    #[arg(long, env = "CRA_POSTGRES_URL", conflicts_with = "data")]
+    pub postgres: Option<String>,
+    /// The PostgreSQL schema of the deployment.
+    #[arg(long, default_value = "cra")]
+    pub postgres_schema: String,
+}
+
+/// An opened store: the trace chains and the CARP records of one backend.
+#[derive(Clone)]
+pub struct OpenedStore {
+    /// `redb` or `postgres`.
+    pub kind: &'static str,
+    /// Where (the directory, or the schema).
+    pub location: String,
+    /// TRACE chains.
+    pub chains: Arc<dyn ChainStore>,
+    /// CARP records.
+    pub carp: Arc<dyn CarpStore>,
+}
+
+impl std::fmt::Debug for OpenedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedStore")
+            .field("kind", &self.kind)
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreArgs {
+    /// Whether a store was named.
+    pub fn given(&self) -> bool {
+        self.data.is_some() || self.postgres.is_some()
+    }
+
+    /// Opens the named store; `default_data` is used when neither `--data` nor `--postgres`
+    /// was given. A data directory must already hold a database (nothing is created).
+    pub fn open(&self, default_data: Option<&Path>) -> Result<Option<OpenedStore>, Failure> {
+        if let Some(url) = &self.postgres {
+            let pg = PgStore::connect(url, &self.postgres_schema)
+                .map_err(|e| Failure::new(e.token(), e.to_string()))?;
+            return Ok(Some(OpenedStore {
+                kind: "postgres",
+                location: format!("schema {}", self.postgres_schema),
+                chains: Arc::new(pg.clone()),
+                carp: Arc::new(pg),
+            }));
+        }
+        let Some(dir) = self.data.as_deref().or(default_data) else {
+            return Ok(None);
+        };
+        let file = dir.join(cra_store::redb::DATABASE_FILE);
+        if !file.is_file() {
+            return Err(Failure::new(
+                Token::NotFound,
+                format!(
+                    "{} holds no cra database ({} is missing); give the data directory of a cra server with --data",
+                    dir.display(),
+                    file.display()
+                ),
+            ));
+        }
+        let redb = RedbStore::open(dir).map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        Ok(Some(OpenedStore {
+            kind: "redb",
+            location: dir.display().to_string(),
+            chains: Arc::new(redb.clone()),
+            carp: Arc::new(redb),
+        }))
+    }
+}
+
+/// Every event of `session_id` from `chains`, page by page, calling `progress` with the count
+/// read so far.
+pub fn read_session(
+    chains: &dyn ChainStore,
+    session_id: &str,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Vec<TraceEvent>, Failure> {
+    let mut out: Vec<TraceEvent> = Vec::new();
+    loop {
+        let after = out.last().map(|e| e.sequence);
+        let page = chains
+            .read_after(session_id, after, 4096)
+            .map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        if page.is_empty() {
+            return Ok(out);
+        }
+        out.extend(page);
+        progress(out.len() as u64);
+    }
+}

@@ -1,0 +1,588 @@
+//! `cra trace export | state | replay | diff`: the library functions on a real session (redb,
+//! and PostgreSQL when `CRA_TEST_POSTGRES_URL` is set), their refusals, and the binary.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use cra_cli::cmd::trace::TraceCommand;
+use cra_cli::cmd::trace_export::file_name;
+use cra_cli::{Cli, Command, Exit};
+use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
+use serde_json::Value;
+
+use super::live::{Live, OPERATOR, atlas_dir};
+
+fn parse(args: &[&str]) -> TraceCommand {
+    let mut full = vec!["cra", "trace"];
+    full.extend_from_slice(args);
+    match Cli::try_parse_from(full) {
+        Ok(Cli {
+            command: Command::Trace(t),
+        }) => t,
+        Ok(_) => panic!("not a trace command"),
+        Err(e) => panic!("{args:?}: {e}"),
+    }
+}
+
+/// Runs a parsed trace subcommand with `stdin`; returns (exit, stdout, stderr).
+fn run(cmd: TraceCommand, stdin: &[u8]) -> (Exit, String, String) {
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    let exit = match cmd {
+        TraceCommand::Replay(a) => {
+            cra_cli::cmd::trace_replay::replay(&a, stdin, &mut out, &mut err)
+        }
+        TraceCommand::Diff(a) => cra_cli::cmd::trace_diff::diff(&a, stdin, &mut out, &mut err),
+        TraceCommand::State(a) => cra_cli::cmd::trace_state::state(&a, stdin, &mut out, &mut err),
+        TraceCommand::Export(a) => {
+            cra_cli::cmd::trace_export::export(&a, &mut out, &mut err, false)
+        }
+        TraceCommand::Verify(a) => {
+            cra_cli::cmd::trace::verify(&a, stdin, &mut out, &mut err, false)
+        }
+        TraceCommand::Tail(_) => panic!("not here"),
+    };
+    (
+        exit,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
+}
+
+fn cli(args: &[&str]) -> (Exit, String, String) {
+    run(parse(args), b"")
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn read_events(path: &Path) -> Vec<TraceEvent> {
+    cra_trace::diff::parse_events(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// Re-seals edited events into a valid chain (sequence, links, hashes).
+fn reseal(events: &[TraceEvent]) -> String {
+    let mut head = ChainHead::genesis();
+    let mut text = String::new();
+    for e in events {
+        let sealed = seal(
+            EventDraft {
+                trace_id: e.trace_id.clone(),
+                span_id: e.span_id.clone(),
+                parent_span_id: e.parent_span_id.clone(),
+                event_type: e.event_type.clone(),
+                payload: e.payload.clone(),
+            },
+            &e.session_id,
+            &head,
+            e.event_id.clone(),
+            e.timestamp.clone(),
+        );
+        head = ChainHead::after(&sealed);
+        text.push_str(&serde_json::to_string(&sealed).unwrap());
+        text.push('\n');
+    }
+    text
+}
+
+/// A copy of the fixture atlas whose deny policy on `db.drop` became an allow.
+fn changed_atlas(dir: &Path) -> PathBuf {
+    let copy = dir.join("changed-atlas");
+    std::fs::create_dir_all(copy.join("context")).unwrap();
+    std::fs::copy(
+        atlas_dir().join("context/runbook.md"),
+        copy.join("context/runbook.md"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(atlas_dir().join("atlas.json")).unwrap();
+    let flipped = text.replacen(
+        r#"{"policy_id": "deny-drop", "type": "deny""#,
+        r#"{"policy_id": "deny-drop", "type": "allow""#,
+        1,
+    );
+    assert_ne!(text, flipped, "the fixture changed; update the flip");
+    std::fs::write(copy.join("atlas.json"), flipped).unwrap();
+    copy
+}
+
+/// Exports a stopped live server's session from its data directory and checks the state.
+fn check_state(doc: &Value, facts: &super::live::Facts) {
+    assert_eq!(doc["ok"], true, "{doc:#}");
+    assert_eq!(doc["chain"]["valid"], true);
+    let store = &doc["store"];
+    assert_eq!(store["equal"], true, "{store:#}");
+    assert_eq!(store["checked"]["session"], 1);
+    assert_eq!(store["checked"]["resolutions"], 3);
+    assert_eq!(store["checked"]["approvals"], 1);
+    // read-1, ci-1, ci-2, ci-3, deploy-2, deploy-3: every execution that ran, with a key.
+    assert_eq!(store["checked"]["executions"], 6);
+    assert_eq!(store["checked"]["counters"], 3);
+    let unchecked = store["unchecked"].as_array().unwrap();
+    assert!(
+        unchecked.iter().any(|u| u
+            .as_str()
+            .unwrap()
+            .starts_with("1 execution(s) without an idempotency key")),
+        "{unchecked:?}"
+    );
+
+    let st = &doc["state"];
+    assert_eq!(st["session"]["agent_id"], "ops-bot");
+    assert_eq!(st["session"]["ended"], true);
+    assert_eq!(st["resolutions"][&facts.allow]["decision"], "allow");
+    assert_eq!(st["resolutions"][&facts.deny]["decision"], "deny");
+    assert_eq!(
+        st["resolutions"][&facts.gated]["decision"],
+        "requires_approval"
+    );
+    let ap = &st["approvals"][&facts.approval];
+    assert_eq!(ap["status"], "granted");
+    assert_eq!(ap["decided_by"], "oscar");
+    assert_eq!(ap["note"], "release window open");
+    let mut statuses: Vec<(String, String, String)> = st["executions"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|x| {
+            (
+                x["action_id"].as_str().unwrap().to_owned(),
+                x["status"].as_str().unwrap().to_owned(),
+                x["error"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    statuses.sort();
+    let want: Vec<(String, String, String)> = [
+        ("ci.rerun", "denied", "budget_exhausted"),
+        ("ci.rerun", "success", ""),
+        ("ci.rerun", "success", ""),
+        ("ci.rerun", "success", ""),
+        ("db.drop", "denied", "action_not_allowed"),
+        ("deploy.run", "error", "deploy_failed"),
+        ("deploy.run", "pending_approval", "approval_pending"),
+        ("deploy.run", "success", ""),
+        ("doc.read", "success", ""),
+        ("doc.read", "success", ""),
+    ]
+    .iter()
+    .map(|(a, b, c)| ((*a).to_owned(), (*b).to_owned(), (*c).to_owned()))
+    .collect();
+    assert_eq!(statuses, want);
+    assert_eq!(st["executions"][&facts.dedup_execution]["deduplicated"], 1);
+    let counters: Vec<(String, String, u64)> = st["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["policy_id"].as_str().unwrap().to_owned(),
+                c["kind"].as_str().unwrap().to_owned(),
+                c["value"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        counters,
+        [
+            ("budget-ci".to_owned(), "budget".to_owned(), 9),
+            ("rl-everything".to_owned(), "rate".to_owned(), 7),
+            ("rl-reads".to_owned(), "rate".to_owned(), 2),
+        ]
+    );
+    assert!(st["issues"].as_array().unwrap().is_empty(), "{st:#}");
+}
+
+#[test]
+fn a_live_session_exports_reconstructs_and_replays() {
+    let mut live = Live::start(None);
+    let facts = live.drive();
+    let dir = live.dir.path().to_owned();
+    let sid = facts.session.clone();
+
+    // Over HTTP while the server runs (it holds the data directory).
+    let http_file = dir.join("http.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        &sid,
+        "--url",
+        &live.base,
+        "--token",
+        OPERATOR,
+        "-o",
+        s(&http_file),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--all",
+        "--url",
+        &live.base,
+        "--token",
+        OPERATOR,
+        "-o",
+        s(&dir),
+    ]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    assert!(err.contains("no route that lists sessions"), "{err}");
+    let (exit, _, err) = cli(&["export", "--session", &sid, "--data", s(&live.data)]);
+    assert_eq!(exit, Exit::CouldNotRun, "the server holds the directory");
+    assert!(err.contains("in use"), "{err}");
+    live.stop();
+
+    // From the data directory: every session, one file each, the same bytes as over HTTP.
+    let all = dir.join("all");
+    let (exit, out, err) = cli(&[
+        "export",
+        "--all",
+        "--data",
+        s(&live.data),
+        "-o",
+        s(&all),
+        "--json",
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let summary = json(&out);
+    assert_eq!(summary["sessions"], 1);
+    let file = all.join(file_name(&sid));
+    assert_eq!(summary["files"][0]["file"], s(&file));
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        std::fs::read(&http_file).unwrap()
+    );
+    let events = read_events(&file);
+    assert_eq!(summary["events"], events.len());
+    let (exit, out, _) = cli(&["verify", "--lifecycle", "-o", "json", s(&file)]);
+    assert_eq!(exit, Exit::Success, "{out}");
+    // One session to standard output.
+    let (exit, out, _) = cli(&["export", "--session", &sid, "--data", s(&live.data)]);
+    assert_eq!(exit, Exit::Success);
+    assert_eq!(out.as_bytes(), std::fs::read(&file).unwrap());
+
+    // State reconstruction equals the stored state.
+    let (exit, out, err) = cli(&["state", s(&file), "--data", s(&live.data), "-o", "json"]);
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    check_state(&json(&out), &facts);
+    let (exit, out, _) = cli(&["state", s(&file), "--data", s(&live.data)]);
+    assert_eq!(exit, Exit::Success);
+    assert!(out.contains("store (redb, "), "{out}");
+    assert!(out.contains("): equal ("), "{out}");
+
+    // A trace that says the approval was rejected (re-sealed, so the chain verifies) disagrees
+    // with the store at exactly that point.
+    let mut edited = events.clone();
+    for e in &mut edited {
+        if e.event_type == "approval.granted" {
+            e.event_type = "approval.rejected".into();
+        }
+    }
+    let tampered = dir.join("tampered.trace.jsonl");
+    std::fs::write(&tampered, reseal(&edited)).unwrap();
+    let (exit, out, _) = cli(&["state", s(&tampered), "--data", s(&live.data), "-o", "json"]);
+    assert_eq!(exit, Exit::Negative, "{out}");
+    let doc = json(&out);
+    assert_eq!(doc["chain"]["valid"], true);
+    let diffs = doc["store"]["differences"].as_array().unwrap();
+    assert_eq!(diffs.len(), 1, "{diffs:?}");
+    assert_eq!(
+        diffs[0]["pointer"],
+        format!("/approvals/{}/status", facts.approval)
+    );
+    assert_eq!(diffs[0]["trace"], "rejected");
+    assert_eq!(diffs[0]["store"], "granted");
+
+    // Replay against the same atlas: identical, with either recorded clock.
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&atlas_dir()), "-o", "json"]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Success, "{doc:#}");
+    assert_eq!(doc["identical"], true);
+    assert_eq!(doc["cases"], 3);
+    assert_eq!(doc["same"], 3);
+    assert_eq!(doc["chain"]["valid"], true);
+    assert!(doc["warnings"].as_array().unwrap().is_empty(), "{doc:#}");
+    let (exit, out, _) = cli(&[
+        "replay",
+        s(&file),
+        "--atlas",
+        s(&atlas_dir()),
+        "--now-from-trace",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(exit, Exit::Success, "{out}");
+    let doc = json(&out);
+    assert_eq!(doc["clock"], "event");
+    let request_times: Vec<&str> = events
+        .iter()
+        .filter(|e| e.event_type == "carp.request.received")
+        .map(|e| e.timestamp.as_str())
+        .collect();
+    let used: Vec<&str> = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["now"].as_str().unwrap())
+        .collect();
+    assert_eq!(used, request_times);
+
+    // Against a deliberately changed atlas: a warning names the digests, and the divergence is
+    // reported at its pointer.
+    let changed = changed_atlas(&dir);
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&changed), "-o", "json"]);
+    assert_eq!(exit, Exit::Negative, "{out}");
+    let doc = json(&out);
+    assert_eq!(doc["identical"], false);
+    assert_eq!(
+        doc["same"], 2,
+        "only the request that could touch db.drop diverges"
+    );
+    assert_eq!(doc["diverged"], 1);
+    let w = &doc["warnings"][0];
+    assert_eq!(w["kind"], "digest_differs");
+    assert_eq!(w["atlas_id"], "test.trace.ops");
+    assert_eq!(w["requests"], 3);
+    assert_ne!(w["recorded"], w["supplied"]);
+    let first = &doc["first_divergence"];
+    assert_eq!(first["goal"], "drop the staging database");
+    assert_eq!(first["pointer"], "/allowed_actions/0");
+    assert_eq!(first["recorded"], Value::Null);
+    assert_eq!(first["replayed"]["action_id"], "db.drop");
+    let diverged = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["outcome"] == "diverged")
+        .unwrap();
+    let pointers: Vec<&str> = diverged["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["pointer"].as_str().unwrap())
+        .collect();
+    assert!(pointers.contains(&"/decision/type"), "{pointers:?}");
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&changed)]);
+    assert_eq!(exit, Exit::Negative);
+    assert!(
+        out.contains("warning: atlas test.trace.ops differs from the recorded one"),
+        "{out}"
+    );
+    assert!(out.contains("first divergence: request"), "{out}");
+    assert!(out.contains("  at /allowed_actions/0"), "{out}");
+
+    // Both versions supplied: each request picks the one with its recorded digest.
+    let (exit, out, _) = cli(&[
+        "replay",
+        s(&file),
+        "--atlas",
+        s(&changed),
+        "--atlas",
+        s(&atlas_dir()),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(exit, Exit::Success, "{out}");
+    assert!(json(&out)["warnings"].as_array().unwrap().is_empty());
+
+    // Diff: the export against its tampered copy differs in one event's type, so the granted
+    // approval is removed and a rejected one added.
+    let (exit, out, _) = cli(&["diff", s(&file), s(&tampered), "-o", "json"]);
+    assert_eq!(exit, Exit::Negative);
+    let doc = json(&out);
+    assert_eq!(doc["removed"][0]["event_type"], "approval.granted");
+    assert_eq!(doc["added"][0]["event_type"], "approval.rejected");
+    let (exit, _, _) = cli(&["diff", s(&file), s(&http_file)]);
+    assert_eq!(exit, Exit::Success);
+}
+
+#[test]
+fn a_postgres_session_reconstructs_equal() {
+    let Some(url) = cra_store::testing::postgres_url("a_postgres_session_reconstructs_equal")
+    else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "cli_trace_state");
+    let mut live = Live::start(Some((&url, schema.name())));
+    let facts = live.drive();
+    live.stop();
+    let dir = live.dir.path().to_owned();
+    let all = dir.join("all");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--all",
+        "--postgres",
+        &url,
+        "--postgres-schema",
+        schema.name(),
+        "-o",
+        s(&all),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let file = all.join(file_name(&facts.session));
+    let (exit, out, err) = cli(&[
+        "state",
+        s(&file),
+        "--postgres",
+        &url,
+        "--postgres-schema",
+        schema.name(),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    let doc = json(&out);
+    assert_eq!(doc["store"]["backend"], "postgres");
+    check_state(&doc, &facts);
+}
+
+#[test]
+fn refusals_exit_1_with_an_error_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.trace.jsonl");
+    for cmd in [
+        vec![
+            "replay",
+            s(&missing),
+            "--atlas",
+            s(&atlas_dir()),
+            "-o",
+            "json",
+        ],
+        vec!["state", s(&missing), "-o", "json"],
+        vec!["diff", s(&missing), s(&missing), "-o", "json"],
+    ] {
+        let (exit, out, err) = cli(&cmd);
+        assert_eq!(exit, Exit::CouldNotRun, "{cmd:?}");
+        assert_eq!(json(&out)["error"], "not_found", "{cmd:?}");
+        assert!(err.contains("cannot read"), "{err}");
+    }
+    // A line that is not an event.
+    let bad = dir.path().join("bad.trace.jsonl");
+    std::fs::write(&bad, "{\"trace_version\": \"1.0\"}\n").unwrap();
+    let (exit, out, _) = cli(&["state", s(&bad), "-o", "json"]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    let doc = json(&out);
+    assert_eq!(doc["error"], "invalid_request");
+    assert!(doc["message"].as_str().unwrap().contains("line 1"), "{doc}");
+    // Both sides of a diff cannot be standard input.
+    let (exit, _, err) = cli(&["diff", "-", "-"]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    assert!(err.contains("only one"), "{err}");
+    // An invalid atlas is exit 3, a missing one 1.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/session.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "replay",
+        s(&example),
+        "--atlas",
+        s(&dir.path().join("nope")),
+    ]);
+    assert_eq!(exit, Exit::CouldNotRun, "{err}");
+    let broken = dir.path().join("broken-atlas");
+    std::fs::create_dir_all(&broken).unwrap();
+    std::fs::write(broken.join("atlas.json"), "{}").unwrap();
+    let (exit, _, err) = cli(&["replay", s(&example), "--atlas", s(&broken)]);
+    assert_eq!(exit, Exit::InvalidAtlas, "{err}");
+
+    // Export: no database in the directory, no session, --all without a directory.
+    let (exit, out, _) = cli(&[
+        "export",
+        "--session",
+        "x",
+        "--data",
+        s(dir.path()),
+        "--json",
+        "-o",
+        s(&missing),
+    ]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    assert_eq!(json(&out)["error"], "not_found");
+    assert!(!dir.path().join("cra.redb").exists(), "nothing was created");
+    let store_dir = dir.path().join("data");
+    drop(cra_store::RedbStore::open(&store_dir).unwrap());
+    let (exit, _, err) = cli(&["export", "--session", "nope", "--data", s(&store_dir)]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    assert!(err.contains("no session nope"), "{err}");
+    let (exit, _, err) = cli(&["export", "--all", "--data", s(&store_dir)]);
+    assert_eq!(exit, Exit::CouldNotRun);
+    assert!(err.contains("-o DIR"), "{err}");
+    // An empty store exports nothing, successfully.
+    let (exit, out, _) = cli(&[
+        "export",
+        "--all",
+        "--data",
+        s(&store_dir),
+        "-o",
+        s(&dir.path().join("none")),
+        "--json",
+    ]);
+    assert_eq!(exit, Exit::Success);
+    assert_eq!(json(&out)["sessions"], 0);
+    // Neither --session nor --all.
+    assert!(Cli::try_parse_from(["cra", "trace", "export"]).is_err());
+}
+
+#[test]
+fn diff_reads_standard_input_and_includes_what_it_is_told() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../cra-trace/tests/fixtures/diff/same-work-other-run");
+    let a = fixtures.join("a.trace.jsonl");
+    let b = std::fs::read(fixtures.join("b.trace.jsonl")).unwrap();
+    let (exit, out, _) = run(parse(&["diff", s(&a), "-"]), &b);
+    assert_eq!(exit, Exit::Success, "{out}");
+    assert!(out.contains("20 paired"), "{out}");
+    assert!(
+        out.ends_with("same (ids, timestamps, hashes ignored)\n"),
+        "{out}"
+    );
+    let (exit, out, _) = run(
+        parse(&["diff", s(&a), "-", "--include", "ids,hashes", "-o", "json"]),
+        &b,
+    );
+    assert_eq!(exit, Exit::Negative);
+    let doc = json(&out);
+    assert_eq!(doc["included"], serde_json::json!(["ids", "hashes"]));
+    assert_eq!(doc["b"], "standard input");
+    let first = &doc["changed"][0]["fields"];
+    assert_eq!(first[0]["pointer"], "/event_id");
+}
+
+#[test]
+fn the_binary_runs_diff_and_explains_every_command() {
+    let bin = env!("CARGO_BIN_EXE_cra");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cra-trace/tests/fixtures/diff");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let o = run(&[
+        "trace",
+        "diff",
+        s(&fixtures.join("extra-resolve/a.trace.jsonl")),
+        s(&fixtures.join("extra-resolve/b.trace.jsonl")),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("+ added    B#9  carp.request.received \"check the CI status\""),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "traces differ (ids, timestamps, hashes ignored): 3 added, 0 removed, 0 changed"
+        ),
+        "{text}"
+    );
+    for (cmd, needle) in [
+        ("replay", "--now-from-trace"),
+        ("diff", "--include"),
+        ("state", "--postgres"),
+        ("export", "--all"),
+    ] {
+        let o = run(&["trace", cmd, "--help"]);
+        assert_eq!(o.status.code(), Some(0));
+        let help = String::from_utf8(o.stdout).unwrap();
+        assert!(help.contains(needle), "{cmd}: {help}");
+        assert!(help.contains("Exit status"), "{cmd}: {help}");
+    }
+}

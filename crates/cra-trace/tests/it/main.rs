@@ -6,6 +6,7 @@
     clippy::indexing_slicing
 )]
 
+mod fuzz_props;
 mod diff;
 mod lifecycle;
 mod support;

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod fuzz_props;
 mod golden;
 mod props;
 mod reconstruct;

@@ -7,13 +7,16 @@
 //! same files therefore always give the same bytes (with one build of `flate2`).
 //!
 //! Reading refuses: links and special files, absolute paths, `..` segments, paths that are not
-//! printable ASCII, duplicate entries, and archives over the [`Limits`]. A leading `./` and
+//! printable ASCII or longer than [`MAX_PATH_BYTES`], duplicate entries, and archives over the
+//! [`Limits`]. The limits also bound the decompressed stream as a whole ([`inflate_budget`]),
+//! so bytes the reader never keeps (skipped entries, GNU long names and pax headers, which the
+//! tar reader buffers whole) cannot make it inflate or allocate without bound. A leading `./` and
 //! directory entries are accepted (archives made with `tar -C dir .`); hidden entries are skipped
 //! exactly as the directory reader skips them, so an archive and its directory give one digest.
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::{self, Read, Write};
 use std::path::Path;
 
 use cra_wire::hash::sha256_hex;
@@ -87,12 +90,66 @@ pub fn read_archive(path: &Path, limits: Limits) -> Result<BTreeMap<String, Vec<
     })
 }
 
+/// Longest entry path accepted, in bytes (what a directory on Linux can hold, `PATH_MAX`).
+pub const MAX_PATH_BYTES: usize = 4096;
+
+/// How many decompressed bytes an archive within `limits` can need: the files, plus for every
+/// entry the reader may visit a header, its padding and a GNU long name of up to
+/// [`MAX_PATH_BYTES`], plus the end-of-archive blocks.
+pub fn inflate_budget(limits: Limits) -> u64 {
+    let entries = (limits.max_files as u64)
+        .saturating_mul(2)
+        .saturating_add(1);
+    let per_entry = 512 + 511 + 512 + MAX_PATH_BYTES as u64 + 511;
+    limits
+        .max_total_bytes
+        .saturating_add(entries.saturating_mul(per_entry))
+        .saturating_add(1024)
+}
+
+/// A reader that fails once more than `left` bytes have been read from it.
+struct Budget<R> {
+    inner: R,
+    left: u64,
+    budget: u64,
+}
+
+impl<R: Read> Read for Budget<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            // Only the end of the stream may follow.
+            let mut one = [0u8; 1];
+            return match self.inner.read(&mut one)? {
+                0 => Ok(0),
+                _ => Err(io::Error::other(format!(
+                    "it inflates to more than {} bytes uncompressed, more than its limits allow",
+                    self.budget
+                ))),
+            };
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left = self.left.saturating_sub(n as u64);
+        Ok(n)
+    }
+}
+
 /// Reads the files of a gzip-compressed tar stream; the error says why it was refused.
 pub fn read_archive_from<R: Read>(
     reader: R,
     limits: Limits,
 ) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let mut archive = tar::Archive::new(GzDecoder::new(reader));
+    let budget = inflate_budget(limits);
+    let mut archive = tar::Archive::new(Budget {
+        inner: GzDecoder::new(reader),
+        left: budget,
+        budget,
+    });
     let mut files = BTreeMap::new();
     let mut total = 0u64;
     let entries = archive
@@ -104,6 +161,12 @@ pub fn read_archive_from<R: Read>(
         }
         let mut entry = entry.map_err(|e| format!("corrupt archive: {e}"))?;
         let raw = entry.path_bytes().into_owned();
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(format!(
+                "an entry path is {} bytes long, more than {MAX_PATH_BYTES}",
+                raw.len()
+            ));
+        }
         let name = String::from_utf8(raw).map_err(|_| {
             "an entry path is not UTF-8 (atlas paths are printable ASCII)".to_owned()
         })?;

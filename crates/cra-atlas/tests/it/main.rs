@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod adapters;
+mod fuzz_props;
+mod hostile;
 mod load;
 mod pack;
 mod registry;

@@ -2,6 +2,10 @@
 //! (the redb and PostgreSQL backends run the same suite in `cra-store`), plus pure checks.
 #![allow(clippy::unwrap_used)]
 
+#[allow(clippy::panic, clippy::expect_used)]
+#[path = "relay/fuzz_props.rs"]
+mod fuzz_props;
+
 use std::sync::Arc;
 
 use cra_relay::model::Status;

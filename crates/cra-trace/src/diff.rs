@@ -277,6 +277,7 @@ struct Span {
 struct Forest {
     spans: Vec<Span>,
     roots: Vec<usize>,
+    by_id: HashMap<String, usize>,
 }
 
 impl Forest {
@@ -311,7 +312,12 @@ impl Forest {
                 None => roots.push(idx),
             }
         }
-        Self { spans, roots }
+        let by_id = by_id.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        Self {
+            spans,
+            roots,
+            by_id,
+        }
     }
 }
 
@@ -594,11 +600,7 @@ impl Walk<'_> {
 
 /// `type "subject" > type "subject"`: the first events of the span and its ancestors.
 fn span_path(events: &[TraceEvent], forest: &Forest, span_id: &str) -> String {
-    let Some(mut idx) = forest
-        .spans
-        .iter()
-        .position(|s| events[s.events[0]].span_id == span_id)
-    else {
+    let Some(mut idx) = forest.by_id.get(span_id).copied() else {
         return String::new();
     };
     let mut parts = Vec::new();

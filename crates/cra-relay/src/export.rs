@@ -98,6 +98,30 @@ pub enum ExportError {
     Store(#[from] StoreError),
 }
 
+impl ExportError {
+    /// The wire error token: a tampered package or file is `integrity_error` (409), an
+    /// unreadable or incomplete export `invalid_request` (400), a non-empty target store
+    /// `already_exists` (409), a failing store `unavailable` (503), a file system failure
+    /// `internal_error` (500).
+    pub fn token(&self) -> cra_wire::Token {
+        use cra_wire::Token;
+        match self {
+            ExportError::TamperedPackage { .. } | ExportError::TamperedFile { .. } => {
+                Token::IntegrityError
+            }
+            ExportError::Incomplete(_) | ExportError::BadRecord { .. } => Token::InvalidRequest,
+            ExportError::Store(StoreError::AlreadyExists(_)) => Token::AlreadyExists,
+            ExportError::Store(_) => Token::Unavailable,
+            ExportError::Io { .. } => Token::InternalError,
+        }
+    }
+
+    /// The wire error body.
+    pub fn to_body(&self) -> cra_wire::ErrorBody {
+        cra_wire::ErrorBody::new(self.token(), self.to_string())
+    }
+}
+
 /// Reviews in export order.
 pub fn sort_reviews(mut reviews: Vec<ReviewRecord>) -> Vec<ReviewRecord> {
     // Stable: records written in the same instant keep their write order.
@@ -240,26 +264,185 @@ pub fn render(snapshot: &Snapshot) -> Result<Vec<(String, Vec<u8>)>, StoreError>
     Ok(out)
 }
 
-/// Exports everything in `store` into `dir` (created if needed), manifest last and flushed.
-pub fn export_dir(store: &dyn RelayStore, dir: &Path) -> Result<Snapshot, ExportError> {
-    let snapshot = store.snapshot()?;
-    let files = render(&snapshot)?;
+/// The part of a snapshot that belongs to one project (its record, packages, facts, sessions
+/// and review records), in the same order: a project is the unit of export (§5.2).
+pub fn only_project(snapshot: &Snapshot, project_id: &str) -> Snapshot {
+    Snapshot {
+        projects: snapshot
+            .projects
+            .iter()
+            .filter(|p| p.project_id == project_id)
+            .cloned()
+            .collect(),
+        packages: snapshot
+            .packages
+            .iter()
+            .filter(|p| p.package.project_id() == project_id)
+            .cloned()
+            .collect(),
+        facts: snapshot
+            .facts
+            .iter()
+            .filter(|f| f.fact.project_id == project_id)
+            .cloned()
+            .collect(),
+        sessions: snapshot
+            .sessions
+            .iter()
+            .filter(|s| s.project_id == project_id)
+            .cloned()
+            .collect(),
+        reviews: snapshot
+            .reviews
+            .iter()
+            .filter(|r| r.project_id == project_id)
+            .cloned()
+            .collect(),
+    }
+}
+
+/// The media type of an export bundle.
+pub const BUNDLE_MEDIA_TYPE: &str = "application/x-ndjson";
+
+/// Packs export files (as [`render`] makes them) into one NDJSON stream, the form an export
+/// travels in over HTTP: for each file in order, a header line
+/// `{"file":"<name>","lines":<n>}` followed by the file's `n` lines exactly as they are. Every
+/// line is JSON, and [`unbundle`] gives back byte-identical files.
+pub fn bundle(files: &[(String, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(files.iter().map(|(_, b)| b.len() + 64).sum());
+    for (name, bytes) in files {
+        let lines = bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count();
+        let header = json!({"file": name, "lines": lines});
+        out.extend_from_slice(header.to_string().as_bytes());
+        out.push(b'\n');
+        out.extend_from_slice(bytes);
+        if !bytes.is_empty() && !bytes.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// Splits a [`bundle`] back into its files. Only the file names of an export are accepted
+/// (so a bundle cannot name a path), each at most once; a header that does not parse or lines
+/// missing at the end are reported with the 1-based line of the bundle.
+pub fn unbundle(bytes: &[u8]) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
+    const BUNDLE: &str = "the bundle";
+    let bad = |line: usize, message: String| ExportError::BadRecord {
+        file: BUNDLE.into(),
+        line,
+        message,
+    };
+    let mut lines = bytes.split(|b| *b == b'\n').enumerate().peekable();
+    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    while let Some((i, header)) = lines.next() {
+        if header.is_empty() {
+            if lines.peek().is_none() {
+                break;
+            }
+            return Err(bad(
+                i + 1,
+                "empty line where a file header was expected".into(),
+            ));
+        }
+        let h: Value = serde_json::from_slice(header)
+            .map_err(|e| bad(i + 1, format!("not a file header: {e}")))?;
+        let name = h["file"].as_str().unwrap_or_default().to_owned();
+        if !FILES.contains(&name.as_str()) && name != MANIFEST {
+            return Err(bad(
+                i + 1,
+                format!(
+                    "a file header must name one of {}, {MANIFEST}; got `{name}`",
+                    FILES.join(", ")
+                ),
+            ));
+        }
+        if files.iter().any(|(n, _)| *n == name) {
+            return Err(bad(i + 1, format!("{name} appears twice")));
+        }
+        let n = h["lines"]
+            .as_u64()
+            .ok_or_else(|| bad(i + 1, "a file header needs `lines`, a count".into()))?;
+        let mut body = Vec::new();
+        for _ in 0..n {
+            match lines.next() {
+                Some((_, l)) if !l.is_empty() => {
+                    body.extend_from_slice(l);
+                    body.push(b'\n');
+                }
+                Some((j, _)) => {
+                    return Err(bad(j + 1, format!("{name}: fewer than {n} lines")));
+                }
+                None => return Err(bad(i + 1, format!("{name}: fewer than {n} lines"))),
+            }
+        }
+        files.push((name, body));
+    }
+    Ok(files)
+}
+
+/// Writes export files into `dir` (created if needed): any old manifest is removed first and
+/// every file is flushed, the manifest last, so a manifest vouches only for a complete export.
+pub fn write_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), ExportError> {
     let io = |path: &Path, source| ExportError::Io {
         path: path.display().to_string(),
         source,
     };
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
-    // A stale manifest from an earlier export must not vouch for half-written files.
     let manifest_path = dir.join(MANIFEST);
     if manifest_path.exists() {
         std::fs::remove_file(&manifest_path).map_err(|e| io(&manifest_path, e))?;
     }
-    for (name, bytes) in files {
-        let path = dir.join(&name);
-        std::fs::write(&path, &bytes).map_err(|e| io(&path, e))?;
+    let ordered = files
+        .iter()
+        .filter(|(n, _)| n != MANIFEST)
+        .chain(files.iter().filter(|(n, _)| n == MANIFEST));
+    for (name, bytes) in ordered {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| io(&path, e))?;
         let f = std::fs::File::open(&path).map_err(|e| io(&path, e))?;
         f.sync_all().map_err(|e| io(&path, e))?;
     }
+    Ok(())
+}
+
+/// Reads the files of an export directory (those present of [`FILES`] and the manifest).
+pub fn read_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
+    if !dir.join(MANIFEST).exists() {
+        return Err(ExportError::Incomplete(dir.display().to_string()));
+    }
+    let mut files = Vec::new();
+    for name in FILES.iter().chain(std::iter::once(&MANIFEST)) {
+        let path = dir.join(name);
+        if path.exists() {
+            let bytes = std::fs::read(&path).map_err(|source| ExportError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
+            files.push(((*name).to_owned(), bytes));
+        }
+    }
+    Ok(files)
+}
+
+/// Exports everything in `store` into `dir` (created if needed), manifest last and flushed.
+pub fn export_dir(store: &dyn RelayStore, dir: &Path) -> Result<Snapshot, ExportError> {
+    let snapshot = store.snapshot()?;
+    write_files(dir, &render(&snapshot)?)?;
+    Ok(snapshot)
+}
+
+/// Exports one project of `store` into `dir` (see [`only_project`]).
+pub fn export_project_dir(
+    store: &dyn RelayStore,
+    project_id: &str,
+    dir: &Path,
+) -> Result<Snapshot, ExportError> {
+    let snapshot = only_project(&store.snapshot()?, project_id);
+    write_files(dir, &render(&snapshot)?)?;
     Ok(snapshot)
 }
 
@@ -384,21 +567,7 @@ fn typed<T: serde::de::DeserializeOwned>(
 
 /// Reads, verifies and restores an export directory into an empty store.
 pub fn import_dir(store: &dyn RelayStore, dir: &Path) -> Result<Snapshot, ExportError> {
-    if !dir.join(MANIFEST).exists() {
-        return Err(ExportError::Incomplete(dir.display().to_string()));
-    }
-    let mut files = Vec::new();
-    for name in FILES.iter().chain(std::iter::once(&MANIFEST)) {
-        let path = dir.join(name);
-        if path.exists() {
-            let bytes = std::fs::read(&path).map_err(|source| ExportError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-            files.push(((*name).to_owned(), bytes));
-        }
-    }
-    let snapshot = parse(&files)?;
+    let snapshot = parse(&read_files(dir)?)?;
     store.restore(&snapshot)?;
     Ok(snapshot)
 }

@@ -72,7 +72,49 @@ pub struct FactRecord {
     pub superseded_at: Option<String>,
 }
 
+impl Fact {
+    /// The §7 wire object: exactly the fields of §7.1 and §7.2 (`valid_to`, `source_package_id`
+    /// as null when unset) plus the unknown members received (`x-*` and others), never the
+    /// runtime's recorded time.
+    pub fn to_wire(&self) -> Value {
+        let opt = |v: &Option<String>| v.clone().map_or(Value::Null, Value::String);
+        let mut asserted_by = Map::new();
+        asserted_by.insert("id".into(), Value::String(self.asserted_by.id.clone()));
+        asserted_by.insert(
+            "type".into(),
+            Value::String(self.asserted_by.actor_type.as_str().into()),
+        );
+        asserted_by.insert("session_id".into(), opt(&self.asserted_by.session_id));
+        let mut o = self.extra.clone();
+        for (k, v) in [
+            ("fact_id", Value::String(self.fact_id.clone())),
+            ("project_id", Value::String(self.project_id.clone())),
+            ("subject", Value::String(self.subject.clone())),
+            ("predicate", Value::String(self.predicate.clone())),
+            ("value", Value::String(self.value.clone())),
+            ("valid_from", Value::String(self.valid_from.clone())),
+            ("valid_to", opt(&self.valid_to)),
+            ("source_package_id", opt(&self.source_package_id)),
+            ("confidence", Value::Number(self.confidence.clone())),
+            ("asserted_by", Value::Object(asserted_by)),
+            ("created_at", Value::String(self.created_at.clone())),
+            (
+                "tags",
+                Value::Array(self.tags.iter().cloned().map(Value::String).collect()),
+            ),
+        ] {
+            o.insert(k.into(), v);
+        }
+        Value::Object(o)
+    }
+}
+
 impl FactRecord {
+    /// The wire fact (see [`Fact::to_wire`]).
+    pub fn to_wire(&self) -> Value {
+        self.fact.to_wire()
+    }
+
     /// True while the fact is current.
     pub fn is_current(&self) -> bool {
         self.fact.valid_to.is_none()

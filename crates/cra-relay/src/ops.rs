@@ -79,6 +79,47 @@ pub struct Pulled {
     pub quarantined: Vec<String>,
 }
 
+/// The answer of `pull` mode `relevant`: packages ranked best first (best chunk per package),
+/// plus the ids of packages that failed verification on the way out (now quarantined).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Relevant {
+    /// Verified hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Ids of packages that failed verification and were quarantined.
+    pub quarantined: Vec<String>,
+}
+
+impl Relevant {
+    /// The wire answer (specs/relay.md, "pull relevant on the wire"): `packages` holds the
+    /// packages exactly as `pull` latest does (the §6 object plus `content_hash`), best first;
+    /// `matches` holds, in the same order, `{package_id, score, field, chunk}`; `quarantined`
+    /// as for latest. The package objects carry nothing extra, so a client may deposit them back
+    /// unchanged.
+    pub fn to_wire(&self) -> Value {
+        serde_json::json!({
+            "packages": self.hits.iter().map(|h| h.package.to_wire()).collect::<Vec<_>>(),
+            "matches": self.hits.iter().map(|h| serde_json::json!({
+                "package_id": h.package.package.package_id(),
+                "score": h.score,
+                "field": h.field,
+                "chunk": h.chunk,
+            })).collect::<Vec<_>>(),
+            "quarantined": self.quarantined,
+        })
+    }
+}
+
+impl Pulled {
+    /// The wire answer of `pull` latest and of the awaiting-review listing:
+    /// `{"packages": [...], "quarantined": [...]}`.
+    pub fn to_wire(&self) -> Value {
+        serde_json::json!({
+            "packages": self.packages.iter().map(StoredPackage::to_wire).collect::<Vec<_>>(),
+            "quarantined": self.quarantined,
+        })
+    }
+}
+
 /// The Relay service. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Relay {
@@ -333,8 +374,31 @@ impl Relay {
         )
     }
 
+    /// §8.2 pull `latest` narrowed by the filters of `query` (topic, package_type, every tag,
+    /// created_at range; its `query` text is ignored), newest deposit first, at most
+    /// `query.limit` packages (0: the default).
+    pub fn pull_latest_matching(&self, query: &SearchQuery) -> Result<Pulled, RelayError> {
+        let q = checked_filters(query)?;
+        self.project(&q.project_id)?;
+        let rows: Vec<StoredPackage> = self
+            .store
+            .list_packages(&q.project_id, &PackageFilter::default())?
+            .into_iter()
+            .filter(|p| crate::search::admits(&q, &p.package))
+            .take(q.limit)
+            .collect();
+        self.verify_all(rows)
+    }
+
     /// §8.2 pull `relevant`: BM25 over the searchable fields, best chunk per package.
     pub fn pull_relevant(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayError> {
+        Ok(self.search(query)?.hits)
+    }
+
+    /// §8.2 pull `relevant` with the packages that failed verification on the way out: BM25
+    /// over the searchable fields, best chunk per package, filtered by topic, package_type, every
+    /// tag and created_at range. `since` / `until` must be RFC 3339.
+    pub fn search(&self, query: &SearchQuery) -> Result<Relevant, RelayError> {
         self.project(&query.project_id)?;
         if !self.store.supports_search() {
             return Err(RelayError::SearchNotSupported);
@@ -346,13 +410,15 @@ impl Relay {
                 "query must contain at least one word",
             ));
         }
-        let mut q = query.clone();
-        q.limit = check_limit(Some(q.limit).filter(|l| *l > 0))?;
+        let q = checked_filters(query)?;
         let hits = self.store.search(&q)?;
-        let mut out = Vec::with_capacity(hits.len());
+        let mut out = Relevant::default();
         for h in hits {
-            if let Ok(p) = self.verified(h.package.clone()) {
-                out.push(SearchHit { package: p, ..h });
+            let id = h.package.package.package_id().to_owned();
+            match self.verified(h.package.clone()) {
+                Ok(p) => out.hits.push(SearchHit { package: p, ..h }),
+                Err(RelayError::Integrity { .. }) => out.quarantined.push(id),
+                Err(e) => return Err(e),
             }
         }
         Ok(out)
@@ -601,6 +667,24 @@ fn check_limit(limit: Option<usize>) -> Result<usize, RelayError> {
             format!("limit must be 1 to {MAX_PULL_LIMIT}, got {n}"),
         )),
     }
+}
+
+/// The limit (0 means the default) and the time filters of a listing query, checked: `since`
+/// and `until` must be RFC 3339 (reported at `/since`, `/until`) and are normalised.
+fn checked_filters(query: &SearchQuery) -> Result<SearchQuery, RelayError> {
+    let mut q = query.clone();
+    q.limit = check_limit(Some(q.limit).filter(|l| *l > 0))?;
+    q.since = q
+        .since
+        .as_deref()
+        .map(|t| normalise_time(t, "/since"))
+        .transpose()?;
+    q.until = q
+        .until
+        .as_deref()
+        .map(|t| normalise_time(t, "/until"))
+        .transpose()?;
+    Ok(q)
 }
 
 /// Reads an RFC 3339 time and renders it in cra's fixed-width wire form.

@@ -5,6 +5,8 @@
 #[allow(clippy::panic, clippy::expect_used)]
 #[path = "relay/fuzz_props.rs"]
 mod fuzz_props;
+#[path = "relay/wire.rs"]
+mod wire;
 
 use std::sync::Arc;
 

@@ -75,6 +75,9 @@ pub struct ErrorBodySchema {
         routes::relay::invalidate_fact,
         routes::relay::orient,
         routes::relay::orchestrate,
+        routes::relay::export_all,
+        routes::relay::export_project,
+        routes::relay::import,
     ),
     components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))
 )]

@@ -59,6 +59,12 @@ pub fn router(state: AppState) -> Router {
                 .delete(relay::invalidate_fact),
         )
         .route("/v1/projects/{project_id}/orient", get(relay::orient))
+        .route(
+            "/v1/projects/{project_id}/export",
+            get(relay::export_project),
+        )
+        .route("/v1/export", get(relay::export_all))
+        .route("/v1/import", post(relay::import))
         .route("/v1/orchestrate", get(relay::orchestrate))
         .route("/v1/packages/{package_id}", get(relay::get_package))
         .route("/v1/packages/{package_id}/flag", post(relay::flag))

@@ -13,8 +13,10 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
-use cra_relay::fact::{FactQuery, FactView};
+use cra_relay::fact::{FactQuery, FactRecord, FactView};
+use cra_relay::store::SearchQuery;
 use cra_relay::{Actor as RelayActor, ActorType as RelayActorType, Relay, RelayError};
 use cra_wire::Token;
 use serde::Deserialize;
@@ -205,32 +207,60 @@ pub async fn create_project(
     let project = state
         .relay_call(move |r| r.create_project(&pid, &name))
         .await?;
-    let sid = project_audit_session(&body.project_id);
-    let owner = format!("project:{}", body.project_id);
-    let now = cra_wire::clock::format_timestamp(state.clock.now());
-    let rec = cra_carp::store::SessionRecord {
-        session_id: sid.clone(),
-        agent_id: owner.clone(),
-        parent_session_id: None,
-        created_at: now,
-        ended_at: None,
-    };
-    state.carp(move |s| s.create_session(&rec)).await?;
-    let t = state.ids.new_id();
-    let s = state.ids.new_id();
-    state
-        .append_events(
-            &sid,
-            &owner,
-            vec![
-                draft(&t, &s, None, "session.started", json!({"agent_id": owner, "goal": format!("audit chain of project {}", body.project_id), "project_id": body.project_id, "callsign": crate::routes::sessions::callsign_for(&sid)})),
-                draft(&t, &s, None, "relay.project.created", json!({"project_id": body.project_id, "name": body.name, "created_by": {"id": actor.id, "type": actor.actor_type.as_str()}, "members": body.members})),
-            ],
+    let sid = state
+        .open_audit_chain(
+            &body.project_id,
+            &body.name,
+            &actor,
+            &body.members,
+            Value::Null,
         )
         .await?;
     let mut v = serde_json::to_value(&project).map_err(|e| ApiError::internal("render", e))?;
     v["audit_session_id"] = json!(sid);
     Ok((StatusCode::CREATED, Json(v)))
+}
+
+impl Runtime {
+    /// Starts the audit chain of a project: `session.started`, then `relay.project.created`
+    /// with the creator and members (the grants [`Runtime::project_grants`] reads) and, for an
+    /// imported project, `imported` (what the import brought). Returns the chain's session id.
+    async fn open_audit_chain(
+        &self,
+        project_id: &str,
+        name: &str,
+        creator: &Actor,
+        members: &[String],
+        imported: Value,
+    ) -> ApiResult<String> {
+        let sid = project_audit_session(project_id);
+        let owner = format!("project:{project_id}");
+        let now = cra_wire::clock::format_timestamp(self.clock.now());
+        let rec = cra_carp::store::SessionRecord {
+            session_id: sid.clone(),
+            agent_id: owner.clone(),
+            parent_session_id: None,
+            created_at: now,
+            ended_at: None,
+        };
+        self.carp(move |s| s.create_session(&rec)).await?;
+        let mut created = json!({"project_id": project_id, "name": name, "created_by": {"id": creator.id, "type": creator.actor_type.as_str()}, "members": members});
+        if !imported.is_null() {
+            created["imported"] = imported;
+        }
+        let t = self.ids.new_id();
+        let s = self.ids.new_id();
+        self.append_events(
+            &sid,
+            &owner,
+            vec![
+                draft(&t, &s, None, "session.started", json!({"agent_id": owner, "goal": format!("audit chain of project {project_id}"), "project_id": project_id, "callsign": crate::routes::sessions::callsign_for(&sid)})),
+                draft(&t, &s, None, "relay.project.created", created),
+            ],
+        )
+        .await?;
+        Ok(sid)
+    }
 }
 
 /// A project.
@@ -352,15 +382,63 @@ pub struct ListQuery {
     /// `latest` (default) or `relevant`.
     #[serde(default)]
     pub mode: Option<String>,
-    /// How many.
+    /// How many (1 to 1000, default 5).
     #[serde(default)]
     pub limit: Option<String>,
-    /// For `relevant`.
+    /// The search text (`relevant`).
     #[serde(default)]
     pub query: Option<String>,
     /// `awaiting_review` lists packages waiting for review.
     #[serde(default)]
     pub status: Option<String>,
+    /// Only packages with this `topic`.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// Only packages of this `package_type`.
+    #[serde(default)]
+    pub package_type: Option<String>,
+    /// Only packages carrying every one of these tags (comma-separated).
+    #[serde(default)]
+    pub tags: Option<String>,
+    /// Only packages whose `created_at` is at or after this instant (RFC 3339).
+    #[serde(default)]
+    pub since: Option<String>,
+    /// Only packages whose `created_at` is before this instant (RFC 3339).
+    #[serde(default)]
+    pub until: Option<String>,
+}
+
+impl ListQuery {
+    fn has_filters(&self) -> bool {
+        self.topic.is_some()
+            || self.package_type.is_some()
+            || self.tags.is_some()
+            || self.since.is_some()
+            || self.until.is_some()
+    }
+
+    fn search_query(&self, project_id: String, limit: Option<usize>) -> SearchQuery {
+        SearchQuery {
+            project_id,
+            query: self.query.clone().unwrap_or_default(),
+            limit: limit.unwrap_or(0),
+            topic: self.topic.clone(),
+            package_type: self.package_type.clone(),
+            tags: self
+                .tags
+                .as_deref()
+                .map(|t| {
+                    t.split(',')
+                        .map(str::trim)
+                        .filter(|t| !t.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+        }
+    }
 }
 
 fn parse_usize(name: &str, v: &Option<String>) -> ApiResult<Option<usize>> {
@@ -377,11 +455,21 @@ fn parse_usize(name: &str, v: &Option<String>) -> ApiResult<Option<usize>> {
 }
 
 /// §8.2 pull (latest / relevant) and the awaiting-review listing.
+///
+/// `latest` and the awaiting-review listing answer `{"packages": [...], "quarantined": [...]}`
+/// (newest deposit first); `relevant` answers the same plus `matches`, in the same order as
+/// `packages` (best first): `{package_id, score, field, chunk}`, the best chunk of each package
+/// and its BM25 score. The filters (topic, package_type, tags, since, until) apply to both
+/// modes. A store without search answers `relevant` with 501 `search_not_supported`.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/packages", tag = "relay",
     params(("project_id" = String, Path, description = "The project"), ("mode" = Option<String>, Query, description = "latest | relevant"),
-           ("limit" = Option<u32>, Query, description = "How many"), ("query" = Option<String>, Query, description = "Search text (relevant)"),
-           ("status" = Option<String>, Query, description = "awaiting_review")),
-    responses((status = 200, body = Object), (status = 501, body = crate::openapi::ErrorBodySchema)))]
+           ("limit" = Option<u32>, Query, description = "How many (1-1000, default 5)"), ("query" = Option<String>, Query, description = "Search text (relevant)"),
+           ("status" = Option<String>, Query, description = "awaiting_review"),
+           ("topic" = Option<String>, Query, description = "Only this topic"), ("package_type" = Option<String>, Query, description = "Only this package_type"),
+           ("tags" = Option<String>, Query, description = "Only packages with every one of these comma-separated tags"),
+           ("since" = Option<String>, Query, description = "created_at at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "created_at before (RFC 3339)")),
+    responses((status = 200, description = "{packages, quarantined} (+ matches for relevant)", body = Object),
+              (status = 400, body = crate::openapi::ErrorBodySchema), (status = 501, body = crate::openapi::ErrorBodySchema)))]
 pub async fn list_packages(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -397,37 +485,39 @@ pub async fn list_packages(
                 format!("query parameter `status`: only `awaiting_review` is listed, not `{s}`"),
             ));
         }
+        if q.mode.is_some() || q.query.is_some() || q.has_filters() {
+            return Err(ApiError::new(
+                Token::InvalidRequest,
+                "query parameter `status`: the awaiting-review listing takes no mode, query or filters",
+            ));
+        }
         let pulled = state.relay_call(move |r| r.awaiting_review(&pid)).await?;
-        return Ok(Json(
-            json!({"packages": pulled.packages.iter().map(|p| p.to_wire()).collect::<Vec<_>>(), "quarantined": pulled.quarantined}),
-        ));
+        return Ok(Json(pulled.to_wire()));
     }
     match q.mode.as_deref() {
         None | Some("latest") => {
-            let pulled = state
-                .relay_call(move |r| r.pull_latest(&pid, limit))
-                .await?;
-            Ok(Json(
-                json!({"packages": pulled.packages.iter().map(|p| p.to_wire()).collect::<Vec<_>>(), "quarantined": pulled.quarantined}),
-            ))
+            if q.query.is_some() {
+                return Err(ApiError::new(
+                    Token::InvalidRequest,
+                    "query parameter `query`: only mode=relevant searches; add mode=relevant",
+                ));
+            }
+            let pulled = if q.has_filters() {
+                let sq = q.search_query(pid, limit);
+                state
+                    .relay_call(move |r| r.pull_latest_matching(&sq))
+                    .await?
+            } else {
+                state
+                    .relay_call(move |r| r.pull_latest(&pid, limit))
+                    .await?
+            };
+            Ok(Json(pulled.to_wire()))
         }
         Some("relevant") => {
-            let query = cra_relay::store::SearchQuery {
-                project_id: pid,
-                query: q.query.clone().unwrap_or_default(),
-                limit: limit.unwrap_or(5),
-                topic: None,
-                package_type: None,
-                tags: Vec::new(),
-                since: None,
-                until: None,
-            };
-            let hits = state.relay_call(move |r| r.pull_relevant(&query)).await?;
-            let hits: Vec<Value> = hits
-                .iter()
-                .map(|h| json!({"package": h.package.to_wire(), "score": h.score, "field": h.field, "chunk": h.chunk}))
-                .collect();
-            Ok(Json(json!({"hits": hits})))
+            let sq = q.search_query(pid, limit);
+            let found = state.relay_call(move |r| r.search(&sq)).await?;
+            Ok(Json(found.to_wire()))
         }
         Some(o) => Err(ApiError::new(
             Token::InvalidRequest,
@@ -542,14 +632,14 @@ pub async fn assert_fact(
     let rec = state
         .relay_call(move |r| r.assert_fact(&p2, &ra, &body))
         .await?;
-    let v = serde_json::to_value(&rec).map_err(|e| ApiError::internal("render", e))?;
+    let v = rec.to_wire();
     state
         .record_relay(
             &actor,
             &pid,
             session.as_deref(),
             "relay.fact.asserted",
-            json!({"project_id": pid, "fact": v["fact"], "by": {"id": actor.id}}),
+            json!({"project_id": pid, "fact": v, "by": {"id": actor.id}}),
         )
         .await?;
     Ok((StatusCode::CREATED, Json(v)))
@@ -576,7 +666,9 @@ pub struct FactParams {
     pub history: Option<String>,
 }
 
-/// Current facts, point-in-time views, or history.
+/// Current facts, point-in-time views, or history: a JSON array of §7 fact objects (the wire
+/// shape, unknown members included; the runtime's recorded and superseded times are not on the
+/// wire, `recorded_as_of` queries them), ordered by subject, predicate, valid_from.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/facts", tag = "relay",
     params(("project_id" = String, Path, description = "The project"), ("subject" = Option<String>, Query, description = "Subject"),
            ("predicate" = Option<String>, Query, description = "Predicate"), ("as_of" = Option<String>, Query, description = "Valid time"),
@@ -589,11 +681,21 @@ pub async fn facts(
     QueryParams(q): QueryParams<FactParams>,
 ) -> ApiResult<Json<Value>> {
     state.require_project(&actor, &pid, false).await?;
-    let view = match (&q.as_of, &q.recorded_as_of, q.history.as_deref()) {
-        (None, None, None | Some("false")) => FactView::Current,
-        (Some(t), None, None | Some("false")) => FactView::AsOfValid(t.clone()),
-        (None, Some(t), None | Some("false")) => FactView::AsOfRecorded(t.clone()),
-        (None, None, Some("true")) => FactView::History,
+    let history = match q.history.as_deref() {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `history`: `{other}` is not true or false"),
+            ));
+        }
+    };
+    let view = match (&q.as_of, &q.recorded_as_of, history) {
+        (None, None, false) => FactView::Current,
+        (Some(t), None, false) => FactView::AsOfValid(t.clone()),
+        (None, Some(t), false) => FactView::AsOfRecorded(t.clone()),
+        (None, None, true) => FactView::History,
         _ => {
             return Err(ApiError::new(
                 Token::InvalidRequest,
@@ -607,9 +709,9 @@ pub async fn facts(
         view,
     };
     let rows = state.relay_call(move |r| r.facts(&pid, &fq)).await?;
-    serde_json::to_value(&rows)
-        .map(Json)
-        .map_err(|e| ApiError::internal("render", e))
+    Ok(Json(Value::Array(
+        rows.iter().map(FactRecord::to_wire).collect(),
+    )))
 }
 
 /// Invalidate query.
@@ -651,24 +753,47 @@ pub struct OrientParams {
     /// Window in days (default 14).
     #[serde(default)]
     pub window_days: Option<String>,
+    /// `json` (default): the OrientationBundle; `markdown`: the briefing as `text/markdown`.
+    #[serde(default)]
+    pub format: Option<String>,
 }
 
-/// §8.3 orient.
+/// The media type of the orient briefing.
+pub const MARKDOWN: &str = "text/markdown; charset=utf-8";
+
+/// §8.3 orient: the OrientationBundle, or with `format=markdown` the same as a Markdown
+/// briefing an agent can paste into its system prompt.
 #[utoipa::path(get, path = "/v1/projects/{project_id}/orient", tag = "relay",
-    params(("project_id" = String, Path, description = "The project"), ("window_days" = Option<u32>, Query, description = "Window")),
-    responses((status = 200, body = Object)))]
+    params(("project_id" = String, Path, description = "The project"), ("window_days" = Option<u32>, Query, description = "Window"),
+           ("format" = Option<String>, Query, description = "json (default) | markdown")),
+    responses((status = 200, description = "The OrientationBundle (JSON) or the briefing (text/markdown)", body = Object),
+              (status = 400, body = crate::openapi::ErrorBodySchema), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub async fn orient(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
     QueryParams(q): QueryParams<OrientParams>,
-) -> ApiResult<Json<Value>> {
+) -> ApiResult<Response> {
+    let markdown = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("markdown") => true,
+        Some(o) => {
+            return Err(ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `format`: `{o}` is not json or markdown"),
+            ));
+        }
+    };
     state.require_project(&actor, &pid, false).await?;
     let w =
         parse_usize("window_days", &q.window_days)?.map(|n| u32::try_from(n).unwrap_or(u32::MAX));
     let b = state.relay_call(move |r| r.orient(&pid, w)).await?;
+    if markdown {
+        let text = cra_relay::digest::orientation_markdown(&b);
+        return Ok(([(CONTENT_TYPE, MARKDOWN)], text).into_response());
+    }
     serde_json::to_value(&b)
-        .map(Json)
+        .map(|v| Json(v).into_response())
         .map_err(|e| ApiError::internal("render", e))
 }
 
@@ -713,4 +838,197 @@ pub async fn orchestrate(
     serde_json::to_value(&b)
         .map(Json)
         .map_err(|e| ApiError::internal("render", e))
+}
+
+/// The largest import bundle accepted, in bytes. Import is admin-only and restores a whole
+/// store, so it is not bound by `limits.max_body_bytes` (a store of 10,000 packages exports
+/// to tens of megabytes).
+pub const IMPORT_MAX_BYTES: usize = 512 * 1024 * 1024;
+
+fn export_error(e: cra_relay::export::ExportError) -> ApiError {
+    let body = e.to_body();
+    let mut a = ApiError::new(e.token(), body.message.clone());
+    a.body = body;
+    a
+}
+
+async fn export_bundle(state: AppState, project: Option<String>) -> ApiResult<Response> {
+    let files = state
+        .relay_call(move |r| {
+            let all = r.store().snapshot()?;
+            let snapshot = match &project {
+                Some(p) => {
+                    r.project(p)?;
+                    cra_relay::export::only_project(&all, p)
+                }
+                None => all,
+            };
+            Ok(cra_relay::export::render(&snapshot)?)
+        })
+        .await?;
+    Ok((
+        [(CONTENT_TYPE, cra_relay::export::BUNDLE_MEDIA_TYPE)],
+        cra_relay::export::bundle(&files),
+    )
+        .into_response())
+}
+
+/// Export (§10.3) of every project, as one NDJSON bundle: for each export file (projects,
+/// packages, facts, sessions, reviews, then the manifest) a header line `{"file", "lines"}`
+/// followed by the file's lines, byte for byte what `cra relay export DIR` writes. Admin only.
+#[utoipa::path(get, path = "/v1/export", tag = "relay",
+    responses((status = 200, description = "The bundle (application/x-ndjson)", body = String),
+              (status = 403, body = crate::openapi::ErrorBodySchema)))]
+pub async fn export_all(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+) -> ApiResult<Response> {
+    actor.require(&[Role::Admin], "exporting Relay data")?;
+    export_bundle(state, None).await
+}
+
+/// Export of one project (its record, packages, facts with full history, sessions, review
+/// records), as the bundle of `GET /v1/export`. Admin only.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/export", tag = "relay",
+    params(("project_id" = String, Path, description = "The project")),
+    responses((status = 200, description = "The bundle (application/x-ndjson)", body = String),
+              (status = 403, body = crate::openapi::ErrorBodySchema), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn export_project(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path(pid): Path<String>,
+) -> ApiResult<Response> {
+    actor.require(&[Role::Admin], "exporting Relay data")?;
+    export_bundle(state, Some(pid)).await
+}
+
+/// Import query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportParams {
+    /// Actors (comma-separated) granted every imported project besides the importing admin.
+    #[serde(default)]
+    pub members: Option<String>,
+}
+
+/// Import (§10.3) of a bundle (`GET /v1/export`'s form, `Content-Type: application/x-ndjson`)
+/// into an empty Relay store. Every package hash and file digest is verified before anything
+/// is written (a tampered package: 409 `integrity_error` naming it, nothing imported); the
+/// restore is one transaction; each imported project then gets its audit chain with the
+/// importing admin as creator and `members` as members. Admin only.
+#[utoipa::path(post, path = "/v1/import", tag = "relay",
+    params(("members" = Option<String>, Query, description = "Comma-separated actors granted the imported projects")),
+    request_body(content = String, description = "An export bundle", content_type = "application/x-ndjson"),
+    responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema),
+              (status = 413, body = crate::openapi::ErrorBodySchema), (status = 415, body = crate::openapi::ErrorBodySchema)))]
+pub async fn import(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    QueryParams(q): QueryParams<ImportParams>,
+    req: axum::extract::Request,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    actor.require(&[Role::Admin], "importing Relay data")?;
+    let ct = req
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence != cra_relay::export::BUNDLE_MEDIA_TYPE {
+        return Err(ApiError::new(
+            Token::UnsupportedMediaType,
+            format!(
+                "the body is `{ct}`; send the export bundle as `Content-Type: {}`",
+                cra_relay::export::BUNDLE_MEDIA_TYPE
+            ),
+        ));
+    }
+    let members: Vec<String> = q
+        .members
+        .as_deref()
+        .map(|m| {
+            m.split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (i, m) in members.iter().enumerate() {
+        crate::routes::sessions::check_id_field(&format!("/members/{i}"), m)?;
+    }
+    let bytes = axum::body::to_bytes(req.into_body(), IMPORT_MAX_BYTES)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                Token::PayloadTooLarge,
+                format!("the bundle could not be read whole (limit {IMPORT_MAX_BYTES} bytes): {e}"),
+            )
+        })?;
+    let snapshot = crate::error::run_blocking("the import check failed", move || {
+        cra_relay::export::unbundle(&bytes).and_then(|f| cra_relay::export::parse(&f))
+    })
+    .await?
+    .map_err(export_error)?;
+    for p in &snapshot.projects {
+        if self_has_chain(&state, &p.project_id).await? {
+            return Err(ApiError::new(
+                Token::AlreadyExists,
+                format!(
+                    "project `{}` already has an audit chain here; import into a server whose Relay store is empty",
+                    p.project_id
+                ),
+            ));
+        }
+    }
+    let store = state.relay.store().clone();
+    let snap = snapshot.clone();
+    crate::error::run_blocking("the import failed", move || store.restore(&snap))
+        .await?
+        .map_err(|e| export_error(cra_relay::export::ExportError::Store(e)))?;
+    let count = |pid: &str| {
+        json!({
+            "packages": snapshot.packages.iter().filter(|p| p.package.project_id() == pid).count(),
+            "facts": snapshot.facts.iter().filter(|f| f.fact.project_id == pid).count(),
+            "sessions": snapshot.sessions.iter().filter(|s| s.project_id == pid).count(),
+            "reviews": snapshot.reviews.iter().filter(|r| r.project_id == pid).count(),
+        })
+    };
+    for p in &snapshot.projects {
+        state
+            .open_audit_chain(
+                &p.project_id,
+                &p.name,
+                &actor,
+                &members,
+                count(&p.project_id),
+            )
+            .await?;
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "imported": {
+                "projects": snapshot.projects.len(),
+                "packages": snapshot.packages.len(),
+                "facts": snapshot.facts.len(),
+                "sessions": snapshot.sessions.len(),
+                "reviews": snapshot.reviews.len(),
+            },
+            "project_ids": snapshot.projects.iter().map(|p| p.project_id.clone()).collect::<Vec<_>>(),
+            "members": members,
+        })),
+    ))
+}
+
+async fn self_has_chain(state: &AppState, project_id: &str) -> ApiResult<bool> {
+    let sid = project_audit_session(project_id);
+    Ok(state.carp(move |s| s.get_session(&sid)).await?.is_some())
 }

@@ -248,3 +248,579 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
     );
     assert_eq!(s.event_types(&audit).await.len(), recorded + 2);
 }
+
+/// The §7 fields a fact carries on the wire, and nothing else unless the asserter sent it.
+const FACT_KEYS: [&str; 12] = [
+    "asserted_by",
+    "confidence",
+    "created_at",
+    "fact_id",
+    "predicate",
+    "project_id",
+    "source_package_id",
+    "subject",
+    "tags",
+    "valid_from",
+    "valid_to",
+    "value",
+];
+
+#[track_caller]
+fn assert_wire_fact(f: &Value, extra: &[&str]) {
+    let mut want: Vec<&str> = FACT_KEYS
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
+    want.sort_unstable();
+    let got: Vec<&str> = f.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut got = got;
+    got.sort_unstable();
+    assert_eq!(got, want, "{f}");
+}
+
+async fn new_project(s: &TestServer, key: &str, id: &str) -> String {
+    let (st, p) = s
+        .post(
+            Some(key),
+            "/v1/projects",
+            &json!({"project_id": id, "name": id}),
+        )
+        .await;
+    assert_eq!(st, 201, "{p}");
+    p["audit_session_id"].as_str().unwrap().to_owned()
+}
+
+/// Fact routes answer §7 wire objects: POST the stored fact, GET a bare array for current,
+/// as-of-valid-time, as-recorded-at and history views, DELETE the count; the recorded times stay
+/// internal and the TRACE event carries the same wire fact.
+#[tokio::test]
+async fn fact_routes_answer_wire_facts_in_every_view() {
+    let s = TestServer::start().await;
+    let audit = new_project(&s, MAINT, "proj-f").await;
+    let facts = "/v1/projects/proj-f/facts";
+
+    let (st, f1) = s
+        .post(
+            Some(MAINT),
+            facts,
+            &json!({"subject": "svc", "predicate": "owner", "value": "team-a",
+                    "valid_from": "2026-03-01T00:00:00Z", "tags": ["ops"], "x-note": {"why": "handover"}}),
+        )
+        .await;
+    assert_eq!(st, 201, "{f1}");
+    assert_wire_fact(&f1, &["x-note"]);
+    assert_eq!(f1["x-note"]["why"], "handover");
+    assert_eq!(f1["valid_to"], Value::Null);
+    assert_eq!(f1["asserted_by"]["id"], "maintainer-bot");
+    assert_eq!(f1["created_at"], "2026-03-02T10:00:00.000000Z");
+    // The event in the project's audit chain carries the same wire fact.
+    let events = s.events(&audit).await;
+    let ev = events.last().unwrap();
+    assert_eq!(ev["event_type"], "relay.fact.asserted");
+    assert_eq!(ev["payload"]["fact"], f1);
+
+    // An hour later the owner changes (valid_from defaults to "now").
+    s.clock.advance(time::Duration::hours(1));
+    let (st, f2) = s
+        .post(
+            Some(MAINT),
+            facts,
+            &json!({"subject": "svc", "predicate": "owner", "value": "team-b"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{f2}");
+    assert_wire_fact(&f2, &[]);
+    assert_eq!(f2["valid_from"], "2026-03-02T11:00:00.000000Z");
+    // Another predicate is untouched by the supersession.
+    s.post(
+        Some(MAINT),
+        facts,
+        &json!({"subject": "svc", "predicate": "tier", "value": "1"}),
+    )
+    .await;
+
+    let values = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("a bare array, got {v}"))
+            .iter()
+            .map(|f| {
+                assert_wire_fact(
+                    f,
+                    if f.get("x-note").is_some() {
+                        &["x-note"]
+                    } else {
+                        &[]
+                    },
+                );
+                f["value"].as_str().unwrap().to_owned()
+            })
+            .collect()
+    };
+    let sr = &s;
+    let get = move |q: &str| {
+        let path = format!("{facts}?{q}");
+        async move { sr.get(Some(MAINT), &path).await }
+    };
+    let (st, cur) = get("subject=svc&predicate=owner").await;
+    assert_eq!((st, values(&cur)), (200, vec!["team-b".to_owned()]));
+    let (_, all_current) = get("subject=svc").await;
+    assert_eq!(values(&all_current), ["team-b", "1"]);
+    let (_, then) = get("subject=svc&predicate=owner&as_of=2026-03-01T12:00:00Z").await;
+    assert_eq!(values(&then), ["team-a"]);
+    let (_, before) = get("subject=svc&predicate=owner&as_of=2026-02-01T00:00:00Z").await;
+    assert_eq!(values(&before), Vec::<String>::new());
+    // What we believed at T0 (only team-a recorded) and half an hour later (still team-a), and
+    // after the second assert.
+    let (_, believed) =
+        get("subject=svc&predicate=owner&recorded_as_of=2026-03-02T10:30:00Z").await;
+    assert_eq!(values(&believed), ["team-a"]);
+    let (_, believed) =
+        get("subject=svc&predicate=owner&recorded_as_of=2026-03-02T11:00:00Z").await;
+    assert_eq!(values(&believed), ["team-b"]);
+    let (_, believed) =
+        get("subject=svc&predicate=owner&recorded_as_of=2026-03-02T09:00:00Z").await;
+    assert_eq!(values(&believed), Vec::<String>::new());
+    let (_, hist) = get("subject=svc&predicate=owner&history=true").await;
+    assert_eq!(values(&hist), ["team-a", "team-b"]);
+    assert_eq!(hist[0]["valid_to"], hist[1]["valid_from"]);
+    assert_eq!(hist[1]["valid_to"], Value::Null);
+
+    // Refusals: a view that is not one, two views at once, a time that is not RFC 3339.
+    assert_error(&get("history=yes").await, 400, "invalid_request");
+    assert_error(
+        &get("history=true&as_of=2026-03-01T00:00:00Z").await,
+        400,
+        "invalid_request",
+    );
+    let bad = get("as_of=yesterday").await;
+    assert_error(&bad, 400, "invalid_schema");
+    assert_eq!(bad.1["details"]["errors"][0]["pointer"], "/as_of");
+    assert_error(&get("colour=blue").await, 400, "invalid_request");
+
+    // Invalidation answers the count; a second one finds nothing current.
+    s.clock.advance(time::Duration::hours(1));
+    let del = "/v1/projects/proj-f/facts?subject=svc&predicate=owner";
+    let (st, n) = s.delete(Some(MAINT), del).await;
+    assert_eq!((st, n), (200, json!({"invalidated": 1})));
+    let (st, n) = s.delete(Some(MAINT), del).await;
+    assert_eq!((st, n), (200, json!({"invalidated": 0})));
+    let (_, cur) = get("subject=svc&predicate=owner").await;
+    assert_eq!(values(&cur), Vec::<String>::new());
+    let (_, hist) = get("subject=svc&predicate=owner&history=true").await;
+    assert_eq!(hist[1]["valid_to"], "2026-03-02T12:00:00.000000Z");
+    // A reader without a grant reads nothing.
+    assert_error(&s.get(Some(AGENT2), facts).await, 403, "unauthorized");
+    s.stop().await;
+}
+
+fn searchable(id: &str, title: &str, body: &str, extra: Value) -> Value {
+    let mut p = package(id, "proj-s", "maintainer-bot", None);
+    p["title"] = json!(title);
+    p["content_md"] = json!(body);
+    p["open_questions"] = json!([]);
+    p["decisions_made"] = json!([]);
+    for (k, v) in extra.as_object().unwrap() {
+        p[k] = v.clone();
+    }
+    p
+}
+
+/// `pull` mode `relevant` answers packages (best chunk per package) with their scores, in the
+/// shape of `latest` plus `matches`; the filters apply to both modes; bad filters are refused.
+#[tokio::test]
+async fn pull_relevant_answers_packages_with_scores_and_filters() {
+    let s = TestServer::start().await;
+    new_project(&s, MAINT, "proj-s").await;
+    let docs = [
+        searchable(
+            "pkg_s1",
+            "Vector index latency",
+            "Retrieval latency of the vector index doubled after the upgrade.",
+            json!({"topic": "search", "tags": ["perf", "retrieval"], "created_at": "2026-02-01T10:00:00Z"}),
+        ),
+        searchable(
+            "pkg_s2",
+            "Dashboard colours",
+            "The dashboard uses a blue theme.",
+            json!({"topic": "ui", "tags": ["design"], "created_at": "2026-02-05T10:00:00Z"}),
+        ),
+        searchable(
+            "pkg_s3",
+            "Retrieval benchmark",
+            "Recall at five for retrieval improved; retrieval is now the bottleneck.",
+            json!({"topic": "search", "tags": ["retrieval"], "package_type": "milestone", "created_at": "2026-02-10T10:00:00Z"}),
+        ),
+        searchable(
+            "pkg_s4",
+            "Retrieval cache",
+            "A cache in front of retrieval.",
+            json!({"topic": "infra", "tags": ["perf", "retrieval"], "created_at": "2026-02-20T10:00:00Z"}),
+        ),
+    ];
+    for d in &docs {
+        let (st, b) = s.post(Some(MAINT), "/v1/projects/proj-s/packages", d).await;
+        assert_eq!(st, 201, "{b}");
+    }
+    let sr = &s;
+    let list = move |q: &str| {
+        let path = format!("/v1/projects/proj-s/packages?{q}");
+        async move { sr.get(Some(MAINT), &path).await }
+    };
+    let ids = |v: &Value| -> Vec<String> {
+        let mut ids: Vec<String> = v["packages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("packages in {v}"))
+            .iter()
+            .map(|p| p["package_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids
+    };
+
+    let (st, r) = list("mode=relevant&query=retrieval&limit=5").await;
+    assert_eq!(st, 200, "{r}");
+    assert_eq!(ids(&r), ["pkg_s1", "pkg_s3", "pkg_s4"]);
+    assert_eq!(r["quarantined"], json!([]));
+    let (packages, matches) = (
+        r["packages"].as_array().unwrap(),
+        r["matches"].as_array().unwrap(),
+    );
+    assert_eq!(packages.len(), matches.len());
+    let mut last = f64::INFINITY;
+    for (p, m) in packages.iter().zip(matches) {
+        // The package exactly as deposited plus its hash; the match beside it, in the same order.
+        let deposited = docs
+            .iter()
+            .find(|d| d["package_id"] == p["package_id"])
+            .unwrap();
+        let mut bare = p.clone();
+        let hash = bare
+            .as_object_mut()
+            .unwrap()
+            .remove("content_hash")
+            .unwrap();
+        assert!(hash.as_str().unwrap().starts_with("sha256:"));
+        assert_eq!(&bare, deposited);
+        assert_eq!(m["package_id"], p["package_id"]);
+        let score = m["score"].as_f64().unwrap();
+        assert!(score > 0.0 && score <= last, "scores best first: {r}");
+        last = score;
+        assert!(
+            ["title", "content_md"].contains(&m["field"].as_str().unwrap()),
+            "{m}"
+        );
+        assert!(
+            m["chunk"]
+                .as_str()
+                .unwrap()
+                .to_lowercase()
+                .contains("retrieval"),
+            "{m}"
+        );
+    }
+    // Each filter narrows the same search.
+    for (filter, want) in [
+        ("topic=search", vec!["pkg_s1", "pkg_s3"]),
+        ("package_type=milestone", vec!["pkg_s3"]),
+        ("tags=perf,retrieval", vec!["pkg_s1", "pkg_s4"]),
+        ("tags=perf", vec!["pkg_s1", "pkg_s4"]),
+        ("since=2026-02-05T00:00:00Z", vec!["pkg_s3", "pkg_s4"]),
+        ("until=2026-02-15T00:00:00Z", vec!["pkg_s1", "pkg_s3"]),
+        (
+            "since=2026-02-05T00:00:00Z&until=2026-02-15T00:00:00Z&topic=search",
+            vec!["pkg_s3"],
+        ),
+        ("topic=none", vec![]),
+    ] {
+        let (st, r) = list(&format!("mode=relevant&query=retrieval&{filter}")).await;
+        assert_eq!(
+            (st, ids(&r)),
+            (200, want.iter().map(|s| s.to_string()).collect::<Vec<_>>()),
+            "{filter}: {r}"
+        );
+        assert_eq!(
+            r["packages"].as_array().unwrap().len(),
+            r["matches"].as_array().unwrap().len()
+        );
+    }
+    // The limit holds.
+    let (_, r) = list("mode=relevant&query=retrieval&limit=2").await;
+    assert_eq!(r["packages"].as_array().unwrap().len(), 2);
+    // The same filters on latest: newest deposit first, no matches member.
+    let (st, r) = list("mode=latest&tags=retrieval&limit=5").await;
+    assert_eq!(st, 200, "{r}");
+    let order: Vec<&str> = r["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["package_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["pkg_s4", "pkg_s3", "pkg_s1"]);
+    assert!(r.get("matches").is_none());
+    let (_, r) = list("tags=retrieval&since=2026-02-05T00:00:00Z&limit=1").await;
+    assert_eq!(ids(&r), ["pkg_s4"]);
+
+    // Refusals.
+    let bad = list("mode=relevant&query=retrieval&since=last-week").await;
+    assert_error(&bad, 400, "invalid_schema");
+    assert_eq!(bad.1["details"]["errors"][0]["pointer"], "/since");
+    let bad = list("mode=relevant").await;
+    assert_error(&bad, 400, "invalid_schema");
+    assert_eq!(bad.1["details"]["errors"][0]["pointer"], "/query");
+    assert_error(
+        &list("mode=relevant&query=x&limit=5000").await,
+        400,
+        "invalid_schema",
+    );
+    assert_error(
+        &list("mode=latest&query=retrieval").await,
+        400,
+        "invalid_request",
+    );
+    assert_error(
+        &list("mode=fuzzy&query=retrieval").await,
+        400,
+        "invalid_request",
+    );
+    assert_error(
+        &list("status=awaiting_review&topic=search").await,
+        400,
+        "invalid_request",
+    );
+    assert_error(&list("colour=blue").await, 400, "invalid_request");
+    s.stop().await;
+}
+
+/// orient answers the bundle, or with `format=markdown` the briefing as text/markdown.
+#[tokio::test]
+async fn orient_answers_the_bundle_or_the_markdown_briefing() {
+    let s = TestServer::start().await;
+    new_project(&s, MAINT, "proj-o").await;
+    let (st, _) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-o/packages",
+            &package("pkg_o1", "proj-o", "maintainer-bot", None),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, b) = s.get(Some(MAINT), "/v1/projects/proj-o/orient").await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(b["open_questions"], json!(["Who owns the dashboard?"]));
+    let resp = s
+        .http
+        .get(s.url("/v1/projects/proj-o/orient?format=markdown"))
+        .bearer_auth(MAINT)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(
+        resp.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/markdown")
+    );
+    let md = resp.text().await.unwrap();
+    assert!(md.starts_with("# Orientation: proj-o"), "{md}");
+    assert!(md.contains("Who owns the dashboard?"), "{md}");
+    assert_error(
+        &s.get(Some(MAINT), "/v1/projects/proj-o/orient?format=xml")
+            .await,
+        400,
+        "invalid_request",
+    );
+    s.stop().await;
+}
+
+async fn bundle_of(s: &TestServer, path: &str) -> Vec<u8> {
+    let resp = s
+        .http
+        .get(s.url(path))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "{path}");
+    assert_eq!(resp.headers()["content-type"], "application/x-ndjson");
+    resp.bytes().await.unwrap().to_vec()
+}
+
+async fn post_bundle(s: &TestServer, query: &str, bytes: Vec<u8>) -> (u16, Value) {
+    s.post_raw(
+        Some(ADMIN),
+        &format!("/v1/import{query}"),
+        "application/x-ndjson",
+        bytes,
+    )
+    .await
+}
+
+/// Export and import over HTTP: admin only; the bundle holds byte for byte the files of an
+/// export directory; a tampered bundle is refused naming the package and imports nothing; an
+/// import into an empty server grants the projects and re-exports byte-identically.
+#[tokio::test]
+async fn export_and_import_over_http_round_trip_byte_identically() {
+    use cra_relay::export::{FILES, MANIFEST, parse, unbundle};
+    let a = TestServer::start().await;
+    new_project(&a, MAINT, "proj-x").await;
+    new_project(&a, MAINT, "proj-y").await;
+    for (id, project) in [
+        ("pkg_x1", "proj-x"),
+        ("pkg_x2", "proj-x"),
+        ("pkg_y1", "proj-y"),
+    ] {
+        let mut p = package(id, project, "maintainer-bot", None);
+        p["x-extra"] = json!({"kept": [1, 2.5, null]});
+        if id == "pkg_x2" {
+            p["status"] = json!("draft");
+        }
+        let (st, b) = a
+            .post(Some(MAINT), &format!("/v1/projects/{project}/packages"), &p)
+            .await;
+        assert_eq!(st, 201, "{b}");
+    }
+    for v in ["a", "b", "c"] {
+        a.clock.advance(time::Duration::minutes(5));
+        a.post(
+            Some(MAINT),
+            "/v1/projects/proj-x/facts",
+            &json!({"subject": "svc", "predicate": "owner", "value": v}),
+        )
+        .await;
+    }
+    a.post(
+        Some(MAINT),
+        "/v1/packages/pkg_x2/flag",
+        &json!({"review_type": "human"}),
+    )
+    .await;
+    a.post(
+        Some(MAINT),
+        "/v1/packages/pkg_x2/review",
+        &json!({"outcome": "complete"}),
+    )
+    .await;
+
+    // Admin only; an unknown project is 404.
+    assert_error(&a.get(Some(MAINT), "/v1/export").await, 403, "forbidden");
+    assert_error(
+        &a.get(Some(AUDITOR), "/v1/projects/proj-x/export").await,
+        403,
+        "forbidden",
+    );
+    assert_error(
+        &a.get(Some(ADMIN), "/v1/projects/nope/export").await,
+        404,
+        "project_not_found",
+    );
+
+    let all = bundle_of(&a, "/v1/export").await;
+    assert_eq!(
+        all,
+        bundle_of(&a, "/v1/export").await,
+        "two exports are identical"
+    );
+    let files = unbundle(&all).unwrap();
+    let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+    let mut want: Vec<&str> = FILES.to_vec();
+    want.push(MANIFEST);
+    assert_eq!(names, want, "manifest last");
+    let snap = parse(&files).unwrap();
+    assert_eq!(
+        (
+            snap.projects.len(),
+            snap.packages.len(),
+            snap.facts.len(),
+            snap.reviews.len()
+        ),
+        (2, 3, 3, 2)
+    );
+    let one =
+        parse(&unbundle(&bundle_of(&a, "/v1/projects/proj-y/export").await).unwrap()).unwrap();
+    assert_eq!(
+        (one.projects.len(), one.packages.len(), one.facts.len()),
+        (1, 1, 0)
+    );
+
+    let b = TestServer::start().await;
+    // A tampered bundle: refused, naming the package, and nothing is imported.
+    let text = String::from_utf8(all.clone()).unwrap();
+    let tampered = text.replacen("Package pkg_x1", "Package pkg_x1 (edited)", 1);
+    assert_ne!(tampered, text);
+    let r = post_bundle(&b, "", tampered.into_bytes()).await;
+    assert_error(&r, 409, "integrity_error");
+    assert!(
+        r.1["message"].as_str().unwrap().contains("pkg_x1"),
+        "{}",
+        r.1
+    );
+    assert_error(
+        &b.get(Some(ADMIN), "/v1/projects/proj-x").await,
+        404,
+        "project_not_found",
+    );
+    // Not a bundle, the wrong media type, not an admin.
+    assert_error(
+        &post_bundle(&b, "", b"{\"file\":\"../etc\",\"lines\":0}\n".to_vec()).await,
+        400,
+        "invalid_request",
+    );
+    assert_error(
+        &b.post_raw(Some(ADMIN), "/v1/import", "application/json", all.clone())
+            .await,
+        415,
+        "unsupported_media_type",
+    );
+    assert_error(
+        &b.post_raw(
+            Some(MAINT),
+            "/v1/import",
+            "application/x-ndjson",
+            all.clone(),
+        )
+        .await,
+        403,
+        "forbidden",
+    );
+    // Nothing was imported: the store's export is empty.
+    let empty = bundle_of(&b, "/v1/export").await;
+    assert_eq!(parse(&unbundle(&empty).unwrap()).unwrap().projects.len(), 0);
+
+    let (st, r) = post_bundle(&b, "?members=maintainer-bot", all.clone()).await;
+    assert_eq!(st, 201, "{r}");
+    assert_eq!(r["imported"]["packages"], 3);
+    assert_eq!(r["imported"]["facts"], 3);
+    assert_eq!(
+        bundle_of(&b, "/v1/export").await,
+        all,
+        "export -> import -> export is byte-identical"
+    );
+    // The grants: the listed member reads and writes; the import is in the project's chain.
+    let (st, p) = b.get(Some(MAINT), "/v1/packages/pkg_x1").await;
+    assert_eq!(st, 200, "{p}");
+    assert_eq!(p["x-extra"], json!({"kept": [1, 2.5, null]}));
+    assert_error(
+        &b.get(Some(AGENT2), "/v1/packages/pkg_x1").await,
+        403,
+        "unauthorized",
+    );
+    let audit = cra_runtime::routes::relay::project_audit_session("proj-x");
+    let events = b.events(&audit).await;
+    assert_eq!(events[1]["event_type"], "relay.project.created");
+    assert_eq!(events[1]["payload"]["created_by"]["id"], "root");
+    assert_eq!(events[1]["payload"]["imported"]["packages"], 2);
+    let (st, _) = b
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-x/facts",
+            &json!({"subject": "svc", "predicate": "owner", "value": "d"}),
+        )
+        .await;
+    assert_eq!(st, 201);
+    // A second import finds a non-empty store.
+    assert_error(&post_bundle(&b, "", all).await, 409, "already_exists");
+    a.stop().await;
+    b.stop().await;
+}

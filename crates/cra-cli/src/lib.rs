@@ -39,7 +39,7 @@ pub enum Command {
     Atlas(cmd::atlas::AtlasCommand),
     /// Run the runtime: HTTP API, WebSocket trace streams, auth (see `cra serve --help`).
     Serve(cmd::serve::ServeArgs),
-    /// Relay packages, facts, review, orient, export/import on a local data directory.
+    /// Relay packages, facts, review, orient, export/import against a server (--url) or a local data directory.
     Relay(cmd::relay::RelayArgs),
     /// Resolve a CARP request in-process against atlases (no server needed).
     Resolve(cmd::resolve::ResolveArgs),

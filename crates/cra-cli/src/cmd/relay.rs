@@ -1,23 +1,30 @@
-//! `cra relay ...`: Relay (Agentic Protocol v0.1) against a local data directory (`--data`,
-//! default `./cra-data`, the embedded redb store; a running server holds the directory, and then
-//! this command says so and exits 1).
+//! `cra relay ...`: Relay (Agentic Protocol v0.1) against a running server or a local data
+//! directory.
 //!
-//! Every command prints its result as JSON on standard output (`orient --markdown` prints the
+//! * **Server mode** when `--url URL` (or `CRA_URL`) is given: every subcommand is one or two
+//!   HTTP calls to the runtime's Relay routes ([`remote`]). The credential is `--token` (or
+//!   `CRA_TOKEN`), else the admin key the server wrote into its data directory (`--data`,
+//!   default `./cra-data`), as `cra trace tail` does. The acting actor is the token's actor;
+//!   `--actor` is not used.
+//! * **Local mode** otherwise: the embedded redb store in `--data` ([`local`]), acting as
+//!   `--actor`. A running server holds that directory; opening it then fails with an error that
+//!   names the server's process and says to use `--url`.
+//!
+//! Both modes print the same JSON for the same operation (`orient --markdown` prints the
 //! briefing). A refused operation prints the wire error body on standard error and exits 2;
-//! a command that could not run (unopenable store, unreadable file) exits 1.
+//! a command that could not run (unopenable store, unreachable server, unreadable file) exits 1.
+
+mod local;
+mod remote;
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use cra_relay::fact::{FactQuery, FactView};
-use cra_relay::session::SeededCallsigns;
-use cra_relay::store::{RelayStore, SearchQuery};
-use cra_relay::{Actor, ActorType, Relay, RelayError};
-use cra_store::RedbStore;
-use cra_store::relay::RedbRelay;
-use cra_wire::{ErrorBody, SystemClock, Token, UuidV7Ids};
+use cra_relay::store::SearchQuery;
+use cra_relay::{Actor, ActorType, RelayError};
+use cra_wire::{ErrorBody, Token};
 use serde_json::{Value, json};
 
 use crate::exit::Exit;
@@ -25,10 +32,16 @@ use crate::exit::Exit;
 /// Where the data lives and who is acting.
 #[derive(Debug, Args)]
 pub struct RelayArgs {
-    /// The data directory (embedded store).
+    /// The server to talk to (server mode); without it, the local data directory is opened.
+    #[arg(long, env = "CRA_URL", global = true)]
+    pub url: Option<String>,
+    /// The bearer token for the server (default: the admin key in <data>/api-keys.toml).
+    #[arg(long, env = "CRA_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// The data directory (embedded store; in server mode, where the admin key is looked for).
     #[arg(long, env = "CRA_DATA", default_value = "cra-data", global = true)]
     pub data: PathBuf,
-    /// The acting actor's id (what `created_by.id` must equal).
+    /// The acting actor's id in local mode (what `created_by.id` must equal).
     #[arg(long, env = "CRA_ACTOR", global = true)]
     pub actor: Option<String>,
     /// The acting actor's type.
@@ -100,15 +113,22 @@ pub enum RelayCommand {
         #[arg(long)]
         note: Option<String>,
     },
-    /// Export every project, package, fact, session and review record to DIR (NDJSON + manifest).
+    /// Export every project (or one), its packages, facts, sessions and review records to DIR
+    /// (NDJSON + manifest).
     Export {
         /// The target directory.
         dir: PathBuf,
+        /// Only this project.
+        #[arg(long)]
+        project: Option<String>,
     },
-    /// Import an export directory into an empty data directory (every hash verified first).
+    /// Import an export directory into an empty store (every hash verified first).
     Import {
         /// The export directory.
         dir: PathBuf,
+        /// Server mode: actors granted the imported projects besides the importing admin.
+        #[arg(long = "member")]
+        members: Vec<String>,
     },
 }
 
@@ -152,6 +172,44 @@ pub struct PullArgs {
     /// How many packages.
     #[arg(long, default_value_t = 5)]
     pub limit: usize,
+    /// Only packages with this topic (--latest, --query).
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only packages of this package_type (--latest, --query).
+    #[arg(long)]
+    pub package_type: Option<String>,
+    /// Only packages carrying this tag (repeatable: every one).
+    #[arg(long = "tag")]
+    pub tags: Vec<String>,
+    /// Only packages created at or after this instant (RFC 3339).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only packages created before this instant (RFC 3339).
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+impl PullArgs {
+    fn has_filters(&self) -> bool {
+        self.topic.is_some()
+            || self.package_type.is_some()
+            || !self.tags.is_empty()
+            || self.since.is_some()
+            || self.until.is_some()
+    }
+
+    fn search_query(&self, project_id: String) -> SearchQuery {
+        SearchQuery {
+            project_id,
+            query: self.query.clone().unwrap_or_default(),
+            limit: self.limit,
+            topic: self.topic.clone(),
+            package_type: self.package_type.clone(),
+            tags: self.tags.clone(),
+            since: self.since.clone(),
+            until: self.until.clone(),
+        }
+    }
 }
 
 /// `cra relay facts ...`.
@@ -222,28 +280,11 @@ pub fn run(args: RelayArgs) -> Exit {
     )
 }
 
-fn open(dir: &Path) -> Result<Relay, String> {
-    let store = RedbStore::open(dir).map_err(|e| e.to_string())?;
-    let relay = RedbRelay::open(&store).map_err(|e| e.to_string())?;
-    let seed = time_seed();
-    Ok(Relay::new(
-        Arc::new(relay) as Arc<dyn RelayStore>,
-        Arc::new(SystemClock),
-        Arc::new(UuidV7Ids),
-        Arc::new(SeededCallsigns::new(seed)),
-    ))
-}
-
-fn time_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-        ^ u64::from(std::process::id())
-}
-
+/// Why a command did not succeed.
 enum Failure {
+    /// It could not run (exit 1).
     CouldNotRun(String),
+    /// The operation was refused with a wire error (exit 2).
     Refused(ErrorBody),
 }
 
@@ -251,6 +292,50 @@ impl From<RelayError> for Failure {
     fn from(e: RelayError) -> Self {
         Failure::Refused(e.to_body())
     }
+}
+
+/// What a command prints.
+enum Output {
+    Json(Value),
+    Text(String),
+}
+
+type Answer = Result<Value, Failure>;
+
+/// One Relay operation per method, answered in the same JSON whether it runs on the local store
+/// or on a server.
+trait Backend {
+    fn create_project(&self, project_id: &str, name: &str) -> Answer;
+    fn set_archived(&self, project_id: &str, archived: bool) -> Answer;
+    /// `{"created": bool, "package": <stored package>}`.
+    fn deposit(&self, package: &Value) -> Answer;
+    fn pull_specific(&self, package_id: &str) -> Answer;
+    /// `{"packages", "quarantined"}`; filters of `query` apply, its text does not.
+    fn pull_latest(&self, query: &SearchQuery, filtered: bool) -> Answer;
+    /// `{"packages", "matches", "quarantined"}`.
+    fn pull_relevant(&self, query: &SearchQuery) -> Answer;
+    fn orient(&self, project_id: &str, window_days: u32, markdown: bool)
+    -> Result<Output, Failure>;
+    /// The stored §7 fact.
+    fn assert_fact(&self, project_id: &str, body: &Value) -> Answer;
+    /// `{"invalidated": n}`.
+    fn invalidate_fact(&self, project_id: &str, subject: &str, predicate: &str) -> Answer;
+    /// A JSON array of §7 facts.
+    fn facts(&self, project_id: &str, query: &FactQuery) -> Answer;
+    fn flag(&self, package_id: &str, review_type: &str, note: Option<&str>) -> Answer;
+    fn review(&self, package_id: &str, outcome: &str, note: Option<&str>) -> Answer;
+    /// Writes the export files into `dir`; answers the counts.
+    fn export(&self, dir: &Path, project: Option<&str>) -> Answer;
+    /// Imports an export directory; answers the counts.
+    fn import(&self, dir: &Path, members: &[String]) -> Answer;
+}
+
+/// The counts an export or import answers: `{<verb>: dir, projects, packages, facts, sessions,
+/// reviews}`.
+fn summary(verb: &str, dir: &Path, snap: &cra_relay::store::Snapshot) -> Value {
+    json!({verb: dir.display().to_string(), "projects": snap.projects.len(),
+           "packages": snap.packages.len(), "facts": snap.facts.len(),
+           "sessions": snap.sessions.len(), "reviews": snap.reviews.len()})
 }
 
 /// Runs `cra relay` with the given streams (the binary and the tests both call this).
@@ -261,16 +346,25 @@ pub fn execute(
     err: &mut dyn Write,
 ) -> Exit {
     let result = (|| -> Result<Output, Failure> {
-        let relay = open(&args.data).map_err(Failure::CouldNotRun)?;
-        let actor = args.actor.clone().map(|id| {
-            let t = match args.actor_type {
-                CliActorType::Human => ActorType::Human,
-                CliActorType::Agent => ActorType::Agent,
-                CliActorType::Script => ActorType::Script,
-            };
-            Actor::new(id, t)
-        });
-        dispatch(&relay, actor, args.command, stdin)
+        let backend: Box<dyn Backend> = match &args.url {
+            Some(url) => Box::new(remote::Remote::connect(
+                url,
+                args.token.clone(),
+                &args.data,
+            )?),
+            None => {
+                let actor = args.actor.clone().map(|id| {
+                    let t = match args.actor_type {
+                        CliActorType::Human => ActorType::Human,
+                        CliActorType::Agent => ActorType::Agent,
+                        CliActorType::Script => ActorType::Script,
+                    };
+                    Actor::new(id, t)
+                });
+                Box::new(local::Local::open(&args.data, actor)?)
+            }
+        };
+        dispatch(&*backend, args.command, stdin)
     })();
     match result {
         Ok(Output::Json(v)) => {
@@ -294,144 +388,71 @@ pub fn execute(
     }
 }
 
-enum Output {
-    Json(Value),
-    Text(String),
+fn read_package(file: &Path, stdin: &mut dyn Read) -> Result<Value, Failure> {
+    let mut bytes = Vec::new();
+    let read = if file.as_os_str() == "-" {
+        stdin.read_to_end(&mut bytes).map(|_| ())
+    } else {
+        std::fs::read(file).map(|b| bytes = b)
+    };
+    read.map_err(|e| Failure::CouldNotRun(format!("{}: {e}", file.display())))?;
+    cra_wire::json::parse_strict(&bytes)
+        .map_err(|e| Failure::Refused(ErrorBody::new(Token::InvalidSchema, e.to_string())))
 }
 
-fn need_actor(actor: Option<Actor>) -> Result<Actor, Failure> {
-    actor.ok_or_else(|| {
-        Failure::CouldNotRun(
-            "this command writes: name the acting actor with --actor ID (or CRA_ACTOR)".into(),
-        )
-    })
-}
-
-fn to_json<T: serde::Serialize>(t: &T) -> Result<Value, Failure> {
-    serde_json::to_value(t).map_err(|e| Failure::CouldNotRun(e.to_string()))
-}
-
-fn dispatch(
-    relay: &Relay,
-    actor: Option<Actor>,
-    cmd: RelayCommand,
-    stdin: &mut dyn Read,
-) -> Result<Output, Failure> {
+fn dispatch(b: &dyn Backend, cmd: RelayCommand, stdin: &mut dyn Read) -> Result<Output, Failure> {
     Ok(Output::Json(match cmd {
         RelayCommand::Project(p) => match p {
-            ProjectCommand::Create { project_id, name } => {
-                to_json(&relay.create_project(&project_id, &name)?)?
-            }
-            ProjectCommand::Archive { project_id } => to_json(&relay.archive(&project_id)?)?,
-            ProjectCommand::Unarchive { project_id } => to_json(&relay.unarchive(&project_id)?)?,
+            ProjectCommand::Create { project_id, name } => b.create_project(&project_id, &name)?,
+            ProjectCommand::Archive { project_id } => b.set_archived(&project_id, true)?,
+            ProjectCommand::Unarchive { project_id } => b.set_archived(&project_id, false)?,
         },
-        RelayCommand::Deposit { file } => {
-            let actor = need_actor(actor)?;
-            let mut bytes = Vec::new();
-            let read = if file.as_os_str() == "-" {
-                stdin.read_to_end(&mut bytes).map(|_| ())
-            } else {
-                std::fs::read(&file).map(|b| bytes = b)
-            };
-            read.map_err(|e| Failure::CouldNotRun(format!("{}: {e}", file.display())))?;
-            let value = cra_wire::json::parse_strict(&bytes).map_err(|e| {
-                Failure::Refused(ErrorBody::new(Token::InvalidSchema, e.to_string()))
-            })?;
-            let project = value
-                .get("project_id")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned();
-            let d = relay.deposit(&project, &actor, &value)?;
-            json!({"created": d.created, "package": d.stored.to_wire()})
-        }
-        RelayCommand::Pull(p) => pull(relay, p)?,
+        RelayCommand::Deposit { file } => b.deposit(&read_package(&file, stdin)?)?,
+        RelayCommand::Pull(p) => pull(b, p)?,
         RelayCommand::Orient {
             project,
             window_days,
             markdown,
-        } => {
-            let bundle = relay.orient(&project, Some(window_days))?;
-            if markdown {
-                return Ok(Output::Text(cra_relay::digest::orientation_markdown(
-                    &bundle,
-                )));
-            }
-            to_json(&bundle)?
-        }
-        RelayCommand::Facts(f) => facts(relay, actor, f)?,
+        } => return b.orient(&project, window_days, markdown),
+        RelayCommand::Facts(f) => facts(b, f)?,
         RelayCommand::Flag {
             package_id,
             review_type,
             note,
-        } => {
-            let actor = need_actor(actor)?;
-            relay
-                .flag_for_review(&package_id, &review_type, note.as_deref(), &actor)?
-                .to_wire()
-        }
+        } => b.flag(&package_id, &review_type, note.as_deref())?,
         RelayCommand::Review {
             package_id,
             outcome,
             note,
-        } => {
-            let actor = need_actor(actor)?;
-            relay
-                .review(&package_id, &outcome, note.as_deref(), &actor)?
-                .to_wire()
-        }
-        RelayCommand::Export { dir } => {
-            let snap = cra_relay::export::export_dir(&**relay.store(), &dir)
-                .map_err(|e| Failure::CouldNotRun(e.to_string()))?;
-            json!({"exported": dir.display().to_string(), "projects": snap.projects.len(),
-                   "packages": snap.packages.len(), "facts": snap.facts.len(),
-                   "sessions": snap.sessions.len(), "reviews": snap.reviews.len()})
-        }
-        RelayCommand::Import { dir } => {
-            let snap = cra_relay::export::import_dir(&**relay.store(), &dir).map_err(|e| {
-                Failure::Refused(ErrorBody::new(Token::IntegrityError, e.to_string()))
-            })?;
-            json!({"imported": dir.display().to_string(), "projects": snap.projects.len(),
-                   "packages": snap.packages.len(), "facts": snap.facts.len(),
-                   "sessions": snap.sessions.len(), "reviews": snap.reviews.len()})
-        }
+        } => b.review(&package_id, &outcome, note.as_deref())?,
+        RelayCommand::Export { dir, project } => b.export(&dir, project.as_deref())?,
+        RelayCommand::Import { dir, members } => b.import(&dir, &members)?,
     }))
 }
 
-fn pull(relay: &Relay, p: PullArgs) -> Result<Value, Failure> {
-    let project = || {
-        p.project
-            .clone()
-            .ok_or_else(|| Failure::CouldNotRun("--latest and --query need --project".into()))
-    };
+fn pull(b: &dyn Backend, p: PullArgs) -> Answer {
     if let Some(id) = &p.id {
-        return Ok(relay.pull_specific(id)?.to_wire());
+        if p.has_filters() || p.project.is_some() {
+            return Err(Failure::CouldNotRun(
+                "--id reads one package: it takes no --project or filters".into(),
+            ));
+        }
+        return b.pull_specific(id);
     }
-    if let Some(q) = &p.query {
-        let hits = relay.pull_relevant(&SearchQuery {
-            project_id: project()?,
-            query: q.clone(),
-            limit: p.limit,
-            ..SearchQuery::default()
-        })?;
-        return Ok(Value::Array(
-            hits.into_iter()
-                .map(|h| {
-                    json!({"score": h.score, "field": h.field, "chunk": h.chunk,
-                           "package": h.package.to_wire()})
-                })
-                .collect(),
-        ));
+    let project = p
+        .project
+        .clone()
+        .ok_or_else(|| Failure::CouldNotRun("--latest and --query need --project".into()))?;
+    let q = p.search_query(project);
+    if p.query.is_some() {
+        b.pull_relevant(&q)
+    } else {
+        b.pull_latest(&q, p.has_filters())
     }
-    let pulled = relay.pull_latest(&project()?, Some(p.limit))?;
-    Ok(json!({
-        "packages": pulled.packages.iter().map(|s| s.to_wire()).collect::<Vec<_>>(),
-        "quarantined": pulled.quarantined,
-    }))
 }
 
-fn facts(relay: &Relay, actor: Option<Actor>, f: FactsCommand) -> Result<Value, Failure> {
-    Ok(match f {
+fn facts(b: &dyn Backend, f: FactsCommand) -> Answer {
+    match f {
         FactsCommand::Assert {
             project,
             subject,
@@ -439,18 +460,17 @@ fn facts(relay: &Relay, actor: Option<Actor>, f: FactsCommand) -> Result<Value, 
             value,
             valid_from,
         } => {
-            let actor = need_actor(actor)?;
             let mut body = json!({"subject": subject, "predicate": predicate, "value": value});
             if let Some(t) = valid_from {
                 body["valid_from"] = json!(t);
             }
-            to_json(&relay.assert_fact(&project, &actor, &body)?.fact)?
+            b.assert_fact(&project, &body)
         }
         FactsCommand::Invalidate {
             project,
             subject,
             predicate,
-        } => json!({"invalidated": relay.invalidate_fact(&project, &subject, &predicate)?}),
+        } => b.invalidate_fact(&project, &subject, &predicate),
         FactsCommand::Get {
             project,
             subject,
@@ -465,19 +485,14 @@ fn facts(relay: &Relay, actor: Option<Actor>, f: FactsCommand) -> Result<Value, 
                 (_, _, true) => FactView::History,
                 _ => FactView::Current,
             };
-            let rows = relay.facts(
+            b.facts(
                 &project,
                 &FactQuery {
                     subject,
                     predicate,
                     view,
                 },
-            )?;
-            Value::Array(
-                rows.iter()
-                    .map(|r| to_json(&r.fact))
-                    .collect::<Result<_, _>>()?,
             )
         }
-    })
+    }
 }

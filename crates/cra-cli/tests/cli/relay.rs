@@ -1,6 +1,7 @@
 //! `cra relay ...` on a temporary data directory: deposit (hash of the §6.7 example), identity
 //! mismatch (exit 2 with the wire error body), facts as-of, review flow, search, orient
-//! Markdown, export -> import -> export byte-identical.
+//! Markdown, export -> import -> export byte-identical; then every subcommand against a real
+//! server started in this process (`--url`), and the refusal to open a directory it holds.
 
 use std::path::Path;
 
@@ -159,7 +160,12 @@ fn relay_commands_end_to_end() {
         "",
     );
     assert_eq!(e, Exit::Success);
-    assert!(!json(&out).as_array().unwrap().is_empty());
+    let found = json(&out);
+    assert!(!found["packages"].as_array().unwrap().is_empty(), "{found}");
+    assert_eq!(
+        found["matches"][0]["package_id"],
+        found["packages"][0]["package_id"]
+    );
     let (_, out, _) = cra(
         &d,
         &[
@@ -228,4 +234,361 @@ fn relay_commands_end_to_end() {
         cra(&d2, &["import", ex.to_str().unwrap()], "").0,
         Exit::Negative
     );
+}
+
+/// A `cra serve` in this process: no key file given, so it writes its admin key into its data
+/// directory, which `cra relay --url` then finds.
+struct Server {
+    rt: tokio::runtime::Runtime,
+    server: Option<cra_runtime::RunningServer>,
+    url: String,
+    data: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(data: &Path) -> Self {
+        let mut config = cra_runtime::config::RuntimeConfig {
+            addr: "127.0.0.1:0".into(),
+            data: data.to_path_buf(),
+            atlases: vec![
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases/dev.cra.github-ops"),
+            ],
+            ..Default::default()
+        };
+        config.limits.requests_per_second = 0;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (state, _) = cra_runtime::build_runtime(
+            config,
+            std::sync::Arc::new(cra_wire::SystemClock),
+            std::sync::Arc::new(cra_wire::UuidV7Ids),
+        )
+        .unwrap();
+        let server = rt
+            .block_on(cra_runtime::start(state, std::future::pending()))
+            .unwrap();
+        let url = format!("http://{}", server.addr);
+        Self {
+            rt,
+            server: Some(server),
+            url,
+            data: data.to_path_buf(),
+        }
+    }
+
+    /// `cra relay --url <this server> --data <its data dir> ARGS`.
+    fn cra(&self, args: &[&str], stdin: &str) -> (Exit, String, String) {
+        let mut argv = vec!["--url", self.url.as_str()];
+        argv.extend_from_slice(args);
+        cra(&self.data, &argv, stdin)
+    }
+
+    fn ok(&self, args: &[&str], stdin: &str) -> Value {
+        let (e, out, err) = self.cra(args, stdin);
+        assert_eq!(e, Exit::Success, "cra relay {args:?}: {err}");
+        json(&out)
+    }
+
+    fn refused(&self, args: &[&str], stdin: &str) -> Value {
+        let (e, out, err) = self.cra(args, stdin);
+        assert_eq!(e, Exit::Negative, "cra relay {args:?}: {out}");
+        json(&err)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(s) = self.server.take() {
+            let _ = self.rt.block_on(s.shutdown());
+        }
+    }
+}
+
+/// The admin's package of the §6.7 example shape in `project`.
+fn admin_package(id: &str, project: &str, status: &str, title: &str) -> String {
+    MINIMAL
+        .replace("pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d", id)
+        .replace("proj_dev_relay", project)
+        .replace("\"jordan\"", "\"admin\"")
+        .replace("\"complete\"", &format!("\"{status}\""))
+        .replace("Shipped archive/de-archive", title)
+}
+
+const EXPORT_FILES: [&str; 6] = [
+    "manifest.json",
+    "projects.ndjson",
+    "packages.ndjson",
+    "facts.ndjson",
+    "sessions.ndjson",
+    "reviews.ndjson",
+];
+
+/// Every `cra relay` subcommand against a server (`--url`; the credential from the data
+/// directory's admin key or `--token`), printing what local mode prints; export from one server
+/// and import into another is byte-identical; a local open of the held directory names the
+/// server.
+#[test]
+fn relay_commands_against_a_server() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = Server::start(&tmp.path().join("served"));
+    let p = "proj_remote";
+
+    let created = s.ok(&["project", "create", p, "Remote"], "");
+    assert_eq!(created["project_id"], p);
+    assert!(created["audit_session_id"].is_string(), "{created}");
+    let e = s.refused(&["project", "create", p, "Remote"], "");
+    assert_eq!(e["error"], "already_exists");
+
+    // deposit from a file and from standard input; an identical replay is not created again.
+    let first = admin_package("pkg_r1", p, "complete", "Soft archive shipped");
+    let file = tmp.path().join("pkg_r1.json");
+    std::fs::write(&file, &first).unwrap();
+    let d = s.ok(&["deposit", file.to_str().unwrap()], "");
+    assert_eq!(d["created"], true);
+    assert!(
+        d["package"]["content_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    assert_eq!(s.ok(&["deposit", "-"], &first)["created"], false);
+    // The same package deposited locally hashes and prints the same.
+    let local = tmp.path().join("local");
+    cra(&local, &["project", "create", p, "Remote"], "");
+    let (e, out, err) = cra(&local, &["--actor", "admin", "deposit", "-"], &first);
+    assert_eq!(e, Exit::Success, "{err}");
+    assert_eq!(
+        json(&out),
+        d,
+        "local and server mode print the same deposit"
+    );
+    // created_by.id must be the token's actor.
+    let e = s.refused(&["deposit", "-"], &MINIMAL.replace("proj_dev_relay", p));
+    assert_eq!(e["error"], "identity_mismatch");
+    let e = s.refused(&["deposit", "-"], "{\"package_id\": 1}");
+    assert_eq!(e["error"], "invalid_schema");
+
+    let draft = admin_package("pkg_r2", p, "draft", "Vector index latency");
+    assert_eq!(s.ok(&["deposit", "-"], &draft)["created"], true);
+
+    // facts: assert twice, then every view, then invalidate.
+    let fact = |value: &str, from: &str| {
+        s.ok(
+            &[
+                "facts",
+                "assert",
+                "--project",
+                p,
+                "--subject",
+                "dash",
+                "--predicate",
+                "owner",
+                "--value",
+                value,
+                "--valid-from",
+                from,
+            ],
+            "",
+        )
+    };
+    let f1 = fact("ana", "2026-04-01T00:00:00Z");
+    assert_eq!(f1["value"], "ana");
+    assert!(
+        f1.get("recorded_at").is_none() && f1.get("fact").is_none(),
+        "{f1}"
+    );
+    let f2 = fact("ben", "2026-04-10T00:00:00Z");
+    let get = |extra: &[&str]| {
+        let mut args = vec!["facts", "get", "--project", p, "--subject", "dash"];
+        args.extend_from_slice(extra);
+        s.ok(&args, "")
+    };
+    assert_eq!(get(&[])[0]["value"], "ben");
+    assert_eq!(get(&["--as-of", "2026-04-05T00:00:00Z"])[0]["value"], "ana");
+    let hist = get(&["--history"]);
+    assert_eq!(hist.as_array().unwrap().len(), 2);
+    assert_eq!(hist[0]["valid_to"], f2["valid_from"]);
+    // What the server believed when it recorded the first fact: ana.
+    let believed = get(&["--recorded-as-of", f1["created_at"].as_str().unwrap()]);
+    assert_eq!(believed[0]["value"], "ana", "{believed}");
+    let e = s.refused(&["facts", "get", "--project", p, "--as-of", "soon"], "");
+    assert_eq!(e["error"], "invalid_schema");
+    let inv = || {
+        s.ok(
+            &[
+                "facts",
+                "invalidate",
+                "--project",
+                p,
+                "--subject",
+                "dash",
+                "--predicate",
+                "owner",
+            ],
+            "",
+        )
+    };
+    assert_eq!(inv(), serde_json::json!({"invalidated": 1}));
+    assert_eq!(inv(), serde_json::json!({"invalidated": 0}));
+    assert_eq!(get(&[]), serde_json::json!([]));
+
+    // review flow.
+    let flagged = s.ok(
+        &[
+            "flag",
+            "pkg_r2",
+            "--review-type",
+            "agent",
+            "--note",
+            "check",
+        ],
+        "",
+    );
+    assert_eq!(flagged["status"], "awaiting_review");
+    let reviewed = s.ok(&["review", "pkg_r2", "--outcome", "complete"], "");
+    assert_eq!(reviewed["status"], "complete");
+    let e = s.refused(&["review", "pkg_r2", "--outcome", "revision_requested"], "");
+    assert_eq!(e["error"], "invalid_transition");
+    let e = s.refused(&["flag", "pkg_none"], "");
+    assert_eq!(e["error"], "package_not_found");
+
+    // pull: specific, latest (with a filter), relevant with scores.
+    let one = s.ok(&["pull", "--id", "pkg_r1"], "");
+    assert_eq!(one, d["package"]);
+    let e = s.refused(&["pull", "--id", "pkg_none"], "");
+    assert_eq!(e["error"], "package_not_found");
+    let latest = s.ok(&["pull", "--project", p, "--latest", "--limit", "1"], "");
+    assert_eq!(latest["packages"][0]["package_id"], "pkg_r2");
+    assert_eq!(latest["quarantined"], serde_json::json!([]));
+    let tagged = s.ok(
+        &[
+            "pull",
+            "--project",
+            p,
+            "--latest",
+            "--tag",
+            "cli",
+            "--tag",
+            "archive",
+        ],
+        "",
+    );
+    assert_eq!(tagged["packages"].as_array().unwrap().len(), 2);
+    let none = s.ok(
+        &["pull", "--project", p, "--latest", "--topic", "nothing"],
+        "",
+    );
+    assert_eq!(none["packages"], serde_json::json!([]));
+    let found = s.ok(&["pull", "--project", p, "--query", "vector latency"], "");
+    assert_eq!(found["packages"][0]["package_id"], "pkg_r2", "{found}");
+    assert_eq!(found["matches"][0]["package_id"], "pkg_r2");
+    assert!(found["matches"][0]["score"].as_f64().unwrap() > 0.0);
+    let e = s.refused(
+        &["pull", "--project", p, "--query", "x", "--since", "later"],
+        "",
+    );
+    assert_eq!(e["error"], "invalid_schema");
+
+    // orient: the bundle and the briefing.
+    let bundle = s.ok(&["orient", "--project", p, "--window-days", "100000"], "");
+    assert_eq!(bundle["project"]["project_id"], p);
+    assert_eq!(bundle["recent_packages"].as_array().unwrap().len(), 2);
+    let (e, md, _) = s.cra(
+        &[
+            "orient",
+            "--project",
+            p,
+            "--window-days",
+            "100000",
+            "--markdown",
+        ],
+        "",
+    );
+    assert_eq!(e, Exit::Success);
+    assert!(md.starts_with("# Orientation: Remote"), "{md}");
+    assert!(md.contains("Migration 009 applied"), "{md}");
+
+    // archive refuses writes until unarchived.
+    assert!(s.ok(&["project", "archive", p], "")["archived_at"].is_string());
+    let e = s.refused(
+        &["deposit", "-"],
+        &admin_package("pkg_r3", p, "complete", "Late"),
+    );
+    assert_eq!(e["error"], "project_archived");
+    assert!(s.ok(&["project", "unarchive", p], "")["archived_at"].is_null());
+
+    // export (all, and one project) and import into a second, empty server.
+    let ex = tmp.path().join("ex");
+    let summary = s.ok(&["export", ex.to_str().unwrap()], "");
+    assert_eq!(
+        (
+            summary["projects"].clone(),
+            summary["packages"].clone(),
+            summary["facts"].clone()
+        ),
+        (1.into(), 2.into(), 2.into())
+    );
+    let ex_p = tmp.path().join("ex_p");
+    s.ok(&["export", ex_p.to_str().unwrap(), "--project", p], "");
+    for f in EXPORT_FILES {
+        assert_eq!(
+            std::fs::read(ex.join(f)).unwrap(),
+            std::fs::read(ex_p.join(f)).unwrap(),
+            "{f}: the only project's export is the whole export"
+        );
+    }
+    let t = Server::start(&tmp.path().join("served2"));
+    let imported = t.ok(&["import", ex.to_str().unwrap(), "--member", "ops-bot"], "");
+    assert_eq!(imported["packages"], 2);
+    let ex2 = tmp.path().join("ex2");
+    t.ok(&["export", ex2.to_str().unwrap()], "");
+    for f in EXPORT_FILES {
+        assert_eq!(
+            std::fs::read(ex.join(f)).unwrap(),
+            std::fs::read(ex2.join(f)).unwrap(),
+            "{f}: export -> import -> export over HTTP is byte-identical"
+        );
+    }
+    let e = t.refused(&["import", ex.to_str().unwrap()], "");
+    assert_eq!(e["error"], "already_exists");
+    // A tampered export is refused by name before anything is sent.
+    let packages = std::fs::read_to_string(ex.join("packages.ndjson")).unwrap();
+    std::fs::write(
+        ex.join("packages.ndjson"),
+        packages.replace("Soft archive shipped", "Hard archive shipped"),
+    )
+    .unwrap();
+    let u = Server::start(&tmp.path().join("served3"));
+    let e = u.refused(&["import", ex.to_str().unwrap()], "");
+    assert_eq!(e["error"], "integrity_error");
+    assert!(e["message"].as_str().unwrap().contains("pkg_r1"), "{e}");
+
+    // Credentials: a wrong --token is refused by the server; no credential at all cannot run.
+    let e = s.refused(&["--token", "cra_wrong", "pull", "--id", "pkg_r1"], "");
+    assert_eq!(e["error"], "unauthenticated");
+    let nowhere = tmp.path().join("no-keys");
+    let (e, _, err) = cra(&nowhere, &["--url", &s.url, "pull", "--id", "pkg_r1"], "");
+    assert_eq!(e, Exit::CouldNotRun);
+    assert!(err.contains("--token"), "{err}");
+    // An unreachable server cannot run either.
+    let (e, _, err) = cra(
+        &s.data,
+        &["--url", "http://127.0.0.1:9", "pull", "--id", "pkg_r1"],
+        "",
+    );
+    assert_eq!(e, Exit::CouldNotRun);
+    assert!(err.contains("cannot reach the server"), "{err}");
+
+    // Local mode on the directory the server holds: refused, naming the server's process.
+    let (e, _, err) = cra(&s.data, &["facts", "get", "--project", p], "");
+    assert_eq!(e, Exit::CouldNotRun);
+    assert!(err.contains("held by a running cra server"), "{err}");
+    assert!(
+        err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
+    assert!(err.contains("--url"), "{err}");
 }

@@ -336,25 +336,40 @@ impl Authenticator {
         Ok(Self { keys, jwt })
     }
 
-    /// The actor for an `Authorization` header value, or 401 `unauthenticated`.
+    /// The actor for an `Authorization` header value, or 401 `unauthenticated`. Both outcomes
+    /// are logged with the credential's fingerprint only (never the credential): a refusal at
+    /// `info`, a success at `debug`.
     pub fn authenticate(&self, header: Option<&str>) -> Result<Actor, ApiError> {
+        let result = self.identify(header);
+        match &result {
+            Ok(actor) => tracing::debug!(
+                actor = %actor.id,
+                key = %actor.key_fingerprint,
+                "authenticated"
+            ),
+            Err(e) => {
+                let key = header
+                    .and_then(bearer_token)
+                    .map_or_else(|| "none".to_owned(), fingerprint);
+                tracing::info!(key = %key, reason = %e.body.message, "credentials refused");
+            }
+        }
+        result
+    }
+
+    fn identify(&self, header: Option<&str>) -> Result<Actor, ApiError> {
         let Some(header) = header else {
             return Err(ApiError::new(
                 Token::Unauthenticated,
                 "no credentials: send `Authorization: Bearer <api key or JWT>`",
             ));
         };
-        let token = header
-            .strip_prefix("Bearer ")
-            .or_else(|| header.strip_prefix("bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                ApiError::new(
-                    Token::Unauthenticated,
-                    "the Authorization header is not `Bearer <token>`",
-                )
-            })?;
+        let token = bearer_token(header).ok_or_else(|| {
+            ApiError::new(
+                Token::Unauthenticated,
+                "the Authorization header is not `Bearer <token>`",
+            )
+        })?;
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         let mut found: Option<&Actor> = None;
         for (digest, actor) in &self.keys {
@@ -376,6 +391,15 @@ impl Authenticator {
             "the bearer token is not a known API key or valid JWT",
         ))
     }
+}
+
+/// The token of a `Bearer <token>` header value.
+fn bearer_token(header: &str) -> Option<&str> {
+    header
+        .strip_prefix("Bearer ")
+        .or_else(|| header.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
 }
 
 fn build_jwt(cfg: &JwtConfig) -> Result<JwtVerifier, AuthSetupError> {
@@ -420,6 +444,8 @@ fn build_jwt(cfg: &JwtConfig) -> Result<JwtVerifier, AuthSetupError> {
     let mut validation = Validation::new(alg);
     validation.algorithms = vec![alg];
     validation.validate_exp = true;
+    // jsonwebtoken ignores `nbf` unless told: a token that is not yet valid must be refused.
+    validation.validate_nbf = true;
     validation.leeway = 0;
     validation.set_required_spec_claims(&["exp", "sub"]);
     if let Some(iss) = &cfg.issuer {
@@ -437,6 +463,7 @@ fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
         use jsonwebtoken::errors::ErrorKind;
         let why = match e.kind() {
             ErrorKind::ExpiredSignature => "the token has expired",
+            ErrorKind::ImmatureSignature => "the token is not valid yet (`nbf` is in the future)",
             ErrorKind::InvalidAlgorithm => "the token's algorithm is not the one configured",
             ErrorKind::InvalidSignature => "the token's signature does not verify",
             ErrorKind::MissingRequiredClaim(_) => "the token lacks a required claim (exp, sub)",
@@ -589,6 +616,11 @@ mod tests {
             serde_json::json!({"sub": "x", "exp": now() + 600}),
         );
         let no_exp = sign(Algorithm::HS256, secret, serde_json::json!({"sub": "x"}));
+        let not_yet = sign(
+            Algorithm::HS256,
+            secret,
+            serde_json::json!({"sub": "x", "nbf": now() + 600, "exp": now() + 1200}),
+        );
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let none = format!(
             "{}.{}.",
@@ -600,6 +632,7 @@ mod tests {
             ("wrong alg", wrong_alg),
             ("wrong key", wrong_key),
             ("no exp", no_exp),
+            ("not yet valid", not_yet),
             ("none", none),
         ] {
             let e = a.authenticate(Some(&format!("Bearer {t}"))).unwrap_err();

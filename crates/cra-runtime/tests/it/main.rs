@@ -4,9 +4,11 @@
 
 mod authz;
 mod bad_requests;
+mod crash;
 mod flow;
 mod relay;
 mod sessions;
 mod stream;
 mod support;
 mod system;
+mod tamper;

@@ -321,3 +321,130 @@ pub async fn start_with_executor() -> (TestServer, std::sync::Arc<std::sync::ato
     .await;
     (s, calls)
 }
+
+impl TestServer {
+    /// Graceful stop that keeps the data directory and hands it back (for direct edits of the
+    /// store, then [`TestServer::start_in`]).
+    pub async fn stop_keep(mut self) -> tempfile::TempDir {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await.unwrap();
+        }
+        self._dir
+    }
+
+    /// A server with the test keys over an existing directory (one from [`TestServer::stop_keep`]).
+    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
+        let keys = dir.path().join("keys.toml");
+        std::fs::write(&keys, KEYS_TOML).unwrap();
+        let data = dir.path().join("data");
+        let mut config = RuntimeConfig {
+            addr: "127.0.0.1:0".into(),
+            data: data.clone(),
+            api_keys: Some(keys),
+            ..RuntimeConfig::default()
+        };
+        config.limits.requests_per_second = 0;
+        config.atlases = vec![PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../atlases/dev.cra.github-ops"
+        ))];
+        tweak(&mut config);
+        let clock = Arc::new(FixedClock::parse(T0).unwrap());
+        // Ids of a restarted server must not repeat the first one's.
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 43));
+        let (state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
+        let server = start(state, std::future::pending()).await.unwrap();
+        let base = format!("http://{}", server.addr);
+        Self {
+            server: Some(server),
+            base,
+            http: reqwest::Client::new(),
+            clock,
+            _dir: dir,
+            data,
+        }
+    }
+
+    /// A session's chain exported as `.trace.jsonl` (NDJSON) over HTTP, as the admin.
+    pub async fn export_ndjson(&self, session_id: &str) -> Vec<u8> {
+        let resp = self
+            .http
+            .get(self.url(&format!("/v1/traces/{session_id}")))
+            .bearer_auth(ADMIN)
+            .header("accept", "application/x-ndjson")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+        resp.bytes().await.unwrap().to_vec()
+    }
+}
+
+/// Runs `python3 tools/appendix_b.py verify - --json` on `ndjson`; returns its JSON answer.
+pub fn appendix_b_verify(ndjson: &[u8]) -> Value {
+    use std::io::Write as _;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/appendix_b.py");
+    let mut child = std::process::Command::new("python3")
+        .args([script, "verify", "-", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(ndjson).unwrap();
+    let out = child.wait_with_output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+impl TestServer {
+    /// Like [`TestServer::start_with`], but builds the runtime on a blocking thread: the
+    /// PostgreSQL backend's synchronous client cannot connect from inside the async runtime.
+    pub async fn start_blocking_with(
+        tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = dir.path().join("keys.toml");
+        std::fs::write(&keys, KEYS_TOML).unwrap();
+        let data = dir.path().join("data");
+        let mut config = RuntimeConfig {
+            addr: "127.0.0.1:0".into(),
+            data: data.clone(),
+            api_keys: Some(keys),
+            ..RuntimeConfig::default()
+        };
+        config.limits.requests_per_second = 0;
+        config.atlases = vec![PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../atlases/dev.cra.github-ops"
+        ))];
+        tweak(&mut config);
+        let clock = Arc::new(FixedClock::parse(T0).unwrap());
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+        let c2 = clock.clone();
+        let (state, _notices) =
+            tokio::task::spawn_blocking(move || build_runtime(config, c2, ids).unwrap())
+                .await
+                .unwrap();
+        let server = start(state, std::future::pending()).await.unwrap();
+        let base = format!("http://{}", server.addr);
+        Self {
+            server: Some(server),
+            base,
+            http: reqwest::Client::new(),
+            clock,
+            _dir: dir,
+            data,
+        }
+    }
+
+    /// Graceful stop whose last reference to the stores is dropped on a blocking thread (the
+    /// PostgreSQL client closes its connections synchronously).
+    pub async fn stop_blocking(mut self) {
+        if let Some(s) = self.server.take() {
+            let state = s.state.clone();
+            s.shutdown().await.unwrap();
+            tokio::task::spawn_blocking(move || drop(state))
+                .await
+                .unwrap();
+        }
+    }
+}

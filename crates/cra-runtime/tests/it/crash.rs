@@ -1,0 +1,1175 @@
+//! Crash and concurrency test against a real server process, on redb and on PostgreSQL.
+//!
+//! The server is this test binary re-run with `CRA_RT_CRASH_CHILD` set ([`child_server`]): it
+//! starts `cra_runtime` on `127.0.0.1:0` over the run's data directory (or PostgreSQL schema) and
+//! prints its port. Several agents then work against it concurrently over HTTP: they open and end
+//! sessions, resolve, execute allowed actions (through an `http` executor served by this
+//! process), deposit Relay packages and assert facts on a few (subject, predicate) pairs that all
+//! of them share. After a seeded random number of acknowledged writes the parent kills the server
+//! with SIGKILL (whatever is in flight is cut off) and starts it again on the same data.
+//!
+//! Every answer a client received as a success is written in a ledger. After each restart the
+//! previous cycle's entries are checked against the new server, and at the end all of them are:
+//! sessions, resolutions (the chain holds the answered resolution exactly), executions (their
+//! three events), packages (by id and content hash), facts (by id in the history) and the TRACE
+//! events each acknowledged request produced. Every fact history must be contiguous (no overlap,
+//! no hole), and every chain in the store is fetched as NDJSON over HTTP and verified by
+//! `tools/appendix_b.py` (the spec's algorithm in Python, independent of the Rust code) and by
+//! `POST /v1/traces/{id}/verify`.
+//!
+//! Knobs (environment): `CRA_CRASH_SEED` repeats a run (the seed is printed), `CRA_CRASH_CYCLES`
+//! (default 50) or `CRA_CRASH_SECONDS` (run cycles until that much time has passed: the soak of
+//! `cargo xtask soak`), `CRA_CRASH_MAX_ACKS` (most acknowledged writes in a cycle before the
+//! kill, default 12). The run ends with one `CRASH-SUMMARY key=value ...` line on stdout.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use cra_runtime::config::{HttpExecutorConfig, RuntimeConfig};
+use cra_runtime::{build_runtime, start};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_trace::store::ChainStore;
+use cra_wire::{Clock, SequentialIds};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Notify;
+
+use crate::support::executor_endpoint;
+
+const CHILD_VAR: &str = "CRA_RT_CRASH_CHILD";
+const CYCLE_VAR: &str = "CRA_RT_CRASH_CYCLE";
+const PG_URL_VAR: &str = "CRA_RT_CRASH_PG_URL";
+const PG_SCHEMA_VAR: &str = "CRA_RT_CRASH_PG_SCHEMA";
+const EXECUTOR_VAR: &str = "CRA_RT_CRASH_EXECUTOR";
+const SEED_VAR: &str = "CRA_CRASH_SEED";
+const CYCLES_VAR: &str = "CRA_CRASH_CYCLES";
+const SECONDS_VAR: &str = "CRA_CRASH_SECONDS";
+const MAX_ACKS_VAR: &str = "CRA_CRASH_MAX_ACKS";
+const PORT_LINE: &str = "CRA-CRASH-PORT ";
+
+/// Agents working concurrently.
+const AGENTS: usize = 6;
+/// A new project (fresh shared fact pairs and audit chain) every this many cycles.
+const CYCLES_PER_PROJECT: u64 = 20;
+/// The shared (subject, predicate) pairs of every project.
+const SUBJECTS: [&str; 2] = ["svc-api", "svc-db"];
+const PREDICATES: [&str; 2] = ["owner", "state"];
+const ADMIN_KEY: &str = "crash-admin-key-0000000000";
+
+fn agent_id(i: usize) -> String {
+    format!("crash-agent-{i}")
+}
+
+fn agent_key(i: usize) -> String {
+    format!("crash-agent-key-{i}-000000000")
+}
+
+fn keys_toml() -> String {
+    let mut s = format!(
+        "[[keys]]\ntoken = \"{ADMIN_KEY}\"\nactor_id = \"crash-admin\"\nactor_type = \"human\"\nroles = [\"admin\"]\n"
+    );
+    for i in 0..AGENTS {
+        s.push_str(&format!(
+            "\n[[keys]]\ntoken = \"{}\"\nactor_id = \"{}\"\nactor_type = \"agent\"\nroles = [\"agent\"]\n",
+            agent_key(i),
+            agent_id(i)
+        ));
+    }
+    s
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// The server's clock in cycle `cycle`: one hour later per cycle, so resolutions and rate-limit
+/// windows of earlier cycles have expired; within a cycle it ticks one microsecond per reading,
+/// so every recorded instant is distinct and follows the order of the readings.
+#[derive(Debug)]
+struct TickingClock {
+    base: OffsetDateTime,
+    ticks: AtomicI64,
+}
+
+impl Clock for TickingClock {
+    fn now(&self) -> OffsetDateTime {
+        self.base + time::Duration::microseconds(self.ticks.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+fn cycle_start(cycle: u64) -> OffsetDateTime {
+    let t0 = cra_wire::clock::parse_rfc3339(crate::support::T0).unwrap();
+    t0 + time::Duration::hours(i64::try_from(cycle).unwrap())
+}
+
+/// A CARP timestamp in cycle `cycle` (the server accepts five minutes of skew).
+fn request_time(cycle: u64) -> String {
+    cra_wire::clock::format_timestamp(cycle_start(cycle))
+}
+
+/// The server process: does nothing unless started by the crash test.
+#[test]
+fn child_server() {
+    let Some(run) = std::env::var_os(CHILD_VAR) else {
+        return;
+    };
+    let run = PathBuf::from(run);
+    let cycle = env_u64(CYCLE_VAR).unwrap();
+    let mut config = RuntimeConfig {
+        addr: "127.0.0.1:0".into(),
+        data: run.join("data"),
+        api_keys: Some(run.join("keys.toml")),
+        ..RuntimeConfig::default()
+    };
+    config.limits.requests_per_second = 0;
+    config.atlases = vec![PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../atlases/dev.cra.github-ops"
+    ))];
+    if let Ok(url) = std::env::var(PG_URL_VAR) {
+        config.postgres = Some(url);
+        config.postgres_schema = std::env::var(PG_SCHEMA_VAR).unwrap();
+        config.postgres_pool = 8;
+    }
+    config.executors.insert(
+        "github".into(),
+        HttpExecutorConfig {
+            url: std::env::var(EXECUTOR_VAR).unwrap(),
+            timeout_ms: 30_000,
+        },
+    );
+    let base = cycle_start(cycle);
+    let clock = Arc::new(TickingClock {
+        base,
+        ticks: AtomicI64::new(0),
+    });
+    let ms = u64::try_from(base.unix_timestamp_nanos() / 1_000_000).unwrap();
+    let ids = Arc::new(SequentialIds::new(ms, cycle));
+    // Built before the async runtime starts: the PostgreSQL client connects synchronously.
+    let (state, _) = build_runtime(config, clock, ids).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let server = start(state, std::future::pending()).await.unwrap();
+        let mut out = std::io::stdout();
+        writeln!(out, "{PORT_LINE}{}", server.addr.port()).unwrap();
+        out.flush().unwrap();
+        let _ = server.wait().await;
+    });
+}
+
+/// A write the server acknowledged, with what it answered.
+#[derive(Debug, Clone)]
+enum Ack {
+    Project {
+        project_id: String,
+        audit: String,
+    },
+    Session {
+        session_id: String,
+        agent: String,
+    },
+    Resolve {
+        session_id: String,
+        request_id: String,
+        resolution: Value,
+    },
+    Execute {
+        session_id: String,
+        execution_id: String,
+    },
+    Deposit {
+        package_id: String,
+        content_hash: String,
+        chain: String,
+    },
+    Fact {
+        project_id: String,
+        fact: Value,
+        chain: String,
+    },
+    End {
+        session_id: String,
+    },
+}
+
+/// Where the server keeps its data.
+enum Store {
+    Redb,
+    Pg { url: String, schema: String },
+}
+
+/// Figures of one run.
+#[derive(Debug, Default)]
+struct Figures {
+    cycles: u64,
+    requests: u64,
+    acked: u64,
+    lost: Vec<String>,
+    chains: u64,
+    events: u64,
+    fact_pairs: u64,
+}
+
+struct Run {
+    backend: &'static str,
+    store: Store,
+    dir: tempfile::TempDir,
+    exe: PathBuf,
+    executor: String,
+    seed: u64,
+    child: Option<tokio::process::Child>,
+    base: String,
+    http: reqwest::Client,
+    figures: Figures,
+}
+
+/// What one agent knows between requests.
+struct Agent {
+    index: usize,
+    id: String,
+    key: String,
+    rng: StdRng,
+    sessions: Vec<(String, u32)>,
+    resolutions: Vec<(String, String)>,
+    n: u64,
+}
+
+/// What the agents of one cycle share.
+struct Cycle {
+    cycle: u64,
+    base: String,
+    http: reqwest::Client,
+    project: String,
+    audit: String,
+    ledger: Mutex<Vec<Ack>>,
+    acked: AtomicUsize,
+    requests: AtomicU64,
+    running: AtomicUsize,
+    stop: AtomicBool,
+    wake: Notify,
+    unexpected: Mutex<Vec<String>>,
+}
+
+enum Outcome {
+    Acked(Ack),
+    /// No answer (the server is gone): the write may or may not have happened.
+    Unknown,
+    /// An answer that is not a success: the workload only sends valid requests.
+    Refused(String),
+}
+
+impl Run {
+    fn new(backend: &'static str, store: Store, executor: String, seed: u64) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keys.toml"), keys_toml()).unwrap();
+        Self {
+            backend,
+            store,
+            dir,
+            exe: std::env::current_exe().unwrap(),
+            executor,
+            seed,
+            child: None,
+            base: String::new(),
+            http: reqwest::Client::new(),
+            figures: Figures::default(),
+        }
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
+    }
+
+    /// Starts the server for `cycle` and waits for its port.
+    async fn start_server(&mut self, cycle: u64) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .unwrap();
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
+            .args([
+                "--exact",
+                "crash::child_server",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(CHILD_VAR, self.dir.path())
+            .env(CYCLE_VAR, cycle.to_string())
+            .env(EXECUTOR_VAR, &self.executor)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            .kill_on_drop(true);
+        match &self.store {
+            Store::Redb => command.env_remove(PG_URL_VAR).env_remove(PG_SCHEMA_VAR),
+            Store::Pg { url, schema } => command.env(PG_URL_VAR, url).env(PG_SCHEMA_VAR, schema),
+        };
+        let mut child = command.spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // The harness may print `test crash::child_server ... ` on the same line first.
+        let port = loop {
+            let line = tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await;
+            match line {
+                Ok(Ok(Some(line))) => {
+                    if let Some(at) = line.find(PORT_LINE) {
+                        break line[at + PORT_LINE.len()..].trim().parse::<u16>().unwrap();
+                    }
+                }
+                _ => panic!(
+                    "{}: the server of cycle {cycle} (seed {}) did not print its port within 120 s; its log:\n{}",
+                    self.backend,
+                    self.seed,
+                    std::fs::read_to_string(self.log_path()).unwrap_or_default()
+                ),
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        self.child = Some(child);
+        self.base = format!("http://127.0.0.1:{port}");
+        self.http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+    }
+
+    /// SIGKILL, then reap. Panics if the server had already died by itself.
+    async fn kill_server(&mut self, cycle: u64) {
+        let mut child = self.child.take().unwrap();
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "{}: the server of cycle {cycle} (seed {}) exited by itself ({status}); its log:\n{}",
+                self.backend,
+                self.seed,
+                std::fs::read_to_string(self.log_path()).unwrap_or_default()
+            );
+        }
+        child.start_kill().unwrap();
+        child.wait().await.unwrap();
+    }
+
+    async fn request(
+        &self,
+        method: reqwest::Method,
+        key: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Option<(u16, Value)> {
+        request(&self.http, &self.base, method, key, path, body).await
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        match self
+            .request(reqwest::Method::GET, ADMIN_KEY, path, None)
+            .await
+        {
+            Some((200, v)) => Ok(v),
+            Some((st, v)) => Err(format!("GET {path}: {st} {v}")),
+            None => Err(format!("GET {path}: no answer")),
+        }
+    }
+
+    /// Creates `project_id` with every agent as a member (before the cycle's agents start, so
+    /// no kill falls inside it). Returns the audit chain's session id.
+    async fn create_project(&mut self, project_id: &str) -> String {
+        let members: Vec<String> = (0..AGENTS).map(agent_id).collect();
+        let (st, body) = self
+            .request(
+                reqwest::Method::POST,
+                ADMIN_KEY,
+                "/v1/projects",
+                Some(&json!({"project_id": project_id, "name": project_id, "members": members})),
+            )
+            .await
+            .expect("the server answers the project creation");
+        assert_eq!(st, 201, "{}: create {project_id}: {body}", self.backend);
+        body["audit_session_id"].as_str().unwrap().to_owned()
+    }
+}
+
+async fn request(
+    http: &reqwest::Client,
+    base: &str,
+    method: reqwest::Method,
+    key: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let mut rb = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(key);
+    if let Some(b) = body {
+        rb = rb
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let resp = rb.send().await.ok()?;
+    let status = resp.status().as_u16();
+    let bytes = resp.bytes().await.ok()?;
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    Some((status, v))
+}
+
+impl Cycle {
+    async fn call(
+        &self,
+        agent: &Agent,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        want: u16,
+    ) -> Result<Value, Outcome> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match request(
+            &self.http,
+            &self.base,
+            method.clone(),
+            &agent.key,
+            path,
+            body,
+        )
+        .await
+        {
+            None => Err(Outcome::Unknown),
+            Some((st, v)) if st == want => Ok(v),
+            Some((st, v)) => Err(Outcome::Refused(format!(
+                "{} {method} {path}: {st} {v}",
+                agent.id
+            ))),
+        }
+    }
+}
+
+/// One request of `agent`, chosen at random.
+async fn step(c: &Cycle, a: &mut Agent) -> Outcome {
+    use reqwest::Method;
+    a.n += 1;
+    let n = a.n;
+    let roll = a.rng.random_range(0..100u32);
+    let has_sessions = !a.sessions.is_empty();
+    // Sessions age: one that has served many requests is ended, so chains stay short.
+    if has_sessions && (roll >= 96 || a.sessions[0].1 > 40) {
+        let (sid, _) = a.sessions.remove(0);
+        a.resolutions.retain(|(s, _)| *s != sid);
+        return match c
+            .call(a, Method::DELETE, &format!("/v1/sessions/{sid}"), None, 204)
+            .await
+        {
+            Ok(_) => Outcome::Acked(Ack::End { session_id: sid }),
+            Err(o) => o,
+        };
+    }
+    if !has_sessions || (roll < 8 && a.sessions.len() < 3) {
+        let body = json!({"agent_id": a.id, "goal": format!("crash cycle {}", c.cycle)});
+        return match c
+            .call(a, Method::POST, "/v1/sessions", Some(&body), 201)
+            .await
+        {
+            Ok(v) => {
+                let sid = v["session_id"].as_str().unwrap_or_default().to_owned();
+                a.sessions.push((sid.clone(), 0));
+                Outcome::Acked(Ack::Session {
+                    session_id: sid,
+                    agent: a.id.clone(),
+                })
+            }
+            Err(o) => o,
+        };
+    }
+    let si = a.rng.random_range(0..a.sessions.len());
+    a.sessions[si].1 += 1;
+    let sid = a.sessions[si].0.clone();
+    let time = request_time(c.cycle);
+    if roll < 55 && (roll < 35 || a.resolutions.is_empty()) {
+        let request_id = uuid::Uuid::now_v7().hyphenated().to_string();
+        let mut body = crate::support::resolve_request(&a.id, &sid, &request_id, &["repo-read"]);
+        body["timestamp"] = json!(time);
+        return match c
+            .call(a, Method::POST, "/v1/resolve", Some(&body), 200)
+            .await
+        {
+            Ok(v) => {
+                let rid = v["resolution_id"].as_str().unwrap_or_default().to_owned();
+                a.resolutions.push((sid.clone(), rid));
+                Outcome::Acked(Ack::Resolve {
+                    session_id: sid,
+                    request_id,
+                    resolution: v,
+                })
+            }
+            Err(o) => o,
+        };
+    }
+    if roll < 55 {
+        let (rsid, rid) = a.resolutions[a.rng.random_range(0..a.resolutions.len())].clone();
+        let mut body = crate::support::execute_request(
+            &a.id,
+            &rsid,
+            &uuid::Uuid::now_v7().hyphenated().to_string(),
+            &rid,
+            "repo.get",
+            json!({"owner": "octo", "repo": format!("r{n}")}),
+        );
+        body["timestamp"] = json!(time);
+        return match c
+            .call(a, Method::POST, "/v1/execute", Some(&body), 200)
+            .await
+        {
+            Ok(v) if v["status"] == "success" => Outcome::Acked(Ack::Execute {
+                session_id: rsid,
+                execution_id: v["execution_id"].as_str().unwrap_or_default().to_owned(),
+            }),
+            Ok(v) => Outcome::Refused(format!("{} execute: not a success: {v}", a.id)),
+            Err(o) => o,
+        };
+    }
+    // Relay writes go to the agent's session chain, or (one in five) to the project's.
+    let in_session = a.rng.random_range(0..5u32) > 0;
+    let chain = if in_session {
+        sid.clone()
+    } else {
+        c.audit.clone()
+    };
+    if roll < 75 {
+        let package_id = format!("pkg_c{}_a{}_{n}", c.cycle, a.index);
+        let body = json!({
+            "package_id": package_id,
+            "project_id": c.project,
+            "relay_version": "0.1",
+            "title": format!("Handoff {n} of {}", a.id),
+            "status": "complete",
+            "package_type": "standard",
+            "review_type": "none",
+            "created_at": time,
+            "created_by": {"id": a.id, "type": "agent", "session_id": if in_session { Some(&sid) } else { None }},
+            "decisions_made": [format!("decision {n}")],
+            "handoff_note": format!("cycle {} request {n}", c.cycle)
+        });
+        return match c
+            .call(
+                a,
+                Method::POST,
+                &format!("/v1/projects/{}/packages", c.project),
+                Some(&body),
+                201,
+            )
+            .await
+        {
+            Ok(v) => Outcome::Acked(Ack::Deposit {
+                package_id,
+                content_hash: v["content_hash"].as_str().unwrap_or_default().to_owned(),
+                chain,
+            }),
+            Err(o) => o,
+        };
+    }
+    let subject = SUBJECTS[a.rng.random_range(0..SUBJECTS.len())];
+    let predicate = PREDICATES[a.rng.random_range(0..PREDICATES.len())];
+    let mut body = json!({
+        "subject": subject,
+        "predicate": predicate,
+        "value": format!("{}-c{}-{n}", a.id, c.cycle),
+    });
+    if in_session {
+        body["session_id"] = json!(sid);
+    }
+    match c
+        .call(
+            a,
+            Method::POST,
+            &format!("/v1/projects/{}/facts", c.project),
+            Some(&body),
+            201,
+        )
+        .await
+    {
+        Ok(v) => Outcome::Acked(Ack::Fact {
+            project_id: c.project.clone(),
+            fact: wire_fact(&v).clone(),
+            chain,
+        }),
+        Err(o) => o,
+    }
+}
+
+/// An agent's loop for one cycle: requests until told to stop or the server stops answering.
+async fn agent_loop(c: Arc<Cycle>, mut a: Agent) -> Agent {
+    while !c.stop.load(Ordering::SeqCst) {
+        match step(&c, &mut a).await {
+            Outcome::Acked(ack) => {
+                c.ledger.lock().unwrap().push(ack);
+                c.acked.fetch_add(1, Ordering::SeqCst);
+                c.wake.notify_one();
+            }
+            Outcome::Unknown => break,
+            Outcome::Refused(why) => {
+                c.unexpected.lock().unwrap().push(why);
+                break;
+            }
+        }
+    }
+    c.running.fetch_sub(1, Ordering::SeqCst);
+    c.wake.notify_one();
+    a
+}
+
+/// Checks acknowledged writes against a running server; fetches each chain once.
+struct Checker<'a> {
+    run: &'a Run,
+    chains: HashMap<String, Vec<Value>>,
+}
+
+impl Checker<'_> {
+    async fn chain(&mut self, sid: &str) -> Result<&Vec<Value>, String> {
+        if !self.chains.contains_key(sid) {
+            let v = self.run.get(&format!("/v1/traces/{sid}")).await?;
+            let events = v.as_array().cloned().ok_or("the trace is not an array")?;
+            self.chains.insert(sid.to_owned(), events);
+        }
+        Ok(&self.chains[sid])
+    }
+
+    async fn check(&mut self, ack: &Ack) -> Result<(), String> {
+        match ack {
+            Ack::Project { project_id, audit } => {
+                self.run.get(&format!("/v1/projects/{project_id}")).await?;
+                let types: Vec<&str> = self
+                    .chain(audit)
+                    .await?
+                    .iter()
+                    .take(2)
+                    .map(|e| e["event_type"].as_str().unwrap_or_default())
+                    .collect();
+                if types != ["session.started", "relay.project.created"] {
+                    return Err(format!(
+                        "project {project_id}: audit chain starts {types:?}"
+                    ));
+                }
+            }
+            Ack::Session { session_id, agent } => {
+                let s = self.run.get(&format!("/v1/sessions/{session_id}")).await?;
+                if s["agent_id"] != agent.as_str() {
+                    return Err(format!("session {session_id}: {s}"));
+                }
+                let first = self.chain(session_id).await?.first().cloned();
+                if first.as_ref().map(|e| &e["event_type"]) != Some(&json!("session.started"))
+                    || first.as_ref().map(|e| &e["payload"]["agent_id"]) != Some(&json!(agent))
+                {
+                    return Err(format!("session {session_id}: first event {first:?}"));
+                }
+            }
+            Ack::Resolve {
+                session_id,
+                request_id,
+                resolution,
+            } => {
+                let rid = resolution["resolution_id"].clone();
+                let events = self.chain(session_id).await?;
+                let received = events.iter().any(|e| {
+                    e["event_type"] == "carp.request.received"
+                        && e["payload"]["request_id"] == request_id.as_str()
+                        && e["span_id"] == rid
+                });
+                let completed = events.iter().any(|e| {
+                    e["event_type"] == "carp.resolution.completed"
+                        && e["payload"]["resolution"] == *resolution
+                });
+                if !(received && completed) {
+                    return Err(format!(
+                        "resolution {rid} in {session_id}: received {received}, completed (as answered) {completed}"
+                    ));
+                }
+            }
+            Ack::Execute {
+                session_id,
+                execution_id,
+            } => {
+                let types: Vec<&str> = self
+                    .chain(session_id)
+                    .await?
+                    .iter()
+                    .filter(|e| e["payload"]["execution_id"] == execution_id.as_str())
+                    .map(|e| e["event_type"].as_str().unwrap_or_default())
+                    .collect();
+                if types != ["action.requested", "action.approved", "action.executed"] {
+                    return Err(format!(
+                        "execution {execution_id} in {session_id}: events {types:?}"
+                    ));
+                }
+            }
+            Ack::Deposit {
+                package_id,
+                content_hash,
+                chain,
+            } => {
+                let p = self.run.get(&format!("/v1/packages/{package_id}")).await?;
+                if p["content_hash"] != content_hash.as_str() {
+                    return Err(format!(
+                        "package {package_id}: stored hash {} != acknowledged {content_hash}",
+                        p["content_hash"]
+                    ));
+                }
+                let found = self.chain(chain).await?.iter().any(|e| {
+                    e["event_type"] == "relay.package.deposited"
+                        && e["payload"]["package_id"] == package_id.as_str()
+                        && e["payload"]["content_hash"] == content_hash.as_str()
+                });
+                if !found {
+                    return Err(format!("package {package_id}: no deposit event in {chain}"));
+                }
+            }
+            Ack::Fact {
+                project_id,
+                fact,
+                chain,
+            } => {
+                let path = format!(
+                    "/v1/projects/{project_id}/facts?subject={}&predicate={}&history=true",
+                    fact["subject"].as_str().unwrap_or_default(),
+                    fact["predicate"].as_str().unwrap_or_default()
+                );
+                let rows = self.run.get(&path).await?;
+                let row = rows.as_array().and_then(|r| {
+                    r.iter()
+                        .map(wire_fact)
+                        .find(|r| r["fact_id"] == fact["fact_id"])
+                });
+                let same = row.is_some_and(|r| {
+                    ["value", "valid_from", "created_at", "subject", "predicate"]
+                        .iter()
+                        .all(|k| r[k] == fact[k])
+                });
+                if !same {
+                    return Err(format!("fact {}: history row {row:?}", fact["fact_id"]));
+                }
+                let found = self.chain(chain).await?.iter().any(|e| {
+                    e["event_type"] == "relay.fact.asserted"
+                        && *wire_fact(&e["payload"]["fact"]) == *fact
+                });
+                if !found {
+                    return Err(format!(
+                        "fact {}: no assertion event in {chain}",
+                        fact["fact_id"]
+                    ));
+                }
+            }
+            Ack::End { session_id } => {
+                let s = self.run.get(&format!("/v1/sessions/{session_id}")).await?;
+                let last = self.chain(session_id).await?.last().cloned();
+                if s["status"] != "ended"
+                    || last.map(|e| e["event_type"].clone()) != Some(json!("session.ended"))
+                {
+                    return Err(format!("ended session {session_id}: {s}"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks every entry; returns the failures.
+    async fn check_all(&mut self, acks: &[Ack]) -> Vec<String> {
+        let mut lost = Vec::new();
+        for ack in acks {
+            if let Err(e) = self.check(ack).await {
+                lost.push(e);
+            }
+        }
+        lost
+    }
+}
+
+/// The §7 fact of an answer or history row (a bare fact, or one wrapped with recorded time).
+fn wire_fact(v: &Value) -> &Value {
+    match v.get("fact") {
+        Some(f) if f.is_object() => f,
+        _ => v,
+    }
+}
+
+/// Every (subject, predicate) history of `project_id` must be one contiguous succession in
+/// recorded order: each row's `valid_to` is the next row's `valid_from` (no overlap, no hole),
+/// intervals never run backwards, and only the last row is current. Returns the pairs checked.
+async fn check_fact_histories(run: &Run, project_id: &str) -> Result<u64, String> {
+    let mut pairs = 0;
+    for s in SUBJECTS {
+        for p in PREDICATES {
+            let rows = run
+                .get(&format!(
+                    "/v1/projects/{project_id}/facts?subject={s}&predicate={p}&history=true"
+                ))
+                .await?;
+            let mut rows: Vec<Value> = rows
+                .as_array()
+                .map(|r| r.iter().map(|r| wire_fact(r).clone()).collect())
+                .unwrap_or_default();
+            let key = |r: &Value| {
+                (
+                    r["created_at"].as_str().unwrap_or_default().to_owned(),
+                    r["fact_id"].as_str().unwrap_or_default().to_owned(),
+                )
+            };
+            rows.sort_by_key(key);
+            for (i, f) in rows.iter().enumerate() {
+                if let Some(end) = f["valid_to"].as_str()
+                    && f["valid_from"].as_str().is_none_or(|start| start > end)
+                {
+                    return Err(format!(
+                        "{project_id} {s}/{p}: interval runs backwards: {f}"
+                    ));
+                }
+                match rows.get(i + 1) {
+                    Some(next) if f["valid_to"] != next["valid_from"] => {
+                        return Err(format!(
+                            "{project_id} {s}/{p}: rows {i} and {} overlap or leave a hole: {f} then {next}",
+                            i + 1
+                        ));
+                    }
+                    Some(_) => {}
+                    None if !f["valid_to"].is_null() => {
+                        return Err(format!("{project_id} {s}/{p}: the last row is closed: {f}"));
+                    }
+                    None => {}
+                }
+            }
+            pairs += 1;
+        }
+    }
+    Ok(pairs)
+}
+
+const PY_DRIVER: &str = r#"
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import appendix_b
+d = sys.argv[2]
+chains = events = bad = 0
+for name in sorted(os.listdir(d)):
+    with open(os.path.join(d, name), "rb") as f:
+        n, findings = appendix_b.verify(f)
+    chains += 1
+    events += n
+    if findings:
+        bad += 1
+        print("INVALID %s %r" % (name, findings[0]))
+    else:
+        print("VALID %s %d" % (name, n))
+print("CHAINS %d %d %d" % (chains, events, bad))
+sys.exit(2 if bad else 0)
+"#;
+
+/// Every chain in the store (listed by opening the store while the server is down), fetched as
+/// NDJSON, verified by the Python Appendix B code and by the server's verify route; each must
+/// hold as many events as its stored head says.
+async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String> {
+    let (data, pg) = match &run.store {
+        Store::Redb => (run.dir.path().join("data"), None),
+        Store::Pg { url, schema } => (PathBuf::new(), Some((url.clone(), schema.clone()))),
+    };
+    // The synchronous stores are opened and closed on a blocking thread.
+    let heads: BTreeMap<String, u64> = tokio::task::spawn_blocking(move || {
+        let store: Box<dyn ChainStore> = match pg {
+            None => Box::new(cra_store::RedbStore::open(data).unwrap()),
+            Some((url, schema)) => Box::new(
+                cra_store::PgStore::connect_with(
+                    &url,
+                    &schema,
+                    cra_store::StoreConfig::default(),
+                    2,
+                )
+                .unwrap(),
+            ),
+        };
+        store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.session_id, s.head.next_sequence))
+            .collect()
+    })
+    .await
+    .unwrap();
+    run.start_server(next_cycle).await;
+    let out = run.dir.path().join("chains");
+    std::fs::create_dir_all(&out).unwrap();
+    for sid in heads.keys() {
+        let resp = run
+            .http
+            .get(format!("{}/v1/traces/{sid}", run.base))
+            .bearer_auth(ADMIN_KEY)
+            .header("accept", "application/x-ndjson")
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        if resp.status().as_u16() != 200 {
+            return Err(format!("GET trace {sid}: {}", resp.status()));
+        }
+        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+        std::fs::write(out.join(format!("{sid}.jsonl")), &bytes).unwrap();
+        let (st, v) = run
+            .request(
+                reqwest::Method::POST,
+                ADMIN_KEY,
+                &format!("/v1/traces/{sid}/verify"),
+                Some(&json!({})),
+            )
+            .await
+            .ok_or("verify: no answer")?;
+        if st != 200 || v["valid"] != true {
+            return Err(format!("POST /v1/traces/{sid}/verify: {st} {v}"));
+        }
+    }
+    let tools = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools");
+    let py = std::process::Command::new("python3")
+        .args(["-c", PY_DRIVER, tools])
+        .arg(&out)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let text = String::from_utf8_lossy(&py.stdout).into_owned();
+    if !py.status.success() {
+        return Err(format!(
+            "appendix_b.py: {}\n{text}{}",
+            py.status,
+            String::from_utf8_lossy(&py.stderr)
+        ));
+    }
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        match parts.as_slice() {
+            ["VALID", name, n] => {
+                let sid = name.trim_end_matches(".jsonl");
+                let want = heads.get(sid).copied().unwrap_or(u64::MAX);
+                if n.parse::<u64>().ok() != Some(want) {
+                    return Err(format!(
+                        "chain {sid}: {n} events verified, its head says {want}"
+                    ));
+                }
+            }
+            ["CHAINS", chains, events, _] => {
+                run.figures.chains = chains.parse().unwrap_or(0);
+                run.figures.events = events.parse().unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    if run.figures.chains != heads.len() as u64 {
+        return Err(format!(
+            "python verified {} chains of {}",
+            run.figures.chains,
+            heads.len()
+        ));
+    }
+    Ok(())
+}
+
+async fn crash_run(backend: &'static str, store: Store) {
+    let seed = env_u64(SEED_VAR).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1)
+    });
+    let deadline = env_u64(SECONDS_VAR).map(|s| Instant::now() + Duration::from_secs(s));
+    let cycles = env_u64(CYCLES_VAR).unwrap_or(50);
+    let max_acks = env_u64(MAX_ACKS_VAR).unwrap_or(12).max(1) as usize;
+    eprintln!(
+        "crash test ({backend}): seed {seed} ({SEED_VAR}={seed} to repeat), {}",
+        match deadline {
+            Some(_) => format!("for {} s", env_u64(SECONDS_VAR).unwrap_or(0)),
+            None => format!("{cycles} cycles"),
+        }
+    );
+    let started = Instant::now();
+    let (executor, _calls) = executor_endpoint().await;
+    let mut run = Run::new(backend, store, executor, seed);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut agents: Vec<Agent> = (0..AGENTS)
+        .map(|i| Agent {
+            index: i,
+            id: agent_id(i),
+            key: agent_key(i),
+            rng: StdRng::seed_from_u64(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            sessions: Vec::new(),
+            resolutions: Vec::new(),
+            n: 0,
+        })
+        .collect();
+    let mut ledger: Vec<Ack> = Vec::new();
+    let mut projects: Vec<String> = Vec::new();
+    let mut unchecked = 0usize;
+    let (mut project, mut audit) = (String::new(), String::new());
+    let mut cycle = 0u64;
+    loop {
+        let more = match deadline {
+            Some(d) => Instant::now() < d || cycle == 0,
+            None => cycle < cycles,
+        };
+        if !more {
+            break;
+        }
+        run.start_server(cycle).await;
+        // What the previous cycle acknowledged must have survived its kill.
+        let mut checker = Checker {
+            run: &run,
+            chains: HashMap::new(),
+        };
+        let lost = checker.check_all(&ledger[unchecked..]).await;
+        for l in &lost {
+            eprintln!("crash test ({backend}): cycle {cycle} (seed {seed}): LOST {l}");
+        }
+        run.figures.lost.extend(lost);
+        unchecked = ledger.len();
+        if !project.is_empty() {
+            run.figures.fact_pairs += check_fact_histories(&run, &project)
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: cycle {cycle} (seed {seed}): {e}"));
+        }
+        if cycle.is_multiple_of(CYCLES_PER_PROJECT) {
+            project = format!("crash-p{}", cycle / CYCLES_PER_PROJECT);
+            audit = run.create_project(&project).await;
+            ledger.push(Ack::Project {
+                project_id: project.clone(),
+                audit: audit.clone(),
+            });
+            projects.push(project.clone());
+            run.figures.acked += 1;
+        }
+        let shared = Arc::new(Cycle {
+            cycle,
+            base: run.base.clone(),
+            http: run.http.clone(),
+            project: project.clone(),
+            audit: audit.clone(),
+            ledger: Mutex::new(Vec::new()),
+            acked: AtomicUsize::new(0),
+            requests: AtomicU64::new(0),
+            running: AtomicUsize::new(AGENTS),
+            stop: AtomicBool::new(false),
+            wake: Notify::new(),
+            unexpected: Mutex::new(Vec::new()),
+        });
+        let kill_after = rng.random_range(1..=max_acks);
+        let tasks: Vec<_> = agents
+            .drain(..)
+            .map(|mut a| {
+                // Resolutions of earlier cycles have expired (the clock moved an hour).
+                a.resolutions.clear();
+                tokio::spawn(agent_loop(shared.clone(), a))
+            })
+            .collect();
+        loop {
+            let wait = shared.wake.notified();
+            if shared.acked.load(Ordering::SeqCst) >= kill_after
+                || shared.running.load(Ordering::SeqCst) == 0
+            {
+                break;
+            }
+            wait.await;
+        }
+        run.kill_server(cycle).await;
+        shared.stop.store(true, Ordering::SeqCst);
+        for t in tasks {
+            agents.push(t.await.unwrap());
+        }
+        agents.sort_by_key(|a| a.index);
+        let unexpected = shared.unexpected.lock().unwrap().clone();
+        assert!(
+            unexpected.is_empty(),
+            "{backend}: cycle {cycle} (seed {seed}): the live server refused valid requests: {unexpected:#?}"
+        );
+        let acked = shared.acked.load(Ordering::SeqCst);
+        assert!(
+            acked >= 1,
+            "{backend}: cycle {cycle} (seed {seed}): no write was acknowledged"
+        );
+        run.figures.acked += acked as u64;
+        run.figures.requests += shared.requests.load(Ordering::SeqCst);
+        ledger.extend(shared.ledger.lock().unwrap().drain(..));
+        cycle += 1;
+    }
+    run.figures.cycles = cycle;
+    // Afterwards: everything, on a server started once more.
+    let chains = verify_every_chain(&mut run, cycle).await;
+    let mut checker = Checker {
+        run: &run,
+        chains: HashMap::new(),
+    };
+    let lost = checker.check_all(&ledger).await;
+    let mut fact_pairs = 0;
+    let mut histories = Ok(());
+    for p in &projects {
+        match check_fact_histories(&run, p).await {
+            Ok(n) => fact_pairs += n,
+            Err(e) => histories = Err(e),
+        }
+    }
+    run.figures.fact_pairs += fact_pairs;
+    // Entries lost and found again later would be counted twice: keep the distinct ones.
+    let mut all_lost: BTreeSet<String> = run.figures.lost.drain(..).collect();
+    all_lost.extend(lost);
+    let f = &run.figures;
+    let summary = format!(
+        "CRASH-SUMMARY backend={backend} seed={seed} cycles={} requests={} acked={} lost={} chains={} events={} fact_histories={} seconds={:.1}",
+        f.cycles,
+        f.requests,
+        f.acked,
+        all_lost.len(),
+        f.chains,
+        f.events,
+        f.fact_pairs,
+        started.elapsed().as_secs_f64()
+    );
+    println!("{summary}");
+    if let Some(mut child) = run.child.take() {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+    }
+    assert!(
+        all_lost.is_empty(),
+        "{backend} (seed {seed}): acknowledged writes lost: {all_lost:#?}"
+    );
+    chains.unwrap_or_else(|e| panic!("{backend} (seed {seed}): {e}"));
+    histories.unwrap_or_else(|e| panic!("{backend} (seed {seed}): {e}"));
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn kill_nine_server_loses_no_acknowledged_write_redb() {
+    runtime().block_on(crash_run("redb", Store::Redb));
+}
+
+#[test]
+fn kill_nine_server_loses_no_acknowledged_write_postgres() {
+    let Some(url) = postgres_url("kill_nine_server_loses_no_acknowledged_write_postgres") else {
+        return;
+    };
+    // One schema for every cycle, dropped (outside the async runtime) when the test ends.
+    let schema = TestSchema::new(&url, "rtcrash");
+    let name = schema.name().to_owned();
+    runtime().block_on(crash_run("postgres", Store::Pg { url, schema: name }));
+}

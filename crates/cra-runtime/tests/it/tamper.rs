@@ -1,0 +1,417 @@
+//! Tamper evidence: chains recorded by a real server are modified directly in the store (the
+//! redb file once the server has stopped; PostgreSQL rows with `UPDATE` / `DELETE`), and every
+//! verifier must name the first affected sequence with the right code: the server's
+//! `POST /v1/traces/{id}/verify`, `cra trace verify -o json` on the chain exported as NDJSON, and
+//! the Python Appendix B code (`tools/appendix_b.py`).
+//!
+//! Two cases document what the chain does *not* catch on its own (specs/SECURITY.md): a rewrite
+//! of a whole suffix with every hash recomputed verifies, and so does a chain whose last events
+//! were deleted (only the stored head, shown as the session's `event_count`, still remembers).
+
+use cra_trace::TraceEvent;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+/// One direct modification of a stored chain (events are addressed by their key sequence).
+#[derive(Debug, Clone, Copy)]
+enum Edit {
+    /// Change the payload, keep the recorded hash.
+    Payload(u64),
+    /// Replace the recorded event_hash.
+    EventHash(u64),
+    /// Change the timestamp, keep the hash.
+    Timestamp(u64),
+    /// Replace the link to the previous event.
+    PreviousHash(u64),
+    /// Write another number in the event's `sequence`.
+    Sequence(u64),
+    /// Delete the event.
+    Delete(u64),
+    /// Swap the bodies of two neighbouring events.
+    Swap(u64),
+    /// Make the stored body unreadable.
+    Garbage(u64),
+    /// Delete the last event (tail truncation).
+    DeleteLast,
+    /// Change the payload at this sequence and recompute every hash from there to the head.
+    Rewrite(u64),
+}
+
+/// What the verifiers must say: the first affected sequence and the code, or valid.
+fn expected(edit: Edit) -> Option<(u64, &'static str)> {
+    match edit {
+        Edit::Payload(k) | Edit::EventHash(k) | Edit::Timestamp(k) => Some((k, "hash_mismatch")),
+        Edit::PreviousHash(0) => Some((0, "invalid_genesis")),
+        Edit::PreviousHash(k) => Some((k, "chain_broken")),
+        Edit::Sequence(k) | Edit::Delete(k) | Edit::Swap(k) => Some((k, "sequence_gap")),
+        Edit::Garbage(k) => Some((k, "integrity_error")),
+        Edit::DeleteLast | Edit::Rewrite(_) => None,
+    }
+}
+
+const EDITS: [Edit; 11] = [
+    Edit::Payload(3),
+    Edit::EventHash(2),
+    Edit::Timestamp(4),
+    Edit::PreviousHash(3),
+    Edit::PreviousHash(0),
+    Edit::Sequence(3),
+    Edit::Delete(2),
+    Edit::Swap(3),
+    Edit::Garbage(3),
+    Edit::DeleteLast,
+    Edit::Rewrite(2),
+];
+
+/// The store under test, edited directly (blocking code: run it off the async threads).
+trait RawStore {
+    fn get(&mut self, sid: &str, seq: u64) -> Vec<u8>;
+    fn put(&mut self, sid: &str, seq: u64, body: &[u8]);
+    fn delete(&mut self, sid: &str, seq: u64);
+    /// The stored head: events in the chain.
+    fn len(&mut self, sid: &str) -> u64;
+    /// Moves the stored head's hash (what a consistent rewrite also has to do).
+    fn set_head_hash(&mut self, sid: &str, hash: &str);
+}
+
+fn event(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+fn bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
+fn apply(store: &mut dyn RawStore, sid: &str, edit: Edit) {
+    match edit {
+        Edit::Payload(k) => {
+            let mut e = event(&store.get(sid, k));
+            e["payload"]["tampered"] = json!(true);
+            store.put(sid, k, &bytes(&e));
+        }
+        Edit::EventHash(k) => {
+            let mut e = event(&store.get(sid, k));
+            e["event_hash"] = json!("ab".repeat(32));
+            store.put(sid, k, &bytes(&e));
+        }
+        Edit::Timestamp(k) => {
+            let mut e = event(&store.get(sid, k));
+            e["timestamp"] = json!("2026-03-02T09:00:00.000000Z");
+            store.put(sid, k, &bytes(&e));
+        }
+        Edit::PreviousHash(k) => {
+            let mut e = event(&store.get(sid, k));
+            e["previous_event_hash"] = json!("cd".repeat(32));
+            store.put(sid, k, &bytes(&e));
+        }
+        Edit::Sequence(k) => {
+            let mut e = event(&store.get(sid, k));
+            e["sequence"] = json!(k + 7);
+            store.put(sid, k, &bytes(&e));
+        }
+        Edit::Delete(k) => store.delete(sid, k),
+        Edit::Swap(k) => {
+            let (a, b) = (store.get(sid, k), store.get(sid, k + 1));
+            store.put(sid, k, &b);
+            store.put(sid, k + 1, &a);
+        }
+        Edit::Garbage(k) => store.put(sid, k, b"{\"not\": \"an event\""),
+        Edit::DeleteLast => {
+            let n = store.len(sid);
+            store.delete(sid, n - 1);
+        }
+        Edit::Rewrite(k) => {
+            let n = store.len(sid);
+            let mut previous: Option<String> = None;
+            for seq in k..n {
+                let mut e: TraceEvent = serde_json::from_slice(&store.get(sid, seq)).unwrap();
+                if seq == k {
+                    e.payload["tampered"] = json!(true);
+                }
+                if let Some(p) = previous.take() {
+                    e.previous_event_hash = p;
+                }
+                e.event_hash = cra_trace::compute_event_hash(&e);
+                previous = Some(e.event_hash.clone());
+                store.put(sid, seq, &serde_json::to_vec(&e).unwrap());
+            }
+            store.set_head_hash(sid, &previous.unwrap());
+        }
+    }
+}
+
+/// The redb file of a stopped server, opened directly.
+struct RedbRaw(redb::Database);
+
+const EVENTS: redb::TableDefinition<'static, (&str, u64), &[u8]> =
+    redb::TableDefinition::new("trace_events");
+const HEADS: redb::TableDefinition<'static, &str, &[u8]> =
+    redb::TableDefinition::new("trace_heads");
+
+impl RawStore for RedbRaw {
+    fn get(&mut self, sid: &str, seq: u64) -> Vec<u8> {
+        use redb::ReadableDatabase;
+        let txn = self.0.begin_read().unwrap();
+        let t = txn.open_table(EVENTS).unwrap();
+        t.get((sid, seq)).unwrap().unwrap().value().to_vec()
+    }
+    fn put(&mut self, sid: &str, seq: u64, body: &[u8]) {
+        let txn = self.0.begin_write().unwrap();
+        txn.open_table(EVENTS)
+            .unwrap()
+            .insert((sid, seq), body)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    fn delete(&mut self, sid: &str, seq: u64) {
+        let txn = self.0.begin_write().unwrap();
+        txn.open_table(EVENTS).unwrap().remove((sid, seq)).unwrap();
+        txn.commit().unwrap();
+    }
+    fn len(&mut self, sid: &str) -> u64 {
+        use redb::ReadableDatabase;
+        let txn = self.0.begin_read().unwrap();
+        let t = txn.open_table(HEADS).unwrap();
+        let head = event(t.get(sid).unwrap().unwrap().value());
+        head["next_sequence"].as_u64().unwrap()
+    }
+    fn set_head_hash(&mut self, sid: &str, hash: &str) {
+        use redb::ReadableTable;
+        let txn = self.0.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(HEADS).unwrap();
+            let mut head = event(t.get(sid).unwrap().unwrap().value());
+            head["head_hash"] = json!(hash);
+            t.insert(sid, bytes(&head).as_slice()).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+}
+
+/// A PostgreSQL schema of a running server, edited with plain SQL.
+struct PgRaw(postgres::Client);
+
+impl RawStore for PgRaw {
+    fn get(&mut self, sid: &str, seq: u64) -> Vec<u8> {
+        let row = self
+            .0
+            .query_one(
+                "SELECT body FROM trace_events WHERE session_id = $1 AND sequence = $2",
+                &[&sid, &(seq as i64)],
+            )
+            .unwrap();
+        row.get::<_, String>(0).into_bytes()
+    }
+    fn put(&mut self, sid: &str, seq: u64, body: &[u8]) {
+        let n = self
+            .0
+            .execute(
+                "UPDATE trace_events SET body = $3 WHERE session_id = $1 AND sequence = $2",
+                &[
+                    &sid,
+                    &(seq as i64),
+                    &String::from_utf8_lossy(body).into_owned(),
+                ],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    fn delete(&mut self, sid: &str, seq: u64) {
+        let n = self
+            .0
+            .execute(
+                "DELETE FROM trace_events WHERE session_id = $1 AND sequence = $2",
+                &[&sid, &(seq as i64)],
+            )
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+    fn len(&mut self, sid: &str) -> u64 {
+        let row = self
+            .0
+            .query_one(
+                "SELECT next_sequence FROM trace_heads WHERE session_id = $1",
+                &[&sid],
+            )
+            .unwrap();
+        row.get::<_, i64>(0) as u64
+    }
+    fn set_head_hash(&mut self, sid: &str, hash: &str) {
+        self.0
+            .execute(
+                "UPDATE trace_heads SET head_hash = $2 WHERE session_id = $1",
+                &[&sid, &hash],
+            )
+            .unwrap();
+    }
+}
+
+/// One session per edit, each with a few resolves (a dozen events or more).
+async fn record_chains(s: &TestServer) -> Vec<String> {
+    let mut sids = Vec::new();
+    for _ in EDITS {
+        let sid = s.open_session(MAINT, "maintainer-bot").await;
+        for caps in [&["repo-read"][..], &["repo-read", "contribute"][..]] {
+            let (st, body) = s
+                .post(
+                    Some(MAINT),
+                    "/v1/resolve",
+                    &resolve_request("maintainer-bot", &sid, &rid(), caps),
+                )
+                .await;
+            assert_eq!(st, 200, "{body}");
+        }
+        assert!(s.events(&sid).await.len() >= 8);
+        sids.push(sid);
+    }
+    sids
+}
+
+/// `cra trace verify -o json FILE`, parsed and run as the `cra` binary would.
+fn cra_trace_verify(ndjson: &[u8]) -> (cra_cli::Exit, Value) {
+    use clap::Parser;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.trace.jsonl");
+    std::fs::write(&file, ndjson).unwrap();
+    let cli = cra_cli::Cli::try_parse_from([
+        "cra".as_ref(),
+        "trace".as_ref(),
+        "verify".as_ref(),
+        "-o".as_ref(),
+        "json".as_ref(),
+        file.as_os_str(),
+    ])
+    .unwrap();
+    let cra_cli::Command::Trace(cra_cli::cmd::trace::TraceCommand::Verify(args)) = cli.command
+    else {
+        panic!("not a trace verify command");
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let exit = cra_cli::cmd::trace::verify(&args, std::io::empty(), &mut out, &mut err, false);
+    (exit, serde_json::from_slice(&out).unwrap())
+}
+
+/// Checks every verifier against every edited session of a (re)started server.
+async fn check_all(s: &TestServer, sids: &[String], counts: &[u64]) {
+    for ((edit, sid), count) in EDITS.iter().zip(sids).zip(counts) {
+        let (st, v) = s
+            .post(
+                Some(AUDITOR),
+                &format!("/v1/traces/{sid}/verify"),
+                &json!({}),
+            )
+            .await;
+        match expected(*edit) {
+            Some((k, "integrity_error")) => {
+                // The stored bytes are not an event: reading the chain fails, naming the event.
+                assert_error(&(st, v.clone()), 409, "integrity_error");
+                let m = v["message"].as_str().unwrap();
+                assert!(m.contains(&format!("stored event {k} ")), "{edit:?}: {m}");
+                let (st, _) = s.get(Some(ADMIN), &format!("/v1/traces/{sid}")).await;
+                assert_eq!(st, 409, "{edit:?}: the export refuses too");
+            }
+            Some((k, code)) => {
+                assert_eq!(st, 200, "{edit:?}: {v}");
+                assert_eq!(v["valid"], false, "{edit:?}: {v}");
+                assert_eq!(v["first_error"]["sequence"], k, "{edit:?}: {v}");
+                assert_eq!(v["first_error"]["code"], code, "{edit:?}: {v}");
+                let ndjson = s.export_ndjson(sid).await;
+                let (exit, cli) = cra_trace_verify(&ndjson);
+                assert_eq!(exit, cra_cli::Exit::Negative, "{edit:?}: {cli}");
+                assert_eq!(cli["first_error"]["sequence"], k, "{edit:?}: {cli}");
+                assert_eq!(cli["first_error"]["code"], code, "{edit:?}: {cli}");
+                let py = appendix_b_verify(&ndjson);
+                assert_eq!(py["valid"], false, "{edit:?}: {py}");
+                assert_eq!(py["first_error"]["sequence"], k, "{edit:?}: {py}");
+                assert_eq!(py["first_error"]["code"], code, "{edit:?}: {py}");
+            }
+            None => {
+                // Not detectable from the chain alone: every verifier says valid.
+                assert_eq!(st, 200, "{edit:?}: {v}");
+                assert_eq!(v["valid"], true, "{edit:?}: {v}");
+                let ndjson = s.export_ndjson(sid).await;
+                assert_eq!(cra_trace_verify(&ndjson).0, cra_cli::Exit::Success);
+                assert_eq!(appendix_b_verify(&ndjson)["valid"], true, "{edit:?}");
+                let (_, view) = s.get(Some(ADMIN), &format!("/v1/sessions/{sid}")).await;
+                if matches!(edit, Edit::DeleteLast) {
+                    // Only the stored head still counts the deleted event.
+                    assert_eq!(v["events"].as_u64().unwrap() + 1, *count, "{v}");
+                    assert_eq!(view["event_count"], *count, "{view}");
+                } else {
+                    assert_eq!(v["events"], *count, "{v}");
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn direct_edits_of_the_redb_file_are_reported_at_the_first_affected_sequence() {
+    let s = TestServer::start().await;
+    let sids = record_chains(&s).await;
+    let mut counts = Vec::new();
+    for sid in &sids {
+        counts.push(s.events(sid).await.len() as u64);
+        let (_, v) = s
+            .post(Some(ADMIN), &format!("/v1/traces/{sid}/verify"), &json!({}))
+            .await;
+        assert_eq!(v["valid"], true, "{v}");
+    }
+    let dir = s.stop_keep().await;
+    let file = dir.path().join("data").join(cra_store::redb::DATABASE_FILE);
+    let sids2 = sids.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut raw = RedbRaw(redb::Database::open(&file).unwrap());
+        for (edit, sid) in EDITS.iter().zip(&sids2) {
+            apply(&mut raw, sid, *edit);
+        }
+    })
+    .await
+    .unwrap();
+    let s = TestServer::start_in(dir, |_| {}).await;
+    check_all(&s, &sids, &counts).await;
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn direct_edits_of_postgres_rows_are_reported_at_the_first_affected_sequence() {
+    let Some(url) = cra_store::testing::postgres_url(
+        "direct_edits_of_postgres_rows_are_reported_at_the_first_affected_sequence",
+    ) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "tamper");
+    let (u, name) = (url.clone(), schema.name().to_owned());
+    let s = TestServer::start_blocking_with(move |c| {
+        c.postgres = Some(u);
+        c.postgres_schema = name;
+        c.postgres_pool = 4;
+    })
+    .await;
+    let sids = record_chains(&s).await;
+    let mut counts = Vec::new();
+    for sid in &sids {
+        counts.push(s.events(sid).await.len() as u64);
+    }
+    // PostgreSQL is edited under the running server: nothing is cached in front of it.
+    let sids2 = sids.clone();
+    let name = schema.name().to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        client
+            .batch_execute(&format!("SET search_path TO \"{name}\""))
+            .unwrap();
+        let mut raw = PgRaw(client);
+        for (edit, sid) in EDITS.iter().zip(&sids2) {
+            apply(&mut raw, sid, *edit);
+        }
+    })
+    .await
+    .unwrap();
+    check_all(&s, &sids, &counts).await;
+    s.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

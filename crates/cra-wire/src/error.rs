@@ -117,6 +117,8 @@ tokens! {
     InvalidTransition = ("invalid_transition", 400),
     /// An atlas failed validation.
     InvalidAtlas = ("invalid_atlas", 400),
+    /// A TRACE event lacks a field or has one of the wrong type, so it cannot be hashed.
+    MalformedEvent = ("malformed_event", 400),
     /// No credentials, or credentials that are not valid.
     Unauthenticated = ("unauthenticated", 401),
     /// The caller is authenticated but lacks the role or grant.

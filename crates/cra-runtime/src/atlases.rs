@@ -2,14 +2,25 @@
 //! compiled once for CARP evaluation, swapped atomically on reload. A reload that fails keeps the
 //! last good set and is reported (log line + `cra_atlas_reload_failures_total`). `--watch` polls
 //! the sources' file metadata once a second and reloads when it changes.
+//!
+//! Atlases may also be installed over HTTP (`POST /v1/atlases` adds or replaces one atlas,
+//! `PUT /v1/atlases` replaces the whole set; `specs/http.md`). An inline atlas is validated exactly
+//! as a directory holding the same files ([`load_inline`]); installed atlases stay in force across
+//! `--watch` reloads (an installed atlas stands in for a source atlas with the same id) until the
+//! server restarts. Every change builds a new generation and swaps it in with one pointer swap.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use cra_atlas::LoadedAtlas;
+use cra_atlas::{Diagnostic, LoadError, LoadedAtlas};
 use cra_carp::index::AtlasSet;
+use cra_wire::{FieldError, Token};
+use serde_json::Value;
 
+use crate::error::ApiError;
+use crate::extract::escape_pointer_token;
 use crate::state::Runtime;
 
 /// One consistent generation of atlases.
@@ -21,6 +32,8 @@ pub struct AtlasState {
     pub set: Arc<AtlasSet>,
     /// Where they came from.
     pub sources: Vec<PathBuf>,
+    /// The ids of the atlases of `loaded` installed over HTTP (kept across reloads).
+    pub posted: BTreeSet<String>,
 }
 
 impl AtlasState {
@@ -30,7 +43,13 @@ impl AtlasState {
             loaded: Vec::new(),
             set: Arc::new(AtlasSet::default()),
             sources: Vec::new(),
+            posted: BTreeSet::new(),
         }
+    }
+
+    /// The atlas in force with this id.
+    pub fn get(&self, atlas_id: &str) -> Option<&LoadedAtlas> {
+        self.loaded.iter().find(|a| a.manifest.atlas_id == atlas_id)
     }
 
     /// `atlas_id -> digest` of every atlas in force.
@@ -66,17 +85,243 @@ pub fn sources(configured: &[PathBuf]) -> Vec<PathBuf> {
 
 /// Loads and compiles every source; any failure names the atlas and what is wrong.
 pub fn load_all(sources: &[PathBuf]) -> Result<AtlasState, String> {
+    compose(sources.to_vec(), load_sources(sources)?, Vec::new())
+}
+
+fn load_sources(sources: &[PathBuf]) -> Result<Vec<LoadedAtlas>, String> {
     let mut loaded = Vec::with_capacity(sources.len());
     for p in sources {
         let a = cra_atlas::load(p).map_err(|e| format!("atlas {}: {e}", p.display()))?;
         loaded.push(a);
     }
+    Ok(loaded)
+}
+
+/// One generation: the source atlases, except those an installed atlas stands in for, then the
+/// installed ones; compiled for evaluation.
+fn compose(
+    sources: Vec<PathBuf>,
+    from_sources: Vec<LoadedAtlas>,
+    posted: Vec<LoadedAtlas>,
+) -> Result<AtlasState, String> {
+    let posted_ids: BTreeSet<String> = posted.iter().map(|a| a.id().to_owned()).collect();
+    let mut loaded: Vec<LoadedAtlas> = from_sources
+        .into_iter()
+        .filter(|a| !posted_ids.contains(a.id()))
+        .collect();
+    loaded.extend(posted);
     let set = AtlasSet::from_loaded(&loaded).map_err(|e| format!("atlases: {e}"))?;
     Ok(AtlasState {
         loaded,
         set: Arc::new(set),
-        sources: sources.to_vec(),
+        sources,
+        posted: posted_ids,
     })
+}
+
+/// The files of an inline atlas `{"manifest": {...}, "files": {"context/x.md": "text", ...}}`:
+/// the manifest becomes `atlas.json` (its compact JSON text), each file its UTF-8 bytes. The
+/// shape, the paths (relative, printable ASCII, no `.`/`..` segments) and the size limits of a
+/// directory load are checked here; `pointer` locates the object in the request body.
+pub fn inline_files(value: &Value, pointer: &str) -> Result<BTreeMap<String, Vec<u8>>, ApiError> {
+    let bad = |at: String, message: String| ApiError::field(Token::InvalidRequest, at, message);
+    let obj = value.as_object().ok_or_else(|| {
+        bad(
+            pointer.to_owned(),
+            format!(
+                "an inline atlas is an object {{\"manifest\": {{...}}, \"files\": {{...}}}}, found {}",
+                crate::extract::json_kind(value)
+            ),
+        )
+    })?;
+    for key in obj.keys() {
+        if key != "manifest" && key != "files" {
+            let hint = if key == "path" {
+                "a server does not read atlases from paths its callers name; send `manifest` and `files`"
+            } else {
+                "an inline atlas has only `manifest` and `files`"
+            };
+            return Err(bad(
+                format!("{pointer}/{}", escape_pointer_token(key)),
+                format!("unknown member `{key}`: {hint}"),
+            ));
+        }
+    }
+    let manifest = obj.get("manifest").ok_or_else(|| {
+        bad(
+            format!("{pointer}/manifest"),
+            "missing member `manifest` (the content of atlas.json)".to_owned(),
+        )
+    })?;
+    if !manifest.is_object() {
+        return Err(bad(
+            format!("{pointer}/manifest"),
+            format!(
+                "the manifest is a JSON object, found {}",
+                crate::extract::json_kind(manifest)
+            ),
+        ));
+    }
+    let limits = cra_atlas::load::Limits::default();
+    let mut files = BTreeMap::new();
+    let mut total = 0u64;
+    files.insert(
+        cra_atlas::load::MANIFEST_FILE.to_owned(),
+        manifest.to_string().into_bytes(),
+    );
+    let listed = match obj.get("files") {
+        None => None,
+        Some(Value::Object(m)) => Some(m),
+        Some(other) => {
+            return Err(bad(
+                format!("{pointer}/files"),
+                format!(
+                    "`files` maps relative paths to text, found {}",
+                    crate::extract::json_kind(other)
+                ),
+            ));
+        }
+    };
+    for (path, text) in listed.into_iter().flatten() {
+        let at = format!("{pointer}/files/{}", escape_pointer_token(path));
+        if path == cra_atlas::load::MANIFEST_FILE {
+            return Err(bad(
+                at,
+                "atlas.json is given as `manifest`, not as a file".to_owned(),
+            ));
+        }
+        if !cra_atlas::load::is_portable_path(path) || path.split('/').any(|s| s.starts_with('.')) {
+            return Err(bad(
+                at,
+                format!(
+                    "`{path}` is not a portable atlas path: relative, `/`-separated printable \
+                     ASCII segments, none empty or starting with `.`"
+                ),
+            ));
+        }
+        let Some(text) = text.as_str() else {
+            return Err(bad(
+                at,
+                format!(
+                    "a file's content is a string, found {}",
+                    crate::extract::json_kind(text)
+                ),
+            ));
+        };
+        if text.len() as u64 > limits.max_file_bytes {
+            return Err(bad(
+                at,
+                format!("larger than {} bytes", limits.max_file_bytes),
+            ));
+        }
+        total += text.len() as u64;
+        files.insert(path.clone(), text.as_bytes().to_vec());
+    }
+    if files.len() > limits.max_files || total > limits.max_total_bytes {
+        return Err(bad(
+            format!("{pointer}/files"),
+            format!(
+                "an atlas holds at most {} files and {} bytes",
+                limits.max_files, limits.max_total_bytes
+            ),
+        ));
+    }
+    Ok(files)
+}
+
+/// Validates an inline atlas exactly as a directory load of the same files
+/// (`cra_atlas::load::from_files`). A refusal is 400 (`invalid_request` for the shape,
+/// `invalid_atlas` with one entry per error diagnostic, located in the request body).
+pub fn load_inline(value: &Value, pointer: &str) -> Result<LoadedAtlas, ApiError> {
+    let files = inline_files(value, pointer)?;
+    cra_atlas::load::from_files(Path::new("(installed over HTTP)"), files).map_err(|e| match e {
+        LoadError::Invalid { diagnostics, .. } => invalid_atlas(&diagnostics, pointer),
+        other => ApiError::new(Token::InvalidAtlas, other.to_string()),
+    })
+}
+
+/// The request-body pointer of a diagnostic: `atlas.json` is `{pointer}/manifest`, any other
+/// file `{pointer}/files/<path>` (a pointer inside that file's text goes in the message).
+pub fn diagnostic_pointer(d: &Diagnostic, pointer: &str) -> String {
+    if d.file == cra_atlas::load::MANIFEST_FILE {
+        format!("{pointer}/manifest{}", d.pointer)
+    } else {
+        format!("{pointer}/files/{}", escape_pointer_token(&d.file))
+    }
+}
+
+/// 400 `invalid_atlas` listing every error diagnostic at its request-body pointer.
+pub fn invalid_atlas(diagnostics: &[Diagnostic], pointer: &str) -> ApiError {
+    let errors: Vec<FieldError> = diagnostics
+        .iter()
+        .filter(|d| d.is_error())
+        .map(|d| {
+            let inside = if d.file != cra_atlas::load::MANIFEST_FILE && !d.pointer.is_empty() {
+                format!(" (at {} in {})", d.pointer, d.file)
+            } else {
+                String::new()
+            };
+            FieldError::new(
+                diagnostic_pointer(d, pointer),
+                format!("{}: {}{inside}", d.code, d.message),
+            )
+        })
+        .collect();
+    let summary = match errors.first() {
+        Some(first) if errors.len() == 1 => first.message.clone(),
+        Some(first) => format!("{} (and {} more errors)", first.message, errors.len() - 1),
+        None => "the atlas is invalid".to_owned(),
+    };
+    ApiError::new(
+        Token::InvalidAtlas,
+        format!("the atlas is invalid; fix it and send it again: {summary}"),
+    )
+    .with_errors(errors)
+}
+
+/// Every dependency of every atlas in `loaded` resolves inside `loaded` (as the registry checks
+/// it); otherwise 400 `invalid_atlas` naming the unresolved dependencies. `pointer_of` locates an
+/// installed atlas in the request body (`None`: the atlas came from a source).
+fn check_dependencies(
+    loaded: &[LoadedAtlas],
+    pointer_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), ApiError> {
+    let registry = cra_atlas::Registry::new();
+    match registry.insert_all(loaded.to_vec()) {
+        Ok(_) => Ok(()),
+        Err(cra_atlas::RegistryError::Dependencies {
+            atlas_id,
+            diagnostics,
+        }) => {
+            let at = pointer_of(&atlas_id).unwrap_or_default();
+            let e = invalid_atlas(&diagnostics, &at);
+            Err(ApiError::new(
+                Token::InvalidAtlas,
+                format!(
+                    "atlas {atlas_id} depends on atlases not in force; install them first: {}",
+                    e.body.message
+                ),
+            )
+            .with_errors(e.body.details.map(|d| d.errors).unwrap_or_default()))
+        }
+        Err(other) => Err(ApiError::new(Token::InvalidAtlas, other.to_string())),
+    }
+}
+
+/// What installing one atlas did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Installed {
+    /// The atlas was not in force before.
+    Added,
+    /// It replaced the atlas with the same id: that atlas's version and digest.
+    Replaced {
+        /// The replaced version.
+        version: String,
+        /// The replaced digest.
+        digest: String,
+    },
+    /// The identical atlas (same digest) was already in force: nothing changed.
+    Unchanged,
 }
 
 /// A cheap fingerprint of the sources' files (paths, sizes, modification times).
@@ -112,14 +357,44 @@ impl Runtime {
             .clone()
     }
 
+    /// Builds the next generation from the current one with `next` and swaps it in, unless
+    /// another change landed meanwhile (then `next` runs again on that one), so concurrent
+    /// changes never lose each other. `next` answering `Ok(None)` changes nothing.
+    fn change_atlases<T, E>(
+        &self,
+        next: impl Fn(&AtlasState) -> Result<(Option<AtlasState>, T), E>,
+    ) -> Result<T, E> {
+        loop {
+            let current = self.atlases();
+            let (state, out) = next(&current)?;
+            let Some(state) = state else {
+                return Ok(out);
+            };
+            let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
+            if Arc::ptr_eq(&guard, &current) {
+                *guard = Arc::new(state);
+                return Ok(out);
+            }
+        }
+    }
+
     /// Reloads every source; on success swaps the new set in atomically, on failure keeps the
-    /// current one and returns the reason.
+    /// current one and returns the reason. Atlases installed over HTTP stay in force.
     pub fn reload_atlases(&self) -> Result<usize, String> {
-        let sources = self.atlases().sources.clone();
-        match load_all(&sources) {
-            Ok(state) => {
-                let n = state.loaded.len();
-                *self.atlas_state.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state);
+        let result = self.change_atlases(|current| {
+            let fresh = load_sources(&current.sources)?;
+            let posted: Vec<LoadedAtlas> = current
+                .loaded
+                .iter()
+                .filter(|a| current.posted.contains(a.id()))
+                .cloned()
+                .collect();
+            let state = compose(current.sources.clone(), fresh, posted)?;
+            let n = state.loaded.len();
+            Ok::<_, String>((Some(state), n))
+        });
+        match result {
+            Ok(n) => {
                 tracing::info!(atlases = n, "atlases reloaded");
                 Ok(n)
             }
@@ -131,6 +406,65 @@ impl Runtime {
                 Err(e)
             }
         }
+    }
+
+    /// Installs one validated atlas: it joins the set in force, replacing the atlas with the same
+    /// id (whatever its version, whether it came from a source or over HTTP). Installing the
+    /// identical atlas again changes nothing. Refused (nothing changes) when a dependency of the
+    /// resulting set does not resolve.
+    pub fn install_atlas(&self, atlas: LoadedAtlas) -> Result<Installed, ApiError> {
+        let id = atlas.id().to_owned();
+        let out = self.change_atlases(|current| {
+            let installed = match current.get(&id) {
+                Some(old) if old.digest == atlas.digest => return Ok((None, Installed::Unchanged)),
+                Some(old) => Installed::Replaced {
+                    version: old.manifest.version.clone(),
+                    digest: old.digest.clone(),
+                },
+                None => Installed::Added,
+            };
+            let mut posted: Vec<LoadedAtlas> = current
+                .loaded
+                .iter()
+                .filter(|a| current.posted.contains(a.id()) && a.id() != id)
+                .cloned()
+                .collect();
+            posted.push(atlas.clone());
+            let from_sources: Vec<LoadedAtlas> = current
+                .loaded
+                .iter()
+                .filter(|a| !current.posted.contains(a.id()))
+                .cloned()
+                .collect();
+            let state = compose(current.sources.clone(), from_sources, posted)
+                .map_err(|e| ApiError::new(Token::InvalidAtlas, e))?;
+            check_dependencies(&state.loaded, &|a| (a == id).then(String::new))?;
+            Ok((Some(state), installed))
+        })?;
+        if out != Installed::Unchanged {
+            tracing::info!(atlas = %id, digest = %atlas.digest, "atlas installed over HTTP");
+        }
+        Ok(out)
+    }
+
+    /// Replaces the whole set in force with `atlases` (validated; distinct ids): the configured
+    /// sources leave the set (and `--watch` has nothing left to reload) until the server
+    /// restarts. Refused (nothing changes) when a dependency does not resolve inside the list.
+    pub fn replace_atlases(&self, atlases: Vec<LoadedAtlas>) -> Result<(), ApiError> {
+        let index: BTreeMap<String, usize> = atlases
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.id().to_owned(), i))
+            .collect();
+        let state = compose(Vec::new(), Vec::new(), atlases)
+            .map_err(|e| ApiError::new(Token::InvalidAtlas, e))?;
+        check_dependencies(&state.loaded, &|a| {
+            index.get(a).map(|i| format!("/atlases/{i}"))
+        })?;
+        let ids: Vec<String> = state.loaded.iter().map(|a| a.id().to_owned()).collect();
+        *self.atlas_state.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state);
+        tracing::info!(atlases = ?ids, "atlas set replaced over HTTP");
+        Ok(())
     }
 }
 

@@ -116,6 +116,8 @@ pub struct RuntimeConfig {
     pub jwt: Option<JwtConfig>,
     /// `http` executors by name (`[executors.NAME] url = ..., timeout_ms = ...`).
     pub executors: BTreeMap<String, HttpExecutorConfig>,
+    /// Tests only: admins may set the clock with `POST /v1/conformance/clock`.
+    pub test_clock: bool,
 }
 
 impl Default for RuntimeConfig {
@@ -135,6 +137,7 @@ impl Default for RuntimeConfig {
             limits: Limits::default(),
             jwt: None,
             executors: BTreeMap::new(),
+            test_clock: false,
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod atlases;
 pub mod auth;
 pub mod backend;
 pub mod config;
+pub mod conformance;
 pub mod error;
 pub mod executor;
 pub mod extract;

@@ -57,6 +57,19 @@ pub fn build_runtime(
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
     config.validate()?;
     let mut notices = Vec::new();
+    let test_clock = config
+        .test_clock
+        .then(|| Arc::new(crate::conformance::TestClock::new(clock.clone())));
+    let clock: Arc<dyn Clock> = match &test_clock {
+        Some(t) => {
+            notices.push(StartNotice::Info(
+                "test clock: admins may set the time (POST /v1/conformance/clock); tests only"
+                    .to_owned(),
+            ));
+            t.clone()
+        }
+        None => clock,
+    };
     let keys_path = config.api_keys_path();
     let keys = if config.api_keys.is_none() && !keys_path.exists() {
         let k = KeysFile::create_admin(&keys_path)?;
@@ -113,6 +126,7 @@ pub fn build_runtime(
         backends,
         hub: Arc::new(crate::tracelog::Hub::default()),
         atlas_state: std::sync::RwLock::new(Arc::new(atlas_state)),
+        test_clock,
         http: reqwest::Client::new(),
     };
     Ok((AppState(Arc::new(runtime)), notices))

@@ -41,6 +41,8 @@ pub struct Runtime {
     pub relay: cra_relay::Relay,
     /// The atlases in force (swapped whole on reload).
     pub atlas_state: std::sync::RwLock<Arc<crate::atlases::AtlasState>>,
+    /// The settable clock `clock` reads, when the server runs with `test_clock = true`.
+    pub test_clock: Option<Arc<crate::conformance::TestClock>>,
 }
 
 /// A cheap handle on the [`Runtime`], cloned into every handler.

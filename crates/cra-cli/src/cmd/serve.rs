@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// The API keys file (default: <data>/api-keys.toml, created with an admin key on first start).
     #[arg(long)]
     pub api_keys: Option<PathBuf>,
+    /// Tests only: let admins set the server's clock (POST /v1/conformance/clock).
+    #[arg(long)]
+    pub test_clock: bool,
 }
 
 impl ServeArgs {
@@ -68,6 +71,7 @@ impl ServeArgs {
             c.atlases = self.atlases.clone();
         }
         c.watch |= self.watch;
+        c.test_clock |= self.test_clock;
         if let Some(f) = self.log_format {
             c.log_format = match f {
                 LogFormatArg::Text => LogFormat::Text,

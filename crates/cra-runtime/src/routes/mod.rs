@@ -35,7 +35,13 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{session_id}",
             get(sessions::get).delete(sessions::end),
         )
-        .route("/v1/atlases", get(atlases::list))
+        .route(
+            "/v1/atlases",
+            get(atlases::list)
+                .post(atlases::install)
+                .put(atlases::replace),
+        )
+        .merge(crate::conformance::routes())
         .route("/v1/atlases/{atlas_id}", get(atlases::get))
         .route("/v1/resolve", post(carp::resolve))
         .route("/v1/execute", post(carp::execute))
@@ -75,6 +81,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
+        .layer(middleware::from_fn(crate::extract::require_utf8_path))
         .layer(middleware::from_fn_with_state(state.clone(), count))
         .with_state(state)
 }

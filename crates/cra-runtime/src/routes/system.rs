@@ -1,4 +1,5 @@
-//! `/v1/health`, `/v1/conformance` (public) and `/metrics` (operators).
+//! `/v1/health`, `/v1/conformance` (public) and `/metrics` (operators). The conformance suite's
+//! evaluation and clock routes live in [`crate::conformance`].
 
 use axum::Json;
 use axum::extract::State;
@@ -47,6 +48,9 @@ pub struct Conformance {
     pub protocol_version: String,
     /// `L0`..`L3`.
     pub conformance_level: String,
+    /// The CRA conformance levels this deployment claims (CRA §7.1): `carp-core`, `trace-core`,
+    /// `atlas-core`, `cra-full`.
+    pub cra_levels: Vec<String>,
     /// Optional capabilities.
     pub capabilities: ConformanceCapabilities,
     /// Who implements it.
@@ -82,6 +86,9 @@ pub async fn conformance(State(_state): State<AppState>) -> Json<Conformance> {
     Json(Conformance {
         protocol_version: "0.1".into(),
         conformance_level: "L3".into(),
+        cra_levels: ["carp-core", "trace-core", "atlas-core", "cra-full"]
+            .map(str::to_owned)
+            .to_vec(),
         capabilities: ConformanceCapabilities {
             hybrid_search: false,
             semantic_search: false,

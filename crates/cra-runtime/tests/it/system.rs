@@ -1,6 +1,11 @@
-//! Health, conformance, metrics, the error body for unknown routes, authentication and limits.
+//! Health, conformance, metrics, the error body for unknown routes, authentication and limits;
+//! atlases installed over HTTP (`POST`/`PUT /v1/atlases`); the conformance suite's evaluation
+//! route and settable test clock.
 
-use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::{Value, json};
 
 use crate::support::*;
 
@@ -15,6 +20,11 @@ async fn health_and_conformance_are_public() {
     assert_eq!(st, 200);
     assert_eq!(body["protocol_version"], "0.1");
     assert_eq!(body["implementation"]["name"], "cra");
+    assert_eq!(body["conformance_level"], "L3");
+    assert_eq!(
+        body["cra_levels"],
+        json!(["carp-core", "trace-core", "atlas-core", "cra-full"])
+    );
     s.stop().await;
 }
 
@@ -134,4 +144,451 @@ async fn first_start_without_keys_creates_a_private_admin_key() {
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
     server.shutdown().await.unwrap();
+}
+
+/// An example atlas of the repository as an inline atlas `{manifest, files}` (every file read).
+fn inline_example(name: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../atlases")
+        .join(name);
+    let mut files = BTreeMap::new();
+    for entry in walk(&root) {
+        let rel = entry
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        files.insert(rel, std::fs::read_to_string(&entry).unwrap());
+    }
+    let manifest: Value = serde_json::from_str(&files.remove("atlas.json").unwrap()).unwrap();
+    json!({"manifest": manifest, "files": files})
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+async fn put(s: &TestServer, key: &str, path: &str, body: &Value) -> (u16, Value) {
+    send(
+        s.http
+            .put(s.url(path))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(body.to_string()),
+    )
+    .await
+}
+
+async fn atlas_ids(s: &TestServer) -> Vec<String> {
+    let (st, body) = s.get(Some(AGENT), "/v1/atlases").await;
+    assert_eq!(st, 200, "{body}");
+    let mut ids: Vec<String> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["atlas_id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn an_inline_atlas_is_installed_replaced_and_validated_as_a_directory() {
+    let s = TestServer::start().await;
+    let payments = inline_example("com.example.payments");
+    assert_error(
+        &s.post(Some(AGENT), "/v1/atlases", &payments).await,
+        403,
+        "forbidden",
+    );
+    let (st, body) = s.post(Some(AUTHOR), "/v1/atlases", &payments).await;
+    assert_eq!(st, 201, "{body}");
+    assert_eq!(body["atlas_id"], "com.example.payments");
+    assert_eq!(body["replaced"], Value::Null);
+    assert_eq!(body["unchanged"], false);
+    // The digest is the one a directory holding the same files (atlas.json as sent) has.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("atlas.json"),
+        payments["manifest"].to_string(),
+    )
+    .unwrap();
+    for (path, text) in payments["files"].as_object().unwrap() {
+        let p = dir.path().join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text.as_str().unwrap()).unwrap();
+    }
+    let from_dir = cra_atlas::load_dir(dir.path()).unwrap();
+    assert_eq!(body["digest"], from_dir.digest);
+    assert_eq!(
+        atlas_ids(&s).await,
+        ["com.example.payments", "dev.cra.github-ops"]
+    );
+
+    // The identical atlas again changes nothing.
+    let (st, again) = s.post(Some(ADMIN), "/v1/atlases", &payments).await;
+    assert_eq!(st, 200, "{again}");
+    assert_eq!(again["unchanged"], true);
+    assert_eq!(again["digest"], body["digest"]);
+
+    // Other content under the same id and version replaces it, and says what it replaced.
+    let mut changed = payments.clone();
+    changed["manifest"]["description"] = json!("changed over HTTP");
+    let (st, replaced) = s.post(Some(AUTHOR), "/v1/atlases", &changed).await;
+    assert_eq!(st, 201, "{replaced}");
+    assert_eq!(replaced["replaced"]["digest"], body["digest"]);
+    assert_eq!(replaced["replaced"]["version"], body["version"]);
+    let (_, manifest) = s.get(Some(AGENT), "/v1/atlases/com.example.payments").await;
+    assert_eq!(manifest["description"], "changed over HTTP");
+
+    // An installed atlas survives a reload of the configured sources.
+    let state = &s.server.as_ref().unwrap().state;
+    assert_eq!(state.reload_atlases().unwrap(), 2);
+    assert_eq!(
+        state.atlases().get("com.example.payments").unwrap().digest,
+        replaced["digest"].as_str().unwrap()
+    );
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_refused_atlas_changes_nothing_and_names_every_problem() {
+    let s = TestServer::start().await;
+    let before = s.get(Some(AGENT), "/v1/atlases").await;
+    let good = inline_example("com.example.payments");
+
+    let mut bad = good.clone();
+    bad["manifest"]["atlas_id"] = json!("Not-An-Id");
+    bad["manifest"]["version"] = json!("one");
+    let got = s.post(Some(ADMIN), "/v1/atlases", &bad).await;
+    assert_error(&got, 400, "invalid_atlas");
+    let pointers: Vec<&str> = got.1["details"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["pointer"].as_str().unwrap())
+        .collect();
+    assert!(pointers.contains(&"/manifest/atlas_id"), "{pointers:?}");
+    assert!(pointers.contains(&"/manifest/version"), "{pointers:?}");
+
+    // A context file the manifest names is missing.
+    let mut missing = good.clone();
+    let files = missing["files"].as_object_mut().unwrap();
+    let context: Vec<String> = files
+        .keys()
+        .filter(|k| k.starts_with("context/"))
+        .cloned()
+        .collect();
+    for k in &context {
+        files.remove(k);
+    }
+    assert_error(
+        &s.post(Some(ADMIN), "/v1/atlases", &missing).await,
+        400,
+        "invalid_atlas",
+    );
+
+    // Shapes a directory cannot have.
+    let cases = [
+        (json!({"path": "/etc"}), "/path"),
+        (json!({"files": {}}), "/manifest"),
+        (json!({"manifest": [], "files": {}}), "/manifest"),
+        (
+            json!({"manifest": good["manifest"], "files": {"../x.md": "x"}}),
+            "/files/..~1x.md",
+        ),
+        (
+            json!({"manifest": good["manifest"], "files": {"context/a.md": 1}}),
+            "/files/context~1a.md",
+        ),
+        (
+            json!({"manifest": good["manifest"], "files": {"atlas.json": "{}"}}),
+            "/files/atlas.json",
+        ),
+    ];
+    for (body, pointer) in cases {
+        let got = s.post(Some(ADMIN), "/v1/atlases", &body).await;
+        assert_error(&got, 400, "invalid_request");
+        assert_eq!(
+            got.1["details"]["errors"][0]["pointer"], pointer,
+            "{body}: {}",
+            got.1
+        );
+    }
+    // A dependency that is not in force.
+    let mut dependent = good.clone();
+    dependent["manifest"]["dependencies"] = json!({"com.example.absent": "^1"});
+    assert_error(
+        &s.post(Some(ADMIN), "/v1/atlases", &dependent).await,
+        400,
+        "invalid_atlas",
+    );
+    assert_eq!(s.get(Some(AGENT), "/v1/atlases").await, before);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn put_replaces_the_whole_set_atomically_for_admins_only() {
+    let s = TestServer::start().await;
+    let payments = inline_example("com.example.payments");
+    let support = inline_example("com.example.customer-support");
+    let both = json!({"atlases": [payments, support]});
+    assert_error(
+        &put(&s, AUTHOR, "/v1/atlases", &both).await,
+        403,
+        "forbidden",
+    );
+    let (st, body) = put(&s, ADMIN, "/v1/atlases", &both).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body.as_array().unwrap().len(), 2);
+    assert_eq!(
+        atlas_ids(&s).await,
+        ["com.example.customer-support", "com.example.payments"]
+    );
+
+    // One bad atlas in the list: nothing changes.
+    let mut bad = support.clone();
+    bad["manifest"]["version"] = json!("x");
+    let got = put(
+        &s,
+        ADMIN,
+        "/v1/atlases",
+        &json!({"atlases": [payments, bad]}),
+    )
+    .await;
+    assert_error(&got, 400, "invalid_atlas");
+    assert_eq!(
+        got.1["details"]["errors"][0]["pointer"],
+        "/atlases/1/manifest/version"
+    );
+    let got = put(
+        &s,
+        ADMIN,
+        "/v1/atlases",
+        &json!({"atlases": [payments, payments]}),
+    )
+    .await;
+    assert_error(&got, 400, "invalid_atlas");
+    assert_eq!(
+        got.1["details"]["errors"][0]["pointer"],
+        "/atlases/1/manifest/atlas_id"
+    );
+    assert_error(
+        &put(&s, ADMIN, "/v1/atlases", &json!({"atlas": []})).await,
+        400,
+        "invalid_request",
+    );
+    assert_eq!(
+        atlas_ids(&s).await,
+        ["com.example.customer-support", "com.example.payments"]
+    );
+
+    // An empty list leaves nothing in force; the configured source no longer comes back.
+    let (st, body) = put(&s, ADMIN, "/v1/atlases", &json!({"atlases": []})).await;
+    assert_eq!((st, body), (200, json!([])));
+    let state = &s.server.as_ref().unwrap().state;
+    assert_eq!(state.reload_atlases().unwrap(), 0);
+    assert!(atlas_ids(&s).await.is_empty());
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_eval_route_answers_pure_verbs_to_any_caller() {
+    let s = TestServer::start().await;
+    let value = json!({"b": [1, 2.5, "é"], "a": null});
+    assert_error(
+        &s.post(
+            None,
+            "/v1/conformance/eval/canonical_trace",
+            &json!({"value": value}),
+        )
+        .await,
+        401,
+        "unauthenticated",
+    );
+    let (st, body) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/conformance/eval/canonical_trace",
+            &json!({"value": value}),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(
+        body["canonical"],
+        cra_wire::canonical::trace_canonical(&value)
+    );
+    assert_error(
+        &s.post(
+            Some(AGENT),
+            "/v1/conformance/eval/hash_event",
+            &json!({"event": {"trace_version": "1.0"}}),
+        )
+        .await,
+        400,
+        "malformed_event",
+    );
+    assert_error(
+        &s.post(Some(AGENT), "/v1/conformance/eval/resolve", &json!({}))
+            .await,
+        404,
+        "not_found",
+    );
+    let got = s
+        .post(Some(AGENT), "/v1/conformance/eval/verify_chain", &json!({}))
+        .await;
+    assert_error(&got, 400, "invalid_request");
+    assert_eq!(got.1["details"]["errors"][0]["pointer"], "/events");
+    // A chain the runtime wrote verifies through the route.
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let events = s.events(&sid).await;
+    let (st, body) = s
+        .post(
+            Some(AGENT2),
+            "/v1/conformance/eval/verify_chain",
+            &json!({"events": events}),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["valid"], true);
+    assert_eq!(body["events"], 1);
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn replay_and_export_import_read_only_what_the_caller_may_read_and_write_nothing() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let (st, body) = s
+        .post(
+            Some(AGENT),
+            "/v1/resolve",
+            &resolve_request("ops-bot", &sid, &rid(), &[]),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    let events_before = s.total_events();
+
+    let replay = json!({"session_id": sid});
+    let (st, body) = s
+        .post(Some(AGENT), "/v1/conformance/eval/replay", &replay)
+        .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["identical"], true);
+    assert_eq!(body["resolutions"], 1);
+    assert_error(
+        &s.post(Some(AGENT2), "/v1/conformance/eval/replay", &replay)
+            .await,
+        403,
+        "forbidden",
+    );
+    assert_error(
+        &s.post(
+            Some(AUDITOR),
+            "/v1/conformance/eval/replay",
+            &json!({"session_id": "0190f5d2-8a4e-7b3c-9d1e-5e5519999999"}),
+        )
+        .await,
+        404,
+        "session_not_found",
+    );
+    // Against other atlases (given inline) the recorded resolution diverges.
+    let (st, body) = s
+        .post(
+            Some(AUDITOR),
+            "/v1/conformance/eval/replay",
+            &json!({"session_id": sid, "atlases": [inline_example("com.example.payments")]}),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["identical"], false, "{body}");
+
+    let (st, body) = s
+        .post(
+            Some(AGENT),
+            "/v1/projects",
+            &json!({"project_id": "proj_eval", "name": "Eval"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let events_before = events_before.max(s.total_events());
+    let export = json!({"project_id": "proj_eval"});
+    assert_error(
+        &s.post(Some(AGENT2), "/v1/conformance/eval/export_import", &export)
+            .await,
+        403,
+        "unauthorized",
+    );
+    for key in [AGENT, AUDITOR] {
+        let (st, body) = s
+            .post(Some(key), "/v1/conformance/eval/export_import", &export)
+            .await;
+        assert_eq!(st, 200, "{body}");
+        assert_eq!(body["hashes_preserved"], true);
+        assert_eq!(body["reexport_identical"], true);
+    }
+    assert_error(
+        &s.post(
+            Some(ADMIN),
+            "/v1/conformance/eval/export_import",
+            &json!({"project_id": "proj_absent"}),
+        )
+        .await,
+        404,
+        "project_not_found",
+    );
+    assert_eq!(s.total_events(), events_before, "evaluation wrote events");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn the_clock_is_settable_only_in_test_mode_and_only_by_admins() {
+    let s = TestServer::start().await;
+    let when = json!({"now": "2030-05-06T07:08:09Z"});
+    let got = s.post(Some(ADMIN), "/v1/conformance/clock", &when).await;
+    assert_error(&got, 501, "not_implemented");
+    assert_eq!(got.1["capability"], "test_clock");
+    s.stop().await;
+
+    let s = TestServer::start_with(|c| c.test_clock = true).await;
+    assert_error(
+        &s.post(Some(OPERATOR), "/v1/conformance/clock", &when).await,
+        403,
+        "forbidden",
+    );
+    assert_error(
+        &s.post(
+            Some(ADMIN),
+            "/v1/conformance/clock",
+            &json!({"now": "yesterday"}),
+        )
+        .await,
+        400,
+        "invalid_request",
+    );
+    let (st, body) = s.post(Some(ADMIN), "/v1/conformance/clock", &when).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["now"], "2030-05-06T07:08:09.000000Z");
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    assert_eq!(
+        s.events(&sid).await[0]["timestamp"],
+        "2030-05-06T07:08:09.000000Z"
+    );
+    // The injected clock still drives it: moving that moves "now" by as much.
+    s.clock.advance(time::Duration::seconds(5));
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    assert_eq!(
+        s.events(&sid).await[0]["timestamp"],
+        "2030-05-06T07:08:14.000000Z"
+    );
+    s.stop().await;
 }

@@ -3,10 +3,13 @@
 //! * `codegen [--check]`: regenerate every generated file, or (with `--check`) fail when one is
 //!   stale. Generated today: the token table in `specs/errors.md` (from `cra_wire::Token`).
 //! * `bench [--quick]`: benchmarks with same-run baselines -> `bench/results/latest.json`, `bench/RESULTS.md`.
-//! * `soak`: the long storage soak (64 x 10,000 appends on one session, 500 kill -9 cycles).
+//! * `soak [--minutes N] [--skip-storage]`: the long storage soak (64 x 10,000 appends on one
+//!   session, 500 kill -9 cycles), then the server crash soak for N minutes on both backends
+//!   (see `soak.rs`).
 
 mod bench;
 mod codegen;
+mod soak;
 
 use std::process::ExitCode;
 
@@ -14,11 +17,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("codegen") => codegen::run(args.iter().any(|a| a == "--check")),
-        Some("soak") => soak(),
+        Some("soak") => soak::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!(
-                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale"
+                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale\n  bench [--quick]     benchmarks with same-run baselines\n  soak [--minutes N] [--skip-storage]\n                      storage soak, then N minutes (default 10) of server crash soak"
             );
             Ok(())
         }
@@ -33,41 +36,4 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// The storage soak: 64 appenders x 10,000 events on one session (both backends when
-/// `CRA_TEST_POSTGRES_URL` is set) and 500 kill -9 cycles, in release mode. Sizes can be changed
-/// with `CRA_STORE_SOAK_EVENTS` and `CRA_STORE_CRASH_CYCLES`.
-fn soak() -> anyhow::Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let var =
-        |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
-    let status = std::process::Command::new(cargo)
-        .args([
-            "test",
-            "-p",
-            "cra-store",
-            "--release",
-            "--test",
-            "store",
-            "--",
-        ])
-        .args([
-            "concurrency::",
-            "crash::kill_nine",
-            "--test-threads",
-            "1",
-            "--nocapture",
-        ])
-        .env(
-            "CRA_STORE_SOAK_EVENTS",
-            var("CRA_STORE_SOAK_EVENTS", "10000"),
-        )
-        .env(
-            "CRA_STORE_CRASH_CYCLES",
-            var("CRA_STORE_CRASH_CYCLES", "500"),
-        )
-        .status()?;
-    anyhow::ensure!(status.success(), "the storage soak failed ({status})");
-    Ok(())
 }

@@ -3,8 +3,9 @@
 #
 #   conformance/tools/live.sh [path/to/cra] [extra `cra conformance run` options...]
 #
-# Starts the server on a free port with a fresh data directory and an API-keys file holding one
-# key per actor the fixtures use (admin, agent-conf, conformance-test-agent, jordan), runs
+# Starts the server on a free port with a fresh data directory, a settable clock and an API-keys
+# file holding one key per actor the fixtures use (admin, agent-conf, conformance-test-agent,
+# jordan), runs
 # `cra conformance run --target`, stops the server it started (by its pid) and exits with the
 # runner's status (0 all passed, 2 failures, 1 could not run).
 set -euo pipefail
@@ -37,8 +38,15 @@ actor_type = "human"
 roles = ["author"]
 KEYS
 chmod 600 "$work/keys.toml"
-printf 'api_keys = "%s"\n' "$work/keys.toml" > "$work/cra.toml"
-"$cra" serve --config "$work/cra.toml" --addr 127.0.0.1:0 --data "$work/data" > "$work/serve.log" 2>&1 &
+# `--test-clock` lets the runner play each case at its `setup.now` (POST /v1/conformance/clock);
+# per-key rate limiting is off because the runner sends a few thousand requests in seconds while
+# it moves the clock back and forth (no fixture exercises the per-key limiter).
+cat > "$work/cra.toml" <<CONF
+api_keys = "$work/keys.toml"
+[limits]
+requests_per_second = 0
+CONF
+"$cra" serve --test-clock --config "$work/cra.toml" --addr 127.0.0.1:0 --data "$work/data" > "$work/serve.log" 2>&1 &
 pid=$!
 url=""
 for _ in $(seq 1 100); do

@@ -1,14 +1,12 @@
-//! In-process CARP and Atlas: atlases from the fixture loaded and validated by `cra_atlas`, CARP
+//! In-process CARP: the fixture's atlases validated as `POST /v1/atlases` validates them, CARP
 //! over a fresh redb data directory with the fixture's fixed clock and seeded ids, answers in the
 //! README's shapes. Actions run with the `builtin:echo` behaviour (the result is the parameters).
 
-use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use cra_carp::index::AtlasSet;
 use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
-use cra_carp::validate::{CarpError, parse_request, shape_errors};
+use cra_carp::validate::{CarpError, parse_request};
 use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Map, Value, json};
 
@@ -42,68 +40,6 @@ fn error(e: &CarpError) -> Value {
     v
 }
 
-/// The files of an atlas given inline: `atlas.json` plus `files`.
-fn atlas_files(atlas: &Value) -> BTreeMap<String, Vec<u8>> {
-    let mut files = BTreeMap::new();
-    if let Some(m) = atlas.get("manifest") {
-        files.insert("atlas.json".to_owned(), m.to_string().into_bytes());
-    }
-    for (k, v) in atlas
-        .get("files")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-    {
-        files.insert(
-            k.clone(),
-            v.as_str().unwrap_or_default().as_bytes().to_vec(),
-        );
-    }
-    files
-}
-
-/// `load_atlas`: analyses the files and answers `{valid, atlas_id, version, digest, diagnostics}`.
-pub fn load_atlas(args: &Value) -> Value {
-    let analysis = cra_atlas::validate::analyse(Path::new("fixture"), atlas_files(args));
-    // Dependencies resolve against the registry the atlas joins (here: holding only itself).
-    let dependency = analysis
-        .atlas
-        .as_ref()
-        .map(|a| cra_atlas::Registry::new().dependency_diagnostics(a))
-        .unwrap_or_default();
-    let valid = analysis.is_valid() && !dependency.iter().any(cra_atlas::Diagnostic::is_error);
-    let diagnostics: Vec<Value> = analysis
-        .diagnostics
-        .iter()
-        .chain(&dependency)
-        .filter(|d| d.is_error())
-        .map(
-            |d| json!({"file": d.file, "pointer": d.pointer, "code": d.code, "message": d.message}),
-        )
-        .collect();
-    let mut out = json!({"valid": valid, "diagnostics": diagnostics});
-    if let Some(a) = &analysis.atlas {
-        out["atlas_id"] = json!(a.manifest.atlas_id);
-        out["version"] = json!(a.manifest.version.to_string());
-        out["digest"] = json!(a.digest);
-    }
-    out
-}
-
-/// `validate_request`: the request's shape errors.
-pub fn validate_request(args: &Value) -> Value {
-    let request = args.get("request").cloned().unwrap_or(Value::Null);
-    match shape_errors(&request) {
-        Ok(errors) => json!({"valid": errors.is_empty(), "errors": errors}),
-        Err(e) => {
-            let mut v = error(&e);
-            v["valid"] = json!(false);
-            v["errors"] = json!(e.errors);
-            v
-        }
-    }
-}
-
 impl CarpWorld {
     /// Loads the setup's atlases, opens the store and the setup's sessions.
     pub fn new(
@@ -120,16 +56,9 @@ impl CarpWorld {
             .into_iter()
             .flatten()
         {
-            let analysis = cra_atlas::validate::analyse(Path::new("fixture"), atlas_files(a));
-            if !analysis.is_valid() {
-                let first = analysis
-                    .diagnostics
-                    .first()
-                    .map(|d| d.message.clone())
-                    .unwrap_or_default();
-                return Err(format!("setup atlas invalid: {first}"));
-            }
-            let atlas = analysis.atlas.ok_or("setup atlas could not be built")?;
+            // Validated as `POST /v1/atlases` validates it.
+            let atlas = cra_runtime::atlases::load_inline(a, "")
+                .map_err(|e| format!("setup atlas invalid: {}", e.body.message))?;
             manifests.push(a.get("manifest").cloned().unwrap_or(Value::Null));
             loaded.push(atlas);
         }

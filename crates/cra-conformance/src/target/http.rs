@@ -1,12 +1,15 @@
 //! The HTTP target: plays fixtures against any server over plain HTTP (no TLS), mapping each
 //! abstract verb to the route of the HTTP contract documented in `conformance/README.md`.
 //!
-//! Setup goes through the same routes (projects, sessions, packages, facts, setup steps). Verbs
-//! with no route of their own (pure computations such as `canonical_trace`) go to the optional
-//! evaluation route `POST /v1/conformance/eval/{verb}`; a server that does not offer a route
-//! (404/405/501) gets `not_implemented` for that case.
+//! Setup goes through the same routes (the clock, atlases, projects, sessions, packages, facts,
+//! setup steps). Verbs with no route of their own (pure computations such as `canonical_trace`,
+//! `replay`, `export_import`) go to the evaluation route `POST /v1/conformance/eval/{verb}`; a
+//! server that does not offer a route (404/405/501) gets `not_implemented` for that case. The
+//! case's clock (`setup.now`, `at_seconds`) is set with `POST /v1/conformance/clock` when the
+//! server offers it; without it, only the cases that move the clock are `not_implemented`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use reqwest::Method;
@@ -14,7 +17,7 @@ use reqwest::blocking::Client;
 use serde_json::{Map, Value, json};
 
 use crate::fixture::Fixture;
-use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_steps};
+use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_now, setup_steps};
 
 /// A server under test.
 #[derive(Debug)]
@@ -23,6 +26,8 @@ pub struct HttpTarget {
     token: Option<String>,
     actor_tokens: BTreeMap<String, String>,
     claims: Vec<String>,
+    /// Set once the server has answered that its clock cannot be set.
+    no_clock: AtomicBool,
 }
 
 /// How requests reach the server: a socket ([`Socket`]), or an in-process router.
@@ -37,15 +42,6 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         token: Option<&str>,
         body: Option<String>,
     ) -> Result<(u16, String), String>;
-    /// True when the server was started with the case's atlases (no `POST /v1/atlases` needed).
-    fn atlases_preloaded(&self) -> bool {
-        false
-    }
-    /// Replays a session's recorded events next to the server (in-process transports only):
-    /// `None` when the transport cannot.
-    fn replay(&self, _events: &Value, _atlases: Option<&Value>) -> Option<Result<Value, String>> {
-        None
-    }
 }
 
 /// Plain HTTP over TCP (no TLS).
@@ -125,6 +121,7 @@ impl HttpTarget {
             token,
             actor_tokens,
             claims: Vec::new(),
+            no_clock: AtomicBool::new(false),
         };
         let (status, body) = t
             .call(Method::GET, "/v1/conformance", None)
@@ -341,20 +338,6 @@ impl HttpTarget {
                     self.call_as(method, &s("path"), args.get("body"), !anonymous)?;
                 Ok(json!({"status": status, "body": body}))
             }
-            "replay" if self.transport.replay(&Value::Null, None).is_some() => {
-                let trace = self.route(
-                    Method::GET,
-                    &format!("/v1/traces/{}", enc(&s("session_id"))),
-                    None,
-                )?;
-                if trace.get("error").is_some() {
-                    return Ok(trace);
-                }
-                self.transport
-                    .replay(&trace, args.get("atlases"))
-                    .unwrap_or_else(|| Err("replay is not offered".to_owned()))
-                    .map_err(Fail::Errored)
-            }
             other => self.route(
                 Method::POST,
                 &format!("/v1/conformance/eval/{other}"),
@@ -368,6 +351,22 @@ impl HttpTarget {
     fn materialise(&self, fixture: &Fixture) -> Result<Vec<(String, String)>, Fail> {
         let setup = &fixture.setup;
         let mut ids = Vec::new();
+        // The case's atlases become the whole set in force (a shared server keeps the previous
+        // case's set otherwise), for every case whose answer may depend on them.
+        let ops = std::iter::once(fixture.input.operation.clone()).chain(
+            setup_steps(fixture)
+                .map_err(Fail::Errored)?
+                .into_iter()
+                .map(|s| s.operation),
+        );
+        let uses_atlases = setup.contains_key("atlases")
+            || ops
+                .into_iter()
+                .any(|o| ["resolve", "execute", "replay", "http"].contains(&o.as_str()));
+        if uses_atlases {
+            let atlases = setup.get("atlases").cloned().unwrap_or(json!([]));
+            self.expect_ok(Method::PUT, "/v1/atlases", &json!({ "atlases": atlases }))?;
+        }
         // A project admits its creator and its members, so the Relay actor the case writes with
         // (the first `created_by` in the fixture) is made a member; `archived_at` becomes the
         // archive route.
@@ -409,11 +408,6 @@ impl HttpTarget {
                 ids.push((w, got.to_owned()));
             }
         }
-        if !self.transport.atlases_preloaded() {
-            for a in list(setup.get("atlases")) {
-                self.expect_ok(Method::POST, "/v1/atlases", &a)?;
-            }
-        }
         if setup.get("events").is_some() {
             return Err(Fail::NotImplemented(
                 "setup.events cannot be injected over HTTP (events come from operations)"
@@ -443,6 +437,32 @@ impl HttpTarget {
             )?;
         }
         Ok(ids)
+    }
+
+    /// Sets the server's clock (`POST /v1/conformance/clock`); `Ok(false)` when the server does
+    /// not offer it (remembered, so it is asked once).
+    fn set_clock(&self, at: time::OffsetDateTime) -> Result<bool, Fail> {
+        if self.no_clock.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        let body = json!({ "now": cra_wire::clock::format_timestamp(at) });
+        let answer = match self.route(Method::POST, "/v1/conformance/clock", Some(&body)) {
+            Err(Fail::NotImplemented(_)) => None,
+            Err(e) => return Err(e),
+            Ok(v) => match v.get("error").and_then(Value::as_str) {
+                Some("not_implemented") => None,
+                Some(_) => {
+                    return Err(Fail::Errored(format!(
+                        "setting the server's clock answered {v}"
+                    )));
+                }
+                None => Some(v),
+            },
+        };
+        if answer.is_none() {
+            self.no_clock.store(true, Ordering::Relaxed);
+        }
+        Ok(answer.is_some())
     }
 
     fn expect_ok(&self, method: Method, path: &str, body: &Value) -> Result<(), Fail> {
@@ -532,25 +552,38 @@ impl Target for HttpTarget {
 
     fn play(&self, fixture: &Fixture) -> Outcome {
         let result = (|| -> Result<Value, Fail> {
-            // `at_seconds` (even 0) marks a case that depends on the fixed clock.
-            let moves_clock = fixture.input.at_seconds.is_some()
-                || setup_steps(fixture)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|s| s.at_seconds.is_some());
-            if moves_clock {
+            let steps = setup_steps(fixture).map_err(Fail::Errored)?;
+            // The case runs at `setup.now` on a server whose clock can be set; `at_seconds` (even
+            // 0) marks a case that depends on it, which a server without a settable clock cannot
+            // play.
+            let moves_clock =
+                fixture.input.at_seconds.is_some() || steps.iter().any(|s| s.at_seconds.is_some());
+            let start = setup_now(fixture).map_err(Fail::Errored)?;
+            let settable = self.set_clock(start)?;
+            if moves_clock && !settable {
                 return Err(Fail::NotImplemented(
-                    "the case moves the clock, which a live server does not let a client do"
+                    "the case moves the clock and the server offers no POST /v1/conformance/clock"
                         .to_owned(),
                 ));
             }
+            let mut now = start;
+            let mut move_clock = |at_seconds: Option<i64>| -> Result<(), Fail> {
+                let at = start + time::Duration::seconds(at_seconds.unwrap_or(0));
+                if settable && at != now {
+                    self.set_clock(at)?;
+                    now = at;
+                }
+                Ok(())
+            };
             let ids = self.materialise(fixture)?;
             let mut answers = Vec::new();
-            for step in setup_steps(fixture).map_err(Fail::Errored)? {
+            for step in steps {
                 let args = resolve_step_refs(&step.args, &answers).map_err(Fail::Errored)?;
+                move_clock(step.at_seconds)?;
                 answers.push(self.perform(&step.operation, &rename(&args, &ids))?);
             }
             let args = resolve_step_refs(&fixture.input.args, &answers).map_err(Fail::Errored)?;
+            move_clock(fixture.input.at_seconds)?;
             self.perform(&fixture.input.operation, &rename(&args, &ids))
         })();
         match result {

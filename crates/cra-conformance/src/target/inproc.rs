@@ -1,21 +1,24 @@
 //! The in-process target: plays fixtures by calling the cra crates directly, with a fixed clock
 //! and deterministic ids from the fixture's `setup`.
 //!
-//! Verbs whose area has no public API yet answer `not_implemented` (visible in the report, never a
-//! pass). [`Mutation`] deliberately breaks one rule, for the tests proving the suite has teeth;
-//! the CLI always runs the faithful target.
+//! The pure verbs are answered by `cra_runtime::conformance`, the code `cra serve` answers
+//! `POST /v1/conformance/eval/{verb}` with; CARP and Relay verbs call their crates over a fresh
+//! store; cases that need the runtime (`with_trace`, `http`, `replay`) run in a fresh runtime
+//! through its router. [`Mutation`] deliberately breaks one rule, for the tests proving the suite
+//! has teeth: the mutated verbs are answered by defective copies kept here, never by the real
+//! code. The CLI always runs the faithful target.
 
 use std::sync::Arc;
 
 use cra_wire::{Clock, FixedClock};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::fixture::{Fixture, Input};
 use crate::target::carp::{CarpMutation, CarpWorld};
 use crate::target::http::HttpTarget;
 use crate::target::relay::{RelayMutation, RelayWorld};
 use crate::target::runtime::RouterTransport;
-use crate::target::{Outcome, Target, classify, error_answer, resolve_step_refs, setup_steps};
+use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_now, setup_steps};
 
 /// A deliberate defect injected into the in-process target (teeth tests only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,151 +77,97 @@ impl InProcess {
         {
             return Ok(answer);
         }
-        match op {
-            "validate_request" => Ok(crate::target::carp::validate_request(args)),
-            "load_atlas" => Ok(crate::target::carp::load_atlas(args)),
-            "canonical_trace" => Ok(self.canonical_trace(arg(args, "value")?)),
-            "hash_event" => self.hash_event(arg(args, "event")?),
-            "verify_chain" => self.verify_chain(args),
-            "relay_canonical" => relay_canonical(arg(args, "value")?),
-            "content_hash" => self.content_hash(arg(args, "package")?),
-            other => Err(Fail::NotImplemented(format!(
-                "the in-process target does not offer `{other}` yet (its crate API has not landed)"
+        if let Some(answer) = self.mutant(op, args) {
+            return answer;
+        }
+        // The one implementation of the pure verbs, the one `cra serve` answers over HTTP.
+        match cra_runtime::conformance::eval_pure(op, args) {
+            Some(Ok(v)) => Ok(v),
+            Some(Err(e)) => Ok(cra_runtime::conformance::error_answer(&e)),
+            None => Err(Fail::NotImplemented(format!(
+                "the in-process target does not offer `{op}` outside a runtime"
             ))),
         }
     }
 
-    fn canonical_trace(&self, value: &Value) -> Value {
-        let text = if self.mutation == Some(Mutation::TraceKeysUnsorted) {
-            // serde_json without `preserve_order` sorts keys too; emulate an unsorted writer by
-            // reversing the order of every object's members.
-            let mut s = String::new();
-            write_reversed(value, &mut s);
-            s
-        } else {
-            cra_wire::canonical::trace_canonical(value)
-        };
-        json!({ "canonical": text })
-    }
-
-    fn hash_event(&self, event: &Value) -> VerbResult {
-        let mut ev: cra_trace::TraceEvent =
-            match serde_json::from_value(with_placeholder_hash(event)) {
-                Ok(e) => e,
-                Err(e) => return Ok(error_answer("malformed_event", 400, e.to_string())),
-            };
-        if self.mutation == Some(Mutation::HashFieldLeftOut) {
-            ev.trace_id = String::new();
-        }
-        if self.mutation == Some(Mutation::TraceKeysUnsorted) {
-            let canonical = self.canonical_trace(&ev.payload);
-            let real = cra_wire::canonical::trace_canonical(&ev.payload);
-            let mut pre = cra_trace::event_preimage(&ev);
-            if let Some(c) = canonical.get("canonical").and_then(Value::as_str) {
-                pre = pre.replacen(&real, c, 1);
+    /// The answer of the mutated implementation of `op`, when the mutation touches `op`.
+    fn mutant(&self, op: &str, args: &Value) -> Option<VerbResult> {
+        let m = self.mutation?;
+        match (m, op) {
+            (Mutation::TraceKeysUnsorted, "canonical_trace") => {
+                Some(arg(args, "value").map(|v| json!({ "canonical": reversed(v) })))
             }
-            return Ok(json!({"event_hash": cra_wire::hash::sha256_hex(pre.as_bytes())}));
-        }
-        Ok(json!({ "event_hash": cra_trace::compute_event_hash(&ev) }))
-    }
-
-    fn verify_chain(&self, args: &Value) -> VerbResult {
-        let mut text = String::new();
-        if let Some(lines) = args.get("lines").and_then(Value::as_array) {
-            for l in lines {
-                text.push_str(l.as_str().ok_or_else(|| {
-                    Fail::Errored("verify_chain: `lines` must hold strings".to_owned())
-                })?);
-                text.push('\n');
+            (Mutation::TraceKeysUnsorted | Mutation::HashFieldLeftOut, "hash_event") => {
+                let event = match arg(args, "event") {
+                    Ok(e) => e,
+                    Err(e) => return Some(Err(e)),
+                };
+                let mut e = event.clone();
+                if let Some(o) = e.as_object_mut() {
+                    o.entry("event_hash")
+                        .or_insert_with(|| Value::String(String::new()));
+                }
+                // A malformed event is answered by the faithful code (the mutation is elsewhere).
+                let mut ev: cra_trace::TraceEvent = serde_json::from_value(e).ok()?;
+                if m == Mutation::HashFieldLeftOut {
+                    ev.trace_id = String::new();
+                }
+                let mut pre = cra_trace::event_preimage(&ev);
+                if m == Mutation::TraceKeysUnsorted {
+                    let real = cra_wire::canonical::trace_canonical(&ev.payload);
+                    pre = pre.replacen(&real, &reversed(&ev.payload), 1);
+                }
+                Some(Ok(
+                    json!({"event_hash": cra_wire::hash::sha256_hex(pre.as_bytes())}),
+                ))
             }
-        } else if let Some(events) = args.get("events").and_then(Value::as_array) {
-            for e in events {
-                text.push_str(&e.to_string());
-                text.push('\n');
+            (Mutation::VerifierSkipsEvent0, "verify_chain") => {
+                let text = match cra_runtime::conformance::chain_text(args) {
+                    Ok(t) => t,
+                    Err(e) => return Some(Ok(cra_runtime::conformance::error_answer(&e))),
+                };
+                let report = cra_trace::verify_text_reference(text.as_bytes(), true);
+                let mut findings: Vec<cra_trace::Finding> = report
+                    .findings
+                    .into_iter()
+                    .filter(|f| f.line != 1)
+                    .collect();
+                if args.get("all_errors").and_then(Value::as_bool) != Some(true) {
+                    findings.truncate(1);
+                }
+                Some(Ok(cra_runtime::conformance::verification_answer(
+                    report.events,
+                    &findings,
+                )))
             }
-        } else {
-            return Err(Fail::Errored(
-                "verify_chain needs `events` or `lines`".to_owned(),
-            ));
-        }
-        let skip0 = self.mutation == Some(Mutation::VerifierSkipsEvent0);
-        let all = args
-            .get("all_errors")
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-            || skip0;
-        let report = cra_trace::verify_text_reference(text.as_bytes(), all);
-        let mut findings: Vec<&cra_trace::Finding> = report.findings.iter().collect();
-        if skip0 {
-            findings.retain(|f| f.line != 1);
-            if !args
-                .get("all_errors")
-                .and_then(Value::as_bool)
-                .unwrap_or(false)
-            {
-                findings.truncate(1);
+            (Mutation::RelayNullsKept, "content_hash") => {
+                let package = match arg(args, "package") {
+                    Ok(p) => p,
+                    Err(e) => return Some(Err(e)),
+                };
+                let mut p = package.as_object()?.clone();
+                p.remove("content_hash");
+                let mut text = String::new();
+                write_keep_nulls(&Value::Object(p), &mut text);
+                Some(Ok(
+                    json!({ "content_hash": cra_wire::hash::sha256_prefixed(text.as_bytes()) }),
+                ))
             }
+            _ => None,
         }
-        let list: Vec<Value> = findings
-            .iter()
-            .map(|f| json!({"sequence": f.sequence, "line": f.line, "code": f.code.as_str()}))
-            .collect();
-        let mut out = Map::new();
-        out.insert("valid".into(), Value::Bool(list.is_empty()));
-        out.insert("events".into(), json!(report.events));
-        if let Some(first) = list.first() {
-            out.insert("first_error".into(), first.clone());
-        }
-        out.insert("findings".into(), Value::Array(list));
-        Ok(Value::Object(out))
     }
-
-    fn content_hash(&self, package: &Value) -> VerbResult {
-        if !package.is_object() {
-            return Ok(error_answer(
-                "invalid_schema",
-                400,
-                "a package is a JSON object",
-            ));
-        }
-        let mut p = package.clone();
-        if let Some(o) = p.as_object_mut() {
-            o.remove("content_hash");
-        }
-        let text = if self.mutation == Some(Mutation::RelayNullsKept) {
-            let mut s = String::new();
-            write_keep_nulls(&p, &mut s);
-            s
-        } else {
-            match cra_wire::canonical::relay_canonical(&p) {
-                Ok(t) => t,
-                Err(e) => return Ok(error_answer("invalid_schema", 400, e.to_string())),
-            }
-        };
-        Ok(json!({ "content_hash": cra_wire::hash::sha256_prefixed(text.as_bytes()) }))
-    }
-}
-
-fn relay_canonical(value: &Value) -> VerbResult {
-    Ok(match cra_wire::canonical::relay_canonical(value) {
-        Ok(t) => json!({ "canonical": t }),
-        Err(e) => error_answer("invalid_schema", 400, e.to_string()),
-    })
-}
-
-/// `hash_event` accepts an event without `event_hash` (it is what is being computed).
-fn with_placeholder_hash(event: &Value) -> Value {
-    let mut e = event.clone();
-    if let Some(o) = e.as_object_mut() {
-        o.entry("event_hash")
-            .or_insert_with(|| Value::String(String::new()));
-    }
-    e
 }
 
 fn arg<'a>(args: &'a Value, name: &str) -> Result<&'a Value, Fail> {
     args.get(name)
         .ok_or_else(|| Fail::Errored(format!("the fixture's args lack `{name}`")))
+}
+
+/// Mutant TRACE canonical form: every object's members in reverse sorted order.
+fn reversed(v: &Value) -> String {
+    let mut s = String::new();
+    write_reversed(v, &mut s);
+    s
 }
 
 /// Mutant writer: TRACE canonical form with every object's members in reverse sorted order.
@@ -309,13 +258,7 @@ const RELAY_VERBS: &[&str] = &[
 
 impl InProcess {
     fn world(&self, fixture: &Fixture, steps: &[Input]) -> Result<World, Fail> {
-        let now = fixture
-            .setup
-            .get("now")
-            .and_then(Value::as_str)
-            .unwrap_or("2026-01-01T00:00:00Z");
-        let clock =
-            Arc::new(FixedClock::parse(now).map_err(|e| Fail::Errored(format!("setup.now: {e}")))?);
+        let clock = Arc::new(FixedClock::new(setup_now(fixture).map_err(Fail::Errored)?));
         let seed = fixture
             .setup
             .get("id_seed")
@@ -348,14 +291,9 @@ impl InProcess {
 
 impl InProcess {
     fn play_in_runtime(&self, fixture: &Fixture) -> Outcome {
-        let now = fixture
-            .setup
-            .get("now")
-            .and_then(Value::as_str)
-            .unwrap_or("2026-01-01T00:00:00Z");
-        let clock = match FixedClock::parse(now) {
-            Ok(c) => Arc::new(c),
-            Err(e) => return Outcome::Errored(format!("setup.now: {e}")),
+        let clock = match setup_now(fixture) {
+            Ok(t) => Arc::new(FixedClock::new(t)),
+            Err(e) => return Outcome::Errored(e),
         };
         let seed = fixture
             .setup
@@ -363,7 +301,7 @@ impl InProcess {
             .and_then(Value::as_u64)
             .unwrap_or(1);
         let ids = Arc::new(cra_wire::SequentialIds::new(1_700_000_000_000, seed));
-        let transport = match RouterTransport::start(&fixture.setup, clock, ids) {
+        let transport = match RouterTransport::start(clock, ids) {
             Ok(t) => t,
             Err(e) => return Outcome::Errored(e),
         };

@@ -42,6 +42,19 @@ pub fn error_answer(token: &str, status: u16, message: impl Into<String>) -> Val
     json!({"error": token, "status": status, "message": message.into()})
 }
 
+/// The instant a case runs at when its setup does not fix one.
+pub const DEFAULT_NOW: &str = "2026-01-01T00:00:00Z";
+
+/// The instant a case starts at: `setup.now`, or [`DEFAULT_NOW`].
+pub fn setup_now(fixture: &Fixture) -> Result<time::OffsetDateTime, String> {
+    let now = fixture
+        .setup
+        .get("now")
+        .and_then(Value::as_str)
+        .unwrap_or(DEFAULT_NOW);
+    cra_wire::clock::parse_rfc3339(now).map_err(|e| format!("setup.now: {e}"))
+}
+
 /// The setup steps of a fixture (`setup.steps`), in order.
 pub fn setup_steps(fixture: &Fixture) -> Result<Vec<Input>, String> {
     match fixture.setup.get("steps") {

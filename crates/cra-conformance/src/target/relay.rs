@@ -253,59 +253,16 @@ impl RelayWorld {
         Some(Ok(answer))
     }
 
-    /// Exports everything, optionally tampers with the export, imports it into a fresh store,
-    /// exports again and compares.
+    /// Round-trips the project through the export format with the runtime's implementation.
     fn export_import(&self, args: &Value) -> Result<Value, String> {
-        use cra_relay::export::{parse, render};
-        let snap = self.store.snapshot().map_err(|e| e.to_string())?;
-        let mut files = render(&snap).map_err(|e| e.to_string())?;
-        if args.get("tamper").and_then(Value::as_bool) == Some(true) {
-            for (name, bytes) in &mut files {
-                if name.starts_with("packages") {
-                    let text =
-                        String::from_utf8_lossy(bytes).replacen("\"title\":\"", "\"title\":\"X", 1);
-                    *bytes = text.into_bytes();
-                }
-            }
-        }
-        let parsed = match parse(&files) {
-            Ok(p) => p,
-            Err(e) => {
-                return Ok(
-                    json!({"error": "integrity_error", "status": 409, "message": e.to_string()}),
-                );
-            }
-        };
-        let (_dir2, store2) = open_store()?;
-        store2.restore(&parsed).map_err(|e| e.to_string())?;
-        let again = store2.snapshot().map_err(|e| e.to_string())?;
-        let files2 = render(&again).map_err(|e| e.to_string())?;
-        let pairs = |s: &cra_relay::store::Snapshot| -> Vec<(String, String)> {
-            s.packages
-                .iter()
-                .map(|p| (p.package.package_id().to_owned(), p.content_hash.clone()))
-                .collect()
-        };
-        // Recompute each imported package's hash from its content: preserved means equal.
-        let recomputed: Vec<(String, String)> = again
-            .packages
-            .iter()
-            .map(|p| {
-                let v = p.package.as_object().clone();
-                let c = cra_wire::canonical::relay_canonical(&Value::Object(v)).unwrap_or_default();
-                (
-                    p.package.package_id().to_owned(),
-                    cra_wire::hash::sha256_prefixed(c.as_bytes()),
-                )
-            })
-            .collect();
-        let preserved = pairs(&snap) == pairs(&again) && recomputed == pairs(&again);
-        Ok(json!({
-            "packages": pairs(&again).into_iter().map(|(id, h)| json!({"package_id": id, "content_hash": h})).collect::<Vec<_>>(),
-            "facts": again.facts.len(),
-            "hashes_preserved": preserved,
-            "reexport_identical": files == files2,
-        }))
+        let project = s(args, "project_id").unwrap_or_default();
+        let tamper = args.get("tamper").and_then(Value::as_bool) == Some(true);
+        Ok(
+            match cra_runtime::conformance::export_import(self.store.as_ref(), project, tamper) {
+                Ok(v) => v,
+                Err(e) => cra_runtime::conformance::error_answer(&e),
+            },
+        )
     }
 
     /// Seed of the id generator.

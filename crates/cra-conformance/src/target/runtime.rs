@@ -1,14 +1,15 @@
-//! The runtime in-process: a fresh `cra-runtime` (redb data directory, the case's atlases, one
-//! API key per fixture actor, the fixed clock and seeded ids) whose router is called directly,
-//! without a socket. The in-process target plays through it the cases that need the runtime's
-//! composition: TRACE emission (`with_trace`) and the HTTP contract (`http`).
+//! The runtime in-process: a fresh `cra-runtime` (redb data directory, one API key per fixture
+//! actor, a test clock over the fixed clock, seeded ids) whose router is called directly, without
+//! a socket, through the HTTP target's verb-to-route mapping (the case's atlases, clock and state
+//! go through the same routes as on a live server). The in-process target plays through it the
+//! cases that need the runtime's composition: TRACE emission (`with_trace`), the HTTP contract
+//! (`http`) and `replay`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::Request;
-use serde_json::Value;
 use tower::ServiceExt;
 
 use crate::target::http::Transport;
@@ -24,7 +25,6 @@ const ACTORS: &[(&str, &str, &str)] = &[
 /// A runtime reached through its router.
 pub struct RouterTransport {
     _dir: tempfile::TempDir,
-    atlases: Value,
     rt: tokio::runtime::Runtime,
     router: axum::Router,
 }
@@ -40,57 +40,33 @@ pub fn token_of(actor: &str) -> String {
     format!("cra_conformance_{}", actor.replace('-', "_"))
 }
 
+/// An API-keys file (`cra serve --api-keys`) with one key per fixture actor, each [`token_of`].
+pub fn actor_keys_toml() -> String {
+    let mut keys = String::new();
+    for (id, kind, role) in ACTORS {
+        keys.push_str(&format!(
+            "[[keys]]\ntoken = \"{}\"\nactor_id = \"{id}\"\nactor_type = \"{kind}\"\nroles = [\"{role}\"]\n",
+            token_of(id)
+        ));
+    }
+    keys
+}
+
 impl RouterTransport {
-    /// Starts a runtime with the setup's atlases, the clock and the id generator.
+    /// Starts a runtime with a test clock over `clock`, and the id generator.
     pub fn start(
-        setup: &serde_json::Map<String, Value>,
         clock: Arc<dyn cra_wire::Clock>,
         ids: Arc<dyn cra_wire::IdGenerator>,
     ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
-        let mut keys = String::new();
-        for (id, kind, role) in ACTORS {
-            keys.push_str(&format!(
-                "[[keys]]\ntoken = \"{}\"\nactor_id = \"{id}\"\nactor_type = \"{kind}\"\nroles = [\"{role}\"]\n",
-                token_of(id)
-            ));
-        }
         let keys_path = dir.path().join("api-keys.toml");
-        std::fs::write(&keys_path, keys).map_err(|e| e.to_string())?;
-        let mut atlases = Vec::new();
-        for (i, a) in setup
-            .get("atlases")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let root = dir.path().join(format!("atlas-{i}"));
-            let mut files = BTreeMap::new();
-            if let Some(m) = a.get("manifest") {
-                files.insert("atlas.json".to_owned(), m.to_string());
-            }
-            for (k, v) in a
-                .get("files")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                files.insert(k.clone(), v.as_str().unwrap_or_default().to_owned());
-            }
-            for (name, text) in files {
-                let path = root.join(&name);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-                }
-                std::fs::write(&path, text).map_err(|e| e.to_string())?;
-            }
-            atlases.push(root);
-        }
+        std::fs::write(&keys_path, actor_keys_toml()).map_err(|e| e.to_string())?;
+        // The case's atlases arrive as they do over HTTP (`PUT /v1/atlases`), and the clock is
+        // set as it is on a live server (`POST /v1/conformance/clock`).
         let config = cra_runtime::RuntimeConfig {
             data: dir.path().join("data"),
             api_keys: Some(keys_path),
-            atlases,
+            test_clock: true,
             ..cra_runtime::RuntimeConfig::default()
         };
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -103,13 +79,8 @@ impl RouterTransport {
                 .map_err(|e| format!("the runtime did not start: {e}"))?;
             cra_runtime::routes::router(state)
         };
-        let atlases = setup
-            .get("atlases")
-            .cloned()
-            .unwrap_or(Value::Array(Vec::new()));
         Ok(Self {
             _dir: dir,
-            atlases,
             rt,
             router,
         })
@@ -159,82 +130,4 @@ impl Transport for RouterTransport {
             Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
         })
     }
-
-    fn atlases_preloaded(&self) -> bool {
-        true
-    }
-
-    fn replay(&self, events: &Value, atlases: Option<&Value>) -> Option<Result<Value, String>> {
-        let Some(list) = events.as_array() else {
-            // The probe call (`Null`): replay is offered.
-            return Some(Ok(Value::Null));
-        };
-        Some(replay_events(list, atlases.unwrap_or(&self.atlases)))
-    }
-}
-
-/// Re-resolves the recorded requests against `atlases` with `cra_carp::replay`.
-fn replay_events(list: &[Value], atlases: &Value) -> Result<Value, String> {
-    let events: Vec<cra_trace::TraceEvent> = list
-        .iter()
-        .map(|e| serde_json::from_value(e.clone()).map_err(|err| format!("trace event: {err}")))
-        .collect::<Result<_, _>>()?;
-    let mut loaded = Vec::new();
-    for a in atlases.as_array().into_iter().flatten() {
-        let mut files = BTreeMap::new();
-        if let Some(m) = a.get("manifest") {
-            files.insert("atlas.json".to_owned(), m.to_string().into_bytes());
-        }
-        for (k, v) in a
-            .get("files")
-            .and_then(Value::as_object)
-            .into_iter()
-            .flatten()
-        {
-            files.insert(
-                k.clone(),
-                v.as_str().unwrap_or_default().as_bytes().to_vec(),
-            );
-        }
-        let analysis = cra_atlas::validate::analyse(std::path::Path::new("replay"), files);
-        loaded.push(analysis.atlas.ok_or("a replay atlas could not be built")?);
-    }
-    let set = cra_carp::index::AtlasSet::from_loaded(&loaded).map_err(|e| e.to_string())?;
-    let cases = cra_carp::replay::replay(&events, &set);
-    let mut divergences = Vec::new();
-    for c in &cases {
-        match &c.outcome {
-            cra_carp::replay::CaseOutcome::Same => {}
-            cra_carp::replay::CaseOutcome::Diverged {
-                pointer,
-                recorded,
-                replayed,
-            } => {
-                let action_id = [recorded, replayed]
-                    .into_iter()
-                    .find_map(|v| {
-                        v.get("action_id")
-                            .and_then(Value::as_str)
-                            .map(str::to_owned)
-                    })
-                    .or_else(|| {
-                        pointer
-                            .ends_with("/action_id")
-                            .then(|| recorded.as_str().map(str::to_owned))
-                            .flatten()
-                    });
-                divergences.push(
-                    serde_json::json!({"request_id": c.request_id, "pointer": pointer,
-                    "recorded": recorded, "replayed": replayed, "action_id": action_id}),
-                );
-            }
-            cra_carp::replay::CaseOutcome::Error(e) => {
-                divergences.push(serde_json::json!({"request_id": c.request_id, "error": e}));
-            }
-        }
-    }
-    Ok(
-        serde_json::json!({"identical": divergences.is_empty(), "resolutions": cases.len(),
-        "divergences": divergences}),
-    )
 }

@@ -14,7 +14,7 @@ use cra_wire::Token;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use crate::config::JwtConfig;
 use crate::error::ApiError;
@@ -371,14 +371,13 @@ impl Authenticator {
             )
         })?;
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let mut found: Option<&Actor> = None;
-        for (digest, actor) in &self.keys {
-            // Every key is compared, whatever matched before, so timing says nothing.
-            if bool::from(digest.ct_eq(&presented)) {
-                found = Some(actor);
-            }
+        // Every key is compared, whatever matched before, and the match is selected without a
+        // branch, so timing says nothing about which key (if any) was close.
+        let mut found = u64::MAX;
+        for (i, (digest, _)) in self.keys.iter().enumerate() {
+            found.conditional_assign(&(i as u64), digest.ct_eq(&presented));
         }
-        if let Some(actor) = found {
+        if let Some((_, actor)) = usize::try_from(found).ok().and_then(|i| self.keys.get(i)) {
             return Ok(actor.clone());
         }
         if let Some(jwt) = &self.jwt

@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use cra_wire::Token;
 use cra_wire::json::{JsonError, parse_strict};
 use serde::de::DeserializeOwned;
@@ -62,6 +63,13 @@ pub async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiErro
             ));
         }
     }
+    let bytes = read_body(req, limit).await?;
+    parse_body_bytes(&bytes)
+}
+
+/// Reads the whole body of `req`, refusing (413) anything over `limit` bytes: before reading
+/// when `Content-Length` declares more, else as soon as more arrives.
+pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -70,7 +78,7 @@ pub async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiErro
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(too_large(limit));
     }
-    let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
+    axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
             if is_length_limit(&e) {
@@ -81,8 +89,21 @@ pub async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiErro
                     format!("the request body could not be read: {e}"),
                 )
             }
-        })?;
-    parse_body_bytes(&bytes)
+        })
+}
+
+/// Refuses, before any route runs, a request whose path is not UTF-8 once percent-decoded (no
+/// route could read its parameters), with the one error body rather than the path extractor's
+/// plain-text answer.
+pub async fn require_utf8_path(req: Request, next: axum::middleware::Next) -> Response {
+    if std::str::from_utf8(&percent_decode_bytes(req.uri().path(), false)).is_err() {
+        return ApiError::new(
+            Token::InvalidRequest,
+            "the request path is not UTF-8 once percent-decoded; percent-encode UTF-8 bytes only",
+        )
+        .into_response();
+    }
+    next.run(req).await
 }
 
 /// True when reading stopped because the body passed the limit.
@@ -249,12 +270,17 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
 }
 
 fn percent_decode(s: &str) -> String {
+    String::from_utf8_lossy(&percent_decode_bytes(s, true)).into_owned()
+}
+
+/// Decodes `%XX` escapes (and, in a query, `+` as a space) into bytes, which may not be UTF-8.
+fn percent_decode_bytes(s: &str, plus_is_space: bool) -> Vec<u8> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => {
+            b'+' if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -277,7 +303,7 @@ fn percent_decode(s: &str) -> String {
             }
         }
     }
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 #[cfg(test)]

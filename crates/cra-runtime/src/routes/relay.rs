@@ -964,14 +964,7 @@ pub async fn import(
     for (i, m) in members.iter().enumerate() {
         crate::routes::sessions::check_id_field(&format!("/members/{i}"), m)?;
     }
-    let bytes = axum::body::to_bytes(req.into_body(), IMPORT_MAX_BYTES)
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                Token::PayloadTooLarge,
-                format!("the bundle could not be read whole (limit {IMPORT_MAX_BYTES} bytes): {e}"),
-            )
-        })?;
+    let bytes = crate::extract::read_body(req, IMPORT_MAX_BYTES).await?;
     let snapshot = crate::error::run_blocking("the import check failed", move || {
         cra_relay::export::unbundle(&bytes).and_then(|f| cra_relay::export::parse(&f))
     })

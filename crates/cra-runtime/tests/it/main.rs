@@ -6,6 +6,7 @@ mod authz;
 mod bad_requests;
 mod crash;
 mod flow;
+mod hostile;
 mod relay;
 mod sessions;
 mod stream;

@@ -785,15 +785,37 @@ impl Checker<'_> {
         Ok(())
     }
 
-    /// Checks every entry; returns the failures.
+    /// Checks every entry, one chain at a time (so a long soak never holds every chain in
+    /// memory); returns the failures.
     async fn check_all(&mut self, acks: &[Ack]) -> Vec<String> {
-        let mut lost = Vec::new();
+        let mut by_chain: BTreeMap<&str, Vec<&Ack>> = BTreeMap::new();
         for ack in acks {
-            if let Err(e) = self.check(ack).await {
-                lost.push(e);
+            by_chain.entry(ack.chain()).or_default().push(ack);
+        }
+        let mut lost = Vec::new();
+        for group in by_chain.values() {
+            for ack in group {
+                if let Err(e) = self.check(ack).await {
+                    lost.push(e);
+                }
             }
+            self.chains.clear();
         }
         lost
+    }
+}
+
+impl Ack {
+    /// The chain the entry's events are in.
+    fn chain(&self) -> &str {
+        match self {
+            Ack::Project { audit, .. } => audit,
+            Ack::Session { session_id, .. }
+            | Ack::Resolve { session_id, .. }
+            | Ack::Execute { session_id, .. }
+            | Ack::End { session_id } => session_id,
+            Ack::Deposit { chain, .. } | Ack::Fact { chain, .. } => chain,
+        }
     }
 }
 

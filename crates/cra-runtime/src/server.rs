@@ -149,19 +149,26 @@ impl RunningServer {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        match self.task.await {
-            Ok(r) => r,
-            Err(e) => Err(std::io::Error::other(e)),
-        }
+        self.finish().await
     }
 
     /// Waits until the server stops by itself (it does not, unless told).
     pub async fn wait(mut self) -> std::io::Result<()> {
         let _keep = self.shutdown.take();
-        match (&mut self.task).await {
+        self.finish().await
+    }
+
+    /// Waits for the serving task, then lets go of the runtime's state on a blocking thread: the
+    /// PostgreSQL backend's connections are synchronous clients that must not be dropped on an
+    /// async worker (their drop blocks on a runtime of their own).
+    async fn finish(self) -> std::io::Result<()> {
+        let RunningServer { state, task, .. } = self;
+        let result = match task.await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
-        }
+        };
+        let _ = tokio::task::spawn_blocking(move || drop(state)).await;
+        result
     }
 }
 

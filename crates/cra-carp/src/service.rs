@@ -170,6 +170,18 @@ impl Carp {
         explain: bool,
         trace_id: Option<String>,
     ) -> Result<Resolution, CarpError> {
+        self.resolve_recorded(request, explain, trace_id)
+            .map(|(res, _)| res)
+    }
+
+    /// As [`Carp::resolve`], also returning the counters the evaluation read, which a trace
+    /// records with the request so that replay evaluates against the same counts.
+    pub fn resolve_recorded(
+        &self,
+        request: &CarpRequest,
+        explain: bool,
+        trace_id: Option<String>,
+    ) -> Result<(Resolution, CountersSnapshot), CarpError> {
         if request.operation == Operation::Execute {
             return Err(CarpError::new(
                 Token::InvalidRequest,
@@ -194,7 +206,7 @@ impl Carp {
         )
         .map_err(|e| CarpError::new(e.token(), e.to_string()))?;
         if request.operation == Operation::Validate {
-            return Ok(res);
+            return Ok((res, counters));
         }
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
         let mut stored = res.clone();
@@ -231,7 +243,7 @@ impl Carp {
                 })
                 .map_err(store_err)?;
         }
-        Ok(res)
+        Ok((res, counters))
     }
 
     fn answer(

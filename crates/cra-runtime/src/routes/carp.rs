@@ -184,10 +184,10 @@ pub async fn resolve(
     let req2 = request.clone();
     let tid = trace_id.clone();
     let result = crate::error::run_blocking("the resolve task failed", move || {
-        carp.resolve(&req2, true, Some(tid))
+        carp.resolve_recorded(&req2, true, Some(tid))
     })
     .await?;
-    let mut resolution = match result {
+    let (mut resolution, counters) = match result {
         Ok(r) => r,
         Err(e) => {
             let err = carp_error(e);
@@ -223,6 +223,14 @@ pub async fn resolve(
             "atlas_digests": digests,
         }),
     ));
+    if !counters.rate.is_empty() || !counters.budget.is_empty() {
+        // The counts the evaluation read, so that replay decides as this resolve did (errata:
+        // replay).
+        if let Some(received) = drafts.last_mut() {
+            received.payload["counters"] =
+                json!({"rate": counters.rate, "budget": counters.budget});
+        }
+    }
     if let Some(ex) = &explain_data {
         for a in &ex.actions {
             let result = serde_json::to_value(a.outcome).unwrap_or(Value::Null);

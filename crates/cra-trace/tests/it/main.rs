@@ -6,8 +6,8 @@
     clippy::indexing_slicing
 )]
 
-mod fuzz_props;
 mod diff;
+mod fuzz_props;
 mod lifecycle;
 mod support;
 mod vectors;

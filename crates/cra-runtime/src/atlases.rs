@@ -470,18 +470,46 @@ impl Runtime {
 
 /// Polls the sources once a second and reloads on change (for `--watch`).
 pub async fn watch(state: crate::state::AppState) {
-    let mut last = fingerprint(&state.atlases().sources);
+    let mut watcher = Watcher::new(&state);
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let sources = state.atlases().sources.clone();
-        let now = tokio::task::spawn_blocking(move || fingerprint(&sources))
-            .await
-            .unwrap_or_default();
-        if now != last {
-            last = now;
-            let s = state.clone();
-            let _ = tokio::task::spawn_blocking(move || s.reload_atlases()).await;
+        let (s, mut w) = (state.clone(), watcher);
+        watcher = match tokio::task::spawn_blocking(move || {
+            let _ = w.poll(&s);
+            w
+        })
+        .await
+        {
+            Ok(w) => w,
+            Err(_) => Watcher::new(&state),
+        };
+    }
+}
+
+/// What `--watch` remembers between polls: the sources' file names, sizes and modification
+/// times when it last looked.
+#[derive(Debug, Clone)]
+pub struct Watcher {
+    last: Vec<(PathBuf, u64, Option<SystemTime>)>,
+}
+
+impl Watcher {
+    /// Starts from the sources as they are now.
+    pub fn new(state: &Runtime) -> Self {
+        Self {
+            last: fingerprint(&state.atlases().sources),
         }
+    }
+
+    /// Looks once: `None` when nothing changed; otherwise reloads and returns the outcome (the
+    /// number of atlases in force, or why the reload failed and the last good set stayed).
+    pub fn poll(&mut self, state: &Runtime) -> Option<Result<usize, String>> {
+        let now = fingerprint(&state.atlases().sources);
+        if now == self.last {
+            return None;
+        }
+        self.last = now;
+        Some(state.reload_atlases())
     }
 }

@@ -13,3 +13,4 @@ mod stream;
 mod support;
 mod system;
 mod tamper;
+mod watch;

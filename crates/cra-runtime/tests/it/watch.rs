@@ -1,0 +1,115 @@
+//! `--watch`: a changed atlas directory is reloaded atomically; a broken one is reported and the
+//! last good atlases stay in force. The watcher's poll is driven directly (no timer, no sleep):
+//! the background task only calls the same [`Watcher::poll`] once a second.
+
+use std::path::Path;
+
+use cra_runtime::atlases::Watcher;
+use serde_json::Value;
+
+use crate::support::*;
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn set_version(manifest: &Path, version: &str) {
+    let mut m: Value = serde_json::from_slice(&std::fs::read(manifest).unwrap()).unwrap();
+    m["version"] = Value::String(version.into());
+    std::fs::write(manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+}
+
+async fn version_in_force(s: &TestServer) -> (String, String) {
+    let (status, body) = s.get(Some(ADMIN), "/v1/atlases").await;
+    assert_eq!(status, 200, "{body}");
+    let list = body.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{body}");
+    (
+        list[0]["version"].as_str().unwrap().to_owned(),
+        list[0]["digest"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_changed_atlas_is_reloaded_and_a_broken_one_keeps_the_last_good() {
+    let src = tempfile::tempdir().unwrap();
+    let atlas = src.path().join("github-ops");
+    copy_tree(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../atlases/dev.cra.github-ops"
+        )),
+        &atlas,
+    );
+    let dir = atlas.clone();
+    let s = TestServer::start_with(move |c| {
+        c.atlases = vec![dir];
+        c.watch = true;
+    })
+    .await;
+    let state = s.server.as_ref().unwrap().state.clone();
+    let mut watcher = Watcher::new(&state);
+    let (v0, d0) = version_in_force(&s).await;
+    assert_eq!(v0, "1.1.0");
+
+    // Nothing changed: nothing reloads.
+    assert_eq!(watcher.poll(&state), None);
+
+    // A valid change: the new version is in force, with a new digest.
+    let manifest = atlas.join("atlas.json");
+    set_version(&manifest, "1.2.0");
+    assert_eq!(watcher.poll(&state), Some(Ok(1)));
+    let (v1, d1) = version_in_force(&s).await;
+    assert_eq!(v1, "1.2.0");
+    assert_ne!(d1, d0);
+
+    // A broken change: reported, and 1.2.0 stays in force; resolves keep working.
+    let good = std::fs::read(&manifest).unwrap();
+    std::fs::write(&manifest, b"{\"atlas_version\": \"1.0\", \"atlas_id\": ").unwrap();
+    let failed = watcher.poll(&state).expect("a change was seen");
+    assert!(failed.is_err(), "{failed:?}");
+    assert_eq!(version_in_force(&s).await, (v1.clone(), d1.clone()));
+    let (status, metrics) = {
+        let r = s
+            .http
+            .get(s.url("/metrics"))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(status, 200);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("cra_atlas_reload_failures_total") && l.ends_with(" 1")),
+        "the failure is counted: {metrics}"
+    );
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let (status, body) = s
+        .post(
+            Some(MAINT),
+            "/v1/resolve",
+            &resolve_request("maintainer-bot", &sid, &rid(), &[]),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    // Repaired: the next poll loads it.
+    std::fs::write(&manifest, &good).unwrap();
+    set_version(&manifest, "1.3.0");
+    assert_eq!(watcher.poll(&state), Some(Ok(1)));
+    assert_eq!(version_in_force(&s).await.0, "1.3.0");
+    s.stop().await;
+}

@@ -52,6 +52,7 @@ pub struct ErrorBodySchema {
         routes::sessions::create,
         routes::sessions::get,
         routes::sessions::end,
+        routes::traces::list,
         routes::traces::get,
         routes::traces::verify,
         crate::stream::stream,

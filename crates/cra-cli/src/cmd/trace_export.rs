@@ -8,8 +8,8 @@
 //!
 //! * `--session ID`: one chain, to `-o FILE` or standard output.
 //! * `--all`: every session with a chain, one `<session_id>.trace.jsonl` per session in the
-//!   directory `-o DIR` (created if needed). The server has no route that lists sessions, so
-//!   `--all` needs a data directory or a database.
+//!   directory `-o DIR` (created if needed). From a server, "every" means every chain
+//!   `GET /v1/traces` lists for the caller (its own sessions; all of them for an auditor).
 //!
 //! Files are written to `<name>.partial` and renamed when complete, so an interrupted export
 //! never leaves a truncated chain under the final name. Progress goes to standard error.
@@ -258,24 +258,14 @@ pub fn export_from_store(
     result
 }
 
-/// Exports one session from a server.
+/// Exports one session (`--session`) or every readable one (`--all`, from `GET /v1/traces`)
+/// from a server.
 pub fn export_from_server(
     args: &ExportArgs,
     base: &str,
     token: &str,
     out: &mut dyn Write,
 ) -> Result<Vec<Exported>, Failure> {
-    let Some(id) = &args.session else {
-        return Err(Failure::new(
-            Token::InvalidRequest,
-            "the server has no route that lists sessions, so --all needs the store: give --data DIR or --postgres URL (or export sessions one by one with --session)",
-        ));
-    };
-    let url = format!(
-        "{}/v1/traces/{}",
-        base.trim_end_matches('/'),
-        encode_component(id)
-    );
     let client = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(300))
         .build()
@@ -285,10 +275,83 @@ pub fn export_from_server(
                 format!("cannot build an HTTP client: {e}"),
             )
         })?;
-    let resp = client
-        .get(&url)
-        .bearer_auth(token)
-        .header("accept", "application/x-ndjson")
+    let base = base.trim_end_matches('/');
+    let Some(id) = &args.session else {
+        let Some(dir) = &args.out else {
+            return Err(Failure::new(
+                Token::InvalidRequest,
+                "--all writes one file per session: give the directory with -o DIR",
+            ));
+        };
+        let listing = fetch(&client, &format!("{base}/v1/traces"), token, false)?;
+        let chains: Vec<serde_json::Value> = serde_json::from_slice(&listing).map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("the server's list of traces is not a JSON array: {e}"),
+            )
+        })?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot create {}: {e}", dir.display()),
+            )
+        })?;
+        let mut done = Vec::with_capacity(chains.len());
+        for chain in &chains {
+            let Some(id) = chain.get("session_id").and_then(|v| v.as_str()) else {
+                return Err(Failure::new(
+                    Token::Unavailable,
+                    "the server's list of traces has an entry without session_id",
+                ));
+            };
+            let body = fetch(
+                &client,
+                &format!("{base}/v1/traces/{}", encode_component(id)),
+                token,
+                true,
+            )?;
+            let path = dir.join(file_name(id));
+            write_file(&path, |w| w.write_all(&body))?;
+            done.push(Exported {
+                session_id: id.to_owned(),
+                events: body.iter().filter(|&&b| b == b'\n').count() as u64,
+                file: Some(path),
+            });
+        }
+        return Ok(done);
+    };
+    let url = format!("{base}/v1/traces/{}", encode_component(id));
+    let body = fetch(&client, &url, token, true)?;
+    let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
+    let file = args.out.clone().filter(|p| p.as_os_str() != "-");
+    match &file {
+        Some(path) => write_file(path, |w| w.write_all(&body))?,
+        None => out.write_all(&body).map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot write standard output: {e}"),
+            )
+        })?,
+    }
+    Ok(vec![Exported {
+        session_id: id.clone(),
+        events,
+        file,
+    }])
+}
+
+/// GETs `url` (as JSON Lines when `lines`), turning a refusal into the server's token and message.
+fn fetch(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    token: &str,
+    lines: bool,
+) -> Result<Vec<u8>, Failure> {
+    let mut request = client.get(url).bearer_auth(token);
+    if lines {
+        request = request.header("accept", "application/x-ndjson");
+    }
+    let resp = request
         .send()
         .map_err(|e| Failure::new(Token::Unavailable, format!("cannot reach {url}: {e}")))?;
     let status = resp.status();
@@ -308,22 +371,7 @@ pub fn export_from_server(
         };
         return Err(Failure::new(token, message));
     }
-    let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
-    let file = args.out.clone().filter(|p| p.as_os_str() != "-");
-    match &file {
-        Some(path) => write_file(path, |w| w.write_all(&body))?,
-        None => out.write_all(&body).map_err(|e| {
-            Failure::new(
-                Token::Unavailable,
-                format!("cannot write standard output: {e}"),
-            )
-        })?,
-    }
-    Ok(vec![Exported {
-        session_id: id.clone(),
-        events,
-        file,
-    }])
+    Ok(body.to_vec())
 }
 
 /// `cra trace export` as a library function; `err_is_terminal` decides `--progress auto`.

@@ -76,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/packages/{package_id}/flag", post(relay::flag))
         .route("/v1/packages/{package_id}/review", post(relay::review))
         .route("/v1/traces/stream", get(crate::stream::stream))
+        .route("/v1/traces", get(traces::list))
         .route("/v1/traces/{session_id}", get(traces::get))
         .route("/v1/traces/{session_id}/verify", post(traces::verify))
         .fallback(fallback)

@@ -1,5 +1,6 @@
-//! `GET /v1/traces/{session_id}` (JSON array, or `.trace.jsonl` with
-//! `Accept: application/x-ndjson`) and `POST /v1/traces/{session_id}/verify`.
+//! `GET /v1/traces` (the chains the caller may read), `GET /v1/traces/{session_id}` (JSON array,
+//! or `.trace.jsonl` with `Accept: application/x-ndjson`) and
+//! `POST /v1/traces/{session_id}/verify`.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -11,11 +12,73 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
 use crate::routes::Caller;
-use crate::routes::sessions::readable_session;
+use crate::routes::sessions::{can_read, readable_session};
 use crate::state::AppState;
 
 /// The JSON Lines media type of a `.trace.jsonl` export.
 pub const NDJSON: &str = "application/x-ndjson";
+
+/// One chain in the list of `GET /v1/traces`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChainListing {
+    /// The session whose chain it is.
+    pub session_id: String,
+    /// The session's agent.
+    pub agent_id: String,
+    /// Events in the chain.
+    pub event_count: u64,
+    /// The hash of its last event.
+    pub head_hash: String,
+    /// The first event's timestamp.
+    pub first_timestamp: String,
+    /// The last event's timestamp.
+    pub last_timestamp: String,
+    /// True once the chain closed with `session.ended`.
+    pub ended: bool,
+}
+
+/// The CARP sessions' chains the caller may read (its own; every one for auditors, operators
+/// and admins), in session id order: what `cra trace export --all --url` exports.
+#[utoipa::path(get, path = "/v1/traces", tag = "traces",
+    responses((status = 200, description = "The readable chains", body = [ChainListing]),
+              (status = 401, body = crate::openapi::ErrorBodySchema)))]
+pub async fn list(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+) -> ApiResult<Json<Vec<ChainListing>>> {
+    let chains = state.backends.chains.clone();
+    let carp = state.backends.carp.clone();
+    let listed = crate::error::run_blocking("a store task failed", move || {
+        let mut out = Vec::new();
+        let summaries = chains.sessions().map_err(crate::tracelog::chain_error)?;
+        for s in summaries {
+            // Chains without a CARP session (a Relay project's audit chain) are not listed:
+            // GET /v1/traces/{id} serves CARP sessions.
+            let Some(record) = carp
+                .get_session(&s.session_id)
+                .map_err(|e| ApiError::new(cra_wire::Token::Unavailable, e.to_string()))?
+            else {
+                continue;
+            };
+            if !can_read(&actor, &record) {
+                continue;
+            }
+            out.push(ChainListing {
+                session_id: s.session_id,
+                agent_id: record.agent_id,
+                event_count: s.head.next_sequence,
+                head_hash: s.head.head_hash,
+                first_timestamp: s.first_timestamp,
+                last_timestamp: s.last_timestamp,
+                ended: s.ended,
+            });
+        }
+        out.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        Ok::<_, ApiError>(out)
+    })
+    .await??;
+    Ok(Json(listed))
+}
 
 /// A session's chain, in order.
 #[utoipa::path(get, path = "/v1/traces/{session_id}", tag = "traces",

@@ -116,3 +116,36 @@ async fn agents_open_sessions_only_for_themselves() {
     assert_eq!(s.total_events(), 1, "refusals stored nothing");
     s.stop().await;
 }
+
+/// `GET /v1/traces` lists the chains the caller may read: an agent its own sessions, an auditor
+/// every session; without a key, 401.
+#[tokio::test]
+async fn the_trace_list_shows_each_caller_what_it_may_read() {
+    let s = TestServer::start().await;
+    let mine = s.open_session(AGENT, "ops-bot").await;
+    let theirs = s.open_session(AGENT2, "other-bot").await;
+    let ids = |body: &serde_json::Value| -> Vec<String> {
+        body.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["session_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (st, body) = s.get(Some(AGENT), "/v1/traces").await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(ids(&body), vec![mine.clone()]);
+    assert_eq!(body[0]["agent_id"], "ops-bot");
+    assert_eq!(body[0]["event_count"], 1);
+    assert_eq!(body[0]["ended"], false);
+    let (st, body) = s.get(Some(AGENT2), "/v1/traces").await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(ids(&body), vec![theirs.clone()]);
+    let (st, body) = s.get(Some(AUDITOR), "/v1/traces").await;
+    assert_eq!(st, 200, "{body}");
+    let mut both = vec![mine, theirs];
+    both.sort();
+    assert_eq!(ids(&body), both);
+    let got = s.get(None, "/v1/traces").await;
+    assert_error(&got, 401, "unauthenticated");
+    s.stop().await;
+}

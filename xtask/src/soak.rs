@@ -84,7 +84,9 @@ pub struct Summary {
 impl Summary {
     /// Parses a summary line; `None` for any other line.
     pub fn parse(line: &str) -> Option<Self> {
-        let rest = line.trim().strip_prefix("CRASH-SUMMARY ")?;
+        // The test harness may print `test NAME ... ` on the same line first.
+        let at = line.find("CRASH-SUMMARY ")?;
+        let rest = &line[at + "CRASH-SUMMARY ".len()..];
         let mut s = Summary::default();
         for pair in rest.split_whitespace() {
             let (k, v) = pair.split_once('=')?;
@@ -122,10 +124,12 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let seconds = ((args.minutes * 60.0) / backends.len() as f64)
         .ceil()
         .max(1.0) as u64;
+    // Built once, then run directly: a tree that changes during a long soak is not rebuilt.
+    let exe = build_crash_test(&cargo)?;
     let mut summaries = Vec::new();
     for backend in &backends {
         println!("soak: server crash soak on {backend} for {seconds} s");
-        summaries.push(server(&cargo, backend, seconds)?);
+        summaries.push(server(&exe, backend, seconds)?);
     }
     println!("\nserver soak ({} min in all)", args.minutes);
     println!(
@@ -187,11 +191,9 @@ fn storage(cargo: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server crash test on `backend` for `seconds`, in release mode; echoes its output and
-/// returns its summary.
-fn server(cargo: &str, backend: &str, seconds: u64) -> anyhow::Result<Summary> {
-    let test = format!("crash::kill_nine_server_loses_no_acknowledged_write_{backend}");
-    let mut child = Command::new(cargo)
+/// Builds `cra-runtime`'s integration tests in release mode; returns the test executable.
+fn build_crash_test(cargo: &str) -> anyhow::Result<std::path::PathBuf> {
+    let out = Command::new(cargo)
         .args([
             "test",
             "-p",
@@ -199,8 +201,29 @@ fn server(cargo: &str, backend: &str, seconds: u64) -> anyhow::Result<Summary> {
             "--release",
             "--test",
             "it",
-            "--",
+            "--no-run",
+            "--message-format=json",
         ])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run cargo test")?;
+    ensure!(
+        out.status.success(),
+        "building the crash test failed ({})",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "it")
+        .find_map(|m| m["executable"].as_str().map(std::path::PathBuf::from))
+        .context("cargo built no `it` test executable")
+}
+
+/// The server crash test on `backend` for `seconds`; echoes its output and returns its summary.
+fn server(exe: &std::path::Path, backend: &str, seconds: u64) -> anyhow::Result<Summary> {
+    let test = format!("crash::kill_nine_server_loses_no_acknowledged_write_{backend}");
+    let mut child = Command::new(exe)
         .args([
             test.as_str(),
             "--exact",
@@ -211,7 +234,7 @@ fn server(cargo: &str, backend: &str, seconds: u64) -> anyhow::Result<Summary> {
         .env("CRA_CRASH_SECONDS", seconds.to_string())
         .stdout(Stdio::piped())
         .spawn()
-        .context("cannot run cargo test")?;
+        .with_context(|| format!("cannot run {}", exe.display()))?;
     let mut summary = None;
     if let Some(out) = child.stdout.take() {
         for line in BufReader::new(out).lines() {
@@ -262,5 +285,8 @@ mod tests {
         );
         assert_eq!((s.chains, s.events, s.fact_histories), (41, 2116, 208));
         assert!(Summary::parse("test crash::x ... ok").is_none());
+        let after =
+            Summary::parse("test crash::x ... CRASH-SUMMARY backend=postgres lost=2").unwrap();
+        assert_eq!((after.backend.as_str(), after.lost), ("postgres", 2));
     }
 }

@@ -352,6 +352,14 @@ fn kind_rank(k: ConstraintType) -> usize {
     }
 }
 
+/// Whether a policy's conditions hold for the request being resolved, once known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Unknown,
+    Yes,
+    No,
+}
+
 /// The per-action verdict.
 enum Verdict {
     Grant {
@@ -501,7 +509,10 @@ pub fn resolve(
     let narrow = !task.capabilities().is_empty();
     let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
 
+    let mut held: Vec<Held> = Vec::new();
     for (ai, atlas) in chosen.iter().enumerate() {
+        held.clear();
+        held.resize(atlas.policies.len(), Held::Unknown);
         let candidates: Vec<usize> = if narrow {
             let mut v: Vec<usize> = task
                 .capabilities()
@@ -531,6 +542,7 @@ pub fn resolve(
                 &facts,
                 options.explain.then_some(&mut trail),
                 &mut limits,
+                &mut held,
             );
             match &verdict {
                 Verdict::Grant { approval, by } => {
@@ -719,6 +731,10 @@ pub fn resolve(
 }
 
 /// Walks one action's policies in evaluation order.
+///
+/// `held` memoises, per policy of `atlas`, whether its conditions hold for this request: they
+/// depend on the request alone, not on the action, so each is evaluated at most once per resolve
+/// however many actions the policy covers.
 fn decide(
     atlas: &CompiledAtlas,
     action: &crate::index::CompiledAction,
@@ -726,6 +742,7 @@ fn decide(
     facts: &Facts<'_>,
     mut trail: Option<&mut Vec<PolicyExplain>>,
     limits: &mut Vec<(ConstraintType, usize)>,
+    held: &mut [Held],
 ) -> Verdict {
     let mut verdict: Option<Verdict> = None;
     let mut budget_pos = 0usize;
@@ -746,7 +763,17 @@ fn decide(
                 }
                 continue;
             }
-            let applies = holds(&p.conditions, facts);
+            let applies = match held.get(pi).copied() {
+                Some(Held::Yes) => true,
+                Some(Held::No) => false,
+                _ => {
+                    let h = holds(&p.conditions, facts);
+                    if let Some(slot) = held.get_mut(pi) {
+                        *slot = if h { Held::Yes } else { Held::No };
+                    }
+                    h
+                }
+            };
             let effect;
             if !applies {
                 effect = "not_applicable";

@@ -78,7 +78,15 @@ pub const T0: &str = "2026-03-02T10:00:00Z";
 impl TestServer {
     /// A server with the test keys and `tweak` applied to the default configuration.
     pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_over(tempfile::tempdir().unwrap(), 42, tweak).await
+    }
+
+    /// A server over `dir` (keys file, data directory) whose ids start from `id_seed`.
+    async fn start_over(
+        dir: tempfile::TempDir,
+        id_seed: u64,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Self {
         let keys = dir.path().join("keys.toml");
         std::fs::write(&keys, KEYS_TOML).unwrap();
         let data = dir.path().join("data");
@@ -95,7 +103,7 @@ impl TestServer {
         ))];
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
-        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, id_seed));
         let (state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
         let server = start(state, std::future::pending()).await.unwrap();
         let base = format!("http://{}", server.addr);
@@ -334,35 +342,8 @@ impl TestServer {
 
     /// A server with the test keys over an existing directory (one from [`TestServer::stop_keep`]).
     pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
-        let keys = dir.path().join("keys.toml");
-        std::fs::write(&keys, KEYS_TOML).unwrap();
-        let data = dir.path().join("data");
-        let mut config = RuntimeConfig {
-            addr: "127.0.0.1:0".into(),
-            data: data.clone(),
-            api_keys: Some(keys),
-            ..RuntimeConfig::default()
-        };
-        config.limits.requests_per_second = 0;
-        config.atlases = vec![PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../atlases/dev.cra.github-ops"
-        ))];
-        tweak(&mut config);
-        let clock = Arc::new(FixedClock::parse(T0).unwrap());
         // Ids of a restarted server must not repeat the first one's.
-        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 43));
-        let (state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
-        let server = start(state, std::future::pending()).await.unwrap();
-        let base = format!("http://{}", server.addr);
-        Self {
-            server: Some(server),
-            base,
-            http: reqwest::Client::new(),
-            clock,
-            _dir: dir,
-            data,
-        }
+        Self::start_over(dir, 43, tweak).await
     }
 
     /// A session's chain exported as `.trace.jsonl` (NDJSON) over HTTP, as the admin.

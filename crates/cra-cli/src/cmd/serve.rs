@@ -106,14 +106,24 @@ pub fn run(args: ServeArgs) -> Exit {
         }
     };
     rt.block_on(async move {
-        let (state, notices) = match cra_runtime::build_runtime(
-            config,
-            Arc::new(cra_wire::SystemClock),
-            Arc::new(cra_wire::UuidV7Ids),
-        ) {
-            Ok(x) => x,
-            Err(e) => {
+        // Built on a blocking thread: opening the PostgreSQL backend connects synchronous clients,
+        // which block on a runtime of their own and must not run on an async worker.
+        let built = tokio::task::spawn_blocking(move || {
+            cra_runtime::build_runtime(
+                config,
+                Arc::new(cra_wire::SystemClock),
+                Arc::new(cra_wire::UuidV7Ids),
+            )
+        })
+        .await;
+        let (state, notices) = match built {
+            Ok(Ok(x)) => x,
+            Ok(Err(e)) => {
                 eprintln!("cra serve: {e}");
+                return Exit::CouldNotRun;
+            }
+            Err(e) => {
+                eprintln!("cra serve: the start-up task failed: {e}");
                 return Exit::CouldNotRun;
             }
         };

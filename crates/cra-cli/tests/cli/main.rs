@@ -8,4 +8,5 @@
 
 mod atlas;
 mod relay;
+mod serve;
 mod trace;

@@ -1,0 +1,75 @@
+//! `cra serve` as users start it: the binary on loopback, on PostgreSQL (when
+//! `CRA_TEST_POSTGRES_URL` is set), printing the bound address, then stopped by SIGTERM with a
+//! clean exit. Opening the PostgreSQL backend connects synchronous clients, which once panicked
+//! when started on an async worker.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use cra_store::testing::{TestSchema, postgres_url};
+
+#[test]
+fn serve_on_postgres_starts_answers_and_stops_cleanly() {
+    let Some(url) = postgres_url("serve_on_postgres_starts_answers_and_stops_cleanly") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "serve");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cra.toml");
+    std::fs::write(
+        &config,
+        format!("postgres_schema = \"{}\"\n", schema.name()),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args([
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--postgres",
+            &url,
+            "--config",
+        ])
+        .arg(&config)
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let Some(line) = lines.next() else {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "cra serve stopped before listening: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        let line = line.unwrap();
+        if let Some(a) = line.strip_prefix("cra serve: listening on ") {
+            break a.to_owned();
+        }
+    };
+    let health = reqwest::blocking::get(format!("{addr}/v1/health")).unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("stopped; every acknowledged write is on disk")),
+        "{rest:?}"
+    );
+}

@@ -148,18 +148,62 @@ pub async fn verify(
 ) -> ApiResult<Json<VerifyResult>> {
     readable_session(&state, &actor, &id).await?;
     let events = state.read_all_events(&id).await?;
-    let report = crate::error::run_blocking("the verification task failed", move || {
-        cra_trace::verify_events(&events, false)
-    })
-    .await?;
-    Ok(Json(VerifyResult {
-        session_id: id,
-        valid: report.is_valid(),
-        events: report.events,
-        first_error: report.first_error().map(|f| VerifyFinding {
+    let chains = state.backends.chains.clone();
+    let sid = id.clone();
+    let (report, head_finding) =
+        crate::error::run_blocking("the verification task failed", move || {
+            let report = cra_trace::verify_events(&events, false);
+            let head = chains.session(&sid).map_err(crate::tracelog::chain_error)?;
+            let finding = head.and_then(|h| against_head(&events, &h.head));
+            Ok::<_, ApiError>((report, finding))
+        })
+        .await??;
+    let first_error = report
+        .first_error()
+        .map(|f| VerifyFinding {
             sequence: f.sequence,
             code: f.code.as_str().to_owned(),
             message: f.message.clone(),
-        }),
+        })
+        .or(head_finding);
+    Ok(Json(VerifyResult {
+        session_id: id,
+        valid: first_error.is_none(),
+        events: report.events,
+        first_error,
     }))
+}
+
+/// What the chain alone cannot show: events missing after the last stored one. The store keeps
+/// each chain's head (event count and last hash) beside the events; a chain that verifies but
+/// stops short of its head, or ends on another hash, lost its tail (`sequence_gap` at the first
+/// missing sequence) or was rewritten (`chain_broken`). A rewrite that also moves the head is
+/// not detectable here (specs/SECURITY.md).
+fn against_head(
+    events: &[cra_trace::TraceEvent],
+    head: &cra_trace::ChainHead,
+) -> Option<VerifyFinding> {
+    let stored = events.len() as u64;
+    if head.next_sequence > stored {
+        return Some(VerifyFinding {
+            sequence: stored,
+            code: "sequence_gap".to_owned(),
+            message: format!(
+                "the store's head records {} events but only {stored} are stored: events from sequence {stored} on are missing",
+                head.next_sequence
+            ),
+        });
+    }
+    let last = events.last()?;
+    if head.next_sequence == stored && last.event_hash != head.head_hash {
+        return Some(VerifyFinding {
+            sequence: last.sequence,
+            code: "chain_broken".to_owned(),
+            message: format!(
+                "the store's head names {} as the last hash, the last stored event has {}",
+                head.head_hash, last.event_hash
+            ),
+        });
+    }
+    None
 }

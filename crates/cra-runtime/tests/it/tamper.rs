@@ -5,8 +5,9 @@
 //! the Python Appendix B code (`tools/appendix_b.py`).
 //!
 //! Two cases document what the chain does *not* catch on its own (specs/SECURITY.md): a rewrite
-//! of a whole suffix with every hash recomputed verifies, and so does a chain whose last events
-//! were deleted (only the stored head, shown as the session's `event_count`, still remembers).
+//! of a whole suffix with every hash recomputed (and the head moved) verifies, and so does an
+//! export of a chain whose last events were deleted; the server's verification still reports
+//! that one, comparing the chain with the head the store keeps beside it.
 
 use cra_trace::TraceEvent;
 use serde_json::{Value, json};
@@ -327,18 +328,22 @@ async fn check_all(s: &TestServer, sids: &[String], counts: &[u64]) {
                 assert_eq!(py["first_error"]["code"], code, "{edit:?}: {py}");
             }
             None => {
-                // Not detectable from the chain alone: every verifier says valid.
+                // Not detectable from the chain alone: the export's verifiers say valid.
                 assert_eq!(st, 200, "{edit:?}: {v}");
-                assert_eq!(v["valid"], true, "{edit:?}: {v}");
                 let ndjson = s.export_ndjson(sid).await;
                 assert_eq!(cra_trace_verify(&ndjson).0, cra_cli::Exit::Success);
                 assert_eq!(appendix_b_verify(&ndjson)["valid"], true, "{edit:?}");
                 let (_, view) = s.get(Some(ADMIN), &format!("/v1/sessions/{sid}")).await;
                 if matches!(edit, Edit::DeleteLast) {
-                    // Only the stored head still counts the deleted event.
+                    // The stored head still counts the deleted event: the server's verification
+                    // compares the chain with it (the export alone cannot show the loss).
+                    assert_eq!(v["valid"], false, "{v}");
+                    assert_eq!(v["first_error"]["code"], "sequence_gap", "{v}");
+                    assert_eq!(v["first_error"]["sequence"], *count - 1, "{v}");
                     assert_eq!(v["events"].as_u64().unwrap() + 1, *count, "{v}");
                     assert_eq!(view["event_count"], *count, "{view}");
                 } else {
+                    assert_eq!(v["valid"], true, "{edit:?}: {v}");
                     assert_eq!(v["events"], *count, "{v}");
                 }
             }

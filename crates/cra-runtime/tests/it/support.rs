@@ -62,6 +62,26 @@ actor_type = "human"
 roles = ["operator"]
 "#;
 
+/// The test configuration over `dir`: the test keys written there, its `data` directory, no
+/// per-key rate limit, the `dev.cra.github-ops` atlas. Returns it with the data directory.
+fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
+    let keys = dir.join("keys.toml");
+    std::fs::write(&keys, KEYS_TOML).unwrap();
+    let data = dir.join("data");
+    let mut config = RuntimeConfig {
+        addr: "127.0.0.1:0".into(),
+        data: data.clone(),
+        api_keys: Some(keys),
+        ..RuntimeConfig::default()
+    };
+    config.limits.requests_per_second = 0;
+    config.atlases = vec![PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../atlases/dev.cra.github-ops"
+    ))];
+    (config, data)
+}
+
 /// A running server and what a test needs to talk to it.
 pub struct TestServer {
     pub server: Option<RunningServer>,
@@ -87,20 +107,7 @@ impl TestServer {
         id_seed: u64,
         tweak: impl FnOnce(&mut RuntimeConfig),
     ) -> Self {
-        let keys = dir.path().join("keys.toml");
-        std::fs::write(&keys, KEYS_TOML).unwrap();
-        let data = dir.path().join("data");
-        let mut config = RuntimeConfig {
-            addr: "127.0.0.1:0".into(),
-            data: data.clone(),
-            api_keys: Some(keys),
-            ..RuntimeConfig::default()
-        };
-        config.limits.requests_per_second = 0;
-        config.atlases = vec![PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../atlases/dev.cra.github-ops"
-        ))];
+        let (mut config, data) = test_config(dir.path());
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, id_seed));
@@ -383,20 +390,7 @@ impl TestServer {
         tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
     ) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let keys = dir.path().join("keys.toml");
-        std::fs::write(&keys, KEYS_TOML).unwrap();
-        let data = dir.path().join("data");
-        let mut config = RuntimeConfig {
-            addr: "127.0.0.1:0".into(),
-            data: data.clone(),
-            api_keys: Some(keys),
-            ..RuntimeConfig::default()
-        };
-        config.limits.requests_per_second = 0;
-        config.atlases = vec![PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../atlases/dev.cra.github-ops"
-        ))];
+        let (mut config, data) = test_config(dir.path());
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));

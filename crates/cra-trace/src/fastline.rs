@@ -681,6 +681,40 @@ fn literal(b: &[u8], pos: &mut usize, word: &[u8], out: &mut Vec<u8>) -> Option<
     Some(())
 }
 
+/// The fields hashed before the payload (`parent_span_id` counts once it has been read).
+const BEFORE_PAYLOAD: u16 = 1 << TRACE_VERSION
+    | 1 << EVENT_ID
+    | 1 << TRACE_ID
+    | 1 << SPAN_ID
+    | 1 << PARENT_SPAN_ID
+    | 1 << SESSION_ID
+    | 1 << SEQUENCE
+    | 1 << TIMESTAMP
+    | 1 << EVENT_TYPE;
+
+/// Appends the preimage up to the payload: the string fields by their ranges in `b`, then the
+/// sequence's text (JSON integers have no leading zeros, so it is Python's `str(int)`).
+fn push_prefix(
+    pre: &mut Vec<u8>,
+    b: &[u8],
+    strings: &[(usize, usize); STRINGS],
+    parent: Option<(usize, usize)>,
+    sequence: (usize, usize, u64),
+) {
+    let field = |i: usize| &b[strings[i].0..strings[i].1];
+    pre.extend_from_slice(field(TRACE_VERSION));
+    pre.extend_from_slice(field(EVENT_ID));
+    pre.extend_from_slice(field(TRACE_ID));
+    pre.extend_from_slice(field(SPAN_ID));
+    if let Some((s, e)) = parent {
+        pre.extend_from_slice(&b[s..e]);
+    }
+    pre.extend_from_slice(field(SESSION_ID));
+    pre.extend_from_slice(&b[sequence.0..sequence.1]);
+    pre.extend_from_slice(field(TIMESTAMP));
+    pre.extend_from_slice(field(EVENT_TYPE));
+}
+
 /// The quick path (see above): `None` when the line is not of the shape it takes.
 fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutcome> {
     let b = line;
@@ -690,6 +724,9 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
     let mut parent: Option<(usize, usize)> = None;
     let mut sequence = (0usize, 0usize, 0u64);
     let mut seen: u16 = 0;
+    // Where the canonical payload is: in the preimage already (when every field hashed before
+    // it had been read, as in cra's field order), or in `scratch.canon`.
+    let mut in_preimage: Option<(usize, usize)> = None;
     scratch.canon.clear();
 
     skip_ws(b, &mut pos);
@@ -756,7 +793,16 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
                 if b.get(pos) != Some(&b'{') {
                     return None;
                 }
-                canonical_value(b, &mut pos, &mut scratch.canon, &mut scratch.number, 1)?;
+                if seen & BEFORE_PAYLOAD == BEFORE_PAYLOAD {
+                    let pre = &mut scratch.preimage;
+                    pre.clear();
+                    push_prefix(pre, b, &strings, parent, sequence);
+                    let start = pre.len();
+                    canonical_value(b, &mut pos, pre, &mut scratch.number, 1)?;
+                    in_preimage = Some((start, pre.len()));
+                } else {
+                    canonical_value(b, &mut pos, &mut scratch.canon, &mut scratch.number, 1)?;
+                }
             }
             _ => strings[i] = plain_string(b, &mut pos)?,
         }
@@ -776,20 +822,16 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
 
     let field = |i: usize| &b[strings[i].0..strings[i].1];
     let pre = &mut scratch.preimage;
-    pre.clear();
-    pre.extend_from_slice(field(TRACE_VERSION));
-    pre.extend_from_slice(field(EVENT_ID));
-    pre.extend_from_slice(field(TRACE_ID));
-    pre.extend_from_slice(field(SPAN_ID));
-    if let Some((s, e)) = parent {
-        pre.extend_from_slice(&b[s..e]);
-    }
-    pre.extend_from_slice(field(SESSION_ID));
-    // JSON integers have no leading zeros, so the text is Python's str(int).
-    pre.extend_from_slice(&b[sequence.0..sequence.1]);
-    pre.extend_from_slice(field(TIMESTAMP));
-    pre.extend_from_slice(field(EVENT_TYPE));
-    pre.extend_from_slice(&scratch.canon);
+    let payload = match in_preimage {
+        Some(range) => range,
+        None => {
+            pre.clear();
+            push_prefix(pre, b, &strings, parent, sequence);
+            let start = pre.len();
+            pre.extend_from_slice(&scratch.canon);
+            (start, pre.len())
+        }
+    };
     pre.extend_from_slice(field(PREVIOUS_EVENT_HASH));
     let digest = Sha256::digest(pre.as_slice());
     let mut computed = [0u8; 64];
@@ -800,7 +842,7 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
     let facts = if lifecycle {
         let event_type = text(EVENT_TYPE)?;
         let payload = if event_type.starts_with("action.") {
-            cra_wire::json::parse_strict(&scratch.canon).ok()?
+            cra_wire::json::parse_strict(&scratch.preimage[payload.0..payload.1]).ok()?
         } else {
             serde_json::Value::Null
         };
@@ -815,8 +857,8 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
     };
     Some(LineOutcome::Event {
         sequence: sequence.2,
-        event_hash: HashText::new(text(EVENT_HASH)?),
-        previous_event_hash: HashText::new(text(PREVIOUS_EVENT_HASH)?),
+        event_hash: HashText::from_utf8(field(EVENT_HASH))?,
+        previous_event_hash: HashText::from_utf8(field(PREVIOUS_EVENT_HASH))?,
         computed,
         facts,
     })

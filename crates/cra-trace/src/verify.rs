@@ -137,6 +137,17 @@ impl HashText {
         }
     }
 
+    /// The hash text `b` (`None` unless UTF-8; 64 bytes are taken as they are, the caller has
+    /// validated them).
+    pub(crate) fn from_utf8(b: &[u8]) -> Option<Self> {
+        match <[u8; 64]>::try_from(b) {
+            Ok(a) => Some(HashText::Inline(a)),
+            Err(_) => std::str::from_utf8(b)
+                .ok()
+                .map(|s| HashText::Other(s.into())),
+        }
+    }
+
     pub(crate) fn as_bytes(&self) -> &[u8] {
         match self {
             HashText::Inline(a) => a,

@@ -8,6 +8,7 @@
 //!
 //! This module does I/O only through the `Read` it is handed; opening files is the caller's job.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,17 +43,22 @@ impl Default for VerifyOptions {
     }
 }
 
-/// A chunk of whole lines.
+/// A chunk of whole lines: `data[..len]` (the buffer is reused, so it may be longer).
 struct Chunk {
     index: u64,
-    first_line: u64,
     data: Vec<u8>,
+    len: usize,
 }
 
-/// The outcomes of one chunk's lines.
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        &self.data[..self.len]
+    }
+}
+
+/// The outcomes of one chunk's lines (one per line, so line numbers follow from the order).
 struct Batch {
     index: u64,
-    first_line: u64,
     bytes: u64,
     outcomes: Vec<LineOutcome>,
 }
@@ -79,18 +85,33 @@ pub fn verify_reader<R: Read + Send>(
     thread::scope(|scope| {
         let (work_tx, work_rx) = sync_channel::<Chunk>(threads * 2);
         let (done_tx, done_rx) = sync_channel::<Batch>(threads * 2);
+        // Emptied buffers go back to where they are filled, so the steady state allocates
+        // nothing (a buffer that does not fit in a pool is dropped).
+        let (free_tx, free_rx) = sync_channel::<Vec<u8>>(threads * 4 + 4);
+        let (spent_tx, spent_rx) = sync_channel::<Vec<LineOutcome>>(threads * 4 + 4);
+        let spent_rx = Arc::new(Mutex::new(spent_rx));
         let stop = &stop;
-        let reader_thread =
-            scope.spawn(move || read_chunks(reader, chunk_size, stop, |c| work_tx.send(c).is_ok()));
+        let reader_thread = scope.spawn(move || {
+            read_chunks(
+                reader,
+                chunk_size,
+                stop,
+                || free_rx.try_recv().unwrap_or_default(),
+                |c| work_tx.send(c).is_ok(),
+            )
+        });
         let work_rx = Arc::new(Mutex::new(work_rx));
         for _ in 0..threads {
             let work_rx = Arc::clone(&work_rx);
+            let spent_rx = Arc::clone(&spent_rx);
             let done_tx = done_tx.clone();
-            scope.spawn(move || worker(&work_rx, &done_tx, options.lifecycle));
+            let free_tx = free_tx.clone();
+            scope.spawn(move || worker(&work_rx, &done_tx, &free_tx, &spent_rx, options.lifecycle));
         }
         drop(done_tx);
+        drop(free_tx);
         drop(work_rx);
-        let report = check_in_order(done_rx, options, stop, progress);
+        let report = check_in_order(done_rx, &spent_tx, options, stop, progress);
         let read = reader_thread
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the reader thread stopped unexpectedly")));
@@ -104,7 +125,13 @@ pub fn verify_reader<R: Read + Send>(
     })
 }
 
-fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>, lifecycle: bool) {
+fn worker(
+    work_rx: &Mutex<Receiver<Chunk>>,
+    done_tx: &SyncSender<Batch>,
+    free_tx: &SyncSender<Vec<u8>>,
+    spent_rx: &Mutex<Receiver<Vec<LineOutcome>>>,
+    lifecycle: bool,
+) {
     let mut scratch = Scratch::default();
     loop {
         let chunk = match work_rx.lock() {
@@ -112,15 +139,18 @@ fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>, lifecyc
             Err(_) => return,
         };
         let Ok(chunk) = chunk else { return };
-        let outcomes = lines(&chunk.data)
-            .map(|l| line_outcome(l, &mut scratch, lifecycle))
-            .collect();
+        let mut outcomes = spent_rx
+            .lock()
+            .ok()
+            .and_then(|rx| rx.try_recv().ok())
+            .unwrap_or_default();
+        outcomes.extend(lines(chunk.bytes()).map(|l| line_outcome(l, &mut scratch, lifecycle)));
         let batch = Batch {
             index: chunk.index,
-            first_line: chunk.first_line,
-            bytes: chunk.data.len() as u64,
+            bytes: chunk.len as u64,
             outcomes,
         };
+        let _ = free_tx.try_send(chunk.data);
         if done_tx.send(batch).is_err() {
             return;
         }
@@ -129,6 +159,7 @@ fn worker(work_rx: &Mutex<Receiver<Chunk>>, done_tx: &SyncSender<Batch>, lifecyc
 
 fn check_in_order(
     done_rx: Receiver<Batch>,
+    spent_tx: &SyncSender<Vec<LineOutcome>>,
     options: &VerifyOptions,
     stop: &AtomicBool,
     progress: &mut dyn FnMut(u64),
@@ -139,19 +170,22 @@ fn check_in_order(
     let mut pending: BTreeMap<u64, Batch> = BTreeMap::new();
     let mut next = 0u64;
     let mut bytes = 0u64;
+    let mut line = 0u64;
     'outer: for batch in done_rx.iter() {
         pending.insert(batch.index, batch);
-        while let Some(batch) = pending.remove(&next) {
+        while let Some(mut batch) = pending.remove(&next) {
             next += 1;
             bytes += batch.bytes;
-            for (i, outcome) in batch.outcomes.into_iter().enumerate() {
-                checker.check(batch.first_line + i as u64, outcome, &mut findings);
+            for outcome in batch.outcomes.drain(..) {
+                line += 1;
+                checker.check(line, outcome, &mut findings);
                 if !all_errors && !findings.is_empty() {
                     findings.truncate(1);
                     stop.store(true, Ordering::Relaxed);
                     break 'outer;
                 }
             }
+            let _ = spent_tx.try_send(batch.outcomes);
             progress(bytes);
         }
     }
@@ -174,23 +208,34 @@ fn verify_sequential<R: Read>(
     let mut findings = Vec::new();
     let mut scratch = Scratch::default();
     let mut bytes = 0u64;
+    let mut line = 0u64;
     let stop = AtomicBool::new(false);
-    read_chunks(reader, chunk_size, &stop, |chunk| {
-        for (i, line) in lines(&chunk.data).enumerate() {
-            checker.check(
-                chunk.first_line + i as u64,
-                line_outcome(line, &mut scratch, options.lifecycle),
-                &mut findings,
-            );
-            if !all_errors && !findings.is_empty() {
-                findings.truncate(1);
-                return false;
+    // One buffer, handed back after each chunk.
+    let spare: RefCell<Vec<u8>> = RefCell::new(Vec::new());
+    read_chunks(
+        reader,
+        chunk_size,
+        &stop,
+        || spare.take(),
+        |chunk| {
+            for l in lines(chunk.bytes()) {
+                line += 1;
+                checker.check(
+                    line,
+                    line_outcome(l, &mut scratch, options.lifecycle),
+                    &mut findings,
+                );
+                if !all_errors && !findings.is_empty() {
+                    findings.truncate(1);
+                    return false;
+                }
             }
-        }
-        bytes += chunk.data.len() as u64;
-        progress(bytes);
-        true
-    })?;
+            bytes += chunk.len as u64;
+            progress(bytes);
+            spare.replace(chunk.data);
+            true
+        },
+    )?;
     Ok(Report {
         events: checker.events,
         bytes,
@@ -221,15 +266,17 @@ fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Reads `reader` into chunks of whole lines and hands each to `sink` until the input ends,
-/// `sink` returns false, or `stop` is set.
+/// `sink` returns false, or `stop` is set. Each chunk is read into a buffer from `fresh` (a
+/// reused one keeps its length, so it is not zeroed again).
 fn read_chunks<R: Read>(
     mut reader: R,
     chunk_size: usize,
     stop: &AtomicBool,
+    mut fresh: impl FnMut() -> Vec<u8>,
     mut sink: impl FnMut(Chunk) -> bool,
 ) -> io::Result<()> {
     let mut index = 0u64;
-    let mut next_line = 1u64;
+    // The bytes of a line not yet ended, carried into the next chunk.
     let mut carry: Vec<u8> = Vec::new();
     let mut eof = false;
     while !eof {
@@ -237,12 +284,16 @@ fn read_chunks<R: Read>(
             return Ok(());
         }
         // Fill a buffer of at least chunk_size bytes (or to EOF) after the carried-over bytes.
-        let mut buf = std::mem::take(&mut carry);
-        let start = buf.len();
-        buf.resize(start + chunk_size, 0);
+        let mut buf = fresh();
+        let start = carry.len();
+        let want = start + chunk_size;
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        buf[..start].copy_from_slice(&carry);
         let mut filled = start;
-        while filled < buf.len() {
-            match reader.read(&mut buf[filled..]) {
+        while filled < want {
+            match reader.read(&mut buf[filled..want]) {
                 Ok(0) => {
                     eof = true;
                     break;
@@ -252,33 +303,30 @@ fn read_chunks<R: Read>(
                 Err(e) => return Err(e),
             }
         }
-        buf.truncate(filled);
         let cut = if eof {
-            buf.len()
+            filled
         } else {
-            match memchr::memrchr(b'\n', &buf[start..]) {
+            match memchr::memrchr(b'\n', &buf[start..filled]) {
                 Some(i) => start + i + 1,
                 None => {
                     // No line ends in this read: keep reading into the same line.
-                    carry = buf;
+                    carry.clear();
+                    carry.extend_from_slice(&buf[..filled]);
                     continue;
                 }
             }
         };
-        carry = buf[cut..].to_vec();
-        buf.truncate(cut);
-        if buf.is_empty() {
+        carry.clear();
+        carry.extend_from_slice(&buf[cut..filled]);
+        if cut == 0 {
             continue;
         }
-        let line_count =
-            memchr::memchr_iter(b'\n', &buf).count() as u64 + u64::from(buf.last() != Some(&b'\n'));
         let chunk = Chunk {
             index,
-            first_line: next_line,
             data: buf,
+            len: cut,
         };
         index += 1;
-        next_line += line_count;
         if !sink(chunk) {
             return Ok(());
         }

@@ -1,10 +1,12 @@
-//! CARP resolve (cra-carp) against cedar-policy on the same allow/deny questions.
+//! CARP resolve (cra-carp) against cedar-policy and regorus (Rego) on the same allow/deny
+//! questions.
 //!
 //! The question: "which of the atlas's N actions may this agent run now?", the question a CARP
 //! resolve answers. cra answers it with one `resolve` call (which also builds the context
 //! blocks, ids and constraints of a full resolution); Cedar answers it idiomatically with one
 //! `is_authorized` call per action (Cedar decides one principal/action/resource triple at a
-//! time).
+//! time); Rego answers it idiomatically with one query of a set-valued rule (`allowed`), the
+//! actions and per-group settings living in `data` and the question in `input`.
 //!
 //! The atlas of N actions `g<k>.r<i>.op` (groups of ten) carries only allow and deny policies,
 //! so that both languages can say exactly the same thing:
@@ -15,10 +17,15 @@
 //!   `g<k>.*.op` between 06:00 and 22:00 UTC.
 //!
 //! In Cedar the groups are action groups (`Action::"g<k>"`), agents are `Agent` entities with a
-//! `name` attribute, and risk tier, goal and hour travel in the context.
+//! `name` attribute, and risk tier, goal and hour travel in the context. In Rego the policy is a
+//! handful of generic rules and the per-group denials and time windows are data
+//! (`data.groups[g]`), the way Rego policies are usually written; the agent, goal, risk tier and
+//! hour are the input.
 //!
-//! Before any timing, every benchmarked request is answered by both engines and the decision
-//! for every action compared; any difference aborts the run (exit status 1).
+//! Before any timing, every benchmarked request is answered by all three engines and the
+//! decision for every action compared; any difference aborts the run (exit status 1). Cedar's
+//! cost per question grows with actions x policies, so the large atlases are measured on fewer
+//! (still distinct) questions, and a slow engine's runs are capped by a time budget.
 //!
 //! Output: one JSON document on stdout (figures in microseconds per full resolve, min / median /
 //! max over the timed runs). `--quick` uses smaller sizes and fewer runs.
@@ -40,12 +47,13 @@ use time::OffsetDateTime;
 
 const TIERS: [&str; 4] = ["low", "medium", "high", "critical"];
 
-/// One benchmarked question, in both engines' forms.
+/// One benchmarked question, in every engine's form.
 struct Question {
     carp: CarpRequest,
     now: OffsetDateTime,
     principal: EntityUid,
     context: Context,
+    rego_input: regorus::Value,
 }
 
 fn agent_name(i: usize) -> String {
@@ -126,16 +134,22 @@ forbid(principal is Agent, action, resource) when { principal.name like "contrac
 fn cedar_entities(n: usize, agents: &[String]) -> anyhow::Result<Entities> {
     let mut list: Vec<Value> = Vec::new();
     for g in 0..n.div_ceil(10) {
-        list.push(json!({"uid": {"type": "Action", "id": format!("g{g}")}, "attrs": {}, "parents": []}));
+        list.push(
+            json!({"uid": {"type": "Action", "id": format!("g{g}")}, "attrs": {}, "parents": []}),
+        );
     }
     for i in 0..n {
-        list.push(json!({"uid": {"type": "Action", "id": format!("g{}.r{}.op", i / 10, i)}, "attrs": {},
-                         "parents": [{"type": "Action", "id": format!("g{}", i / 10)}]}));
+        list.push(
+            json!({"uid": {"type": "Action", "id": format!("g{}.r{}.op", i / 10, i)}, "attrs": {},
+                         "parents": [{"type": "Action", "id": format!("g{}", i / 10)}]}),
+        );
     }
     for a in agents {
         list.push(json!({"uid": {"type": "Agent", "id": a}, "attrs": {"name": a}, "parents": []}));
     }
-    list.push(json!({"uid": {"type": "Atlas", "id": "com.example.bench"}, "attrs": {}, "parents": []}));
+    list.push(
+        json!({"uid": {"type": "Atlas", "id": "com.example.bench"}, "attrs": {}, "parents": []}),
+    );
     Entities::from_json_value(Value::Array(list), None)
         .map_err(|e| anyhow::anyhow!("cedar entities: {e}"))
 }
@@ -161,11 +175,16 @@ fn questions(count: usize) -> anyhow::Result<Vec<Question>> {
                 json!({"risk_tier": TIERS[i % 4], "goal": goal(i), "hour": hour(i)}),
                 None,
             )?;
+            let rego_input = regorus::Value::from_json_str(
+                &json!({"agent": agent, "goal": goal(i), "risk_tier": TIERS[i % 4], "hour": hour(i)})
+                    .to_string(),
+            )?;
             Ok(Question {
                 carp,
                 now,
                 principal,
                 context,
+                rego_input,
             })
         })
         .collect()
@@ -215,11 +234,8 @@ impl CedarSide {
                 .authorizer
                 .is_authorized(&req, &self.policies, &self.entities);
             if resp.diagnostics().errors().next().is_some() {
-                let errs: Vec<String> = resp
-                    .diagnostics()
-                    .errors()
-                    .map(|e| e.to_string())
-                    .collect();
+                let errs: Vec<String> =
+                    resp.diagnostics().errors().map(|e| e.to_string()).collect();
                 bail!("cedar evaluation errors for {id}: {errs:?}");
             }
             if resp.decision() == Decision::Allow {
@@ -230,11 +246,83 @@ impl CedarSide {
     }
 }
 
-/// Times `pass` (one pass over every question) `runs` times, repeating it inside a run until
-/// the run lasts at least `min_run`; returns microseconds per question for each run.
+/// The same policies in Rego: generic rules over `data` (one entry per group: the action it
+/// denies and its time window) and `input` (the question). Deny wins over allow; anything not
+/// allowed is denied, as in CARP.
+const REGO_POLICY: &str = r#"package bench
+
+low_risk if input.risk_tier in {"low", "medium"}
+
+contractor_deleting if {
+	startswith(input.agent, "contractor-")
+	contains(input.goal, "delete")
+}
+
+permitted(_) if low_risk
+
+permitted(action) if {
+	window := data.groups[action.group].window
+	input.hour >= window.start_hour
+	input.hour < window.end_hour
+}
+
+forbidden(_) if contractor_deleting
+
+forbidden(action) if data.groups[action.group].deny == action.id
+
+allowed contains action.id if {
+	some action in data.actions
+	permitted(action)
+	not forbidden(action)
+}
+"#;
+
+struct RegoSide {
+    engine: regorus::Engine,
+}
+
+impl RegoSide {
+    fn new(n: usize) -> anyhow::Result<Self> {
+        let mut engine = regorus::Engine::new();
+        engine.add_policy("bench.rego".to_owned(), REGO_POLICY.to_owned())?;
+        let actions: Vec<Value> = (0..n)
+            .map(|i| json!({"id": format!("g{}.r{}.op", i / 10, i), "group": format!("g{}", i / 10)}))
+            .collect();
+        let groups: serde_json::Map<String, Value> = (0..n.div_ceil(10))
+            .map(|g| {
+                (
+                    format!("g{g}"),
+                    json!({"deny": format!("g{g}.r{}.op", g * 10 + 9),
+                           "window": {"start_hour": 6, "end_hour": 22}}),
+                )
+            })
+            .collect();
+        let data = json!({"actions": actions, "groups": groups});
+        engine.add_data(regorus::Value::from_json_str(&data.to_string())?)?;
+        Ok(Self { engine })
+    }
+
+    /// Rego's answer: the `allowed` set for this input.
+    fn answer(&mut self, q: &Question) -> anyhow::Result<Vec<String>> {
+        self.engine.set_input(q.rego_input.clone());
+        let v = self.engine.eval_rule("data.bench.allowed".to_owned())?;
+        if v == regorus::Value::Undefined {
+            return Ok(Vec::new());
+        }
+        v.as_set()?
+            .iter()
+            .map(|x| Ok(x.as_string()?.to_string()))
+            .collect()
+    }
+}
+
+/// Times `pass` (one pass over every question) up to `runs` times, repeating it inside a run
+/// until the run lasts at least `min_run`; a slow engine gets fewer runs (never fewer than 3) so
+/// that its timing stays within about `budget`. Returns microseconds per question for each run.
 fn time_runs(
     runs: usize,
     min_run: Duration,
+    budget: Duration,
     questions: usize,
     mut pass: impl FnMut() -> anyhow::Result<()>,
 ) -> anyhow::Result<Vec<f64>> {
@@ -243,8 +331,18 @@ fn time_runs(
     pass()?;
     let one = t.elapsed().max(Duration::from_nanos(1));
     let reps = (min_run.as_secs_f64() / one.as_secs_f64()).ceil().max(1.0) as usize;
+    let per_run = one.as_secs_f64() * reps as f64;
+    let runs = runs.min(((budget.as_secs_f64() / per_run) as usize).max(3));
     let mut out = Vec::with_capacity(runs);
-    for _ in 0..runs {
+    // A calibration pass that already lasts `min_run` is a run of its own; a pass longer than
+    // the whole budget (Cedar at 10,000 actions) is then the only run.
+    if reps == 1 {
+        out.push(one.as_secs_f64() * 1e6 / questions as f64);
+        if one >= budget {
+            return Ok(out);
+        }
+    }
+    while out.len() < runs {
         let t = Instant::now();
         for _ in 0..reps {
             pass()?;
@@ -279,14 +377,14 @@ fn run() -> anyhow::Result<()> {
     // (actions, benchmarked questions): Cedar's cost per resolve grows with actions x policies,
     // so the larger atlases get fewer (still distinct) questions.
     let plan: &[(usize, usize)] = if quick {
-        &[(10, 64), (100, 32), (1000, 4)]
+        &[(10, 64), (100, 32), (1000, 2)]
     } else {
-        &[(10, 256), (100, 128), (1000, 16), (10_000, 2)]
+        &[(10, 256), (100, 128), (1000, 8), (10_000, 1)]
     };
-    let (runs, min_run) = if quick {
-        (5, Duration::from_millis(20))
+    let (runs, min_run, budget) = if quick {
+        (5, Duration::from_millis(20), Duration::from_secs(3))
     } else {
-        (11, Duration::from_millis(200))
+        (11, Duration::from_millis(200), Duration::from_secs(30))
     };
     let mut results = Vec::new();
     for &(n, count) in plan {
@@ -306,34 +404,34 @@ fn run() -> anyhow::Result<()> {
             resource: EntityUid::from_str("Atlas::\"com.example.bench\"")?,
             authorizer: Authorizer::new(),
         };
+        let mut rego = RegoSide::new(n)?;
         let ids = SequentialIds::new(1, 1);
 
         // Equivalence on every benchmarked question, before any timing.
         let mut allowed_total = 0usize;
         for (i, q) in qs.iter().enumerate() {
             let a: HashSet<String> = cra_answer(q, &set, &ids)?.into_iter().collect();
-            let b: HashSet<String> = cedar
-                .answer(q)?
-                .into_iter()
-                .map(str::to_owned)
-                .collect();
-            if a != b {
-                let mut only_cra: Vec<_> = a.difference(&b).collect();
-                let mut only_cedar: Vec<_> = b.difference(&a).collect();
-                only_cra.sort();
-                only_cedar.sort();
-                bail!(
-                    "decisions differ at {n} actions, question {i}: allowed only by cra {only_cra:?}, only by cedar {only_cedar:?}"
-                );
+            let b: HashSet<String> = cedar.answer(q)?.into_iter().map(str::to_owned).collect();
+            let c: HashSet<String> = rego.answer(q)?.into_iter().collect();
+            for (other, name) in [(&b, "cedar"), (&c, "rego")] {
+                if &a != other {
+                    let mut only_cra: Vec<_> = a.difference(other).collect();
+                    let mut only_other: Vec<_> = other.difference(&a).collect();
+                    only_cra.sort();
+                    only_other.sort();
+                    bail!(
+                        "decisions differ at {n} actions, question {i}: allowed only by cra {only_cra:?}, only by {name} {only_other:?}"
+                    );
+                }
             }
             allowed_total += a.len();
         }
         eprintln!(
-            "policy-compare: {n} actions: {count} questions x {n} actions agree ({allowed_total} allowed, {} denied)",
+            "policy-compare: {n} actions: {count} questions x {n} actions agree in cra, cedar and rego ({allowed_total} allowed, {} denied)",
             count * n - allowed_total
         );
 
-        let cra_runs = time_runs(runs, min_run, qs.len(), || {
+        let cra_runs = time_runs(runs, min_run, budget, qs.len(), || {
             for q in &qs {
                 black_box(
                     resolve(
@@ -349,17 +447,26 @@ fn run() -> anyhow::Result<()> {
             }
             Ok(())
         })?;
-        let cedar_runs = time_runs(runs, min_run, qs.len(), || {
+        let cedar_runs = time_runs(runs, min_run, budget, qs.len(), || {
             for q in &qs {
                 black_box(cedar.answer(q)?);
             }
             Ok(())
         })?;
+        let rego_runs = time_runs(runs, min_run, budget, qs.len(), || {
+            for q in &qs {
+                black_box(rego.answer(q)?);
+            }
+            Ok(())
+        })?;
         let c = summary(cra_runs);
         let d = summary(cedar_runs);
+        let r = summary(rego_runs);
         eprintln!(
-            "policy-compare: {n} actions: cra {:.2} us, cedar {:.2} us per full resolve (median)",
-            c["median"], d["median"]
+            "policy-compare: {n} actions: cra {:.2} us, cedar {:.1} us, rego {:.1} us per full resolve (median)",
+            c["median"].as_f64().unwrap_or(f64::NAN),
+            d["median"].as_f64().unwrap_or(f64::NAN),
+            r["median"].as_f64().unwrap_or(f64::NAN)
         );
         results.push(json!({
             "actions": n,
@@ -370,10 +477,12 @@ fn run() -> anyhow::Result<()> {
             "unit": "us per resolve (all actions decided)",
             "cra": c,
             "cedar": d,
+            "rego": r,
         }));
     }
     let doc = json!({
         "cedar_policy_version": "4",
+        "regorus_version": "0.14",
         "mode": if quick { "quick" } else { "full" },
         "sizes": results,
     });

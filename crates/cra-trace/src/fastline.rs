@@ -715,6 +715,45 @@ fn push_prefix(
     pre.extend_from_slice(field(EVENT_TYPE));
 }
 
+/// The fields in the order cra writes them, each key as it appears on the line.
+const CRA_ORDER: [(&[u8], usize); 12] = [
+    (b"\"trace_version\":", TRACE_VERSION),
+    (b"\"event_id\":", EVENT_ID),
+    (b"\"trace_id\":", TRACE_ID),
+    (b"\"span_id\":", SPAN_ID),
+    (b"\"parent_span_id\":", PARENT_SPAN_ID),
+    (b"\"session_id\":", SESSION_ID),
+    (b"\"sequence\":", SEQUENCE),
+    (b"\"timestamp\":", TIMESTAMP),
+    (b"\"event_type\":", EVENT_TYPE),
+    (b"\"payload\":", PAYLOAD),
+    (b"\"event_hash\":", EVENT_HASH),
+    (b"\"previous_event_hash\":", PREVIOUS_EVENT_HASH),
+];
+
+/// Reads an object key and its `:` the long way; `None` for a key the quick path does not take.
+fn generic_key(b: &[u8], pos: &mut usize) -> Option<usize> {
+    let (ks, ke) = plain_string(b, pos)?;
+    let i = match &b[ks..ke] {
+        b"trace_version" => TRACE_VERSION,
+        b"event_id" => EVENT_ID,
+        b"trace_id" => TRACE_ID,
+        b"span_id" => SPAN_ID,
+        b"session_id" => SESSION_ID,
+        b"timestamp" => TIMESTAMP,
+        b"event_type" => EVENT_TYPE,
+        b"event_hash" => EVENT_HASH,
+        b"previous_event_hash" => PREVIOUS_EVENT_HASH,
+        b"parent_span_id" => PARENT_SPAN_ID,
+        b"sequence" => SEQUENCE,
+        b"payload" => PAYLOAD,
+        // Unknown fields: the general path.
+        _ => return None,
+    };
+    skip_ws(b, pos);
+    eat(b, pos, b':').then_some(i)
+}
+
 /// The quick path (see above): `None` when the line is not of the shape it takes.
 fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutcome> {
     let b = line;
@@ -733,33 +772,25 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
     if !eat(b, &mut pos, b'{') {
         return None;
     }
+    let mut members = 0usize;
     loop {
         skip_ws(b, &mut pos);
-        let (ks, ke) = plain_string(b, &mut pos)?;
-        let i = match &b[ks..ke] {
-            b"trace_version" => TRACE_VERSION,
-            b"event_id" => EVENT_ID,
-            b"trace_id" => TRACE_ID,
-            b"span_id" => SPAN_ID,
-            b"session_id" => SESSION_ID,
-            b"timestamp" => TIMESTAMP,
-            b"event_type" => EVENT_TYPE,
-            b"event_hash" => EVENT_HASH,
-            b"previous_event_hash" => PREVIOUS_EVENT_HASH,
-            b"parent_span_id" => PARENT_SPAN_ID,
-            b"sequence" => SEQUENCE,
-            b"payload" => PAYLOAD,
-            // Unknown fields: the general path.
-            _ => return None,
+        // cra writes the fields in one order: try the next key of that order as literal bytes
+        // (quotes and colon included, so a longer key cannot match) before scanning a key.
+        let expected = CRA_ORDER
+            .get(members)
+            .filter(|(key, _)| b[pos..].starts_with(key));
+        members += 1;
+        let i = if let Some(&(key, i)) = expected {
+            pos += key.len();
+            i
+        } else {
+            generic_key(b, &mut pos)?
         };
         if seen & (1 << i) != 0 {
             return None;
         }
         seen |= 1 << i;
-        skip_ws(b, &mut pos);
-        if !eat(b, &mut pos, b':') {
-            return None;
-        }
         skip_ws(b, &mut pos);
         match i {
             PARENT_SPAN_ID => {
@@ -1264,25 +1295,7 @@ mod tests {
         let damage = prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..4), 0..3);
         (top, damage).prop_map(
             |((payload, parent, hash, sequence, style, event_type), damage)| {
-                let mut obj = Map::new();
-                obj.insert("trace_version".into(), Value::String("1.0".into()));
-                obj.insert("event_id".into(), Value::String("e-1".into()));
-                obj.insert("trace_id".into(), Value::String("t-1".into()));
-                obj.insert("span_id".into(), Value::String("s-1".into()));
-                obj.insert(
-                    "parent_span_id".into(),
-                    parent.map_or(Value::Null, Value::String),
-                );
-                obj.insert("session_id".into(), Value::String("sess-1".into()));
-                obj.insert(
-                    "sequence".into(),
-                    Value::Number(sequence.parse().unwrap_or(Number::from(0))),
-                );
-                obj.insert(
-                    "timestamp".into(),
-                    Value::String("2024-12-28T12:00:00.000000Z".into()),
-                );
-                obj.insert("event_type".into(), Value::String(event_type.into()));
+                // cra's field order, or sorted (as Python's `sort_keys` writes them).
                 let payload = match payload {
                     Value::Object(o) => Value::Object(o),
                     other => {
@@ -1292,11 +1305,39 @@ mod tests {
                         Value::Object(o)
                     }
                 };
-                obj.insert("payload".into(), payload);
-                obj.insert("event_hash".into(), Value::String(hash.clone()));
-                obj.insert("previous_event_hash".into(), Value::String(hash));
-                let mut text = String::new();
-                write_value(&Value::Object(obj), style, &mut text);
+                let sequence = Value::Number(sequence.parse().unwrap_or(Number::from(0)));
+                let text = |s: &str| Value::String(s.into());
+                let mut fields: Vec<(&str, Value)> = vec![
+                    ("trace_version", text("1.0")),
+                    ("event_id", text("e-1")),
+                    ("trace_id", text("t-1")),
+                    ("span_id", text("s-1")),
+                    ("parent_span_id", parent.map_or(Value::Null, Value::String)),
+                    ("session_id", text("sess-1")),
+                    ("sequence", sequence),
+                    ("timestamp", text("2024-12-28T12:00:00.000000Z")),
+                    ("event_type", text(event_type)),
+                    ("payload", payload),
+                    ("event_hash", text(&hash)),
+                    ("previous_event_hash", text(&hash)),
+                ];
+                if style.reverse {
+                    fields.sort_by(|x, y| x.0.cmp(y.0));
+                }
+                let mut line = String::from("{");
+                for (n, (key, value)) in fields.iter().enumerate() {
+                    if n > 0 {
+                        line.push(',');
+                        if style.spaces {
+                            line.push(' ');
+                        }
+                    }
+                    write_string(key, style, &mut line);
+                    line.push(':');
+                    write_value(value, style, &mut line);
+                }
+                line.push('}');
+                let text = line;
                 let mut bytes = text.into_bytes();
                 for (at, byte, how) in damage {
                     let len = bytes.len();

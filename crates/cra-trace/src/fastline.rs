@@ -88,7 +88,10 @@ pub(crate) fn line_outcome(line: &[u8], scratch: &mut Scratch, lifecycle: bool) 
 // * nesting is refused beyond `QUICK_DEPTH`, well inside `cra_wire::json::MAX_DEPTH`;
 // * the canonical payload is written straight from the bytes: printable ASCII copied in runs,
 //   everything else escaped as Python's `ensure_ascii` does, integers as written (`-0` as `0`),
-//   other numbers through `push_python_number`.
+//   other numbers as Python's `repr` of the double they read as: from their own digits when
+//   those are provably what `repr` prints (up to 15 significant digits; 16 or 17 checked
+//   exactly against the double's rounding interval), else from Rust's shortest rendering when
+//   no tie is possible, else by `cra_wire`'s exact rendering.
 
 /// The deepest payload nesting the quick path takes (the general path takes the rest).
 const QUICK_DEPTH: usize = 64;
@@ -395,26 +398,96 @@ fn canonical_number(
         }
         return Some(());
     }
-    if push_short_float(
+    let decimal = Decimal::read(
         neg,
         &b[int_start..int_end],
         &b[frac.0..frac.1],
         exp.map(|(n, s, e)| (n, &b[s..e])),
-        out,
-    ) {
+    );
+    if let Some(d) = &decimal
+        && push_short_float(d, out)
+    {
         return Some(());
     }
     // The number text is ASCII.
     let text = std::str::from_utf8(text).ok()?;
-    if let Ok(f) = text.parse::<f64>()
-        && push_shortest_float(f, out, spare)
-    {
-        return Some(());
+    if let Ok(f) = text.parse::<f64>() {
+        if let Some(d) = &decimal
+            && is_repr_of(d, f)
+        {
+            push_repr_layout(d.neg, d.digits(), d.decpt, out);
+            return Some(());
+        }
+        if push_shortest_float(f, out, spare) {
+            return Some(());
+        }
     }
     spare.clear();
     write_python_number(text, spare);
     out.extend_from_slice(spare.as_bytes());
     Some(())
+}
+
+/// A decimal read from a JSON number's text: `0.digits * 10^decpt`, without leading or trailing
+/// zeros (no digits for zero).
+struct Decimal {
+    neg: bool,
+    digits: [u8; 17],
+    n: usize,
+    decpt: i64,
+}
+
+impl Decimal {
+    /// At most 17 significant digits and an exponent of at most six digits, else `None`.
+    fn read(neg: bool, int: &[u8], frac: &[u8], exp: Option<(bool, &[u8])>) -> Option<Self> {
+        let exp = match exp {
+            None => 0i64,
+            Some((eneg, digits)) => {
+                if digits.len() > 6 {
+                    return None;
+                }
+                let mut v = 0i64;
+                for &d in digits {
+                    v = v * 10 + i64::from(d - b'0');
+                }
+                if eneg { -v } else { v }
+            }
+        };
+        let mut digits = [0u8; 17];
+        let mut n = 0usize;
+        let mut leading = 0usize;
+        let mut zeros_pending = 0usize;
+        for &d in int.iter().chain(frac) {
+            if n == 0 && d == b'0' {
+                leading += 1;
+                continue;
+            }
+            if d == b'0' {
+                zeros_pending += 1;
+                continue;
+            }
+            if n + zeros_pending + 1 > digits.len() {
+                return None;
+            }
+            for _ in 0..zeros_pending {
+                digits[n] = b'0';
+                n += 1;
+            }
+            zeros_pending = 0;
+            digits[n] = d;
+            n += 1;
+        }
+        Some(Self {
+            neg,
+            digits,
+            n,
+            decpt: int.len() as i64 - leading as i64 + exp,
+        })
+    }
+
+    fn digits(&self) -> &[u8] {
+        &self.digits[..self.n]
+    }
 }
 
 /// Python's `repr` of the double nearest a decimal with at most 15 significant digits, in the
@@ -424,66 +497,100 @@ fn canonical_number(
 /// unchanged (10^15 < 2^52), so no two such decimals share a double: the shortest string that
 /// reads back as that double is the decimal's own digits, which is what `repr` prints. Only
 /// the layout (positional or scientific) is left to choose, by `repr`'s rule.
-fn push_short_float(
-    neg: bool,
-    int: &[u8],
-    frac: &[u8],
-    exp: Option<(bool, &[u8])>,
-    out: &mut Vec<u8>,
-) -> bool {
-    let exp = match exp {
-        None => 0i64,
-        Some((eneg, digits)) => {
-            if digits.len() > 6 {
-                return false;
-            }
-            let mut v = 0i64;
-            for &d in digits {
-                v = v * 10 + i64::from(d - b'0');
-            }
-            if eneg { -v } else { v }
-        }
-    };
-    // Significant digits: int ++ frac without leading and trailing zeros.
-    let mut digits = [0u8; 15];
-    let mut n = 0usize;
-    let mut leading = 0usize;
-    let mut zeros_pending = 0usize;
-    for &d in int.iter().chain(frac) {
-        if n == 0 && d == b'0' {
-            leading += 1;
-            continue;
-        }
-        if d == b'0' {
-            zeros_pending += 1;
-            continue;
-        }
-        if n + zeros_pending + 1 > digits.len() {
-            return false;
-        }
-        for _ in 0..zeros_pending {
-            digits[n] = b'0';
-            n += 1;
-        }
-        zeros_pending = 0;
-        digits[n] = d;
-        n += 1;
-    }
-    if n == 0 {
+fn push_short_float(d: &Decimal, out: &mut Vec<u8>) -> bool {
+    if d.n == 0 {
         // Zero, of either sign.
-        if neg {
+        if d.neg {
             out.push(b'-');
         }
         out.extend_from_slice(b"0.0");
         return true;
     }
-    // value = 0.d1d2...dn * 10^decpt
-    let decpt = int.len() as i64 - leading as i64 + exp;
-    if !(-306..=308).contains(&decpt) {
+    if d.n > 15 || !(-306..=308).contains(&d.decpt) {
         return false;
     }
-    push_repr_layout(neg, &digits[..n], decpt, out);
+    push_repr_layout(d.neg, d.digits(), d.decpt, out);
     true
+}
+
+/// `a * 2^p` compared with `b * 10^q`, exactly; `None` when that does not fit in 128 bits.
+fn cmp_exact(a: u128, p: i64, b: u128, q: i64) -> Option<std::cmp::Ordering> {
+    // b * 10^q = b * 5^q * 2^q: each power with a negative exponent moves to the other side.
+    let pow5 = 5u128.checked_pow(u32::try_from(q.unsigned_abs()).ok()?)?;
+    let (mut l, mut r) = if q >= 0 {
+        (a, b.checked_mul(pow5)?)
+    } else {
+        (a.checked_mul(pow5)?, b)
+    };
+    let shift = |v: u128, by: u64| -> Option<u128> {
+        let by = u32::try_from(by).ok()?;
+        (v == 0 || by < v.leading_zeros()).then(|| v << by)
+    };
+    let t = p - q;
+    if t >= 0 {
+        l = shift(l, t.unsigned_abs())?;
+    } else {
+        r = shift(r, t.unsigned_abs())?;
+    }
+    Some(l.cmp(&r))
+}
+
+/// Whether the decimal `c * 10^k` reads back as the double `m * 2^e` (a normal double whose
+/// neighbours are normal and finite; `m` has 53 bits): whether it lies in the interval of
+/// reals that round to it, `(4m - 2) * 2^(e-2) .. (4m + 2) * 2^(e-2)` (`4m - 1` below a power of
+/// two, where the gap below is half as wide), ends included when `m` is even (round half to
+/// even). `None` when the exact comparison does not fit in 128 bits.
+fn reads_back(c: u64, k: i64, m: u64, e: i64) -> Option<bool> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let x4 = u128::from(m) * 4;
+    let lo = x4 - if m == 1 << 52 { 1 } else { 2 };
+    let hi = x4 + 2;
+    let above_lo = cmp_exact(lo, e - 2, u128::from(c), k)?;
+    let below_hi = cmp_exact(hi, e - 2, u128::from(c), k)?;
+    Some(if m.is_multiple_of(2) {
+        matches!(above_lo, Less | Equal) && matches!(below_hi, Greater | Equal)
+    } else {
+        above_lo == Less && below_hi == Greater
+    })
+}
+
+/// Whether `c * 10^k` is strictly the closest decimal of its length to `m * 2^e`: whether
+/// `(2c - 1) * 10^k < 2 * m * 2^e < (2c + 1) * 10^k` (a tie answers false).
+fn closest(c: u64, k: i64, m: u64, e: i64) -> Option<bool> {
+    use std::cmp::Ordering::{Greater, Less};
+    let c2 = u128::from(c) * 2;
+    let above = cmp_exact(u128::from(m), e + 1, c2 - 1, k)?;
+    let below = cmp_exact(u128::from(m), e + 1, c2 + 1, k)?;
+    Some(above == Greater && below == Less)
+}
+
+/// Whether `repr(f)` prints exactly the digits of `d` (16 or 17 of them), `f` being the double
+/// `d` reads as. It does when no shorter decimal reads back as `f` and `d` is the closest
+/// decimal of its length to `f`. The shorter decimals nearest `f` are `d` truncated by one
+/// digit and the next one up: any other shorter decimal reading back as `f` would put one of
+/// those two in the interval too. Every check is exact; anything out of its range answers
+/// false.
+fn is_repr_of(d: &Decimal, f: f64) -> bool {
+    if !(16..=17).contains(&d.n) {
+        return false;
+    }
+    let bits = f.abs().to_bits();
+    let field = bits >> 52;
+    if field <= 1 || field >= 0x7fe {
+        return false;
+    }
+    let m = (bits & ((1u64 << 52) - 1)) | (1u64 << 52);
+    let e = field as i64 - 1075;
+    let c = d
+        .digits()
+        .iter()
+        .fold(0u64, |v, &x| v * 10 + u64::from(x - b'0'));
+    let k = d.decpt - d.n as i64;
+    let t = c / 10;
+    reads_back(c, k, m, e) == Some(true)
+        && reads_back(t, k + 1, m, e) == Some(false)
+        && reads_back(t + 1, k + 1, m, e) == Some(false)
+        && closest(c, k, m, e) == Some(true)
 }
 
 /// Python's `repr` of a finite double `f` that is not zero or subnormal, when no two shortest
@@ -1424,6 +1531,78 @@ mod tests {
         if let Err(e) = result {
             panic!("seed {seed}: {e}");
         }
+    }
+
+    #[test]
+    fn shortest_texts_of_16_and_17_digits_are_taken_from_their_digits() {
+        // The shortest rendering of random doubles: the exact interval check
+        // must accept nearly all of them (and agree with cra_wire on every one), and refuse the
+        // same digits with the last one changed (no longer the closest, or not reading back).
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        };
+        let (mut long, mut taken) = (0u32, 0u32);
+        for _ in 0..50_000 {
+            let mantissa = (next() >> 11) as f64 / (1u64 << 53) as f64;
+            // Magnitudes of everyday measurements (about 1e-13 to 1e12); the exact check needs
+            // more than 128 bits far outside that range and leaves those numbers to grisu.
+            let f = mantissa * 10f64.powi((next() % 25) as i32 - 12);
+            for text in [format!("{f:e}"), format!("{f:?}")] {
+                let b = text.as_bytes();
+                let mut out = Vec::new();
+                let mut pos = 0;
+                canonical_number(b, &mut pos, &mut out, &mut String::new()).unwrap();
+                let mut want = String::new();
+                write_python_number(&text, &mut want);
+                assert_eq!(String::from_utf8_lossy(&out), want, "{text}");
+                let (m, e) = text.split_once('e').unwrap_or((&text, "0"));
+                let (neg, m) = m.strip_prefix('-').map_or((false, m), |m| (true, m));
+                let (int, frac) = m.split_once('.').unwrap_or((m, ""));
+                let exp = e.strip_prefix('-').map_or((false, e), |e| (true, e));
+                let d = Decimal::read(
+                    neg,
+                    int.as_bytes(),
+                    frac.as_bytes(),
+                    Some((exp.0, exp.1.as_bytes())),
+                )
+                .unwrap();
+                if d.n >= 16 {
+                    long += 1;
+                    if is_repr_of(&d, f) {
+                        taken += 1;
+                    }
+                    let mut bumped = Decimal { ..d };
+                    let last = bumped.n - 1;
+                    bumped.digits[last] = if bumped.digits[last] == b'9' {
+                        b'7'
+                    } else {
+                        bumped.digits[last] + 1
+                    };
+                    let g: f64 = format!(
+                        "0.{}e{}",
+                        String::from_utf8_lossy(bumped.digits()),
+                        bumped.decpt
+                    )
+                    .parse()
+                    .unwrap();
+                    if g == f {
+                        assert!(
+                            !is_repr_of(&bumped, g),
+                            "{text}: a non-closest decimal was taken"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            long > 10_000 && taken * 100 > long * 95,
+            "{taken} of {long} taken"
+        );
     }
 
     #[test]

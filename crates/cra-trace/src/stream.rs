@@ -287,6 +287,10 @@ fn read_chunks<R: Read>(
         let mut buf = fresh();
         let start = carry.len();
         let want = start + chunk_size;
+        if buf.len() > 2 * want {
+            // Grown for a line much longer than a chunk: let it go rather than keep it around.
+            buf = Vec::new();
+        }
         if buf.len() < want {
             buf.resize(want, 0);
         }

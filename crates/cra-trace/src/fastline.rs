@@ -1,10 +1,19 @@
 //! The verifier's hot path: one line to a [`LineOutcome`] without building a JSON tree.
 //!
-//! The top-level object is scanned into borrowed slices of its fields; the payload is written in
-//! TRACE canonical form straight from its bytes; the Appendix B preimage is fed to SHA-256 piece
-//! by piece. Everything the reference reader ([`crate::verify::parse_event_line`]) refuses is
-//! refused here too (syntax, duplicate keys at any depth, depth, field types); whenever this path
-//! refuses a line it hands the line to the reference reader, so both report the same message.
+//! Three layers, each handing the line on when it cannot take it:
+//! 1. the quick path (`quick`): byte-level, for the shape nearly every event has (the twelve
+//!    fields once each, unescaped top-level strings, payload objects with their keys already
+//!    sorted). Fields are ranges of the line, the canonical payload is written straight into the
+//!    Appendix B preimage, and the preimage is hashed in one call;
+//! 2. the general path (`general`): any well-formed event, through `cra_wire`'s scanner and
+//!    canonical writer (escaped keys, unsorted objects, unknown fields, ...);
+//! 3. the reference reader ([`crate::verify::parse_event_line`]), which is the source of every
+//!    malformed-event message.
+//!
+//! Everything the reference reader refuses (syntax, invalid UTF-8, lone surrogates, duplicate
+//! keys at any depth, nesting, field types) is refused by the first two layers too, and whatever
+//! they accept they hash exactly as the reference does: the unit tests below check the quick
+//! path against the reference line by line, `tests/it/verify.rs` the whole verifier on chains.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;

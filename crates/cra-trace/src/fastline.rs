@@ -522,10 +522,21 @@ fn push_short_float(d: &Decimal, out: &mut Vec<u8>) -> bool {
     true
 }
 
+/// 5^0 ..= 5^55, every power of five below 2^128.
+const POW5: [u128; 56] = {
+    let mut t = [1u128; 56];
+    let mut i = 1;
+    while i < 56 {
+        t[i] = t[i - 1] * 5;
+        i += 1;
+    }
+    t
+};
+
 /// `a * 2^p` compared with `b * 10^q`, exactly; `None` when that does not fit in 128 bits.
 fn cmp_exact(a: u128, p: i64, b: u128, q: i64) -> Option<std::cmp::Ordering> {
     // b * 10^q = b * 5^q * 2^q: each power with a negative exponent moves to the other side.
-    let pow5 = 5u128.checked_pow(u32::try_from(q.unsigned_abs()).ok()?)?;
+    let pow5 = *POW5.get(usize::try_from(q.unsigned_abs()).ok()?)?;
     let (mut l, mut r) = if q >= 0 {
         (a, b.checked_mul(pow5)?)
     } else {
@@ -1612,6 +1623,14 @@ mod tests {
             long > 10_000 && taken * 100 > long * 95,
             "{taken} of {long} taken"
         );
+    }
+
+    #[test]
+    fn powers_of_five_are_every_one_below_2_128() {
+        for (k, p) in POW5.iter().enumerate() {
+            assert_eq!(Some(*p), 5u128.checked_pow(k as u32));
+        }
+        assert_eq!(5u128.checked_pow(POW5.len() as u32), None);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let root = workspace_root()?;
     std::env::set_current_dir(&root)?;
+    if args.iter().any(|a| a == "--render") {
+        return render_again(quick);
+    }
     let started = Instant::now();
     let mut steps: Vec<Value> = Vec::new();
     let mut failed: Vec<String> = Vec::new();
@@ -109,6 +112,22 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     if !failed.is_empty() {
         bail!("benchmark steps failed: {}", failed.join(", "));
     }
+    Ok(())
+}
+
+/// `--render`: renders the Markdown report again from the JSON results of the last run and the
+/// current `bench/NOTES.md` (after editing the notes), measuring nothing.
+fn render_again(quick: bool) -> anyhow::Result<()> {
+    let (json_path, md_path) = outputs(quick);
+    let doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(json_path).with_context(|| format!("cannot read {json_path}"))?,
+    )?;
+    let mut md = render(&doc);
+    if let Ok(notes) = std::fs::read_to_string("bench/NOTES.md") {
+        md.push_str(&notes);
+    }
+    std::fs::write(md_path, md)?;
+    eprintln!("xtask bench: rendered {md_path} from {json_path}");
     Ok(())
 }
 

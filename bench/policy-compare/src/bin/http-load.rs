@@ -636,6 +636,8 @@ struct Seen {
     latencies_us: Vec<u32>,
     /// Sequence numbers of the timed events, in arrival order.
     sequences: Vec<u64>,
+    /// When the last timed event arrived (µs since the epoch).
+    last_us: i64,
     warmed: bool,
     closed_slow: bool,
     error: Option<String>,
@@ -718,6 +720,7 @@ async fn subscriber(
                 seen.latencies_us
                     .push((recv - sent).clamp(0, i64::from(u32::MAX)) as u32);
                 seen.sequences.push(seq);
+                seen.last_us = recv;
                 sh.received.fetch_add(1, Ordering::Relaxed);
             }
             Ok(Message::Close(frame)) => {
@@ -837,7 +840,7 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
                 received.load(Ordering::Relaxed) >= expected
             })
             .await;
-            let delivered_secs = start.elapsed().as_secs_f64();
+            let start_us = now_us() - (start.elapsed().as_micros() as i64);
             stop_tx.send_replace(true);
             let mut lat: Vec<u32> = Vec::new();
             let mut complete = 0usize;
@@ -848,8 +851,10 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
             let mut out_of_order = 0usize;
             let mut duplicates = 0usize;
             let timed = total - emit_errors;
+            let mut last_us = start_us;
             for s in subs {
                 let seen = s.await?;
+                last_us = last_us.max(seen.last_us);
                 out_of_order += seen.sequences.windows(2).filter(|w| w[1] < w[0]).count();
                 let mut seqs = seen.sequences.clone();
                 seqs.sort_unstable();
@@ -877,6 +882,9 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
             }
             lat.sort_unstable();
             let deliveries = lat.len() as u64;
+            // From the first emit to the last delivery (not to the end of a wait for
+            // deliveries that never came).
+            let delivered_secs = ((last_us - start_us) as f64 / 1e6).max(1e-3);
             let r = json!({
                 "run": run,
                 "subscribers": n,

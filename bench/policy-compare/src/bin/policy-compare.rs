@@ -154,8 +154,10 @@ fn cedar_entities(n: usize, agents: &[String]) -> anyhow::Result<Entities> {
         .map_err(|e| anyhow::anyhow!("cedar entities: {e}"))
 }
 
+/// Questions 1..=count (question 0 is a contractor deleting, which every engine denies
+/// everything: a poor single question for the largest atlas).
 fn questions(count: usize) -> anyhow::Result<Vec<Question>> {
-    (0..count)
+    (1..=count)
         .map(|i| {
             let agent = agent_name(i);
             let ts = format!("2026-01-05T{:02}:00:00Z", hour(i));
@@ -390,7 +392,7 @@ fn run() -> anyhow::Result<()> {
     for &(n, count) in plan {
         let qs = questions(count)?;
         let set = cra_atlas(n)?;
-        let agents: Vec<String> = (0..count).map(agent_name).collect();
+        let agents: Vec<String> = (1..=count).map(agent_name).collect();
         let cedar = CedarSide {
             policies: cedar_policies(n)?,
             entities: cedar_entities(n, &agents)?,

@@ -343,7 +343,7 @@ fn resolve_body(session: &str, client: usize, i: u64) -> Value {
         "requester": {"agent_id": AGENT, "session_id": session},
         "task": {
             "goal": format!("client {client} task {i}: read the ci workflow and open a pull request"),
-            "risk_tier": if i % 3 == 0 { "medium" } else { "low" },
+            "risk_tier": if i.is_multiple_of(3) { "medium" } else { "low" },
             "context_hints": [format!("hint-{}", i % 7)],
             "required_capabilities": ["repo-read", "contribute"]
         },

@@ -57,7 +57,7 @@ struct Question {
 }
 
 fn agent_name(i: usize) -> String {
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         format!("contractor-{i}")
     } else {
         format!("agent-{i}")
@@ -65,7 +65,7 @@ fn agent_name(i: usize) -> String {
 }
 
 fn goal(i: usize) -> String {
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         format!("delete record {i}")
     } else {
         format!("look up record {i}")

@@ -394,7 +394,15 @@ fn orient_growth(quick: bool) -> anyhow::Result<Value> {
 fn http_load(quick: bool, only: &str) -> anyhow::Result<Value> {
     build_compare()?;
     build_workspace(true)?;
-    let mut cmd = Command::new(format!("{TARGET}/release/http-load"));
+    // 1,000 WebSocket subscribers need more than 1,024 descriptors in the driver and in the
+    // server it starts: raise the soft limit to the hard one for both (through sh's ulimit).
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "ulimit -n \"$(ulimit -Hn)\" 2>/dev/null; exec \"$@\"",
+        "sh",
+        &format!("{TARGET}/release/http-load"),
+    ]);
     cmd.args([
         "--cra",
         &format!("{TARGET}/release/cra"),

@@ -2,7 +2,7 @@
 //! drafts onto it (one clock reading that never goes back, a new id per event).
 
 use cra_trace::store::{ChainStoreError, SESSION_ENDED, SessionSummary, not_before};
-use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
+use cra_trace::{ChainHead, PreparedDraft, TraceEvent, seal_prepared};
 use cra_wire::clock::format_timestamp;
 use serde::{Deserialize, Serialize};
 
@@ -73,7 +73,7 @@ pub(crate) fn seal_all(
     config: &StoreConfig,
     session_id: &str,
     mut head: HeadRecord,
-    drafts: Vec<EventDraft>,
+    drafts: Vec<PreparedDraft>,
 ) -> Result<Sealed, ChainStoreError> {
     let timestamp = not_before(format_timestamp(config.clock.now()), &head.last_timestamp);
     let mut sealed = Vec::with_capacity(drafts.len());
@@ -83,15 +83,13 @@ pub(crate) fn seal_all(
             next_sequence: head.next_sequence,
             head_hash: std::mem::take(&mut head.head_hash),
         };
-        let event = seal(
+        let (event, body) = seal_prepared(
             draft,
             session_id,
             &at,
             config.ids.new_id(),
             timestamp.clone(),
         );
-        let body = serde_json::to_vec(&event)
-            .map_err(|e| ChainStoreError::Unavailable(format!("cannot serialise an event: {e}")))?;
         if head.next_sequence == 0 {
             head.first_timestamp = timestamp.clone();
         }

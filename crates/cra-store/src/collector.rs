@@ -6,7 +6,7 @@
 use std::thread::JoinHandle;
 
 use cra_trace::store::ChainStoreError;
-use cra_trace::{EventDraft, TraceEvent};
+use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::StoreError;
@@ -21,12 +21,12 @@ pub(crate) type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
 /// One append waiting for a committer.
 pub(crate) struct Job {
     pub session_id: String,
-    pub drafts: Vec<EventDraft>,
+    pub drafts: Vec<PreparedDraft>,
     pub reply: Reply,
 }
 
 /// Splits a batch into the reply channels and the work, index for index.
-pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<EventDraft>)>) {
+pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<PreparedDraft>)>) {
     batch
         .into_iter()
         .map(|job| (job.reply, (job.session_id, job.drafts)))
@@ -83,7 +83,9 @@ impl Collector {
         })
     }
 
-    /// Queues an append and waits for its answer.
+    /// Queues an append and waits for its answer. The drafts are prepared (payloads
+    /// canonicalised) here, on the appender's thread, so that the committer, which every append
+    /// of the store goes through, only links hashes and writes.
     pub(crate) fn submit(
         &self,
         session_id: &str,
@@ -94,6 +96,7 @@ impl Collector {
         if drafts.is_empty() {
             return Err(ChainStoreError::EmptyAppend);
         }
+        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
         let (reply, answer) = crossbeam_channel::bounded(1);
         let job = Job {
             session_id: session_id.to_owned(),

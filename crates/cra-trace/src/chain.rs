@@ -83,3 +83,142 @@ pub fn seal(
     event.event_hash = compute_event_hash(&event);
     event
 }
+
+/// A draft whose costly, chain-independent part of sealing is done: the payload's TRACE
+/// canonical form (what the hash covers) and its JSON for the stored event. A producer prepares
+/// its drafts on its own thread, so whoever serialises a chain (the store's committer) only
+/// links hashes: ids, time, sequence and the previous hash are all it still has to add.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PreparedDraft {
+    /// The draft as produced.
+    pub draft: EventDraft,
+    /// `payload` in the TRACE canonical profile.
+    canonical: String,
+    /// `payload` as JSON text for the stored event, when it differs from `canonical`. The stored
+    /// event keeps the payload as its producer wrote it (key order, number spelling), so what an
+    /// append acknowledges and what a later read returns are the same value.
+    wire: Option<String>,
+}
+
+impl PreparedDraft {
+    /// Prepares `draft` for sealing.
+    pub fn new(draft: EventDraft) -> Self {
+        let canonical = cra_wire::canonical::trace_canonical(&draft.payload);
+        // Serialising a `Value` cannot fail (its keys are strings).
+        let text = serde_json::to_string(&draft.payload).unwrap_or_else(|_| "null".to_owned());
+        let wire = (text != canonical).then_some(text);
+        Self {
+            draft,
+            canonical,
+            wire,
+        }
+    }
+
+    /// The payload's TRACE canonical form.
+    pub fn canonical_payload(&self) -> &str {
+        &self.canonical
+    }
+
+    fn wire_payload(&self) -> &str {
+        self.wire.as_deref().unwrap_or(&self.canonical)
+    }
+}
+
+impl AsRef<EventDraft> for PreparedDraft {
+    fn as_ref(&self) -> &EventDraft {
+        &self.draft
+    }
+}
+
+impl From<EventDraft> for PreparedDraft {
+    fn from(draft: EventDraft) -> Self {
+        Self::new(draft)
+    }
+}
+
+/// Appends `s` to `out` as a JSON string.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a `str` into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Seals a prepared draft onto `head`, as [`seal`] does, and also returns the event's stored JSON:
+/// the envelope in §4.2 order with the payload as prepared. Its hash is the same as `seal`'s, and
+/// reading the JSON back gives an event that verifies (the canonical form of a canonical payload
+/// is itself).
+pub fn seal_prepared(
+    prepared: PreparedDraft,
+    session_id: &str,
+    head: &ChainHead,
+    event_id: String,
+    timestamp: String,
+) -> (TraceEvent, Vec<u8>) {
+    let sequence = head.next_sequence.to_string();
+    let d = &prepared.draft;
+    let mut h = Sha256::new();
+    for part in [
+        TRACE_VERSION,
+        event_id.as_str(),
+        d.trace_id.as_str(),
+        d.span_id.as_str(),
+        d.parent_span_id.as_deref().unwrap_or(""),
+        session_id,
+        sequence.as_str(),
+        timestamp.as_str(),
+        d.event_type.as_str(),
+        prepared.canonical.as_str(),
+        head.head_hash.as_str(),
+    ] {
+        h.update(part.as_bytes());
+    }
+    let event_hash = hex::encode(h.finalize());
+
+    let payload = prepared.wire_payload();
+    let mut wire = Vec::with_capacity(payload.len() + 420);
+    wire.extend_from_slice(br#"{"trace_version":"#);
+    push_json_str(&mut wire, TRACE_VERSION);
+    wire.extend_from_slice(br#","event_id":"#);
+    push_json_str(&mut wire, &event_id);
+    wire.extend_from_slice(br#","trace_id":"#);
+    push_json_str(&mut wire, &d.trace_id);
+    wire.extend_from_slice(br#","span_id":"#);
+    push_json_str(&mut wire, &d.span_id);
+    wire.extend_from_slice(br#","parent_span_id":"#);
+    match &d.parent_span_id {
+        Some(p) => push_json_str(&mut wire, p),
+        None => wire.extend_from_slice(b"null"),
+    }
+    wire.extend_from_slice(br#","session_id":"#);
+    push_json_str(&mut wire, session_id);
+    wire.extend_from_slice(br#","sequence":"#);
+    wire.extend_from_slice(sequence.as_bytes());
+    wire.extend_from_slice(br#","timestamp":"#);
+    push_json_str(&mut wire, &timestamp);
+    wire.extend_from_slice(br#","event_type":"#);
+    push_json_str(&mut wire, &d.event_type);
+    wire.extend_from_slice(br#","payload":"#);
+    wire.extend_from_slice(payload.as_bytes());
+    wire.extend_from_slice(br#","event_hash":"#);
+    push_json_str(&mut wire, &event_hash);
+    wire.extend_from_slice(br#","previous_event_hash":"#);
+    push_json_str(&mut wire, &head.head_hash);
+    wire.push(b'}');
+
+    let PreparedDraft { draft, .. } = prepared;
+    let event = TraceEvent {
+        trace_version: TRACE_VERSION.to_owned(),
+        event_id,
+        trace_id: draft.trace_id,
+        span_id: draft.span_id,
+        parent_span_id: draft.parent_span_id,
+        session_id: session_id.to_owned(),
+        sequence: head.next_sequence,
+        timestamp,
+        event_type: draft.event_type,
+        payload: draft.payload,
+        event_hash,
+        previous_event_hash: head.head_hash.clone(),
+        extra: serde_json::Map::new(),
+    };
+    (event, wire)
+}

@@ -54,3 +54,9 @@ pub struct EventDraft {
     /// Event-specific data (an object for every type cra emits).
     pub payload: Value,
 }
+
+impl AsRef<EventDraft> for EventDraft {
+    fn as_ref(&self) -> &EventDraft {
+        self
+    }
+}

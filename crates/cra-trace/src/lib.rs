@@ -20,7 +20,10 @@ pub mod store;
 pub mod stream;
 pub mod verify;
 
-pub use chain::{ChainHead, GENESIS_PREVIOUS_HASH, compute_event_hash, event_preimage, seal};
+pub use chain::{
+    ChainHead, GENESIS_PREVIOUS_HASH, PreparedDraft, compute_event_hash, event_preimage, seal,
+    seal_prepared,
+};
 pub use event::{EventDraft, TRACE_VERSION, TraceEvent};
 pub use stream::{VerifyOptions, verify_reader};
 pub use verify::{

@@ -112,10 +112,10 @@ pub fn check_session_id(session_id: &str) -> Result<(), ChainStoreError> {
 
 /// Checks that a batch may be appended to a chain whose `ended` flag is `chain_ended`: the chain
 /// is open, the batch is not empty, and only its last draft may be `session.ended`.
-pub fn check_batch(
+pub fn check_batch<D: AsRef<EventDraft>>(
     session_id: &str,
     chain_ended: bool,
-    drafts: &[EventDraft],
+    drafts: &[D],
 ) -> Result<(), ChainStoreError> {
     if drafts.is_empty() {
         return Err(ChainStoreError::EmptyAppend);
@@ -124,7 +124,7 @@ pub fn check_batch(
         .iter()
         .rev()
         .skip(1)
-        .any(|d| d.event_type == SESSION_ENDED);
+        .any(|d| d.as_ref().event_type == SESSION_ENDED);
     if chain_ended || early_end {
         return Err(ChainStoreError::SessionEnded {
             session_id: session_id.to_owned(),
@@ -208,7 +208,7 @@ mod tests {
     #[test]
     fn batches_respect_session_end() {
         assert_eq!(
-            check_batch("s", false, &[]),
+            check_batch::<EventDraft>("s", false, &[]),
             Err(ChainStoreError::EmptyAppend)
         );
         assert!(check_batch("s", false, &[draft("a"), draft(SESSION_ENDED)]).is_ok());

@@ -11,7 +11,7 @@
 //! the lock order should prevent) retries the whole batch; nothing of a failed try is kept.
 
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
-use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, TraceEvent};
+use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, PreparedDraft, TraceEvent};
 use postgres::Row;
 use postgres::fallible_iterator::FallibleIterator as _;
 
@@ -74,7 +74,7 @@ fn sql(e: postgres::Error) -> Retry {
 fn try_batch(
     pool: &Pool,
     config: &StoreConfig,
-    work: &[(String, Vec<EventDraft>)],
+    work: &[(String, Vec<PreparedDraft>)],
     answers: &mut [Answer],
 ) -> Result<(), Retry> {
     let mut client = pool.get().map_err(|e| Retry::Fail(unavailable(e)))?;

@@ -49,7 +49,7 @@ fn scalar() -> impl Strategy<Value = Value> {
     ]
 }
 
-fn payload() -> impl Strategy<Value = Value> {
+pub(crate) fn payload() -> impl Strategy<Value = Value> {
     let value = scalar().prop_recursive(3, 16, 4, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),

@@ -9,6 +9,7 @@
 mod diff;
 mod fuzz_props;
 mod lifecycle;
+mod seal;
 mod support;
 mod vectors;
 mod verify;

@@ -195,6 +195,54 @@ async fn send_batch(
     !any || socket.flush().await.is_ok()
 }
 
+/// Puts live events in sequence order from `next` on, without holes: appenders of one session
+/// may publish out of order (7 before 6), so every hole below an event that arrived, at the
+/// start or between two of them, is filled from the store with `read(after, limit)`. Publication
+/// follows the durable commit and sequences are committed in order, so the store holds every
+/// event below one that was published; should it not, the stream fails (and the client resumes
+/// with `since_seq`) rather than skip an event. Events below `next` (already sent) are dropped.
+async fn in_order<F, Fut>(
+    next: u64,
+    mut ready: Vec<TraceEvent>,
+    mut read: F,
+) -> Result<Vec<TraceEvent>, ApiError>
+where
+    F: FnMut(Option<u64>, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<TraceEvent>, ApiError>>,
+{
+    ready.sort_by_key(|e| e.sequence);
+    let mut cursor = next;
+    let mut out = Vec::with_capacity(ready.len());
+    for e in ready {
+        if e.sequence < cursor {
+            continue;
+        }
+        while cursor < e.sequence {
+            let want = usize::try_from(e.sequence - cursor).unwrap_or(usize::MAX);
+            let gap = read(cursor.checked_sub(1), want).await?;
+            let before = cursor;
+            for g in gap {
+                if g.sequence == cursor && cursor < e.sequence {
+                    cursor += 1;
+                    out.push(g);
+                }
+            }
+            if cursor == before {
+                return Err(ApiError::new(
+                    Token::Unavailable,
+                    format!(
+                        "event {cursor} of the session is not readable although event {} was published",
+                        e.sequence
+                    ),
+                ));
+            }
+        }
+        cursor = e.sequence + 1;
+        out.push(e);
+    }
+    Ok(out)
+}
+
 async fn session_stream(
     state: AppState,
     mut socket: WebSocket,
@@ -251,24 +299,21 @@ async fn session_stream(
                 while let Ok(more) = sub.rx.try_recv() {
                     ready.push((*more).clone());
                 }
-                ready.sort_by_key(|e| e.sequence);
-                // Fill a gap (two appenders published out of order) from the store.
-                if let Some(lowest) = ready.iter().map(|e| e.sequence).find(|s| *s >= next)
-                    && lowest > next
-                {
-                    match state.read_events_after(&id, next.checked_sub(1), usize::try_from(lowest - next).unwrap_or(usize::MAX)).await {
-                        Ok(gap) => {
-                            if !send_batch(&mut socket, &gap, &filter, &owner, &mut next, &mut ended).await {
-                                return;
-                            }
-                        }
-                        Err(e) => {
-                            close(&mut socket, 1011, e.body.message).await;
-                            return;
-                        }
+                let from = next;
+                let sid = id.clone();
+                let read = |after: Option<u64>, limit: usize| {
+                    let state = state.clone();
+                    let sid = sid.clone();
+                    async move { state.read_events_after(&sid, after, limit).await }
+                };
+                let batch = match in_order(from, ready, read).await {
+                    Ok(b) => b,
+                    Err(e) => {
+                        close(&mut socket, 1011, format!("{}; reconnect with since_seq={next}", e.body.message)).await;
+                        return;
                     }
-                }
-                if !send_batch(&mut socket, &ready, &filter, &owner, &mut next, &mut ended).await {
+                };
+                if !send_batch(&mut socket, &batch, &filter, &owner, &mut next, &mut ended).await {
                     return;
                 }
             }
@@ -323,3 +368,97 @@ async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscriptio
 
 /// For [`ApiResult`] users that need the type in scope.
 pub type StreamResult = ApiResult<Response>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cra_trace::{ChainHead, seal};
+    use serde_json::json;
+
+    /// A session's chain of `n` events.
+    fn chain(n: u64) -> Vec<TraceEvent> {
+        let mut head = ChainHead::genesis();
+        (0..n)
+            .map(|i| {
+                let e = seal(
+                    crate::tracelog::draft("t", "s", None, "test.tick", json!({"i": i})),
+                    "sess",
+                    &head,
+                    format!("e{i}"),
+                    "2026-03-01T12:00:00.000000Z".into(),
+                );
+                head = ChainHead::after(&e);
+                e
+            })
+            .collect()
+    }
+
+    /// Runs `in_order` on the events `arrived` (sequences of `chain`) with the store holding
+    /// `stored`; returns the delivered sequences (or the error token) and the number of reads.
+    fn run(
+        next: u64,
+        arrived: &[u64],
+        chain: &[TraceEvent],
+        stored: &[TraceEvent],
+    ) -> (Result<Vec<u64>, String>, usize) {
+        let ready = arrived
+            .iter()
+            .filter_map(|&i| chain.iter().find(|e| e.sequence == i).cloned())
+            .collect();
+        let reads = std::cell::Cell::new(0);
+        let read = |after: Option<u64>, limit: usize| {
+            reads.set(reads.get() + 1);
+            let from = after.map_or(0, |a| a + 1);
+            let page: Vec<TraceEvent> = stored
+                .iter()
+                .filter(|e| e.sequence >= from)
+                .take(limit)
+                .cloned()
+                .collect();
+            async move { Ok(page) }
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a test runtime");
+        let got = rt
+            .block_on(in_order(next, ready, read))
+            .map(|v| v.iter().map(|e| e.sequence).collect())
+            .map_err(|e| format!("{}: {}", e.body.error, e.body.message));
+        (got, reads.get())
+    }
+
+    #[test]
+    fn holes_between_and_before_arrivals_are_filled_from_the_store() {
+        let all = chain(12);
+        // (next, arrived, delivered, store reads); written by hand.
+        let cases: &[(u64, &[u64], &[u64], usize)] = &[
+            (5, &[5, 6, 7], &[5, 6, 7], 0),
+            // 6 was published after 7: the hole between two arrivals (the fan-out loss).
+            (5, &[5, 7], &[5, 6, 7], 1),
+            (5, &[7, 5], &[5, 6, 7], 1),
+            // A hole before the first arrival, and one between.
+            (3, &[5, 8], &[3, 4, 5, 6, 7, 8], 2),
+            // Already sent, duplicated or late copies are dropped.
+            (6, &[4, 5, 6, 6, 7], &[6, 7], 0),
+            (9, &[2], &[], 0),
+        ];
+        for (next, arrived, want, reads) in cases {
+            let (got, n) = run(*next, arrived, &all, &all);
+            assert_eq!(got, Ok(want.to_vec()), "next {next}, arrived {arrived:?}");
+            assert_eq!(
+                n, *reads,
+                "store reads for next {next}, arrived {arrived:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hole_the_store_cannot_fill_fails_the_stream_instead_of_skipping() {
+        let all = chain(8);
+        let mut stored = all.clone();
+        stored.remove(6);
+        let (got, _) = run(5, &[5, 7], &all, &stored);
+        let err = got.expect_err("event 6 cannot be delivered");
+        assert!(err.starts_with("unavailable: event 6 "), "{err}");
+    }
+}

@@ -8,6 +8,7 @@
 //! bounded queue overflows is closed with code [`CLOSE_SLOW_CONSUMER`] and a reason naming the
 //! `since_seq` to resume from; a session's stream closes with 1000 after `session.ended`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::extract::State;
@@ -24,7 +25,7 @@ use crate::extract::QueryParams;
 use crate::routes::Caller;
 use crate::routes::sessions::{check_uuid_field, require_read};
 use crate::state::AppState;
-use crate::tracelog::{StreamFilter, Subscription};
+use crate::tracelog::{LiveEvent, StreamFilter, Subscription};
 
 /// Close code sent to a consumer that fell behind (private-use range 4000-4999).
 pub const CLOSE_SLOW_CONSUMER: u16 = 4008;
@@ -150,12 +151,6 @@ pub async fn stream(
     })
 }
 
-fn text(event: &TraceEvent) -> Option<Message> {
-    serde_json::to_string(event)
-        .ok()
-        .map(|s| Message::Text(s.into()))
-}
-
 async fn close(socket: &mut WebSocket, code: u16, reason: String) {
     let _ = socket
         .send(Message::Close(Some(CloseFrame {
@@ -168,7 +163,7 @@ async fn close(socket: &mut WebSocket, code: u16, reason: String) {
 /// Sends `events` that pass `filter` (advancing `next` past all of them) with one flush.
 async fn send_batch(
     socket: &mut WebSocket,
-    events: &[TraceEvent],
+    events: &[Arc<LiveEvent>],
     filter: &StreamFilter,
     owner: &str,
     next: &mut u64,
@@ -186,13 +181,35 @@ async fn send_batch(
         if !filter.admits(owner, e) {
             continue;
         }
-        let Some(m) = text(e) else { continue };
-        if socket.feed(m).await.is_err() {
+        if socket.feed(Message::Text(e.text.clone())).await.is_err() {
             return false;
         }
         any = true;
     }
     !any || socket.flush().await.is_ok()
+}
+
+/// How long a session stream waits for the live copy of an event missing below one that arrived
+/// before reading it from the store.
+const HOLE_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The first sequence at or after `next` missing below the highest event of `ready`, if any.
+fn first_hole(next: u64, ready: &[Arc<LiveEvent>]) -> Option<u64> {
+    let mut seqs: Vec<u64> = ready
+        .iter()
+        .map(|e| e.sequence)
+        .filter(|s| *s >= next)
+        .collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    let mut want = next;
+    for s in seqs {
+        if s != want {
+            return Some(want);
+        }
+        want = s + 1;
+    }
+    None
 }
 
 /// Puts live events in sequence order from `next` on, without holes: appenders of one session
@@ -203,9 +220,9 @@ async fn send_batch(
 /// with `since_seq`) rather than skip an event. Events below `next` (already sent) are dropped.
 async fn in_order<F, Fut>(
     next: u64,
-    mut ready: Vec<TraceEvent>,
+    mut ready: Vec<Arc<LiveEvent>>,
     mut read: F,
-) -> Result<Vec<TraceEvent>, ApiError>
+) -> Result<Vec<Arc<LiveEvent>>, ApiError>
 where
     F: FnMut(Option<u64>, usize) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<TraceEvent>, ApiError>>,
@@ -224,7 +241,7 @@ where
             for g in gap {
                 if g.sequence == cursor && cursor < e.sequence {
                     cursor += 1;
-                    out.push(g);
+                    out.push(Arc::new(LiveEvent::new(g)));
                 }
             }
             if cursor == before {
@@ -272,6 +289,10 @@ async fn session_stream(
         if page.is_empty() {
             break;
         }
+        let page: Vec<Arc<LiveEvent>> = page
+            .into_iter()
+            .map(|e| Arc::new(LiveEvent::new(e)))
+            .collect();
         if !send_batch(&mut socket, &page, &filter, &owner, &mut next, &mut ended).await {
             return;
         }
@@ -295,9 +316,25 @@ async fn session_stream(
                     }
                     return;
                 };
-                let mut ready = vec![(*first).clone()];
+                let mut ready = vec![first];
                 while let Ok(more) = sub.rx.try_recv() {
-                    ready.push((*more).clone());
+                    ready.push(more);
+                }
+                // A hole's event is committed (it is below one that was published) and its
+                // appender is about to publish it: wait briefly for that copy rather than have
+                // every subscriber read the store. The store fills what is still missing after
+                // the grace, e.g. when the appender's request was dropped before it published.
+                let deadline = tokio::time::Instant::now() + HOLE_GRACE;
+                while first_hole(next, &ready).is_some() {
+                    match tokio::time::timeout_at(deadline, sub.rx.recv()).await {
+                        Ok(Some(more)) => {
+                            ready.push(more);
+                            while let Ok(more) = sub.rx.try_recv() {
+                                ready.push(more);
+                            }
+                        }
+                        Ok(None) | Err(_) => break,
+                    }
                 }
                 let from = next;
                 let sid = id.clone();
@@ -347,8 +384,7 @@ async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscriptio
                     batch.push(more);
                 }
                 for e in &batch {
-                    let Some(m) = text(e) else { continue };
-                    if socket.feed(m).await.is_err() {
+                    if socket.feed(Message::Text(e.text.clone())).await.is_err() {
                         return;
                     }
                 }
@@ -404,6 +440,7 @@ mod tests {
         let ready = arrived
             .iter()
             .filter_map(|&i| chain.iter().find(|e| e.sequence == i).cloned())
+            .map(|e| Arc::new(LiveEvent::new(e)))
             .collect();
         let reads = std::cell::Cell::new(0);
         let read = |after: Option<u64>, limit: usize| {
@@ -450,6 +487,22 @@ mod tests {
                 "store reads for next {next}, arrived {arrived:?}"
             );
         }
+    }
+
+    #[test]
+    fn first_hole_finds_what_is_missing_below_an_arrival() {
+        let all = chain(10);
+        let pick = |seqs: &[usize]| -> Vec<Arc<LiveEvent>> {
+            seqs.iter()
+                .map(|&i| Arc::new(LiveEvent::new(all[i].clone())))
+                .collect()
+        };
+        assert_eq!(first_hole(5, &pick(&[5, 6, 7])), None);
+        assert_eq!(first_hole(5, &pick(&[7, 6, 5, 5])), None);
+        assert_eq!(first_hole(5, &pick(&[5, 7])), Some(6));
+        assert_eq!(first_hole(5, &pick(&[6])), Some(5));
+        assert_eq!(first_hole(5, &pick(&[2, 3])), None);
+        assert_eq!(first_hole(5, &[]), None);
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! fit whole is not queued, the subscriber is marked as overflowed and dropped, and its stream is
 //! closed with a close code telling the client to resume with `since_seq`. Subscribers that see
 //! an event with a later sequence than expected (two appenders publishing out of order) fill the
-//! gap from the store, so a stream delivers every event once and in order.
+//! gap from the store, so a stream delivers every event once and in order. Each published event
+//! is serialised once ([`LiveEvent`]) and the text shared by every subscriber: with 1,000
+//! subscribers, serialising per subscriber was most of the server's work.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,9 +64,34 @@ pub fn event_decision(payload: &Value) -> Option<&str> {
     }
 }
 
+/// An appended event as the live streams send it: the event and its JSON text, made once.
+#[derive(Debug, Clone)]
+pub struct LiveEvent {
+    /// The event.
+    pub event: TraceEvent,
+    /// `event` serialised (cheap to clone: shared bytes).
+    pub text: axum::extract::ws::Utf8Bytes,
+}
+
+impl LiveEvent {
+    /// Serialises `event` for the streams.
+    pub fn new(event: TraceEvent) -> Self {
+        // Serialising a `TraceEvent` cannot fail (string keys, no non-finite floats in a Value).
+        let text = serde_json::to_string(&event).unwrap_or_default().into();
+        Self { event, text }
+    }
+}
+
+impl std::ops::Deref for LiveEvent {
+    type Target = TraceEvent;
+    fn deref(&self) -> &TraceEvent {
+        &self.event
+    }
+}
+
 struct Sub {
     id: u64,
-    tx: mpsc::Sender<Arc<TraceEvent>>,
+    tx: mpsc::Sender<Arc<LiveEvent>>,
     overflow: Arc<AtomicBool>,
     filter: StreamFilter,
 }
@@ -86,7 +113,7 @@ impl std::fmt::Debug for Hub {
 /// One live subscription; unsubscribes when dropped.
 pub struct Subscription {
     /// Events as they are appended.
-    pub rx: mpsc::Receiver<Arc<TraceEvent>>,
+    pub rx: mpsc::Receiver<Arc<LiveEvent>>,
     /// Set when the queue overflowed and the hub dropped this subscriber.
     pub overflow: Arc<AtomicBool>,
     id: u64,
@@ -127,9 +154,9 @@ impl Drop for Subscription {
 }
 
 /// Queues `events` on every subscriber in `subs` that admits them; drops overflowed or closed ones.
-fn fan_out(subs: &mut Vec<Sub>, owner: &str, events: &[Arc<TraceEvent>]) {
+fn fan_out(subs: &mut Vec<Sub>, owner: &str, events: &[Arc<LiveEvent>]) {
     subs.retain(|sub| {
-        let chosen: Vec<&Arc<TraceEvent>> = events
+        let chosen: Vec<&Arc<LiveEvent>> = events
             .iter()
             .filter(|e| sub.filter.admits(owner, e))
             .collect();
@@ -193,10 +220,15 @@ impl Hub {
     /// The events are copied for the streams only when somebody listens: with no subscriber, the
     /// copy was a tenth of the server's CPU under load.
     pub fn publish(&self, session: &str, owner: &str, events: &[TraceEvent]) {
-        let mut shared: Option<Vec<Arc<TraceEvent>>> = None;
-        let mut share = || -> Vec<Arc<TraceEvent>> {
+        let mut shared: Option<Vec<Arc<LiveEvent>>> = None;
+        let mut share = || -> Vec<Arc<LiveEvent>> {
             shared
-                .get_or_insert_with(|| events.iter().cloned().map(Arc::new).collect())
+                .get_or_insert_with(|| {
+                    events
+                        .iter()
+                        .map(|e| Arc::new(LiveEvent::new(e.clone())))
+                        .collect()
+                })
                 .clone()
         };
         {

@@ -86,6 +86,13 @@ impl CarpStore for MemoryStore {
             .insert((session_id.to_owned(), request_id.to_owned())))
     }
 
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError> {
+        Ok(self
+            .lock()
+            .request_ids
+            .contains(&(session_id.to_owned(), request_id.to_owned())))
+    }
+
     fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), StoreError> {
         let mut s = self.lock();
         let id = &resolution.resolution.resolution_id;

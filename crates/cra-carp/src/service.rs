@@ -145,7 +145,14 @@ impl Carp {
             })
     }
 
-    fn common_checks(&self, request: &CarpRequest) -> Result<time::OffsetDateTime, CarpError> {
+    /// Clock skew, session and request id checks. With `record_id` the request id is recorded
+    /// as used now; without, it is only checked, and the caller records it with its result
+    /// (a resolve: [`CarpStore::record_resolve`], one write instead of two).
+    fn common_checks(
+        &self,
+        request: &CarpRequest,
+        record_id: bool,
+    ) -> Result<time::OffsetDateTime, CarpError> {
         let now = self.clock.now();
         check_clock_skew(request, now, self.config.max_skew_seconds)?;
         let session = self
@@ -153,10 +160,15 @@ impl Carp {
             .get_session(&request.requester.session_id)
             .map_err(store_err)?;
         check_session(request, session.as_ref())?;
-        let fresh = self
-            .store
-            .insert_request_id(&request.requester.session_id, &request.request_id)
-            .map_err(store_err)?;
+        let (session_id, request_id) = (&request.requester.session_id, &request.request_id);
+        let fresh = if record_id {
+            self.store.insert_request_id(session_id, request_id)
+        } else {
+            self.store
+                .has_request_id(session_id, request_id)
+                .map(|seen| !seen)
+        }
+        .map_err(store_err)?;
         check_request_id_new(request, fresh)?;
         Ok(now)
     }
@@ -188,7 +200,7 @@ impl Carp {
                 "this is an execute request; send it to execute",
             ));
         }
-        let now = self.common_checks(request)?;
+        let now = self.common_checks(request, request.operation == Operation::Validate)?;
         let counters = CountersSnapshot::load(self.store.as_ref(), &self.atlases, request, now)
             .map_err(store_err)?;
         let options = ResolveOptions {
@@ -211,38 +223,43 @@ impl Carp {
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
         let mut stored = res.clone();
         stored.explain = None;
-        self.store
-            .put_resolution(&StoredResolution {
-                resolution: stored,
+        let approval = match (&res.decision.kind, &res.decision.approval_id) {
+            (DecisionType::RequiresApproval, Some(approval_id)) => Some(ApprovalRecord {
+                approval_id: approval_id.clone(),
+                resolution_id: res.resolution_id.clone(),
                 session_id: request.requester.session_id.clone(),
                 agent_id: request.requester.agent_id.clone(),
+                actions: res
+                    .allowed_actions
+                    .iter()
+                    .filter(|a| a.requires_confirmation)
+                    .map(|a| a.action_id.to_string())
+                    .collect(),
+                created_at: res.timestamp.clone(),
                 expires_at_us,
-            })
-            .map_err(store_err)?;
-        if res.decision.kind == DecisionType::RequiresApproval
-            && let Some(approval_id) = &res.decision.approval_id
-        {
-            self.store
-                .create_approval(&ApprovalRecord {
-                    approval_id: approval_id.clone(),
-                    resolution_id: res.resolution_id.clone(),
+                status: ApprovalStatus::Pending,
+                decided_by: None,
+                decided_at: None,
+                note: None,
+            }),
+            _ => None,
+        };
+        let fresh = self
+            .store
+            .record_resolve(
+                &request.requester.session_id,
+                &request.request_id,
+                &StoredResolution {
+                    resolution: stored,
                     session_id: request.requester.session_id.clone(),
                     agent_id: request.requester.agent_id.clone(),
-                    actions: res
-                        .allowed_actions
-                        .iter()
-                        .filter(|a| a.requires_confirmation)
-                        .map(|a| a.action_id.to_string())
-                        .collect(),
-                    created_at: res.timestamp.clone(),
                     expires_at_us,
-                    status: ApprovalStatus::Pending,
-                    decided_by: None,
-                    decided_at: None,
-                    note: None,
-                })
-                .map_err(store_err)?;
-        }
+                },
+                approval.as_ref(),
+            )
+            .map_err(store_err)?;
+        // A duplicate that raced past the check above: refused, and nothing was written.
+        check_request_id_new(request, fresh)?;
         Ok((res, counters))
     }
 
@@ -278,7 +295,7 @@ impl Carp {
     /// are answered as responses with status `denied` / `pending_approval`.
     pub fn execute(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
         let exec = execution_of(request)?;
-        let now = self.common_checks(request)?;
+        let now = self.common_checks(request, true)?;
         if let Some(key) = &exec.idempotency_key
             && let Some(first) = self
                 .store

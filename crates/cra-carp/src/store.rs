@@ -236,6 +236,31 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// when the session had already seen it (nothing changes then).
     fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
 
+    /// Whether `session_id` has already seen `request_id` (a read; nothing changes).
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
+
+    /// Records what a resolve leaves behind: `request_id` as used in `session_id`, the
+    /// resolution and, when it requires approval, its pending approval. Returns `false` and
+    /// changes nothing when the session has already seen `request_id` (a duplicate sent
+    /// concurrently). A store whose writes are serialised (redb) does it in one transaction, so
+    /// a resolve waits for the writer once; the default makes the three writes in turn.
+    fn record_resolve(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        resolution: &StoredResolution,
+        approval: Option<&ApprovalRecord>,
+    ) -> Result<bool, StoreError> {
+        if !self.insert_request_id(session_id, request_id)? {
+            return Ok(false);
+        }
+        self.put_resolution(resolution)?;
+        if let Some(a) = approval {
+            self.create_approval(a)?;
+        }
+        Ok(true)
+    }
+
     // --- resolutions ------------------------------------------------------------------------
 
     /// Stores a resolution; [`StoreError::AlreadyExists`] when its id is taken.

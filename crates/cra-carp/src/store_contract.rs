@@ -19,6 +19,7 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     sessions(make().as_ref());
     request_ids(make().as_ref());
     resolutions(make().as_ref());
+    resolve_records(make().as_ref());
     executions(make().as_ref());
     rate_counters(make().as_ref());
     budget_counters(make().as_ref());
@@ -128,6 +129,46 @@ fn request_ids(s: &dyn CarpStore) {
         s.insert_request_id("s2", "r1").unwrap(),
         "request ids are per session"
     );
+    assert!(s.has_request_id("s1", "r1").unwrap());
+    assert!(!s.has_request_id("s1", "r2").unwrap());
+    assert!(!s.has_request_id("s3", "r1").unwrap(), "per session");
+}
+
+/// `record_resolve`: request id, resolution and approval together, or nothing on a duplicate.
+fn resolve_records(s: &dyn CarpStore) {
+    let stored = |id: &str| StoredResolution {
+        resolution: sample_resolution(id),
+        session_id: "s1".to_owned(),
+        agent_id: "agent-a".to_owned(),
+        expires_at_us: 1_767_229_200_000_000,
+    };
+    assert!(
+        s.record_resolve("s1", "r1", &stored("res-1"), None)
+            .unwrap()
+    );
+    assert!(s.has_request_id("s1", "r1").unwrap());
+    assert_eq!(s.get_resolution("res-1").unwrap(), Some(stored("res-1")));
+    // A duplicate request id: refused, and neither its resolution nor its approval is written.
+    assert!(
+        !s.record_resolve("s1", "r1", &stored("res-2"), Some(&approval("a9")))
+            .unwrap()
+    );
+    assert_eq!(s.get_resolution("res-2").unwrap(), None);
+    assert_eq!(s.get_approval("a9").unwrap(), None);
+    // With an approval: stored and listed as pending.
+    assert!(
+        s.record_resolve("s1", "r2", &stored("res-3"), Some(&approval("a1")))
+            .unwrap()
+    );
+    assert_eq!(s.get_resolution("res-3").unwrap(), Some(stored("res-3")));
+    assert_eq!(s.get_approval("a1").unwrap(), Some(approval("a1")));
+    let pending: Vec<String> = s
+        .list_pending_approvals()
+        .unwrap()
+        .into_iter()
+        .map(|a| a.approval_id)
+        .collect();
+    assert_eq!(pending, ["a1"]);
 }
 
 fn resolutions(s: &dyn CarpStore) {

@@ -141,6 +141,17 @@ impl CarpStore for PgStore {
         Ok(n == 1)
     }
 
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_opt(
+                "SELECT 1 FROM carp_request_ids WHERE session_id = $1 AND request_id = $2",
+                &[&session_id, &request_id],
+            )
+            .map_err(be)?;
+        Ok(row.is_some())
+    }
+
     fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpError> {
         let id = &resolution.resolution.resolution_id;
         let body = encode(resolution)?;

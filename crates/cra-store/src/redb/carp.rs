@@ -208,6 +208,57 @@ impl CarpStore for RedbStore {
         })
     }
 
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(REQUEST_IDS).map_err(be)?;
+        Ok(t.get((session_id, request_id)).map_err(be)?.is_some())
+    }
+
+    fn record_resolve(
+        &self,
+        session_id: &str,
+        request_id: &str,
+        resolution: &StoredResolution,
+        approval: Option<&ApprovalRecord>,
+    ) -> Result<bool, CarpError> {
+        let resolution_id = resolution.resolution.resolution_id.as_str();
+        let body = encode(resolution)?;
+        let approval_body = approval.map(encode).transpose()?;
+        self.carp_write(|txn| {
+            let mut ids = txn.open_table(REQUEST_IDS).map_err(be)?;
+            if ids.get((session_id, request_id)).map_err(be)?.is_some() {
+                return Ok((false, false));
+            }
+            ids.insert((session_id, request_id), ()).map_err(be)?;
+            let mut t = txn.open_table(RESOLUTIONS).map_err(be)?;
+            if t.get(resolution_id).map_err(be)?.is_some() {
+                return Err(CarpError::AlreadyExists {
+                    what: "resolution",
+                    id: resolution_id.to_owned(),
+                });
+            }
+            t.insert(resolution_id, body.as_slice()).map_err(be)?;
+            if let (Some(a), Some(bytes)) = (approval, &approval_body) {
+                let id = a.approval_id.as_str();
+                let mut t = txn.open_table(APPROVALS).map_err(be)?;
+                if t.get(id).map_err(be)?.is_some() {
+                    return Err(CarpError::AlreadyExists {
+                        what: "approval",
+                        id: id.to_owned(),
+                    });
+                }
+                t.insert(id, bytes.as_slice()).map_err(be)?;
+                if a.status == ApprovalStatus::Pending {
+                    txn.open_table(PENDING)
+                        .map_err(be)?
+                        .insert(id, ())
+                        .map_err(be)?;
+                }
+            }
+            Ok((true, true))
+        })
+    }
+
     fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpError> {
         let id = resolution.resolution.resolution_id.as_str();
         self.carp_insert_new(RESOLUTIONS, "resolution", id, resolution, |_| Ok(()))

@@ -63,6 +63,22 @@ macro_rules! forward {
             ) -> Result<bool, cra_carp::store::StoreError> {
                 self.store.insert_request_id(s, r)
             }
+            fn has_request_id(
+                &self,
+                s: &str,
+                r: &str,
+            ) -> Result<bool, cra_carp::store::StoreError> {
+                self.store.has_request_id(s, r)
+            }
+            fn record_resolve(
+                &self,
+                s: &str,
+                r: &str,
+                res: &cra_carp::store::StoredResolution,
+                a: Option<&cra_carp::store::ApprovalRecord>,
+            ) -> Result<bool, cra_carp::store::StoreError> {
+                self.store.record_resolve(s, r, res, a)
+            }
             fn put_resolution(
                 &self,
                 r: &cra_carp::store::StoredResolution,

@@ -336,14 +336,13 @@ async fn session_stream(
                         Ok(None) | Err(_) => break,
                     }
                 }
-                let from = next;
                 let sid = id.clone();
                 let read = |after: Option<u64>, limit: usize| {
                     let state = state.clone();
                     let sid = sid.clone();
                     async move { state.read_events_after(&sid, after, limit).await }
                 };
-                let batch = match in_order(from, ready, read).await {
+                let batch = match in_order(next, ready, read).await {
                     Ok(b) => b,
                     Err(e) => {
                         close(&mut socket, 1011, format!("{}; reconnect with since_seq={next}", e.body.message)).await;

@@ -65,7 +65,20 @@ pub fn seal(
     event_id: String,
     timestamp: String,
 ) -> TraceEvent {
-    let mut event = TraceEvent {
+    let mut event = unsealed(draft, session_id, head, event_id, timestamp);
+    event.event_hash = compute_event_hash(&event);
+    event
+}
+
+/// The event `draft` becomes at `head`, with an empty `event_hash`.
+fn unsealed(
+    draft: EventDraft,
+    session_id: &str,
+    head: &ChainHead,
+    event_id: String,
+    timestamp: String,
+) -> TraceEvent {
+    TraceEvent {
         trace_version: TRACE_VERSION.to_owned(),
         event_id,
         trace_id: draft.trace_id,
@@ -79,9 +92,7 @@ pub fn seal(
         event_hash: String::new(),
         previous_event_hash: head.head_hash.clone(),
         extra: serde_json::Map::new(),
-    };
-    event.event_hash = compute_event_hash(&event);
-    event
+    }
 }
 
 /// A draft whose costly, chain-independent part of sealing is done: the payload's TRACE
@@ -204,21 +215,7 @@ pub fn seal_prepared(
     push_json_str(&mut wire, &head.head_hash);
     wire.push(b'}');
 
-    let PreparedDraft { draft, .. } = prepared;
-    let event = TraceEvent {
-        trace_version: TRACE_VERSION.to_owned(),
-        event_id,
-        trace_id: draft.trace_id,
-        span_id: draft.span_id,
-        parent_span_id: draft.parent_span_id,
-        session_id: session_id.to_owned(),
-        sequence: head.next_sequence,
-        timestamp,
-        event_type: draft.event_type,
-        payload: draft.payload,
-        event_hash,
-        previous_event_hash: head.head_hash.clone(),
-        extra: serde_json::Map::new(),
-    };
+    let mut event = unsealed(prepared.draft, session_id, head, event_id, timestamp);
+    event.event_hash = event_hash;
     (event, wire)
 }

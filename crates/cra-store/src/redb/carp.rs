@@ -112,18 +112,30 @@ impl RedbStore {
     ) -> Result<(), CarpError> {
         let bytes = encode(value)?;
         self.carp_write(|txn| {
-            let mut t = txn.open_table(table).map_err(be)?;
-            if t.get(id).map_err(be)?.is_some() {
-                return Err(CarpError::AlreadyExists {
-                    what,
-                    id: id.to_owned(),
-                });
-            }
-            t.insert(id, bytes.as_slice()).map_err(be)?;
+            insert_new_in(txn, table, what, id, &bytes)?;
             also(txn)?;
             Ok(((), true))
         })
     }
+}
+
+/// Inserts `id -> bytes` into `table` in `txn`; [`CarpError::AlreadyExists`] when `id` is taken.
+fn insert_new_in(
+    txn: &WriteTransaction,
+    table: TableDefinition<'static, &str, &[u8]>,
+    what: &'static str,
+    id: &str,
+    bytes: &[u8],
+) -> Result<(), CarpError> {
+    let mut t = txn.open_table(table).map_err(be)?;
+    if t.get(id).map_err(be)?.is_some() {
+        return Err(CarpError::AlreadyExists {
+            what,
+            id: id.to_owned(),
+        });
+    }
+    t.insert(id, bytes).map_err(be)?;
+    Ok(())
 }
 
 /// The count of executions in `(since_us, until_us]` for one counter, in `txn`'s view.
@@ -230,24 +242,11 @@ impl CarpStore for RedbStore {
                 return Ok((false, false));
             }
             ids.insert((session_id, request_id), ()).map_err(be)?;
-            let mut t = txn.open_table(RESOLUTIONS).map_err(be)?;
-            if t.get(resolution_id).map_err(be)?.is_some() {
-                return Err(CarpError::AlreadyExists {
-                    what: "resolution",
-                    id: resolution_id.to_owned(),
-                });
-            }
-            t.insert(resolution_id, body.as_slice()).map_err(be)?;
+            drop(ids);
+            insert_new_in(txn, RESOLUTIONS, "resolution", resolution_id, &body)?;
             if let (Some(a), Some(bytes)) = (approval, &approval_body) {
                 let id = a.approval_id.as_str();
-                let mut t = txn.open_table(APPROVALS).map_err(be)?;
-                if t.get(id).map_err(be)?.is_some() {
-                    return Err(CarpError::AlreadyExists {
-                        what: "approval",
-                        id: id.to_owned(),
-                    });
-                }
-                t.insert(id, bytes.as_slice()).map_err(be)?;
+                insert_new_in(txn, APPROVALS, "approval", id, bytes)?;
                 if a.status == ApprovalStatus::Pending {
                     txn.open_table(PENDING)
                         .map_err(be)?

@@ -13,8 +13,8 @@ use crate::eval::{CountersSnapshot, ResolveOptions, resolve, seconds_to_us, unix
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ExecutionRecord, SessionRecord,
-    StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ExecutionRecord, ResolveRecord,
+    SessionRecord, StoreError, StoredResolution,
 };
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
@@ -75,6 +75,17 @@ pub enum ExecuteOutcome {
 }
 
 /// CARP over a store, an atlas set, a clock and an id generator.
+/// A resolve checked and evaluated but not yet recorded ([`Carp::prepare_resolve`]).
+#[derive(Debug, Clone)]
+pub struct PreparedResolve {
+    /// The answer (with `explain` when asked for).
+    pub resolution: Resolution,
+    /// The counters the evaluation read.
+    pub counters: CountersSnapshot,
+    /// What to record; `None` for a validate request, which records nothing.
+    pub record: Option<ResolveRecord>,
+}
+
 #[derive(Debug, Clone)]
 pub struct Carp {
     store: Arc<dyn CarpStore>,
@@ -194,6 +205,33 @@ impl Carp {
         explain: bool,
         trace_id: Option<String>,
     ) -> Result<(Resolution, CountersSnapshot), CarpError> {
+        let prepared = self.prepare_resolve(request, explain, trace_id)?;
+        if let Some(record) = &prepared.record {
+            let fresh = self
+                .store
+                .record_resolve(
+                    &record.session_id,
+                    &record.request_id,
+                    &record.resolution,
+                    record.approval.as_ref(),
+                )
+                .map_err(store_err)?;
+            // A duplicate that raced past the check: refused, and nothing was written.
+            check_request_id_new(request, fresh)?;
+        }
+        Ok((prepared.resolution, prepared.counters))
+    }
+
+    /// Checks and evaluates a resolve (or validate) request without writing anything: the
+    /// caller records [`PreparedResolve::record`] itself, with [`CarpStore::record_resolve`] or
+    /// together with the resolve's trace events ([`crate::store::ResolveLog`]), and must refuse
+    /// the request as a duplicate when that finds the request id already used.
+    pub fn prepare_resolve(
+        &self,
+        request: &CarpRequest,
+        explain: bool,
+        trace_id: Option<String>,
+    ) -> Result<PreparedResolve, CarpError> {
         if request.operation == Operation::Execute {
             return Err(CarpError::new(
                 Token::InvalidRequest,
@@ -218,7 +256,11 @@ impl Carp {
         )
         .map_err(|e| CarpError::new(e.token(), e.to_string()))?;
         if request.operation == Operation::Validate {
-            return Ok((res, counters));
+            return Ok(PreparedResolve {
+                resolution: res,
+                counters,
+                record: None,
+            });
         }
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
         let mut stored = res.clone();
@@ -244,23 +286,22 @@ impl Carp {
             }),
             _ => None,
         };
-        let fresh = self
-            .store
-            .record_resolve(
-                &request.requester.session_id,
-                &request.request_id,
-                &StoredResolution {
-                    resolution: stored,
-                    session_id: request.requester.session_id.clone(),
-                    agent_id: request.requester.agent_id.clone(),
-                    expires_at_us,
-                },
-                approval.as_ref(),
-            )
-            .map_err(store_err)?;
-        // A duplicate that raced past the check above: refused, and nothing was written.
-        check_request_id_new(request, fresh)?;
-        Ok((res, counters))
+        let record = ResolveRecord {
+            session_id: request.requester.session_id.clone(),
+            request_id: request.request_id.clone(),
+            resolution: StoredResolution {
+                resolution: stored,
+                session_id: request.requester.session_id.clone(),
+                agent_id: request.requester.agent_id.clone(),
+                expires_at_us,
+            },
+            approval,
+        };
+        Ok(PreparedResolve {
+            resolution: res,
+            counters,
+            record: Some(record),
+        })
     }
 
     fn answer(

@@ -328,3 +328,85 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// Every approval still pending, ordered by `approval_id`.
     fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError>;
 }
+
+// --- a resolve and its trace events as one unit ----------------------------------------------
+
+/// What a resolve leaves in the store: its request id as used in the session, the resolution
+/// (for later execute requests) and, when it requires approval, its pending approval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolveRecord {
+    /// The requester's session.
+    pub session_id: String,
+    /// The request's id, unique per session.
+    pub request_id: String,
+    /// The resolution as stored (without `explain`).
+    pub resolution: StoredResolution,
+    /// The pending approval, when the decision is `requires_approval`.
+    pub approval: Option<ApprovalRecord>,
+}
+
+/// Why [`ResolveLog::record_and_append`] failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResolveLogError {
+    /// The CARP store refused or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The chain refused the events or its store failed.
+    #[error(transparent)]
+    Chain(#[from] cra_trace::store::ChainStoreError),
+}
+
+/// Records a resolve and appends its TRACE events to the session's chain.
+///
+/// A backend whose writes go through one transaction per batch (redb) does both in the
+/// collector's durable transaction: the resolve waits for the writer once, with every other
+/// append of the batch, and the state and the events are stored together or not at all.
+/// [`RecordThenAppend`] does them one after the other for any pair of stores.
+pub trait ResolveLog: Send + Sync {
+    /// Records `record` and appends `drafts` to `record.session_id`'s chain; returns the sealed
+    /// events, durable when it returns. `Ok(None)` when the session had already seen the
+    /// request id (a duplicate sent concurrently): nothing is recorded or appended then.
+    fn record_and_append(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError>;
+}
+
+/// [`ResolveLog`] over two stores: [`CarpStore::record_resolve`], then the chain append. If the
+/// append fails, the recorded state stays (its resolution is then usable without its events
+/// having been recorded; the error is answered, so the caller was not told it succeeded).
+#[derive(Clone)]
+pub struct RecordThenAppend {
+    /// Where the state goes.
+    pub carp: std::sync::Arc<dyn CarpStore>,
+    /// Where the events go.
+    pub chains: std::sync::Arc<dyn cra_trace::store::ChainStore>,
+}
+
+impl fmt::Debug for RecordThenAppend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordThenAppend")
+            .field("carp", &self.carp)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ResolveLog for RecordThenAppend {
+    fn record_and_append(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError> {
+        let fresh = self.carp.record_resolve(
+            &record.session_id,
+            &record.request_id,
+            &record.resolution,
+            record.approval.as_ref(),
+        )?;
+        if !fresh {
+            return Ok(None);
+        }
+        Ok(Some(self.chains.append(&record.session_id, drafts)?))
+    }
+}

@@ -150,18 +150,18 @@ fn resolve_records(s: &dyn CarpStore) {
     assert_eq!(s.get_resolution("res-1").unwrap(), Some(stored("res-1")));
     // A duplicate request id: refused, and neither its resolution nor its approval is written.
     assert!(
-        !s.record_resolve("s1", "r1", &stored("res-2"), Some(&approval("a9")))
+        !s.record_resolve("s1", "r1", &stored("res-2"), Some(&sample_approval("a9")))
             .unwrap()
     );
     assert_eq!(s.get_resolution("res-2").unwrap(), None);
     assert_eq!(s.get_approval("a9").unwrap(), None);
     // With an approval: stored and listed as pending.
     assert!(
-        s.record_resolve("s1", "r2", &stored("res-3"), Some(&approval("a1")))
+        s.record_resolve("s1", "r2", &stored("res-3"), Some(&sample_approval("a1")))
             .unwrap()
     );
     assert_eq!(s.get_resolution("res-3").unwrap(), Some(stored("res-3")));
-    assert_eq!(s.get_approval("a1").unwrap(), Some(approval("a1")));
+    assert_eq!(s.get_approval("a1").unwrap(), Some(sample_approval("a1")));
     let pending: Vec<String> = s
         .list_pending_approvals()
         .unwrap()
@@ -320,7 +320,8 @@ fn consume_is_all_or_nothing(s: &dyn CarpStore) {
     assert_eq!(s.budget_spent("b", "global").unwrap(), 0);
 }
 
-fn approval(id: &str) -> ApprovalRecord {
+/// A pending approval of resolution `res-1` in session `s1`, as the contract uses.
+pub fn sample_approval(id: &str) -> ApprovalRecord {
     ApprovalRecord {
         approval_id: id.to_owned(),
         resolution_id: "res-1".to_owned(),
@@ -337,10 +338,10 @@ fn approval(id: &str) -> ApprovalRecord {
 }
 
 fn approvals(s: &dyn CarpStore) {
-    s.create_approval(&approval("a2")).unwrap();
-    s.create_approval(&approval("a1")).unwrap();
+    s.create_approval(&sample_approval("a2")).unwrap();
+    s.create_approval(&sample_approval("a1")).unwrap();
     assert!(matches!(
-        s.create_approval(&approval("a1")),
+        s.create_approval(&sample_approval("a1")),
         Err(StoreError::AlreadyExists { .. })
     ));
     let pending: Vec<String> = s

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use cra_carp::CarpStore;
+use cra_carp::store::{RecordThenAppend, ResolveLog};
 use cra_store::{PgStore, RedbStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use cra_wire::{Clock, IdGenerator};
@@ -18,6 +19,9 @@ pub struct Backends {
     pub chains: Arc<dyn ChainStore>,
     /// CARP sessions, resolutions, executions, counters, approvals.
     pub carp: Arc<dyn CarpStore>,
+    /// A resolve's state with its events: one transaction on redb, one after the other on
+    /// PostgreSQL.
+    pub resolves: Arc<dyn ResolveLog>,
     /// Relay projects, packages, facts.
     pub relay: Arc<dyn cra_relay::RelayStore>,
     /// `redb` or `postgres`.
@@ -50,10 +54,16 @@ pub fn open(
                 store_config,
                 config.postgres_pool,
             )?;
+            let chains: Arc<dyn ChainStore> = Arc::new(pg.clone());
+            let carp: Arc<dyn CarpStore> = Arc::new(pg.clone());
             Ok(Backends {
-                relay: Arc::new(cra_store::relay::PgRelay::new(pg.clone())),
-                chains: Arc::new(pg.clone()),
-                carp: Arc::new(pg),
+                relay: Arc::new(cra_store::relay::PgRelay::new(pg)),
+                resolves: Arc::new(RecordThenAppend {
+                    carp: carp.clone(),
+                    chains: chains.clone(),
+                }),
+                chains,
+                carp,
                 kind: "postgres",
             })
         }
@@ -62,6 +72,7 @@ pub fn open(
             Ok(Backends {
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
+                resolves: Arc::new(redb.clone()),
                 carp: Arc::new(redb),
                 kind: "redb",
             })

@@ -292,6 +292,34 @@ impl Runtime {
         Ok(events)
     }
 
+    /// Records a resolve's state and appends its events ([`cra_carp::store::ResolveLog`]), then
+    /// publishes them as [`Runtime::append_events`] does. `Ok(None)`: the request id was already
+    /// used in the session and nothing was written.
+    pub async fn append_resolve(
+        &self,
+        owner: &str,
+        record: cra_carp::store::ResolveRecord,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Option<Vec<TraceEvent>>, ApiError> {
+        let resolves = self.backends.resolves.clone();
+        let sid = record.session_id.clone();
+        let appended = crate::error::run_blocking("the resolve's append task failed", move || {
+            resolves.record_and_append(&record, drafts)
+        })
+        .await?
+        .map_err(|e| match e {
+            cra_carp::store::ResolveLogError::Chain(e) => chain_error(e),
+            cra_carp::store::ResolveLogError::Store(e) => {
+                ApiError::new(Token::Unavailable, e.to_string())
+            }
+        })?;
+        if let Some(events) = &appended {
+            self.metrics.add_events(events.len() as u64);
+            self.hub.publish(&sid, owner, events);
+        }
+        Ok(appended)
+    }
+
     /// Up to `limit` events after sequence `after` (from the start when `None`).
     pub async fn read_events_after(
         &self,

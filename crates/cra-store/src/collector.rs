@@ -22,6 +22,10 @@ pub(crate) type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
 pub(crate) struct Job {
     pub session_id: String,
     pub drafts: Vec<PreparedDraft>,
+    /// A resolve's state, written in the same transaction before the events (redb only). When
+    /// its request id turns out to be used, the job is answered with no events and nothing of
+    /// it is written.
+    pub resolve: Option<crate::redb::carp::EncodedResolve>,
     pub reply: Reply,
 }
 
@@ -30,6 +34,21 @@ pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<PreparedDr
     batch
         .into_iter()
         .map(|job| (job.reply, (job.session_id, job.drafts)))
+        .unzip()
+}
+
+/// One append's work with the state written beside it.
+pub(crate) type Work = (
+    String,
+    Vec<PreparedDraft>,
+    Option<crate::redb::carp::EncodedResolve>,
+);
+
+/// As [`split`], keeping each job's attached state.
+pub(crate) fn split_with_state(batch: Vec<Job>) -> (Vec<Reply>, Vec<Work>) {
+    batch
+        .into_iter()
+        .map(|job| (job.reply, (job.session_id, job.drafts, job.resolve)))
         .unzip()
 }
 
@@ -91,6 +110,18 @@ impl Collector {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        self.submit_with(session_id, drafts, None)
+    }
+
+    /// As [`Collector::submit`], with a resolve's state to write in the same transaction (the
+    /// committer must be redb's). An empty answer means the resolve's request id was already
+    /// used: nothing was written.
+    pub(crate) fn submit_with(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+        resolve: Option<crate::redb::carp::EncodedResolve>,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
         // The append preconditions every backend shares, checked before anything is queued.
         cra_trace::store::check_session_id(session_id)?;
         if drafts.is_empty() {
@@ -101,6 +132,7 @@ impl Collector {
         let job = Job {
             session_id: session_id.to_owned(),
             drafts,
+            resolve,
             reply,
         };
         let gone = || ChainStoreError::Unavailable("the commit thread has stopped".into());

@@ -150,6 +150,23 @@ fn rejection_events(
     ]
 }
 
+/// Records a resolve refused by a rule (`carp.request.received` + `carp.request.rejected`) and
+/// returns the refusal to answer; a failure to record it is answered instead.
+async fn refuse(state: &Runtime, request: &CarpRequest, trace_id: &str, err: ApiError) -> ApiError {
+    if err.token().is_some_and(is_recorded_refusal) {
+        let span = state.ids.new_id();
+        let drafts = rejection_events(request, trace_id, &span, &err);
+        let sid = &request.requester.session_id;
+        if let Err(e) = state
+            .append_events(sid, &request.requester.agent_id, drafts)
+            .await
+        {
+            return e;
+        }
+    }
+    err
+}
+
 /// Resolves a CARP request.
 #[utoipa::path(post, path = "/v1/resolve", tag = "carp",
     request_body(content = Object, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
@@ -176,7 +193,6 @@ pub async fn resolve(
         }
     };
     let request = admit(&state, &actor, &body, Operation::Resolve).await?;
-    let sid = request.requester.session_id.clone();
     let agent = request.requester.agent_id.clone();
     let trace_id = state.ids.new_id();
     let atlases = state.atlases();
@@ -184,25 +200,20 @@ pub async fn resolve(
     let req2 = request.clone();
     let tid = trace_id.clone();
     let result = crate::error::run_blocking("the resolve task failed", move || {
-        carp.resolve_recorded(&req2, true, Some(tid))
+        carp.prepare_resolve(&req2, true, Some(tid))
     })
     .await?;
-    let (mut resolution, counters) = match result {
-        Ok(r) => r,
-        Err(e) => {
-            let err = carp_error(e);
-            if err.token().is_some_and(is_recorded_refusal) {
-                let span = state.ids.new_id();
-                state
-                    .append_events(
-                        &sid,
-                        &agent,
-                        rejection_events(&request, &trace_id, &span, &err),
-                    )
-                    .await?;
+    let (mut resolution, counters, record) = match result {
+        Ok(p) => match p.record {
+            Some(record) => (p.resolution, p.counters, record),
+            None => {
+                return Err(ApiError::new(
+                    Token::InternalError,
+                    "a resolve was evaluated as a validate request and left nothing to record",
+                ));
             }
-            return Err(err);
-        }
+        },
+        Err(e) => return Err(refuse(&state, &request, &trace_id, carp_error(e)).await),
     };
     let span = resolution.resolution_id.clone();
     let explain_data = resolution.explain.take();
@@ -297,7 +308,22 @@ pub async fn resolve(
             "resolution": resolution,
         }),
     ));
-    state.append_events(&sid, &agent, drafts).await?;
+    // The resolve's state (request id, resolution, approval) is stored with its events: on redb
+    // in the same durable transaction.
+    if state
+        .append_resolve(&agent, record, drafts)
+        .await?
+        .is_none()
+    {
+        // A duplicate that raced past the read check: refused, and nothing of it was written.
+        let e = cra_carp::validate::check_request_id_new(&request, false)
+            .err()
+            .map_or_else(
+                || ApiError::new(Token::DuplicateRequestId, "request_id was already used"),
+                carp_error,
+            );
+        return Err(refuse(&state, &request, &trace_id, e).await);
+    }
     state
         .metrics
         .record_resolution(resolution.decision.kind.as_str());

@@ -119,6 +119,112 @@ impl RedbStore {
     }
 }
 
+/// A resolve's state, encoded off the writer's thread so that the write transaction only
+/// inserts bytes.
+pub(crate) struct EncodedResolve {
+    session_id: String,
+    request_id: String,
+    resolution_id: String,
+    resolution: Vec<u8>,
+    /// `(approval id, record, pending)`.
+    approval: Option<(String, Vec<u8>, bool)>,
+}
+
+impl EncodedResolve {
+    pub(crate) fn new(
+        session_id: &str,
+        request_id: &str,
+        resolution: &StoredResolution,
+        approval: Option<&ApprovalRecord>,
+    ) -> Result<Self, CarpError> {
+        Ok(Self {
+            session_id: session_id.to_owned(),
+            request_id: request_id.to_owned(),
+            resolution_id: resolution.resolution.resolution_id.clone(),
+            resolution: encode(resolution)?,
+            approval: approval
+                .map(|a| {
+                    encode(a).map(|bytes| {
+                        (
+                            a.approval_id.clone(),
+                            bytes,
+                            a.status == ApprovalStatus::Pending,
+                        )
+                    })
+                })
+                .transpose()?,
+        })
+    }
+}
+
+/// Writes a resolve's state in `txn`: its request id, its resolution and its approval. Returns
+/// `false` and writes nothing when the session has already seen the request id;
+/// [`CarpError::AlreadyExists`] (nothing written) when the resolution or approval id is taken.
+/// Everything is checked before anything is written, so a refusal leaves `txn` as it was.
+pub(crate) fn apply_resolve(txn: &WriteTransaction, r: &EncodedResolve) -> Result<bool, CarpError> {
+    let mut ids = txn.open_table(REQUEST_IDS).map_err(be)?;
+    let key = (r.session_id.as_str(), r.request_id.as_str());
+    if ids.get(key).map_err(be)?.is_some() {
+        return Ok(false);
+    }
+    let mut resolutions = txn.open_table(RESOLUTIONS).map_err(be)?;
+    if resolutions
+        .get(r.resolution_id.as_str())
+        .map_err(be)?
+        .is_some()
+    {
+        return Err(CarpError::AlreadyExists {
+            what: "resolution",
+            id: r.resolution_id.clone(),
+        });
+    }
+    let mut approvals = txn.open_table(APPROVALS).map_err(be)?;
+    if let Some((id, _, _)) = &r.approval
+        && approvals.get(id.as_str()).map_err(be)?.is_some()
+    {
+        return Err(CarpError::AlreadyExists {
+            what: "approval",
+            id: id.clone(),
+        });
+    }
+    ids.insert(key, ()).map_err(be)?;
+    resolutions
+        .insert(r.resolution_id.as_str(), r.resolution.as_slice())
+        .map_err(be)?;
+    if let Some((id, bytes, pending)) = &r.approval {
+        approvals
+            .insert(id.as_str(), bytes.as_slice())
+            .map_err(be)?;
+        if *pending {
+            txn.open_table(PENDING)
+                .map_err(be)?
+                .insert(id.as_str(), ())
+                .map_err(be)?;
+        }
+    }
+    Ok(true)
+}
+
+impl cra_carp::store::ResolveLog for RedbStore {
+    fn record_and_append(
+        &self,
+        record: &cra_carp::store::ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, cra_carp::store::ResolveLogError> {
+        let encoded = EncodedResolve::new(
+            &record.session_id,
+            &record.request_id,
+            &record.resolution,
+            record.approval.as_ref(),
+        )?;
+        let events = self
+            .collector()
+            .submit_with(&record.session_id, drafts, Some(encoded))?;
+        // An empty answer: the request id was already used and nothing was written.
+        Ok((!events.is_empty()).then_some(events))
+    }
+}
+
 /// Inserts `id -> bytes` into `table` in `txn`; [`CarpError::AlreadyExists`] when `id` is taken.
 fn insert_new_in(
     txn: &WriteTransaction,
@@ -233,28 +339,10 @@ impl CarpStore for RedbStore {
         resolution: &StoredResolution,
         approval: Option<&ApprovalRecord>,
     ) -> Result<bool, CarpError> {
-        let resolution_id = resolution.resolution.resolution_id.as_str();
-        let body = encode(resolution)?;
-        let approval_body = approval.map(encode).transpose()?;
+        let encoded = EncodedResolve::new(session_id, request_id, resolution, approval)?;
         self.carp_write(|txn| {
-            let mut ids = txn.open_table(REQUEST_IDS).map_err(be)?;
-            if ids.get((session_id, request_id)).map_err(be)?.is_some() {
-                return Ok((false, false));
-            }
-            ids.insert((session_id, request_id), ()).map_err(be)?;
-            drop(ids);
-            insert_new_in(txn, RESOLUTIONS, "resolution", resolution_id, &body)?;
-            if let (Some(a), Some(bytes)) = (approval, &approval_body) {
-                let id = a.approval_id.as_str();
-                insert_new_in(txn, APPROVALS, "approval", id, bytes)?;
-                if a.status == ApprovalStatus::Pending {
-                    txn.open_table(PENDING)
-                        .map_err(be)?
-                        .insert(id, ())
-                        .map_err(be)?;
-                }
-            }
-            Ok((true, true))
+            let fresh = apply_resolve(txn, &encoded)?;
+            Ok((fresh, fresh))
         })
     }
 

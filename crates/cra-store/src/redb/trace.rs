@@ -10,6 +10,11 @@
 //!
 //! Tables: `trace_events` maps `(session_id, sequence)` to the event's exact wire JSON;
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
+//!
+//! A resolve's state (request id, resolution, approval: `cra_carp::store::ResolveLog`) may ride
+//! with its events: the committer writes it in the same transaction just before sealing them, so
+//! the resolve waits for the single writer once, with the batch, and its state and events are
+//! stored together or not at all.
 
 use std::collections::HashMap;
 
@@ -19,7 +24,7 @@ use cra_trace::{ChainHead, EventDraft, TraceEvent};
 
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
-use crate::collector::{Answer, Job, answer_all, split};
+use crate::collector::{Answer, Job, answer_all, split_with_state};
 use crate::{StoreConfig, StoreError};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
@@ -40,7 +45,7 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), StoreError> {
 
 /// Seals and commits `batch` in one durable write transaction, then answers every job.
 pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
-    let (replies, work) = split(batch);
+    let (replies, work) = split_with_state(batch);
     let mut answers: Vec<Answer> = vec![None; replies.len()];
     let result = (|| -> Result<(), ChainStoreError> {
         let mut txn = db.begin_write().map_err(unavailable)?;
@@ -50,7 +55,8 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
             let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
             let mut heads = txn.open_table(HEADS).map_err(unavailable)?;
             let mut touched: HashMap<String, HeadRecord> = HashMap::new();
-            for ((session_id, drafts), answer) in work.into_iter().zip(answers.iter_mut()) {
+            for ((session_id, drafts, resolve), answer) in work.into_iter().zip(answers.iter_mut())
+            {
                 let head = match touched.get(&session_id) {
                     Some(head) => head.clone(),
                     None => match heads.get(session_id.as_str()).map_err(unavailable)? {
@@ -61,6 +67,21 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                 if let Err(e) = check_batch(&session_id, head.ended, &drafts) {
                     *answer = Some(Err(e));
                     continue;
+                }
+                if let Some(resolve) = &resolve {
+                    match super::carp::apply_resolve(&txn, resolve) {
+                        Ok(true) => {}
+                        // The request id was used: neither the state nor the events are written.
+                        Ok(false) => {
+                            *answer = Some(Ok(Vec::new()));
+                            continue;
+                        }
+                        Err(e @ cra_carp::StoreError::AlreadyExists { .. }) => {
+                            *answer = Some(Err(unavailable(e)));
+                            continue;
+                        }
+                        Err(e) => return Err(unavailable(e)),
+                    }
                 }
                 let (head, sealed, bodies) = seal_all(config, &session_id, head, drafts)?;
                 for (event, body) in sealed.iter().zip(&bodies) {

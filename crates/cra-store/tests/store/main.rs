@@ -11,5 +11,6 @@ mod chain;
 mod concurrency;
 mod crash;
 mod relay;
+mod resolve_log;
 mod retention;
 mod specific;

@@ -371,7 +371,24 @@ pub trait ResolveLog: Send + Sync {
         record: &ResolveRecord,
         drafts: Vec<cra_trace::EventDraft>,
     ) -> Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError>;
+
+    /// As [`ResolveLog::record_and_append`], telling `done` the outcome (exactly once) instead
+    /// of returning it: a store that queues the work for a committer returns once it is queued
+    /// and calls `done` when it is durable. The default does the work, then calls `done`. It may
+    /// block either way: call it where blocking is allowed.
+    fn record_and_append_then(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+        done: ResolveDone,
+    ) {
+        done(self.record_and_append(record, drafts));
+    }
 }
+
+/// Told the outcome of [`ResolveLog::record_and_append_then`].
+pub type ResolveDone =
+    Box<dyn FnOnce(Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError>) + Send>;
 
 /// [`ResolveLog`] over two stores: [`CarpStore::record_resolve`], then the chain append. If the
 /// append fails, the recorded state stays (its resolution is then usable without its events

@@ -282,11 +282,23 @@ impl Runtime {
     ) -> Result<Vec<TraceEvent>, ApiError> {
         let chains = self.backends.chains.clone();
         let sid = session_id.to_owned();
-        let events = crate::error::run_blocking("the trace append task failed", move || {
-            chains.append(&sid, drafts)
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        // Queueing is quick but may block (a store without a committer appends right there); the
+        // wait for the durable commit is not on any thread.
+        crate::error::run_blocking("the trace append task failed", move || {
+            chains.append_then(
+                &sid,
+                drafts,
+                Box::new(move |r| {
+                    let _ = done.send(r);
+                }),
+            );
         })
-        .await?
-        .map_err(chain_error)?;
+        .await?;
+        let events = outcome
+            .await
+            .map_err(|e| ApiError::internal("the trace append was dropped", e))?
+            .map_err(chain_error)?;
         self.metrics.add_events(events.len() as u64);
         self.hub.publish(session_id, owner, &events);
         Ok(events)
@@ -303,16 +315,26 @@ impl Runtime {
     ) -> Result<Option<Vec<TraceEvent>>, ApiError> {
         let resolves = self.backends.resolves.clone();
         let sid = record.session_id.clone();
-        let appended = crate::error::run_blocking("the resolve's append task failed", move || {
-            resolves.record_and_append(&record, drafts)
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        crate::error::run_blocking("the resolve's append task failed", move || {
+            resolves.record_and_append_then(
+                &record,
+                drafts,
+                Box::new(move |r| {
+                    let _ = done.send(r);
+                }),
+            );
         })
-        .await?
-        .map_err(|e| match e {
-            cra_carp::store::ResolveLogError::Chain(e) => chain_error(e),
-            cra_carp::store::ResolveLogError::Store(e) => {
-                ApiError::new(Token::Unavailable, e.to_string())
-            }
-        })?;
+        .await?;
+        let appended = outcome
+            .await
+            .map_err(|e| ApiError::internal("the resolve's append was dropped", e))?
+            .map_err(|e| match e {
+                cra_carp::store::ResolveLogError::Chain(e) => chain_error(e),
+                cra_carp::store::ResolveLogError::Store(e) => {
+                    ApiError::new(Token::Unavailable, e.to_string())
+                }
+            })?;
         if let Some(events) = &appended {
             self.metrics.add_events(events.len() as u64);
             self.hub.publish(&sid, owner, events);

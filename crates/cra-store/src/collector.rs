@@ -16,7 +16,8 @@ pub const MAX_BATCH_APPENDS: usize = 4096;
 
 /// What an appender is told.
 pub(crate) type Answer = Option<Result<Vec<TraceEvent>, ChainStoreError>>;
-pub(crate) type Reply = Sender<Result<Vec<TraceEvent>, ChainStoreError>>;
+/// Called once with the append's outcome, from the committer thread.
+pub(crate) type Reply = cra_trace::store::AppendDone;
 
 /// One append waiting for a committer.
 pub(crate) struct Job {
@@ -68,7 +69,7 @@ pub(crate) fn answer_all(
                 "the append was not processed".into(),
             )),
         };
-        let _ = reply.send(answer);
+        reply(answer);
     }
 }
 
@@ -102,47 +103,61 @@ impl Collector {
         })
     }
 
-    /// Queues an append and waits for its answer. The drafts are prepared (payloads
-    /// canonicalised) here, on the appender's thread, so that the committer, which every append
-    /// of the store goes through, only links hashes and writes.
+    /// Queues an append and waits for its answer.
     pub(crate) fn submit(
         &self,
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        self.submit_with(session_id, drafts, None)
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.queue(
+            session_id,
+            drafts,
+            None,
+            Box::new(move |outcome| {
+                let _ = reply.send(outcome);
+            }),
+        );
+        answer.recv().map_err(|_| stopped())?
     }
 
-    /// As [`Collector::submit`], with a resolve's state to write in the same transaction (the
-    /// committer must be redb's). An empty answer means the resolve's request id was already
-    /// used: nothing was written.
-    pub(crate) fn submit_with(
+    /// Queues an append; `done` is told its outcome, once, from the committer thread when the
+    /// append is durable (or at once when it is refused before queueing). The drafts are
+    /// prepared (payloads canonicalised) here, on the appender's thread, so that the committer,
+    /// which every append of the store goes through, only links hashes and writes.
+    pub(crate) fn queue(
         &self,
         session_id: &str,
         drafts: Vec<EventDraft>,
         resolve: Option<crate::redb::carp::EncodedResolve>,
-    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        done: Reply,
+    ) {
         // The append preconditions every backend shares, checked before anything is queued.
-        cra_trace::store::check_session_id(session_id)?;
+        if let Err(e) = cra_trace::store::check_session_id(session_id) {
+            return done(Err(e));
+        }
         if drafts.is_empty() {
-            return Err(ChainStoreError::EmptyAppend);
+            return done(Err(ChainStoreError::EmptyAppend));
         }
         let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
-        let (reply, answer) = crossbeam_channel::bounded(1);
         let job = Job {
             session_id: session_id.to_owned(),
             drafts,
             resolve,
-            reply,
+            reply: done,
         };
-        let gone = || ChainStoreError::Unavailable("the commit thread has stopped".into());
-        self.queue
-            .as_ref()
-            .ok_or_else(gone)?
-            .send(job)
-            .map_err(|_| gone())?;
-        answer.recv().map_err(|_| gone())?
+        let Some(queue) = self.queue.as_ref() else {
+            return (job.reply)(Err(stopped()));
+        };
+        if let Err(crossbeam_channel::SendError(job)) = queue.send(job) {
+            (job.reply)(Err(stopped()));
+        }
     }
+}
+
+/// The answer when the committer is gone.
+pub(crate) fn stopped() -> ChainStoreError {
+    ChainStoreError::Unavailable("the commit thread has stopped".into())
 }
 
 impl Drop for Collector {

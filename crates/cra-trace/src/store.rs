@@ -144,6 +144,9 @@ pub fn not_before(now: String, previous: &str) -> String {
     }
 }
 
+/// Told the outcome of an append made with [`ChainStore::append_then`].
+pub type AppendDone = Box<dyn FnOnce(Result<Vec<TraceEvent>, ChainStoreError>) + Send>;
+
 /// Durable, serialised storage of TRACE chains (see the module documentation for the promises).
 pub trait ChainStore: Send + Sync {
     /// Seals `drafts` onto the end of `session_id`'s chain (creating it if needed) and returns the
@@ -153,6 +156,15 @@ pub trait ChainStore: Send + Sync {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError>;
+
+    /// As [`ChainStore::append`], telling `done` the outcome (exactly once) instead of returning
+    /// it. A store that queues appends for a committer (group commit) returns once the append is
+    /// queued and calls `done` from the committer when it is durable, so no thread waits for the
+    /// flush; the default appends, then calls `done`, before returning. It may block either way:
+    /// call it where blocking is allowed.
+    fn append_then(&self, session_id: &str, drafts: Vec<EventDraft>, done: AppendDone) {
+        done(self.append(session_id, drafts));
+    }
 
     /// Events with `from <= sequence < to`, in order (empty for an unknown session).
     fn read_range(

@@ -211,17 +211,45 @@ impl cra_carp::store::ResolveLog for RedbStore {
         record: &cra_carp::store::ResolveRecord,
         drafts: Vec<cra_trace::EventDraft>,
     ) -> Result<Option<Vec<cra_trace::TraceEvent>>, cra_carp::store::ResolveLogError> {
-        let encoded = EncodedResolve::new(
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.record_and_append_then(
+            record,
+            drafts,
+            Box::new(move |outcome| {
+                let _ = reply.send(outcome);
+            }),
+        );
+        answer.recv().map_err(|_| crate::collector::stopped())?
+    }
+
+    fn record_and_append_then(
+        &self,
+        record: &cra_carp::store::ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+        done: cra_carp::store::ResolveDone,
+    ) {
+        let encoded = match EncodedResolve::new(
             &record.session_id,
             &record.request_id,
             &record.resolution,
             record.approval.as_ref(),
-        )?;
-        let events = self
-            .collector()
-            .submit_with(&record.session_id, drafts, Some(encoded))?;
-        // An empty answer: the request id was already used and nothing was written.
-        Ok((!events.is_empty()).then_some(events))
+        ) {
+            Ok(e) => e,
+            Err(e) => return done(Err(e.into())),
+        };
+        self.collector().queue(
+            &record.session_id,
+            drafts,
+            Some(encoded),
+            // An empty answer: the request id was already used and nothing was written.
+            Box::new(move |outcome| {
+                done(
+                    outcome
+                        .map(|events| (!events.is_empty()).then_some(events))
+                        .map_err(Into::into),
+                );
+            }),
+        );
     }
 }
 

@@ -113,6 +113,15 @@ impl ChainStore for RedbStore {
         self.collector().submit(session_id, drafts)
     }
 
+    fn append_then(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+        done: cra_trace::store::AppendDone,
+    ) {
+        self.collector().queue(session_id, drafts, None, done);
+    }
+
     fn read_range(
         &self,
         session_id: &str,

@@ -166,3 +166,48 @@ fn sessions_are_listed_in_id_order() {
         assert_eq!(ids, ["C", "a", "a-2", "b"], "{}", b.name);
     }
 }
+
+#[test]
+fn append_then_reports_each_outcome_once() {
+    for b in backends("append_then_reports_each_outcome_once", || fixed().1) {
+        let s = &*b.store;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let report = |tx: &std::sync::mpsc::Sender<_>| {
+            let tx = tx.clone();
+            Box::new(move |r| tx.send(r).unwrap()) as cra_trace::store::AppendDone
+        };
+        s.append_then("s1", vec![note(0), note(1)], report(&tx));
+        s.append_then("s1", vec![], report(&tx));
+        s.append_then("bad id", vec![note(2)], report(&tx));
+        s.append_then("s1", vec![note(3)], report(&tx));
+        drop(tx);
+        let outcomes: Vec<_> = rx.iter().collect();
+        assert_eq!(outcomes.len(), 4, "{}: one report per append", b.name);
+        // Refusals before queueing are reported at once, so they may overtake queued appends.
+        let (ok, refused): (Vec<_>, Vec<_>) = outcomes.into_iter().partition(Result::is_ok);
+        let mut refused: Vec<ChainStoreError> =
+            refused.into_iter().map(|r| r.unwrap_err()).collect();
+        refused.sort_by_key(|e| matches!(e, ChainStoreError::InvalidSessionId { .. }));
+        assert!(
+            matches!(refused[0], ChainStoreError::EmptyAppend),
+            "{}",
+            b.name
+        );
+        assert!(
+            matches!(refused[1], ChainStoreError::InvalidSessionId { .. }),
+            "{}",
+            b.name
+        );
+        let mut appended: Vec<cra_trace::TraceEvent> =
+            ok.into_iter().flat_map(Result::unwrap).collect();
+        appended.sort_by_key(|e| e.sequence);
+        let stored = s.read_range("s1", 0, u64::MAX).unwrap();
+        assert_eq!(
+            appended, stored,
+            "{}: reported events are the stored ones",
+            b.name
+        );
+        assert_eq!(stored.len(), 3, "{}", b.name);
+        check_chain("s1", &stored).unwrap();
+    }
+}

@@ -26,6 +26,11 @@ pub struct Backends {
     pub relay: Arc<dyn cra_relay::RelayStore>,
     /// `redb` or `postgres`.
     pub kind: &'static str,
+    /// Whether reads and queued appends return without waiting on a network or on another
+    /// writer (redb: reads are MVCC snapshots, appends only queue for the committer), so the
+    /// runtime makes those calls on the async worker instead of hopping to the blocking pool
+    /// ([`crate::state::Runtime::quick`]). PostgreSQL answers over the network: `false`.
+    pub quick_reads: bool,
 }
 
 impl std::fmt::Debug for Backends {
@@ -65,6 +70,7 @@ pub fn open(
                 chains,
                 carp,
                 kind: "postgres",
+                quick_reads: false,
             })
         }
         None => {
@@ -75,6 +81,7 @@ pub fn open(
                 resolves: Arc::new(redb.clone()),
                 carp: Arc::new(redb),
                 kind: "redb",
+                quick_reads: true,
             })
         }
     }

@@ -45,6 +45,28 @@ pub struct Runtime {
     pub test_clock: Option<Arc<crate::conformance::TestClock>>,
 }
 
+impl Runtime {
+    /// Runs a store read, or the queueing of an append, where it costs least: on the calling
+    /// async worker when the backend's reads never wait ([`Backends::quick_reads`]: a hop to the
+    /// blocking pool and back cost more than a redb read), otherwise on the blocking pool. Never
+    /// use it for a write that may wait for the store's writer. A panic becomes a 500 naming
+    /// `what` either way.
+    ///
+    /// [`Backends::quick_reads`]: crate::backend::Backends::quick_reads
+    pub async fn quick<T, F>(&self, what: &'static str, f: F) -> crate::error::ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        if self.backends.quick_reads {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .map_err(|_| crate::error::ApiError::internal(what, "the task panicked"))
+        } else {
+            crate::error::run_blocking(what, f).await
+        }
+    }
+}
+
 /// A cheap handle on the [`Runtime`], cloned into every handler.
 #[derive(Debug, Clone)]
 pub struct AppState(pub Arc<Runtime>);

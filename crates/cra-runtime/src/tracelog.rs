@@ -283,9 +283,9 @@ impl Runtime {
         let chains = self.backends.chains.clone();
         let sid = session_id.to_owned();
         let (done, outcome) = tokio::sync::oneshot::channel();
-        // Queueing is quick but may block (a store without a committer appends right there); the
-        // wait for the durable commit is not on any thread.
-        crate::error::run_blocking("the trace append task failed", move || {
+        // Queueing only prepares the drafts and hands them to the committer; the wait for the
+        // durable commit is not on any thread.
+        self.quick("the trace append task failed", move || {
             chains.append_then(
                 &sid,
                 drafts,
@@ -316,7 +316,9 @@ impl Runtime {
         let resolves = self.backends.resolves.clone();
         let sid = record.session_id.clone();
         let (done, outcome) = tokio::sync::oneshot::channel();
-        crate::error::run_blocking("the resolve's append task failed", move || {
+        // redb queues the state with the events; PostgreSQL writes the state first (a network
+        // round trip), so there it runs on the blocking pool.
+        self.quick("the resolve's append task failed", move || {
             resolves.record_and_append_then(
                 &record,
                 drafts,
@@ -351,6 +353,7 @@ impl Runtime {
     ) -> Result<Vec<TraceEvent>, ApiError> {
         let chains = self.backends.chains.clone();
         let sid = session_id.to_owned();
+        // A page may hold thousands of events: decoding them stays off the async workers.
         crate::error::run_blocking("the trace read task failed", move || {
             chains.read_after(&sid, after, limit)
         })

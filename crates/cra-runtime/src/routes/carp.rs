@@ -199,10 +199,12 @@ pub async fn resolve(
     let carp = state.carp_service();
     let req2 = request.clone();
     let tid = trace_id.clone();
-    let result = crate::error::run_blocking("the resolve task failed", move || {
-        carp.prepare_resolve(&req2, true, Some(tid))
-    })
-    .await?;
+    // Checks and evaluation read the store and write nothing: no blocking-pool hop on redb.
+    let result = state
+        .quick("the resolve task failed", move || {
+            carp.prepare_resolve(&req2, true, Some(tid))
+        })
+        .await?;
     let (mut resolution, counters, record) = match result {
         Ok(p) => match p.record {
             Some(record) => (p.resolution, p.counters, record),
@@ -363,7 +365,7 @@ pub async fn execute(
     };
     // The resolve's trace and span, when the resolution is this agent's.
     let rid = exec.resolution_id.clone();
-    let stored = state.carp(move |s| s.get_resolution(&rid)).await?;
+    let stored = state.carp_read(move |s| s.get_resolution(&rid)).await?;
     let (trace_id, parent) = match &stored {
         Some(s) if s.agent_id == agent => (
             s.resolution.trace_id.clone(),

@@ -152,10 +152,21 @@ impl Runtime {
             .map_err(carp_store_error)
     }
 
+    /// A read of the CARP store, made where reads cost least ([`Runtime::quick`]).
+    pub async fn carp_read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> ApiResult<T> {
+        let store = self.backends.carp.clone();
+        self.quick("a store read failed", move || f(store.as_ref()))
+            .await?
+            .map_err(carp_store_error)
+    }
+
     /// The session `id`, or 404 `session_not_found`.
     pub async fn session_record(&self, id: &str) -> ApiResult<SessionRecord> {
         let key = id.to_owned();
-        self.carp(move |s| s.get_session(&key))
+        self.carp_read(move |s| s.get_session(&key))
             .await?
             .ok_or_else(|| {
                 ApiError::new(

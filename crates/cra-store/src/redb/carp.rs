@@ -15,7 +15,7 @@
 //! `carp_pending` (approval id -> ()) listing the pending ones.
 
 use ::redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
@@ -161,14 +161,15 @@ impl EncodedResolve {
 /// `false` and writes nothing when the session has already seen the request id;
 /// [`CarpError::AlreadyExists`] (nothing written) when the resolution or approval id is taken.
 /// Everything is checked before anything is written, so a refusal leaves `txn` as it was.
-pub(crate) fn apply_resolve(txn: &WriteTransaction, r: &EncodedResolve) -> Result<bool, CarpError> {
-    let mut ids = txn.open_table(REQUEST_IDS).map_err(be)?;
+pub(crate) fn apply_resolve(
+    t: &mut ResolveTables<'_>,
+    r: &EncodedResolve,
+) -> Result<bool, CarpError> {
     let key = (r.session_id.as_str(), r.request_id.as_str());
-    if ids.get(key).map_err(be)?.is_some() {
+    if t.ids.get(key).map_err(be)?.is_some() {
         return Ok(false);
     }
-    let mut resolutions = txn.open_table(RESOLUTIONS).map_err(be)?;
-    if resolutions
+    if t.resolutions
         .get(r.resolution_id.as_str())
         .map_err(be)?
         .is_some()
@@ -178,31 +179,49 @@ pub(crate) fn apply_resolve(txn: &WriteTransaction, r: &EncodedResolve) -> Resul
             id: r.resolution_id.clone(),
         });
     }
-    let mut approvals = txn.open_table(APPROVALS).map_err(be)?;
     if let Some((id, _, _)) = &r.approval
-        && approvals.get(id.as_str()).map_err(be)?.is_some()
+        && t.approvals.get(id.as_str()).map_err(be)?.is_some()
     {
         return Err(CarpError::AlreadyExists {
             what: "approval",
             id: id.clone(),
         });
     }
-    ids.insert(key, ()).map_err(be)?;
-    resolutions
+    t.ids.insert(key, ()).map_err(be)?;
+    t.resolutions
         .insert(r.resolution_id.as_str(), r.resolution.as_slice())
         .map_err(be)?;
     if let Some((id, bytes, pending)) = &r.approval {
-        approvals
+        t.approvals
             .insert(id.as_str(), bytes.as_slice())
             .map_err(be)?;
         if *pending {
-            txn.open_table(PENDING)
-                .map_err(be)?
-                .insert(id.as_str(), ())
-                .map_err(be)?;
+            t.pending.insert(id.as_str(), ()).map_err(be)?;
         }
     }
     Ok(true)
+}
+
+/// The tables a resolve's state is written to, opened once per write transaction: the
+/// committer applies every resolve of a batch through one set (in redb, opening a table and
+/// closing it again writes its root back each time).
+pub(crate) struct ResolveTables<'txn> {
+    ids: Table<'txn, (&'static str, &'static str), ()>,
+    resolutions: Table<'txn, &'static str, &'static [u8]>,
+    approvals: Table<'txn, &'static str, &'static [u8]>,
+    pending: Table<'txn, &'static str, ()>,
+}
+
+impl<'txn> ResolveTables<'txn> {
+    /// Opens the tables in `txn`.
+    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, CarpError> {
+        Ok(Self {
+            ids: txn.open_table(REQUEST_IDS).map_err(be)?,
+            resolutions: txn.open_table(RESOLUTIONS).map_err(be)?,
+            approvals: txn.open_table(APPROVALS).map_err(be)?,
+            pending: txn.open_table(PENDING).map_err(be)?,
+        })
+    }
 }
 
 impl cra_carp::store::ResolveLog for RedbStore {
@@ -369,7 +388,7 @@ impl CarpStore for RedbStore {
     ) -> Result<bool, CarpError> {
         let encoded = EncodedResolve::new(session_id, request_id, resolution, approval)?;
         self.carp_write(|txn| {
-            let fresh = apply_resolve(txn, &encoded)?;
+            let fresh = apply_resolve(&mut ResolveTables::open(txn)?, &encoded)?;
             Ok((fresh, fresh))
         })
     }

@@ -55,6 +55,8 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
             let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
             let mut heads = txn.open_table(HEADS).map_err(unavailable)?;
             let mut touched: HashMap<String, HeadRecord> = HashMap::new();
+            // Opened at the batch's first resolve, then shared by every resolve of the batch.
+            let mut resolve_tables: Option<super::carp::ResolveTables<'_>> = None;
             for ((session_id, drafts, resolve), answer) in work.into_iter().zip(answers.iter_mut())
             {
                 let head = match touched.get(&session_id) {
@@ -69,7 +71,12 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                     continue;
                 }
                 if let Some(resolve) = &resolve {
-                    match super::carp::apply_resolve(&txn, resolve) {
+                    let tables = match &mut resolve_tables {
+                        Some(tables) => tables,
+                        None => resolve_tables
+                            .insert(super::carp::ResolveTables::open(&txn).map_err(unavailable)?),
+                    };
+                    match super::carp::apply_resolve(tables, resolve) {
                         Ok(true) => {}
                         // The request id was used: neither the state nor the events are written.
                         Ok(false) => {

@@ -275,7 +275,10 @@ mod tests {
     #[test]
     fn serialises_canonically_only_when_the_texts_agree() {
         let cases: &[(&str, bool)] = &[
-            (r#"{"b":1,"a":[true,null,"x y"],"c":{"z":-12,"d":"\"\\/\n\t\u0007"}}"#, true),
+            (
+                r#"{"b":1,"a":[true,null,"x y"],"c":{"z":-12,"d":"\"\\/\n\t\u0007"}}"#,
+                true,
+            ),
             (r#"{"n":123456789012345678901234567890}"#, true),
             (r#"[1.5]"#, false),
             (r#"{"n":1.0}"#, false),

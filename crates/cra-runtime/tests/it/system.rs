@@ -592,3 +592,37 @@ async fn the_clock_is_settable_only_in_test_mode_and_only_by_admins() {
     );
     s.stop().await;
 }
+
+/// On redb, `Runtime::quick` makes store calls on the async worker; a call that panics is still
+/// answered 500 `internal_error` naming the task, as on the blocking pool.
+#[tokio::test]
+async fn quick_store_calls_run_inline_on_redb_and_a_panic_becomes_a_500() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = cra_runtime::RuntimeConfig {
+        addr: "127.0.0.1:0".into(),
+        data: dir.path().join("data"),
+        ..Default::default()
+    };
+    let (state, _) = cra_runtime::build_runtime(
+        config,
+        std::sync::Arc::new(cra_wire::SystemClock),
+        std::sync::Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    assert!(
+        state.backends.quick_reads,
+        "redb reads never wait for the writer"
+    );
+    assert_eq!(state.quick("a probe", || 7).await.unwrap(), 7);
+    let err = state
+        .quick("a probe", || -> u32 { panic!("a store call that panics") })
+        .await
+        .unwrap_err();
+    assert_eq!(err.status.as_u16(), 500);
+    assert_eq!(err.token(), Some(cra_wire::Token::InternalError));
+    assert!(
+        err.body.message.starts_with("a probe"),
+        "{}",
+        err.body.message
+    );
+}

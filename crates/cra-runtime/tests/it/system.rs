@@ -113,20 +113,26 @@ async fn rate_limit_answers_429_per_key() {
     s.stop().await;
 }
 
-#[tokio::test]
-async fn first_start_without_keys_creates_a_private_admin_key() {
-    let dir = tempfile::tempdir().unwrap();
+/// A runtime with the default configuration (no keys file, system clock and ids) over a data
+/// directory in `dir`, as `cra serve --data DIR/data` builds it.
+fn default_runtime(dir: &Path) -> (cra_runtime::AppState, Vec<cra_runtime::StartNotice>) {
     let config = cra_runtime::RuntimeConfig {
         addr: "127.0.0.1:0".into(),
-        data: dir.path().join("data"),
+        data: dir.join("data"),
         ..Default::default()
     };
-    let (state, notices) = cra_runtime::build_runtime(
+    cra_runtime::build_runtime(
         config,
         std::sync::Arc::new(cra_wire::SystemClock),
         std::sync::Arc::new(cra_wire::UuidV7Ids),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn first_start_without_keys_creates_a_private_admin_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (state, notices) = default_runtime(dir.path());
     let path = dir.path().join("data").join("api-keys.toml");
     assert_eq!(
         notices[0],
@@ -598,17 +604,7 @@ async fn the_clock_is_settable_only_in_test_mode_and_only_by_admins() {
 #[tokio::test]
 async fn quick_store_calls_run_inline_on_redb_and_a_panic_becomes_a_500() {
     let dir = tempfile::tempdir().unwrap();
-    let config = cra_runtime::RuntimeConfig {
-        addr: "127.0.0.1:0".into(),
-        data: dir.path().join("data"),
-        ..Default::default()
-    };
-    let (state, _) = cra_runtime::build_runtime(
-        config,
-        std::sync::Arc::new(cra_wire::SystemClock),
-        std::sync::Arc::new(cra_wire::UuidV7Ids),
-    )
-    .unwrap();
+    let (state, _) = default_runtime(dir.path());
     assert!(
         state.backends.quick_reads,
         "redb reads never wait for the writer"

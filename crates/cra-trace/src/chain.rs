@@ -267,8 +267,31 @@ pub fn seal_prepared(
 
 #[cfg(test)]
 mod tests {
-    use super::serialises_canonically;
+    use super::{push_json_str, serialises_canonically};
     use serde_json::Value;
+
+    /// The copy-as-is path and the serde_json path write every string as serde_json does.
+    #[test]
+    fn push_json_str_writes_what_serde_json_writes() {
+        for s in [
+            "",
+            "01a20f73-45ea-720b-bf21-23219480b08a",
+            "carp.request.received",
+            "a \"quoted\" word",
+            "back\\slash",
+            "line\nbreak\ttab\u{7}bell",
+            "del\u{7f}",
+            "caf\u{e9} \u{1f600}",
+        ] {
+            let mut out = Vec::new();
+            push_json_str(&mut out, s);
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                serde_json::to_string(s).unwrap(),
+                "{s:?}"
+            );
+        }
+    }
 
     /// Payloads whose serde_json text is taken as canonical must really be; the others are the
     /// cases where the two writers differ (or may).

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-/// One direct modification of a stored chain (events are addressed by their key sequence).
+/// One direct modification of a stored chain (events are addressed by their place in the chain:
+/// a PostgreSQL row's key; in redb, a record's key plus the line's index in it).
 #[derive(Debug, Clone, Copy)]
 enum Edit {
     /// Change the payload, keep the recorded hash.
@@ -150,25 +151,53 @@ const EVENTS: redb::TableDefinition<'static, (&str, u64), &[u8]> =
 const HEADS: redb::TableDefinition<'static, &str, &[u8]> =
     redb::TableDefinition::new("trace_heads");
 
-impl RawStore for RedbRaw {
-    fn get(&mut self, sid: &str, seq: u64) -> Vec<u8> {
+impl RedbRaw {
+    /// The record holding `seq` (one append's events, one per line, keyed by the first one's
+    /// sequence): its key and its lines.
+    fn record(&mut self, sid: &str, seq: u64) -> (u64, Vec<Vec<u8>>) {
         use redb::ReadableDatabase;
         let txn = self.0.begin_read().unwrap();
         let t = txn.open_table(EVENTS).unwrap();
-        t.get((sid, seq)).unwrap().unwrap().value().to_vec()
+        let (key, value) = t
+            .range((sid, 0)..=(sid, seq))
+            .unwrap()
+            .next_back()
+            .unwrap()
+            .unwrap();
+        let lines = value.value().split(|b| *b == b'\n').map(<[u8]>::to_vec);
+        (key.value().1, lines.collect())
+    }
+
+    /// Writes the record `first` back with `lines` (removes it when none is left).
+    fn write_record(&mut self, sid: &str, first: u64, lines: &[Vec<u8>]) {
+        let txn = self.0.begin_write().unwrap();
+        {
+            let mut t = txn.open_table(EVENTS).unwrap();
+            if lines.is_empty() {
+                t.remove((sid, first)).unwrap();
+            } else {
+                t.insert((sid, first), lines.join(&b'\n').as_slice())
+                    .unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+}
+
+impl RawStore for RedbRaw {
+    fn get(&mut self, sid: &str, seq: u64) -> Vec<u8> {
+        let (first, lines) = self.record(sid, seq);
+        lines[(seq - first) as usize].clone()
     }
     fn put(&mut self, sid: &str, seq: u64, body: &[u8]) {
-        let txn = self.0.begin_write().unwrap();
-        txn.open_table(EVENTS)
-            .unwrap()
-            .insert((sid, seq), body)
-            .unwrap();
-        txn.commit().unwrap();
+        let (first, mut lines) = self.record(sid, seq);
+        lines[(seq - first) as usize] = body.to_vec();
+        self.write_record(sid, first, &lines);
     }
     fn delete(&mut self, sid: &str, seq: u64) {
-        let txn = self.0.begin_write().unwrap();
-        txn.open_table(EVENTS).unwrap().remove((sid, seq)).unwrap();
-        txn.commit().unwrap();
+        let (first, mut lines) = self.record(sid, seq);
+        lines.remove((seq - first) as usize);
+        self.write_record(sid, first, &lines);
     }
     fn len(&mut self, sid: &str) -> u64 {
         use redb::ReadableDatabase;

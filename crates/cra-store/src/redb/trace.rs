@@ -8,7 +8,10 @@
 //! refused by a chain rule is answered at once and writes nothing; if the commit fails, every
 //! append of the batch is answered with the error and nothing of the batch is stored.
 //!
-//! Tables: `trace_events` maps `(session_id, sequence)` to the event's exact wire JSON;
+//! Tables: `trace_events` maps `(session_id, sequence of an append's first event)` to the wire
+//! JSON of that append's events, one per line (an append is one record, so a resolve's sixteen
+//! events cost one B-tree insert, not sixteen; a record of one event is the event's JSON alone,
+//! which is also how databases written before records held several events read);
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 //!
 //! A resolve's state (request id, resolution, approval: `cra_carp::store::ResolveLog`) may ride
@@ -91,9 +94,12 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                     }
                 }
                 let (head, sealed, bodies) = seal_all(config, &session_id, head, drafts)?;
-                for (event, body) in sealed.iter().zip(&bodies) {
+                if let Some(first) = sealed.first() {
                     events
-                        .insert((session_id.as_str(), event.sequence), body.as_slice())
+                        .insert(
+                            (session_id.as_str(), first.sequence),
+                            pack(&bodies).as_slice(),
+                        )
                         .map_err(unavailable)?;
                 }
                 touched.insert(session_id, head);
@@ -109,6 +115,64 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
         txn.commit().map_err(unavailable)
     })();
     answer_all(replies, answers, &result);
+}
+
+/// One append's record: its events' wire JSON, one per line. Wire JSON never holds a raw line
+/// break (a string's breaks are escaped and nothing is pretty-printed), so the lines split back
+/// exactly.
+fn pack(bodies: &[Vec<u8>]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
+    for body in bodies {
+        if !record.is_empty() {
+            record.push(b'\n');
+        }
+        record.extend_from_slice(body);
+    }
+    record
+}
+
+/// Up to `limit` events of `session_id` whose places are in `from..to`, in order, from the
+/// records of `events` (a line's place is its record's key plus its index; the record holding
+/// `from` may start before it).
+fn read_records(
+    events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
+    session_id: &str,
+    from: u64,
+    to: u64,
+    limit: usize,
+) -> Result<Vec<TraceEvent>, ChainStoreError> {
+    let mut out = Vec::new();
+    if from >= to || limit == 0 {
+        return Ok(out);
+    }
+    let start = match events
+        .range((session_id, 0)..=(session_id, from))
+        .map_err(unavailable)?
+        .next_back()
+    {
+        Some(entry) => entry.map_err(unavailable)?.0.value().1,
+        None => from,
+    };
+    for entry in events
+        .range((session_id, start)..(session_id, to))
+        .map_err(unavailable)?
+    {
+        let (key, value) = entry.map_err(unavailable)?;
+        let first = key.value().1;
+        for (i, line) in value.value().split(|b| *b == b'\n').enumerate() {
+            let sequence = first.saturating_add(i as u64);
+            if sequence < from {
+                continue;
+            }
+            if sequence >= to || out.len() == limit {
+                return Ok(out);
+            }
+            // The event is returned as stored, whatever `sequence` it says: judging the chain
+            // (a gap, a swap) is verification's job, and it must see what was stored.
+            out.push(decode_event(session_id, sequence, line)?);
+        }
+    }
+    Ok(out)
 }
 
 impl ChainStore for RedbStore {
@@ -140,15 +204,7 @@ impl ChainStore for RedbStore {
         }
         let txn = self.database().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
-        let mut out = Vec::new();
-        for entry in events
-            .range((session_id, from)..(session_id, to))
-            .map_err(unavailable)?
-        {
-            let (key, value) = entry.map_err(unavailable)?;
-            out.push(decode_event(session_id, key.value().1, value.value())?);
-        }
-        Ok(out)
+        read_records(&events, session_id, from, to, usize::MAX)
     }
 
     fn read_after(
@@ -164,16 +220,7 @@ impl ChainStore for RedbStore {
         };
         let txn = self.database().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
-        let mut out = Vec::new();
-        for entry in events
-            .range((session_id, from)..=(session_id, u64::MAX))
-            .map_err(unavailable)?
-            .take(limit)
-        {
-            let (key, value) = entry.map_err(unavailable)?;
-            out.push(decode_event(session_id, key.value().1, value.value())?);
-        }
-        Ok(out)
+        read_records(&events, session_id, from, u64::MAX, limit)
     }
 
     fn session(&self, session_id: &str) -> Result<Option<SessionSummary>, ChainStoreError> {

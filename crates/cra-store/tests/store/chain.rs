@@ -31,6 +31,11 @@ fn appends_are_contiguous_and_readable() {
         check_chain("s1", &all).unwrap();
         assert_eq!(s.read_range("s1", 1, 3).unwrap(), all[1..3].to_vec());
         assert!(s.read_range("s1", 3, 3).unwrap().is_empty());
+        // Ranges that start, end or cut inside one append's events.
+        assert_eq!(s.read_range("s1", 2, 4).unwrap(), all[2..4].to_vec());
+        assert_eq!(s.read_range("s1", 4, 9).unwrap(), all[4..].to_vec());
+        assert_eq!(s.read_after("s1", Some(0), 3).unwrap(), all[1..4].to_vec());
+        assert_eq!(s.read_after("s1", Some(3), 1).unwrap(), all[4..].to_vec());
         assert_eq!(s.read_after("s1", None, 2).unwrap(), all[..2].to_vec());
         assert_eq!(s.read_after("s1", Some(2), 100).unwrap(), all[3..].to_vec());
         assert!(s.read_after("s1", Some(4), 100).unwrap().is_empty());

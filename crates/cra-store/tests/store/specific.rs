@@ -44,11 +44,61 @@ fn redb_keeps_chains_across_reopen_and_stores_exact_bytes() {
         TableDefinition::new("trace_events");
     let txn = store.database().begin_read().unwrap();
     let table = txn.open_table(EVENTS).unwrap();
+    // One record per append: its events' wire JSON, one per line.
+    let line = |e| serde_json::to_vec(e).unwrap();
     let raw = table.get(("r", 0)).unwrap().unwrap();
     assert_eq!(
         raw.value(),
-        serde_json::to_vec(&written[0]).unwrap().as_slice()
+        [line(&written[0]), line(&written[1])]
+            .join(&b'\n')
+            .as_slice()
     );
+    assert!(table.get(("r", 1)).unwrap().is_none());
+    let raw = table.get(("r", 2)).unwrap().unwrap();
+    assert_eq!(raw.value(), line(&more[0]).as_slice());
+}
+
+/// A database written with one event per key (before an append became one record) reads the
+/// same: such a key is a record of one event.
+#[test]
+fn redb_reads_chains_stored_one_event_per_key() {
+    const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
+        TableDefinition::new("trace_events");
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
+    let written = store
+        .append("old", vec![note(0), note(1), note(2)])
+        .unwrap();
+    let txn = store.database().begin_write().unwrap();
+    {
+        let mut table = txn.open_table(EVENTS).unwrap();
+        table.remove(("old", 0)).unwrap().unwrap();
+        for e in &written {
+            table
+                .insert(
+                    ("old", e.sequence),
+                    serde_json::to_vec(e).unwrap().as_slice(),
+                )
+                .unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    assert_eq!(store.read_range("old", 0, 10).unwrap(), written);
+    assert_eq!(
+        store.read_range("old", 1, 2).unwrap(),
+        written[1..2].to_vec()
+    );
+    assert_eq!(
+        store.read_after("old", Some(0), 5).unwrap(),
+        written[1..].to_vec()
+    );
+    let more = store.append("old", vec![note(3), note(4)]).unwrap();
+    assert_eq!(more[0].sequence, 3);
+    assert_eq!(
+        store.read_range("old", 2, 5).unwrap(),
+        [&written[2..], &more[..]].concat()
+    );
+    assert_eq!(verify_stored(&store, "old"), Ok(5));
 }
 
 #[test]

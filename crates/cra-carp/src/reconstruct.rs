@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use crate::eval::{scope_key, seconds_to_us, unix_micros};
 use crate::index::{Scope, budget_cost};
 use crate::replay::{REQUEST_RECEIVED, RESOLUTION_COMPLETED};
-use crate::store::{ApprovalStatus, CarpStore, StoreError};
+use crate::store::{ApprovalStatus, CarpStore, StoreError, StoredResolution};
 use crate::types::{ConstraintType, DecisionType, Operation, Resolution};
 use cra_trace::TraceEvent;
 
@@ -636,7 +636,8 @@ pub fn compare_with_store(
         }
     }
 
-    // Resolutions: the stored copy must be the recorded one, for this session and requester.
+    // Resolutions: the stored copy must be the recorded one (in its stored form, without the
+    // context blocks), for this session and requester.
     for (id, r) in &state.resolutions {
         cmp.count("resolutions");
         let base = format!("/resolutions{}", seg(id));
@@ -659,8 +660,11 @@ pub fn compare_with_store(
             Value::from(r.expires_at_us),
             Value::from(stored.expires_at_us),
         );
-        let ours = serde_json::to_value(&r.resolution).unwrap_or(Value::Null);
-        let theirs = serde_json::to_value(&stored.resolution).unwrap_or(Value::Null);
+        let ours = serde_json::to_value(StoredResolution::stored_form(&r.resolution))
+            .unwrap_or(Value::Null);
+        // Copies stored before the stored form dropped the blocks still compare equal.
+        let theirs = serde_json::to_value(StoredResolution::stored_form(&stored.resolution))
+            .unwrap_or(Value::Null);
         let mut diffs = Vec::new();
         all_differences(&format!("{base}/resolution"), &ours, &theirs, &mut diffs);
         for (p, a, b) in diffs {

@@ -263,8 +263,7 @@ impl Carp {
             });
         }
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
-        let mut stored = res.clone();
-        stored.explain = None;
+        let stored = StoredResolution::stored_form(&res);
         let approval = match (&res.decision.kind, &res.decision.approval_id) {
             (DecisionType::RequiresApproval, Some(approval_id)) => Some(ApprovalRecord {
                 approval_id: approval_id.clone(),

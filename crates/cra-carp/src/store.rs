@@ -50,7 +50,8 @@ impl SessionRecord {
 /// A resolution as stored for later execute requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredResolution {
-    /// The resolution exactly as answered (without `explain`).
+    /// The resolution as answered, in its stored form ([`StoredResolution::stored_form`]):
+    /// without `explain` and without the context blocks' content.
     pub resolution: Resolution,
     /// The session it was made in.
     pub session_id: String,
@@ -58,6 +59,30 @@ pub struct StoredResolution {
     pub agent_id: String,
     /// When it stops being valid: `timestamp + ttl_seconds`, Unix microseconds.
     pub expires_at_us: i64,
+}
+
+impl StoredResolution {
+    /// What is kept of an answered resolution: everything an execute checks (actions, schemas,
+    /// constraints, decision, approval, expiry), without `explain` and with `context_blocks`
+    /// empty. The blocks are recorded, whole, in the resolve's `carp.resolution.completed` TRACE
+    /// event; keeping a second copy made a resolve write a third more bytes.
+    pub fn stored_form(resolution: &Resolution) -> Resolution {
+        Resolution {
+            carp_version: resolution.carp_version.clone(),
+            resolution_id: resolution.resolution_id.clone(),
+            request_id: resolution.request_id.clone(),
+            timestamp: resolution.timestamp.clone(),
+            decision: resolution.decision.clone(),
+            context_blocks: Vec::new(),
+            allowed_actions: resolution.allowed_actions.clone(),
+            denied_actions: resolution.denied_actions.clone(),
+            constraints: resolution.constraints.clone(),
+            ttl_seconds: resolution.ttl_seconds,
+            trace_id: resolution.trace_id.clone(),
+            explain: None,
+            extra: resolution.extra.clone(),
+        }
+    }
 }
 
 /// An execution, keyed for idempotency by `(session_id, idempotency_key)`.
@@ -383,6 +408,23 @@ pub trait ResolveLog: Send + Sync {
         done: ResolveDone,
     ) {
         done(self.record_and_append(record, drafts));
+    }
+
+    /// As [`ResolveLog::record_and_append_then`] with drafts already prepared (payloads
+    /// canonicalised, some perhaps written as canonical text only:
+    /// [`cra_trace::PreparedDraft::from_canonical`]). The default turns them back into plain
+    /// drafts; a store that seals prepared drafts itself takes them as they are.
+    fn record_and_append_prepared_then(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: ResolveDone,
+    ) {
+        let drafts = drafts
+            .into_iter()
+            .map(cra_trace::PreparedDraft::into_draft)
+            .collect();
+        self.record_and_append_then(record, drafts, done);
     }
 }
 

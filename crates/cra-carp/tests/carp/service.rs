@@ -542,3 +542,41 @@ fn explain_is_opt_in_and_names_deciders() {
             .any(|p| p.policy_id == "budget-payments" && p.effect == "constraint")
     );
 }
+
+/// The resolution kept for executes is the answered one without its context blocks (they are in
+/// the TRACE completion event), and an execute under it still works.
+#[test]
+fn stored_resolution_keeps_everything_but_the_context_blocks() {
+    use cra_carp::store::{CarpStore, StoredResolution};
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(FixedClock::parse("2026-01-05T10:00:00Z").unwrap());
+    let carp = Carp::new(
+        store.clone(),
+        Arc::new(table_atlases()),
+        clock,
+        Arc::new(SequentialIds::new(1_767_607_200_000, 3)),
+        CarpConfig::default(),
+    );
+    carp.open_session("agent-1", Some(SESSION), None).unwrap();
+    let w = World::new();
+    let answered = carp
+        .resolve(
+            &parse_request(&w.resolve_req("com.example.support", "help")).unwrap(),
+            false,
+            None,
+        )
+        .unwrap();
+    assert!(
+        !answered.context_blocks.is_empty(),
+        "the support atlas has context"
+    );
+    let stored = store
+        .get_resolution(&answered.resolution_id)
+        .unwrap()
+        .unwrap();
+    assert!(stored.resolution.context_blocks.is_empty());
+    assert_eq!(stored.resolution, StoredResolution::stored_form(&answered));
+    let mut without = answered.clone();
+    without.context_blocks.clear();
+    assert_eq!(stored.resolution, without);
+}

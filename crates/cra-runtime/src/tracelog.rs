@@ -220,13 +220,30 @@ impl Hub {
     /// The events are copied for the streams only when somebody listens: with no subscriber, the
     /// copy was a tenth of the server's CPU under load.
     pub fn publish(&self, session: &str, owner: &str, events: &[TraceEvent]) {
+        self.publish_with(session, owner, events, &|_| {});
+    }
+
+    /// As [`Hub::publish`]; `fill` completes each event's copy before it is shared, and runs
+    /// only when somebody listens (an event appended from a draft written as canonical text
+    /// carries no payload value: `fill` parses it back for the subscribers).
+    pub fn publish_with(
+        &self,
+        session: &str,
+        owner: &str,
+        events: &[TraceEvent],
+        fill: &dyn Fn(&mut TraceEvent),
+    ) {
         let mut shared: Option<Vec<Arc<LiveEvent>>> = None;
         let mut share = || -> Vec<Arc<LiveEvent>> {
             shared
                 .get_or_insert_with(|| {
                     events
                         .iter()
-                        .map(|e| Arc::new(LiveEvent::new(e.clone())))
+                        .map(|e| {
+                            let mut e = e.clone();
+                            fill(&mut e);
+                            Arc::new(LiveEvent::new(e))
+                        })
                         .collect()
                 })
                 .clone()
@@ -307,19 +324,29 @@ impl Runtime {
     /// Records a resolve's state and appends its events ([`cra_carp::store::ResolveLog`]), then
     /// publishes them as [`Runtime::append_events`] does. `Ok(None)`: the request id was already
     /// used in the session and nothing was written.
+    ///
+    /// Drafts made with [`cra_trace::PreparedDraft::from_canonical`] come back without their
+    /// payload value; live subscribers get it parsed from the stored text.
     pub async fn append_resolve(
         &self,
         owner: &str,
         record: cra_carp::store::ResolveRecord,
-        drafts: Vec<EventDraft>,
+        drafts: Vec<cra_trace::PreparedDraft>,
     ) -> Result<Option<Vec<TraceEvent>>, ApiError> {
+        // The canonical texts of payload-less drafts, by their place in the append.
+        let texts: Vec<(usize, String)> = drafts
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.draft.payload.is_null())
+            .map(|(i, d)| (i, d.canonical_payload().to_owned()))
+            .collect();
         let resolves = self.backends.resolves.clone();
         let sid = record.session_id.clone();
         let (done, outcome) = tokio::sync::oneshot::channel();
         // redb queues the state with the events; PostgreSQL writes the state first (a network
         // round trip), so there it runs on the blocking pool.
         self.quick("the resolve's append task failed", move || {
-            resolves.record_and_append_then(
+            resolves.record_and_append_prepared_then(
                 &record,
                 drafts,
                 Box::new(move |r| {
@@ -339,7 +366,13 @@ impl Runtime {
             })?;
         if let Some(events) = &appended {
             self.metrics.add_events(events.len() as u64);
-            self.hub.publish(&sid, owner, events);
+            let first = events.first().map_or(0, |e| e.sequence);
+            self.hub.publish_with(&sid, owner, events, &|e| {
+                let place = usize::try_from(e.sequence - first).unwrap_or(usize::MAX);
+                if let Some((_, text)) = texts.iter().find(|(i, _)| *i == place) {
+                    e.payload = serde_json::from_str(text).unwrap_or(Value::Null);
+                }
+            });
         }
         Ok(appended)
     }

@@ -132,6 +132,18 @@ impl Collector {
         resolve: Option<crate::redb::carp::EncodedResolve>,
         done: Reply,
     ) {
+        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
+        self.queue_prepared(session_id, drafts, resolve, done);
+    }
+
+    /// As [`Collector::queue`], with the drafts already prepared by the caller.
+    pub(crate) fn queue_prepared(
+        &self,
+        session_id: &str,
+        drafts: Vec<PreparedDraft>,
+        resolve: Option<crate::redb::carp::EncodedResolve>,
+        done: Reply,
+    ) {
         // The append preconditions every backend shares, checked before anything is queued.
         if let Err(e) = cra_trace::store::check_session_id(session_id) {
             return done(Err(e));
@@ -139,7 +151,6 @@ impl Collector {
         if drafts.is_empty() {
             return done(Err(ChainStoreError::EmptyAppend));
         }
-        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
         let job = Job {
             session_id: session_id.to_owned(),
             drafts,

@@ -130,6 +130,34 @@ impl PreparedDraft {
         }
     }
 
+    /// A draft whose payload its producer wrote directly as TRACE canonical text (`canonical`),
+    /// without building a [`Value`]: for large payloads on hot paths, where making, walking and
+    /// dropping the tree cost more than the rest of the append. The stored event's payload is
+    /// that text; `draft.payload` is not read (leave it `Null`), and the event a store returns
+    /// for this draft carries it as it is, so whoever needs the payload as a value reads the
+    /// stored event or parses `canonical`. `canonical` must be the canonical form of the payload
+    /// ([`cra_wire::canonical::trace_canonical_from_str`] of its JSON gives it), or the stored
+    /// event will not verify.
+    pub fn from_canonical(draft: EventDraft, canonical: String) -> Self {
+        Self {
+            draft,
+            canonical,
+            wire: None,
+        }
+    }
+
+    /// The draft with its payload as a value, parsed from the canonical text when the producer
+    /// gave only that ([`PreparedDraft::from_canonical`]): for stores that seal plain drafts.
+    pub fn into_draft(self) -> EventDraft {
+        let mut draft = self.draft;
+        if draft.payload.is_null() && self.canonical != "null" {
+            // The canonical text is JSON by construction; were it not, the payload stays null
+            // and the sealed event does not verify, which its verification reports.
+            draft.payload = serde_json::from_str(&self.canonical).unwrap_or(Value::Null);
+        }
+        draft
+    }
+
     /// The payload's TRACE canonical form.
     pub fn canonical_payload(&self) -> &str {
         &self.canonical

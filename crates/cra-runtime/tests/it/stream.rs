@@ -176,3 +176,32 @@ async fn other_agents_cannot_stream_a_session() {
     );
     s.stop().await;
 }
+
+/// A resolve's events reach a live subscriber exactly as they are stored, the completion event
+/// too (its payload is written as canonical text and parsed back only for subscribers).
+#[tokio::test]
+async fn a_live_resolve_streams_the_events_as_stored() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let mut ws = connect(&s, MAINT, &format!("session_id={sid}")).await;
+    // The stream is live once the session's first event has come through it.
+    assert_eq!(next_event(&mut ws).await.unwrap()["sequence"], 0);
+    let (st, res) = s
+        .post(
+            Some(MAINT),
+            "/v1/resolve",
+            &resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]),
+        )
+        .await;
+    assert_eq!(st, 200, "{res}");
+    let stored = s.events(&sid).await;
+    let mut live = Vec::new();
+    while live.len() + 1 < stored.len() {
+        live.push(next_event(&mut ws).await.unwrap());
+    }
+    assert_eq!(live, stored[1..].to_vec());
+    let completed = live.last().unwrap();
+    assert_eq!(completed["event_type"], "carp.resolution.completed");
+    assert_eq!(completed["payload"]["resolution"], res);
+    s.stop().await;
+}

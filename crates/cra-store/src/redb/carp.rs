@@ -247,6 +247,19 @@ impl cra_carp::store::ResolveLog for RedbStore {
         drafts: Vec<cra_trace::EventDraft>,
         done: cra_carp::store::ResolveDone,
     ) {
+        let drafts = drafts
+            .into_iter()
+            .map(cra_trace::PreparedDraft::new)
+            .collect();
+        self.record_and_append_prepared_then(record, drafts, done);
+    }
+
+    fn record_and_append_prepared_then(
+        &self,
+        record: &cra_carp::store::ResolveRecord,
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: cra_carp::store::ResolveDone,
+    ) {
         let encoded = match EncodedResolve::new(
             &record.session_id,
             &record.request_id,
@@ -256,7 +269,7 @@ impl cra_carp::store::ResolveLog for RedbStore {
             Ok(e) => e,
             Err(e) => return done(Err(e.into())),
         };
-        self.collector().queue(
+        self.collector().queue_prepared(
             &record.session_id,
             drafts,
             Some(encoded),

@@ -13,7 +13,7 @@
 
 use cra_wire::canonical::relay::relay_canonical_without;
 use cra_wire::canonical::trace::trace_canonical_from_str;
-use cra_wire::canonical::{relay_canonical, trace_canonical};
+use cra_wire::canonical::{relay_canonical, to_trace_canonical, trace_canonical};
 use cra_wire::json::{JsonError, MAX_DEPTH, parse_strict, parse_strict_str};
 use serde_json::Value;
 
@@ -129,6 +129,11 @@ pub fn canonical_trace(data: &[u8]) {
         (Ok(v), Ok(c)) => {
             let c1 = trace_canonical(&v);
             assert_eq!(c1, c, "tree and streaming writers disagree");
+            assert_eq!(
+                to_trace_canonical(&v).as_deref(),
+                Ok(c1.as_str()),
+                "tree and serializer writers disagree"
+            );
             assert!(c1.is_ascii(), "TRACE canonical form is ASCII");
             if !has_infinite_float(&v) {
                 let v2 = match parse_strict_str(&c1) {

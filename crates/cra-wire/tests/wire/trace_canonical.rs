@@ -2,16 +2,19 @@
 //! sort_keys=True, separators=(',', ':'))`.
 //!
 //! The cases are regenerated on every run by `tools/gen_canonical_cases.py` from a fixed seed
-//! (Python computes the expected bytes); both of our writers (from a parsed `Value`, and straight
-//! from the text) must reproduce every case byte for byte.
+//! (Python computes the expected bytes); our three writers (from a parsed `Value`, straight from
+//! the text, and from any `Serialize` value) must reproduce every case byte for byte.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+use cra_wire::canonical::to_trace_canonical;
 use cra_wire::canonical::trace::{trace_canonical, trace_canonical_from_str};
 use cra_wire::json::parse_strict;
+use serde::Serialize;
+use serde_json::json;
 
 const SEED: u64 = 20261122;
 const PER_CATEGORY: usize = 1200;
@@ -51,17 +54,20 @@ fn canonical_json_matches_python_byte_for_byte() {
         let input = case["input"].as_str().unwrap();
         let expected = case["expected"].as_str().unwrap();
         *per_category.entry(category.to_owned()).or_default() += 1;
-        let tree = match parse_strict(input.as_bytes()) {
-            Ok(v) => trace_canonical(&v),
-            Err(e) => format!("<refused: {e}>"),
+        let (tree, serialized) = match parse_strict(input.as_bytes()) {
+            Ok(v) => (
+                trace_canonical(&v),
+                to_trace_canonical(&v).unwrap_or_else(|e| format!("<refused: {e}>")),
+            ),
+            Err(e) => (format!("<refused: {e}>"), format!("<refused: {e}>")),
         };
         let fast = match trace_canonical_from_str(input) {
             Ok(s) => s,
             Err(e) => format!("<refused: {e}>"),
         };
-        if tree != expected || fast != expected {
+        if tree != expected || fast != expected || serialized != tree {
             failures.push(format!(
-                "case {i} [{category}]\n  input:    {input:?}\n  python:   {expected}\n  tree:     {tree}\n  streaming:{fast}"
+                "case {i} [{category}]\n  input:    {input:?}\n  python:   {expected}\n  tree:     {tree}\n  streaming:{fast}\n  serialized:{serialized}"
             ));
         }
     }
@@ -115,4 +121,94 @@ fn every_control_character_and_del_is_escaped_like_python() {
             "U+{c:04X}"
         );
     }
+}
+
+/// Typed data of every serde shape (the derive's structs, enums of each variant kind, options,
+/// flattened extras, maps with number keys, floats of both widths, 128-bit integers) writes the
+/// bytes its `serde_json::Value` writes.
+#[test]
+fn the_serializer_writes_what_the_value_writes() {
+    #[derive(Serialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Kind {
+        Unit,
+        Newtype(String),
+        Tuple(u8, f64),
+        Struct { zeta: bool, alpha: Option<i8> },
+    }
+    #[derive(Serialize)]
+    struct Inner(u16);
+    #[derive(Serialize)]
+    struct Doc {
+        zulu: Vec<Kind>,
+        alpha: Option<String>,
+        skipped: Option<()>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        gone: Option<u8>,
+        #[serde(rename = "caf\u{e9}")]
+        cafe: &'static str,
+        floats: (f32, f64, f64, f32),
+        wide: (i128, u128),
+        by_number: BTreeMap<u32, Inner>,
+        chars: [char; 3],
+        bytes: &'static [u8],
+        value: serde_json::Value,
+        #[serde(flatten)]
+        extra: BTreeMap<String, serde_json::Value>,
+    }
+    let doc = Doc {
+        zulu: vec![
+            Kind::Unit,
+            Kind::Newtype("n\u{1f600}".into()),
+            Kind::Tuple(7, -0.0),
+            Kind::Struct {
+                zeta: true,
+                alpha: Some(-3),
+            },
+        ],
+        alpha: None,
+        skipped: None,
+        gone: None,
+        cafe: "\u{7f}\"\\\n\u{1}",
+        floats: (0.1, 1e16, 5e-324, 3.0),
+        wide: (i128::MIN, u128::MAX),
+        by_number: BTreeMap::from([(10, Inner(1)), (9, Inner(2))]),
+        chars: ['b', '\u{e9}', '"'],
+        bytes: &[0, 255],
+        value: json!({"b": [1.50, -0, f64::INFINITY, 1e300, 12345678901234567890123_u128.to_string()], "a": {}}),
+        extra: BTreeMap::from([
+            ("middle".to_owned(), json!(null)),
+            ("aaa".to_owned(), json!([])),
+        ]),
+    };
+    let expected = trace_canonical(&serde_json::to_value(&doc).unwrap());
+    assert_eq!(to_trace_canonical(&doc).unwrap(), expected);
+    // Values parsed from text (numbers kept as their text) too.
+    let parsed: serde_json::Value =
+        serde_json::from_str(r#"{"n":[1.50,-0,1E400,100000000000000000000,-1e-7],"s":"\u00e9"}"#)
+            .unwrap();
+    assert_eq!(
+        to_trace_canonical(&parsed).unwrap(),
+        trace_canonical(&parsed)
+    );
+}
+
+/// Where `to_value` would keep one of two members with the same name, the serializer refuses.
+#[test]
+fn the_serializer_refuses_a_member_written_twice() {
+    #[derive(Serialize)]
+    struct Doc {
+        id: u8,
+        #[serde(flatten)]
+        extra: BTreeMap<String, u8>,
+    }
+    let doc = Doc {
+        id: 1,
+        extra: BTreeMap::from([("id".to_owned(), 2)]),
+    };
+    let err = to_trace_canonical(&doc).unwrap_err();
+    assert!(err.to_string().contains("\"id\" appears twice"), "{err}");
+    // A map key that is not a string or a number has no JSON form.
+    let err = to_trace_canonical(&BTreeMap::from([((1, 2), 3)])).unwrap_err();
+    assert!(err.to_string().contains("map key"), "{err}");
 }

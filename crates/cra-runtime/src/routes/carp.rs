@@ -293,11 +293,26 @@ pub async fn resolve(
             json!({"approval_id": approval_id, "resolution_id": resolution.resolution_id, "actions": gated}),
         ));
     }
-    // The resolution is serialised once, for the completion event and for the answer.
-    let answer = serde_json::to_string(&resolution)
-        .map_err(|e| ApiError::internal("cannot serialise the resolution", e))?;
+    // The resolution is written once, in its TRACE canonical form: that text is the answer and,
+    // as it is, the completion event's `resolution`, so the bytes an agent receives are the
+    // bytes its chain hashed. (serde_json's text when it has no canonical form: see
+    // `completion_draft`.)
+    let (answer, canonical) = match cra_wire::canonical::to_trace_canonical(&resolution) {
+        Ok(text) => (text, true),
+        Err(_) => (
+            serde_json::to_string(&resolution)
+                .map_err(|e| ApiError::internal("cannot serialise the resolution", e))?,
+            false,
+        ),
+    };
     let mut prepared: Vec<PreparedDraft> = drafts.into_iter().map(PreparedDraft::new).collect();
-    prepared.push(completion_draft(&trace_id, &span, &resolution, &answer));
+    prepared.push(completion_draft(
+        &trace_id,
+        &span,
+        &resolution,
+        &answer,
+        canonical,
+    ));
     // The resolve's state (request id, resolution, approval) is stored with its events: on redb
     // in the same durable transaction.
     if state
@@ -352,18 +367,55 @@ fn completion_payload(resolution: &Resolution, answer: &str) -> String {
     )
 }
 
-/// The completion event's draft, its payload written as canonical text straight from the
-/// resolution's JSON: building it as a `serde_json::Value` (then canonicalising and dropping
-/// that tree of the 14 kB resolution) was about a third of a resolve's handler time. Should the
-/// text not canonicalise (a duplicate member from the resolution's unknown extras), the draft
-/// is made from the value as before.
+/// The completion payload in its TRACE canonical form, around the resolution's canonical text
+/// `canonical`: the members of [`completion_payload`] in key order, each written as the
+/// canonical form writes it.
+fn canonical_completion_payload(resolution: &Resolution, canonical: &str) -> String {
+    use cra_wire::canonical::trace::write_ascii_string;
+    use std::fmt::Write as _;
+    let kind = resolution.decision.kind.as_str();
+    let mut out = String::with_capacity(canonical.len() + 256);
+    let _ = write!(
+        out,
+        r#"{{"allowed_count":{},"context_block_count":{},"decision":"#,
+        resolution.allowed_actions.len(),
+        resolution.context_blocks.len()
+    );
+    write_ascii_string(kind, &mut out);
+    out.push_str(r#","decision_type":"#);
+    write_ascii_string(kind, &mut out);
+    let _ = write!(
+        out,
+        r#","denied_count":{},"resolution":"#,
+        resolution.denied_actions.len()
+    );
+    out.push_str(canonical);
+    out.push_str(r#","resolution_id":"#);
+    write_ascii_string(&resolution.resolution_id, &mut out);
+    let _ = write!(out, r#","ttl_seconds":{}}}"#, resolution.ttl_seconds);
+    out
+}
+
+/// The completion event's draft, its payload written as canonical text, never as a
+/// `serde_json::Value` (building, canonicalising and dropping that tree of the 14 kB resolution
+/// was about a third of a resolve's handler time). `answer` is the resolution's JSON: its
+/// canonical form when `canonical` (the usual case: the payload is then assembled around it),
+/// else serde_json's text, which is canonicalised here. Should that fail too (a duplicate member
+/// from the resolution's unknown extras), the draft is made from the value as before.
 fn completion_draft(
     trace_id: &str,
     span: &str,
     resolution: &Resolution,
     answer: &str,
+    canonical: bool,
 ) -> PreparedDraft {
     const COMPLETED: &str = "carp.resolution.completed";
+    if canonical {
+        return PreparedDraft::from_canonical(
+            draft(trace_id, span, None, COMPLETED, Value::Null),
+            canonical_completion_payload(resolution, answer),
+        );
+    }
     let payload = completion_payload(resolution, answer);
     match cra_wire::canonical::trace::trace_canonical_from_str(&payload) {
         Ok(canonical) => PreparedDraft::from_canonical(
@@ -665,12 +717,17 @@ mod tests {
             "decision": r.decision.kind.as_str(),
             "resolution": r,
         });
-        let prepared = completion_draft("t", "s", &r, &answer);
+        let prepared = completion_draft("t", "s", &r, &answer, false);
         assert!(prepared.draft.payload.is_null(), "written as text");
         assert_eq!(
             prepared.canonical_payload(),
             cra_wire::canonical::trace_canonical(&value)
         );
+        // Assembled around the resolution's canonical text: the same bytes.
+        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
+        let assembled = completion_draft("t", "s", &r, &canonical, true);
+        assert!(assembled.draft.payload.is_null(), "written as text");
+        assert_eq!(assembled.canonical_payload(), prepared.canonical_payload());
         let parsed: Value = serde_json::from_str(&completion_payload(&r, &answer)).unwrap();
         assert_eq!(parsed, value);
         // Parsed back (what live subscribers get), it is the same value.
@@ -681,14 +738,16 @@ mod tests {
         );
     }
 
-    /// A resolution whose unknown extras repeat a member's name does not canonicalise as text
-    /// (duplicate key): the draft is then made from the value, and still carries the payload.
+    /// A resolution whose unknown extras repeat a member's name has no canonical form (duplicate
+    /// key), neither written from the value nor from its text: the draft is then made from the
+    /// value, and still carries the payload.
     #[test]
     fn completion_falls_back_to_the_value_on_a_duplicate_member() {
         let mut r = resolution();
         r.extra.insert("trace_id".into(), json!("shadow"));
+        assert!(cra_wire::canonical::to_trace_canonical(&r).is_err());
         let answer = serde_json::to_string(&r).unwrap();
-        let prepared = completion_draft("t", "s", &r, &answer);
+        let prepared = completion_draft("t", "s", &r, &answer, false);
         assert!(!prepared.draft.payload.is_null(), "made from the value");
         assert_eq!(
             prepared.draft.payload["resolution_id"],

@@ -178,7 +178,8 @@ async fn other_agents_cannot_stream_a_session() {
 }
 
 /// A resolve's events reach a live subscriber exactly as they are stored, the completion event
-/// too (its payload is written as canonical text and parsed back only for subscribers).
+/// too (its payload is written as canonical text and parsed back only for subscribers). The
+/// answer's bytes are the resolution's TRACE canonical form, the bytes its chain hashed.
 #[tokio::test]
 async fn a_live_resolve_streams_the_events_as_stored() {
     let s = TestServer::start().await;
@@ -186,14 +187,23 @@ async fn a_live_resolve_streams_the_events_as_stored() {
     let mut ws = connect(&s, MAINT, &format!("session_id={sid}")).await;
     // The stream is live once the session's first event has come through it.
     assert_eq!(next_event(&mut ws).await.unwrap()["sequence"], 0);
-    let (st, res) = s
-        .post(
-            Some(MAINT),
-            "/v1/resolve",
-            &resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]),
-        )
-        .await;
-    assert_eq!(st, 200, "{res}");
+    let answer = s
+        .http
+        .post(s.url("/v1/resolve"))
+        .bearer_auth(MAINT)
+        .json(&resolve_request(
+            "maintainer-bot",
+            &sid,
+            &rid(),
+            &["repo-read"],
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let text = answer.text().await.unwrap();
+    let res: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(text, cra_wire::canonical::trace_canonical(&res));
     let stored = s.events(&sid).await;
     let mut live = Vec::new();
     while live.len() + 1 < stored.len() {

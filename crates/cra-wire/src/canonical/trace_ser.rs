@@ -27,10 +27,10 @@ impl ser::Error for CanonicalSerError {
     }
 }
 
-/// serde_json's private names for a number kept as text (`arbitrary_precision`) and for a raw
-/// JSON value: their one field carries the JSON text.
+/// serde_json's private name for a number kept as text (`arbitrary_precision`, on for the
+/// workspace): its one field carries the number's JSON text. (Its raw-value token needs the
+/// `raw_value` feature, which the workspace does not turn on.)
 const NUMBER_TOKEN: &str = "$serde_json::private::Number";
-const RAW_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// The TRACE-profile canonical form of `value` (the bytes [`super::trace_canonical`] gives for
 /// `serde_json::to_value(value)`).
@@ -67,12 +67,11 @@ impl<'a> Canon<'a> {
         }
     }
 
-    /// `{"variant":` before an enum variant's content; [`Object::end`] closes it.
-    fn variant_object(self, variant: &'static str) -> Object<'a> {
+    /// Writes `{"variant":` before an enum variant's content, whose writer closes it.
+    fn open_variant(&mut self, variant: &'static str) {
         self.out.push('{');
         write_ascii_string(variant, self.out);
         self.out.push(':');
-        Object::wrapper(self)
     }
 }
 
@@ -197,16 +196,18 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         value: &T,
     ) -> Res {
-        let mut wrapper = self.variant_object(variant);
-        value.serialize(wrapper.canon())?;
-        ser::SerializeMap::end(wrapper)
+        let mut canon = self;
+        canon.open_variant(variant);
+        value.serialize(canon.reborrow())?;
+        canon.out.push('}');
+        Ok(())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Array<'a>, CanonicalSerError> {
         self.out.push('[');
         Ok(Array {
             canon: self,
             first: true,
-            wrapper: None,
+            wrapped: false,
         })
     }
     fn serialize_tuple(self, len: usize) -> Result<Array<'a>, CanonicalSerError> {
@@ -226,28 +227,24 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Array<'a>, CanonicalSerError> {
-        let wrapper = self.variant_object(variant);
-        wrapper.canon.out.push('[');
+        let mut canon = self;
+        canon.open_variant(variant);
+        canon.out.push('[');
         Ok(Array {
-            canon: wrapper.canon,
+            canon,
             first: true,
-            wrapper: Some(()),
+            wrapped: true,
         })
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Object<'a>, CanonicalSerError> {
-        Ok(Object::open(self, None))
+        Ok(Object::open(self, false, false))
     }
     fn serialize_struct(
         self,
         name: &'static str,
         _len: usize,
     ) -> Result<Object<'a>, CanonicalSerError> {
-        let special = match name {
-            NUMBER_TOKEN => Some(Special::Number),
-            RAW_TOKEN => Some(Special::Raw),
-            _ => None,
-        };
-        Ok(Object::open(self, special))
+        Ok(Object::open(self, name == NUMBER_TOKEN, false))
     }
     fn serialize_struct_variant(
         self,
@@ -256,8 +253,9 @@ impl<'a> ser::Serializer for Canon<'a> {
         variant: &'static str,
         _len: usize,
     ) -> Result<Object<'a>, CanonicalSerError> {
-        let wrapper = self.variant_object(variant);
-        Ok(Object::open(wrapper.canon, None).wrapped())
+        let mut canon = self;
+        canon.open_variant(variant);
+        Ok(Object::open(canon, false, true))
     }
 }
 
@@ -265,8 +263,8 @@ impl<'a> ser::Serializer for Canon<'a> {
 struct Array<'a> {
     canon: Canon<'a>,
     first: bool,
-    /// Set for a tuple variant: its `{"variant":` wrapper is closed after the `]`.
-    wrapper: Option<()>,
+    /// Set for a tuple variant: its `{"variant":` is closed after the `]`.
+    wrapped: bool,
 }
 
 impl Array<'_> {
@@ -280,63 +278,32 @@ impl Array<'_> {
 
     fn close(self) -> Res {
         self.canon.out.push(']');
-        if self.wrapper.is_some() {
+        if self.wrapped {
             self.canon.out.push('}');
         }
         Ok(())
     }
 }
 
-impl ser::SerializeSeq for Array<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
+/// The four sequence traits differ only in their element method's name.
+macro_rules! array_impl {
+    ($trait:ident, $method:ident) => {
+        impl ser::$trait for Array<'_> {
+            type Ok = ();
+            type Error = CanonicalSerError;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
+                self.element(value)
+            }
+            fn end(self) -> Res {
+                self.close()
+            }
+        }
+    };
 }
-
-impl ser::SerializeTuple for Array<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleStruct for Array<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
-
-impl ser::SerializeTupleVariant for Array<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Res {
-        self.element(value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
-
-/// serde_json's private structs whose single field is JSON text.
-#[derive(Clone, Copy)]
-enum Special {
-    Number,
-    Raw,
-}
+array_impl!(SerializeSeq, serialize_element);
+array_impl!(SerializeTuple, serialize_element);
+array_impl!(SerializeTupleStruct, serialize_field);
+array_impl!(SerializeTupleVariant, serialize_field);
 
 /// A member's key, kept to put the members in order.
 enum Key {
@@ -369,13 +336,6 @@ fn key_bytes<'s>(key: &'s Key, text: &'s str, offset: usize) -> &'s [u8] {
     }
 }
 
-/// Whether `s` is written as it is in the canonical form (printable ASCII, no quote or
-/// backslash).
-fn plain(s: &str) -> bool {
-    s.bytes()
-        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-}
-
 /// An object being written: its members go into `out` as they come (`"key":value`, comma
 /// separated), with each one's key and place noted on the members stack, and are put in key
 /// order at the end.
@@ -388,16 +348,15 @@ struct Object<'a> {
     sorted: bool,
     /// Where the member whose key `serialize_key` wrote starts, and that key.
     pending: Option<(usize, Key)>,
-    special: Option<Special>,
-    /// Whether this object (or, for a wrapper, the value it wraps) sits in `{"variant":...}`.
+    /// serde_json's private number: no braces, its one field's text is the number.
+    number: bool,
+    /// A struct variant's content: its `{"variant":` is closed after the `}`.
     wrapped: bool,
-    /// A bare `{"variant":` wrapper around a newtype variant's value: no members of its own.
-    bare: bool,
 }
 
 impl<'a> Object<'a> {
-    fn open(canon: Canon<'a>, special: Option<Special>) -> Self {
-        if special.is_none() {
+    fn open(canon: Canon<'a>, number: bool, wrapped: bool) -> Self {
+        if !number {
             canon.out.push('{');
         }
         let region = canon.out.len();
@@ -408,41 +367,9 @@ impl<'a> Object<'a> {
             base,
             sorted: true,
             pending: None,
-            special,
-            wrapped: false,
-            bare: false,
+            number,
+            wrapped,
         }
-    }
-
-    fn wrapper(canon: Canon<'a>) -> Self {
-        let mut object = Self::open_bare(canon);
-        object.wrapped = true;
-        object.bare = true;
-        object
-    }
-
-    fn open_bare(canon: Canon<'a>) -> Self {
-        let region = canon.out.len();
-        let base = canon.members.len();
-        Self {
-            canon,
-            region,
-            base,
-            sorted: true,
-            pending: None,
-            special: None,
-            wrapped: false,
-            bare: false,
-        }
-    }
-
-    fn wrapped(mut self) -> Self {
-        self.wrapped = true;
-        self
-    }
-
-    fn canon(&mut self) -> Canon<'_> {
-        self.canon.reborrow()
     }
 
     /// Writes the comma before a member when it is not the first; returns where it starts.
@@ -472,11 +399,9 @@ impl<'a> Object<'a> {
     }
 
     fn field<T: Serialize + ?Sized>(&mut self, name: &'static str, value: &T) -> Res {
-        if let Some(special) = self.special {
-            // The field's value is the JSON text itself.
-            return value.serialize(TextInto {
+        if self.number {
+            return value.serialize(NumberInto {
                 out: self.canon.out,
-                special,
             });
         }
         let start = self.member_start();
@@ -486,11 +411,7 @@ impl<'a> Object<'a> {
     }
 
     fn close(self) -> Res {
-        if self.special.is_some() {
-            return Ok(());
-        }
-        if self.bare {
-            self.canon.out.push('}');
+        if self.number {
             return Ok(());
         }
         if !self.sorted {
@@ -552,27 +473,27 @@ impl ser::SerializeMap for Object<'_> {
     }
 }
 
-impl ser::SerializeStruct for Object<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
-        self.field(key, value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
+/// A struct and a struct variant take their fields alike.
+macro_rules! struct_impl {
+    ($trait:ident) => {
+        impl ser::$trait for Object<'_> {
+            type Ok = ();
+            type Error = CanonicalSerError;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Res {
+                self.field(key, value)
+            }
+            fn end(self) -> Res {
+                self.close()
+            }
+        }
+    };
 }
-
-impl ser::SerializeStructVariant for Object<'_> {
-    type Ok = ();
-    type Error = CanonicalSerError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Res {
-        self.field(key, value)
-    }
-    fn end(self) -> Res {
-        self.close()
-    }
-}
+struct_impl!(SerializeStruct);
+struct_impl!(SerializeStructVariant);
 
 /// Writes a map key as the string serde_json would make of it (strings as they are, integers
 /// and chars as text; anything else is refused, as `to_value` refuses it) and returns it for
@@ -585,7 +506,9 @@ impl KeyInto<'_> {
     fn text(self, s: &str) -> Result<Key, CanonicalSerError> {
         let start = self.out.len() + 1;
         write_ascii_string(s, self.out);
-        Ok(if plain(s) {
+        // Every escape lengthens the text: the key was written as it is iff only the quotes
+        // were added.
+        Ok(if self.out.len() == start + s.len() + 1 {
             Key::Written(start, start + s.len())
         } else {
             Key::Owned(s.to_owned())
@@ -593,10 +516,9 @@ impl KeyInto<'_> {
     }
 }
 
-/// Writes serde_json's private number or raw-value text in its canonical form.
-struct TextInto<'o> {
+/// Writes serde_json's private number text in its canonical form.
+struct NumberInto<'o> {
     out: &'o mut String,
-    special: Special,
 }
 
 fn not_a_key() -> CanonicalSerError {
@@ -604,7 +526,7 @@ fn not_a_key() -> CanonicalSerError {
 }
 
 fn not_text() -> CanonicalSerError {
-    CanonicalSerError("serde_json's private number or raw value did not hold text".into())
+    CanonicalSerError("serde_json's private number did not hold text".into())
 }
 
 macro_rules! refuse_rest {
@@ -705,6 +627,54 @@ macro_rules! refuse_rest {
     };
 }
 
+/// Refuses what a map key may be but a number's text may not.
+macro_rules! refuse_keys {
+    ($ok:ty, $err:expr) => {
+        fn serialize_char(self, _v: char) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_i8(self, _v: i8) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_i16(self, _v: i16) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_i32(self, _v: i32) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_i64(self, _v: i64) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_u8(self, _v: u8) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_u16(self, _v: u16) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_u32(self, _v: u32) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_u64(self, _v: u64) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_unit_variant(
+            self,
+            _name: &'static str,
+            _index: u32,
+            _variant: &'static str,
+        ) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+        fn serialize_newtype_struct<T: Serialize + ?Sized>(
+            self,
+            _name: &'static str,
+            _value: &T,
+        ) -> Result<$ok, CanonicalSerError> {
+            Err($err)
+        }
+    };
+}
+
 impl ser::Serializer for KeyInto<'_> {
     refuse_rest!(Key, not_a_key());
 
@@ -761,60 +731,12 @@ impl ser::Serializer for KeyInto<'_> {
     }
 }
 
-impl ser::Serializer for TextInto<'_> {
+impl ser::Serializer for NumberInto<'_> {
     refuse_rest!((), not_text());
+    refuse_keys!((), not_text());
 
     fn serialize_str(self, v: &str) -> Res {
-        match self.special {
-            Special::Number => write_python_number(v, self.out),
-            Special::Raw => {
-                let canonical = super::trace::trace_canonical_from_str(v)
-                    .map_err(|e| CanonicalSerError(e.to_string()))?;
-                self.out.push_str(&canonical);
-            }
-        }
+        write_python_number(v, self.out);
         Ok(())
-    }
-    fn serialize_char(self, _v: char) -> Res {
-        Err(not_text())
-    }
-    fn serialize_i8(self, _v: i8) -> Res {
-        Err(not_text())
-    }
-    fn serialize_i16(self, _v: i16) -> Res {
-        Err(not_text())
-    }
-    fn serialize_i32(self, _v: i32) -> Res {
-        Err(not_text())
-    }
-    fn serialize_i64(self, _v: i64) -> Res {
-        Err(not_text())
-    }
-    fn serialize_u8(self, _v: u8) -> Res {
-        Err(not_text())
-    }
-    fn serialize_u16(self, _v: u16) -> Res {
-        Err(not_text())
-    }
-    fn serialize_u32(self, _v: u32) -> Res {
-        Err(not_text())
-    }
-    fn serialize_u64(self, _v: u64) -> Res {
-        Err(not_text())
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-    ) -> Res {
-        Err(not_text())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Res {
-        Err(not_text())
     }
 }

@@ -297,22 +297,19 @@ pub async fn resolve(
     // as it is, the completion event's `resolution`, so the bytes an agent receives are the
     // bytes its chain hashed. (serde_json's text when it has no canonical form: see
     // `completion_draft`.)
-    let (answer, canonical) = match cra_wire::canonical::to_trace_canonical(&resolution) {
-        Ok(text) => (text, true),
-        Err(_) => (
-            serde_json::to_string(&resolution)
-                .map_err(|e| ApiError::internal("cannot serialise the resolution", e))?,
-            false,
-        ),
-    };
+    let canonical = cra_wire::canonical::to_trace_canonical(&resolution).ok();
     let mut prepared: Vec<PreparedDraft> = drafts.into_iter().map(PreparedDraft::new).collect();
     prepared.push(completion_draft(
         &trace_id,
         &span,
         &resolution,
-        &answer,
-        canonical,
+        canonical.as_deref(),
     ));
+    let answer = match canonical {
+        Some(text) => text,
+        None => serde_json::to_string(&resolution)
+            .map_err(|e| ApiError::internal("cannot serialise the resolution", e))?,
+    };
     // The resolve's state (request id, resolution, approval) is stored with its events: on redb
     // in the same durable transaction.
     if state
@@ -346,29 +343,24 @@ pub async fn resolve(
         .into_response())
 }
 
-/// The `carp.resolution.completed` payload: §4.3.2's required fields, then the full resolution
-/// replay compares against (errata). `answer` is the resolution's JSON.
-fn completion_payload(resolution: &Resolution, answer: &str) -> String {
+/// The `carp.resolution.completed` payload as a value: §4.3.2's required fields, then the full
+/// resolution replay compares against (errata).
+fn completion_value(resolution: &Resolution) -> Value {
     let kind = resolution.decision.kind.as_str();
-    let text = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".to_owned());
-    format!(
-        concat!(
-            r#"{{"resolution_id":{},"decision_type":{},"allowed_count":{},"denied_count":{},"#,
-            r#""context_block_count":{},"ttl_seconds":{},"decision":{},"resolution":{}}}"#
-        ),
-        text(&resolution.resolution_id),
-        text(kind),
-        resolution.allowed_actions.len(),
-        resolution.denied_actions.len(),
-        resolution.context_blocks.len(),
-        resolution.ttl_seconds,
-        text(kind),
-        answer,
-    )
+    json!({
+        "resolution_id": resolution.resolution_id,
+        "decision_type": kind,
+        "allowed_count": resolution.allowed_actions.len(),
+        "denied_count": resolution.denied_actions.len(),
+        "context_block_count": resolution.context_blocks.len(),
+        "ttl_seconds": resolution.ttl_seconds,
+        "decision": kind,
+        "resolution": resolution,
+    })
 }
 
 /// The completion payload in its TRACE canonical form, around the resolution's canonical text
-/// `canonical`: the members of [`completion_payload`] in key order, each written as the
+/// `canonical`: the members of [`completion_value`] in key order, each written as the
 /// canonical form writes it.
 fn canonical_completion_payload(resolution: &Resolution, canonical: &str) -> String {
     use cra_wire::canonical::trace::write_ascii_string;
@@ -396,36 +388,31 @@ fn canonical_completion_payload(resolution: &Resolution, canonical: &str) -> Str
     out
 }
 
-/// The completion event's draft, its payload written as canonical text, never as a
-/// `serde_json::Value` (building, canonicalising and dropping that tree of the 14 kB resolution
-/// was about a third of a resolve's handler time). `answer` is the resolution's JSON: its
-/// canonical form when `canonical` (the usual case: the payload is then assembled around it),
-/// else serde_json's text, which is canonicalised here. Should that fail too (a duplicate member
-/// from the resolution's unknown extras), the draft is made from the value as before.
+/// The completion event's draft. Its payload is written as canonical text around the
+/// resolution's canonical form `canonical`, never as a `serde_json::Value` (building,
+/// canonicalising and dropping that tree of the 14 kB resolution was about a third of a
+/// resolve's handler time). A resolution without a canonical form (its unknown extras repeat a
+/// member's name, which the text path refuses too) has its draft made from the value, where the
+/// later member wins, as serde_json has it.
 fn completion_draft(
     trace_id: &str,
     span: &str,
     resolution: &Resolution,
-    answer: &str,
-    canonical: bool,
+    canonical: Option<&str>,
 ) -> PreparedDraft {
     const COMPLETED: &str = "carp.resolution.completed";
-    if canonical {
-        return PreparedDraft::from_canonical(
+    match canonical {
+        Some(text) => PreparedDraft::from_canonical(
             draft(trace_id, span, None, COMPLETED, Value::Null),
-            canonical_completion_payload(resolution, answer),
-        );
-    }
-    let payload = completion_payload(resolution, answer);
-    match cra_wire::canonical::trace::trace_canonical_from_str(&payload) {
-        Ok(canonical) => PreparedDraft::from_canonical(
-            draft(trace_id, span, None, COMPLETED, Value::Null),
-            canonical,
+            canonical_completion_payload(resolution, text),
         ),
-        Err(_) => {
-            let value = serde_json::from_str(&payload).unwrap_or(Value::Null);
-            PreparedDraft::new(draft(trace_id, span, None, COMPLETED, value))
-        }
+        None => PreparedDraft::new(draft(
+            trace_id,
+            span,
+            None,
+            COMPLETED,
+            completion_value(resolution),
+        )),
     }
 }
 
@@ -674,7 +661,7 @@ pub async fn execute(
 
 #[cfg(test)]
 mod tests {
-    use super::{completion_draft, completion_payload};
+    use super::{completion_draft, completion_value};
     use cra_carp::types::Resolution;
     use serde_json::{Value, json};
 
@@ -706,7 +693,6 @@ mod tests {
     #[test]
     fn completion_text_is_the_canonical_form_of_the_value() {
         let r = resolution();
-        let answer = serde_json::to_string(&r).unwrap();
         let value = json!({
             "resolution_id": r.resolution_id,
             "decision_type": r.decision.kind.as_str(),
@@ -717,19 +703,15 @@ mod tests {
             "decision": r.decision.kind.as_str(),
             "resolution": r,
         });
-        let prepared = completion_draft("t", "s", &r, &answer, false);
+        // Assembled around the resolution's canonical text.
+        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
+        let prepared = completion_draft("t", "s", &r, Some(&canonical));
         assert!(prepared.draft.payload.is_null(), "written as text");
         assert_eq!(
             prepared.canonical_payload(),
             cra_wire::canonical::trace_canonical(&value)
         );
-        // Assembled around the resolution's canonical text: the same bytes.
-        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
-        let assembled = completion_draft("t", "s", &r, &canonical, true);
-        assert!(assembled.draft.payload.is_null(), "written as text");
-        assert_eq!(assembled.canonical_payload(), prepared.canonical_payload());
-        let parsed: Value = serde_json::from_str(&completion_payload(&r, &answer)).unwrap();
-        assert_eq!(parsed, value);
+        assert_eq!(completion_value(&r), value);
         // Parsed back (what live subscribers get), it is the same value.
         let back = prepared.into_draft();
         assert_eq!(
@@ -746,8 +728,10 @@ mod tests {
         let mut r = resolution();
         r.extra.insert("trace_id".into(), json!("shadow"));
         assert!(cra_wire::canonical::to_trace_canonical(&r).is_err());
-        let answer = serde_json::to_string(&r).unwrap();
-        let prepared = completion_draft("t", "s", &r, &answer, false);
+        // Nor does serde_json's text of it.
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(cra_wire::canonical::trace::trace_canonical_from_str(&text).is_err());
+        let prepared = completion_draft("t", "s", &r, None);
         assert!(!prepared.draft.payload.is_null(), "made from the value");
         assert_eq!(
             prepared.draft.payload["resolution_id"],

@@ -49,8 +49,9 @@ pub fn open(
 ) -> Result<Backends, cra_store::StoreError> {
     // Every state write the runtime answers is followed by the TRACE append that records it, and
     // the answer waits for that append: the append's durable commit persists the state too.
-    let store_config =
-        StoreConfig::new(clock, ids).with_state_durability(StateDurability::WithNextAppend);
+    let store_config = StoreConfig::new(clock, ids)
+        .with_state_durability(StateDurability::WithNextAppend)
+        .with_redb_cache_bytes(config.redb_cache_mib.saturating_mul(1 << 20));
     match &config.postgres {
         Some(url) => {
             let pg = PgStore::connect_with(

@@ -98,6 +98,9 @@ pub struct RuntimeConfig {
     pub postgres_schema: String,
     /// PostgreSQL connections in the pool.
     pub postgres_pool: usize,
+    /// MiB of pages the embedded store (redb) keeps in memory
+    /// ([`cra_store::DEFAULT_REDB_CACHE_BYTES`] says why the default is small).
+    pub redb_cache_mib: usize,
     /// Atlas directories or packed archives to load. Empty: every atlas under `./atlases`.
     pub atlases: Vec<PathBuf>,
     /// Reload atlases when their files change.
@@ -128,6 +131,7 @@ impl Default for RuntimeConfig {
             postgres: None,
             postgres_schema: "cra".to_owned(),
             postgres_pool: 16,
+            redb_cache_mib: cra_store::DEFAULT_REDB_CACHE_BYTES >> 20,
             atlases: Vec::new(),
             watch: false,
             log_format: LogFormat::Text,
@@ -239,6 +243,7 @@ mod tests {
             r#"
 addr = "127.0.0.1:0"
 data = "/tmp/x"
+redb_cache_mib = 8
 watch = true
 log_format = "json"
 [limits]
@@ -253,6 +258,8 @@ timeout_ms = 50
         )
         .unwrap();
         assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(c.redb_cache_mib, 8);
+        assert_eq!(RuntimeConfig::default().redb_cache_mib, 64);
         assert_eq!(c.limits.max_body_bytes, 10);
         assert_eq!(c.limits.burst, Limits::default().burst);
         assert_eq!(c.executors["deploy"].timeout_ms, 50);

@@ -70,7 +70,19 @@ pub struct StoreConfig {
     pub ids: Arc<dyn IdGenerator>,
     /// When CARP state writes are durable.
     pub state_durability: StateDurability,
+    /// The most bytes of pages redb keeps in memory ([`DEFAULT_REDB_CACHE_BYTES`]).
+    pub redb_cache_bytes: usize,
 }
+
+/// redb's page cache size unless told otherwise: 64 MiB.
+///
+/// redb's own default is 1 GiB, and it keeps every page a commit writes until the cache is full.
+/// On a TRACE workload almost every written page is a new event record that is rarely read again,
+/// so that cache only grows: each new page is fresh memory the kernel must fault in and zero
+/// (about ten page faults per resolve on the committer, the one thread every append waits for).
+/// With a cache that is soon full, pages written past it are freed and their memory reused.
+/// `specs/storage.md` has the measurement.
+pub const DEFAULT_REDB_CACHE_BYTES: usize = 64 << 20;
 
 impl StoreConfig {
     /// The system clock, UUIDv7 ids and immediately durable state writes.
@@ -79,7 +91,15 @@ impl StoreConfig {
             clock,
             ids,
             state_durability: StateDurability::Immediate,
+            redb_cache_bytes: DEFAULT_REDB_CACHE_BYTES,
         }
+    }
+
+    /// The same, with redb keeping at most `bytes` of pages in memory.
+    #[must_use]
+    pub fn with_redb_cache_bytes(mut self, bytes: usize) -> Self {
+        self.redb_cache_bytes = bytes;
+        self
     }
 
     /// The same, with state writes flushed as `durability` says.

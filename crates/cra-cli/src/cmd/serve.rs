@@ -28,6 +28,9 @@ pub struct ServeArgs {
     /// Data directory of the embedded store (default ./cra-data).
     #[arg(long)]
     pub data: Option<PathBuf>,
+    /// MiB of pages the embedded store keeps in memory (default 64).
+    #[arg(long, value_name = "MIB")]
+    pub redb_cache_mib: Option<usize>,
     /// Use PostgreSQL at this URL instead of the embedded store.
     #[arg(long, env = "CRA_POSTGRES_URL")]
     pub postgres: Option<String>,
@@ -66,6 +69,9 @@ impl ServeArgs {
         }
         if let Some(p) = &self.postgres {
             c.postgres = Some(p.clone());
+        }
+        if let Some(m) = self.redb_cache_mib {
+            c.redb_cache_mib = m;
         }
         if !self.atlases.is_empty() {
             c.atlases = self.atlases.clone();
@@ -155,4 +161,43 @@ pub fn run(args: ServeArgs) -> Exit {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::RuntimeConfig;
+    use crate::{Cli, Command};
+
+    fn config(args: &[&str]) -> RuntimeConfig {
+        let cli = Cli::try_parse_from(args).expect("the arguments parse");
+        let Command::Serve(serve) = cli.command else {
+            panic!("not `cra serve`");
+        };
+        serve.to_config().expect("a configuration")
+    }
+
+    #[test]
+    fn flags_override_the_defaults() {
+        // Compared field by field: `--postgres` may come from the environment.
+        let (c, default) = (config(&["cra", "serve"]), RuntimeConfig::default());
+        assert_eq!((c.addr, c.data), (default.addr, default.data));
+        assert_eq!(c.redb_cache_mib, default.redb_cache_mib);
+        let c = config(&[
+            "cra",
+            "serve",
+            "--addr",
+            "127.0.0.1:0",
+            "--data",
+            "/tmp/d",
+            "--redb-cache-mib",
+            "8",
+            "--watch",
+        ]);
+        assert_eq!(c.addr, "127.0.0.1:0");
+        assert_eq!(c.data, std::path::PathBuf::from("/tmp/d"));
+        assert_eq!(c.redb_cache_mib, 8);
+        assert!(c.watch);
+    }
 }

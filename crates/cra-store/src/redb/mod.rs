@@ -56,7 +56,10 @@ impl RedbStore {
             reason: e.to_string(),
         })?;
         let file = dir.join(DATABASE_FILE);
-        let db = match Database::create(&file) {
+        let db = match Database::builder()
+            .set_cache_size(config.redb_cache_bytes)
+            .create(&file)
+        {
             Ok(db) => db,
             Err(DatabaseError::DatabaseAlreadyOpen) => {
                 let holder = std::fs::read_to_string(dir.join(OWNER_FILE))

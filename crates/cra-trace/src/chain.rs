@@ -55,7 +55,7 @@ pub fn event_preimage(event: &TraceEvent) -> String {
 
 /// SHA-256 (lowercase hex) of the Appendix B preimage of `event`.
 pub fn compute_event_hash(event: &TraceEvent) -> String {
-    hex::encode(Sha256::digest(event_preimage(event).as_bytes()))
+    cra_wire::hash::digest_hex(&Sha256::digest(event_preimage(event).as_bytes()).into())
 }
 
 /// Turns `draft` into the next event of the chain at `head`, with the given id and wire timestamp.
@@ -255,7 +255,7 @@ pub fn seal_prepared(
     ] {
         h.update(part.as_bytes());
     }
-    let event_hash = hex::encode(h.finalize());
+    let event_hash = cra_wire::hash::digest_hex(&h.finalize().into());
 
     let payload = prepared.wire_payload();
     let mut wire = Vec::with_capacity(payload.len() + 420);

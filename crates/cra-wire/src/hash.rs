@@ -4,7 +4,21 @@ use sha2::{Digest, Sha256};
 
 /// SHA-256 of `bytes` as 64 lowercase hex characters.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    digest_hex(&Sha256::digest(bytes).into())
+}
+
+/// A SHA-256 digest as 64 lowercase hex characters.
+///
+/// Written into a fixed buffer: `hex::encode` pushes one `char` at a time, and the TRACE
+/// committer formats a digest for every event it seals.
+pub fn digest_hex(digest: &[u8; 32]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for byte in digest {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
 }
 
 /// SHA-256 of `bytes` in Relay's prefixed form: `sha256:` followed by 64 lowercase hex characters.
@@ -32,5 +46,13 @@ mod tests {
         assert!(sha256_prefixed(b"").starts_with("sha256:e3b0"));
         assert!(is_sha256_hex(&sha256_hex(b"x")));
         assert!(!is_sha256_hex("E3B0"));
+    }
+
+    #[test]
+    fn digest_hex_is_lowercase_hex_of_every_byte() {
+        let digest: [u8; 32] = std::array::from_fn(|i| (i * 37 + 5) as u8);
+        assert_eq!(digest_hex(&digest), hex::encode(digest));
+        assert_eq!(digest_hex(&[0xff; 32]), "f".repeat(64));
+        assert_eq!(digest_hex(&[0; 32]), "0".repeat(64));
     }
 }

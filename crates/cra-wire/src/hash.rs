@@ -9,8 +9,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// A SHA-256 digest as 64 lowercase hex characters.
 ///
-/// Written into a fixed buffer: `hex::encode` pushes one `char` at a time, and the TRACE
-/// committer formats a digest for every event it seals.
+/// Each byte is looked up in a 16-entry table into a string allocated once at its final size;
+/// `hex::encode` goes through a `char` iterator, and the TRACE committer formats a digest for
+/// every event it seals.
 pub fn digest_hex(digest: &[u8; 32]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(64);

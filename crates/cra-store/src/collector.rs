@@ -2,6 +2,10 @@
 //! more committer threads each take every append waiting (up to [`MAX_BATCH_APPENDS`]), make
 //! them durable in one transaction, and only then answer each appender. One flush thus covers
 //! every append that arrived while the previous one ran.
+//!
+//! The queue carries whatever a backend's committer takes: PostgreSQL's committers take [`Job`]s
+//! (drafts they seal themselves); redb's takes appends its appenders have already sealed
+//! (`crate::redb::trace::Append`).
 
 use std::thread::JoinHandle;
 
@@ -19,14 +23,10 @@ pub(crate) type Answer = Option<Result<Vec<TraceEvent>, ChainStoreError>>;
 /// Called once with the append's outcome, from the committer thread.
 pub(crate) type Reply = cra_trace::store::AppendDone;
 
-/// One append waiting for a committer.
+/// One append waiting for a committer that seals it.
 pub(crate) struct Job {
     pub session_id: String,
     pub drafts: Vec<PreparedDraft>,
-    /// A resolve's state, written in the same transaction before the events (redb only). When
-    /// its request id turns out to be used, the job is answered with no events and nothing of
-    /// it is written.
-    pub resolve: Option<crate::redb::carp::EncodedResolve>,
     pub reply: Reply,
 }
 
@@ -38,55 +38,47 @@ pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<PreparedDr
         .unzip()
 }
 
-/// One append's work with the state written beside it.
-pub(crate) type Work = (
-    String,
-    Vec<PreparedDraft>,
-    Option<crate::redb::carp::EncodedResolve>,
-);
-
-/// As [`split`], keeping each job's attached state.
-pub(crate) fn split_with_state(batch: Vec<Job>) -> (Vec<Reply>, Vec<Work>) {
-    batch
-        .into_iter()
-        .map(|job| (job.reply, (job.session_id, job.drafts, job.resolve)))
-        .unzip()
-}
-
-/// Answers every appender of a batch once its transaction is over: a chain-rule refusal stands
-/// whatever happened to the rest; otherwise the transaction's fate decides.
+/// Answers every appender of a batch once its transaction is over (see [`settle`]).
 pub(crate) fn answer_all(
     replies: Vec<Reply>,
     answers: Vec<Answer>,
     result: &Result<(), ChainStoreError>,
 ) {
     for (reply, answer) in replies.into_iter().zip(answers) {
-        let answer = match (result, answer) {
-            (_, Some(Err(refused))) => Err(refused),
-            (Ok(()), Some(Ok(events))) => Ok(events),
-            (Err(e), _) => Err(e.clone()),
-            (Ok(()), None) => Err(ChainStoreError::Unavailable(
-                "the append was not processed".into(),
-            )),
-        };
-        reply(answer);
+        reply(settle(result, answer));
+    }
+}
+
+/// What an appender is told once its batch's transaction is over: a refusal stands whatever
+/// happened to the rest; otherwise the transaction's fate decides.
+pub(crate) fn settle(
+    result: &Result<(), ChainStoreError>,
+    answer: Answer,
+) -> Result<Vec<TraceEvent>, ChainStoreError> {
+    match (result, answer) {
+        (_, Some(Err(refused))) => Err(refused),
+        (Ok(()), Some(Ok(events))) => Ok(events),
+        (Err(e), _) => Err(e.clone()),
+        (Ok(()), None) => Err(ChainStoreError::Unavailable(
+            "the append was not processed".into(),
+        )),
     }
 }
 
 /// The committer threads and the queue feeding them. Dropping it lets the threads finish the
 /// queue and joins them.
-pub(crate) struct Collector {
-    queue: Option<Sender<Job>>,
+pub(crate) struct Collector<J = Job> {
+    queue: Option<Sender<J>>,
     threads: Vec<JoinHandle<()>>,
 }
 
-impl Collector {
+impl<J: Send + 'static> Collector<J> {
     /// Starts `threads` committers, each running `commit` on the batches it takes.
     pub(crate) fn start<F>(name: &str, threads: usize, commit: F) -> Result<Self, StoreError>
     where
-        F: Fn(Vec<Job>) + Send + Sync + Clone + 'static,
+        F: Fn(Vec<J>) + Send + Sync + Clone + 'static,
     {
-        let (queue, jobs) = crossbeam_channel::unbounded::<Job>();
+        let (queue, jobs) = crossbeam_channel::unbounded::<J>();
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let jobs = jobs.clone();
@@ -103,6 +95,18 @@ impl Collector {
         })
     }
 
+    /// Puts `job` on the queue; gives it back when the committers are gone.
+    pub(crate) fn send(&self, job: J) -> Result<(), J> {
+        match self.queue.as_ref() {
+            Some(queue) => queue
+                .send(job)
+                .map_err(|crossbeam_channel::SendError(job)| job),
+            None => Err(job),
+        }
+    }
+}
+
+impl Collector<Job> {
     /// Queues an append and waits for its answer.
     pub(crate) fn submit(
         &self,
@@ -113,7 +117,6 @@ impl Collector {
         self.queue(
             session_id,
             drafts,
-            None,
             Box::new(move |outcome| {
                 let _ = reply.send(outcome);
             }),
@@ -125,45 +128,28 @@ impl Collector {
     /// append is durable (or at once when it is refused before queueing). The drafts are
     /// prepared (payloads canonicalised) here, on the appender's thread, so that the committer,
     /// which every append of the store goes through, only links hashes and writes.
-    pub(crate) fn queue(
-        &self,
-        session_id: &str,
-        drafts: Vec<EventDraft>,
-        resolve: Option<crate::redb::carp::EncodedResolve>,
-        done: Reply,
-    ) {
-        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
-        self.queue_prepared(session_id, drafts, resolve, done);
-    }
-
-    /// As [`Collector::queue`], with the drafts already prepared by the caller.
-    pub(crate) fn queue_prepared(
-        &self,
-        session_id: &str,
-        drafts: Vec<PreparedDraft>,
-        resolve: Option<crate::redb::carp::EncodedResolve>,
-        done: Reply,
-    ) {
-        // The append preconditions every backend shares, checked before anything is queued.
-        if let Err(e) = cra_trace::store::check_session_id(session_id) {
+    pub(crate) fn queue(&self, session_id: &str, drafts: Vec<EventDraft>, done: Reply) {
+        if let Err(e) = check_append(session_id, drafts.len()) {
             return done(Err(e));
-        }
-        if drafts.is_empty() {
-            return done(Err(ChainStoreError::EmptyAppend));
         }
         let job = Job {
             session_id: session_id.to_owned(),
-            drafts,
-            resolve,
+            drafts: drafts.into_iter().map(PreparedDraft::new).collect(),
             reply: done,
         };
-        let Some(queue) = self.queue.as_ref() else {
-            return (job.reply)(Err(stopped()));
-        };
-        if let Err(crossbeam_channel::SendError(job)) = queue.send(job) {
+        if let Err(job) = self.send(job) {
             (job.reply)(Err(stopped()));
         }
     }
+}
+
+/// The append preconditions every backend shares, checked before anything is queued.
+pub(crate) fn check_append(session_id: &str, drafts: usize) -> Result<(), ChainStoreError> {
+    cra_trace::store::check_session_id(session_id)?;
+    if drafts == 0 {
+        return Err(ChainStoreError::EmptyAppend);
+    }
+    Ok(())
 }
 
 /// The answer when the committer is gone.
@@ -171,7 +157,7 @@ pub(crate) fn stopped() -> ChainStoreError {
     ChainStoreError::Unavailable("the commit thread has stopped".into())
 }
 
-impl Drop for Collector {
+impl<J> Drop for Collector<J> {
     fn drop(&mut self) {
         self.queue.take();
         for thread in self.threads.drain(..) {
@@ -180,7 +166,7 @@ impl Drop for Collector {
     }
 }
 
-fn run(jobs: &Receiver<Job>, commit: &dyn Fn(Vec<Job>)) {
+fn run<J>(jobs: &Receiver<J>, commit: &dyn Fn(Vec<J>)) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH_APPENDS {

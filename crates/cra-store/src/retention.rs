@@ -91,7 +91,7 @@ impl SessionRemoval for RedbStore {
         session_id: &str,
         expected: &ChainHead,
     ) -> Result<bool, ChainStoreError> {
-        crate::redb::trace::remove_chain(self.database(), session_id, expected)
+        crate::redb::trace::remove_chain(self, session_id, expected)
     }
 }
 

@@ -244,7 +244,7 @@ impl ChainStore for PgStore {
         drafts: Vec<EventDraft>,
         done: cra_trace::store::AppendDone,
     ) {
-        self.collector().queue(session_id, drafts, None, done);
+        self.collector().queue(session_id, drafts, done);
     }
 
     fn read_range(

@@ -157,6 +157,22 @@ impl EncodedResolve {
     }
 }
 
+impl EncodedResolve {
+    /// The request id the resolve answers.
+    pub(crate) fn request_id(&self) -> &str {
+        &self.request_id
+    }
+}
+
+/// Whether the resolve's session has already used its request id, as stored.
+pub(crate) fn request_id_stored(db: &Database, r: &EncodedResolve) -> Result<bool, CarpError> {
+    let txn = db.begin_read().map_err(be)?;
+    let t = txn.open_table(REQUEST_IDS).map_err(be)?;
+    Ok(t.get((r.session_id.as_str(), r.request_id.as_str()))
+        .map_err(be)?
+        .is_some())
+}
+
 /// Writes a resolve's state in `txn`: its request id, its resolution and its approval. Returns
 /// `false` and writes nothing when the session has already seen the request id;
 /// [`CarpError::AlreadyExists`] (nothing written) when the resolution or approval id is taken.
@@ -269,7 +285,7 @@ impl cra_carp::store::ResolveLog for RedbStore {
             Ok(e) => e,
             Err(e) => return done(Err(e.into())),
         };
-        self.collector().queue_prepared(
+        self.queue_append(
             &record.session_id,
             drafts,
             Some(encoded),

@@ -5,6 +5,7 @@
 //! [`StoreError::InUse`], naming the holder recorded in the directory's `owner` file.
 
 pub(crate) mod carp;
+mod heads;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +32,8 @@ struct Inner {
     dir: PathBuf,
     db: Arc<Database>,
     config: StoreConfig,
-    collector: Collector,
+    heads: heads::Heads,
+    collector: Collector<trace::Append>,
 }
 
 impl std::fmt::Debug for RedbStore {
@@ -88,7 +90,7 @@ impl RedbStore {
         carp::create_tables(&db)?;
         let collector = {
             let (db, config) = (db.clone(), config.clone());
-            // One committer: redb runs one write transaction at a time anyway.
+            // One committer: redb runs one write transaction at a time anyway; appenders seal.
             Collector::start("cra-redb-commit", 1, move |batch| {
                 trace::commit_batch(&db, &config, batch);
             })?
@@ -98,6 +100,7 @@ impl RedbStore {
                 dir,
                 db,
                 config,
+                heads: heads::Heads::default(),
                 collector,
             }),
         })
@@ -119,8 +122,12 @@ impl RedbStore {
         &self.inner.config
     }
 
-    pub(crate) fn collector(&self) -> &Collector {
+    pub(crate) fn collector(&self) -> &Collector<trace::Append> {
         &self.inner.collector
+    }
+
+    pub(crate) fn heads(&self) -> &heads::Heads {
+        &self.inner.heads
     }
 }
 

@@ -1,12 +1,24 @@
 //! TRACE chains in redb, with group commit.
 //!
-//! Appends are handed to one committer thread (`crate::collector`). It takes every append waiting
-//! in its queue (up to `MAX_BATCH_APPENDS`), seals them all in one write transaction (reading each session's head,
-//! the clock and new ids there, so the thread *is* the per-session serialisation), commits with
+//! **Sealing** happens on the appender's thread. Each session has a slot (`super::heads`) holding
+//! the head after every append of it queued so far. Under the slot's lock the appender checks the
+//! chain rules against that head, seals its drafts onto it (clock reading, ids, hashes, the
+//! stored JSON), moves the slot's head on and queues the sealed append, so a session's appends
+//! are queued in the order they were sealed and sessions seal in parallel. A slot that does not
+//! know its head reads it from the database when none of its appends is queued; while some are,
+//! the append is queued as drafts for the committer to seal.
+//!
+//! **Committing** is one thread (`crate::collector`). It takes every append waiting in its queue
+//! (up to `MAX_BATCH_APPENDS`) and writes them in one write transaction. It is the authority on
+//! every chain: a sealed append is written only if the head it was sealed onto is the session's
+//! head in that transaction (stored, or left by an earlier append of the batch), so whatever a
+//! slot believed, nothing that does not link is ever stored. An append that does not link, or
+//! whose resolve the committer refuses, is refused (`Unavailable`, nothing written: the caller may
+//! send it again) and its slot forgets its head. The committer commits with
 //! `Durability::Immediate` (redb fsyncs before `commit` returns) and only then answers each
-//! caller. One fsync thus covers every append that arrived while the previous one ran. An append
-//! refused by a chain rule is answered at once and writes nothing; if the commit fails, every
-//! append of the batch is answered with the error and nothing of the batch is stored.
+//! caller, so one fsync covers every append that arrived while the previous one ran. If the
+//! commit fails, every append of the batch is answered with the error, nothing of the batch is
+//! stored, and the slots of its sessions forget their heads.
 //!
 //! Tables: `trace_events` maps `(session_id, sequence of an append's first event)` to the wire
 //! JSON of that append's events, one per line (an append is one record, so a resolve's sixteen
@@ -15,19 +27,23 @@
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 //!
 //! A resolve's state (request id, resolution, approval: `cra_carp::store::ResolveLog`) may ride
-//! with its events: the committer writes it in the same transaction just before sealing them, so
+//! with its events: the committer writes it in the same transaction just before the events, so
 //! the resolve waits for the single writer once, with the batch, and its state and events are
-//! stored together or not at all.
+//! stored together or not at all. The appender refuses a request id its session has used (stored,
+//! or on a resolve still queued) before sealing; the committer checks again in its transaction.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
-use cra_trace::{ChainHead, EventDraft, TraceEvent};
+use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent};
 
+use super::carp::EncodedResolve;
+use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
-use crate::collector::{Answer, Job, answer_all, split_with_state};
+use crate::collector::{Answer, Reply, check_append, settle, stopped};
 use crate::{StoreConfig, StoreError};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
@@ -46,10 +62,163 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), StoreError> {
     txn.commit().map_err(backend)
 }
 
-/// Seals and commits `batch` in one durable write transaction, then answers every job.
-pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>) {
-    let (replies, work) = split_with_state(batch);
-    let mut answers: Vec<Answer> = vec![None; replies.len()];
+/// One append on its way to the committer.
+pub(crate) struct Append {
+    session_id: String,
+    work: Work,
+    /// A resolve's state, written in the same transaction just before the events. When its
+    /// request id turns out to be used, the append is answered with no events and nothing of it
+    /// is written.
+    resolve: Option<EncodedResolve>,
+    slot: Arc<Slot>,
+    reply: Reply,
+}
+
+/// What the committer is to write.
+enum Work {
+    /// Events the appender sealed onto `base`, its slot's head then.
+    Sealed {
+        base: ChainHead,
+        head: HeadRecord,
+        events: Vec<TraceEvent>,
+        record: Vec<u8>,
+    },
+    /// Drafts for the committer to seal: the slot did not know its head while earlier appends of
+    /// the session were queued.
+    Drafts(Vec<PreparedDraft>),
+}
+
+/// What is left of an append once its work is taken: how to answer it and what to tell its slot.
+struct Ticket {
+    reply: Reply,
+    slot: Arc<Slot>,
+    resolve: Option<EncodedResolve>,
+}
+
+impl RedbStore {
+    /// Seals `drafts` onto `session_id`'s chain on this thread and queues them (see the module
+    /// documentation); `done` is told the outcome once, when the append is durable or refused.
+    /// With `resolve`, a used request id is answered `Ok` with no events.
+    pub(crate) fn queue_append(
+        &self,
+        session_id: &str,
+        drafts: Vec<PreparedDraft>,
+        resolve: Option<EncodedResolve>,
+        done: Reply,
+    ) {
+        if let Err(e) = check_append(session_id, drafts.len()) {
+            return done(Err(e));
+        }
+        let slot = self.heads().slot(session_id);
+        let mut state = slot.lock();
+        let work = match self.seal_onto_slot(&mut state, session_id, drafts, resolve.as_ref()) {
+            Ok(Some(work)) => work,
+            Ok(None) => {
+                drop(state);
+                return done(Ok(Vec::new()));
+            }
+            Err(e) => {
+                drop(state);
+                return done(Err(e));
+            }
+        };
+        if let Some(r) = &resolve {
+            state.requests.push(r.request_id().to_owned());
+        }
+        state.in_flight += 1;
+        let append = Append {
+            session_id: session_id.to_owned(),
+            work,
+            resolve,
+            slot: slot.clone(),
+            reply: done,
+        };
+        if let Err(append) = self.collector().send(append) {
+            state.in_flight -= 1;
+            if append.resolve.is_some() {
+                state.requests.pop();
+            }
+            state.head = None;
+            drop(state);
+            (append.reply)(Err(stopped()));
+        }
+    }
+
+    /// The work of an append under its slot's lock: sealed onto the slot's head when it is known
+    /// (after the chain rules and, for a resolve, the request id are checked: `Ok(None)` when the
+    /// id is used), else the drafts.
+    fn seal_onto_slot(
+        &self,
+        state: &mut SlotState,
+        session_id: &str,
+        drafts: Vec<PreparedDraft>,
+        resolve: Option<&EncodedResolve>,
+    ) -> Result<Option<Work>, ChainStoreError> {
+        if state.head.is_none() && state.in_flight == 0 {
+            // Nothing of the session is queued: the database has its whole chain.
+            state.head = Some(read_head(self.database(), session_id)?);
+        }
+        let Some(head) = &state.head else {
+            return Ok(Some(Work::Drafts(drafts)));
+        };
+        check_batch(session_id, head.ended, &drafts)?;
+        if let Some(r) = resolve
+            && (state.requests.iter().any(|id| id == r.request_id())
+                || super::carp::request_id_stored(self.database(), r).map_err(unavailable)?)
+        {
+            return Ok(None);
+        }
+        let base = ChainHead {
+            next_sequence: head.next_sequence,
+            head_hash: head.head_hash.clone(),
+        };
+        let (head, events, bodies) = seal_all(self.config(), session_id, head.clone(), drafts)?;
+        state.head = Some(head.clone());
+        Ok(Some(Work::Sealed {
+            base,
+            head,
+            events,
+            record: pack(&bodies),
+        }))
+    }
+}
+
+/// `session_id`'s head as stored (genesis when it has no chain).
+fn read_head(db: &Database, session_id: &str) -> Result<HeadRecord, ChainStoreError> {
+    let txn = db.begin_read().map_err(unavailable)?;
+    let heads = txn.open_table(HEADS).map_err(unavailable)?;
+    let found = heads.get(session_id).map_err(unavailable)?;
+    match found {
+        Some(bytes) => decode_head(session_id, bytes.value()),
+        None => Ok(HeadRecord::genesis()),
+    }
+}
+
+/// The refusal of a sealed append that no longer links.
+fn moved(session_id: &str) -> ChainStoreError {
+    ChainStoreError::Unavailable(format!(
+        "session `{session_id}`'s chain changed while this append was queued, so nothing of it \
+         was written; send it again"
+    ))
+}
+
+/// Writes `batch` in one durable write transaction, then answers every append and tells each
+/// slot what became of it.
+pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Append>) {
+    let (tickets, work): (Vec<Ticket>, Vec<(String, Work)>) = batch
+        .into_iter()
+        .map(|a| {
+            let ticket = Ticket {
+                reply: a.reply,
+                slot: a.slot,
+                resolve: a.resolve,
+            };
+            (ticket, (a.session_id, a.work))
+        })
+        .unzip();
+    let mut answers: Vec<Answer> = vec![None; tickets.len()];
+    // Sealed appends refused here: their slots' heads are wrong.
+    let mut spoiled = vec![false; tickets.len()];
     let result = (|| -> Result<(), ChainStoreError> {
         let mut txn = db.begin_write().map_err(unavailable)?;
         txn.set_durability(Durability::Immediate)
@@ -60,8 +229,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
             let mut touched: HashMap<String, HeadRecord> = HashMap::new();
             // Opened at the batch's first resolve, then shared by every resolve of the batch.
             let mut resolve_tables: Option<super::carp::ResolveTables<'_>> = None;
-            for ((session_id, drafts, resolve), answer) in work.into_iter().zip(answers.iter_mut())
-            {
+            for (i, (session_id, work)) in work.into_iter().enumerate() {
                 let head = match touched.get(&session_id) {
                     Some(head) => head.clone(),
                     None => match heads.get(session_id.as_str()).map_err(unavailable)? {
@@ -69,11 +237,25 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                         None => HeadRecord::genesis(),
                     },
                 };
-                if let Err(e) = check_batch(&session_id, head.ended, &drafts) {
-                    *answer = Some(Err(e));
-                    continue;
+                let sealed = matches!(work, Work::Sealed { .. });
+                match &work {
+                    Work::Sealed { base, .. } => {
+                        if base.next_sequence != head.next_sequence
+                            || base.head_hash != head.head_hash
+                        {
+                            answers[i] = Some(Err(moved(&session_id)));
+                            spoiled[i] = true;
+                            continue;
+                        }
+                    }
+                    Work::Drafts(drafts) => {
+                        if let Err(e) = check_batch(&session_id, head.ended, drafts) {
+                            answers[i] = Some(Err(e));
+                            continue;
+                        }
+                    }
                 }
-                if let Some(resolve) = &resolve {
+                if let Some(resolve) = &tickets[i].resolve {
                     let tables = match &mut resolve_tables {
                         Some(tables) => tables,
                         None => resolve_tables
@@ -83,27 +265,35 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
                         Ok(true) => {}
                         // The request id was used: neither the state nor the events are written.
                         Ok(false) => {
-                            *answer = Some(Ok(Vec::new()));
+                            answers[i] = Some(Ok(Vec::new()));
+                            spoiled[i] = sealed;
                             continue;
                         }
                         Err(e @ cra_carp::StoreError::AlreadyExists { .. }) => {
-                            *answer = Some(Err(unavailable(e)));
+                            answers[i] = Some(Err(unavailable(e)));
+                            spoiled[i] = sealed;
                             continue;
                         }
                         Err(e) => return Err(unavailable(e)),
                     }
                 }
-                let (head, sealed, bodies) = seal_all(config, &session_id, head, drafts)?;
-                if let Some(first) = sealed.first() {
-                    events
-                        .insert(
-                            (session_id.as_str(), first.sequence),
-                            pack(&bodies).as_slice(),
-                        )
-                        .map_err(unavailable)?;
-                }
+                let (head, first, record, sealed) = match work {
+                    Work::Sealed {
+                        head,
+                        events,
+                        record,
+                        ..
+                    } => (head, base_sequence(&events), record, events),
+                    Work::Drafts(drafts) => {
+                        let (head, events, bodies) = seal_all(config, &session_id, head, drafts)?;
+                        (head, base_sequence(&events), pack(&bodies), events)
+                    }
+                };
+                events
+                    .insert((session_id.as_str(), first), record.as_slice())
+                    .map_err(unavailable)?;
                 touched.insert(session_id, head);
-                *answer = Some(Ok(sealed));
+                answers[i] = Some(Ok(sealed));
             }
             for (session_id, head) in &touched {
                 let bytes = serde_json::to_vec(head).map_err(unavailable)?;
@@ -114,7 +304,26 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Job>)
         }
         txn.commit().map_err(unavailable)
     })();
-    answer_all(replies, answers, &result);
+    for ((ticket, answer), spoiled) in tickets.into_iter().zip(answers).zip(spoiled) {
+        {
+            let mut state = ticket.slot.lock();
+            state.in_flight = state.in_flight.saturating_sub(1);
+            if let Some(r) = &ticket.resolve
+                && let Some(at) = state.requests.iter().position(|id| id == r.request_id())
+            {
+                state.requests.swap_remove(at);
+            }
+            if spoiled || result.is_err() {
+                state.head = None;
+            }
+        }
+        (ticket.reply)(settle(&result, answer));
+    }
+}
+
+/// The sequence of an append's first event (every append has one).
+fn base_sequence(events: &[TraceEvent]) -> u64 {
+    events.first().map_or(0, |e| e.sequence)
 }
 
 /// One append's record: its events' wire JSON, one per line. Wire JSON never holds a raw line
@@ -181,7 +390,15 @@ impl ChainStore for RedbStore {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        self.collector().submit(session_id, drafts)
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.append_then(
+            session_id,
+            drafts,
+            Box::new(move |outcome| {
+                let _ = reply.send(outcome);
+            }),
+        );
+        answer.recv().map_err(|_| stopped())?
     }
 
     fn append_then(
@@ -190,7 +407,8 @@ impl ChainStore for RedbStore {
         drafts: Vec<EventDraft>,
         done: cra_trace::store::AppendDone,
     ) {
-        self.collector().queue(session_id, drafts, None, done);
+        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
+        self.queue_append(session_id, drafts, None, done);
     }
 
     fn read_range(
@@ -250,7 +468,21 @@ impl ChainStore for RedbStore {
 }
 
 /// Removes `session_id`'s chain if its head is still `expected` (so a chain that grew is kept).
+/// The session's slot is held meanwhile, so no append of it is sealed during the removal, and
+/// forgets its head after.
 pub(crate) fn remove_chain(
+    store: &RedbStore,
+    session_id: &str,
+    expected: &ChainHead,
+) -> Result<bool, ChainStoreError> {
+    let slot = store.heads().slot(session_id);
+    let mut state = slot.lock();
+    let removed = remove_stored_chain(store.database(), session_id, expected);
+    state.head = None;
+    removed
+}
+
+fn remove_stored_chain(
     db: &Database,
     session_id: &str,
     expected: &ChainHead,
@@ -278,4 +510,122 @@ pub(crate) fn remove_chain(
     super::carp::remove_session_records(&txn, session_id).map_err(unavailable)?;
     txn.commit().map_err(unavailable)?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The committer's guard and the drafts fallback, driven directly: in normal use they only
+    //! run when a commit fails or another writer changes a chain, which a test cannot time.
+
+    use super::*;
+    use serde_json::json;
+
+    fn note(n: u64) -> PreparedDraft {
+        PreparedDraft::new(EventDraft {
+            trace_id: "t".into(),
+            span_id: "s".into(),
+            parent_span_id: None,
+            event_type: "test.note".into(),
+            payload: json!({ "n": n }),
+        })
+    }
+
+    fn answered() -> (
+        Reply,
+        crossbeam_channel::Receiver<Result<Vec<TraceEvent>, ChainStoreError>>,
+    ) {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        (
+            Box::new(move |outcome| {
+                let _ = tx.send(outcome);
+            }),
+            rx,
+        )
+    }
+
+    fn verifies(store: &RedbStore, session: &str, len: usize) {
+        let events = store.read_range(session, 0, u64::MAX).unwrap();
+        assert_eq!(events.len(), len);
+        let report = cra_trace::verify::verify_events(&events, true);
+        assert!(report.is_valid(), "{:?}", report.first_error());
+    }
+
+    /// A sealed append whose base is no longer the chain's head is refused with nothing written,
+    /// its slot forgets its head, and the session's next append links to the stored chain.
+    #[test]
+    fn a_sealed_append_that_no_longer_links_is_refused_and_its_slot_forgets() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        store.append("s", vec![note(0).draft]).unwrap();
+        let first = store.append("s", vec![note(1).draft]).unwrap();
+        assert_eq!(first[0].sequence, 1);
+
+        // Sealed onto genesis, as a slot that missed the two appends above would have.
+        let (head, events, bodies) =
+            seal_all(store.config(), "s", HeadRecord::genesis(), vec![note(9)]).unwrap();
+        let slot = store.heads().slot("s");
+        slot.lock().in_flight += 1;
+        let (reply, answer) = answered();
+        commit_batch(
+            store.database(),
+            store.config(),
+            vec![Append {
+                session_id: "s".into(),
+                work: Work::Sealed {
+                    base: ChainHead::genesis(),
+                    head,
+                    events,
+                    record: pack(&bodies),
+                },
+                resolve: None,
+                slot: slot.clone(),
+                reply,
+            }],
+        );
+        let refused = answer.recv().unwrap().unwrap_err();
+        assert!(refused.to_string().contains("send it again"), "{refused}");
+        {
+            let state = slot.lock();
+            assert!(state.head.is_none());
+            assert_eq!(state.in_flight, 0);
+        }
+        verifies(&store, "s", 2);
+        let next = store.append("s", vec![note(2).draft]).unwrap();
+        assert_eq!(next[0].sequence, 2);
+        verifies(&store, "s", 3);
+    }
+
+    /// While a slot does not know its head and appends of the session are queued, an append is
+    /// queued as drafts and the committer seals it onto the stored chain; once nothing is
+    /// queued, the slot reads its head again and appenders seal.
+    #[test]
+    fn a_slot_without_a_head_queues_drafts_for_the_committer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        store
+            .append("s", vec![note(0).draft, note(1).draft])
+            .unwrap();
+        let slot = store.heads().slot("s");
+        {
+            let mut state = slot.lock();
+            state.head = None;
+            // As if an append of the session were still queued.
+            state.in_flight += 1;
+        }
+        let sealed = store.append("s", vec![note(2).draft]).unwrap();
+        assert_eq!(sealed[0].sequence, 2);
+        {
+            let mut state = slot.lock();
+            assert!(
+                state.head.is_none(),
+                "sealed by the committer, not the slot"
+            );
+            assert_eq!(state.in_flight, 1);
+            state.in_flight -= 1;
+        }
+        let sealed = store.append("s", vec![note(3).draft]).unwrap();
+        assert_eq!(sealed[0].sequence, 3);
+        assert_eq!(slot.lock().head.as_ref().map(|h| h.next_sequence), Some(4));
+        verifies(&store, "s", 4);
+    }
 }

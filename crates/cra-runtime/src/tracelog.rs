@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use cra_trace::store::ChainStoreError;
-use cra_trace::{EventDraft, TraceEvent};
+use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use cra_wire::Token;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -286,6 +286,32 @@ pub fn draft(
         parent_span_id: parent_span_id.map(str::to_owned),
         event_type: event_type.to_owned(),
         payload,
+    }
+}
+
+/// A draft whose payload is `payload` written straight into its TRACE canonical form, with no
+/// `Value` tree made, walked and dropped on the way (see [`PreparedDraft::from_canonical`]; the
+/// appended event comes back without a payload value, which [`Runtime::append_resolve`] fills
+/// in for live subscribers). A payload the canonical writer refuses (two members with one name)
+/// goes through a `Value`, as [`draft`] does.
+pub fn typed_draft<T: serde::Serialize>(
+    trace_id: &str,
+    span_id: &str,
+    event_type: &str,
+    payload: &T,
+) -> PreparedDraft {
+    match cra_wire::canonical::to_trace_canonical(payload) {
+        Ok(text) => PreparedDraft::from_canonical(
+            draft(trace_id, span_id, None, event_type, Value::Null),
+            text,
+        ),
+        Err(_) => PreparedDraft::new(draft(
+            trace_id,
+            span_id,
+            None,
+            event_type,
+            serde_json::to_value(payload).unwrap_or(Value::Null),
+        )),
     }
 }
 

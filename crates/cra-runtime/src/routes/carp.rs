@@ -19,7 +19,7 @@ use cra_carp::types::{CarpRequest, ExecuteStatus, Operation, Resolution};
 use cra_carp::validate::{CarpError, parse_request};
 use cra_trace::{EventDraft, PreparedDraft};
 use cra_wire::Token;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::auth::{Actor, Role};
@@ -27,7 +27,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::extract::{QueryParams, RawJson};
 use crate::routes::Caller;
 use crate::state::{AppState, Runtime};
-use crate::tracelog::draft;
+use crate::tracelog::{draft, typed_draft};
 
 /// `?explain=true` attaches the evaluation's explanation to the answer.
 #[derive(Debug, Deserialize)]
@@ -220,62 +220,58 @@ pub async fn resolve(
     let span = resolution.resolution_id.clone();
     let explain_data = resolution.explain.take();
     let digests = atlases.digests();
-    let mut drafts = Vec::with_capacity(8);
-    drafts.push(draft(
-        &trace_id,
-        &span,
-        None,
-        "carp.request.received",
-        json!({
-            // §4.3.2's required fields, then everything replay needs (errata).
-            "request_id": request.request_id,
-            "operation": request.operation,
-            "goal": request.task.as_ref().map(|t| t.goal.as_str()),
-            "atlas_ids": request.atlas_ids,
-            "request": request,
-            "atlas_digests": digests,
-        }),
-    ));
-    if !counters.rate.is_empty() || !counters.budget.is_empty() {
+    let mut prepared = Vec::with_capacity(16);
+    let counters = (!counters.rate.is_empty() || !counters.budget.is_empty()).then_some(
         // The counts the evaluation read, so that replay decides as this resolve did (errata:
         // replay).
-        if let Some(received) = drafts.last_mut() {
-            received.payload["counters"] =
-                json!({"rate": counters.rate, "budget": counters.budget});
-        }
-    }
+        ReadCounters {
+            rate: &counters.rate,
+            budget: &counters.budget,
+        },
+    );
+    prepared.push(typed_draft(
+        &trace_id,
+        &span,
+        "carp.request.received",
+        &RequestReceived {
+            request_id: &request.request_id,
+            operation: request.operation,
+            goal: request.task.as_ref().map(|t| t.goal.as_str()),
+            atlas_ids: &request.atlas_ids,
+            request: &request,
+            atlas_digests: &digests,
+            counters,
+        },
+    ));
     if let Some(ex) = &explain_data {
         for a in &ex.actions {
-            let result = serde_json::to_value(a.outcome).unwrap_or(Value::Null);
-            drafts.push(draft(
+            prepared.push(typed_draft(
                 &trace_id,
                 &span,
-                None,
                 "policy.evaluated",
-                json!({
-                    "action_id": a.action_id,
-                    "atlas_id": a.atlas_id,
-                    "policy_id": a.decided_by,
-                    "result": result,
-                }),
+                &PolicyEvaluated {
+                    action_id: &a.action_id,
+                    atlas_id: &a.atlas_id,
+                    policy_id: &a.decided_by,
+                    result: a.outcome,
+                },
             ));
         }
     }
     for b in &resolution.context_blocks {
-        drafts.push(draft(
+        prepared.push(typed_draft(
             &trace_id,
             &span,
-            None,
             "context.injected",
-            json!({
-                "block_id": b.block_id,
-                "source": b.source,
-                "content_type": b.content_type,
-                "priority": b.priority,
-                "token_count": b.token_estimate,
-                "token_estimate": b.token_estimate,
-                "content_hash": cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
-            }),
+            &ContextInjected {
+                block_id: &b.block_id,
+                source: &b.source,
+                content_type: &b.content_type,
+                priority: b.priority,
+                token_count: b.token_estimate,
+                token_estimate: b.token_estimate,
+                content_hash: cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
+            },
         ));
     }
     if let Some(approval_id) = &resolution.decision.approval_id {
@@ -285,12 +281,15 @@ pub async fn resolve(
             .filter(|a| a.requires_confirmation)
             .map(|a| a.action_id.as_str())
             .collect();
-        drafts.push(draft(
+        prepared.push(typed_draft(
             &trace_id,
             &span,
-            None,
             "approval.requested",
-            json!({"approval_id": approval_id, "resolution_id": resolution.resolution_id, "actions": gated}),
+            &ApprovalRequested {
+                approval_id,
+                resolution_id: &resolution.resolution_id,
+                actions: gated,
+            },
         ));
     }
     // The resolution is written once, in its TRACE canonical form: that text is the answer and,
@@ -298,7 +297,6 @@ pub async fn resolve(
     // bytes its chain hashed. (serde_json's text when it has no canonical form: see
     // `completion_draft`.)
     let canonical = cra_wire::canonical::to_trace_canonical(&resolution).ok();
-    let mut prepared: Vec<PreparedDraft> = drafts.into_iter().map(PreparedDraft::new).collect();
     prepared.push(completion_draft(
         &trace_id,
         &span,
@@ -341,6 +339,56 @@ pub async fn resolve(
         answer,
     )
         .into_response())
+}
+
+/// The `carp.request.received` payload: §4.3.2's required fields, then everything replay needs
+/// (errata).
+#[derive(Serialize)]
+struct RequestReceived<'a> {
+    request_id: &'a str,
+    operation: Operation,
+    goal: Option<&'a str>,
+    atlas_ids: &'a Option<Vec<String>>,
+    request: &'a CarpRequest,
+    atlas_digests: &'a std::collections::BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<ReadCounters<'a>>,
+}
+
+/// The rate and budget counts a resolve's evaluation read.
+#[derive(Serialize)]
+struct ReadCounters<'a> {
+    rate: &'a [cra_carp::eval::CounterEntry],
+    budget: &'a [cra_carp::eval::CounterEntry],
+}
+
+/// The `policy.evaluated` payload: which policy decided an action, and how.
+#[derive(Serialize)]
+struct PolicyEvaluated<'a> {
+    action_id: &'a str,
+    atlas_id: &'a str,
+    policy_id: &'a str,
+    result: cra_carp::explain::Outcome,
+}
+
+/// The `context.injected` payload: a context block's identity and the hash of its content.
+#[derive(Serialize)]
+struct ContextInjected<'a> {
+    block_id: &'a str,
+    source: &'a str,
+    content_type: &'a str,
+    priority: i64,
+    token_count: u64,
+    token_estimate: u64,
+    content_hash: String,
+}
+
+/// The `approval.requested` payload: the approval and the actions it gates.
+#[derive(Serialize)]
+struct ApprovalRequested<'a> {
+    approval_id: &'a str,
+    resolution_id: &'a str,
+    actions: Vec<&'a str>,
 }
 
 /// The `carp.resolution.completed` payload as a value: §4.3.2's required fields, then the full
@@ -661,8 +709,11 @@ pub async fn execute(
 
 #[cfg(test)]
 mod tests {
-    use super::{completion_draft, completion_value};
-    use cra_carp::types::Resolution;
+    use super::{
+        ApprovalRequested, ContextInjected, PolicyEvaluated, ReadCounters, RequestReceived,
+        completion_draft, completion_value,
+    };
+    use cra_carp::types::{CarpRequest, Resolution};
     use serde_json::{Value, json};
 
     /// A resolution with what a canonical writer can get wrong: non-ASCII text, escapes,
@@ -736,6 +787,106 @@ mod tests {
         assert_eq!(
             prepared.draft.payload["resolution_id"],
             r.resolution_id.as_str()
+        );
+    }
+
+    /// Each typed payload of a resolve's events writes the canonical text of the `json!` value
+    /// it replaced, so stored events and their hashes are unchanged; with non-ASCII text, an
+    /// unknown extra member and counters.
+    #[test]
+    fn typed_payloads_are_the_values_they_replace() {
+        let request: CarpRequest = serde_json::from_value(json!({
+            "carp_version": "1.0",
+            "request_id": "0190a000-0000-7000-8000-000000000001",
+            "timestamp": "2026-11-25T10:00:00.000Z",
+            "operation": "resolve",
+            "requester": {"agent_id": "caf\u{e9}-bot", "session_id": "0190a000-0000-7000-8000-000000000100"},
+            "task": {"goal": "Fix the \"build\"\n\u{1f600}", "risk_tier": "low"},
+            "atlas_ids": ["dev.cra.github-ops"],
+            "context": {"z": 1.5, "a": [true, null]},
+            "x_extra": {"b": 2, "a": 1}
+        }))
+        .unwrap();
+        let digests: std::collections::BTreeMap<String, String> =
+            [("dev.cra.github-ops".to_owned(), "sha256:ab".to_owned())].into();
+        let entry = cra_carp::eval::CounterEntry {
+            policy_id: "rate".into(),
+            scope_key: "session:s".into(),
+            value: 3,
+        };
+        let (rate, budget) = (vec![entry], Vec::new());
+        let typed = RequestReceived {
+            request_id: &request.request_id,
+            operation: request.operation,
+            goal: request.task.as_ref().map(|t| t.goal.as_str()),
+            atlas_ids: &request.atlas_ids,
+            request: &request,
+            atlas_digests: &digests,
+            counters: Some(ReadCounters {
+                rate: &rate,
+                budget: &budget,
+            }),
+        };
+        let value = json!({
+            "request_id": request.request_id,
+            "operation": request.operation,
+            "goal": request.task.as_ref().map(|t| t.goal.as_str()),
+            "atlas_ids": request.atlas_ids,
+            "request": request,
+            "atlas_digests": digests,
+            "counters": {"rate": rate, "budget": budget},
+        });
+        same(&typed, &value);
+        let without = RequestReceived {
+            counters: None,
+            goal: None,
+            ..typed
+        };
+        let mut value = value;
+        value["goal"] = Value::Null;
+        value.as_object_mut().unwrap().remove("counters");
+        same(&without, &value);
+
+        let outcome = cra_carp::explain::Outcome::RequiresApproval;
+        same(
+            &PolicyEvaluated {
+                action_id: "x.get",
+                atlas_id: "a",
+                policy_id: "p",
+                result: outcome,
+            },
+            &json!({"action_id": "x.get", "atlas_id": "a", "policy_id": "p",
+                "result": serde_json::to_value(outcome).unwrap()}),
+        );
+        same(
+            &ContextInjected {
+                block_id: "a/ctx/caf\u{e9}.md",
+                source: "a",
+                content_type: "text/markdown",
+                priority: -3,
+                token_count: 7,
+                token_estimate: 7,
+                content_hash: "sha256:00".into(),
+            },
+            &json!({"block_id": "a/ctx/caf\u{e9}.md", "source": "a", "content_type": "text/markdown",
+                "priority": -3, "token_count": 7, "token_estimate": 7, "content_hash": "sha256:00"}),
+        );
+        same(
+            &ApprovalRequested {
+                approval_id: "ap",
+                resolution_id: "r",
+                actions: vec!["x.get", "x.put"],
+            },
+            &json!({"approval_id": "ap", "resolution_id": "r", "actions": ["x.get", "x.put"]}),
+        );
+    }
+
+    fn same<T: serde::Serialize>(typed: &T, value: &Value) {
+        let draft = crate::tracelog::typed_draft("t", "s", "e", typed);
+        assert!(draft.draft.payload.is_null(), "written as text");
+        assert_eq!(
+            draft.canonical_payload(),
+            cra_wire::canonical::trace_canonical(value)
         );
     }
 }

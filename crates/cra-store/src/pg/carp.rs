@@ -18,9 +18,10 @@ use serde::de::DeserializeOwned;
 
 use super::{PgStore, PooledClient};
 
-fn be(e: impl std::fmt::Display) -> CarpError {
+fn be(e: impl std::error::Error) -> CarpError {
     CarpError::Backend(format!(
-        "postgres: {e}; check that the database is reachable"
+        "postgres: {}; check that the database is reachable",
+        super::error_text(&e)
     ))
 }
 

@@ -149,7 +149,20 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
 }
 
 pub(crate) fn pg(e: postgres::Error) -> StoreError {
-    StoreError::Backend(format!("postgres: {e}"))
+    StoreError::Backend(format!("postgres: {}", error_text(&e)))
+}
+
+/// An error with its causes: `postgres::Error` prints only "db error" when the server refused a
+/// statement, and the server's own message (what to act on) is its source.
+pub(crate) fn error_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {

@@ -24,8 +24,8 @@ use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
 use crate::collector::{Answer, Job, answer_all, split};
 
-fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
-    ChainStoreError::Unavailable(format!("postgres: {e}"))
+fn unavailable(e: impl std::error::Error) -> ChainStoreError {
+    ChainStoreError::Unavailable(format!("postgres: {}", super::error_text(&e)))
 }
 
 fn to_i64(n: u64) -> i64 {
@@ -39,7 +39,9 @@ const TRIES: usize = 3;
 pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, batch: Vec<Job>) {
     let (replies, work) = split(batch);
     let mut answers: Vec<Answer> = vec![None; replies.len()];
-    let mut result = Err(Retry::Fail(unavailable("not tried")));
+    let mut result = Err(Retry::Fail(ChainStoreError::Unavailable(
+        "postgres: not tried".into(),
+    )));
     for _ in 0..TRIES {
         answers.iter_mut().for_each(|a| *a = None);
         result = try_batch(pool, config, &work, &mut answers);
@@ -114,7 +116,12 @@ fn try_batch(
     let mut texts: Vec<String> = Vec::new();
     for ((session_id, drafts), answer) in work.iter().zip(answers.iter_mut()) {
         let Some(head) = heads.get(session_id).cloned() else {
-            return Err(Retry::Fail(unavailable("a session's head row vanished")));
+            // Its head row was inserted (or found) above, then removed by retention before the
+            // lock was taken: the batch is tried again, which inserts the row afresh.
+            return Err(Retry::Again(ChainStoreError::Unavailable(format!(
+                "postgres: session `{session_id}`'s chain was removed while this append was \
+                 being written; send it again"
+            ))));
         };
         if let Err(e) = check_batch(session_id, head.ended, drafts) {
             *answer = Some(Err(e));

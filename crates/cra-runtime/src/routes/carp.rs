@@ -233,15 +233,7 @@ pub async fn resolve(
         &trace_id,
         &span,
         "carp.request.received",
-        &RequestReceived {
-            request_id: &request.request_id,
-            operation: request.operation,
-            goal: request.task.as_ref().map(|t| t.goal.as_str()),
-            atlas_ids: &request.atlas_ids,
-            request: &request,
-            atlas_digests: &digests,
-            counters,
-        },
+        &RequestReceived::new(&request, &digests, counters),
     ));
     if let Some(ex) = &explain_data {
         for a in &ex.actions {
@@ -353,6 +345,24 @@ struct RequestReceived<'a> {
     atlas_digests: &'a std::collections::BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     counters: Option<ReadCounters<'a>>,
+}
+
+impl<'a> RequestReceived<'a> {
+    fn new(
+        request: &'a CarpRequest,
+        atlas_digests: &'a std::collections::BTreeMap<String, String>,
+        counters: Option<ReadCounters<'a>>,
+    ) -> Self {
+        Self {
+            request_id: &request.request_id,
+            operation: request.operation,
+            goal: request.task.as_ref().map(|t| t.goal.as_str()),
+            atlas_ids: &request.atlas_ids,
+            request,
+            atlas_digests,
+            counters,
+        }
+    }
 }
 
 /// The rate and budget counts a resolve's evaluation read.
@@ -815,18 +825,14 @@ mod tests {
             value: 3,
         };
         let (rate, budget) = (vec![entry], Vec::new());
-        let typed = RequestReceived {
-            request_id: &request.request_id,
-            operation: request.operation,
-            goal: request.task.as_ref().map(|t| t.goal.as_str()),
-            atlas_ids: &request.atlas_ids,
-            request: &request,
-            atlas_digests: &digests,
-            counters: Some(ReadCounters {
+        let typed = RequestReceived::new(
+            &request,
+            &digests,
+            Some(ReadCounters {
                 rate: &rate,
                 budget: &budget,
             }),
-        };
+        );
         let value = json!({
             "request_id": request.request_id,
             "operation": request.operation,

@@ -113,15 +113,7 @@ impl Collector<Job> {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.queue(
-            session_id,
-            drafts,
-            Box::new(move |outcome| {
-                let _ = reply.send(outcome);
-            }),
-        );
-        answer.recv().map_err(|_| stopped())?
+        wait_for(|done| self.queue(session_id, drafts, done))
     }
 
     /// Queues an append; `done` is told its outcome, once, from the committer thread when the
@@ -150,6 +142,23 @@ pub(crate) fn check_append(session_id: &str, drafts: usize) -> Result<(), ChainS
         return Err(ChainStoreError::EmptyAppend);
     }
     Ok(())
+}
+
+/// Starts an operation that reports its outcome through a callback (`start` is handed it) and
+/// waits for that outcome: the blocking form of every `..._then` call. A callback dropped
+/// unanswered means the committer is gone.
+pub(crate) fn wait_for<T, E>(
+    start: impl FnOnce(Box<dyn FnOnce(Result<T, E>) + Send>),
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<ChainStoreError> + Send + 'static,
+{
+    let (reply, answer) = crossbeam_channel::bounded(1);
+    start(Box::new(move |outcome| {
+        let _ = reply.send(outcome);
+    }));
+    answer.recv().map_err(|_| E::from(stopped()))?
 }
 
 /// The answer when the committer is gone.

@@ -246,15 +246,7 @@ impl cra_carp::store::ResolveLog for RedbStore {
         record: &cra_carp::store::ResolveRecord,
         drafts: Vec<cra_trace::EventDraft>,
     ) -> Result<Option<Vec<cra_trace::TraceEvent>>, cra_carp::store::ResolveLogError> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.record_and_append_then(
-            record,
-            drafts,
-            Box::new(move |outcome| {
-                let _ = reply.send(outcome);
-            }),
-        );
-        answer.recv().map_err(|_| crate::collector::stopped())?
+        crate::collector::wait_for(|done| self.record_and_append_then(record, drafts, done))
     }
 
     fn record_and_append_then(

@@ -43,7 +43,7 @@ use super::carp::EncodedResolve;
 use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
-use crate::collector::{Answer, Reply, check_append, settle, stopped};
+use crate::collector::{Answer, Reply, check_append, settle, stopped, wait_for};
 use crate::{StoreConfig, StoreError};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
@@ -237,7 +237,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                         None => HeadRecord::genesis(),
                     },
                 };
-                let sealed = matches!(work, Work::Sealed { .. });
+                let was_sealed = matches!(work, Work::Sealed { .. });
                 match &work {
                     Work::Sealed { base, .. } => {
                         if base.next_sequence != head.next_sequence
@@ -266,12 +266,12 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                         // The request id was used: neither the state nor the events are written.
                         Ok(false) => {
                             answers[i] = Some(Ok(Vec::new()));
-                            spoiled[i] = sealed;
+                            spoiled[i] = was_sealed;
                             continue;
                         }
                         Err(e @ cra_carp::StoreError::AlreadyExists { .. }) => {
                             answers[i] = Some(Err(unavailable(e)));
-                            spoiled[i] = sealed;
+                            spoiled[i] = was_sealed;
                             continue;
                         }
                         Err(e) => return Err(unavailable(e)),
@@ -390,15 +390,7 @@ impl ChainStore for RedbStore {
         session_id: &str,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ChainStoreError> {
-        let (reply, answer) = crossbeam_channel::bounded(1);
-        self.append_then(
-            session_id,
-            drafts,
-            Box::new(move |outcome| {
-                let _ = reply.send(outcome);
-            }),
-        );
-        answer.recv().map_err(|_| stopped())?
+        wait_for(|done| self.append_then(session_id, drafts, done))
     }
 
     fn append_then(
@@ -530,19 +522,6 @@ mod tests {
         })
     }
 
-    fn answered() -> (
-        Reply,
-        crossbeam_channel::Receiver<Result<Vec<TraceEvent>, ChainStoreError>>,
-    ) {
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        (
-            Box::new(move |outcome| {
-                let _ = tx.send(outcome);
-            }),
-            rx,
-        )
-    }
-
     fn verifies(store: &RedbStore, session: &str, len: usize) {
         let events = store.read_range(session, 0, u64::MAX).unwrap();
         assert_eq!(events.len(), len);
@@ -565,24 +544,25 @@ mod tests {
             seal_all(store.config(), "s", HeadRecord::genesis(), vec![note(9)]).unwrap();
         let slot = store.heads().slot("s");
         slot.lock().in_flight += 1;
-        let (reply, answer) = answered();
-        commit_batch(
-            store.database(),
-            store.config(),
-            vec![Append {
-                session_id: "s".into(),
-                work: Work::Sealed {
-                    base: ChainHead::genesis(),
-                    head,
-                    events,
-                    record: pack(&bodies),
-                },
-                resolve: None,
-                slot: slot.clone(),
-                reply,
-            }],
-        );
-        let refused = answer.recv().unwrap().unwrap_err();
+        let answer = wait_for(|reply| {
+            commit_batch(
+                store.database(),
+                store.config(),
+                vec![Append {
+                    session_id: "s".into(),
+                    work: Work::Sealed {
+                        base: ChainHead::genesis(),
+                        head,
+                        events,
+                        record: pack(&bodies),
+                    },
+                    resolve: None,
+                    slot: slot.clone(),
+                    reply,
+                }],
+            );
+        });
+        let refused = answer.unwrap_err();
         assert!(refused.to_string().contains("send it again"), "{refused}");
         {
             let state = slot.lock();

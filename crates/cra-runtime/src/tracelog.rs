@@ -501,4 +501,28 @@ mod tests {
         drop(s);
         assert!(hub.sessions.lock().unwrap().is_empty());
     }
+
+    /// A payload the canonical writer refuses (two members named `a`, one from a flattened map)
+    /// goes through a `Value`, as `draft` would: serde_json keeps one of the two.
+    #[test]
+    fn typed_draft_falls_back_to_a_value_when_the_canonical_writer_refuses() {
+        #[derive(serde::Serialize)]
+        struct Twice {
+            a: u8,
+            #[serde(flatten)]
+            extra: std::collections::BTreeMap<String, u8>,
+        }
+        let payload = Twice {
+            a: 1,
+            extra: [("a".to_owned(), 2)].into(),
+        };
+        assert!(cra_wire::canonical::to_trace_canonical(&payload).is_err());
+        let prepared = typed_draft("t", "s", "e", &payload);
+        let value = serde_json::to_value(&payload).unwrap();
+        assert_eq!(prepared.draft.payload, value);
+        assert_eq!(
+            prepared.canonical_payload(),
+            cra_wire::canonical::trace_canonical(&value)
+        );
+    }
 }

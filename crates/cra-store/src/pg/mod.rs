@@ -229,3 +229,25 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {
     }
     tx.commit().map_err(pg)
 }
+
+#[cfg(test)]
+mod tests {
+    /// A refusal by the server, as `postgres::Error` carries it: the client's words on top, the
+    /// server's message as the source.
+    #[derive(Debug, thiserror::Error)]
+    #[error("db error")]
+    struct Refused(#[source] Server);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("ERROR: relation \"trace_heads\" does not exist")]
+    struct Server;
+
+    #[test]
+    fn error_text_carries_every_cause() {
+        assert_eq!(
+            super::error_text(&Refused(Server)),
+            "db error: ERROR: relation \"trace_heads\" does not exist"
+        );
+        assert_eq!(super::error_text(&Server), Server.to_string());
+    }
+}

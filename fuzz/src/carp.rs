@@ -14,7 +14,7 @@
 use std::sync::{Arc, OnceLock};
 
 use cra_atlas::LoadedAtlas;
-use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use cra_carp::index::AtlasSet;
 use cra_carp::memory::MemoryStore;
 use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
@@ -291,7 +291,7 @@ pub fn compile_and_resolve(atlas: &LoadedAtlas) {
         Err(e) => panic!("{e}"),
     };
     let options = ResolveOptions {
-        explain: true,
+        explain: ExplainLevel::Full,
         ..ResolveOptions::default()
     };
     let ids = SequentialIds::new(1_772_445_600_000, 9);

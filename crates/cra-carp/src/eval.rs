@@ -38,8 +38,8 @@ pub const DEFAULT_DENY: &str = "default_deny";
 pub struct ResolveOptions {
     /// `ttl_seconds` of the resolution (default 3600).
     pub ttl_seconds: u64,
-    /// Attach the `explain` member.
-    pub explain: bool,
+    /// How much of the `explain` member to compute and attach.
+    pub explain: ExplainLevel,
     /// Use this `trace_id` instead of generating one (the runtime's TRACE id for the resolve).
     pub trace_id: Option<String>,
 }
@@ -48,9 +48,30 @@ impl Default for ResolveOptions {
     fn default() -> Self {
         Self {
             ttl_seconds: DEFAULT_TTL_SECONDS,
-            explain: false,
+            explain: ExplainLevel::Off,
             trace_id: None,
         }
+    }
+}
+
+/// How much of the explanation a resolve computes ([`crate::explain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExplainLevel {
+    /// None: the resolution has no `explain`.
+    #[default]
+    Off,
+    /// Each candidate action's outcome and deciding policy, with `policies` and `context_packs`
+    /// left empty: what a resolve's `policy.evaluated` events record. The policy trail is a few
+    /// hundred small allocations per resolve at 16 actions, worth paying only when it is read.
+    Outcomes,
+    /// Everything: every policy looked at and every condition, for each action and pack.
+    Full,
+}
+
+impl ExplainLevel {
+    /// `Full` when asked for, `Off` otherwise.
+    pub fn full_if(asked: bool) -> Self {
+        if asked { Self::Full } else { Self::Off }
     }
 }
 
@@ -492,6 +513,8 @@ pub fn resolve(
 
     let mut allowed = Vec::new();
     let mut denied = Vec::new();
+    let outcomes = options.explain != ExplainLevel::Off;
+    let full = options.explain == ExplainLevel::Full;
     let mut explains = Vec::new();
     // (constraint type, atlas index in `chosen`, policy index) -> granted action ids it binds.
     // Flat table: slot (atlas offset + policy index) * 4 + constraint kind -> bound action ids.
@@ -540,7 +563,7 @@ pub fn resolve(
                 action,
                 counters,
                 &facts,
-                options.explain.then_some(&mut trail),
+                full.then_some(&mut trail),
                 &mut limits,
                 &mut held,
             );
@@ -574,7 +597,7 @@ pub fn resolve(
                     },
                 }),
             }
-            if options.explain {
+            if outcomes {
                 let (outcome, decided_by, deny_kind) = match &verdict {
                     Verdict::Grant { approval, by } => (
                         if *approval {
@@ -616,7 +639,7 @@ pub fn resolve(
     for atlas in &chosen {
         for pack in &atlas.packs {
             let ok = holds(&pack.conditions, &facts);
-            if options.explain {
+            if full {
                 pack_explains.push(PackExplain {
                     atlas_id: atlas.atlas_id.to_string(),
                     pack_id: pack.pack_id.clone(),
@@ -722,7 +745,7 @@ pub fn resolve(
         constraints,
         ttl_seconds: options.ttl_seconds,
         trace_id,
-        explain: options.explain.then_some(Explain {
+        explain: outcomes.then_some(Explain {
             actions: explains,
             context_packs: pack_explains,
         }),

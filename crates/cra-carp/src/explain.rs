@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 pub struct Explain {
     /// One entry per candidate action, in candidate order.
     pub actions: Vec<ActionExplain>,
-    /// One entry per context pack of the candidate atlases, in atlas then pack order.
+    /// One entry per context pack of the candidate atlases, in atlas then pack order (empty when
+    /// only outcomes were computed, [`crate::eval::ExplainLevel::Outcomes`]).
     #[serde(default)]
     pub context_packs: Vec<PackExplain>,
 }
@@ -51,7 +52,8 @@ pub struct ActionExplain {
     /// Set when `outcome` is `deny`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deny_kind: Option<DenyKind>,
-    /// Every policy whose patterns match the action, in evaluation order, with its verdict.
+    /// Every policy whose patterns match the action, in evaluation order, with its verdict (empty
+    /// when only outcomes were computed, [`crate::eval::ExplainLevel::Outcomes`]).
     pub policies: Vec<PolicyExplain>,
 }
 

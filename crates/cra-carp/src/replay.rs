@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::eval::{CountersSnapshot, ResolveOptions, resolve};
+use crate::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use crate::explain::Outcome;
 use crate::index::AtlasSet;
 use crate::types::{CarpRequest, Resolution};
@@ -49,8 +49,8 @@ const IGNORED: [&str; 5] = [
 /// The audit events of one resolve (errata, "Events each operation emits"), in order:
 /// `carp.request.received` (full request, atlas digests, counters), one `policy.evaluated` per
 /// candidate action, one `context.injected` per block, `carp.resolution.completed` (full
-/// resolution). `resolution` must carry `explain` (resolve with `explain: true`); it is removed
-/// from the recorded resolution.
+/// resolution). `resolution` must carry `explain` (resolve with at least
+/// [`ExplainLevel::Outcomes`]); it is removed from the recorded resolution.
 pub fn resolve_drafts(
     request: &CarpRequest,
     resolution: &Resolution,
@@ -538,7 +538,7 @@ fn replay_one(
         .unwrap_or(crate::eval::DEFAULT_TTL_SECONDS);
     let options = ResolveOptions {
         ttl_seconds: ttl,
-        explain: true,
+        explain: ExplainLevel::Full,
         trace_id: None,
     };
     let ids = cra_wire::SequentialIds::new(0, 0);

@@ -9,7 +9,9 @@ use cra_wire::clock::format_timestamp;
 use cra_wire::{Clock, IdGenerator, Token};
 use serde_json::{Map, Value};
 
-use crate::eval::{CountersSnapshot, ResolveOptions, resolve, seconds_to_us, unix_micros};
+use crate::eval::{
+    CountersSnapshot, ExplainLevel, ResolveOptions, resolve, seconds_to_us, unix_micros,
+};
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
@@ -205,7 +207,7 @@ impl Carp {
         explain: bool,
         trace_id: Option<String>,
     ) -> Result<(Resolution, CountersSnapshot), CarpError> {
-        let prepared = self.prepare_resolve(request, explain, trace_id)?;
+        let prepared = self.prepare_resolve(request, ExplainLevel::full_if(explain), trace_id)?;
         if let Some(record) = &prepared.record {
             let fresh = self
                 .store
@@ -229,7 +231,7 @@ impl Carp {
     pub fn prepare_resolve(
         &self,
         request: &CarpRequest,
-        explain: bool,
+        explain: ExplainLevel,
         trace_id: Option<String>,
     ) -> Result<PreparedResolve, CarpError> {
         if request.operation == Operation::Execute {

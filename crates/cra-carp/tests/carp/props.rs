@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use cra_atlas::pattern;
 use cra_carp::CarpRequest;
-use cra_carp::eval::{CounterEntry, CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::eval::{CounterEntry, CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use cra_carp::index::{AtlasSet, CompiledAtlas};
 use cra_carp::validate::parse_request;
 use cra_wire::SequentialIds;
@@ -169,6 +169,15 @@ fn matches(p: &P, action: &str) -> bool {
 }
 
 fn run(policies: &[Value], ps: &[P], r: &Req) -> (cra_carp::Resolution, String) {
+    run_at(policies, ps, r, ExplainLevel::Full)
+}
+
+fn run_at(
+    policies: &[Value],
+    ps: &[P],
+    r: &Req,
+    explain: ExplainLevel,
+) -> (cra_carp::Resolution, String) {
     let res = resolve(
         &request(r),
         &atlas(policies),
@@ -176,7 +185,7 @@ fn run(policies: &[Value], ps: &[P], r: &Req) -> (cra_carp::Resolution, String) 
         cra_wire::clock::parse_rfc3339("2026-01-05T10:00:00Z").unwrap(),
         &SequentialIds::new(1, 9),
         &ResolveOptions {
-            explain: true,
+            explain,
             ..ResolveOptions::default()
         },
     )
@@ -244,5 +253,28 @@ proptest! {
         let (_, a) = run(&policies, &ps, &r);
         let (_, b) = run(&shuffled, &ps, &r);
         prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn explain_levels_change_only_the_explanation(
+        ps in prop::collection::vec(policy_strategy(), 0..8),
+        r in req_strategy(),
+    ) {
+        let policies: Vec<Value> = ps.iter().enumerate().map(|(i, p)| policy_json(i, p)).collect();
+        let (mut full, _) = run_at(&policies, &ps, &r, ExplainLevel::Full);
+        let (mut outcomes, _) = run_at(&policies, &ps, &r, ExplainLevel::Outcomes);
+        let (off, _) = run_at(&policies, &ps, &r, ExplainLevel::Off);
+        prop_assert!(off.explain.is_none());
+        // Outcomes: every action's outcome and decider as the full explanation has them, and
+        // nothing of the trail.
+        let mut trimmed = full.explain.take().expect("full explanation");
+        for a in &mut trimmed.actions {
+            a.policies.clear();
+        }
+        trimmed.context_packs.clear();
+        prop_assert_eq!(outcomes.explain.take(), Some(trimmed));
+        // The rest of the resolution is the same at every level.
+        prop_assert_eq!(&full, &off);
+        prop_assert_eq!(&outcomes, &off);
     }
 }

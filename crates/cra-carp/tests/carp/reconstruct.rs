@@ -357,7 +357,7 @@ fn the_comparison_names_each_disagreement() {
 
 #[test]
 fn a_validate_request_stores_nothing() {
-    use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+    use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
     use cra_carp::replay::{resolve_drafts, seal_session};
     let set = crate::table::table_atlases();
     let mut req = crate::table::full_request(
@@ -374,7 +374,7 @@ fn a_validate_request_stores_nothing() {
         crate::common::at("2026-01-05T10:00:00Z"),
         &ids,
         &ResolveOptions {
-            explain: true,
+            explain: ExplainLevel::Full,
             ..ResolveOptions::default()
         },
     )

@@ -1,7 +1,7 @@
 //! Replay re-resolves recorded requests: an unchanged atlas replays the same; a changed atlas
 //! produces a reported divergence (the recorded resolution is never echoed back).
 
-use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use cra_carp::replay::{CaseOutcome, replay, resolve_drafts, seal_session};
 use cra_carp::validate::parse_request;
 use cra_trace::TraceEvent;
@@ -21,7 +21,7 @@ fn record(
         let short = json!({"agent_id": "agent-1", "goal": goal, "atlas_ids": [atlas]});
         let request = parse_request(&full_request(&short, "2026-01-05T10:00:00Z")).unwrap();
         let opts = ResolveOptions {
-            explain: true,
+            explain: ExplainLevel::Full,
             ..ResolveOptions::default()
         };
         let res = resolve(

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use cra_carp::index::AtlasSet;
 use cra_carp::replay::{resolve_drafts, seal_session};
 use cra_carp::store::SessionRecord;
@@ -157,7 +157,14 @@ pub fn run(args: ResolveArgs) -> Exit {
     let record_explain = args.record.is_some();
     let options = ResolveOptions {
         ttl_seconds: args.ttl,
-        explain: args.explain || record_explain,
+        // A recorded trace needs each action's deciding policy; the trail only when asked for.
+        explain: if args.explain {
+            ExplainLevel::Full
+        } else if record_explain {
+            ExplainLevel::Outcomes
+        } else {
+            ExplainLevel::Off
+        },
         trace_id: None,
     };
     let mut res = match resolve(&request, &set, &counters, now, &ids, &options) {

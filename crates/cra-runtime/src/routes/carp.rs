@@ -14,6 +14,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use cra_carp::eval::ExplainLevel;
 use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::types::{CarpRequest, ExecuteStatus, Operation, Resolution};
 use cra_carp::validate::{CarpError, parse_request};
@@ -199,10 +200,17 @@ pub async fn resolve(
     let carp = state.carp_service();
     let req2 = request.clone();
     let tid = trace_id.clone();
+    // Each action's outcome and deciding policy are recorded (`policy.evaluated`) on every
+    // resolve; the policy trail is computed only when it is answered.
+    let level = if explain {
+        ExplainLevel::Full
+    } else {
+        ExplainLevel::Outcomes
+    };
     // Checks and evaluation read the store and write nothing: no blocking-pool hop on redb.
     let result = state
         .quick("the resolve task failed", move || {
-            carp.prepare_resolve(&req2, true, Some(tid))
+            carp.prepare_resolve(&req2, level, Some(tid))
         })
         .await?;
     let (mut resolution, counters, record) = match result {

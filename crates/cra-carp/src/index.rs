@@ -621,10 +621,12 @@ impl CompiledAtlas {
             actions.push(CompiledAction {
                 allowed: AllowedAction {
                     action_id: a.action_id.as_str().into(),
-                    name: a.name.as_str().into(),
-                    description: a.description.as_str().into(),
-                    parameters_schema: SharedJson::from(a.parameters_schema.clone()),
-                    returns_schema: a.returns_schema.clone().map(SharedJson::from),
+                    // Written into every resolution that allows the action: each keeps its
+                    // canonical text (see `shared`).
+                    name: SharedStr::with_canonical(&a.name),
+                    description: SharedStr::with_canonical(&a.description),
+                    parameters_schema: SharedJson::with_canonical(a.parameters_schema.clone()),
+                    returns_schema: a.returns_schema.clone().map(SharedJson::with_canonical),
                     risk_tier: a.risk_tier,
                     requires_confirmation: false,
                     idempotent: a.idempotent,
@@ -663,9 +665,9 @@ impl CompiledAtlas {
                         file: f.clone(),
                     })?;
                 files.push(CompiledFile {
-                    block_id: format!("{atlas_id}/{}/{f}", p.pack_id).into(),
-                    content_type: content_type_of(f).into(),
-                    content: text.as_str().into(),
+                    block_id: SharedStr::with_canonical(&format!("{atlas_id}/{}/{f}", p.pack_id)),
+                    content_type: SharedStr::with_canonical(content_type_of(f)),
+                    content: SharedStr::with_canonical(text),
                     token_estimate: token_estimate(text),
                 });
             }

@@ -11,6 +11,8 @@
 //! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
 //! `execution_id`) and the resolve's span as parent.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -168,6 +170,18 @@ async fn refuse(state: &Runtime, request: &CarpRequest, trace_id: &str, err: Api
     err
 }
 
+/// The size of the last resolution text written, a little over: the next one is written into a
+/// string this large (resolutions of one deployment are much alike in size).
+static RESOLUTION_TEXT_HINT: AtomicUsize = AtomicUsize::new(4096);
+
+/// The resolution's TRACE canonical text, or `None` when it has none (see `completion_draft`).
+fn resolution_text(resolution: &Resolution) -> Option<String> {
+    let hint = RESOLUTION_TEXT_HINT.load(Ordering::Relaxed).min(1 << 20);
+    let text = cra_wire::canonical::to_trace_canonical_sized(resolution, hint).ok()?;
+    RESOLUTION_TEXT_HINT.store(text.len() + text.len() / 8, Ordering::Relaxed);
+    Some(text)
+}
+
 /// Resolves a CARP request.
 #[utoipa::path(post, path = "/v1/resolve", tag = "carp",
     request_body(content = Object, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
@@ -296,7 +310,7 @@ pub async fn resolve(
     // as it is, the completion event's `resolution`, so the bytes an agent receives are the
     // bytes its chain hashed. (serde_json's text when it has no canonical form: see
     // `completion_draft`.)
-    let canonical = cra_wire::canonical::to_trace_canonical(&resolution).ok();
+    let canonical = resolution_text(&resolution);
     prepared.push(completion_draft(
         &trace_id,
         &span,

@@ -132,7 +132,20 @@ fn not_precomputed() -> CanonicalSerError {
 /// When `to_value` would fail (a map key that is not a string or a number, a custom error from
 /// the value's `Serialize`) or an object would hold the same key twice.
 pub fn to_trace_canonical<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalSerError> {
-    let mut out = String::with_capacity(1024);
+    to_trace_canonical_sized(value, 1024)
+}
+
+/// As [`to_trace_canonical`], into a string made with room for `capacity` bytes: for a large
+/// payload whose size the caller can guess (the last one of its kind), which saves growing the
+/// text step by step, copying it each time.
+///
+/// # Errors
+/// Those of [`to_trace_canonical`].
+pub fn to_trace_canonical_sized<T: Serialize + ?Sized>(
+    value: &T,
+    capacity: usize,
+) -> Result<String, CanonicalSerError> {
+    let mut out = String::with_capacity(capacity);
     let mut scratch = String::new();
     let mut members = Vec::with_capacity(64);
     value.serialize(Canon {

@@ -18,6 +18,23 @@ use cra_wire::canonical::CanonicalText;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+/// Serializes `value` through its kept canonical text when there is one (see the module
+/// documentation), as itself otherwise.
+fn serialize_kept<T, S>(
+    canonical: Option<&CanonicalText>,
+    value: &T,
+    s: S,
+) -> Result<S::Ok, S::Error>
+where
+    T: Serialize + ?Sized,
+    S: Serializer,
+{
+    match canonical {
+        Some(canonical) => canonical.serialize_value(value, s),
+        None => value.serialize(s),
+    }
+}
+
 /// Shared immutable text; serialises as a JSON string. Equality, order and hash are the text's.
 #[derive(Clone, Default)]
 pub struct SharedStr {
@@ -120,10 +137,7 @@ impl PartialEq<&str> for SharedStr {
 
 impl Serialize for SharedStr {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.canonical {
-            Some(canonical) => canonical.serialize_value(&*self.text, s),
-            None => s.serialize_str(&self.text),
-        }
+        serialize_kept(self.canonical.as_deref(), &*self.text, s)
     }
 }
 
@@ -188,10 +202,7 @@ impl From<Value> for SharedJson {
 
 impl Serialize for SharedJson {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match &self.canonical {
-            Some(canonical) => canonical.serialize_value(&*self.value, s),
-            None => self.value.serialize(s),
-        }
+        serialize_kept(self.canonical.as_deref(), &*self.value, s)
     }
 }
 

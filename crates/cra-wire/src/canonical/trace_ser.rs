@@ -56,7 +56,7 @@ thread_local! {
 /// [`CanonicalText::serialize_value`] serializes the value it was made of: [`to_trace_canonical`]
 /// copies the text into its output instead of writing the value again, and every other
 /// serializer (serde_json's text, `to_value`, any other format) gets the value itself.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalText(Box<str>);
 
 impl CanonicalText {
@@ -91,12 +91,6 @@ impl CanonicalText {
                 text: &self.0,
             },
         )
-    }
-}
-
-impl std::fmt::Debug for CanonicalText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("CanonicalText").field(&self.0).finish()
     }
 }
 

@@ -153,7 +153,7 @@ const HEADS: redb::TableDefinition<'static, &str, &[u8]> =
 
 impl RedbRaw {
     /// The record holding `seq` (one append's events, one per line, keyed by the first one's
-    /// sequence): its key and its lines.
+    /// sequence, compressed when large): its key and its lines.
     fn record(&mut self, sid: &str, seq: u64) -> (u64, Vec<Vec<u8>>) {
         use redb::ReadableDatabase;
         let txn = self.0.begin_read().unwrap();
@@ -164,7 +164,8 @@ impl RedbRaw {
             .next_back()
             .unwrap()
             .unwrap();
-        let lines = value.value().split(|b| *b == b'\n').map(<[u8]>::to_vec);
+        let text = cra_store::redb::record::unpack(value.value()).unwrap();
+        let lines = text.split(|b| *b == b'\n').map(<[u8]>::to_vec);
         (key.value().1, lines.collect())
     }
 
@@ -176,8 +177,8 @@ impl RedbRaw {
             if lines.is_empty() {
                 t.remove((sid, first)).unwrap();
             } else {
-                t.insert((sid, first), lines.join(&b'\n').as_slice())
-                    .unwrap();
+                let stored = cra_store::redb::record::pack(lines.join(&b'\n'));
+                t.insert((sid, first), stored.as_slice()).unwrap();
             }
         }
         txn.commit().unwrap();

@@ -44,12 +44,17 @@ fn be(e: impl std::fmt::Display) -> CarpError {
     ))
 }
 
+/// A record's stored form: its JSON, compressed when large (`super::record`).
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CarpError> {
-    serde_json::to_vec(value).map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
+    serde_json::to_vec(value)
+        .map(super::record::pack)
+        .map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
 }
 
 fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, CarpError> {
-    serde_json::from_slice(bytes).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
+    let text =
+        super::record::unpack(bytes).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))?;
+    serde_json::from_slice(&text).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
 }
 
 /// Creates the CARP tables so readers never meet a missing table.
@@ -659,7 +664,7 @@ impl CarpStore for RedbStore {
 
 /// Whether a stored JSON record names `session_id` as its `session_id`.
 fn of_session(bytes: &[u8], session_id: &str) -> bool {
-    serde_json::from_slice::<serde_json::Value>(bytes)
+    decode::<serde_json::Value>("record", bytes)
         .map(|v| v.get("session_id").and_then(|s| s.as_str()) == Some(session_id))
         .unwrap_or(false)
 }

@@ -6,6 +6,7 @@
 
 pub(crate) mod carp;
 mod heads;
+pub mod record;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};

@@ -23,7 +23,8 @@
 //! Tables: `trace_events` maps `(session_id, sequence of an append's first event)` to the wire
 //! JSON of that append's events, one per line (an append is one record, so a resolve's sixteen
 //! events cost one B-tree insert, not sixteen; a record of one event is the event's JSON alone,
-//! which is also how databases written before records held several events read);
+//! which is also how databases written before records held several events read), compressed
+//! with LZ4 when it is large (`super::record`);
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 //!
 //! A resolve's state (request id, resolution, approval: `cra_carp::store::ResolveLog`) may ride
@@ -326,18 +327,18 @@ fn base_sequence(events: &[TraceEvent]) -> u64 {
     events.first().map_or(0, |e| e.sequence)
 }
 
-/// One append's record: its events' wire JSON, one per line. Wire JSON never holds a raw line
-/// break (a string's breaks are escaped and nothing is pretty-printed), so the lines split back
-/// exactly.
+/// One append's record: its events' wire JSON, one per line, compressed when that pays
+/// (`super::record`). Wire JSON never holds a raw line break (a string's breaks are escaped and
+/// nothing is pretty-printed), so the lines split back exactly.
 fn pack(bodies: &[Vec<u8>]) -> Vec<u8> {
-    let mut record = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
+    let mut text = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
     for body in bodies {
-        if !record.is_empty() {
-            record.push(b'\n');
+        if !text.is_empty() {
+            text.push(b'\n');
         }
-        record.extend_from_slice(body);
+        text.extend_from_slice(body);
     }
-    record
+    super::record::pack(text)
 }
 
 /// Up to `limit` events of `session_id` whose places are in `from..to`, in order, from the
@@ -368,7 +369,13 @@ fn read_records(
     {
         let (key, value) = entry.map_err(unavailable)?;
         let first = key.value().1;
-        for (i, line) in value.value().split(|b| *b == b'\n').enumerate() {
+        let text =
+            super::record::unpack(value.value()).map_err(|reason| ChainStoreError::Corrupt {
+                session_id: session_id.to_owned(),
+                sequence: first,
+                reason: reason.to_string(),
+            })?;
+        for (i, line) in text.split(|b| *b == b'\n').enumerate() {
             let sequence = first.saturating_add(i as u64);
             if sequence < from {
                 continue;

@@ -32,9 +32,13 @@ const COMPRESS_FROM: usize = 1024;
 const MAX_RATIO: usize = 256;
 
 /// `text` as it is to be stored: compressed when it is at least [`COMPRESS_FROM`] bytes long and
-/// the compressed form is smaller, else unchanged.
+/// the compressed form is smaller, else unchanged. A text that itself starts with the tag byte
+/// (never JSON, but this is not checked) is always compressed, so that [`unpack`] gives back
+/// exactly what was packed whatever the bytes (up to 4 GiB, far beyond any redb value: a longer
+/// text is stored as it is).
 pub fn pack(text: Vec<u8>) -> Vec<u8> {
-    if text.len() < COMPRESS_FROM {
+    let tagged = text.first() == Some(&LZ4);
+    if text.len() < COMPRESS_FROM && !tagged {
         return text;
     }
     let Ok(len) = u32::try_from(text.len()) else {
@@ -44,7 +48,7 @@ pub fn pack(text: Vec<u8>) -> Vec<u8> {
     out[0] = LZ4;
     out[1..HEADER].copy_from_slice(&len.to_le_bytes());
     match lz4_flex::block::compress_into(&text, &mut out[HEADER..]) {
-        Ok(n) if HEADER + n < text.len() => {
+        Ok(n) if tagged || HEADER + n < text.len() => {
             out.truncate(HEADER + n);
             out
         }
@@ -133,6 +137,36 @@ mod tests {
         let noise = noise.into_bytes();
         assert_eq!(pack(noise.clone()), noise);
         assert!(matches!(unpack(&noise), Ok(Cow::Borrowed(_))));
+    }
+
+    /// Random texts, of random lengths and alphabets (so some compress and some do not, some
+    /// start with the tag byte): each reads back exactly.
+    #[test]
+    fn any_bytes_read_back_as_packed() {
+        use rand::{Rng, SeedableRng};
+        let seed: u64 = rand::random();
+        println!("seed {seed}");
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for _ in 0..500 {
+            let len = match rng.random_range(0..4) {
+                0 => rng.random_range(0..16),
+                1 => rng.random_range(COMPRESS_FROM - 8..COMPRESS_FROM + 8),
+                _ => rng.random_range(0..40_000),
+            };
+            let alphabet = rng.random_range(1..=256u32);
+            let text: Vec<u8> = (0..len)
+                .map(|_| rng.random_range(0..alphabet) as u8)
+                .collect();
+            let stored = pack(text.clone());
+            if text.first() == Some(&LZ4) {
+                assert_eq!(stored[0], LZ4, "seed {seed}");
+            }
+            assert_eq!(
+                unpack(&stored).unwrap().as_ref(),
+                text.as_slice(),
+                "seed {seed}"
+            );
+        }
     }
 
     #[test]

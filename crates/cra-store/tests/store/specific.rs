@@ -11,6 +11,9 @@ use redb::{ReadableDatabase, TableDefinition};
 
 use crate::backends::{fixed, note, verify_stored};
 
+/// redb's TRACE events table, read and written directly by the checks of stored bytes.
+const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> = TableDefinition::new("trace_events");
+
 #[test]
 fn redb_refuses_a_second_opener_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -40,8 +43,6 @@ fn redb_keeps_chains_across_reopen_and_stores_exact_bytes() {
     let more = store.append("r", vec![note(2)]).unwrap();
     assert_eq!(more[0].sequence, 2);
     assert_eq!(verify_stored(&store, "r"), Ok(3));
-    const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
-        TableDefinition::new("trace_events");
     let txn = store.database().begin_read().unwrap();
     let table = txn.open_table(EVENTS).unwrap();
     // One record per append: its events' wire JSON, one per line.
@@ -86,8 +87,6 @@ fn redb_without_a_page_cache_reads_what_it_wrote() {
 /// same: such a key is a record of one event.
 #[test]
 fn redb_reads_chains_stored_one_event_per_key() {
-    const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
-        TableDefinition::new("trace_events");
     let dir = tempfile::tempdir().unwrap();
     let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
     let written = store
@@ -130,8 +129,6 @@ fn redb_reads_chains_stored_one_event_per_key() {
 /// go on from either.
 #[test]
 fn redb_compresses_large_records_and_reads_plain_ones() {
-    const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
-        TableDefinition::new("trace_events");
     let dir = tempfile::tempdir().unwrap();
     let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
     let big = |n: u64| {

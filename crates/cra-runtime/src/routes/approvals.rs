@@ -68,7 +68,42 @@ pub async fn list(
             ));
         }
     }
-    Ok(Json(state.carp(|s| s.list_pending_approvals()).await?))
+    // An approval of an ended session has lapsed: it can no longer be decided, so it is not
+    // listed as waiting for a decision.
+    let pending = state
+        .carp(|s| {
+            let mut open = Vec::new();
+            for a in s.list_pending_approvals()? {
+                if s.get_session(&a.session_id)?.is_some_and(|x| x.is_active()) {
+                    open.push(a);
+                }
+            }
+            Ok(open)
+        })
+        .await?;
+    Ok(Json(pending))
+}
+
+/// Refuses a decision on an approval whose session has ended, before anything is written: the
+/// decision's event could not be recorded in the closed chain, and a refusal changes nothing.
+/// A pending approval lapses with its session (`specs/carp.md`, "Approvals"); an unknown
+/// approval is left to the decision itself to report (404).
+async fn check_session_open(state: &AppState, approval_id: &str) -> ApiResult<()> {
+    let aid = approval_id.to_owned();
+    let Some(approval) = state.carp_read(move |s| s.get_approval(&aid)).await? else {
+        return Ok(());
+    };
+    let session = state.session_record(&approval.session_id).await?;
+    if session.is_active() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        Token::SessionInactive,
+        format!(
+            "approval {approval_id} belongs to session {}, which has ended: its pending approvals lapsed with it and nothing was changed; the agent resolves again in a new session",
+            approval.session_id
+        ),
+    ))
 }
 
 /// Grants or rejects an approval (operators), once.
@@ -98,6 +133,7 @@ pub async fn decide(
         DecisionArg::Grant => ApprovalDecision::Grant,
         DecisionArg::Reject => ApprovalDecision::Reject,
     };
+    check_session_open(&state, &id).await?;
     let carp = state.carp_service();
     let who = actor.id.clone();
     let note = body.note.clone();

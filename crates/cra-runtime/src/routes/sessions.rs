@@ -372,14 +372,29 @@ pub async fn end(
     // Should the append fail, a repeated DELETE finds the session ended and answers 204 at once.
     let now = format_timestamp(state.clock.now());
     let sid = id.clone();
-    state.carp(move |s| s.end_session(&sid, &now)).await?;
+    // The session's pending approvals lapse with it (they can no longer be decided): the end
+    // event names them, so the chain says what became of each `approval.requested`.
+    let lapsed = state
+        .carp(move |s| {
+            let pending = s.list_pending_approvals()?;
+            s.end_session(&sid, &now)?;
+            Ok(pending
+                .into_iter()
+                .filter(|a| a.session_id == sid)
+                .map(|a| a.approval_id)
+                .collect::<Vec<_>>())
+        })
+        .await?;
     let trace_id = state.ids.new_id();
     let span_id = state.ids.new_id();
-    let payload = json!({
+    let mut payload = json!({
         "agent_id": record.agent_id,
         "ended_by": {"id": actor.id, "type": actor.actor_type.as_str()},
         "reason": "ended by request",
     });
+    if !lapsed.is_empty() {
+        payload["lapsed_approvals"] = json!(lapsed);
+    }
     match state
         .append_events(
             &id,

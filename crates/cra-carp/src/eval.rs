@@ -23,8 +23,8 @@ use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Sc
 use crate::shared::SharedStr;
 use crate::store::{CarpStore, StoreError};
 use crate::types::{
-    CARP_VERSION, CarpRequest, Constraint, ConstraintParameters, ConstraintType, ContextBlock,
-    Decision, DecisionType, DeniedAction, Resolution,
+    AllowedAction, CARP_VERSION, CarpRequest, Constraint, ConstraintParameters, ConstraintType,
+    ContextBlock, Decision, DecisionType, DeniedAction, Resolution,
 };
 
 /// The errata's default resolution lifetime.
@@ -458,6 +458,30 @@ pub fn resolve(
     ids: &dyn IdGenerator,
     options: &ResolveOptions,
 ) -> Result<Resolution, ResolveError> {
+    resolve_with_origins(request, atlases, counters, now, ids, options).map(|(r, _)| r)
+}
+
+/// Where an allowed action of a resolution comes from: the atlas that offered it (the first
+/// candidate atlas with that action id) and the executor that atlas names for it. An execute
+/// under the resolution runs this executor, whatever other atlas has an action of that id.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ActionOrigin {
+    /// The atlas that offered the action.
+    pub atlas_id: String,
+    /// The executor it names, if any (none: the agent performs the action itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub executor: Option<String>,
+}
+
+/// As [`resolve`], also returning the origin of each allowed action, in `allowed_actions` order.
+pub fn resolve_with_origins(
+    request: &CarpRequest,
+    atlases: &AtlasSet,
+    counters: &CountersSnapshot,
+    now: OffsetDateTime,
+    ids: &dyn IdGenerator,
+    options: &ResolveOptions,
+) -> Result<(Resolution, Vec<ActionOrigin>), ResolveError> {
     let task = request.task.as_ref().ok_or(ResolveError::MissingTask)?;
 
     // Candidate atlases: those requested (in request order, first mention wins), else all.
@@ -512,6 +536,7 @@ pub fn resolve(
     let trace_id = options.trace_id.clone().unwrap_or_else(|| ids.new_id());
 
     let mut allowed = Vec::new();
+    let mut origins = Vec::new();
     let mut denied = Vec::new();
     let outcomes = options.explain != ExplainLevel::Off;
     let full = options.explain == ExplainLevel::Full;
@@ -587,6 +612,10 @@ pub fn resolve(
                             .push(action.allowed.action_id.clone());
                     }
                     allowed.push(entry);
+                    origins.push(ActionOrigin {
+                        atlas_id: atlas.atlas_id.to_string(),
+                        executor: action.executor.clone(),
+                    });
                 }
                 Verdict::Deny { policy, reason } => denied.push(DeniedAction {
                     action_id: action.allowed.action_id.clone(),
@@ -669,39 +698,8 @@ pub fn resolve(
     let approval_id = gated.then(|| ids.new_id());
     let expires = now_utc
         + time::Duration::seconds(i64::try_from(options.ttl_seconds).unwrap_or(i64::MAX / 2));
-    let decision = if allowed.is_empty() {
-        Decision {
-            kind: DecisionType::Deny,
-            reason: Some(if denied.is_empty() {
-                "No candidate actions: the requested atlases and capabilities offer none".to_owned()
-            } else {
-                "No candidate action is allowed".to_owned()
-            }),
-            approval_id: None,
-            expires_at: None,
-        }
-    } else if gated {
-        Decision {
-            kind: DecisionType::RequiresApproval,
-            reason: Some("Some allowed actions need a human approval before they run".to_owned()),
-            approval_id: approval_id.clone(),
-            expires_at: Some(format_timestamp(expires)),
-        }
-    } else if !denied.is_empty() {
-        Decision {
-            kind: DecisionType::Partial,
-            reason: Some("Some actions are denied by policy".to_owned()),
-            approval_id: None,
-            expires_at: None,
-        }
-    } else {
-        Decision {
-            kind: DecisionType::Allow,
-            reason: Some("All candidate actions are allowed".to_owned()),
-            approval_id: None,
-            expires_at: None,
-        }
-    };
+    let unknown = unknown_capabilities(task.capabilities(), &chosen);
+    let decision = decide_overall(&allowed, &denied, &unknown, approval_id.clone(), expires);
 
     let mut constraints: Vec<Constraint> = Vec::new();
     for (ai, atlas) in chosen.iter().enumerate() {
@@ -733,7 +731,7 @@ pub fn resolve(
             .then_with(|| a.constraint_id.cmp(&b.constraint_id))
     });
 
-    Ok(Resolution {
+    let resolution = Resolution {
         carp_version: CARP_VERSION.to_owned(),
         resolution_id,
         request_id: request.request_id.clone(),
@@ -750,7 +748,76 @@ pub fn resolve(
             context_packs: pack_explains,
         }),
         extra: Map::new(),
-    })
+    };
+    Ok((resolution, origins))
+}
+
+/// The requested capabilities that no candidate atlas declares, in request order (repeats
+/// once). An action set narrowed by a capability nobody offers is less than was asked for, so
+/// these keep a resolution from being `allow` (CARP §3.3.1; `specs/carp.md`).
+fn unknown_capabilities<'a>(requested: &'a [String], chosen: &[&CompiledAtlas]) -> Vec<&'a str> {
+    let mut unknown: Vec<&str> = Vec::new();
+    for c in requested {
+        let declared = chosen.iter().any(|a| a.capabilities.contains_key(c));
+        if !declared && !unknown.contains(&c.as_str()) {
+            unknown.push(c);
+        }
+    }
+    unknown
+}
+
+/// The overall decision: `deny` when nothing is allowed, `requires_approval` when an allowed
+/// action is approval-gated, `partial` when a candidate is denied or a requested capability is
+/// unknown, else `allow`. Unknown capabilities are named in the reason whatever the type.
+fn decide_overall(
+    allowed: &[AllowedAction],
+    denied: &[DeniedAction],
+    unknown: &[&str],
+    approval_id: Option<String>,
+    expires_at: OffsetDateTime,
+) -> Decision {
+    let gated = allowed.iter().any(|a| a.requires_confirmation);
+    let (kind, reason) = if allowed.is_empty() {
+        let why = if denied.is_empty() {
+            "No candidate actions: the requested atlases and capabilities offer none"
+        } else {
+            "No candidate action is allowed"
+        };
+        (DecisionType::Deny, why)
+    } else if gated {
+        (
+            DecisionType::RequiresApproval,
+            "Some allowed actions need a human approval before they run",
+        )
+    } else if !denied.is_empty() {
+        (DecisionType::Partial, "Some actions are denied by policy")
+    } else if !unknown.is_empty() {
+        (
+            DecisionType::Partial,
+            "The allowed actions cover only the known capabilities",
+        )
+    } else {
+        (DecisionType::Allow, "All candidate actions are allowed")
+    };
+    let reason = if unknown.is_empty() {
+        reason.to_owned()
+    } else {
+        format!(
+            "{reason}; no candidate atlas declares the required capabilities {}",
+            unknown
+                .iter()
+                .map(|c| format!("`{c}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    let approval = kind == DecisionType::RequiresApproval;
+    Decision {
+        kind,
+        reason: Some(reason),
+        approval_id: approval.then_some(approval_id).flatten(),
+        expires_at: approval.then(|| format_timestamp(expires_at)),
+    }
 }
 
 /// Walks one action's policies in evaluation order.

@@ -79,7 +79,9 @@ pub fn resolve_drafts(
         req["counters"] = json!({"rate": counters.rate, "budget": counters.budget});
     }
     out.push(draft(REQUEST_RECEIVED, None, root.clone(), req));
-    if let Some(ex) = &resolution.explain {
+    // A validate request is a dry run: the request and its completion, marked, and nothing else.
+    let dry_run = request.operation == crate::types::Operation::Validate;
+    if let (false, Some(ex)) = (dry_run, &resolution.explain) {
         for a in &ex.actions {
             let result = match a.outcome {
                 Outcome::Allow => "allow",
@@ -94,7 +96,7 @@ pub fn resolve_drafts(
             ));
         }
     }
-    for b in &resolution.context_blocks {
+    for b in resolution.context_blocks.iter().filter(|_| !dry_run) {
         out.push(draft(
             "context.injected",
             Some(root.clone()),
@@ -105,16 +107,20 @@ pub fn resolve_drafts(
     }
     let mut recorded = resolution.clone();
     recorded.explain = None;
+    let mut completed = json!({
+        "resolution_id": recorded.resolution_id,
+        "request_id": recorded.request_id,
+        "decision_type": recorded.decision.kind.as_str(),
+        "resolution": recorded,
+    });
+    if dry_run {
+        completed["dry_run"] = Value::Bool(true);
+    }
     out.push(draft(
         RESOLUTION_COMPLETED,
         Some(root),
         ids.new_id(),
-        json!({
-            "resolution_id": recorded.resolution_id,
-            "request_id": recorded.request_id,
-            "decision_type": recorded.decision.kind.as_str(),
-            "resolution": recorded,
-        }),
+        completed,
     ));
     out
 }

@@ -10,7 +10,8 @@ use cra_wire::{Clock, IdGenerator, Token};
 use serde_json::{Map, Value};
 
 use crate::eval::{
-    CountersSnapshot, ExplainLevel, ResolveOptions, resolve, seconds_to_us, unix_micros,
+    CountersSnapshot, ExplainLevel, ResolveOptions, resolve_with_origins, seconds_to_us,
+    unix_micros,
 };
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
@@ -248,7 +249,7 @@ impl Carp {
             explain,
             trace_id,
         };
-        let res = resolve(
+        let (res, origins) = resolve_with_origins(
             request,
             &self.atlases,
             &counters,
@@ -295,6 +296,12 @@ impl Carp {
                 session_id: request.requester.session_id.clone(),
                 agent_id: request.requester.agent_id.clone(),
                 expires_at_us,
+                origins: res
+                    .allowed_actions
+                    .iter()
+                    .zip(origins)
+                    .map(|(a, o)| (a.action_id.to_string(), o))
+                    .collect(),
             },
             approval,
         };

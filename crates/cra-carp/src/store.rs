@@ -59,6 +59,12 @@ pub struct StoredResolution {
     pub agent_id: String,
     /// When it stops being valid: `timestamp + ttl_seconds`, Unix microseconds.
     pub expires_at_us: i64,
+    /// Which atlas offered each allowed action, and its executor, by action id. An execute runs
+    /// the executor recorded here, never another atlas's action of the same id. Empty in
+    /// resolutions stored before it was kept (the executor is then looked up in the atlases in
+    /// force, first atlas first, as it was then).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub origins: std::collections::BTreeMap<String, crate::eval::ActionOrigin>,
 }
 
 impl StoredResolution {

@@ -141,6 +141,7 @@ fn resolve_records(s: &dyn CarpStore) {
         session_id: "s1".to_owned(),
         agent_id: "agent-a".to_owned(),
         expires_at_us: 1_767_229_200_000_000,
+        origins: Default::default(),
     };
     assert!(
         s.record_resolve("s1", "r1", &stored("res-1"), None)
@@ -177,6 +178,15 @@ fn resolutions(s: &dyn CarpStore) {
         session_id: "s1".to_owned(),
         agent_id: "agent-a".to_owned(),
         expires_at_us: 1_767_229_200_000_000,
+        // The executor an execute runs is the one recorded with the resolution: it round-trips.
+        origins: [(
+            "payment.refund".to_owned(),
+            crate::eval::ActionOrigin {
+                atlas_id: "com.example.payments".to_owned(),
+                executor: Some("http:payments".to_owned()),
+            },
+        )]
+        .into(),
     };
     assert_eq!(s.get_resolution("res-1").unwrap(), None);
     s.put_resolution(&r).unwrap();

@@ -209,7 +209,34 @@ pub fn check_session(
             errors: vec![FieldError::new("/requester/session_id", "session ended")],
         });
     }
-    Ok(())
+    check_parent(request, s)
+}
+
+/// A request that names `requester.parent_session_id` names the parent its session was opened
+/// with (absent: no claim is made). A nested agent cannot claim another lineage than the one
+/// recorded in `session.started`.
+fn check_parent(request: &CarpRequest, session: &SessionRecord) -> Result<(), CarpError> {
+    let Some(claimed) = &request.requester.parent_session_id else {
+        return Ok(());
+    };
+    if session.parent_session_id.as_deref() == Some(claimed.as_str()) {
+        return Ok(());
+    }
+    let sid = &request.requester.session_id;
+    let recorded = match &session.parent_session_id {
+        Some(p) => format!("was opened with parent {p}"),
+        None => "was opened without a parent".to_owned(),
+    };
+    Err(CarpError {
+        token: Token::SessionMismatch,
+        message: format!(
+            "session {sid} {recorded}, not {claimed}; send the session's own parent_session_id or omit it"
+        ),
+        errors: vec![FieldError::new(
+            "/requester/parent_session_id",
+            "not the session's parent",
+        )],
+    })
 }
 
 /// Rule 1: `inserted` is what [`crate::CarpStore::insert_request_id`] answered.
@@ -240,7 +267,8 @@ pub fn execution_of(request: &CarpRequest) -> Result<&Execution, CarpError> {
     })
 }
 
-/// Rule 4: the resolution exists, belongs to the requester and has not expired at `now_us`.
+/// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session and
+/// has not expired at `now_us`.
 pub fn check_resolution<'a>(
     request: &CarpRequest,
     stored: Option<&'a StoredResolution>,
@@ -262,6 +290,19 @@ pub fn check_resolution<'a>(
     // Another agent's resolution is reported as unknown, so ids do not leak.
     if s.agent_id != request.requester.agent_id {
         return Err(not_found());
+    }
+    if s.session_id != request.requester.session_id {
+        return Err(CarpError {
+            token: Token::SessionMismatch,
+            message: format!(
+                "resolution {} was made in session {}; execute it in that session, or resolve again in session {}",
+                exec.resolution_id, s.session_id, request.requester.session_id
+            ),
+            errors: vec![FieldError::new(
+                "/execution/resolution_id",
+                "resolution of another session",
+            )],
+        });
     }
     if now_us >= s.expires_at_us {
         return Err(CarpError {

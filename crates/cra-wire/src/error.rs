@@ -129,6 +129,8 @@ tokens! {
     IdentityMismatch = ("identity_mismatch", 403),
     /// The session has ended.
     SessionInactive = ("session_inactive", 403),
+    /// A resolution of another session, or a `parent_session_id` that is not the session's.
+    SessionMismatch = ("session_mismatch", 403),
     /// The action is not in the resolution's `allowed_actions`.
     ActionNotAllowed = ("action_not_allowed", 403),
     /// Writes to an archived Relay project are refused.

@@ -167,6 +167,7 @@ fn store_from(st: &SessionState, events: &[TraceEvent]) -> MemoryStore {
                 session_id: sid.clone(),
                 agent_id: r.agent_id.clone().unwrap(),
                 expires_at_us: r.expires_at_us,
+                origins: Default::default(),
             })
             .unwrap();
     }

@@ -83,7 +83,10 @@ async fn admit(
     want: Operation,
 ) -> ApiResult<CarpRequest> {
     let request = parse_request(body).map_err(carp_error)?;
-    if request.operation != want {
+    // `validate` is a resolve that changes nothing (CARP §3.2): it takes the resolve route.
+    let taken = request.operation == want
+        || (want == Operation::Resolve && request.operation == Operation::Validate);
+    if !taken {
         return Err(ApiError::field(
             Token::InvalidRequest,
             "/operation",
@@ -230,12 +233,7 @@ pub async fn resolve(
     let (mut resolution, counters, record) = match result {
         Ok(p) => match p.record {
             Some(record) => (p.resolution, p.counters, record),
-            None => {
-                return Err(ApiError::new(
-                    Token::InternalError,
-                    "a resolve was evaluated as a validate request and left nothing to record",
-                ));
-            }
+            None => return answer_validate(&state, &request, &trace_id, p, explain).await,
         },
         Err(e) => return Err(refuse(&state, &request, &trace_id, carp_error(e)).await),
     };
@@ -353,6 +351,52 @@ pub async fn resolve(
         answer,
     )
         .into_response())
+}
+
+/// Answers a `validate` request (a dry run): records `carp.request.received` (operation
+/// `validate`) and one `carp.resolution.completed` marked `dry_run: true`, and nothing else. No
+/// resolution is stored (its id cannot be executed), no approval is opened (the answer's
+/// `approval_id`, if any, names none) and no counter is read for a charge.
+async fn answer_validate(
+    state: &Runtime,
+    request: &CarpRequest,
+    trace_id: &str,
+    prepared: cra_carp::service::PreparedResolve,
+    explain: bool,
+) -> ApiResult<Response> {
+    let mut resolution = prepared.resolution;
+    let explained = resolution.explain.take();
+    let span = resolution.resolution_id.clone();
+    let digests = state.atlases().digests();
+    let counters = &prepared.counters;
+    let read = (!counters.rate.is_empty() || !counters.budget.is_empty()).then_some(ReadCounters {
+        rate: &counters.rate,
+        budget: &counters.budget,
+    });
+    let received = typed_draft(
+        trace_id,
+        &span,
+        "carp.request.received",
+        &RequestReceived::new(request, &digests, read),
+    );
+    let mut completion = completion_value(&resolution);
+    completion["dry_run"] = Value::Bool(true);
+    let completed = PreparedDraft::new(draft(
+        trace_id,
+        &span,
+        None,
+        "carp.resolution.completed",
+        completion,
+    ));
+    let drafts = vec![received.into_draft(), completed.into_draft()];
+    let sid = &request.requester.session_id;
+    state
+        .append_events(sid, &request.requester.agent_id, drafts)
+        .await?;
+    if explain {
+        resolution.explain = explained;
+    }
+    Ok(Json(resolution).into_response())
 }
 
 /// The `carp.request.received` payload: §4.3.2's required fields, then everything replay needs
@@ -494,6 +538,26 @@ fn completion_draft(
             completion_value(resolution),
         )),
     }
+}
+
+/// The executor of `action_id` under the resolution `stored`: the one its resolve recorded (the
+/// atlas that offered the action names it), never another atlas's action of the same id. A
+/// resolution stored before origins were kept has none recorded; its action's executor is then
+/// the first loaded atlas's, as it was when that resolution was made.
+fn executor_of(
+    state: &Runtime,
+    stored: Option<&cra_carp::store::StoredResolution>,
+    action_id: &str,
+) -> Option<String> {
+    if let Some(origin) = stored.and_then(|s| s.origins.get(action_id)) {
+        return origin.executor.clone();
+    }
+    state
+        .atlases()
+        .loaded
+        .iter()
+        .find_map(|a| a.action(action_id))
+        .and_then(|a| a.executor.clone())
 }
 
 fn parameters_hash(parameters: &Value) -> String {
@@ -674,12 +738,7 @@ pub async fn execute(
                     ],
                 )
                 .await?;
-            let executor = state
-                .atlases()
-                .loaded
-                .iter()
-                .find_map(|a| a.action(&exec.action_id))
-                .and_then(|a| a.executor.clone());
+            let executor = executor_of(&state, stored.as_ref(), &exec.action_id);
             let outcome = state
                 .run_executor(
                     executor.as_deref(),

@@ -65,6 +65,7 @@ fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> Reso
             session_id: "s1".to_owned(),
             agent_id: "agent-a".to_owned(),
             expires_at_us: 1_767_229_200_000_000,
+            origins: Default::default(),
         },
         approval: approval.map(sample_approval),
     }

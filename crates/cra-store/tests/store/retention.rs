@@ -122,6 +122,7 @@ fn carp_records(s: &dyn TestStore, id: &str) {
         session_id: id.into(),
         agent_id: "agent-a".into(),
         expires_at_us: 0,
+        origins: Default::default(),
     })
     .unwrap();
     s.create_approval(&ApprovalRecord {

@@ -197,6 +197,20 @@ def generate(fx, R, DATA):
     fx("resolve-capability-filter", "cra", "resolve", "carp-core", "required_capabilities narrows the candidate actions",
        RS + ["errata: candidate actions"], "resolve", {"request": request(caps=["resource.read"])},
        {"decision": {"type": "allow"}, "allowed_actions": {"$unordered": [{"action_id": "resource.get"}, {"action_id": "resource.list"}]}, "denied_actions": []}, setup=S)
+    UC = RS + ["CRA §3.3.1", "specs/carp.md: unknown capabilities"]
+    fx("resolve-capability-unknown-partial", "cra", "resolve", "carp-core", "A required capability no atlas declares keeps the decision from allow, and is named",
+       UC, "resolve", {"request": request(caps=["resource.read", "teleport"])},
+       {"decision": {"type": "partial", "reason": {"$eq": "The allowed actions cover only the known capabilities; no candidate atlas declares the required capabilities `teleport`"}},
+        "allowed_actions": {"$unordered": [{"action_id": "resource.get"}, {"action_id": "resource.list"}]}, "denied_actions": []}, setup=S)
+    fx("resolve-capability-unknown-deny", "cra", "resolve", "carp-core", "Only unknown capabilities: deny, naming each in request order",
+       UC, "resolve", {"request": request(caps=["teleport", "levitate", "teleport"])},
+       {"decision": {"type": "deny", "reason": {"$eq": "No candidate actions: the requested atlases and capabilities offer none; no candidate atlas declares the required capabilities `teleport`, `levitate`"}},
+        "allowed_actions": [], "denied_actions": []}, setup=S)
+    other_caps = {"manifest": manifest(["mail.send"], [pol("m", "allow", ["*"])], atlas_id="com.example.other")}
+    fx("resolve-capability-known-in-one-atlas", "cra", "resolve", "carp-core", "A capability one candidate atlas declares is known, though another does not declare it",
+       UC, "resolve", {"request": request(caps=["resource.read"], atlas_ids=[])},
+       {"decision": {"type": "allow", "reason": {"$eq": "All candidate actions are allowed"}},
+        "allowed_actions": {"$unordered": [{"action_id": "resource.get"}, {"action_id": "resource.list"}]}}, setup=setup([base_atlas, other_caps]))
     other = {"manifest": manifest(["mail.send"], [pol("m", "allow", ["*"])], atlas_id="com.example.other")}
     fx("resolve-atlas-ids-select", "cra", "resolve", "carp-core", "atlas_ids restricts candidates to the named atlases",
        RS + ["errata: candidate actions"], "resolve", {"request": request(atlas_ids=["com.example.other"])},
@@ -325,6 +339,47 @@ def generate(fx, R, DATA):
     fx("execute-denied-recorded", "cra", "execute", "cra-full", "A refused execute is recorded as action.denied", X + ["errata: audit contract"], "execute",
        dict(exe(2, "other.thing", {}), with_trace=True), {"trace": {"$contains": [{"event_type": "action.denied", "payload": {"action_id": "other.thing"}}]}},
        setup=dict(XS, steps=[res_step]))
+
+    # A resolution is usable only in the session it was made in (specs/carp.md, rule 4).
+    SESSION2 = "0190f5d2-8a4e-7b3c-9d1e-5e5510000002"
+    two = dict(XS, sessions=[{"session_id": SESSION, "agent_id": AGENT, "goal": "conformance"},
+                             {"session_id": SESSION2, "agent_id": AGENT, "goal": "conformance, second session"}])
+    elsewhere = exe(3, "resource.get", {"id": "r1"})
+    elsewhere["request"]["requester"]["session_id"] = SESSION2
+    fx("execute-resolution-of-another-session", "cra", "execute", "cra-full", "A resolution made in another session of the same agent is refused: session_mismatch",
+       X + ["CRA §3.6.4", "specs/carp.md: validation"], "execute", elsewhere,
+       {"error": "session_mismatch", "status": 403, "details": {"errors": {"$contains": [{"pointer": "/execution/resolution_id"}]}}},
+       setup=dict(two, steps=[res_step]))
+    fx("execute-resolution-of-ended-session", "cra", "execute", "cra-full", "A resolution of a session that has ended is refused in another session: session_mismatch",
+       X + ["CRA §3.6.3", "CRA §3.6.4", "specs/carp.md: validation"], "execute", elsewhere,
+       {"error": "session_mismatch", "status": 403},
+       setup=dict(two, steps=[res_step, {"operation": "http", "args": {"method": "DELETE", "path": "/v1/sessions/" + SESSION}}]))
+    recorded = dict(copy.deepcopy(elsewhere), with_trace=True)
+    fx("execute-resolution-of-another-session-recorded", "cra", "execute", "cra-full", "The refused cross-session execute is recorded in the asking session, and nothing ran",
+       X + ["errata: audit contract"], "execute", recorded,
+       {"trace": {"$contains": [{"event_type": "action.requested", "payload": {"action_id": "resource.get"}},
+                                {"event_type": "action.denied", "payload": {"action_id": "resource.get", "error": "session_mismatch"}}]},
+        "trace_valid": True},
+       setup=dict(two, steps=[res_step]))
+
+    # The executor comes from the atlas the resolution took the action from (specs/carp.md).
+    def executor_atlas(atlas_id, executor):
+        a = action("resource.get")
+        if executor:
+            a["executor"] = executor
+        else:
+            del a["executor"]
+        return {"manifest": manifest([a], [pol("allow", "allow", ["*"])], atlas_id=atlas_id)}
+    EA = setup([executor_atlas("com.example.echo", "builtin:echo"), executor_atlas("com.example.agent", None)])
+    for aid, result, executor in [("com.example.echo", {"echo": {"id": "r1"}}, "builtin:echo"), ("com.example.agent", {"performed_by": "agent"}, None)]:
+        step = {"operation": "resolve", "args": {"request": request(n=1, atlas_ids=[aid])}}
+        fx("execute-executor-of-%s" % aid.split(".")[-1], "cra", "execute", "cra-full",
+           "Two atlases offer one action id: the execute runs the executor of the atlas the resolution chose (%s)" % aid,
+           X + ["specs/carp.md: candidate actions"], "execute", dict(exe(2, "resource.get", {"id": "r1"}), with_trace=True),
+           {"response": {"status": "success", "result": {"$eq": result}},
+            "trace": {"$contains": [{"event_type": "action.executed", "payload": {"action_id": "resource.get", "executor": {"$eq": executor}}}]},
+            "trace_valid": True},
+           setup=dict(EA, steps=[step]))
 
     # ------------------------------------------------------------ replay
     RP = ["CRA §4.5", "CRA §7.2.4", "errata: replay inputs"]

@@ -386,3 +386,61 @@ fn atlases_checked_together_resolve_each_others_dependencies() {
     assert_eq!(code, 3);
     assert!(err.contains("duplicate_atlas"), "{err}");
 }
+
+/// `cra resolve --record` of a `validate` request (issue 22, B.10): a dry run records the
+/// request and one completion marked `dry_run`, nothing else, and the chain verifies.
+#[test]
+fn resolve_records_a_validate_request_as_a_dry_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let request = dir.path().join("validate.json");
+    let record = dir.path().join("validate.trace.jsonl");
+    let body = serde_json::json!({
+        "carp_version": "1.0", "request_id": "0190f5d2-8a4e-7b3c-9d1e-a00000000001",
+        "timestamp": "2026-01-15T10:00:00.000000Z", "operation": "validate",
+        "requester": {"agent_id": "maintainer-bot", "session_id": "0190f5d2-8a4e-7b3c-9d1e-5e5510000001"},
+        "task": {"goal": "merge pull request 42", "required_capabilities": ["maintain"]}
+    });
+    std::fs::write(&request, body.to_string()).unwrap();
+    let atlas = examples()
+        .into_iter()
+        .find(|p| p.ends_with("dev.cra.github-ops"))
+        .unwrap();
+    let (code, out, err) = cra(&[
+        "resolve",
+        "--atlas",
+        s(&atlas),
+        "--request",
+        s(&request),
+        "--record",
+        s(&record),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    let text = std::fs::read_to_string(&record).unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "session.started",
+            "carp.request.received",
+            "carp.resolution.completed"
+        ]
+    );
+    assert_eq!(events[1]["payload"]["operation"], "validate");
+    assert_eq!(events[2]["payload"]["dry_run"], true);
+    assert_eq!(
+        events[2]["payload"]["resolution"]["resolution_id"],
+        answer["resolution_id"]
+    );
+    let (code, _, err) = cra(&["trace", "verify", s(&record)]);
+    assert_eq!(code, 0, "{err}");
+}

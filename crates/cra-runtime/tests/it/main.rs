@@ -5,6 +5,7 @@
 mod authz;
 mod bad_requests;
 mod crash;
+mod fidelity;
 mod flow;
 mod hostile;
 mod relay;

@@ -228,7 +228,7 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
     assert_eq!(flagged["review_type"], "human");
     let (st, reviewed) = s
         .post(
-            Some(MAINT),
+            Some(ADMIN),
             "/v1/packages/pkg_r/review",
             &json!({"outcome": "complete", "note": "numbers match"}),
         )
@@ -247,6 +247,133 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
         "invalid_transition",
     );
     assert_eq!(s.event_types(&audit).await.len(), recorded + 2);
+}
+
+/// Human review gates (Relay §5.3, L3; specs/relay.md "Review gates"): the reviewer is the
+/// authenticated key's actor, never the body. A human review is completed by a human key that is
+/// not the author's (200); the author's own human key and any agent key get 403
+/// `review_not_allowed`, and a refusal changes and records nothing.
+#[tokio::test]
+async fn human_reviews_need_a_human_key_other_than_the_authors() {
+    let s = TestServer::start().await;
+    let (st, p) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/projects",
+            &json!({"project_id": "proj-h", "name": "H", "members": ["ops-bot", "maintainer-bot", "oscar"]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{p}");
+    let audit = p["audit_session_id"].as_str().unwrap().to_owned();
+    let mut draft = package("pkg_h", "proj-h", "alice", None);
+    draft["status"] = json!("draft");
+    draft["created_by"]["type"] = json!("human");
+    let (st, d) = s
+        .post(Some(AUTHOR), "/v1/projects/proj-h/packages", &draft)
+        .await;
+    assert_eq!(st, 201, "{d}");
+    let (st, flagged) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/packages/pkg_h/flag",
+            &json!({"review_type": "human"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{flagged}");
+    let recorded = s.event_types(&audit).await.len();
+    let complete = json!({"outcome": "complete", "note": "looks right"});
+    for key in [AUTHOR, AGENT, MAINT] {
+        let r = s
+            .post(Some(key), "/v1/packages/pkg_h/review", &complete)
+            .await;
+        assert_error(&r, 403, "review_not_allowed");
+    }
+    let (_, still) = s.get(Some(ADMIN), "/v1/packages/pkg_h").await;
+    assert_eq!(still, flagged, "refusals change nothing");
+    assert_eq!(
+        s.event_types(&audit).await.len(),
+        recorded,
+        "nor record anything"
+    );
+
+    let (st, done) = s
+        .post(Some(OPERATOR), "/v1/packages/pkg_h/review", &complete)
+        .await;
+    assert_eq!(st, 200, "{done}");
+    assert_eq!(done["status"], "complete");
+    let events = s.events(&audit).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "relay.package.reviewed");
+    assert_eq!(
+        last["payload"]["reviewer"],
+        json!({"id": "oscar", "type": "human"})
+    );
+
+    // An agent review is completed by an agent that is not the author.
+    let mut bot_draft = package("pkg_b", "proj-h", "ops-bot", None);
+    bot_draft["status"] = json!("draft");
+    assert_eq!(
+        s.post(Some(AGENT), "/v1/projects/proj-h/packages", &bot_draft)
+            .await
+            .0,
+        201
+    );
+    let flag = json!({"review_type": "agent"});
+    assert_eq!(
+        s.post(Some(AGENT), "/v1/packages/pkg_b/flag", &flag)
+            .await
+            .0,
+        200
+    );
+    for key in [AGENT, OPERATOR] {
+        let r = s
+            .post(Some(key), "/v1/packages/pkg_b/review", &complete)
+            .await;
+        assert_error(&r, 403, "review_not_allowed");
+    }
+    let (st, done) = s
+        .post(Some(MAINT), "/v1/packages/pkg_b/review", &complete)
+        .await;
+    assert_eq!(st, 200, "{done}");
+    s.stop().await;
+}
+
+/// Attribution comes from the authenticated key: an agent key cannot deposit a package as
+/// `created_by.type: human` nor assert a fact as `asserted_by.type: human` (403
+/// `identity_mismatch` with the pointer of the field), and nothing is stored.
+#[tokio::test]
+async fn an_agent_key_cannot_write_as_a_human() {
+    let s = TestServer::start().await;
+    let audit = new_project(&s, MAINT, "proj-t").await;
+    let recorded = s.event_types(&audit).await.len();
+    let mut forged = package("pkg_t", "proj-t", "maintainer-bot", None);
+    forged["created_by"]["type"] = json!("human");
+    let r = s
+        .post(Some(MAINT), "/v1/projects/proj-t/packages", &forged)
+        .await;
+    assert_error(&r, 403, "identity_mismatch");
+    assert_eq!(r.1["details"]["errors"][0]["pointer"], "/created_by/type");
+    assert_error(
+        &s.get(Some(MAINT), "/v1/packages/pkg_t").await,
+        404,
+        "package_not_found",
+    );
+    let r = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-t/facts",
+            &json!({"subject": "svc", "predicate": "owner", "value": "v",
+                    "asserted_by": {"id": "maintainer-bot", "type": "human"}}),
+        )
+        .await;
+    assert_error(&r, 403, "identity_mismatch");
+    assert_eq!(r.1["details"]["errors"][0]["pointer"], "/asserted_by/type");
+    let (_, facts) = s
+        .get(Some(MAINT), "/v1/projects/proj-t/facts?history=true")
+        .await;
+    assert_eq!(facts, json!([]));
+    assert_eq!(s.event_types(&audit).await.len(), recorded);
+    s.stop().await;
 }
 
 /// The §7 fields a fact carries on the wire, and nothing else unless the asserter sent it.
@@ -697,7 +824,7 @@ async fn export_and_import_over_http_round_trip_byte_identically() {
     )
     .await;
     a.post(
-        Some(MAINT),
+        Some(ADMIN),
         "/v1/packages/pkg_x2/review",
         &json!({"outcome": "complete"}),
     )

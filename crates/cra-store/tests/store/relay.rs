@@ -113,6 +113,7 @@ relay_suite!(
     l2_concurrent_assert_16_threads,
     l3_status_transitions,
     l3_flag_review_and_awaiting_list,
+    l3_review_gates,
     sessions_callsign_and_provenance,
     orchestrate_digest,
     export_import_round_trip,

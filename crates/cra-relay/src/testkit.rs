@@ -55,6 +55,10 @@ pub const SUITE: &[(&str, Case)] = &[
     ("l2_point_in_time_queries", l2_point_in_time_queries),
     ("l2_invalidate_counts", l2_invalidate_counts),
     ("l2_concurrent_assert_16_threads", l2_concurrent_assert),
+    (
+        "l2_recorded_time_never_goes_back",
+        l2_recorded_time_never_goes_back,
+    ),
     ("l3_status_transitions", l3_status_transitions),
     (
         "l3_flag_review_and_awaiting_list",
@@ -765,6 +769,85 @@ fn l2_concurrent_assert(f: Factory<'_>) {
             .unwrap();
         assert_eq!(believed.len(), 1, "as recorded at {}", row.recorded_at);
     }
+}
+
+/// Recorded time never goes backwards in commit order, even for two runtimes over one store whose
+/// clocks are 120 s apart; `recorded_as_of` then answers, whichever runtime is asked, what was
+/// believed after the last write stamped at or before the instant.
+fn l2_recorded_time_never_goes_back(f: Factory<'_>) {
+    let store = f();
+    let (a, clock_a) = relay(store.clone());
+    let clock_b = Arc::new(FixedClock::parse(START).unwrap());
+    clock_b.advance(time::Duration::seconds(-120));
+    let b = Relay::new(
+        store,
+        clock_b.clone(),
+        Arc::new(SequentialIds::new(1_776_542_400_000, 7)),
+        Arc::new(SeededCallsigns::new(43)),
+    );
+    a.create_project(PROJECT, "Relay dev").unwrap();
+    let mut commits: Vec<(String, std::collections::BTreeMap<String, String>)> = Vec::new();
+    let mut state = std::collections::BTreeMap::new();
+    for i in 0..12 {
+        let (writer, subject) = (if i % 3 == 1 { &b } else { &a }, ["x", "y"][i % 2]);
+        let value = format!("v{i}");
+        let rec = writer
+            .assert_fact(PROJECT, &jordan(), &fact(subject, &value, None))
+            .unwrap();
+        state.insert(subject.to_owned(), value);
+        commits.push((rec.recorded_at.clone(), state.clone()));
+        clock_a.advance(time::Duration::seconds(1));
+        clock_b.advance(time::Duration::seconds(1));
+    }
+    for pair in commits.windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "recorded {} then {}",
+            pair[0].0,
+            pair[1].0
+        );
+    }
+    for (t, _) in &commits {
+        let want = &commits.iter().rev().find(|(r, _)| r <= t).unwrap().1;
+        for r in [&a, &b] {
+            let q = FactQuery {
+                view: FactView::AsOfRecorded(t.clone()),
+                ..Default::default()
+            };
+            let got: std::collections::BTreeMap<String, String> = r
+                .facts(PROJECT, &q)
+                .unwrap()
+                .into_iter()
+                .map(|x| (x.fact.subject, x.fact.value))
+                .collect();
+            assert_eq!(&got, want, "believed as recorded at {t}");
+        }
+    }
+    // Invalidation by the slow runtime closes at or after the latest recorded instant.
+    assert_eq!(b.invalidate_fact(PROJECT, "x", "status").unwrap(), 1);
+    let history = |subject: &str| {
+        let q = FactQuery {
+            subject: Some(subject.into()),
+            view: FactView::History,
+            ..Default::default()
+        };
+        a.facts(PROJECT, &q).unwrap()
+    };
+    let last = &commits.last().unwrap().0;
+    for subject in ["x", "y"] {
+        let rows = history(subject);
+        check_history(&rows).unwrap();
+        for row in &rows {
+            let closed = row.superseded_at.as_deref().unwrap_or(last.as_str());
+            assert!(row.recorded_at.as_str() <= closed, "{row:?}");
+        }
+    }
+    assert!(history("x").iter().all(|r| !r.is_current()));
+    assert!(
+        history("x")
+            .iter()
+            .any(|r| r.superseded_at.as_ref() >= Some(last))
+    );
 }
 
 fn l3_status_transitions(f: Factory<'_>) {

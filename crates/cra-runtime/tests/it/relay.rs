@@ -1,6 +1,8 @@
 //! Relay over HTTP: projects with grants, deposits recorded in the depositor's session or the
 //! project's audit chain, facts, review, and refusals.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -374,6 +376,95 @@ async fn an_agent_key_cannot_write_as_a_human() {
     assert_eq!(facts, json!([]));
     assert_eq!(s.event_types(&audit).await.len(), recorded);
     s.stop().await;
+}
+
+/// Recorded time with two runtimes on one PostgreSQL schema whose test clocks are 120 s apart:
+/// in commit order the recorded instants (`created_at`) never decrease, and `recorded_as_of` at
+/// each of them answers, from either server, what was believed after the last write stamped at
+/// or before it.
+#[tokio::test]
+async fn recorded_time_never_goes_back_across_skewed_servers_on_one_postgres() {
+    let Some(url) = cra_store::testing::postgres_url(
+        "recorded_time_never_goes_back_across_skewed_servers_on_one_postgres",
+    ) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "relay_skew");
+    let on_schema = |url: String, name: String| {
+        move |c: &mut cra_runtime::config::RuntimeConfig| {
+            c.postgres = Some(url);
+            c.postgres_schema = name;
+            c.postgres_pool = 4;
+        }
+    };
+    let name = schema.name().to_owned();
+    let a = TestServer::start_blocking_seeded(42, on_schema(url.clone(), name.clone())).await;
+    let b = TestServer::start_blocking_seeded(4242, on_schema(url, name)).await;
+    b.clock.advance(time::Duration::seconds(-120));
+    new_project(&a, MAINT, "proj-skew").await;
+
+    let mut commits: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let mut state = BTreeMap::new();
+    for i in 0..12 {
+        let (server, subject) = (if i % 3 == 1 { &b } else { &a }, ["x", "y"][i % 2]);
+        let value = format!("v{i}");
+        let (st, f) = server
+            .post(
+                Some(MAINT),
+                "/v1/projects/proj-skew/facts",
+                &json!({"subject": subject, "predicate": "status", "value": value}),
+            )
+            .await;
+        assert_eq!(st, 201, "{f}");
+        state.insert(subject.to_owned(), value);
+        commits.push((f["created_at"].as_str().unwrap().to_owned(), state.clone()));
+        a.clock.advance(time::Duration::seconds(1));
+        b.clock.advance(time::Duration::seconds(1));
+    }
+    // Every answer is gathered first and the servers and schema are released before asserting,
+    // so a failure reports itself instead of aborting in a destructor.
+    let mut answers = Vec::new();
+    for (t, _) in &commits {
+        for server in [&a, &b] {
+            let (st, facts) = server
+                .get(
+                    Some(MAINT),
+                    &format!("/v1/projects/proj-skew/facts?recorded_as_of={t}"),
+                )
+                .await;
+            answers.push((t.clone(), st, facts));
+        }
+    }
+    a.stop_blocking().await;
+    b.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+
+    for pair in commits.windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "recorded {} then {}",
+            pair[0].0,
+            pair[1].0
+        );
+    }
+    for (t, st, facts) in answers {
+        assert_eq!(st, 200, "{facts}");
+        let want = &commits.iter().rev().find(|(r, _)| *r <= t).unwrap().1;
+        let got: BTreeMap<String, String> = facts
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["subject"].as_str().unwrap().to_owned(),
+                    f["value"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(&got, want, "believed as recorded at {t}");
+    }
 }
 
 /// The §7 fields a fact carries on the wire, and nothing else unless the asserter sent it.

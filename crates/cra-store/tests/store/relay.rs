@@ -111,6 +111,7 @@ relay_suite!(
     l2_point_in_time_queries,
     l2_invalidate_counts,
     l2_concurrent_assert_16_threads,
+    l2_recorded_time_never_goes_back,
     l3_status_transitions,
     l3_flag_review_and_awaiting_list,
     l3_review_gates,

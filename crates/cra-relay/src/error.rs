@@ -23,17 +23,28 @@ pub enum RelayError {
     /// Writes to an archived project.
     #[error("project {0} is archived; unarchive it before writing")]
     ProjectArchived(String),
-    /// `created_by.id` (or `asserted_by.id`) is not the acting actor.
+    /// `created_by` (or `asserted_by`) names another actor than the acting one: its `id` is
+    /// not the actor's id, or its `type` is not the actor's type.
     #[error(
         "{field} is `{claimed}` but the authenticated actor is `{actor}`; an actor may only write as itself"
     )]
     IdentityMismatch {
-        /// Which field.
+        /// Which field (`created_by.id`, `created_by.type`, `asserted_by.id`, `asserted_by.type`).
         field: &'static str,
         /// What the input claimed.
         claimed: String,
         /// Who is acting.
         actor: String,
+    },
+    /// The caller may not record this review outcome (specs/relay.md, "Review gates").
+    #[error("{actor} may not review package {package_id}: {reason}")]
+    ReviewNotAllowed {
+        /// The package.
+        package_id: String,
+        /// The acting actor, as `id (type)`.
+        actor: String,
+        /// Which rule refused it and who may review instead.
+        reason: String,
     },
     /// The caller may not make this write (e.g. ending someone else's session).
     #[error("{0}")]
@@ -119,6 +130,7 @@ impl RelayError {
             RelayError::DuplicatePackageId(_) => Token::DuplicatePackageId,
             RelayError::ProjectArchived(_) => Token::ProjectArchived,
             RelayError::IdentityMismatch { .. } => Token::IdentityMismatch,
+            RelayError::ReviewNotAllowed { .. } => Token::ReviewNotAllowed,
             RelayError::Unauthorized(_) => Token::Unauthorized,
             RelayError::ProjectNotFound(_) => Token::ProjectNotFound,
             RelayError::PackageNotFound(_) => Token::PackageNotFound,
@@ -143,6 +155,10 @@ impl RelayError {
         match self {
             RelayError::InvalidSchema { errors, .. } => body.with_errors(errors.clone()),
             RelayError::SearchNotSupported => body.with_capability("search"),
+            RelayError::IdentityMismatch { field, .. } => body.with_errors(vec![FieldError::new(
+                format!("/{}", field.replace('.', "/")),
+                self.to_string(),
+            )]),
             _ => body,
         }
     }

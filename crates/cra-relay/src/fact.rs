@@ -6,6 +6,9 @@
 //!   wire `created_at`) and `superseded_at` (when this runtime closed it). Together they answer
 //!   "what did we believe on D?" without changing the wire format.
 //!
+//! Recorded time never goes backwards in a project: every write stamps [`recorded_instant`], the
+//! later of the clock and the project's latest recorded instant, under the backend's lock.
+//!
 //! All fact timestamps are normalised to cra's fixed-width wire form
 //! (`YYYY-MM-DDTHH:MM:SS.ffffffZ`), so comparing the strings compares the instants; every
 //! backend relies on that. The decisions that change state ([`supersede`], [`invalidate`]) and the
@@ -168,6 +171,28 @@ pub struct NewFact {
     pub record: FactRecord,
     /// Whether the caller chose `valid_from`.
     pub explicit_valid_from: bool,
+}
+
+/// The recorded instant of a write to a project's facts: the later of the clock's `now` and
+/// `last`, the latest recorded instant the project's facts hold so far. Backends call it inside
+/// the write transaction, under a lock that serialises the project's fact writes, and keep the
+/// result as the project's new latest; so recorded time never goes backwards in commit order,
+/// even between replicas whose clocks disagree (specs/relay.md, "Facts: two clocks").
+pub fn recorded_instant(last: Option<&str>, now: &str) -> String {
+    match last {
+        Some(l) if l > now => l.to_owned(),
+        _ => now.to_owned(),
+    }
+}
+
+/// The latest recorded instant among `rows` (their `recorded_at` and `superseded_at`): where a
+/// project's recorded clock starts when it has no stored mark yet (data written before the mark
+/// existed, or restored by an import).
+pub fn latest_recorded<'a>(rows: impl IntoIterator<Item = &'a FactRecord>) -> Option<String> {
+    rows.into_iter()
+        .flat_map(|r| std::iter::once(&r.recorded_at).chain(r.superseded_at.as_ref()))
+        .max()
+        .cloned()
 }
 
 /// Decides a supersession (§7.3) at `now` (read by the backend inside its transaction: it

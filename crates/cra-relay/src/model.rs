@@ -213,6 +213,14 @@ impl Package {
             .and_then(Value::as_str)
             .unwrap_or("")
     }
+    /// `created_by.type` (validated on deposit: human, agent or script).
+    pub fn created_by_type(&self) -> Option<ActorType> {
+        self.raw
+            .get("created_by")
+            .and_then(|c| c.get("type"))
+            .and_then(Value::as_str)
+            .and_then(ActorType::parse)
+    }
     /// `created_by.session_id`, when set.
     pub fn session_id(&self) -> Option<&str> {
         self.raw

@@ -271,13 +271,12 @@ impl Relay {
                 ),
             ));
         }
-        if package.created_by_id() != actor.id {
-            return Err(RelayError::IdentityMismatch {
-                field: "created_by.id",
-                claimed: package.created_by_id().into(),
-                actor: actor.id.clone(),
-            });
-        }
+        check_attribution(
+            "created_by",
+            package.created_by_id(),
+            package.created_by_type(),
+            actor,
+        )?;
         self.writable_project(project_id)?;
         let stored = StoredPackage {
             content_hash: hash(&package)?,
@@ -462,6 +461,23 @@ impl Relay {
         )
     }
 
+    /// Refuses a flag that would lower a human gate: once a package's `review_type` is `human`,
+    /// only a human may flag it for an `agent` review (otherwise the author could re-flag a
+    /// package a human sent back and have an agent complete it).
+    fn check_flag(current: &Package, review_type: &str, actor: &Actor) -> Result<(), RelayError> {
+        if current.review_type() == "human"
+            && review_type != "human"
+            && actor.actor_type != ActorType::Human
+        {
+            return Err(review_refused(
+                current,
+                actor,
+                "the package is gated on a human review; only a human may flag it for another review type",
+            ));
+        }
+        Ok(())
+    }
+
     /// A reviewer's outcome: `complete` or `revision_requested` (L3).
     pub fn review(
         &self,
@@ -507,6 +523,10 @@ impl Relay {
                     "allowed: draft -> complete|awaiting_review, awaiting_review -> complete|revision_requested, revision_requested -> awaiting_review|complete"
                 },
             });
+        }
+        match review_type {
+            Some(rt) => Self::check_flag(&current.package, rt, actor)?,
+            None => check_reviewer(&current.package, actor)?,
         }
         let package = current.package.with_status(to, review_type);
         let updated = StoredPackage {
@@ -648,6 +668,79 @@ impl Relay {
             self.store.put_session(&s)?;
         }
         Ok(s)
+    }
+}
+
+/// An actor may only write as itself (specs/relay.md, "Attribution"): the `id` and, when the
+/// input names one, the `type` of `created_by` / `asserted_by` must be the authenticated actor's.
+fn check_attribution(
+    field: &'static str,
+    claimed_id: &str,
+    claimed_type: Option<ActorType>,
+    actor: &Actor,
+) -> Result<(), RelayError> {
+    if claimed_id != actor.id {
+        return Err(RelayError::IdentityMismatch {
+            field: if field == "created_by" {
+                "created_by.id"
+            } else {
+                "asserted_by.id"
+            },
+            claimed: claimed_id.into(),
+            actor: actor.id.clone(),
+        });
+    }
+    match claimed_type {
+        Some(t) if t != actor.actor_type => Err(RelayError::IdentityMismatch {
+            field: if field == "created_by" {
+                "created_by.type"
+            } else {
+                "asserted_by.type"
+            },
+            claimed: t.as_str().into(),
+            actor: format!("{} ({})", actor.id, actor.actor_type.as_str()),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Who may record a reviewer outcome (Relay §5.3 "blocked on a reviewer (human or agent) per
+/// review_type", P5 "humans are decision gates, declared in advance"; specs/relay.md, "Review
+/// gates"). A package whose `review_type` is `human` or `agent` is completed or sent back only
+/// by an actor of that type who is not its author (`created_by.id`), whatever its status. With
+/// `review_type: none` any writer may, except that the author may not close a review it is
+/// waiting on (from `awaiting_review` or `revision_requested`); finishing one's own draft is not
+/// a review.
+fn check_reviewer(package: &Package, actor: &Actor) -> Result<(), RelayError> {
+    let wanted = ActorType::parse(package.review_type());
+    if wanted.is_none() && package.status() == Status::Draft {
+        return Ok(());
+    }
+    if let Some(t) = wanted
+        && t != actor.actor_type
+    {
+        let reason = format!(
+            "its review_type is {}, so only a {} other than its author may record the outcome",
+            t.as_str(),
+            t.as_str()
+        );
+        return Err(review_refused(package, actor, &reason));
+    }
+    if package.created_by_id() == actor.id {
+        return Err(review_refused(
+            package,
+            actor,
+            "an author may not review their own package; another reviewer must record the outcome",
+        ));
+    }
+    Ok(())
+}
+
+fn review_refused(package: &Package, actor: &Actor, reason: &str) -> RelayError {
+    RelayError::ReviewNotAllowed {
+        package_id: package.package_id().into(),
+        actor: format!("{} ({})", actor.id, actor.actor_type.as_str()),
+        reason: reason.into(),
     }
 }
 
@@ -805,13 +898,7 @@ fn parse_fact_input(
         },
         Some(v) => match serde_json::from_value::<AssertedBy>(v.clone()) {
             Ok(a) => {
-                if a.id != actor.id {
-                    return Err(RelayError::IdentityMismatch {
-                        field: "asserted_by.id",
-                        claimed: a.id,
-                        actor: actor.id.clone(),
-                    });
-                }
+                check_attribution("asserted_by", &a.id, Some(a.actor_type), actor)?;
                 a
             }
             Err(e) => {

@@ -173,12 +173,15 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
 
     /// Supersedes the current fact of (project, subject, predicate), if any, and inserts the new
     /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row. `now`
-    /// is called once, inside the transaction (after any lock), so recorded time follows commit
-    /// order.
+    /// is called once, inside the transaction, and the write is stamped
+    /// [`crate::fact::recorded_instant`] of it and the project's latest recorded instant, under
+    /// a lock that serialises the project's fact writes: recorded time never goes backwards in
+    /// commit order, whatever clocks the callers have.
     fn assert_fact(&self, new: NewFact, now: &dyn Fn() -> String)
     -> Result<FactRecord, StoreError>;
     /// Closes every current fact of (project, subject, predicate) (see
-    /// [`crate::fact::invalidate`]); returns how many.
+    /// [`crate::fact::invalidate`]) at the recorded instant stamped as for
+    /// [`RelayStore::assert_fact`]; returns how many.
     fn invalidate_facts(
         &self,
         project_id: &str,

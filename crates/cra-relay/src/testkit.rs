@@ -55,11 +55,16 @@ pub const SUITE: &[(&str, Case)] = &[
     ("l2_point_in_time_queries", l2_point_in_time_queries),
     ("l2_invalidate_counts", l2_invalidate_counts),
     ("l2_concurrent_assert_16_threads", l2_concurrent_assert),
+    (
+        "l2_recorded_time_never_goes_back",
+        l2_recorded_time_never_goes_back,
+    ),
     ("l3_status_transitions", l3_status_transitions),
     (
         "l3_flag_review_and_awaiting_list",
         l3_flag_review_and_awaiting_list,
     ),
+    ("l3_review_gates", l3_review_gates),
     (
         "sessions_callsign_and_provenance",
         sessions_callsign_and_provenance,
@@ -101,6 +106,11 @@ pub fn jordan() -> Actor {
 
 fn reviewer() -> Actor {
     Actor::new("rev-bot", ActorType::Agent)
+}
+
+/// A human who is not the author of [`package`]s (jordan is).
+fn casey() -> Actor {
+    Actor::new("casey", ActorType::Human)
 }
 
 fn setup(factory: Factory<'_>) -> (Relay, Arc<FixedClock>) {
@@ -380,6 +390,92 @@ fn err_identity_mismatch(f: Factory<'_>) {
         .unwrap_err();
     assert_eq!(e.token(), Token::IdentityMismatch);
     assert_eq!(token_of(r.pull_specific("pkg_m")), Token::PackageNotFound);
+    // The type is the authenticated actor's too: an agent key named jordan cannot deposit or
+    // assert as the human jordan.
+    let agent_jordan = Actor::new("jordan", ActorType::Agent);
+    let e = r
+        .deposit(PROJECT, &agent_jordan, &package("pkg_m", "complete"))
+        .unwrap_err();
+    assert_eq!((e.token(), e.http_status()), (Token::IdentityMismatch, 403));
+    assert_eq!(
+        e.to_body().details.unwrap().errors[0].pointer,
+        "/created_by/type"
+    );
+    assert_eq!(token_of(r.pull_specific("pkg_m")), Token::PackageNotFound);
+    let e = r
+        .assert_fact(PROJECT, &agent_jordan, &json!({"subject":"s","predicate":"p","value":"v","asserted_by":{"id":"jordan","type":"human"}}))
+        .unwrap_err();
+    assert_eq!(e.token(), Token::IdentityMismatch);
+    assert!(r.facts(PROJECT, &FactQuery::default()).unwrap().is_empty());
+}
+
+/// Review gates (specs/relay.md, "Review gates"): a `human` review is closed only by a human who
+/// is not the author, an `agent` review only by an agent who is not the author; a refusal is
+/// 403 `review_not_allowed` and changes nothing.
+fn l3_review_gates(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let bot = Actor::new("writer-bot", ActorType::Agent);
+    let mut by_bot = package("pkg_b", "draft");
+    by_bot["created_by"] = json!({"id": "writer-bot", "type": "agent"});
+    for (p, a) in [(package("pkg_h", "draft"), jordan()), (by_bot, bot.clone())] {
+        r.deposit(PROJECT, &a, &p).unwrap();
+    }
+    r.flag_for_review("pkg_h", "human", None, &jordan())
+        .unwrap();
+    r.flag_for_review("pkg_b", "agent", None, &bot).unwrap();
+    let refused = |id: &str, who: &Actor| {
+        let before = r.pull_specific(id).unwrap();
+        let records = r.reviews(id).unwrap().len();
+        let e = r.review(id, "complete", None, who).unwrap_err();
+        assert_eq!(
+            (e.token(), e.http_status()),
+            (Token::ReviewNotAllowed, 403),
+            "{id} by {who:?}"
+        );
+        assert_eq!(r.pull_specific(id).unwrap(), before, "unchanged");
+        assert_eq!(r.reviews(id).unwrap().len(), records, "no review record");
+    };
+    // Human review: not the author, not an agent (not even one carrying a human's id).
+    refused("pkg_h", &jordan());
+    refused("pkg_h", &reviewer());
+    refused("pkg_h", &Actor::new("casey", ActorType::Agent));
+    // Agent review: not the author, not a human.
+    refused("pkg_b", &bot);
+    refused("pkg_b", &casey());
+    // A human gate cannot be lowered by a non-human re-flag.
+    let sent_back = r
+        .review("pkg_h", "revision_requested", None, &casey())
+        .unwrap();
+    assert_eq!(sent_back.package.review_type(), "human");
+    assert_eq!(
+        token_of(r.flag_for_review("pkg_h", "agent", None, &bot)),
+        Token::ReviewNotAllowed
+    );
+    refused("pkg_h", &reviewer());
+    r.flag_for_review("pkg_h", "human", None, &jordan())
+        .unwrap();
+    let done = r.review("pkg_h", "complete", None, &casey()).unwrap();
+    assert_eq!(done.package.status(), Status::Complete);
+    let done = r.review("pkg_b", "complete", None, &reviewer()).unwrap();
+    assert_eq!(done.package.status(), Status::Complete);
+    assert_eq!(r.reviews("pkg_b").unwrap()[1].actor, reviewer());
+    // A draft declared for human review is finished by a human reviewer too, not its author.
+    let mut gated = package("pkg_g", "draft");
+    gated["review_type"] = json!("human");
+    r.deposit(PROJECT, &jordan(), &gated).unwrap();
+    refused_draft(&r, "pkg_g");
+    r.review("pkg_g", "complete", None, &casey()).unwrap();
+    // Without a declared gate the author finishes their own draft.
+    r.deposit(PROJECT, &jordan(), &package("pkg_d", "draft"))
+        .unwrap();
+    r.review("pkg_d", "complete", None, &jordan()).unwrap();
+}
+
+fn refused_draft(r: &Relay, id: &str) {
+    let e = r.review(id, "complete", None, &jordan()).unwrap_err();
+    assert_eq!(e.token(), Token::ReviewNotAllowed);
+    assert_eq!(r.pull_specific(id).unwrap().package.status(), Status::Draft);
+    assert!(r.reviews(id).unwrap().is_empty());
 }
 
 fn err_package_not_found(f: Factory<'_>) {
@@ -675,6 +771,85 @@ fn l2_concurrent_assert(f: Factory<'_>) {
     }
 }
 
+/// Recorded time never goes backwards in commit order, even for two runtimes over one store whose
+/// clocks are 120 s apart; `recorded_as_of` then answers, whichever runtime is asked, what was
+/// believed after the last write stamped at or before the instant.
+fn l2_recorded_time_never_goes_back(f: Factory<'_>) {
+    let store = f();
+    let (a, clock_a) = relay(store.clone());
+    let clock_b = Arc::new(FixedClock::parse(START).unwrap());
+    clock_b.advance(time::Duration::seconds(-120));
+    let b = Relay::new(
+        store,
+        clock_b.clone(),
+        Arc::new(SequentialIds::new(1_776_542_400_000, 7)),
+        Arc::new(SeededCallsigns::new(43)),
+    );
+    a.create_project(PROJECT, "Relay dev").unwrap();
+    let mut commits: Vec<(String, std::collections::BTreeMap<String, String>)> = Vec::new();
+    let mut state = std::collections::BTreeMap::new();
+    for i in 0..12 {
+        let (writer, subject) = (if i % 3 == 1 { &b } else { &a }, ["x", "y"][i % 2]);
+        let value = format!("v{i}");
+        let rec = writer
+            .assert_fact(PROJECT, &jordan(), &fact(subject, &value, None))
+            .unwrap();
+        state.insert(subject.to_owned(), value);
+        commits.push((rec.recorded_at.clone(), state.clone()));
+        clock_a.advance(time::Duration::seconds(1));
+        clock_b.advance(time::Duration::seconds(1));
+    }
+    for pair in commits.windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "recorded {} then {}",
+            pair[0].0,
+            pair[1].0
+        );
+    }
+    for (t, _) in &commits {
+        let want = &commits.iter().rev().find(|(r, _)| r <= t).unwrap().1;
+        for r in [&a, &b] {
+            let q = FactQuery {
+                view: FactView::AsOfRecorded(t.clone()),
+                ..Default::default()
+            };
+            let got: std::collections::BTreeMap<String, String> = r
+                .facts(PROJECT, &q)
+                .unwrap()
+                .into_iter()
+                .map(|x| (x.fact.subject, x.fact.value))
+                .collect();
+            assert_eq!(&got, want, "believed as recorded at {t}");
+        }
+    }
+    // Invalidation by the slow runtime closes at or after the latest recorded instant.
+    assert_eq!(b.invalidate_fact(PROJECT, "x", "status").unwrap(), 1);
+    let history = |subject: &str| {
+        let q = FactQuery {
+            subject: Some(subject.into()),
+            view: FactView::History,
+            ..Default::default()
+        };
+        a.facts(PROJECT, &q).unwrap()
+    };
+    let last = &commits.last().unwrap().0;
+    for subject in ["x", "y"] {
+        let rows = history(subject);
+        check_history(&rows).unwrap();
+        for row in &rows {
+            let closed = row.superseded_at.as_deref().unwrap_or(last.as_str());
+            assert!(row.recorded_at.as_str() <= closed, "{row:?}");
+        }
+    }
+    assert!(history("x").iter().all(|r| !r.is_current()));
+    assert!(
+        history("x")
+            .iter()
+            .any(|r| r.superseded_at.as_ref() >= Some(last))
+    );
+}
+
 fn l3_status_transitions(f: Factory<'_>) {
     let (r, _) = setup(f);
     let mut n = 0;
@@ -752,9 +927,7 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
     assert!(r.awaiting_review(PROJECT).unwrap().packages.is_empty());
     r.flag_for_review("pkg_r", "human", None, &jordan())
         .unwrap();
-    let done = r
-        .review("pkg_r", "complete", Some("ok"), &reviewer())
-        .unwrap();
+    let done = r.review("pkg_r", "complete", Some("ok"), &casey()).unwrap();
     assert_eq!(done.package.status(), Status::Complete);
     let recs = r.reviews("pkg_r").unwrap();
     let trail: Vec<(&str, Status)> = recs
@@ -767,7 +940,7 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
             ("jordan", Status::AwaitingReview),
             ("rev-bot", Status::RevisionRequested),
             ("jordan", Status::AwaitingReview),
-            ("rev-bot", Status::Complete)
+            ("casey", Status::Complete)
         ]
     );
     assert_eq!(recs[1].note.as_deref(), Some("fix table 2"));

@@ -125,7 +125,7 @@ tokens! {
     Forbidden = ("forbidden", 403),
     /// Relay's token for a write the caller may not make.
     Unauthorized = ("unauthorized", 403),
-    /// `requester.agent_id` or `created_by.id` differs from the authenticated actor.
+    /// `requester.agent_id`, `created_by` or `asserted_by` (id or type) differs from the authenticated actor.
     IdentityMismatch = ("identity_mismatch", 403),
     /// The session has ended.
     SessionInactive = ("session_inactive", 403),
@@ -135,6 +135,8 @@ tokens! {
     ActionNotAllowed = ("action_not_allowed", 403),
     /// Writes to an archived Relay project are refused.
     ProjectArchived = ("project_archived", 403),
+    /// A Relay review outcome the caller may not record: a `human` review needs a human who is not the author, an `agent` review an agent who is not the author.
+    ReviewNotAllowed = ("review_not_allowed", 403),
     /// The approval for this resolution was rejected.
     ApprovalRejected = ("approval_rejected", 403),
     /// A rate-limit policy's window is exhausted.

@@ -122,9 +122,31 @@ fn relay_commands_end_to_end() {
         (e, json(&out)["status"].clone()),
         (Exit::Success, "awaiting_review".into())
     );
+    // Review gates apply to the local actor: the author may not review, nor may a human close
+    // an agent review.
+    for who in [["--actor", "jordan"], ["--actor", "rev"]] {
+        let (e, _, err) = cra(
+            &d,
+            &[who[0], who[1], "review", id, "--outcome", "complete"],
+            "",
+        );
+        assert_eq!(
+            (e, json(&err)["error"].clone()),
+            (Exit::Negative, "review_not_allowed".into())
+        );
+    }
     let (e, out, _) = cra(
         &d,
-        &["--actor", "rev", "review", id, "--outcome", "complete"],
+        &[
+            "--actor",
+            "rev",
+            "--actor-type",
+            "agent",
+            "review",
+            id,
+            "--outcome",
+            "complete",
+        ],
         "",
     );
     assert_eq!(
@@ -448,9 +470,10 @@ fn relay_commands_against_a_server() {
         "",
     );
     assert_eq!(flagged["status"], "awaiting_review");
-    let reviewed = s.ok(&["review", "pkg_r2", "--outcome", "complete"], "");
-    assert_eq!(reviewed["status"], "complete");
-    let e = s.refused(&["review", "pkg_r2", "--outcome", "revision_requested"], "");
+    // The admin key's actor authored pkg_r2 (and is human): the server refuses its review.
+    let e = s.refused(&["review", "pkg_r2", "--outcome", "complete"], "");
+    assert_eq!(e["error"], "review_not_allowed");
+    let e = s.refused(&["flag", "pkg_r2", "--review-type", "agent"], "");
     assert_eq!(e["error"], "invalid_transition");
     let e = s.refused(&["flag", "pkg_none"], "");
     assert_eq!(e["error"], "package_not_found");

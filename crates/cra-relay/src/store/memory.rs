@@ -18,6 +18,18 @@ struct Inner {
     sessions: BTreeMap<String, Session>,
 }
 
+impl Inner {
+    /// The recorded instant of a fact write to `project_id` (see [`fact::recorded_instant`]).
+    fn stamp(&self, project_id: &str, now: &str) -> String {
+        let last = fact::latest_recorded(
+            self.facts
+                .iter()
+                .filter(|r| r.fact.project_id == project_id),
+        );
+        fact::recorded_instant(last.as_deref(), now)
+    }
+}
+
 /// See the module documentation.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
@@ -166,7 +178,7 @@ impl RelayStore for MemoryStore {
         now: &dyn Fn() -> String,
     ) -> Result<FactRecord, StoreError> {
         let mut g = self.lock();
-        let now = now();
+        let now = g.stamp(&new.record.fact.project_id, &now());
         let now = now.as_str();
         let key = (
             new.record.fact.project_id.clone(),
@@ -196,7 +208,7 @@ impl RelayStore for MemoryStore {
         now: &dyn Fn() -> String,
     ) -> Result<usize, StoreError> {
         let mut g = self.lock();
-        let now = now();
+        let now = g.stamp(project_id, &now());
         let now = now.as_str();
         let mut n = 0;
         for r in g.facts.iter_mut() {

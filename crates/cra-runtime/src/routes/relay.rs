@@ -588,10 +588,14 @@ pub struct ReviewBody {
     pub note: Option<String>,
 }
 
-/// Review of a flagged package.
+/// Review of a flagged package. The reviewer is the authenticated actor: a `human` review is
+/// closed only by a human who is not the package's author, an `agent` review only by an agent
+/// who is not; anyone else gets 403 `review_not_allowed` and nothing changes (specs/relay.md,
+/// "Review gates").
 #[utoipa::path(post, path = "/v1/packages/{package_id}/review", tag = "relay",
     params(("package_id" = String, Path, description = "The package")), request_body = Object,
-    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, description = "`unauthorized` (no grant) or `review_not_allowed` (review gate)", body = crate::openapi::ErrorBodySchema)))]
 pub async fn review(
     State(state): State<AppState>,
     Caller(actor): Caller,

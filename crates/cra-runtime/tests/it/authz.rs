@@ -418,7 +418,7 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
         (
             "POST",
             "/v1/packages/pkg_g1/flag",
-            Some(json!({"review_type": "human"})),
+            Some(json!({"review_type": "agent"})),
             200,
             403,
         ),

@@ -623,7 +623,7 @@ async fn controls(s: &TestServer, ctx: &Ctx) {
         ),
         (
             "review",
-            "maint",
+            "admin",
             "/v1/packages/${package}/review",
             t("review"),
             200,

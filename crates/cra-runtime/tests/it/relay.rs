@@ -1,6 +1,8 @@
 //! Relay over HTTP: projects with grants, deposits recorded in the depositor's session or the
 //! project's audit chain, facts, review, and refusals.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Value, json};
 
 use crate::support::*;
@@ -228,7 +230,7 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
     assert_eq!(flagged["review_type"], "human");
     let (st, reviewed) = s
         .post(
-            Some(MAINT),
+            Some(ADMIN),
             "/v1/packages/pkg_r/review",
             &json!({"outcome": "complete", "note": "numbers match"}),
         )
@@ -247,6 +249,222 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
         "invalid_transition",
     );
     assert_eq!(s.event_types(&audit).await.len(), recorded + 2);
+}
+
+/// Human review gates (Relay §5.3, L3; specs/relay.md "Review gates"): the reviewer is the
+/// authenticated key's actor, never the body. A human review is completed by a human key that is
+/// not the author's (200); the author's own human key and any agent key get 403
+/// `review_not_allowed`, and a refusal changes and records nothing.
+#[tokio::test]
+async fn human_reviews_need_a_human_key_other_than_the_authors() {
+    let s = TestServer::start().await;
+    let (st, p) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/projects",
+            &json!({"project_id": "proj-h", "name": "H", "members": ["ops-bot", "maintainer-bot", "oscar"]}),
+        )
+        .await;
+    assert_eq!(st, 201, "{p}");
+    let audit = p["audit_session_id"].as_str().unwrap().to_owned();
+    let mut draft = package("pkg_h", "proj-h", "alice", None);
+    draft["status"] = json!("draft");
+    draft["created_by"]["type"] = json!("human");
+    let (st, d) = s
+        .post(Some(AUTHOR), "/v1/projects/proj-h/packages", &draft)
+        .await;
+    assert_eq!(st, 201, "{d}");
+    let (st, flagged) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/packages/pkg_h/flag",
+            &json!({"review_type": "human"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{flagged}");
+    let recorded = s.event_types(&audit).await.len();
+    let complete = json!({"outcome": "complete", "note": "looks right"});
+    for key in [AUTHOR, AGENT, MAINT] {
+        let r = s
+            .post(Some(key), "/v1/packages/pkg_h/review", &complete)
+            .await;
+        assert_error(&r, 403, "review_not_allowed");
+    }
+    let (_, still) = s.get(Some(ADMIN), "/v1/packages/pkg_h").await;
+    assert_eq!(still, flagged, "refusals change nothing");
+    assert_eq!(
+        s.event_types(&audit).await.len(),
+        recorded,
+        "nor record anything"
+    );
+
+    let (st, done) = s
+        .post(Some(OPERATOR), "/v1/packages/pkg_h/review", &complete)
+        .await;
+    assert_eq!(st, 200, "{done}");
+    assert_eq!(done["status"], "complete");
+    let events = s.events(&audit).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "relay.package.reviewed");
+    assert_eq!(
+        last["payload"]["reviewer"],
+        json!({"id": "oscar", "type": "human"})
+    );
+
+    // An agent review is completed by an agent that is not the author.
+    let mut bot_draft = package("pkg_b", "proj-h", "ops-bot", None);
+    bot_draft["status"] = json!("draft");
+    assert_eq!(
+        s.post(Some(AGENT), "/v1/projects/proj-h/packages", &bot_draft)
+            .await
+            .0,
+        201
+    );
+    let flag = json!({"review_type": "agent"});
+    assert_eq!(
+        s.post(Some(AGENT), "/v1/packages/pkg_b/flag", &flag)
+            .await
+            .0,
+        200
+    );
+    for key in [AGENT, OPERATOR] {
+        let r = s
+            .post(Some(key), "/v1/packages/pkg_b/review", &complete)
+            .await;
+        assert_error(&r, 403, "review_not_allowed");
+    }
+    let (st, done) = s
+        .post(Some(MAINT), "/v1/packages/pkg_b/review", &complete)
+        .await;
+    assert_eq!(st, 200, "{done}");
+    s.stop().await;
+}
+
+/// Attribution comes from the authenticated key: an agent key cannot deposit a package as
+/// `created_by.type: human` nor assert a fact as `asserted_by.type: human` (403
+/// `identity_mismatch` with the pointer of the field), and nothing is stored.
+#[tokio::test]
+async fn an_agent_key_cannot_write_as_a_human() {
+    let s = TestServer::start().await;
+    let audit = new_project(&s, MAINT, "proj-t").await;
+    let recorded = s.event_types(&audit).await.len();
+    let mut forged = package("pkg_t", "proj-t", "maintainer-bot", None);
+    forged["created_by"]["type"] = json!("human");
+    let r = s
+        .post(Some(MAINT), "/v1/projects/proj-t/packages", &forged)
+        .await;
+    assert_error(&r, 403, "identity_mismatch");
+    assert_eq!(r.1["details"]["errors"][0]["pointer"], "/created_by/type");
+    assert_error(
+        &s.get(Some(MAINT), "/v1/packages/pkg_t").await,
+        404,
+        "package_not_found",
+    );
+    let r = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-t/facts",
+            &json!({"subject": "svc", "predicate": "owner", "value": "v",
+                    "asserted_by": {"id": "maintainer-bot", "type": "human"}}),
+        )
+        .await;
+    assert_error(&r, 403, "identity_mismatch");
+    assert_eq!(r.1["details"]["errors"][0]["pointer"], "/asserted_by/type");
+    let (_, facts) = s
+        .get(Some(MAINT), "/v1/projects/proj-t/facts?history=true")
+        .await;
+    assert_eq!(facts, json!([]));
+    assert_eq!(s.event_types(&audit).await.len(), recorded);
+    s.stop().await;
+}
+
+/// Recorded time with two runtimes on one PostgreSQL schema whose test clocks are 120 s apart:
+/// in commit order the recorded instants (`created_at`) never decrease, and `recorded_as_of` at
+/// each of them answers, from either server, what was believed after the last write stamped at
+/// or before it.
+#[tokio::test]
+async fn recorded_time_never_goes_back_across_skewed_servers_on_one_postgres() {
+    let Some(url) = cra_store::testing::postgres_url(
+        "recorded_time_never_goes_back_across_skewed_servers_on_one_postgres",
+    ) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "relay_skew");
+    let on_schema = |url: String, name: String| {
+        move |c: &mut cra_runtime::config::RuntimeConfig| {
+            c.postgres = Some(url);
+            c.postgres_schema = name;
+            c.postgres_pool = 4;
+        }
+    };
+    let name = schema.name().to_owned();
+    let a = TestServer::start_blocking_seeded(42, on_schema(url.clone(), name.clone())).await;
+    let b = TestServer::start_blocking_seeded(4242, on_schema(url, name)).await;
+    b.clock.advance(time::Duration::seconds(-120));
+    new_project(&a, MAINT, "proj-skew").await;
+
+    let mut commits: Vec<(String, BTreeMap<String, String>)> = Vec::new();
+    let mut state = BTreeMap::new();
+    for i in 0..12 {
+        let (server, subject) = (if i % 3 == 1 { &b } else { &a }, ["x", "y"][i % 2]);
+        let value = format!("v{i}");
+        let (st, f) = server
+            .post(
+                Some(MAINT),
+                "/v1/projects/proj-skew/facts",
+                &json!({"subject": subject, "predicate": "status", "value": value}),
+            )
+            .await;
+        assert_eq!(st, 201, "{f}");
+        state.insert(subject.to_owned(), value);
+        commits.push((f["created_at"].as_str().unwrap().to_owned(), state.clone()));
+        a.clock.advance(time::Duration::seconds(1));
+        b.clock.advance(time::Duration::seconds(1));
+    }
+    // Every answer is gathered first and the servers and schema are released before asserting,
+    // so a failure reports itself instead of aborting in a destructor.
+    let mut answers = Vec::new();
+    for (t, _) in &commits {
+        for server in [&a, &b] {
+            let (st, facts) = server
+                .get(
+                    Some(MAINT),
+                    &format!("/v1/projects/proj-skew/facts?recorded_as_of={t}"),
+                )
+                .await;
+            answers.push((t.clone(), st, facts));
+        }
+    }
+    a.stop_blocking().await;
+    b.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+
+    for pair in commits.windows(2) {
+        assert!(
+            pair[0].0 <= pair[1].0,
+            "recorded {} then {}",
+            pair[0].0,
+            pair[1].0
+        );
+    }
+    for (t, st, facts) in answers {
+        assert_eq!(st, 200, "{facts}");
+        let want = &commits.iter().rev().find(|(r, _)| *r <= t).unwrap().1;
+        let got: BTreeMap<String, String> = facts
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["subject"].as_str().unwrap().to_owned(),
+                    f["value"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        assert_eq!(&got, want, "believed as recorded at {t}");
+    }
 }
 
 /// The §7 fields a fact carries on the wire, and nothing else unless the asserter sent it.
@@ -697,7 +915,7 @@ async fn export_and_import_over_http_round_trip_byte_identically() {
     )
     .await;
     a.post(
-        Some(MAINT),
+        Some(ADMIN),
         "/v1/packages/pkg_x2/review",
         &json!({"outcome": "complete"}),
     )

@@ -389,11 +389,20 @@ impl TestServer {
     pub async fn start_blocking_with(
         tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
     ) -> Self {
+        Self::start_blocking_seeded(42, tweak).await
+    }
+
+    /// Like [`TestServer::start_blocking_with`], with ids from `id_seed` (two servers sharing one
+    /// PostgreSQL schema need different ones).
+    pub async fn start_blocking_seeded(
+        id_seed: u64,
+        tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (mut config, data) = test_config(dir.path());
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
-        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, id_seed));
         let c2 = clock.clone();
         let (state, _notices) =
             tokio::task::spawn_blocking(move || build_runtime(config, c2, ids).unwrap())

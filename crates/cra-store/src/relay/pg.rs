@@ -1,7 +1,9 @@
 //! [`PgRelay`]: Relay's storage in the PostgreSQL schema of a [`crate::PgStore`] (tables from
 //! `migrations/0006_relay.sql`). Multi-row changes are one transaction each; fact supersession
 //! serialises on a transaction-scoped advisory lock of (project, subject, predicate), and a
-//! partial unique index guarantees at most one current fact regardless. `pull` relevant uses
+//! partial unique index guarantees at most one current fact regardless. Recorded time is stamped
+//! under the row lock of the project's `relay_fact_clock` row (`migrations/0010`), so it never
+//! goes backwards in commit order, whichever replica (and clock) writes. `pull` relevant uses
 //! PostgreSQL full-text search (`english` configuration, `ts_rank_cd`) over the same chunks the
 //! embedded backend indexes, best chunk per package.
 
@@ -109,6 +111,40 @@ impl PgRelay {
             Self::write_chunks(tx, p)?;
         }
         Ok(n == 1)
+    }
+
+    /// The recorded instant of a fact write to `project`: [`fact::recorded_instant`] of the
+    /// clock (read after the lock) and the project's mark, which it advances. The mark's row
+    /// lock, held to commit, serialises the project's fact writes across replicas; a project
+    /// without a mark is seeded from its stored rows.
+    fn stamp(
+        tx: &mut Transaction<'_>,
+        project: &str,
+        now: &dyn Fn() -> String,
+    ) -> Result<String, StoreError> {
+        const LOCK: &str =
+            "SELECT recorded_at FROM relay_fact_clock WHERE project_id = $1 FOR UPDATE";
+        let mut row = tx.query_opt(LOCK, &[&project]).map_err(be)?;
+        if row.is_none() {
+            tx.execute(
+                "INSERT INTO relay_fact_clock (project_id, recorded_at)
+                 SELECT $1, COALESCE(max(GREATEST((body::jsonb ->> 'recorded_at') COLLATE \"C\",
+                                                  COALESCE(body::jsonb ->> 'superseded_at', '') COLLATE \"C\")), '')
+                   FROM relay_facts WHERE project_id = $1
+                 ON CONFLICT (project_id) DO NOTHING",
+                &[&project],
+            )
+            .map_err(be)?;
+            row = tx.query_opt(LOCK, &[&project]).map_err(be)?;
+        }
+        let last: Option<String> = row.map(|r| r.get(0)).filter(|l: &String| !l.is_empty());
+        let stamp = fact::recorded_instant(last.as_deref(), &now());
+        tx.execute(
+            "UPDATE relay_fact_clock SET recorded_at = $2 WHERE project_id = $1",
+            &[&project, &stamp],
+        )
+        .map_err(be)?;
+        Ok(stamp)
     }
 
     fn lock_key(tx: &mut Transaction<'_>, key: &str) -> Result<(), StoreError> {
@@ -323,7 +359,8 @@ impl RelayStore for PgRelay {
                 .map_err(be)?
                 .map(|r| dec(r.get::<_, &str>(0)))
                 .transpose()?;
-            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &now())?;
+            let stamp = Self::stamp(tx, &project, now)?;
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &stamp)?;
             if let Some(c) = closed {
                 tx.execute(
                     "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
@@ -349,7 +386,7 @@ impl RelayStore for PgRelay {
     ) -> Result<usize, StoreError> {
         self.with_tx(|tx| {
             Self::lock_key(tx, &format!("{project_id}\u{1f}{subject}\u{1f}{predicate}"))?;
-            let now = now();
+            let now = Self::stamp(tx, project_id, now)?;
             let now = now.as_str();
             let rows = tx
                 .query(

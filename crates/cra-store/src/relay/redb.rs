@@ -5,7 +5,9 @@
 //! object), `relay_package_order` ((project_id, seq) -> package_id), `relay_reviews`
 //! ((package_id, seq) -> record), `relay_facts` (`project\0subject\0predicate\0fact_id` -> row),
 //! `relay_fact_current` (`project\0subject\0predicate` -> key of the current row),
-//! `relay_sessions` (session_id), `relay_meta` (counters).
+//! `relay_sessions` (session_id), `relay_meta` (counters), `relay_fact_clock` (project_id -> the
+//! latest recorded instant of its facts; created on open, and seeded from the stored rows the
+//! first time a project without a mark is written, so data written before it keeps working).
 //!
 //! redb serialises write transactions, so each multi-row change (insert-if-absent plus session
 //! append, compare-and-swap plus review record, supersession plus insert) is one atomic commit.
@@ -32,6 +34,7 @@ const FACTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_fact
 const CURRENT: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_current");
 const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_sessions");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
+const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_clock");
 
 fn be(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("redb: {e}"))
@@ -115,6 +118,7 @@ impl RedbRelay {
             tx.open_table(CURRENT).map_err(be)?;
             tx.open_table(SESSIONS).map_err(be)?;
             tx.open_table(META).map_err(be)?;
+            tx.open_table(FACT_CLOCK).map_err(be)?;
         }
         tx.commit().map_err(be)?;
         Ok(Self {
@@ -140,6 +144,40 @@ impl RedbRelay {
         let n = meta.get(key).map_err(be)?.map(|g| g.value()).unwrap_or(0);
         meta.insert(key, n + 1).map_err(be)?;
         Ok(n)
+    }
+
+    /// The recorded instant of a fact write to `project` in `tx` (redb serialises write
+    /// transactions, so this is under the lock): [`fact::recorded_instant`] of `now` and the
+    /// project's mark, which it advances. Call it before opening the fact tables.
+    fn stamp(
+        tx: &::redb::WriteTransaction,
+        project: &str,
+        now: &str,
+    ) -> Result<String, StoreError> {
+        let mut clock = tx.open_table(FACT_CLOCK).map_err(be)?;
+        let mark = clock
+            .get(project)
+            .map_err(be)?
+            .map(|g| g.value().to_owned());
+        let last = match mark {
+            Some(m) => Some(m),
+            None => {
+                let facts = tx.open_table(FACTS).map_err(be)?;
+                let prefix = format!("{project}\0");
+                let mut rows = Vec::new();
+                for row in facts.range(prefix.as_str()..).map_err(be)? {
+                    let (k, v) = row.map_err(be)?;
+                    if !k.value().starts_with(&prefix) {
+                        break;
+                    }
+                    rows.push(dec::<FactRecord>(v.value())?);
+                }
+                fact::latest_recorded(&rows)
+            }
+        };
+        let stamp = fact::recorded_instant(last.as_deref(), now);
+        clock.insert(project, stamp.as_str()).map_err(be)?;
+        Ok(stamp)
     }
 
     fn all_packages(&self) -> Result<Vec<(u64, StoredPackage)>, StoreError> {
@@ -360,6 +398,7 @@ impl RelayStore for RedbRelay {
         let f = &new.record.fact;
         let prefix = fact_prefix(&f.project_id, &f.subject, &f.predicate);
         let tx = self.db.begin_write().map_err(be)?;
+        let stamp = Self::stamp(&tx, &f.project_id, &now())?;
         let inserted = {
             let mut facts = tx.open_table(FACTS).map_err(be)?;
             let mut current = tx.open_table(CURRENT).map_err(be)?;
@@ -375,7 +414,7 @@ impl RelayStore for RedbRelay {
                     .transpose()?,
                 None => None,
             };
-            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &now())?;
+            let (closed, inserted) = fact::supersede(cur.as_ref(), new, &stamp)?;
             if let (Some(k), Some(c)) = (&cur_key, closed) {
                 facts.insert(k.as_str(), enc(&c)?.as_slice()).map_err(be)?;
             }
@@ -399,7 +438,7 @@ impl RelayStore for RedbRelay {
     ) -> Result<usize, StoreError> {
         let prefix = fact_prefix(project_id, subject, predicate);
         let tx = self.db.begin_write().map_err(be)?;
-        let now = now();
+        let now = Self::stamp(&tx, project_id, &now())?;
         let now = now.as_str();
         let n = {
             let mut facts = tx.open_table(FACTS).map_err(be)?;

@@ -4,9 +4,11 @@
 
 mod authz;
 mod bad_requests;
+mod concurrency;
 mod crash;
 mod flow;
 mod hostile;
+mod inflight;
 mod relay;
 mod sessions;
 mod stream;

@@ -432,7 +432,11 @@ impl Carp {
         run: ClearedExecution,
         charges: &[crate::store::Charge],
     ) -> Result<ExecuteOutcome, CarpError> {
-        match self.store.claim_execution(&self.lease(request, &run)).map_err(store_err)? {
+        match self
+            .store
+            .claim_execution(&self.lease(request, &run))
+            .map_err(store_err)?
+        {
             ClaimOutcome::Claimed => {}
             ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),
             ClaimOutcome::InFlight { execution_id } => {

@@ -415,7 +415,13 @@ async fn replicas_with_skewed_clocks_share_one_rate_limit_postgres() {
     exec.open();
     let t0 = cra_wire::clock::parse_rfc3339(T0).unwrap();
     let a = pg_server(&url, schema.name(), t0, &exec.url).await;
-    let b = pg_server(&url, schema.name(), t0 - time::Duration::seconds(120), &exec.url).await;
+    let b = pg_server(
+        &url,
+        schema.name(),
+        t0 - time::Duration::seconds(120),
+        &exec.url,
+    )
+    .await;
     let (sid, resolution_id) = resolved(&a).await;
     let mut ok = 0;
     for s in [&a, &b] {

@@ -95,7 +95,11 @@ async fn spawn(
     let mut process = command.spawn().unwrap();
     let mut lines = BufReader::new(process.stdout.take().unwrap()).lines();
     let port = loop {
-        let line = lines.next_line().await.unwrap().expect("the child printed its port");
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the child printed its port");
         if let Some(at) = line.find(PORT_LINE) {
             break line[at + PORT_LINE.len()..].trim().parse::<u16>().unwrap();
         }

@@ -122,14 +122,13 @@ impl PgStore {
         // The instant is read under the counters' locks, from the database's clock.
         let at_us = match at_us {
             Some(at) => at,
-            None => {
-                tx.query_one(
+            None => tx
+                .query_one(
                     "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
                     &[],
                 )
                 .map_err(be)?
-                .get::<_, i64>(0)
-            }
+                .get::<_, i64>(0),
         };
         let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
         let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
@@ -192,7 +191,7 @@ impl PgStore {
         }
         tx.commit().map_err(be)?;
         Ok((ConsumeOutcome::Consumed, at_us))
-}
+    }
 
     /// One try of [`CarpStore::claim_execution`]; `None` when the key's holder went away
     /// between the insert and the read.

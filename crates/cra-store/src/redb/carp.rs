@@ -490,7 +490,10 @@ fn release_in(txn: &WriteTransaction, execution_id: &str) -> Result<bool, CarpEr
     if let (Some(key), false) = (lease.idempotency_key.as_deref(), recorded) {
         let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
         let k = (lease.session_id.as_str(), key);
-        let ours = keys.get(k).map_err(be)?.is_some_and(|id| id.value() == execution_id);
+        let ours = keys
+            .get(k)
+            .map_err(be)?
+            .is_some_and(|id| id.value() == execution_id);
         if ours {
             keys.remove(k).map_err(be)?;
         }

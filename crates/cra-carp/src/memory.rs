@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
-    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
+    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
 };
 
 #[derive(Debug, Default)]
@@ -19,6 +19,7 @@ struct State {
     rate_events: BTreeMap<(String, String), Vec<i64>>,
     budget_spent: BTreeMap<(String, String), u64>,
     approvals: BTreeMap<String, ApprovalRecord>,
+    leases: BTreeMap<String, ExecutionLease>,
 }
 
 /// A [`CarpStore`] held in memory. Tests only.
@@ -44,6 +45,57 @@ fn rate_used(state: &State, policy_id: &str, scope_key: &str, since: i64, until:
         .get(&(policy_id.to_owned(), scope_key.to_owned()))
         .map(|v| v.iter().filter(|t| **t > since && **t <= until).count() as u64)
         .unwrap_or(0)
+}
+
+/// Checks every charge at `at_us` and records them all if all fit.
+fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
+    for c in charges {
+        let (fits, used) = match &c.kind {
+            ChargeKind::Rate {
+                max_calls,
+                window_seconds,
+            } => {
+                let window_us = i64::try_from(*window_seconds)
+                    .unwrap_or(i64::MAX / 1_000_000)
+                    .saturating_mul(1_000_000);
+                let used = rate_used(
+                    s,
+                    &c.policy_id,
+                    &c.scope_key,
+                    at_us.saturating_sub(window_us),
+                    at_us,
+                );
+                (used < *max_calls, used)
+            }
+            ChargeKind::Budget { max_units, units } => {
+                let spent = s
+                    .budget_spent
+                    .get(&(c.policy_id.clone(), c.scope_key.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                (spent.saturating_add(*units) <= *max_units, spent)
+            }
+        };
+        if !fits {
+            return ConsumeOutcome::Refused {
+                policy_id: c.policy_id.clone(),
+                scope_key: c.scope_key.clone(),
+                kind: c.kind.clone(),
+                used,
+            };
+        }
+    }
+    for c in charges {
+        let key = (c.policy_id.clone(), c.scope_key.clone());
+        match &c.kind {
+            ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push(at_us),
+            ChargeKind::Budget { units, .. } => {
+                let e = s.budget_spent.entry(key).or_default();
+                *e = e.saturating_add(*units);
+            }
+        }
+    }
+    ConsumeOutcome::Consumed
 }
 
 impl CarpStore for MemoryStore {
@@ -161,54 +213,52 @@ impl CarpStore for MemoryStore {
     }
 
     fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError> {
+        Ok(consume(&mut self.lock(), charges, at_us))
+    }
+
+    fn try_consume_now(
+        &self,
+        charges: &[Charge],
+        clock: &dyn cra_wire::Clock,
+    ) -> Result<(ConsumeOutcome, i64), StoreError> {
         let mut s = self.lock();
-        for c in charges {
-            let (fits, used) = match &c.kind {
-                ChargeKind::Rate {
-                    max_calls,
-                    window_seconds,
-                } => {
-                    let window_us = i64::try_from(*window_seconds)
-                        .unwrap_or(i64::MAX / 1_000_000)
-                        .saturating_mul(1_000_000);
-                    let used = rate_used(
-                        &s,
-                        &c.policy_id,
-                        &c.scope_key,
-                        at_us.saturating_sub(window_us),
-                        at_us,
-                    );
-                    (used < *max_calls, used)
-                }
-                ChargeKind::Budget { max_units, units } => {
-                    let spent = s
-                        .budget_spent
-                        .get(&(c.policy_id.clone(), c.scope_key.clone()))
-                        .copied()
-                        .unwrap_or(0);
-                    (spent.saturating_add(*units) <= *max_units, spent)
-                }
-            };
-            if !fits {
-                return Ok(ConsumeOutcome::Refused {
-                    policy_id: c.policy_id.clone(),
-                    scope_key: c.scope_key.clone(),
-                    kind: c.kind.clone(),
-                    used,
+        let at_us = crate::eval::unix_micros(clock.now());
+        Ok((consume(&mut s, charges, at_us), at_us))
+    }
+
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, StoreError> {
+        let mut s = self.lock();
+        if let Some(key) = &lease.idempotency_key {
+            let k = (lease.session_id.clone(), key.clone());
+            if let Some(first) = s.executions_by_key.get(&k) {
+                return Ok(ClaimOutcome::Finished(Box::new(first.clone())));
+            }
+            let holder = s.leases.values().find(|l| {
+                l.session_id == lease.session_id && l.idempotency_key.as_ref() == Some(key)
+            });
+            if let Some(h) = holder {
+                return Ok(ClaimOutcome::InFlight {
+                    execution_id: h.execution_id.clone(),
                 });
             }
         }
-        for c in charges {
-            let key = (c.policy_id.clone(), c.scope_key.clone());
-            match &c.kind {
-                ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push(at_us),
-                ChargeKind::Budget { units, .. } => {
-                    let e = s.budget_spent.entry(key).or_default();
-                    *e = e.saturating_add(*units);
-                }
-            }
-        }
-        Ok(ConsumeOutcome::Consumed)
+        s.leases.insert(lease.execution_id.clone(), lease.clone());
+        Ok(ClaimOutcome::Claimed)
+    }
+
+    fn release_execution(&self, execution_id: &str) -> Result<(), StoreError> {
+        self.lock().leases.remove(execution_id);
+        Ok(())
+    }
+
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError> {
+        Ok(self
+            .lock()
+            .leases
+            .values()
+            .filter(|l| l.owner == owner)
+            .cloned()
+            .collect())
     }
 
     fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), StoreError> {

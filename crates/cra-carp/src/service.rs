@@ -16,8 +16,8 @@ use crate::eval::{
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ExecutionRecord, ResolveRecord,
-    SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ClaimOutcome, ExecutionLease,
+    ExecutionRecord, ResolveRecord, SessionRecord, StoreError, StoredResolution,
 };
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
@@ -96,7 +96,11 @@ pub struct Carp {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     config: CarpConfig,
+    owner: String,
 }
+
+/// The lease owner of a [`Carp`] not given one ([`Carp::with_owner`]).
+pub const DEFAULT_LEASE_OWNER: &str = "local";
 
 impl Carp {
     /// Wires the parts together.
@@ -113,7 +117,15 @@ impl Carp {
             clock,
             ids,
             config,
+            owner: DEFAULT_LEASE_OWNER.to_owned(),
         }
+    }
+
+    /// The same, with executions leased to server instance `owner` ([`ExecutionLease::owner`]).
+    #[must_use]
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.owner);
+        self
     }
 
     /// The atlas set in force.
@@ -404,20 +416,7 @@ impl Carp {
                 Some(&e),
             ))),
             Authorization::Proceed { action, charges } => {
-                let outcome = self
-                    .store
-                    .try_consume(&charges, unix_micros(now))
-                    .map_err(store_err)?;
-                if let Some(e) = refusal_error(&outcome) {
-                    return Ok(ExecuteOutcome::Answered(self.answer(
-                        request,
-                        &rid,
-                        &tid,
-                        ExecuteStatus::Denied,
-                        Some(&e),
-                    )));
-                }
-                Ok(ExecuteOutcome::Run(ClearedExecution {
+                let run = ClearedExecution {
                     execution_id: self.ids.new_id(),
                     action,
                     parameters: exec.parameters.clone(),
@@ -426,9 +425,80 @@ impl Carp {
                     resolution_id: rid,
                     session_id: request.requester.session_id.clone(),
                     idempotency_key: exec.idempotency_key.clone(),
-                }))
+                };
+                self.claim_and_consume(request, run, &charges)
             }
         }
+    }
+
+    /// Claims the execution's lease (and idempotency key) before anything runs, then consumes
+    /// its charges at the store's instant; a refused charge releases the claim again.
+    fn claim_and_consume(
+        &self,
+        request: &CarpRequest,
+        run: ClearedExecution,
+        charges: &[crate::store::Charge],
+    ) -> Result<ExecuteOutcome, CarpError> {
+        match self
+            .store
+            .claim_execution(&self.lease(request, &run))
+            .map_err(store_err)?
+        {
+            ClaimOutcome::Claimed => {}
+            ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),
+            ClaimOutcome::InFlight { execution_id } => {
+                return Err(CarpError::new(
+                    Token::ExecutionInProgress,
+                    format!(
+                        "execution {execution_id} with this idempotency key is still running; retry with the same key to get its outcome"
+                    ),
+                ));
+            }
+        }
+        let consumed = self
+            .store
+            .try_consume_now(charges, self.clock.as_ref())
+            .map(|(outcome, _)| outcome);
+        let refusal = match &consumed {
+            Ok(outcome) => refusal_error(outcome),
+            Err(_) => None,
+        };
+        if consumed.is_err() || refusal.is_some() {
+            self.release_execution(&run.execution_id)?;
+        }
+        consumed.map_err(store_err)?;
+        match refusal {
+            Some(e) => Ok(ExecuteOutcome::Answered(self.answer(
+                request,
+                &run.resolution_id,
+                &run.trace_id,
+                ExecuteStatus::Denied,
+                Some(&e),
+            ))),
+            None => Ok(ExecuteOutcome::Run(run)),
+        }
+    }
+
+    fn lease(&self, request: &CarpRequest, run: &ClearedExecution) -> ExecutionLease {
+        ExecutionLease {
+            execution_id: run.execution_id.clone(),
+            owner: self.owner.clone(),
+            session_id: run.session_id.clone(),
+            agent_id: request.requester.agent_id.clone(),
+            idempotency_key: run.idempotency_key.clone(),
+            action_id: run.action.action_id.to_string(),
+            request_id: run.request_id.clone(),
+            resolution_id: run.resolution_id.clone(),
+            trace_id: run.trace_id.clone(),
+            claimed_at: format_timestamp(self.clock.now()),
+        }
+    }
+
+    /// Removes an execution's lease once its outcome is recorded (or it will never run).
+    pub fn release_execution(&self, execution_id: &str) -> Result<(), CarpError> {
+        self.store
+            .release_execution(execution_id)
+            .map_err(store_err)
     }
 
     fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {

@@ -13,6 +13,12 @@
 //! * [`CarpStore::try_consume`] checks *every* charge and records them all or none, atomically
 //!   with respect to other `try_consume` calls on the same `(policy_id, scope_key)` pairs, so two
 //!   concurrent executions can never both take the last unit of a limit.
+//! * [`CarpStore::try_consume_now`] reads the instant a charge is counted at *inside* that
+//!   atomic step (redb: the injected clock under the write lock; PostgreSQL: the database's
+//!   clock once the counters are locked), so the instants of one counter follow the order the
+//!   charges were recorded in, whatever clocks the callers read before.
+//! * [`CarpStore::claim_execution`] is insert-if-absent on the execution's idempotency key: of
+//!   two concurrent first uses of one `(session, key)` exactly one claims it.
 //! * [`CarpStore::decide_approval`] succeeds once per approval; later calls fail with
 //!   [`StoreError::AlreadyDecided`] and change nothing.
 //!
@@ -102,6 +108,47 @@ pub struct ExecutionRecord {
     pub idempotency_key: Option<String>,
     /// The response answered the first time.
     pub response: ExecuteResponse,
+}
+
+/// An execution cleared to run whose outcome is not recorded yet: the lease of the server
+/// instance (`owner`) that runs it. Claimed before the executor runs, released once the outcome
+/// is recorded; a lease left by a crash is closed by its owner when it starts again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecutionLease {
+    /// The execution id.
+    pub execution_id: String,
+    /// The server instance running it (`replica_id`).
+    pub owner: String,
+    /// The session of the execute request.
+    pub session_id: String,
+    /// The agent that owns the session.
+    pub agent_id: String,
+    /// The client's idempotency key, claimed with the lease.
+    pub idempotency_key: Option<String>,
+    /// The action.
+    pub action_id: String,
+    /// The execute request's id.
+    pub request_id: String,
+    /// The resolution it runs under (the parent span of its events).
+    pub resolution_id: String,
+    /// The resolution's trace id.
+    pub trace_id: String,
+    /// When it was claimed (wire form).
+    pub claimed_at: String,
+}
+
+/// The answer of [`CarpStore::claim_execution`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimOutcome {
+    /// The lease (and its idempotency key) is recorded: the executor may run.
+    Claimed,
+    /// Another execution holds the idempotency key and has no outcome yet; nothing changed.
+    InFlight {
+        /// The execution holding the key.
+        execution_id: String,
+    },
+    /// The idempotency key already has a recorded execution; nothing changed.
+    Finished(Box<ExecutionRecord>),
 }
 
 /// What a charge counts against.
@@ -335,6 +382,30 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// when fewer than `max_calls` executions fall in `(at_us - window_seconds, at_us]`; a budget
     /// charge fits when `spent + units <= max_units`.
     fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError>;
+
+    /// As [`CarpStore::try_consume`], at an instant the store reads inside the atomic step: the
+    /// database's clock on PostgreSQL (one clock for every replica), `clock` otherwise. An
+    /// instant read before waiting for the lock would be older than charges recorded meanwhile
+    /// and miss them in its window. Returns the instant used (Unix microseconds) with the answer.
+    fn try_consume_now(
+        &self,
+        charges: &[Charge],
+        clock: &dyn cra_wire::Clock,
+    ) -> Result<(ConsumeOutcome, i64), StoreError>;
+
+    // --- execution leases -------------------------------------------------------------------
+
+    /// Records `lease` and claims its idempotency key (if any) in one atomic step, before the
+    /// executor runs. [`ClaimOutcome::Finished`] when the key already has a recorded execution,
+    /// [`ClaimOutcome::InFlight`] when another lease holds it; nothing changes then.
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, StoreError>;
+
+    /// Removes the lease of `execution_id`, and its key claim if no execution was recorded under
+    /// it (a claim whose charges were refused). Removing an absent lease changes nothing.
+    fn release_execution(&self, execution_id: &str) -> Result<(), StoreError>;
+
+    /// Every lease held by `owner`, ordered by execution id.
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError>;
 
     // --- approvals --------------------------------------------------------------------------
 

@@ -121,6 +121,11 @@ pub struct RuntimeConfig {
     pub executors: BTreeMap<String, HttpExecutorConfig>,
     /// Tests only: admins may set the clock with `POST /v1/conformance/clock`.
     pub test_clock: bool,
+    /// This server instance's name, owner of the executions it runs: on restart it closes the
+    /// ones it left in flight, and only those. Replicas sharing a PostgreSQL schema need distinct,
+    /// stable ids. Absent: `local` on the embedded store (one process owns a data directory); on
+    /// PostgreSQL a new id per start, whose executions cut off by a crash stay open.
+    pub replica_id: Option<String>,
 }
 
 impl Default for RuntimeConfig {
@@ -142,6 +147,7 @@ impl Default for RuntimeConfig {
             jwt: None,
             executors: BTreeMap::new(),
             test_clock: false,
+            replica_id: None,
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod conformance;
 pub mod error;
 pub mod executor;
 pub mod extract;
+pub mod inflight;
 pub mod metrics;
 pub mod openapi;
 pub mod ratelimit;

@@ -51,7 +51,7 @@ pub enum StartNotice {
 
 /// Builds the shared runtime from `config`.
 pub fn build_runtime(
-    config: RuntimeConfig,
+    mut config: RuntimeConfig,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
@@ -102,6 +102,23 @@ pub fn build_runtime(
                 .join(", ")
         }
     )));
+    let owner = replica_id(&config, ids.as_ref(), &mut notices);
+    let closed = crate::inflight::close_interrupted(
+        backends.carp.as_ref(),
+        backends.chains.as_ref(),
+        &atlas_state,
+        clock.as_ref(),
+        &owner,
+    )
+    .map_err(|e| StartError::Other(e.to_string()))?;
+    if closed > 0 {
+        notices.push(StartNotice::Info(format!(
+            "closed {closed} execution(s) cut off by the last stop as `{}` (action.failed, {}): check their target systems",
+            owner,
+            crate::inflight::INTERRUPTED
+        )));
+    }
+    config.replica_id = Some(owner);
     notices.push(StartNotice::Info(match &config.postgres {
         Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
         None => format!("store: redb in {}", config.data.display()),
@@ -130,6 +147,27 @@ pub fn build_runtime(
         http: reqwest::Client::new(),
     };
     Ok((AppState(Arc::new(runtime)), notices))
+}
+
+/// The lease owner of this instance: the configured `replica_id`, else `local` on the embedded
+/// store (one process owns a data directory), else (PostgreSQL) a new id, with a warning that
+/// its interrupted executions will not be closed by a later start.
+fn replica_id(
+    config: &RuntimeConfig,
+    ids: &dyn IdGenerator,
+    notices: &mut Vec<StartNotice>,
+) -> String {
+    match (&config.replica_id, &config.postgres) {
+        (Some(id), _) => id.clone(),
+        (None, None) => cra_carp::service::DEFAULT_LEASE_OWNER.to_owned(),
+        (None, Some(_)) => {
+            let id = ids.new_id();
+            notices.push(StartNotice::Info(format!(
+                "replica_id not set: this start is `{id}`; set a stable replica_id per replica so a restart closes the executions a crash cut off"
+            )));
+            id
+        }
+    }
 }
 
 /// A server running on a tokio task.

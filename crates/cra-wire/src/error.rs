@@ -167,6 +167,8 @@ tokens! {
     AlreadyExists = ("already_exists", 409),
     /// The approval is still pending.
     ApprovalPending = ("approval_pending", 409),
+    /// An execution with this idempotency key is still running; retry for its outcome.
+    ExecutionInProgress = ("execution_in_progress", 409),
     /// The stored record failed its integrity check and is quarantined.
     IntegrityError = ("integrity_error", 409),
     /// The request body exceeds the configured limit.

@@ -71,6 +71,12 @@ impl Runtime {
                 max_skew_seconds: i64::try_from(self.config.clock_skew_seconds).unwrap_or(300),
             },
         )
+        .with_owner(
+            self.config
+                .replica_id
+                .as_deref()
+                .unwrap_or(cra_carp::service::DEFAULT_LEASE_OWNER),
+        )
     }
 }
 
@@ -655,11 +661,13 @@ pub async fn execute(
             if err.token().is_some_and(is_recorded_refusal) {
                 let execution_id = state.ids.new_id();
                 let mut drafts = vec![requested(&execution_id)];
+                // A repeat of a running execution's key waits, it breaks no rule.
+                let violated = err.token() != Some(Token::ExecutionInProgress);
                 drafts.extend(denied(
                     &execution_id,
                     &err.body.error,
                     &err.body.message,
-                    true,
+                    violated,
                 ));
                 state.append_events(&sid, &agent, drafts).await?;
                 state.metrics.record_execution("refused");
@@ -717,7 +725,7 @@ pub async fn execute(
                 .as_ref()
                 .and_then(|s| s.resolution.decision.approval_id.clone())
                 .filter(|_| cleared.action.requires_confirmation);
-            state
+            let approved = state
                 .append_events(
                     &sid,
                     &agent,
@@ -737,7 +745,12 @@ pub async fn execute(
                         ),
                     ],
                 )
-                .await?;
+                .await;
+            // Not approved in the chain: the executor never runs, the lease goes.
+            if approved.is_err() {
+                state.release_lease(&execution_id).await;
+            }
+            approved?;
             let executor = executor_of(&state, stored.as_ref(), &exec.action_id);
             let outcome = state
                 .run_executor(
@@ -776,7 +789,7 @@ pub async fn execute(
                     }),
                 ),
             };
-            state
+            let appended = state
                 .append_events(
                     &sid,
                     &agent,
@@ -788,7 +801,9 @@ pub async fn execute(
                         payload,
                     )],
                 )
-                .await?;
+                .await;
+            state.settle_lease(&execution_id, &appended).await;
+            appended?;
             state.metrics.record_execution(match response.status {
                 ExecuteStatus::Success => "success",
                 _ => "error",

@@ -4,10 +4,12 @@
 
 mod authz;
 mod bad_requests;
+mod concurrency;
 mod crash;
 mod fidelity;
 mod flow;
 mod hostile;
+mod inflight;
 mod relay;
 mod sessions;
 mod stream;

@@ -64,7 +64,7 @@ roles = ["operator"]
 
 /// The test configuration over `dir`: the test keys written there, its `data` directory, no
 /// per-key rate limit, the `dev.cra.github-ops` atlas. Returns it with the data directory.
-fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
+pub fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
     let keys = dir.join("keys.toml");
     std::fs::write(&keys, KEYS_TOML).unwrap();
     let data = dir.join("data");

@@ -4,13 +4,17 @@
 //! of two concurrent calls wins). `try_consume` locks one `carp_counters` row per distinct
 //! `(policy, scope)` in key order (`SELECT ... FOR UPDATE`, creating missing rows first), so
 //! concurrent consumers of a counter, on any replica, check and record one after the other and
-//! never deadlock. `decide_approval` is a conditional update (`WHERE status = 'pending'`).
+//! never deadlock; it counts a charge at the database's clock (`clock_timestamp()`, read once the
+//! rows are locked), one clock for every replica whatever their own clocks say. Execution leases
+//! (`carp_execution_leases`) claim an idempotency key through their unique key.
+//! `decide_approval` is a conditional update (`WHERE status = 'pending'`).
 
 use std::collections::BTreeSet;
 
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
-    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
+    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError,
+    StoredResolution,
 };
 use postgres::error::SqlState;
 use serde::Serialize;
@@ -78,6 +82,176 @@ impl PgStore {
             }),
             Err(e) => Err(be(e)),
         }
+    }
+}
+
+impl PgStore {
+    /// Checks and records `charges` in one transaction, at `at_us` or, when `None`, at the
+    /// database's clock read once the counters are locked. Returns the instant used.
+    fn consume(
+        &self,
+        charges: &[Charge],
+        at_us: Option<i64>,
+    ) -> Result<(ConsumeOutcome, i64), CarpError> {
+        let counters: BTreeSet<(&str, &str)> = charges
+            .iter()
+            .map(|c| (c.policy_id.as_str(), c.scope_key.as_str()))
+            .collect();
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        for (policy, scope) in &counters {
+            tx.execute(
+                "INSERT INTO carp_counters (policy_id, scope_key) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[policy, scope],
+            )
+            .map_err(be)?;
+        }
+        // Lock in key order so two consumers never wait on each other in a cycle.
+        let mut spent = std::collections::BTreeMap::new();
+        for (policy, scope) in &counters {
+            let row = tx
+                .query_one(
+                    "SELECT spent FROM carp_counters WHERE policy_id = $1 AND scope_key = $2
+                     FOR UPDATE",
+                    &[policy, scope],
+                )
+                .map_err(be)?;
+            spent.insert((*policy, *scope), row.get::<_, i64>(0).unsigned_abs());
+        }
+        // The instant is read under the counters' locks, from the database's clock.
+        let at_us = match at_us {
+            Some(at) => at,
+            None => tx
+                .query_one(
+                    "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint",
+                    &[],
+                )
+                .map_err(be)?
+                .get::<_, i64>(0),
+        };
+        let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        for charge in charges {
+            let key = (charge.policy_id.as_str(), charge.scope_key.as_str());
+            let refused = |used| ConsumeOutcome::Refused {
+                policy_id: charge.policy_id.clone(),
+                scope_key: charge.scope_key.clone(),
+                kind: charge.kind.clone(),
+                used,
+            };
+            match charge.kind {
+                ChargeKind::Rate {
+                    max_calls,
+                    window_seconds,
+                } => {
+                    let window = to_i64(window_seconds).saturating_mul(1_000_000);
+                    let since = at_us.saturating_sub(window);
+                    let row = tx
+                        .query_one(
+                            "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
+                             WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
+                            &[&key.0, &key.1, &since, &at_us],
+                        )
+                        .map_err(be)?;
+                    let used = row.get::<_, i64>(0).unsigned_abs()
+                        + rate_added.get(&key).copied().unwrap_or(0);
+                    if used >= max_calls {
+                        return Ok((refused(used), at_us));
+                    }
+                    *rate_added.entry(key).or_default() += 1;
+                }
+                ChargeKind::Budget { max_units, units } => {
+                    let used = spent.get(&key).copied().unwrap_or(0)
+                        + budget_added.get(&key).copied().unwrap_or(0);
+                    if used
+                        .checked_add(units)
+                        .is_none_or(|total| total > max_units)
+                    {
+                        return Ok((refused(used), at_us));
+                    }
+                    *budget_added.entry(key).or_default() += units;
+                }
+            }
+        }
+        for ((policy, scope), n) in &rate_added {
+            tx.execute(
+                "INSERT INTO carp_rate_events (policy_id, scope_key, at_us, n) VALUES ($1, $2, $3, $4)
+                 ON CONFLICT (policy_id, scope_key, at_us) DO UPDATE SET n = carp_rate_events.n + EXCLUDED.n",
+                &[policy, scope, &at_us, &to_i64(*n)],
+            )
+            .map_err(be)?;
+        }
+        for ((policy, scope), units) in &budget_added {
+            tx.execute(
+                "UPDATE carp_counters SET spent = spent + $3 WHERE policy_id = $1 AND scope_key = $2",
+                &[policy, scope, &to_i64(*units)],
+            )
+            .map_err(be)?;
+        }
+        tx.commit().map_err(be)?;
+        Ok((ConsumeOutcome::Consumed, at_us))
+    }
+
+    /// One try of [`CarpStore::claim_execution`]; `None` when the key's holder went away
+    /// between the insert and the read.
+    fn try_claim(
+        &self,
+        lease: &ExecutionLease,
+        body: &str,
+    ) -> Result<Option<ClaimOutcome>, CarpError> {
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO carp_execution_leases
+                     (execution_id, owner, session_id, idempotency_key, body)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &lease.execution_id,
+                    &lease.owner,
+                    &lease.session_id,
+                    &lease.idempotency_key,
+                    &body,
+                ],
+            )
+            .map_err(be)?;
+        let Some(key) = lease.idempotency_key.as_deref() else {
+            tx.commit().map_err(be)?;
+            return Ok(Some(if inserted == 1 {
+                ClaimOutcome::Claimed
+            } else {
+                ClaimOutcome::InFlight {
+                    execution_id: lease.execution_id.clone(),
+                }
+            }));
+        };
+        // A finished execution under the key wins over a new claim: its lease is gone.
+        let first = tx
+            .query_opt(
+                "SELECT body FROM carp_executions WHERE session_id = $1 AND idempotency_key = $2",
+                &[&lease.session_id, &key],
+            )
+            .map_err(be)?;
+        if let Some(row) = first {
+            let record: ExecutionRecord = decode("execution", row.get::<_, &str>(0))?;
+            tx.rollback().map_err(be)?;
+            return Ok(Some(ClaimOutcome::Finished(Box::new(record))));
+        }
+        if inserted == 1 {
+            tx.commit().map_err(be)?;
+            return Ok(Some(ClaimOutcome::Claimed));
+        }
+        let holder = tx
+            .query_opt(
+                "SELECT execution_id FROM carp_execution_leases
+                 WHERE session_id = $1 AND idempotency_key = $2",
+                &[&lease.session_id, &key],
+            )
+            .map_err(be)?;
+        Ok(holder.map(|r| ClaimOutcome::InFlight {
+            execution_id: r.get(0),
+        }))
     }
 }
 
@@ -253,93 +427,52 @@ impl CarpStore for PgStore {
     }
 
     fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, CarpError> {
-        let counters: BTreeSet<(&str, &str)> = charges
-            .iter()
-            .map(|c| (c.policy_id.as_str(), c.scope_key.as_str()))
-            .collect();
-        let mut c = self.carp_client()?;
-        let mut tx = c.transaction().map_err(be)?;
-        for (policy, scope) in &counters {
-            tx.execute(
-                "INSERT INTO carp_counters (policy_id, scope_key) VALUES ($1, $2)
-                 ON CONFLICT DO NOTHING",
-                &[policy, scope],
-            )
-            .map_err(be)?;
-        }
-        // Lock in key order so two consumers never wait on each other in a cycle.
-        let mut spent = std::collections::BTreeMap::new();
-        for (policy, scope) in &counters {
-            let row = tx
-                .query_one(
-                    "SELECT spent FROM carp_counters WHERE policy_id = $1 AND scope_key = $2
-                     FOR UPDATE",
-                    &[policy, scope],
-                )
-                .map_err(be)?;
-            spent.insert((*policy, *scope), row.get::<_, i64>(0).unsigned_abs());
-        }
-        let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
-        let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
-        for charge in charges {
-            let key = (charge.policy_id.as_str(), charge.scope_key.as_str());
-            let refused = |used| ConsumeOutcome::Refused {
-                policy_id: charge.policy_id.clone(),
-                scope_key: charge.scope_key.clone(),
-                kind: charge.kind.clone(),
-                used,
-            };
-            match charge.kind {
-                ChargeKind::Rate {
-                    max_calls,
-                    window_seconds,
-                } => {
-                    let window = to_i64(window_seconds).saturating_mul(1_000_000);
-                    let since = at_us.saturating_sub(window);
-                    let row = tx
-                        .query_one(
-                            "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
-                             WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
-                            &[&key.0, &key.1, &since, &at_us],
-                        )
-                        .map_err(be)?;
-                    let used = row.get::<_, i64>(0).unsigned_abs()
-                        + rate_added.get(&key).copied().unwrap_or(0);
-                    if used >= max_calls {
-                        return Ok(refused(used));
-                    }
-                    *rate_added.entry(key).or_default() += 1;
-                }
-                ChargeKind::Budget { max_units, units } => {
-                    let used = spent.get(&key).copied().unwrap_or(0)
-                        + budget_added.get(&key).copied().unwrap_or(0);
-                    if used
-                        .checked_add(units)
-                        .is_none_or(|total| total > max_units)
-                    {
-                        return Ok(refused(used));
-                    }
-                    *budget_added.entry(key).or_default() += units;
-                }
+        self.consume(charges, Some(at_us)).map(|(o, _)| o)
+    }
+
+    fn try_consume_now(
+        &self,
+        charges: &[Charge],
+        _clock: &dyn cra_wire::Clock,
+    ) -> Result<(ConsumeOutcome, i64), CarpError> {
+        self.consume(charges, None)
+    }
+
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpError> {
+        let body = encode(lease)?;
+        // A claim that loses to a lease released before it could read it tries again.
+        for _ in 0..3 {
+            if let Some(outcome) = self.try_claim(lease, &body)? {
+                return Ok(outcome);
             }
         }
-        for ((policy, scope), n) in &rate_added {
-            tx.execute(
-                "INSERT INTO carp_rate_events (policy_id, scope_key, at_us, n) VALUES ($1, $2, $3, $4)
-                 ON CONFLICT (policy_id, scope_key, at_us) DO UPDATE SET n = carp_rate_events.n + EXCLUDED.n",
-                &[policy, scope, &at_us, &to_i64(*n)],
+        Err(CarpError::Backend(
+            "postgres: an idempotency key kept changing hands; retry".into(),
+        ))
+    }
+
+    fn release_execution(&self, execution_id: &str) -> Result<(), CarpError> {
+        let mut c = self.carp_client()?;
+        c.execute(
+            "DELETE FROM carp_execution_leases WHERE execution_id = $1",
+            &[&execution_id],
+        )
+        .map_err(be)?;
+        Ok(())
+    }
+
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpError> {
+        let mut c = self.carp_client()?;
+        let rows = c
+            .query(
+                "SELECT body FROM carp_execution_leases WHERE owner = $1
+                 ORDER BY execution_id COLLATE \"C\"",
+                &[&owner],
             )
             .map_err(be)?;
-        }
-        for ((policy, scope), units) in &budget_added {
-            tx.execute(
-                "UPDATE carp_counters SET spent = spent + $3 WHERE policy_id = $1 AND scope_key = $2",
-                &[policy, scope, &to_i64(*units)],
-            )
-            .map_err(be)?;
-        }
-        tx.commit().map_err(be)?;
-        Ok(ConsumeOutcome::Consumed)
+        rows.iter()
+            .map(|r| decode("lease", r.get::<_, &str>(0)))
+            .collect()
     }
 
     fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {

@@ -339,6 +339,7 @@ pub(crate) fn remove_chain(
         "DELETE FROM carp_resolutions WHERE session_id = $1",
         "DELETE FROM carp_executions WHERE session_id = $1",
         "DELETE FROM carp_approvals WHERE session_id = $1",
+        "DELETE FROM carp_execution_leases WHERE session_id = $1",
         "DELETE FROM carp_counters WHERE scope_key = 'session:' || $1",
         "DELETE FROM carp_rate_events WHERE scope_key = 'session:' || $1",
     ] {

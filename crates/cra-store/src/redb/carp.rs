@@ -12,14 +12,21 @@
 //! `carp_resolutions` (id -> record), `carp_executions` (id -> record), `carp_execution_keys`
 //! ((session, key) -> execution id), `carp_rate` ((policy, scope, at_us) -> executions at that
 //! instant), `carp_budget` ((policy, scope) -> units spent), `carp_approvals` (id -> record),
-//! `carp_pending` (approval id -> ()) listing the pending ones.
+//! `carp_pending` (approval id -> ()) listing the pending ones, `carp_leases` (execution id ->
+//! lease) of executions running (added later: opening an older data directory creates it empty).
+//!
+//! An execution's idempotency key is claimed with its lease (`carp_execution_keys` names the
+//! execution before its record exists); a key naming no record is in flight while its lease
+//! lives.
 
 use ::redb::{
     Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
 };
+use cra_carp::eval::unix_micros;
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
-    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
+    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError,
+    StoredResolution,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -37,6 +44,7 @@ const RATE: TableDefinition<'static, (&str, &str, i64), u64> = TableDefinition::
 const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new("carp_budget");
 const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
 const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
+const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
 
 fn be(e: impl std::fmt::Display) -> CarpError {
     CarpError::Backend(format!(
@@ -69,6 +77,7 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), crate::StoreError> {
     txn.open_table(BUDGET).map_err(super::backend)?;
     txn.open_table(APPROVALS).map_err(super::backend)?;
     txn.open_table(PENDING).map_err(super::backend)?;
+    txn.open_table(LEASES).map_err(super::backend)?;
     txn.commit().map_err(super::backend)
 }
 
@@ -350,6 +359,148 @@ fn window_start(at_us: i64, window_seconds: u64) -> i64 {
     at_us.saturating_sub(window)
 }
 
+/// Checks every charge at `at_us` in `txn` and records them all if all fit; `(outcome, changed)`.
+fn consume_in(
+    txn: &WriteTransaction,
+    charges: &[Charge],
+    at_us: i64,
+) -> Result<(ConsumeOutcome, bool), CarpError> {
+    let mut rate = txn.open_table(RATE).map_err(be)?;
+    let mut budget = txn.open_table(BUDGET).map_err(be)?;
+    // Check every charge first; record only if all fit. Charges on one counter given
+    // twice are counted together.
+    let mut rate_planned: Vec<(&str, &str, u64)> = Vec::new();
+    let mut budget_planned: Vec<(&str, &str, u64)> = Vec::new();
+    for c in charges {
+        let (policy, scope) = (c.policy_id.as_str(), c.scope_key.as_str());
+        let refused = |used| {
+            Ok((
+                ConsumeOutcome::Refused {
+                    policy_id: c.policy_id.clone(),
+                    scope_key: c.scope_key.clone(),
+                    kind: c.kind.clone(),
+                    used,
+                },
+                false,
+            ))
+        };
+        match c.kind {
+            ChargeKind::Rate {
+                max_calls,
+                window_seconds,
+            } => {
+                let since = window_start(at_us, window_seconds);
+                let earlier: u64 = rate_planned
+                    .iter()
+                    .filter(|p| p.0 == policy && p.1 == scope)
+                    .map(|p| p.2)
+                    .sum();
+                let used = count_in(&rate, policy, scope, since, at_us)? + earlier;
+                if used >= max_calls {
+                    return refused(used);
+                }
+                rate_planned.push((policy, scope, 1));
+            }
+            ChargeKind::Budget { max_units, units } => {
+                let earlier: u64 = budget_planned
+                    .iter()
+                    .filter(|p| p.0 == policy && p.1 == scope)
+                    .map(|p| p.2)
+                    .sum();
+                let stored = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
+                let used = stored.unwrap_or(0) + earlier;
+                if used
+                    .checked_add(units)
+                    .is_none_or(|total| total > max_units)
+                {
+                    return refused(used);
+                }
+                budget_planned.push((policy, scope, units));
+            }
+        }
+    }
+    for (policy, scope, n) in rate_planned {
+        let now = rate
+            .get((policy, scope, at_us))
+            .map_err(be)?
+            .map(|v| v.value());
+        rate.insert((policy, scope, at_us), now.unwrap_or(0) + n)
+            .map_err(be)?;
+    }
+    for (policy, scope, units) in budget_planned {
+        let now = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
+        budget
+            .insert((policy, scope), now.unwrap_or(0) + units)
+            .map_err(be)?;
+    }
+    Ok((ConsumeOutcome::Consumed, true))
+}
+
+/// Records `lease` in `txn` and claims its key (see [`CarpStore::claim_execution`]).
+fn claim_in(
+    txn: &WriteTransaction,
+    lease: &ExecutionLease,
+    bytes: &[u8],
+) -> Result<(ClaimOutcome, bool), CarpError> {
+    let mut leases = txn.open_table(LEASES).map_err(be)?;
+    if let Some(key) = lease.idempotency_key.as_deref() {
+        let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
+        let holder = keys
+            .get((lease.session_id.as_str(), key))
+            .map_err(be)?
+            .map(|id| id.value().to_owned());
+        if let Some(id) = holder {
+            let executions = txn.open_table(EXECUTIONS).map_err(be)?;
+            let found = executions.get(id.as_str()).map_err(be)?;
+            return Ok(match found {
+                Some(first) => (
+                    ClaimOutcome::Finished(Box::new(decode("execution", first.value())?)),
+                    false,
+                ),
+                None => (ClaimOutcome::InFlight { execution_id: id }, false),
+            });
+        }
+        keys.insert(
+            (lease.session_id.as_str(), key),
+            lease.execution_id.as_str(),
+        )
+        .map_err(be)?;
+    }
+    leases
+        .insert(lease.execution_id.as_str(), bytes)
+        .map_err(be)?;
+    Ok((ClaimOutcome::Claimed, true))
+}
+
+/// Removes a lease in `txn`, with its key claim when no execution was recorded under it.
+/// Returns whether anything changed.
+fn release_in(txn: &WriteTransaction, execution_id: &str) -> Result<bool, CarpError> {
+    let mut leases = txn.open_table(LEASES).map_err(be)?;
+    let Some(bytes) = leases.remove(execution_id).map_err(be)? else {
+        return Ok(false);
+    };
+    let lease: ExecutionLease = decode("lease", bytes.value())?;
+    drop(bytes);
+    let recorded = txn
+        .open_table(EXECUTIONS)
+        .map_err(be)?
+        .get(execution_id)
+        .map_err(be)?
+        .is_some();
+    if let (Some(key), false) = (lease.idempotency_key.as_deref(), recorded) {
+        let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
+        let k = (lease.session_id.as_str(), key);
+        let ours = keys
+            .get(k)
+            .map_err(be)?
+            .is_some_and(|id| id.value() == execution_id);
+        if ours {
+            keys.remove(k).map_err(be)?;
+        }
+    }
+    Ok(true)
+}
+
 impl CarpStore for RedbStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
         self.carp_insert_new(
@@ -440,8 +591,11 @@ impl CarpStore for RedbStore {
         };
         let executions = txn.open_table(EXECUTIONS).map_err(be)?;
         let found = executions.get(id.value()).map_err(be)?;
+        let leases = txn.open_table(LEASES).map_err(be)?;
         match found {
             Some(bytes) => decode("execution", bytes.value()).map(Some),
+            // Claimed by an execution still running: no outcome yet.
+            None if leases.get(id.value()).map_err(be)?.is_some() => Ok(None),
             None => Err(CarpError::Corrupt(format!(
                 "idempotency key `{idempotency_key}` of session `{session_id}` names a missing execution"
             ))),
@@ -458,7 +612,8 @@ impl CarpStore for RedbStore {
                     .get((execution.session_id.as_str(), key))
                     .map_err(be)?
                     .map(|id| id.value().to_owned());
-                if let Some(id) = existing {
+                // A key claimed by this very execution ([`CarpStore::claim_execution`]).
+                if let Some(id) = existing.filter(|id| *id != execution.execution_id) {
                     let found = executions.get(id.as_str()).map_err(be)?;
                     let Some(first) = found else {
                         return Err(CarpError::Corrupt(format!(
@@ -510,77 +665,43 @@ impl CarpStore for RedbStore {
     }
 
     fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, CarpError> {
+        self.carp_write(|txn| consume_in(txn, charges, at_us))
+    }
+
+    fn try_consume_now(
+        &self,
+        charges: &[Charge],
+        clock: &dyn cra_wire::Clock,
+    ) -> Result<(ConsumeOutcome, i64), CarpError> {
         self.carp_write(|txn| {
-            let mut rate = txn.open_table(RATE).map_err(be)?;
-            let mut budget = txn.open_table(BUDGET).map_err(be)?;
-            // Check every charge first; record only if all fit. Charges on one counter given
-            // twice are counted together.
-            let mut rate_planned: Vec<(&str, &str, u64)> = Vec::new();
-            let mut budget_planned: Vec<(&str, &str, u64)> = Vec::new();
-            for c in charges {
-                let (policy, scope) = (c.policy_id.as_str(), c.scope_key.as_str());
-                let refused = |used| {
-                    Ok((
-                        ConsumeOutcome::Refused {
-                            policy_id: c.policy_id.clone(),
-                            scope_key: c.scope_key.clone(),
-                            kind: c.kind.clone(),
-                            used,
-                        },
-                        false,
-                    ))
-                };
-                match c.kind {
-                    ChargeKind::Rate {
-                        max_calls,
-                        window_seconds,
-                    } => {
-                        let since = window_start(at_us, window_seconds);
-                        let earlier: u64 = rate_planned
-                            .iter()
-                            .filter(|p| p.0 == policy && p.1 == scope)
-                            .map(|p| p.2)
-                            .sum();
-                        let used = count_in(&rate, policy, scope, since, at_us)? + earlier;
-                        if used >= max_calls {
-                            return refused(used);
-                        }
-                        rate_planned.push((policy, scope, 1));
-                    }
-                    ChargeKind::Budget { max_units, units } => {
-                        let earlier: u64 = budget_planned
-                            .iter()
-                            .filter(|p| p.0 == policy && p.1 == scope)
-                            .map(|p| p.2)
-                            .sum();
-                        let stored = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
-                        let used = stored.unwrap_or(0) + earlier;
-                        if used
-                            .checked_add(units)
-                            .is_none_or(|total| total > max_units)
-                        {
-                            return refused(used);
-                        }
-                        budget_planned.push((policy, scope, units));
-                    }
-                }
-            }
-            for (policy, scope, n) in rate_planned {
-                let now = rate
-                    .get((policy, scope, at_us))
-                    .map_err(be)?
-                    .map(|v| v.value());
-                rate.insert((policy, scope, at_us), now.unwrap_or(0) + n)
-                    .map_err(be)?;
-            }
-            for (policy, scope, units) in budget_planned {
-                let now = budget.get((policy, scope)).map_err(be)?.map(|v| v.value());
-                budget
-                    .insert((policy, scope), now.unwrap_or(0) + units)
-                    .map_err(be)?;
-            }
-            Ok((ConsumeOutcome::Consumed, true))
+            // Read under the write lock: no charge is recorded between this reading and ours.
+            let at_us = unix_micros(clock.now());
+            let (outcome, changed) = consume_in(txn, charges, at_us)?;
+            Ok(((outcome, at_us), changed))
         })
+    }
+
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpError> {
+        let bytes = encode(lease)?;
+        self.carp_write(|txn| claim_in(txn, lease, &bytes))
+    }
+
+    fn release_execution(&self, execution_id: &str) -> Result<(), CarpError> {
+        self.carp_write(|txn| release_in(txn, execution_id).map(|changed| ((), changed)))
+    }
+
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpError> {
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(LEASES).map_err(be)?;
+        let mut out = Vec::new();
+        for entry in t.iter().map_err(be)? {
+            let (_, v) = entry.map_err(be)?;
+            let lease: ExecutionLease = decode("lease", v.value())?;
+            if lease.owner == owner {
+                out.push(lease);
+            }
+        }
+        Ok(out)
     }
 
     fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
@@ -688,7 +809,7 @@ pub(crate) fn remove_session_records(
         .map_err(be)?
         .retain_in((session_id, "")..=(session_id, "\u{10FFFF}"), |_, _| false)
         .map_err(be)?;
-    for table in [RESOLUTIONS, EXECUTIONS] {
+    for table in [RESOLUTIONS, EXECUTIONS, LEASES] {
         txn.open_table(table)
             .map_err(be)?
             .retain(|_, v| !of_session(v, session_id))

@@ -124,6 +124,28 @@ macro_rules! forward {
             ) -> Result<ConsumeOutcome, cra_carp::store::StoreError> {
                 self.store.try_consume(c, at)
             }
+            fn try_consume_now(
+                &self,
+                c: &[Charge],
+                clock: &dyn cra_wire::Clock,
+            ) -> Result<(ConsumeOutcome, i64), cra_carp::store::StoreError> {
+                self.store.try_consume_now(c, clock)
+            }
+            fn claim_execution(
+                &self,
+                l: &cra_carp::store::ExecutionLease,
+            ) -> Result<cra_carp::store::ClaimOutcome, cra_carp::store::StoreError> {
+                self.store.claim_execution(l)
+            }
+            fn release_execution(&self, id: &str) -> Result<(), cra_carp::store::StoreError> {
+                self.store.release_execution(id)
+            }
+            fn leases_of(
+                &self,
+                owner: &str,
+            ) -> Result<Vec<cra_carp::store::ExecutionLease>, cra_carp::store::StoreError> {
+                self.store.leases_of(owner)
+            }
             fn create_approval(
                 &self,
                 a: &cra_carp::store::ApprovalRecord,

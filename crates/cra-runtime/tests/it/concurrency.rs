@@ -1,0 +1,446 @@
+//! Races of concurrent executes, each driven to its worst interleaving by a hook (no sleeps):
+//! a rate limit under concurrent executes (a gate in the CARP store), two first uses of one
+//! idempotency key (a gated executor), and two servers on one PostgreSQL schema whose clocks are
+//! 120 s apart sharing one quota.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use cra_carp::CarpStore;
+use cra_carp::store::{
+    ApprovalDecision, ApprovalRecord, Charge, ClaimOutcome, ConsumeOutcome, ExecutionLease,
+    ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+};
+use cra_runtime::{AppState, build_runtime, start};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_wire::{Clock, FixedClock, SequentialIds};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+use crate::support::{MAINT, T0, TestServer, execute_request, resolve_request, rid};
+
+/// A clock one microsecond later at every reading, from [`T0`].
+#[derive(Debug)]
+struct TickingClock {
+    base: OffsetDateTime,
+    ticks: AtomicI64,
+}
+
+impl TickingClock {
+    fn new() -> Self {
+        Self {
+            base: cra_wire::clock::parse_rfc3339(T0).unwrap(),
+            ticks: AtomicI64::new(0),
+        }
+    }
+}
+
+impl Clock for TickingClock {
+    fn now(&self) -> OffsetDateTime {
+        self.base + time::Duration::microseconds(self.ticks.fetch_add(1, Ordering::SeqCst))
+    }
+}
+
+/// Parks every consume until `n` have arrived, then lets them through one at a time, latest
+/// instant first: the order in which a consume counting at an instant read before the lock
+/// misses every charge recorded before it.
+#[derive(Debug)]
+struct Gate {
+    n: usize,
+    state: Mutex<(usize, Vec<i64>)>,
+    turn: Condvar,
+}
+
+impl Gate {
+    fn pass<T>(&self, key: i64, f: impl FnOnce() -> T) -> T {
+        let mut s = self.state.lock().unwrap();
+        s.0 += 1;
+        s.1.push(key);
+        self.turn.notify_all();
+        while !(s.0 >= self.n && s.1.iter().max() == Some(&key)) {
+            s = self.turn.wait(s).unwrap();
+        }
+        drop(s);
+        let out = f();
+        let mut s = self.state.lock().unwrap();
+        s.1.retain(|k| *k != key);
+        self.turn.notify_all();
+        out
+    }
+}
+
+/// The runtime's CARP store with a [`Gate`] in front of its consumes.
+#[derive(Debug)]
+struct Gated {
+    inner: Arc<dyn CarpStore>,
+    gate: Gate,
+    arrivals: AtomicI64,
+}
+
+impl CarpStore for Gated {
+    fn create_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
+        self.inner.create_session(s)
+    }
+    fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+        self.inner.get_session(id)
+    }
+    fn end_session(&self, id: &str, at: &str) -> Result<SessionRecord, StoreError> {
+        self.inner.end_session(id, at)
+    }
+    fn insert_request_id(&self, s: &str, r: &str) -> Result<bool, StoreError> {
+        self.inner.insert_request_id(s, r)
+    }
+    fn has_request_id(&self, s: &str, r: &str) -> Result<bool, StoreError> {
+        self.inner.has_request_id(s, r)
+    }
+    fn put_resolution(&self, r: &StoredResolution) -> Result<(), StoreError> {
+        self.inner.put_resolution(r)
+    }
+    fn get_resolution(&self, id: &str) -> Result<Option<StoredResolution>, StoreError> {
+        self.inner.get_resolution(id)
+    }
+    fn get_execution_by_key(
+        &self,
+        s: &str,
+        k: &str,
+    ) -> Result<Option<ExecutionRecord>, StoreError> {
+        self.inner.get_execution_by_key(s, k)
+    }
+    fn record_execution(&self, e: &ExecutionRecord) -> Result<ExecutionRecord, StoreError> {
+        self.inner.record_execution(e)
+    }
+    fn rate_count(&self, p: &str, s: &str, a: i64, b: i64) -> Result<u64, StoreError> {
+        self.inner.rate_count(p, s, a, b)
+    }
+    fn budget_spent(&self, p: &str, s: &str) -> Result<u64, StoreError> {
+        self.inner.budget_spent(p, s)
+    }
+    fn try_consume(&self, c: &[Charge], at: i64) -> Result<ConsumeOutcome, StoreError> {
+        self.gate.pass(at, || self.inner.try_consume(c, at))
+    }
+    fn try_consume_now(
+        &self,
+        c: &[Charge],
+        clock: &dyn Clock,
+    ) -> Result<(ConsumeOutcome, i64), StoreError> {
+        let key = self.arrivals.fetch_add(1, Ordering::SeqCst);
+        self.gate.pass(key, || self.inner.try_consume_now(c, clock))
+    }
+    fn claim_execution(&self, l: &ExecutionLease) -> Result<ClaimOutcome, StoreError> {
+        self.inner.claim_execution(l)
+    }
+    fn release_execution(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.release_execution(id)
+    }
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError> {
+        self.inner.leases_of(owner)
+    }
+    fn create_approval(&self, a: &ApprovalRecord) -> Result<(), StoreError> {
+        self.inner.create_approval(a)
+    }
+    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        self.inner.get_approval(id)
+    }
+    fn decide_approval(
+        &self,
+        id: &str,
+        d: ApprovalDecision,
+        by: &str,
+        note: Option<&str>,
+        at: &str,
+    ) -> Result<ApprovalRecord, StoreError> {
+        self.inner.decide_approval(id, d, by, note, at)
+    }
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+        self.inner.list_pending_approvals()
+    }
+}
+
+/// An executor endpoint whose calls are counted and held until `open` is called.
+pub(crate) struct HeldExecutor {
+    pub(crate) url: String,
+    pub(crate) calls: Arc<AtomicU64>,
+    arrived: Arc<tokio::sync::Notify>,
+    gate: tokio::sync::watch::Sender<bool>,
+}
+
+impl HeldExecutor {
+    pub(crate) async fn start() -> Self {
+        use axum::routing::post;
+        let calls = Arc::new(AtomicU64::new(0));
+        let arrived = Arc::new(tokio::sync::Notify::new());
+        let (gate, open) = tokio::sync::watch::channel(false);
+        let (c, a) = (calls.clone(), arrived.clone());
+        let app = axum::Router::new().route(
+            "/exec",
+            post(move |axum::Json(body): axum::Json<Value>| {
+                let (c, a, mut open) = (c.clone(), a.clone(), open.clone());
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    a.notify_waiters();
+                    let _ = open.wait_for(|o| *o).await;
+                    axum::Json(json!({"ok": true, "action_id": body["action_id"]}))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Self {
+            url: format!("http://{addr}/exec"),
+            calls,
+            arrived,
+            gate,
+        }
+    }
+
+    /// Waits until the executor has been called `n` times in all.
+    pub(crate) async fn wait_calls(&self, n: u64) {
+        loop {
+            let wait = self.arrived.notified();
+            if self.calls.load(Ordering::SeqCst) >= n {
+                return;
+            }
+            wait.await;
+        }
+    }
+
+    fn open(&self) {
+        let _ = self.gate.send(true);
+    }
+}
+
+pub(crate) fn with_executor(url: String) -> impl FnOnce(&mut cra_runtime::config::RuntimeConfig) {
+    move |c| {
+        c.executors.insert(
+            "github".into(),
+            cra_runtime::config::HttpExecutorConfig {
+                url,
+                timeout_ms: 60_000,
+            },
+        );
+    }
+}
+
+/// Opens a session of `maintainer-bot` and resolves `contribute`; returns (session, resolution).
+pub(crate) async fn resolved(s: &TestServer) -> (String, String) {
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let (st, res) = s
+        .post(
+            Some(MAINT),
+            "/v1/resolve",
+            &resolve_request("maintainer-bot", &sid, &rid(), &["contribute"]),
+        )
+        .await;
+    assert_eq!(st, 200, "{res}");
+    (sid, res["resolution_id"].as_str().unwrap().to_owned())
+}
+
+pub(crate) fn comment(sid: &str, resolution_id: &str, key: Option<&str>) -> Value {
+    let mut req = execute_request(
+        "maintainer-bot",
+        sid,
+        &rid(),
+        resolution_id,
+        "pr.comment",
+        json!({"owner": "octo", "repo": "hello", "number": 1, "body": "looks good"}),
+    );
+    if let Some(k) = key {
+        req["execution"]["idempotency_key"] = json!(k);
+    }
+    req
+}
+
+/// `comment-rate-limit` allows 20 `pr.comment` per agent per 600 s. 28 concurrent executes each
+/// read the clock, then consume one at a time, latest reading first: exactly 20 run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_executes_never_exceed_a_rate_limit() {
+    const N: usize = 28;
+    let exec = HeldExecutor::start().await;
+    exec.open();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, data) = crate::support::test_config(dir.path());
+    with_executor(exec.url.clone())(&mut config);
+    let clock = Arc::new(TickingClock::new());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+    let (mut state, _) = build_runtime(config, clock, ids).unwrap();
+    let rt = Arc::get_mut(&mut state.0).unwrap();
+    rt.backends.carp = Arc::new(Gated {
+        inner: rt.backends.carp.clone(),
+        gate: Gate {
+            n: N,
+            state: Mutex::new((0, Vec::new())),
+            turn: Condvar::new(),
+        },
+        arrivals: AtomicI64::new(0),
+    });
+    let s = serve(state, dir, data).await;
+    let (sid, resolution_id) = resolved(&s).await;
+    let s = Arc::new(s);
+    let tasks: Vec<_> = (0..N)
+        .map(|_| {
+            let (s, body) = (s.clone(), comment(&sid, &resolution_id, None));
+            tokio::spawn(async move { s.post(Some(MAINT), "/v1/execute", &body).await })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap().0);
+    }
+    let ok = statuses.iter().filter(|st| **st == 200).count();
+    let limited = statuses.iter().filter(|st| **st == 429).count();
+    assert_eq!((ok, limited), (20, N - 20), "statuses {statuses:?}");
+    assert_eq!(exec.calls.load(Ordering::SeqCst), 20);
+}
+
+async fn serve(state: AppState, dir: tempfile::TempDir, data: std::path::PathBuf) -> TestServer {
+    let server = start(state, std::future::pending()).await.unwrap();
+    TestServer {
+        base: format!("http://{}", server.addr),
+        server: Some(server),
+        http: reqwest::Client::new(),
+        clock: Arc::new(FixedClock::parse(T0).unwrap()),
+        _dir: dir,
+        data,
+    }
+}
+
+/// Two first uses of one idempotency key: the second arrives while the first's executor runs.
+/// It is refused with `execution_in_progress` and the executor runs once; a third use after
+/// the first finished gets the first's response.
+async fn first_uses_race(s: &TestServer, exec: &HeldExecutor) {
+    let (sid, resolution_id) = resolved(s).await;
+    let first = {
+        let (http, url) = (s.http.clone(), s.url("/v1/execute"));
+        let body = comment(&sid, &resolution_id, Some("once"));
+        tokio::spawn(crate::support::send(
+            http.post(url).bearer_auth(MAINT).json(&body),
+        ))
+    };
+    exec.wait_calls(1).await;
+    let second = {
+        let (http, url) = (s.http.clone(), s.url("/v1/execute"));
+        let body = comment(&sid, &resolution_id, Some("once"));
+        tokio::spawn(crate::support::send(
+            http.post(url).bearer_auth(MAINT).json(&body),
+        ))
+    };
+    // Either the second answers, or it reached the executor too (the race was lost).
+    let second_done = tokio::select! {
+        r = second => Some(r.unwrap()),
+        () = exec.wait_calls(2) => None,
+    };
+    exec.open();
+    let first = first.await.unwrap();
+    assert_eq!(first.0, 200, "{}", first.1);
+    assert_eq!(
+        exec.calls.load(Ordering::SeqCst),
+        1,
+        "the executor ran for the second use too"
+    );
+    let second = second_done.unwrap();
+    crate::support::assert_error(&second, 409, "execution_in_progress");
+    let (st, third) = s
+        .post(
+            Some(MAINT),
+            "/v1/execute",
+            &comment(&sid, &resolution_id, Some("once")),
+        )
+        .await;
+    assert_eq!(st, 200, "{third}");
+    assert_eq!(third["execution_id"], first.1["execution_id"]);
+    assert_eq!(exec.calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_first_uses_of_an_idempotency_key_run_once_redb() {
+    let exec = HeldExecutor::start().await;
+    let s = TestServer::start_with(with_executor(exec.url.clone())).await;
+    first_uses_race(&s, &exec).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_first_uses_of_an_idempotency_key_run_once_postgres() {
+    let Some(url) = postgres_url("racing_first_uses_of_an_idempotency_key_run_once_postgres")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "idem_race");
+    let exec = HeldExecutor::start().await;
+    let (name, executor) = (schema.name().to_owned(), exec.url.clone());
+    let s = TestServer::start_blocking_with(move |c| {
+        c.postgres = Some(url);
+        c.postgres_schema = name;
+        with_executor(executor)(c);
+    })
+    .await;
+    first_uses_race(&s, &exec).await;
+    s.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
+/// A server on PostgreSQL schema `schema` whose clock reads `at`.
+async fn pg_server(url: &str, schema: &str, at: OffsetDateTime, executor: &str) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, data) = crate::support::test_config(dir.path());
+    config.postgres = Some(url.to_owned());
+    config.postgres_schema = schema.to_owned();
+    with_executor(executor.to_owned())(&mut config);
+    let clock = Arc::new(FixedClock::new(at));
+    let seed = u64::try_from(at.unix_timestamp()).unwrap();
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, seed));
+    let (state, _) = tokio::task::spawn_blocking(move || build_runtime(config, clock, ids))
+        .await
+        .unwrap()
+        .unwrap();
+    serve(state, dir, data).await
+}
+
+/// Two servers on one schema, the second's clock 120 s behind the first's: 20 executes on each
+/// against a limit of 20 per 600 s admit 20 in all (the slow server's window must not miss the
+/// first server's charges).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_skewed_clocks_share_one_rate_limit_postgres() {
+    let Some(url) = postgres_url("replicas_with_skewed_clocks_share_one_rate_limit_postgres")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "skew_quota");
+    let exec = HeldExecutor::start().await;
+    exec.open();
+    let t0 = cra_wire::clock::parse_rfc3339(T0).unwrap();
+    let a = pg_server(&url, schema.name(), t0, &exec.url).await;
+    let b = pg_server(
+        &url,
+        schema.name(),
+        t0 - time::Duration::seconds(120),
+        &exec.url,
+    )
+    .await;
+    let (sid, resolution_id) = resolved(&a).await;
+    let mut ok = 0;
+    for s in [&a, &b] {
+        for _ in 0..20 {
+            let (st, body) = s
+                .post(
+                    Some(MAINT),
+                    "/v1/execute",
+                    &comment(&sid, &resolution_id, None),
+                )
+                .await;
+            assert!(st == 200 || st == 429, "{st} {body}");
+            ok += usize::from(st == 200);
+        }
+    }
+    assert_eq!(ok, 20, "one quota across both replicas");
+    a.stop_blocking().await;
+    b.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

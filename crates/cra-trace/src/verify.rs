@@ -186,6 +186,11 @@ impl HashText {
 
 /// What reading one line produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "outcomes live in reused per-chunk vectors; boxing the event variant would \
+              allocate once per event on the hot path"
+)]
 pub(crate) enum LineOutcome {
     /// A well-formed event, reduced to what the chain checks need.
     Event {
@@ -337,12 +342,19 @@ impl ChainChecker {
                         ),
                     ));
                 }
-                out.extend(faults.into_iter().map(|f| Finding {
-                    field: Some(f.field),
-                    message: f.message,
-                    ..finding(f.code, String::new())
-                }));
-                self.check_session(session, finding(Code::SessionMixed, String::new()), out);
+                if !faults.is_empty() {
+                    out.extend(faults.into_iter().map(|f| Finding {
+                        field: Some(f.field),
+                        message: f.message,
+                        ..finding(f.code, String::new())
+                    }));
+                }
+                if let Some(message) = self.check_session(session) {
+                    out.push(Finding {
+                        field: Some("session_id"),
+                        ..finding(Code::SessionMixed, message)
+                    });
+                }
                 if let (Some(rules), Some(facts)) = (&mut self.lifecycle, &facts) {
                     rules.check(expected, line, facts, out);
                 }
@@ -354,22 +366,22 @@ impl ChainChecker {
 }
 
 impl ChainChecker {
-    /// The one-session rule: the first well-formed event names the chain's session; `blank` is
-    /// the finding to fill in when `session` is another.
-    fn check_session(&mut self, session: SessionText, blank: Finding, out: &mut Vec<Finding>) {
+    /// The one-session rule: the first well-formed event names the chain's session; the
+    /// message when `session` is another.
+    #[inline]
+    fn check_session(&mut self, session: SessionText) -> Option<String> {
         match &self.session {
-            None => self.session = Some(session),
-            Some(chain) if *chain == session => {}
-            Some(chain) => out.push(Finding {
-                field: Some("session_id"),
-                message: format!(
-                    "session_id is {}, but the chain is session {} (its first event's): \
-                     a chain holds one session",
-                    session.shown(),
-                    chain.shown()
-                ),
-                ..blank
-            }),
+            None => {
+                self.session = Some(session);
+                None
+            }
+            Some(chain) if *chain == session => None,
+            Some(chain) => Some(format!(
+                "session_id is {}, but the chain is session {} (its first event's): \
+                 a chain holds one session",
+                session.shown(),
+                chain.shown()
+            )),
         }
     }
 }

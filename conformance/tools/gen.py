@@ -273,6 +273,55 @@ def gen_trace():
     c = copy.deepcopy(good)
     c[1]["event_hash"] = c[1]["event_hash"].upper()
     bad("hash-uppercase", "event_hash must be the lowercase hex digest", c, "hash_mismatch", 1)
+    # §4.2 field rules (issue 22 item 11): each chain is re-sealed after the change, so its hashes
+    # and links are right and only the field rule can fail.
+    def resealed(c):
+        prev = R.GENESIS
+        for e in c:
+            e["previous_event_hash"] = prev
+            e["event_hash"] = R.event_hash(e)
+            prev = e["event_hash"]
+        return c
+
+    F = V + ["TRACE §4.2", "TRACE §4.2.1"]
+
+    def field_bad(name, desc, changes, code, seq, field):
+        c = copy.deepcopy(good)
+        for i, change in changes:
+            c[i].update(change)
+        fx("verify-field-" + name, "cra", "verify", "trace-core", desc, F, "verify_chain", {"events": resealed(c)},
+           {"valid": False, "first_error": {"code": code, "sequence": seq, "field": field}})
+
+    field_bad("trace-version-2", "A linked chain whose event 2 says trace_version 2.0 is invalid",
+              [(2, {"trace_version": "2.0"})], "invalid_trace_version", 2, "trace_version")
+    field_bad("event-id-not-uuid", "A linked chain with an event_id that is not a UUID is invalid",
+              [(3, {"event_id": "evt-3"})], "invalid_id", 3, "event_id")
+    field_bad("trace-id-uppercase", "An uppercase UUID is not canonical (errata: lowercase hex)",
+              [(1, {"trace_id": TID.upper()})], "invalid_id", 1, "trace_id")
+    field_bad("parent-span-id-not-uuid", "A parent_span_id that is neither a UUID nor null is invalid",
+              [(2, {"parent_span_id": "span-1"})], "invalid_id", 2, "parent_span_id")
+    field_bad("session-id-not-uuid", "A chain whose session_id is not a UUID is invalid from event 0",
+              [(i, {"session_id": "sess-1"}) for i in range(5)], "invalid_id", 0, "session_id")
+    field_bad("session-mixed", "A linked chain holding two sessions is invalid where the second begins",
+              [(i, {"session_id": uid(95)}) for i in (3, 4)], "session_mixed", 3, "session_id")
+    field_bad("timestamp-no-zone", "A timestamp without a zone is not a §4.2 timestamp",
+              [(4, {"timestamp": "2026-01-15T09:30:00.004444"})], "invalid_timestamp", 4, "timestamp")
+    field_bad("timestamp-not-an-instant", "A timestamp naming no real instant (30 February) is invalid",
+              [(1, {"timestamp": "2026-02-30T09:30:00.001111Z"})], "invalid_timestamp", 1, "timestamp")
+    c = copy.deepcopy(good)
+    for e, t in zip(c, ["2026-01-15T09:30:00+00:00", "2026-01-15T10:30:00.001111+01:00", "2026-01-15T09:30:00.0022Z",
+                        "2026-01-15T04:30:00.003333333-05:00", "2026-01-15T09:30:00.004444Z"]):
+        e["timestamp"] = t
+    fx("verify-valid-offset-timestamps", "cra", "verify", "trace-core",
+       "RFC 3339 timestamps with a +00:00 or other offset and any fraction digits verify",
+       F, "verify_chain", {"events": resealed(c)}, {"valid": True, "events": 5})
+    c = copy.deepcopy(good)
+    for e in c:
+        e.update(trace_id="11111111-1111-1111-1111-111111111111", session_id="33333333-3333-3333-3333-333333333333")
+    c[0]["event_id"] = "01234567-89ab-cdef-0123-456789abcdef"
+    fx("verify-valid-any-uuid-version", "cra", "verify", "trace-core",
+       "Canonical UUIDs of any version verify (errata: the spec's examples are not v7)",
+       F + ["errata: TRACE verification"], "verify_chain", {"events": resealed(c)}, {"valid": True, "events": 5})
     # malformed lines
     lines = [json.dumps(e) for e in good]
     def badl(name, desc, ls, seq):

@@ -230,6 +230,20 @@ fn mutations_make_the_named_fixtures_fail() {
             ],
         ),
         (
+            Mutation::VerifierIgnoresEventFields,
+            "verify",
+            &[
+                "verify-field-trace-version-2",
+                "verify-field-event-id-not-uuid",
+                "verify-field-trace-id-uppercase",
+                "verify-field-parent-span-id-not-uuid",
+                "verify-field-session-id-not-uuid",
+                "verify-field-session-mixed",
+                "verify-field-timestamp-no-zone",
+                "verify-field-timestamp-not-an-instant",
+            ],
+        ),
+        (
             Mutation::TraceKeysUnsorted,
             "hash-chain",
             &[

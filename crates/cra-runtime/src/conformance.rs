@@ -201,7 +201,14 @@ pub fn verify_chain(args: &Value) -> Result<Value, ApiError> {
 pub fn verification_answer(events: u64, findings: &[cra_trace::Finding]) -> Value {
     let list: Vec<Value> = findings
         .iter()
-        .map(|f| json!({"sequence": f.sequence, "line": f.line, "code": f.code.as_str()}))
+        .map(|f| {
+            let mut finding =
+                json!({"sequence": f.sequence, "line": f.line, "code": f.code.as_str()});
+            if let Some(field) = f.field {
+                finding["field"] = json!(field);
+            }
+            finding
+        })
         .collect();
     let mut out = Map::new();
     out.insert("valid".into(), Value::Bool(list.is_empty()));

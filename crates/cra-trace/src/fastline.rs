@@ -12,8 +12,10 @@
 //!
 //! Everything the reference reader refuses (syntax, invalid UTF-8, lone surrogates, duplicate
 //! keys at any depth, nesting, field types) is refused by the first two layers too, and whatever
-//! they accept they hash exactly as the reference does: the unit tests below check the quick
-//! path against the reference line by line, `tests/it/verify.rs` the whole verifier on chains.
+//! they accept they hash exactly as the reference does. All three apply the §4.2 field rules
+//! through the one function [`crate::fields::faults`], to the same decoded values. The unit
+//! tests below check the quick path against the reference line by line, `tests/it/verify.rs` the
+//! whole verifier on chains.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -22,6 +24,7 @@ use cra_wire::canonical::trace::{write_canonical_scanned, write_python_number};
 use cra_wire::json::{RawString, Scanner};
 use sha2::{Digest, Sha256};
 
+use crate::fields::{Fields, SessionText, faults};
 use crate::lifecycle::Facts;
 use crate::verify::{HashText, LineOutcome, reference_outcome};
 
@@ -1013,11 +1016,22 @@ fn quick(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOutc
     } else {
         None
     };
+    // The ranges hold no escapes: their bytes are the decoded values.
     Some(LineOutcome::Event {
         sequence: sequence.2,
         event_hash: HashText::from_utf8(field(EVENT_HASH))?,
         previous_event_hash: HashText::from_utf8(field(PREVIOUS_EVENT_HASH))?,
         computed,
+        session: SessionText::new(field(SESSION_ID)),
+        faults: faults(&Fields {
+            trace_version: field(TRACE_VERSION),
+            event_id: field(EVENT_ID),
+            trace_id: field(TRACE_ID),
+            span_id: field(SPAN_ID),
+            parent_span_id: parent.map(|(s, e)| &b[s..e]),
+            session_id: field(SESSION_ID),
+            timestamp: field(TIMESTAMP),
+        }),
         facts,
     })
 }
@@ -1181,6 +1195,16 @@ fn general(line: &[u8], scratch: &mut Scratch, lifecycle: bool) -> Option<LineOu
         event_hash: HashText::new(&event_hash),
         previous_event_hash: HashText::new(&previous_event_hash),
         computed,
+        session: SessionText::new(session_id.as_bytes()),
+        faults: faults(&Fields {
+            trace_version: trace_version.as_bytes(),
+            event_id: event_id.as_bytes(),
+            trace_id: trace_id.as_bytes(),
+            span_id: span_id.as_bytes(),
+            parent_span_id: parent.as_deref().map(str::as_bytes),
+            session_id: session_id.as_bytes(),
+            timestamp: timestamp.as_bytes(),
+        }),
         facts,
     })
 }
@@ -1405,6 +1429,40 @@ mod tests {
         }
     }
 
+    /// The §4.2 fields of a line: valid or not, so that the field rules of every path are
+    /// compared with the reference's too.
+    #[derive(Debug, Clone, Copy)]
+    struct FieldValues {
+        version: &'static str,
+        id: &'static str,
+        timestamp: &'static str,
+    }
+
+    fn fields() -> impl Strategy<Value = FieldValues> {
+        (
+            prop::sample::select(vec!["1.0", "1.0", "2.0", ""]),
+            prop::sample::select(vec![
+                "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71",
+                "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71",
+                "e-1",
+                "0190F5D2-8a4e-7b3c-9d1e-2f3a4b5c6d71",
+                "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6dé",
+            ]),
+            prop::sample::select(vec![
+                "2024-12-28T12:00:00.000000Z",
+                "2024-12-28T13:00:00.5+01:00",
+                "2024-12-28T12:00:00.000000",
+                "2024-02-30T12:00:00Z",
+                "2024-12-28T12:00:60Z",
+            ]),
+        )
+            .prop_map(|(version, id, timestamp)| FieldValues {
+                version,
+                id,
+                timestamp,
+            })
+    }
+
     /// An event line (hashes need not match: outcomes carry the computed hash).
     fn line() -> impl Strategy<Value = Vec<u8>> {
         let top = (
@@ -1418,10 +1476,11 @@ mod tests {
                 "action.executed",
                 "action.requested",
             ]),
+            fields(),
         );
         let damage = prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..4), 0..3);
         (top, damage).prop_map(
-            |((payload, parent, hash, sequence, style, event_type), damage)| {
+            |((payload, parent, hash, sequence, style, event_type, fields), damage)| {
                 // cra's field order, or sorted (as Python's `sort_keys` writes them).
                 let payload = match payload {
                     Value::Object(o) => Value::Object(o),
@@ -1435,14 +1494,14 @@ mod tests {
                 let sequence = Value::Number(sequence.parse().unwrap_or(Number::from(0)));
                 let text = |s: &str| Value::String(s.into());
                 let mut fields: Vec<(&str, Value)> = vec![
-                    ("trace_version", text("1.0")),
-                    ("event_id", text("e-1")),
-                    ("trace_id", text("t-1")),
+                    ("trace_version", text(fields.version)),
+                    ("event_id", text(fields.id)),
+                    ("trace_id", text(fields.id)),
                     ("span_id", text("s-1")),
                     ("parent_span_id", parent.map_or(Value::Null, Value::String)),
-                    ("session_id", text("sess-1")),
+                    ("session_id", text(fields.id)),
                     ("sequence", sequence),
-                    ("timestamp", text("2024-12-28T12:00:00.000000Z")),
+                    ("timestamp", text(fields.timestamp)),
                     ("event_type", text(event_type)),
                     ("payload", payload),
                     ("event_hash", text(&hash)),

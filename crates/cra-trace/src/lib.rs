@@ -2,7 +2,8 @@
 //!
 //! * [`event`]: the event type; unknown top-level fields and any payload round-trip untouched.
 //! * [`chain`]: the Appendix B hash, and sealing a draft onto a chain head (genesis rules).
-//! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader.
+//! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader
+//!   (the §4.2 field rules it applies are in `fields`).
 //! * [`lifecycle`]: the optional session lifecycle rules (start, end, answered actions).
 //! * [`diff`]: semantic comparison of two chains (events aligned by span tree, type and subject).
 //! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
@@ -15,6 +16,7 @@ pub mod chain;
 pub mod diff;
 pub mod event;
 mod fastline;
+mod fields;
 pub mod lifecycle;
 pub mod store;
 pub mod stream;

@@ -75,6 +75,7 @@ impl LifecycleChecker {
                 sequence,
                 line,
                 code,
+                field: None,
                 message,
             })
         };

@@ -8,7 +8,14 @@
 //!    `sequence + 1` ([`Code::SequenceGap`]);
 //! 3. its `previous_event_hash` is 64 zeros on the first line ([`Code::InvalidGenesis`]) and the
 //!    previous event's `event_hash` afterwards ([`Code::ChainBroken`]);
-//! 4. its `event_hash` equals the recomputed Appendix B hash ([`Code::HashMismatch`]).
+//! 4. its `event_hash` equals the recomputed Appendix B hash ([`Code::HashMismatch`]);
+//! 5. its fields follow §4.2 ([`crate::fields`]): `trace_version` "1.0"
+//!    ([`Code::InvalidTraceVersion`]), canonical UUID ids ([`Code::InvalidId`]), an RFC 3339
+//!    timestamp with a zone ([`Code::InvalidTimestamp`]);
+//! 6. its `session_id` is the chain's: the first well-formed event's ([`Code::SessionMixed`]).
+//!
+//! Integrity comes first (a changed `trace_version` is a `hash_mismatch`, as every changed field
+//! is); the field rules catch the chain that was written, and sealed, breaking §4.2.
 //!
 //! Findings carry the sequence the chain expected at that line (so the first finding names the
 //! position where the chain stops being trustworthy) and the 1-based line number. After a
@@ -24,6 +31,7 @@ use serde_json::{Map, Value};
 
 use crate::chain::{GENESIS_PREVIOUS_HASH, compute_event_hash};
 use crate::event::TraceEvent;
+use crate::fields::{Fault, Fields, SessionText, faults};
 use crate::lifecycle::{Facts, LifecycleChecker};
 use crate::stream::VerifyOptions;
 
@@ -40,6 +48,15 @@ pub enum Code {
     HashMismatch,
     /// The line is not a well-formed event.
     MalformedEvent,
+    /// `trace_version` is not "1.0" (§4.2.1).
+    InvalidTraceVersion,
+    /// An id (`event_id`, `trace_id`, `span_id`, `parent_span_id`, `session_id`) is not a
+    /// canonical UUID (§4.2; errata: any version on input).
+    InvalidId,
+    /// `timestamp` is not an RFC 3339 instant with a zone (§4.2.1 "ISO 8601").
+    InvalidTimestamp,
+    /// The event's `session_id` is not the chain's (the first event's): a chain is one session.
+    SessionMixed,
     /// Lifecycle: the first event is not `session.started`.
     NotStarted,
     /// Lifecycle: an event follows `session.ended`.
@@ -61,6 +78,10 @@ impl Code {
             Code::InvalidGenesis => "invalid_genesis",
             Code::HashMismatch => "hash_mismatch",
             Code::MalformedEvent => "malformed_event",
+            Code::InvalidTraceVersion => "invalid_trace_version",
+            Code::InvalidId => "invalid_id",
+            Code::InvalidTimestamp => "invalid_timestamp",
+            Code::SessionMixed => "session_mixed",
             Code::NotStarted => "lifecycle_not_started",
             Code::AfterEnd => "lifecycle_after_end",
             Code::UnmatchedAction => "lifecycle_unmatched_action",
@@ -85,6 +106,9 @@ pub struct Finding {
     pub line: u64,
     /// What failed.
     pub code: Code,
+    /// The event field a §4.2 rule found wrong (`event_id`, `timestamp`, ...); `None` for the
+    /// chain and lifecycle codes.
+    pub field: Option<&'static str>,
     /// What failed, for people.
     pub message: String,
 }
@@ -162,6 +186,11 @@ impl HashText {
 
 /// What reading one line produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "outcomes live in reused per-chunk vectors; boxing the event variant would \
+              allocate once per event on the hot path"
+)]
 pub(crate) enum LineOutcome {
     /// A well-formed event, reduced to what the chain checks need.
     Event {
@@ -170,6 +199,10 @@ pub(crate) enum LineOutcome {
         previous_event_hash: HashText,
         /// The recomputed hash, lowercase hex.
         computed: [u8; 64],
+        /// The `session_id`, for the one-session rule.
+        session: SessionText,
+        /// The §4.2 field rules the event breaks (usually none: then not allocated).
+        faults: Vec<Fault>,
         /// What the lifecycle rules need (only when they are checked).
         facts: Option<Box<Facts>>,
     },
@@ -187,6 +220,16 @@ pub(crate) fn outcome_of(event: &TraceEvent, lifecycle: bool) -> LineOutcome {
         event_hash: HashText::new(&event.event_hash),
         previous_event_hash: HashText::new(&event.previous_event_hash),
         computed: hex,
+        session: SessionText::new(event.session_id.as_bytes()),
+        faults: faults(&Fields {
+            trace_version: event.trace_version.as_bytes(),
+            event_id: event.event_id.as_bytes(),
+            trace_id: event.trace_id.as_bytes(),
+            span_id: event.span_id.as_bytes(),
+            parent_span_id: event.parent_span_id.as_deref().map(str::as_bytes),
+            session_id: event.session_id.as_bytes(),
+            timestamp: event.timestamp.as_bytes(),
+        }),
         facts: lifecycle.then(|| {
             Box::new(Facts::new(
                 &event.event_type,
@@ -213,6 +256,8 @@ enum Prev {
 pub(crate) struct ChainChecker {
     expected: u64,
     prev: Prev,
+    /// The chain's session: the first well-formed event's `session_id`.
+    session: Option<SessionText>,
     pub(crate) events: u64,
     lifecycle: Option<LifecycleChecker>,
 }
@@ -222,13 +267,14 @@ impl ChainChecker {
         Self {
             expected: 0,
             prev: Prev::Start,
+            session: None,
             events: 0,
             lifecycle: lifecycle.then(LifecycleChecker::default),
         }
     }
 
     /// Checks the event at 1-based `line`; appends findings to `out` (several in one line are
-    /// possible, in the order sequence, link, hash).
+    /// possible, in the order sequence, link, hash, field rules, session).
     pub(crate) fn check(&mut self, line: u64, outcome: LineOutcome, out: &mut Vec<Finding>) {
         self.events += 1;
         let expected = self.expected;
@@ -236,6 +282,7 @@ impl ChainChecker {
             sequence: expected,
             line,
             code,
+            field: None,
             message,
         };
         match outcome {
@@ -249,6 +296,8 @@ impl ChainChecker {
                 event_hash,
                 previous_event_hash,
                 computed,
+                session,
+                faults,
                 facts,
             } => {
                 if sequence != expected {
@@ -293,12 +342,46 @@ impl ChainChecker {
                         ),
                     ));
                 }
+                if !faults.is_empty() {
+                    out.extend(faults.into_iter().map(|f| Finding {
+                        field: Some(f.field),
+                        message: f.message,
+                        ..finding(f.code, String::new())
+                    }));
+                }
+                if let Some(message) = self.check_session(session) {
+                    out.push(Finding {
+                        field: Some("session_id"),
+                        ..finding(Code::SessionMixed, message)
+                    });
+                }
                 if let (Some(rules), Some(facts)) = (&mut self.lifecycle, &facts) {
                     rules.check(expected, line, facts, out);
                 }
                 self.prev = Prev::Known(event_hash);
                 self.expected = sequence.saturating_add(1);
             }
+        }
+    }
+}
+
+impl ChainChecker {
+    /// The one-session rule: the first well-formed event names the chain's session; the
+    /// message when `session` is another.
+    #[inline]
+    fn check_session(&mut self, session: SessionText) -> Option<String> {
+        match &self.session {
+            None => {
+                self.session = Some(session);
+                None
+            }
+            Some(chain) if *chain == session => None,
+            Some(chain) => Some(format!(
+                "session_id is {}, but the chain is session {} (its first event's): \
+                 a chain holds one session",
+                session.shown(),
+                chain.shown()
+            )),
         }
     }
 }

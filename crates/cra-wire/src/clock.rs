@@ -90,13 +90,17 @@ pub fn format_timestamp(t: OffsetDateTime) -> String {
 }
 
 /// Reads an RFC 3339 timestamp (any offset, any number of fractional digits) as a UTC instant.
+/// A local time whose UTC instant is after year 9999 (`9999-12-31T23:30:00-01:00`) is refused,
+/// not a panic.
 pub fn parse_rfc3339(input: &str) -> Result<OffsetDateTime, TimestampError> {
-    OffsetDateTime::parse(input, &Rfc3339)
-        .map(|t| t.to_offset(UtcOffset::UTC))
-        .map_err(|e| TimestampError {
-            input: input.to_owned(),
-            reason: e.to_string(),
-        })
+    let error = |reason: String| TimestampError {
+        input: input.to_owned(),
+        reason,
+    };
+    let local = OffsetDateTime::parse(input, &Rfc3339).map_err(|e| error(e.to_string()))?;
+    local
+        .checked_to_offset(UtcOffset::UTC)
+        .ok_or_else(|| error("its UTC instant is after year 9999".to_owned()))
 }
 
 /// True when `s` is exactly in cra's emitted form `YYYY-MM-DDTHH:MM:SS.ffffffZ` and is a real instant.
@@ -125,6 +129,14 @@ mod tests {
         assert!(is_wire_timestamp("2024-12-28T12:00:00.000123Z"));
         assert!(!is_wire_timestamp("2024-12-28T12:00:00.000Z"));
         assert!(!is_wire_timestamp("2024-13-28T12:00:00.000000Z"));
+    }
+
+    #[test]
+    fn an_instant_beyond_year_9999_in_utc_is_refused_not_a_panic() {
+        assert!(parse_rfc3339("9999-12-31T23:30:00-01:00").is_err());
+        assert!(parse_rfc3339("9999-12-31T22:30:00-01:00").is_ok());
+        // Year -1 in UTC is within range.
+        assert!(parse_rfc3339("0000-01-01T00:30:00+01:00").is_ok());
     }
 
     #[test]

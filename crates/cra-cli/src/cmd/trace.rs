@@ -33,13 +33,16 @@ pub enum TraceCommand {
     /// first event, whose previous_event_hash must be 64 zeros) and its own hash, recomputed
     /// with the Appendix B algorithm (hash_mismatch). A line that is not a well-formed event
     /// (not JSON, a duplicate key anywhere, a missing or ill-typed field) is malformed_event.
+    /// Then its fields must follow TRACE §4.2: trace_version "1.0" (invalid_trace_version),
+    /// canonical UUID ids (invalid_id), an RFC 3339 timestamp with Z or ±hh:mm
+    /// (invalid_timestamp), and the first event's session_id throughout (session_mixed).
     ///
     /// Exit status: 0 valid, 2 invalid, 1 the input could not be read.
     ///
     /// With `-o json` one object is printed:
-    /// {"valid", "events", "first_error": {"sequence", "line", "code", "message"} | null},
-    /// plus "errors" (every finding) with --all. "sequence" is the sequence the chain expected
-    /// at that line; "line" is 1-based.
+    /// {"valid", "events", "first_error": {"sequence", "line", "code", "field"?, "message"} |
+    /// null}, plus "errors" (every finding) with --all. "sequence" is the sequence the chain
+    /// expected at that line; "line" is 1-based; "field" names the event field of a §4.2 code.
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
     /// Follow TRACE events live from a running server (WebSocket), resuming by itself.
@@ -266,12 +269,16 @@ pub fn verify(
 }
 
 fn finding_json(f: &Finding) -> Value {
-    json!({
+    let mut doc = json!({
         "sequence": f.sequence,
         "line": f.line,
         "code": f.code.as_str(),
         "message": f.message,
-    })
+    });
+    if let Some(field) = f.field {
+        doc["field"] = json!(field);
+    }
+    doc
 }
 
 /// The `-o json` document for `report`.

@@ -78,8 +78,8 @@ fn lifecycle_rules_are_opt_in() {
     // A hash-valid one-event chain whose first event is not session.started.
     use cra_trace::{ChainHead, EventDraft, seal};
     let draft = EventDraft {
-        trace_id: "t".into(),
-        span_id: "s".into(),
+        trace_id: "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d70".into(),
+        span_id: "0190f5d2-8a4e-7b3c-9d1e-100000000001".into(),
         parent_span_id: None,
         event_type: "policy.evaluated".into(),
         payload: serde_json::json!({"policy_id": "p", "result": "allow"}),
@@ -87,9 +87,9 @@ fn lifecycle_rules_are_opt_in() {
     let head = ChainHead::genesis();
     let e = seal(
         draft,
-        "sess",
+        "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71",
         &head,
-        "e".into(),
+        "0190f5d2-8a4e-7b3c-9d1e-000000000001".into(),
         "2026-01-01T00:00:00.000000Z".into(),
     );
     let text = format!("{}\n", serde_json::to_string(&e).unwrap());
@@ -154,6 +154,66 @@ fn a_tampered_chain_exits_2_with_the_first_error() {
         out.contains("not a valid chain (4 findings, 5 events read)"),
         "{out}"
     );
+}
+
+/// The example with `change` applied to the event at `k`, re-sealed from there on: its hashes
+/// and links are right, so only a §4.2 field rule can object.
+fn resealed_example(k: usize, change: impl FnOnce(&mut cra_trace::TraceEvent)) -> Vec<u8> {
+    let text = std::fs::read(example()).unwrap();
+    let mut events: Vec<cra_trace::TraceEvent> = text
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| cra_trace::parse_event_line(l).unwrap())
+        .collect();
+    change(&mut events[k]);
+    let mut previous = cra_trace::GENESIS_PREVIOUS_HASH.to_owned();
+    let mut out = Vec::new();
+    for e in &mut events {
+        e.previous_event_hash = previous;
+        e.event_hash = cra_trace::compute_event_hash(e);
+        previous = e.event_hash.clone();
+        out.extend_from_slice(serde_json::to_string(e).unwrap().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+#[test]
+fn a_linked_chain_that_breaks_section_4_2_exits_2_with_the_code_and_field() {
+    type Change = fn(&mut cra_trace::TraceEvent);
+    let cases: [(&str, &str, Change); 4] = [
+        ("invalid_trace_version", "trace_version", |e| {
+            e.trace_version = "2.0".into()
+        }),
+        ("invalid_id", "event_id", |e| e.event_id = "e-3".into()),
+        ("session_mixed", "session_id", |e| {
+            e.session_id = "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d99".into()
+        }),
+        ("invalid_timestamp", "timestamp", |e| {
+            e.timestamp = "2024-12-28T12:00:02.000000".into()
+        }),
+    ];
+    for (code, field, change) in cases {
+        let text = resealed_example(2, change);
+        let (exit, out, _) = run(&args(None, false, OutputFormat::Json), &text);
+        assert_eq!(exit, Exit::Negative, "{code}: {out}");
+        let doc: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(doc["valid"], false);
+        assert_eq!(doc["first_error"]["code"], code);
+        assert_eq!(doc["first_error"]["field"], field);
+        assert_eq!(doc["first_error"]["sequence"], 2);
+        assert_eq!(doc["first_error"]["line"], 3);
+        let (exit, out, _) = run(&args(None, false, OutputFormat::Text), &text);
+        assert_eq!(exit, Exit::Negative);
+        assert!(
+            out.contains(&format!("invalid: {code} at sequence 2 (line 3): {field}")),
+            "{out}"
+        );
+    }
+    // An offset timestamp is a valid form; chain findings carry no field.
+    let text = resealed_example(2, |e| e.timestamp = "2024-12-28T13:00:02.5+01:00".into());
+    let (exit, out, _) = run(&args(None, false, OutputFormat::Json), &text);
+    assert_eq!(exit, Exit::Success, "{out}");
 }
 
 #[test]

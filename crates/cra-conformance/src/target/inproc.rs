@@ -27,6 +27,9 @@ pub enum Mutation {
     HashFieldLeftOut,
     /// The verifier starts at event 1, as the spec's §4.4.2 loop does (errata: check event 0).
     VerifierSkipsEvent0,
+    /// The verifier checks integrity only and ignores the §4.2 field rules (`trace_version`,
+    /// UUID ids, one session, the timestamp form), as cra did before issue 22 item 11.
+    VerifierIgnoresEventFields,
     /// Canonical JSON for the TRACE hash keeps keys in insertion order.
     TraceKeysUnsorted,
     /// The Relay content hash is taken with `null` members kept.
@@ -121,17 +124,21 @@ impl InProcess {
                     json!({"event_hash": cra_wire::hash::sha256_hex(pre.as_bytes())}),
                 ))
             }
-            (Mutation::VerifierSkipsEvent0, "verify_chain") => {
+            (
+                Mutation::VerifierSkipsEvent0 | Mutation::VerifierIgnoresEventFields,
+                "verify_chain",
+            ) => {
                 let text = match cra_runtime::conformance::chain_text(args) {
                     Ok(t) => t,
                     Err(e) => return Some(Ok(cra_runtime::conformance::error_answer(&e))),
                 };
                 let report = cra_trace::verify_text_reference(text.as_bytes(), true);
-                let mut findings: Vec<cra_trace::Finding> = report
-                    .findings
-                    .into_iter()
-                    .filter(|f| f.line != 1)
-                    .collect();
+                let kept = |f: &cra_trace::Finding| match m {
+                    Mutation::VerifierSkipsEvent0 => f.line != 1,
+                    _ => f.field.is_none(),
+                };
+                let mut findings: Vec<cra_trace::Finding> =
+                    report.findings.into_iter().filter(kept).collect();
                 if args.get("all_errors").and_then(Value::as_bool) != Some(true) {
                     findings.truncate(1);
                 }

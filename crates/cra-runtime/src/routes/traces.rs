@@ -116,8 +116,13 @@ pub async fn get(
 pub struct VerifyFinding {
     /// The sequence where the chain first fails.
     pub sequence: u64,
-    /// `sequence_gap`, `chain_broken`, `invalid_genesis`, `hash_mismatch` or `malformed_event`.
+    /// `sequence_gap`, `chain_broken`, `invalid_genesis`, `hash_mismatch`, `malformed_event`, or
+    /// a TRACE §4.2 field rule: `invalid_trace_version`, `invalid_id`, `invalid_timestamp`,
+    /// `session_mixed` (specs/trace.md).
     pub code: String,
+    /// The event field a §4.2 rule found wrong (`event_id`, `timestamp`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     /// For people.
     pub message: String,
 }
@@ -135,7 +140,7 @@ pub struct VerifyResult {
     pub first_error: Option<VerifyFinding>,
 }
 
-/// Re-verifies a stored chain (sequence, links, Appendix B hashes).
+/// Re-verifies a stored chain (sequence, links, Appendix B hashes, §4.2 fields).
 #[utoipa::path(post, path = "/v1/traces/{session_id}/verify", tag = "traces",
     params(("session_id" = String, Path, description = "The session")),
     responses((status = 200, body = VerifyResult),
@@ -163,6 +168,7 @@ pub async fn verify(
         .map(|f| VerifyFinding {
             sequence: f.sequence,
             code: f.code.as_str().to_owned(),
+            field: f.field.map(str::to_owned),
             message: f.message.clone(),
         })
         .or(head_finding);
@@ -188,6 +194,7 @@ fn against_head(
         return Some(VerifyFinding {
             sequence: stored,
             code: "sequence_gap".to_owned(),
+            field: None,
             message: format!(
                 "the store's head records {} events but only {stored} are stored: events from sequence {stored} on are missing",
                 head.next_sequence
@@ -199,6 +206,7 @@ fn against_head(
         return Some(VerifyFinding {
             sequence: last.sequence,
             code: "chain_broken".to_owned(),
+            field: None,
             message: format!(
                 "the store's head names {} as the last hash, the last stored event has {}",
                 head.head_hash, last.event_hash

@@ -519,10 +519,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The session (a UUID, as TRACE §4.2 requires of a verifiable chain).
+    const S: &str = "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71";
+
     fn note(n: u64) -> PreparedDraft {
         PreparedDraft::new(EventDraft {
-            trace_id: "t".into(),
-            span_id: "s".into(),
+            trace_id: "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d70".into(),
+            span_id: "0190f5d2-8a4e-7b3c-9d1e-100000000001".into(),
             parent_span_id: None,
             event_type: "test.note".into(),
             payload: json!({ "n": n }),
@@ -542,21 +545,21 @@ mod tests {
     fn a_sealed_append_that_no_longer_links_is_refused_and_its_slot_forgets() {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbStore::open(dir.path()).unwrap();
-        store.append("s", vec![note(0).draft]).unwrap();
-        let first = store.append("s", vec![note(1).draft]).unwrap();
+        store.append(S, vec![note(0).draft]).unwrap();
+        let first = store.append(S, vec![note(1).draft]).unwrap();
         assert_eq!(first[0].sequence, 1);
 
         // Sealed onto genesis, as a slot that missed the two appends above would have.
         let (head, events, bodies) =
-            seal_all(store.config(), "s", HeadRecord::genesis(), vec![note(9)]).unwrap();
-        let slot = store.heads().slot("s");
+            seal_all(store.config(), S, HeadRecord::genesis(), vec![note(9)]).unwrap();
+        let slot = store.heads().slot(S);
         slot.lock().in_flight += 1;
         let answer = wait_for(|reply| {
             commit_batch(
                 store.database(),
                 store.config(),
                 vec![Append {
-                    session_id: "s".into(),
+                    session_id: S.into(),
                     work: Work::Sealed {
                         base: ChainHead::genesis(),
                         head,
@@ -576,10 +579,10 @@ mod tests {
             assert!(state.head.is_none());
             assert_eq!(state.in_flight, 0);
         }
-        verifies(&store, "s", 2);
-        let next = store.append("s", vec![note(2).draft]).unwrap();
+        verifies(&store, S, 2);
+        let next = store.append(S, vec![note(2).draft]).unwrap();
         assert_eq!(next[0].sequence, 2);
-        verifies(&store, "s", 3);
+        verifies(&store, S, 3);
     }
 
     /// While a slot does not know its head and appends of the session are queued, an append is
@@ -589,17 +592,15 @@ mod tests {
     fn a_slot_without_a_head_queues_drafts_for_the_committer() {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbStore::open(dir.path()).unwrap();
-        store
-            .append("s", vec![note(0).draft, note(1).draft])
-            .unwrap();
-        let slot = store.heads().slot("s");
+        store.append(S, vec![note(0).draft, note(1).draft]).unwrap();
+        let slot = store.heads().slot(S);
         {
             let mut state = slot.lock();
             state.head = None;
             // As if an append of the session were still queued.
             state.in_flight += 1;
         }
-        let sealed = store.append("s", vec![note(2).draft]).unwrap();
+        let sealed = store.append(S, vec![note(2).draft]).unwrap();
         assert_eq!(sealed[0].sequence, 2);
         {
             let mut state = slot.lock();
@@ -610,9 +611,9 @@ mod tests {
             assert_eq!(state.in_flight, 1);
             state.in_flight -= 1;
         }
-        let sealed = store.append("s", vec![note(3).draft]).unwrap();
+        let sealed = store.append(S, vec![note(3).draft]).unwrap();
         assert_eq!(sealed[0].sequence, 3);
         assert_eq!(slot.lock().head.as_ref().map(|h| h.next_sequence), Some(4));
-        verifies(&store, "s", 4);
+        verifies(&store, S, 4);
     }
 }

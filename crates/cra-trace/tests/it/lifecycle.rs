@@ -132,7 +132,7 @@ fn each_rule_has_its_code() {
     );
 
     let mut s = good();
-    s[2].1 = "z";
+    s[2].1 = "d";
     assert_eq!(findings(&s), [(2, Code::UnmatchedResolution)]);
 
     let mut s = good();

@@ -7,6 +7,7 @@
 )]
 
 mod diff;
+mod fields;
 mod fuzz_props;
 mod lifecycle;
 mod seal;

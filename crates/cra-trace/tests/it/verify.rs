@@ -317,34 +317,98 @@ fn respelled_payload() -> impl Strategy<Value = Value> {
         .prop_map(|m| Value::Object(m.into_iter().collect()))
 }
 
-/// A valid chain whose lines are spelled by `spell` (each line sealed with the reference hash).
-fn respelled_chain(events: &[(Value, Spelling)]) -> Vec<String> {
+/// Which §4.2 field rule the last event of a respelled chain breaks, if any (the chain is sealed
+/// either way, so only that rule can fail), or a valid way of writing the fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Valid, ids and timestamps as cra writes them.
+    Valid,
+    /// Valid, every id's first digit written `\u0030`-style (the quick path refuses escapes).
+    EscapedIds,
+    /// Valid, timestamps with a `+01:00` offset and nine fraction digits.
+    OffsetTimestamps,
+    Version,
+    EventId,
+    ParentId,
+    Session,
+    Timestamp,
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    prop::sample::select(vec![
+        Rule::Valid,
+        Rule::Valid,
+        Rule::Valid,
+        Rule::EscapedIds,
+        Rule::OffsetTimestamps,
+        Rule::Version,
+        Rule::EventId,
+        Rule::ParentId,
+        Rule::Session,
+        Rule::Timestamp,
+    ])
+}
+
+impl Rule {
+    /// The finding the verifier must report for a chain of `n` events, and nothing else.
+    fn finding(self, n: usize) -> Option<(u64, Code)> {
+        let last = n as u64 - 1;
+        match self {
+            Rule::Valid | Rule::EscapedIds | Rule::OffsetTimestamps => None,
+            Rule::Version => Some((last, Code::InvalidTraceVersion)),
+            Rule::EventId | Rule::ParentId => Some((last, Code::InvalidId)),
+            Rule::Session => (n > 1).then_some((last, Code::SessionMixed)),
+            Rule::Timestamp => Some((last, Code::InvalidTimestamp)),
+        }
+    }
+}
+
+/// A chain whose lines are spelled by `spell` (each line sealed with the reference hash), valid
+/// unless `rule` breaks a field rule in its last event.
+fn respelled_chain(events: &[(Value, Spelling)], rule: Rule) -> Vec<String> {
     const PLACEHOLDER: &str = "HHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHHH";
+    let id = |kind: u32, i: usize| format!("0190f5d2-8a4e-7b3c-9d1e-{kind}{i:011}");
     let mut previous = "0".repeat(64);
     let mut lines = Vec::new();
     for (i, (payload, sp)) in events.iter().enumerate() {
+        let broken = |r: Rule| rule == r && i + 1 == events.len();
         let mut event = serde_json::Map::new();
         event.insert("event_hash".into(), json!(PLACEHOLDER));
-        event.insert("event_id".into(), json!(format!("ev-{i}")));
+        let event_id = if broken(Rule::EventId) {
+            format!("ev-{i}")
+        } else {
+            id(0, i)
+        };
+        event.insert("event_id".into(), json!(event_id));
         event.insert("event_type".into(), json!("ext.é/custom"));
-        event.insert(
-            "parent_span_id".into(),
-            if i % 2 == 0 {
-                Value::Null
-            } else {
-                json!("sp/0")
-            },
-        );
+        let parent = if broken(Rule::ParentId) {
+            json!("sp/0")
+        } else if i % 2 == 0 {
+            Value::Null
+        } else {
+            json!(id(1, 0))
+        };
+        event.insert("parent_span_id".into(), parent);
         event.insert("payload".into(), payload.clone());
         event.insert("previous_event_hash".into(), json!(previous));
         event.insert("sequence".into(), json!(i));
-        event.insert("session_id".into(), json!("séance"));
-        event.insert("span_id".into(), json!(format!("sp/{i}")));
-        event.insert("timestamp".into(), json!("2024-12-28T12:00:00.000000Z"));
-        event.insert("trace_id".into(), json!("tr-1"));
-        event.insert("trace_version".into(), json!("1.0"));
+        let session = if broken(Rule::Session) { 9 } else { 8 };
+        event.insert("session_id".into(), json!(id(session, 0)));
+        event.insert("span_id".into(), json!(id(1, i)));
+        let timestamp = match rule {
+            _ if broken(Rule::Timestamp) => "2024-12-28T12:00:00.000000".to_owned(),
+            Rule::OffsetTimestamps => format!("2024-12-28T13:00:00.{i:09}+01:00"),
+            _ => "2024-12-28T12:00:00.000000Z".to_owned(),
+        };
+        event.insert("timestamp".into(), json!(timestamp));
+        event.insert("trace_id".into(), json!(id(2, 0)));
+        let version = if broken(Rule::Version) { "2.0" } else { "1.0" };
+        event.insert("trace_version".into(), json!(version));
         let mut line = String::new();
         spell(&Value::Object(event), *sp, &mut line);
+        if rule == Rule::EscapedIds {
+            line = line.replace("\"0190f5d2", "\"\\u0030190f5d2");
+        }
         let hash = compute_event_hash(&parse_event_line(line.as_bytes()).unwrap());
         lines.push(line.replacen(PLACEHOLDER, &hash, 1));
         previous = hash;
@@ -382,8 +446,8 @@ fn damage_lines(lines: &[String], damage: &[(u8, usize, u8)]) -> Vec<u8> {
 }
 
 /// The streaming verifier (its quick path, its general path, the reference fallback) against
-/// the reference reader on chains spelled by other writers and then damaged: same findings in
-/// both modes, every thread count and chunk size. The seed is printed; rerun a failure with
+/// the reference reader on chains spelled by other writers, some breaking one §4.2 field rule,
+/// and then damaged: same findings in both modes, every thread count and chunk size. The seed is printed; rerun a failure with
 /// `CRA_VERIFY_SEED=<seed>`.
 #[test]
 fn respelled_and_damaged_chains_verify_as_the_reference_says() {
@@ -409,13 +473,24 @@ fn respelled_and_damaged_chains_verify_as_the_reference_says() {
     );
     let strategy = (
         prop::collection::vec((respelled_payload(), spelling()), 1..8),
+        rule(),
         prop::collection::vec((any::<u8>(), any::<usize>(), any::<u8>()), 0..3),
     );
-    let result = runner.run(&strategy, |(events, damage)| {
-        let lines = respelled_chain(&events);
-        let valid = join(&lines);
-        let report = verify_all_ways(valid.as_bytes(), true);
-        prop_assert!(report.is_valid(), "{:?}", report.findings);
+    let result = runner.run(&strategy, |(events, rule, damage)| {
+        let lines = respelled_chain(&events, rule);
+        let sealed = join(&lines);
+        let report = verify_all_ways(sealed.as_bytes(), true);
+        let found: Vec<(u64, Code)> = report
+            .findings
+            .iter()
+            .map(|f| (f.sequence, f.code))
+            .collect();
+        prop_assert_eq!(
+            found,
+            rule.finding(events.len()).into_iter().collect::<Vec<_>>(),
+            "{:?}",
+            rule
+        );
         let damaged = damage_lines(&lines, &damage);
         verify_all_ways(&damaged, false);
         verify_all_ways(&damaged, true);

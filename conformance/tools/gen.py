@@ -653,6 +653,21 @@ def gen_relay_ops():
     fx("review-list-awaiting", "relay", "review", "L3", "List the packages awaiting review in a project", RV + ["Relay §11.4"], "pull",
        {"mode": "awaiting_review", "project_id": "proj_conf"}, {"packages": [{"package_id": draft["package_id"], "status": "awaiting_review"}]},
        setup=dict(S, packages=[draft, ok], steps=flag_step))
+    # Review gates (specs/relay.md "Review gates"): a human review is closed only by a human who
+    # is not the package's author. `as` sends the review as that fixture actor (--actor-token).
+    G = RV + ["specs/relay.md: Review gates", "Relay P5"]
+    fx("review-human-by-author-refused", "relay", "review", "L3", "The author cannot complete their own human review: 403 review_not_allowed", G, "review",
+       {"package_id": draft["package_id"], "outcome": "complete", "as": "jordan"}, {"error": "review_not_allowed", "status": 403},
+       setup=dict(S, packages=[draft], steps=flag_step))
+    fx("review-human-by-author-changes-nothing", "relay", "review", "L3", "After the author's refused review the package is still awaiting_review", G, "pull",
+       {"mode": "specific", "package_id": draft["package_id"]}, {"status": "awaiting_review", "review_type": "human", "content_hash": R.content_hash(flagged)},
+       setup=dict(S, packages=[draft], steps=flag_step + [{"operation": "review", "args": {"package_id": draft["package_id"], "outcome": "complete", "as": "jordan"}}]))
+    fx("review-human-by-agent-refused", "relay", "review", "L3", "An agent cannot close a human review: 403 review_not_allowed", G, "review",
+       {"package_id": draft["package_id"], "outcome": "revision_requested", "as": "agent-conf"}, {"error": "review_not_allowed", "status": 403},
+       setup=dict(S, packages=[draft], steps=flag_step))
+    fx("review-human-by-another-human", "relay", "review", "L3", "A human other than the author completes the human review", G, "review",
+       {"package_id": draft["package_id"], "outcome": "complete", "as": "riley"}, {"status": "complete", "review_type": "human", "content_hash": R.content_hash(dict(flagged, status="complete"))},
+       setup=dict(S, packages=[draft], steps=flag_step))
     fx("review-complete-frozen", "relay", "review", "L3", "A completed package never changes: re-deposit with other content is refused", RV + ["Relay §6.6", "Relay §10.1"],
        "deposit", {"package": dict(ok, title="edited")}, {"error": "duplicate_package_id", "status": 409}, setup=dict(S, packages=[ok]))
 

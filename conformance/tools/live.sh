@@ -5,7 +5,7 @@
 #
 # Starts the server on a free port with a fresh data directory, a settable clock and an API-keys
 # file holding one key per actor the fixtures use (admin, agent-conf, conformance-test-agent,
-# jordan), runs
+# jordan, riley), runs
 # `cra conformance run --target`, stops the server it started (by its pid) and exits with the
 # runner's status (0 all passed, 2 failures, 1 could not run).
 set -euo pipefail
@@ -14,7 +14,7 @@ shift || true
 work=$(mktemp -d)
 trap 'if [[ -n "${pid:-}" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 key() { printf 'cra_%s_%s' "$1" "$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"; }
-admin=$(key admin); agent=$(key agent); golden=$(key golden); jordan=$(key jordan)
+admin=$(key admin); agent=$(key agent); golden=$(key golden); jordan=$(key jordan); riley=$(key riley)
 cat > "$work/keys.toml" <<KEYS
 [[keys]]
 token = "$admin"
@@ -34,6 +34,11 @@ roles = ["agent"]
 [[keys]]
 token = "$jordan"
 actor_id = "jordan"
+actor_type = "human"
+roles = ["author"]
+[[keys]]
+token = "$riley"
+actor_id = "riley"
 actor_type = "human"
 roles = ["author"]
 KEYS
@@ -59,7 +64,7 @@ done
 set +e
 "$cra" conformance run --target "$url" --token "$admin" \
   --actor-token "agent-conf=$agent" --actor-token "conformance-test-agent=$golden" \
-  --actor-token "jordan=$jordan" "$@"
+  --actor-token "jordan=$jordan" --actor-token "riley=$riley" "$@"
 status=$?
 set -e
 exit "$status"

@@ -47,9 +47,13 @@ fn rate_used(state: &State, policy_id: &str, scope_key: &str, since: i64, until:
         .unwrap_or(0)
 }
 
-/// Checks every charge at `at_us` and records them all if all fit.
+/// Checks every charge at `at_us` and records them all if all fit. Charges on one counter given
+/// twice are counted together, as the durable stores do.
 fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
-    for c in charges {
+    for (i, c) in charges.iter().enumerate() {
+        let same_counter = charges[..i]
+            .iter()
+            .filter(|e| e.policy_id == c.policy_id && e.scope_key == c.scope_key);
         let (fits, used) = match &c.kind {
             ChargeKind::Rate {
                 max_calls,
@@ -64,7 +68,9 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
                     &c.scope_key,
                     at_us.saturating_sub(window_us),
                     at_us,
-                );
+                ) + same_counter
+                    .filter(|e| matches!(e.kind, ChargeKind::Rate { .. }))
+                    .count() as u64;
                 (used < *max_calls, used)
             }
             ChargeKind::Budget { max_units, units } => {
@@ -72,7 +78,15 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
                     .budget_spent
                     .get(&(c.policy_id.clone(), c.scope_key.clone()))
                     .copied()
-                    .unwrap_or(0);
+                    .unwrap_or(0)
+                    .saturating_add(
+                        same_counter
+                            .map(|e| match e.kind {
+                                ChargeKind::Budget { units, .. } => units,
+                                ChargeKind::Rate { .. } => 0,
+                            })
+                            .fold(0, u64::saturating_add),
+                    );
                 (spent.saturating_add(*units) <= *max_units, spent)
             }
         };

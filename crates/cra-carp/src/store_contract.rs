@@ -6,8 +6,8 @@
 use serde_json::Map;
 
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind,
-    ConsumeOutcome, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
+    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
 };
 use crate::types::{
     CARP_VERSION, Decision, DecisionType, ExecuteResponse, ExecuteStatus, Resolution,
@@ -24,6 +24,15 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     rate_counters(make().as_ref());
     budget_counters(make().as_ref());
     consume_is_all_or_nothing(make().as_ref());
+    charges_on_one_counter_in_one_call_count_together(make().as_ref());
+    consume_now_records_at_the_instant_it_returns(make().as_ref());
+    consume_now_counts_the_window_ending_at_the_store_clock(make().as_ref());
+    consume_now_is_all_or_nothing(make().as_ref());
+    a_claimed_key_is_in_flight_until_its_outcome_is_recorded(make().as_ref());
+    releasing_an_unfinished_claim_frees_its_key(make().as_ref());
+    a_key_with_a_recorded_execution_answers_it_after_release(make().as_ref());
+    leases_of_lists_exactly_the_owners_leases_in_id_order(make().as_ref());
+    release_removes_only_that_lease(make().as_ref());
     approvals(make().as_ref());
 }
 
@@ -405,4 +414,334 @@ fn approvals(s: &dyn CarpStore) {
         .unwrap();
     assert_eq!(rejected.status, ApprovalStatus::Rejected);
     assert!(s.list_pending_approvals().unwrap().is_empty());
+}
+
+/// Two charges on one `(policy, scope)` in one call are counted together: each fitting alone
+/// is not enough (else one execution could take more than the limit).
+fn charges_on_one_counter_in_one_call_count_together(s: &dyn CarpStore) {
+    let budget = |units| Charge {
+        policy_id: "b".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: ChargeKind::Budget {
+            max_units: 10,
+            units,
+        },
+    };
+    assert!(
+        matches!(
+            s.try_consume(&[budget(6), budget(6)], 1).unwrap(),
+            ConsumeOutcome::Refused { used: 6, .. }
+        ),
+        "6 + 6 units of a budget of 10 in one call must be refused at the second charge"
+    );
+    assert_eq!(
+        s.budget_spent("b", "global").unwrap(),
+        0,
+        "the refused call records nothing"
+    );
+    let limit = Charge {
+        policy_id: "rl".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: rate(1, 60),
+    };
+    assert!(
+        matches!(
+            s.try_consume(&[limit.clone(), limit], 10).unwrap(),
+            ConsumeOutcome::Refused { used: 1, .. }
+        ),
+        "two calls against a limit of one in one call must be refused"
+    );
+    assert_eq!(s.rate_count("rl", "global", 0, 100).unwrap(), 0);
+}
+
+/// Wall-clock time now, in Unix microseconds.
+fn wall_now_us() -> i64 {
+    crate::eval::unix_micros(time::OffsetDateTime::now_utc())
+}
+
+/// How far the store's clock may be from this process's: redb and the memory store read the
+/// clock they are given (here the system's); PostgreSQL reads the database's.
+const CLOCK_TOLERANCE_US: i64 = 300_000_000;
+
+fn hourly(policy_id: &str, max_calls: u64) -> Charge {
+    Charge {
+        policy_id: policy_id.to_owned(),
+        scope_key: "global".to_owned(),
+        kind: rate(max_calls, 3600),
+    }
+}
+
+/// `try_consume_now` counts the charge at the instant it returns, read from the store's clock,
+/// and the instants of one counter follow the order its charges were recorded in.
+fn consume_now_records_at_the_instant_it_returns(s: &dyn CarpStore) {
+    let clock = cra_wire::SystemClock;
+    let c = hourly("rl", 10);
+    let before = wall_now_us();
+    let (outcome, t1) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
+    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    assert!(
+        (t1 - before).abs() < CLOCK_TOLERANCE_US,
+        "the instant used ({t1}) is the store's clock, near now ({before})"
+    );
+    assert_eq!(
+        s.rate_count("rl", "global", t1 - 1, t1).unwrap(),
+        1,
+        "the charge is recorded at exactly the instant returned"
+    );
+    let (outcome, t2) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
+    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    assert!(
+        t2 >= t1,
+        "a later charge is not counted earlier ({t2} < {t1})"
+    );
+    assert_eq!(s.rate_count("rl", "global", t1 - 1, t2).unwrap(), 2);
+}
+
+/// The window of a `try_consume_now` charge ends at the store's clock: charges recorded inside
+/// `(now - window, now]` count against it, older ones do not; a refusal records nothing.
+fn consume_now_counts_the_window_ending_at_the_store_clock(s: &dyn CarpStore) {
+    let clock = cra_wire::SystemClock;
+    let c = hourly("rl", 2);
+    let now = wall_now_us();
+    // Two hours ago: outside the one-hour window. Half an hour ago: inside it.
+    for at in [now - 7_200_000_000, now - 1_800_000_000] {
+        assert_eq!(
+            s.try_consume(std::slice::from_ref(&c), at).unwrap(),
+            ConsumeOutcome::Consumed
+        );
+    }
+    let (outcome, t) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
+    assert_eq!(
+        outcome,
+        ConsumeOutcome::Consumed,
+        "one call in the window and a limit of two: the charge fits"
+    );
+    let (outcome, t_refused) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
+    assert!(
+        matches!(outcome, ConsumeOutcome::Refused { used: 2, .. }),
+        "two calls in the window (half an hour ago and now) fill a limit of two, got {outcome:?}"
+    );
+    assert_eq!(
+        s.rate_count("rl", "global", t - 3_600_000_000, t_refused.max(t))
+            .unwrap(),
+        2,
+        "the refused charge is not recorded"
+    );
+}
+
+/// `try_consume_now` records every charge or none, and names the first that did not fit.
+fn consume_now_is_all_or_nothing(s: &dyn CarpStore) {
+    let clock = cra_wire::SystemClock;
+    let budget = |max_units, units| Charge {
+        policy_id: "b".to_owned(),
+        scope_key: "agent:a".to_owned(),
+        kind: ChargeKind::Budget { max_units, units },
+    };
+    let (outcome, _) = s
+        .try_consume_now(&[hourly("rl", 5), budget(3, 2)], &clock)
+        .unwrap();
+    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    let (outcome, _) = s
+        .try_consume_now(&[hourly("rl", 5), budget(3, 2), hourly("rl2", 5)], &clock)
+        .unwrap();
+    assert!(
+        matches!(outcome, ConsumeOutcome::Refused { ref policy_id, used: 2, .. } if policy_id == "b"),
+        "2 + 2 units of a budget of 3 are refused, naming the budget: got {outcome:?}"
+    );
+    assert_eq!(
+        s.rate_count("rl", "global", 0, i64::MAX).unwrap(),
+        1,
+        "the charge that fitted before the refused one is not recorded"
+    );
+    assert_eq!(
+        s.rate_count("rl2", "global", 0, i64::MAX).unwrap(),
+        0,
+        "nor the one after it"
+    );
+    assert_eq!(s.budget_spent("b", "agent:a").unwrap(), 2);
+}
+
+fn lease(execution_id: &str, owner: &str, session_id: &str, key: Option<&str>) -> ExecutionLease {
+    ExecutionLease {
+        execution_id: execution_id.to_owned(),
+        owner: owner.to_owned(),
+        session_id: session_id.to_owned(),
+        agent_id: "agent-a".to_owned(),
+        idempotency_key: key.map(str::to_owned),
+        action_id: "payment.refund".to_owned(),
+        request_id: format!("req-{execution_id}"),
+        resolution_id: "res-1".to_owned(),
+        trace_id: "t1".to_owned(),
+        claimed_at: "2026-01-01T00:00:00.000000Z".to_owned(),
+    }
+}
+
+fn lease_ids(s: &dyn CarpStore, owner: &str) -> Vec<String> {
+    s.leases_of(owner)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.execution_id)
+        .collect()
+}
+
+/// Of two claims of one `(session, key)` the first wins; the second is told who holds it and
+/// records nothing. Keys are per session, and claims without a key never conflict.
+fn a_claimed_key_is_in_flight_until_its_outcome_is_recorded(s: &dyn CarpStore) {
+    assert_eq!(
+        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::InFlight {
+            execution_id: "e1".to_owned()
+        },
+        "a second claim of a key whose execution has no outcome is in flight"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e3", "r2", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::InFlight {
+            execution_id: "e1".to_owned()
+        },
+        "whichever server instance asks"
+    );
+    assert_eq!(
+        lease_ids(s, "r1"),
+        ["e1"],
+        "the refused claim left no lease"
+    );
+    assert!(lease_ids(s, "r2").is_empty());
+    assert_eq!(
+        s.get_execution_by_key("s1", "k").unwrap(),
+        None,
+        "a claimed key has no execution yet"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e4", "r1", "s2", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Claimed,
+        "idempotency keys are per session"
+    );
+    for id in ["e5", "e6"] {
+        assert_eq!(
+            s.claim_execution(&lease(id, "r1", "s1", None)).unwrap(),
+            ClaimOutcome::Claimed,
+            "claims without a key never conflict"
+        );
+    }
+    assert_eq!(lease_ids(s, "r1"), ["e1", "e4", "e5", "e6"]);
+}
+
+/// A claim released without an outcome (its charges were refused) gives its key back.
+fn releasing_an_unfinished_claim_frees_its_key(s: &dyn CarpStore) {
+    assert_eq!(
+        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    s.release_execution("e1").unwrap();
+    assert!(lease_ids(s, "r1").is_empty(), "release removes the lease");
+    assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), None);
+    assert_eq!(
+        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Claimed,
+        "the key of a released claim with no outcome can be claimed again"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e3", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::InFlight {
+            execution_id: "e2".to_owned()
+        },
+        "and is then held by the new claim"
+    );
+}
+
+/// Once the claiming execution's outcome is recorded, the key answers that execution: before
+/// and after its lease is released. The claim itself does not stop its own execution from being
+/// recorded under the key.
+fn a_key_with_a_recorded_execution_answers_it_after_release(s: &dyn CarpStore) {
+    assert_eq!(
+        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let first = execution("e1", "s1", Some("k"));
+    assert_eq!(
+        s.record_execution(&first).unwrap(),
+        first,
+        "the claiming execution records its outcome under its own key"
+    );
+    assert_eq!(
+        s.get_execution_by_key("s1", "k").unwrap(),
+        Some(first.clone())
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Finished(Box::new(first.clone())),
+        "a recorded outcome wins over the lease still held"
+    );
+    s.release_execution("e1").unwrap();
+    assert!(
+        lease_ids(s, "r1").is_empty(),
+        "no lease was added by the refused claim"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e3", "r1", "s1", Some("k")))
+            .unwrap(),
+        ClaimOutcome::Finished(Box::new(first.clone())),
+        "releasing a finished execution's lease keeps its key"
+    );
+    assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), Some(first));
+    assert!(lease_ids(s, "r1").is_empty());
+}
+
+/// `leases_of(owner)` answers that owner's leases, whole and ordered by execution id, and no
+/// other owner's.
+fn leases_of_lists_exactly_the_owners_leases_in_id_order(s: &dyn CarpStore) {
+    let a2 = lease("0002", "replica-a", "s1", Some("k2"));
+    let a1 = lease("0001", "replica-a", "s2", None);
+    let b = lease("0003", "replica-b", "s1", Some("k3"));
+    for l in [&a2, &b, &a1] {
+        assert_eq!(s.claim_execution(l).unwrap(), ClaimOutcome::Claimed);
+    }
+    assert_eq!(s.leases_of("replica-a").unwrap(), [a1, a2]);
+    assert_eq!(s.leases_of("replica-b").unwrap(), [b]);
+    assert!(s.leases_of("replica-c").unwrap().is_empty());
+    assert!(
+        s.leases_of("replica").unwrap().is_empty(),
+        "owners match exactly, not by prefix"
+    );
+}
+
+/// `release_execution` removes that lease only; releasing an absent lease changes nothing.
+fn release_removes_only_that_lease(s: &dyn CarpStore) {
+    for id in ["e1", "e2"] {
+        assert_eq!(
+            s.claim_execution(&lease(id, "r1", "s1", Some(id))).unwrap(),
+            ClaimOutcome::Claimed
+        );
+    }
+    s.release_execution("e1").unwrap();
+    assert_eq!(lease_ids(s, "r1"), ["e2"]);
+    s.release_execution("e1").unwrap();
+    s.release_execution("nope").unwrap();
+    assert_eq!(
+        lease_ids(s, "r1"),
+        ["e2"],
+        "releasing an absent lease is a no-op"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e9", "r1", "s1", Some("e2")))
+            .unwrap(),
+        ClaimOutcome::InFlight {
+            execution_id: "e2".to_owned()
+        },
+        "the other lease still holds its key"
+    );
 }

@@ -175,6 +175,16 @@ impl HttpTarget {
         } else {
             None
         };
+        self.call_with(method, path, body, token)
+    }
+
+    fn call_with(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        token: Option<&str>,
+    ) -> Result<(u16, Value), Fail> {
         // A string body is sent as is (to test unparsable bodies); anything else as JSON.
         let text = body.map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_owned));
         let (status, text) = self
@@ -192,7 +202,29 @@ impl HttpTarget {
     /// Calls a route; a missing route is `not_implemented`; an error status is folded into the
     /// answer as `status` beside the server's error body.
     fn route(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, Fail> {
-        let (status, value) = self.call(method.clone(), path, body)?;
+        self.route_as(method, path, body, None)
+    }
+
+    /// As [`HttpTarget::route`], sent with the token of `actor` when one is named (a step's `as`
+    /// argument) instead of the token the body's actor or the default token would choose.
+    fn route_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        actor: Option<&str>,
+    ) -> Result<Value, Fail> {
+        let (status, value) = match actor {
+            None => self.call(method.clone(), path, body)?,
+            Some(a) => {
+                let token = self.actor_tokens.get(a).ok_or_else(|| {
+                    Fail::Errored(format!(
+                        "the case acts as `{a}`: pass its token with --actor-token {a}=TOKEN"
+                    ))
+                })?;
+                self.call_with(method.clone(), path, body, Some(token))?
+            }
+        };
         // A missing route: 405, 501 `not_implemented`, or a 404 whose body is not one of the
         // protocol's specific not-found tokens (no body, or the generic `not_found`).
         let generic_404 = status == 404
@@ -300,10 +332,11 @@ impl HttpTarget {
                 &format!("/v1/packages/{}/flag", enc(&s("package_id"))),
                 Some(&strip(args, &["package_id"])),
             ),
-            "review" => self.route(
+            "review" => self.route_as(
                 Method::POST,
                 &format!("/v1/packages/{}/review", enc(&s("package_id"))),
-                Some(&strip(args, &["package_id"])),
+                Some(&strip(args, &["package_id", "as"])),
+                args.get("as").and_then(Value::as_str),
             ),
             "resolve" | "execute" => {
                 let answer = self.route(Method::POST, &format!("/v1/{op}"), args.get("request"))?;
@@ -372,6 +405,20 @@ impl HttpTarget {
         // archive route.
         let owner = first_created_by(&Value::Object(setup.clone()))
             .or_else(|| first_created_by(&fixture.input.args));
+        // The actors a step or the input acts as (`as`) are members too: a review gate is then
+        // what decides, not the project grant.
+        let mut members: Vec<String> = owner.into_iter().collect();
+        let steps = setup_steps(fixture).map_err(Fail::Errored)?;
+        for a in steps
+            .iter()
+            .map(|s| &s.args)
+            .chain(std::iter::once(&fixture.input.args))
+            .filter_map(|a| a.get("as").and_then(Value::as_str))
+        {
+            if !members.iter().any(|m| m == a) {
+                members.push(a.to_owned());
+            }
+        }
         for p in list(setup.get("projects")) {
             let id = p
                 .get("project_id")
@@ -379,8 +426,8 @@ impl HttpTarget {
                 .unwrap_or_default()
                 .to_owned();
             let mut body = strip(&p, &["archived_at"]);
-            if let Some(o) = &owner {
-                body["members"] = json!([o]);
+            if !members.is_empty() {
+                body["members"] = json!(members);
             }
             self.expect_ok(Method::POST, "/v1/projects", &body)?;
             if p.get("archived_at").is_some_and(|a| !a.is_null()) {

@@ -241,18 +241,35 @@ impl RelayWorld {
                 s(args, "note"),
                 &me,
             )),
-            // The reviewer is a human other than the fixtures' author (jordan), as over HTTP,
-            // where the review is sent with the runner's admin token: a human review is never
-            // closed by its author (specs/relay.md, "Review gates").
-            "review" => wire(r.review(
-                s(args, "package_id").unwrap_or_default(),
-                s(args, "outcome").unwrap_or_default(),
-                s(args, "note"),
-                &Actor {
-                    id: "admin".into(),
-                    actor_type: ActorType::Human,
-                },
-            )),
+            // The reviewer is the actor the case names (`as`, with that fixture actor's type),
+            // else a human other than the fixtures' author (jordan), as over HTTP, where the
+            // review is sent with the runner's admin token: a human review is never closed by
+            // its author (specs/relay.md, "Review gates").
+            "review" => {
+                let reviewer = match s(args, "as") {
+                    Some(id) => match crate::target::runtime::actor_type_of(id) {
+                        Some("agent") => Actor {
+                            id: id.into(),
+                            actor_type: ActorType::Agent,
+                        },
+                        Some(_) => Actor {
+                            id: id.into(),
+                            actor_type: ActorType::Human,
+                        },
+                        None => return Some(Err(format!("`as`: `{id}` is not a fixture actor"))),
+                    },
+                    None => Actor {
+                        id: "admin".into(),
+                        actor_type: ActorType::Human,
+                    },
+                };
+                wire(r.review(
+                    s(args, "package_id").unwrap_or_default(),
+                    s(args, "outcome").unwrap_or_default(),
+                    s(args, "note"),
+                    &reviewer,
+                ))
+            }
             "export_import" => return Some(self.export_import(args)),
             _ => return None,
         };

@@ -20,7 +20,16 @@ const ACTORS: &[(&str, &str, &str)] = &[
     ("agent-conf", "agent", "agent"),
     ("conformance-test-agent", "agent", "agent"),
     ("jordan", "human", "author"),
+    ("riley", "human", "author"),
 ];
+
+/// The type (`human`, `agent`) of a fixture actor, `None` for an actor the fixtures do not use.
+pub fn actor_type_of(actor: &str) -> Option<&'static str> {
+    ACTORS
+        .iter()
+        .find(|(id, _, _)| *id == actor)
+        .map(|(_, kind, _)| *kind)
+}
 
 /// A runtime reached through its router.
 pub struct RouterTransport {

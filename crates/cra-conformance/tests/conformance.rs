@@ -272,6 +272,19 @@ fn mutations_make_the_named_fixtures_fail() {
             ],
         ),
         (
+            Mutation::UnknownCapabilitiesDropped,
+            "resolve",
+            &[
+                "resolve-capability-unknown-partial",
+                "resolve-capability-unknown-deny",
+            ],
+        ),
+        (
+            Mutation::ResolutionAnySession,
+            "execute",
+            &["execute-resolution-of-another-session"],
+        ),
+        (
             Mutation::SupersessionNotClosing,
             "facts-supersession",
             &["fact-supersede-closes-old"],

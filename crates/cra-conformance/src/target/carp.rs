@@ -17,6 +17,12 @@ pub enum CarpMutation {
     DefaultAllow,
     /// An action some allow policy names is allowed even when a deny policy matches it.
     DenyNotBeatingAllow,
+    /// Required capabilities no atlas declares are dropped from the request before it is
+    /// resolved, as cra did before issue 22 item 6.
+    UnknownCapabilitiesDropped,
+    /// An execute may use a resolution made in another session of the same agent, as cra did
+    /// before issue 22 item 5.
+    ResolutionAnySession,
 }
 
 /// One case's CARP world.
@@ -25,6 +31,8 @@ pub struct CarpWorld {
     carp: Carp,
     manifests: Vec<Value>,
     mutation: Option<CarpMutation>,
+    /// The session each resolution was made in (for [`CarpMutation::ResolutionAnySession`]).
+    made_in: std::sync::Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for CarpWorld {
@@ -87,6 +95,7 @@ impl CarpWorld {
                 .map_err(|e| format!("setup session: {e:?}"))?;
         }
         Ok(Self {
+            made_in: std::sync::Mutex::default(),
             _dir: dir,
             carp,
             manifests,
@@ -97,16 +106,23 @@ impl CarpWorld {
     /// Performs one CARP verb; `None` when `op` is not one.
     pub fn perform(&self, op: &str, args: &Value) -> Option<Value> {
         let raw = args.get("request").cloned().unwrap_or(Value::Null);
-        let request = match op {
+        let mut request = match op {
             "resolve" | "execute" => match parse_request(&raw) {
                 Ok(r) => r,
                 Err(e) => return Some(error(&e)),
             },
             _ => return None,
         };
+        self.mutate_request(&mut request);
         Some(match op {
             "resolve" => match self.carp.resolve(&request, false, None) {
                 Ok(res) => {
+                    if let Ok(mut made_in) = self.made_in.lock() {
+                        made_in.insert(
+                            res.resolution_id.clone(),
+                            request.requester.session_id.clone(),
+                        );
+                    }
                     let mut v = serde_json::to_value(res).unwrap_or(Value::Null);
                     self.mutate(&mut v);
                     v
@@ -139,6 +155,44 @@ impl CarpWorld {
         })
     }
 
+    /// Applies the request-side defects: unknown capabilities dropped, or an execute moved into
+    /// the session its resolution was made in.
+    fn mutate_request(&self, request: &mut cra_carp::types::CarpRequest) {
+        match self.mutation {
+            Some(CarpMutation::UnknownCapabilitiesDropped) => {
+                let declared = self.declared_capabilities();
+                if let Some(caps) = request
+                    .task
+                    .as_mut()
+                    .and_then(|t| t.required_capabilities.as_mut())
+                {
+                    caps.retain(|c| declared.contains(c));
+                }
+            }
+            Some(CarpMutation::ResolutionAnySession) => {
+                let made_in = request.execution.as_ref().and_then(|e| {
+                    let sessions = self.made_in.lock().ok()?;
+                    sessions.get(&e.resolution_id).cloned()
+                });
+                if let Some(session) = made_in {
+                    request.requester.session_id = session;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every capability id the case's atlases declare.
+    fn declared_capabilities(&self) -> Vec<String> {
+        self.manifests
+            .iter()
+            .filter_map(|m| m.get("capabilities").and_then(Value::as_array))
+            .flatten()
+            .filter_map(|c| c.get("capability_id").and_then(Value::as_str))
+            .map(str::to_owned)
+            .collect()
+    }
+
     fn allow_patterns(&self) -> Vec<String> {
         self.manifests
             .iter()
@@ -159,8 +213,16 @@ impl CarpWorld {
             .collect()
     }
 
+    /// Applies the answer-side defects (default allow, deny not beating allow).
     fn mutate(&self, res: &mut Value) {
-        let Some(m) = self.mutation else { return };
+        let Some(m) = self.mutation.filter(|m| {
+            matches!(
+                m,
+                CarpMutation::DefaultAllow | CarpMutation::DenyNotBeatingAllow
+            )
+        }) else {
+            return;
+        };
         let allows = self.allow_patterns();
         let denied = res
             .get("denied_actions")
@@ -180,6 +242,9 @@ impl CarpWorld {
                 CarpMutation::DefaultAllow => pid == "default_deny",
                 CarpMutation::DenyNotBeatingAllow => {
                     pid != "default_deny" && cra_atlas::pattern::matches_any(&allows, aid)
+                }
+                CarpMutation::UnknownCapabilitiesDropped | CarpMutation::ResolutionAnySession => {
+                    false
                 }
             }
         });

@@ -40,6 +40,10 @@ pub enum Mutation {
     DefaultAllow,
     /// A deny does not beat an allow naming the same action.
     DenyNotBeatingAllow,
+    /// Required capabilities no atlas declares are silently dropped.
+    UnknownCapabilitiesDropped,
+    /// A resolution executes in any session of its agent.
+    ResolutionAnySession,
 }
 
 /// The in-process implementation.
@@ -286,6 +290,10 @@ impl InProcess {
             let m = match self.mutation {
                 Some(Mutation::DefaultAllow) => Some(CarpMutation::DefaultAllow),
                 Some(Mutation::DenyNotBeatingAllow) => Some(CarpMutation::DenyNotBeatingAllow),
+                Some(Mutation::UnknownCapabilitiesDropped) => {
+                    Some(CarpMutation::UnknownCapabilitiesDropped)
+                }
+                Some(Mutation::ResolutionAnySession) => Some(CarpMutation::ResolutionAnySession),
                 _ => None,
             };
             Some(CarpWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)

@@ -439,11 +439,11 @@ impl Carp {
         run: ClearedExecution,
         charges: &[crate::store::Charge],
     ) -> Result<ExecuteOutcome, CarpError> {
-        match self
+        let (claim, consumed) = self
             .store
-            .claim_execution(&self.lease(request, &run))
-            .map_err(store_err)?
-        {
+            .claim_and_consume_now(&self.lease(request, &run), charges, self.clock.as_ref())
+            .map_err(store_err)?;
+        match claim {
             ClaimOutcome::Claimed => {}
             ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),
             ClaimOutcome::InFlight { execution_id } => {
@@ -455,19 +455,7 @@ impl Carp {
                 ));
             }
         }
-        let consumed = self
-            .store
-            .try_consume_now(charges, self.clock.as_ref())
-            .map(|(outcome, _)| outcome);
-        let refusal = match &consumed {
-            Ok(outcome) => refusal_error(outcome),
-            Err(_) => None,
-        };
-        if consumed.is_err() || refusal.is_some() {
-            self.release_execution(&run.execution_id)?;
-        }
-        consumed.map_err(store_err)?;
-        match refusal {
+        match consumed.as_ref().and_then(refusal_error) {
             Some(e) => Ok(ExecuteOutcome::Answered(self.answer(
                 request,
                 &run.resolution_id,
@@ -492,13 +480,6 @@ impl Carp {
             trace_id: run.trace_id.clone(),
             claimed_at: format_timestamp(self.clock.now()),
         }
-    }
-
-    /// Removes an execution's lease once its outcome is recorded (or it will never run).
-    pub fn release_execution(&self, execution_id: &str) -> Result<(), CarpError> {
-        self.store
-            .release_execution(execution_id)
-            .map_err(store_err)
     }
 
     fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {

@@ -272,7 +272,7 @@ impl Relay {
             ));
         }
         check_attribution(
-            "created_by",
+            ["created_by.id", "created_by.type"],
             package.created_by_id(),
             package.created_by_type(),
             actor,
@@ -674,29 +674,21 @@ impl Relay {
 /// An actor may only write as itself (specs/relay.md, "Attribution"): the `id` and, when the
 /// input names one, the `type` of `created_by` / `asserted_by` must be the authenticated actor's.
 fn check_attribution(
-    field: &'static str,
+    [id_field, type_field]: [&'static str; 2],
     claimed_id: &str,
     claimed_type: Option<ActorType>,
     actor: &Actor,
 ) -> Result<(), RelayError> {
     if claimed_id != actor.id {
         return Err(RelayError::IdentityMismatch {
-            field: if field == "created_by" {
-                "created_by.id"
-            } else {
-                "asserted_by.id"
-            },
+            field: id_field,
             claimed: claimed_id.into(),
             actor: actor.id.clone(),
         });
     }
     match claimed_type {
         Some(t) if t != actor.actor_type => Err(RelayError::IdentityMismatch {
-            field: if field == "created_by" {
-                "created_by.type"
-            } else {
-                "asserted_by.type"
-            },
+            field: type_field,
             claimed: t.as_str().into(),
             actor: format!("{} ({})", actor.id, actor.actor_type.as_str()),
         }),
@@ -898,7 +890,12 @@ fn parse_fact_input(
         },
         Some(v) => match serde_json::from_value::<AssertedBy>(v.clone()) {
             Ok(a) => {
-                check_attribution("asserted_by", &a.id, Some(a.actor_type), actor)?;
+                check_attribution(
+                    ["asserted_by.id", "asserted_by.type"],
+                    &a.id,
+                    Some(a.actor_type),
+                    actor,
+                )?;
                 a
             }
             Err(e) => {

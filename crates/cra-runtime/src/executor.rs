@@ -11,9 +11,11 @@
 
 use std::time::Duration;
 
+use cra_carp::store::StoredResolution;
 use cra_carp::types::ExecuteError;
 use serde_json::{Value, json};
 
+use crate::atlases::AtlasState;
 use crate::config::HttpExecutorConfig;
 use crate::state::Runtime;
 
@@ -109,6 +111,25 @@ async fn run_http(
             details: Some(json!({"status": status, "body": value})),
         })
     }
+}
+
+/// The executor of `action_id` under the resolution `stored`: the one its resolve recorded (the
+/// atlas that offered the action names it), never another atlas's action of the same id. A
+/// resolution stored before origins were kept has none recorded; its action's executor is then
+/// the first loaded atlas's, as it was when that resolution was made.
+pub fn executor_of(
+    atlases: &AtlasState,
+    stored: Option<&StoredResolution>,
+    action_id: &str,
+) -> Option<String> {
+    if let Some(origin) = stored.and_then(|s| s.origins.get(action_id)) {
+        return origin.executor.clone();
+    }
+    atlases
+        .loaded
+        .iter()
+        .find_map(|a| a.action(action_id))
+        .and_then(|a| a.executor.clone())
 }
 
 impl Runtime {

@@ -106,19 +106,8 @@ fn close_one(
         Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    // The executor the resolution recorded for the action (as the execute ran it); the atlases
-    // in force only for a resolution stored before origins were kept.
-    let recorded = carp
-        .get_resolution(&lease.resolution_id)?
-        .and_then(|r| r.origins.get(&lease.action_id).cloned());
-    let executor = match recorded {
-        Some(origin) => origin.executor,
-        None => atlases
-            .loaded
-            .iter()
-            .find_map(|a| a.action(&lease.action_id))
-            .and_then(|a| a.executor.clone()),
-    };
+    let stored = carp.get_resolution(&lease.resolution_id)?;
+    let executor = crate::executor::executor_of(atlases, stored.as_ref(), &lease.action_id);
     let payload = Interrupted {
         execution_id: &lease.execution_id,
         action_id: &lease.action_id,
@@ -185,13 +174,8 @@ impl Runtime {
 
     /// Removes an execution's lease; a failure is logged (the next start closes the lease).
     pub async fn release_lease(&self, execution_id: &str) {
-        let carp = self.carp_service();
         let id = execution_id.to_owned();
-        let released = crate::error::run_blocking("the lease task failed", move || {
-            carp.release_execution(&id)
-        })
-        .await;
-        if !matches!(released, Ok(Ok(()))) {
+        if self.carp(move |s| s.release_execution(&id)).await.is_err() {
             tracing::warn!(%execution_id, "could not release an execution's lease");
         }
     }

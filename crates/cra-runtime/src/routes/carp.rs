@@ -11,12 +11,13 @@
 //! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
 //! `execution_id`) and the resolve's span as parent.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use cra_carp::eval::ExplainLevel;
+use cra_carp::eval::{CountersSnapshot, ExplainLevel};
 use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::types::{CarpRequest, ExecuteStatus, Operation, Resolution};
 use cra_carp::validate::{CarpError, parse_request};
@@ -239,7 +240,10 @@ pub async fn resolve(
     let (mut resolution, counters, record) = match result {
         Ok(p) => match p.record {
             Some(record) => (p.resolution, p.counters, record),
-            None => return answer_validate(&state, &request, &trace_id, p, explain).await,
+            None => {
+                let digests = atlases.digests();
+                return answer_validate(&state, &request, &trace_id, &digests, p, explain).await;
+            }
         },
         Err(e) => return Err(refuse(&state, &request, &trace_id, carp_error(e)).await),
     };
@@ -247,19 +251,8 @@ pub async fn resolve(
     let explain_data = resolution.explain.take();
     let digests = atlases.digests();
     let mut prepared = Vec::with_capacity(16);
-    let counters = (!counters.rate.is_empty() || !counters.budget.is_empty()).then_some(
-        // The counts the evaluation read, so that replay decides as this resolve did (errata:
-        // replay).
-        ReadCounters {
-            rate: &counters.rate,
-            budget: &counters.budget,
-        },
-    );
-    prepared.push(typed_draft(
-        &trace_id,
-        &span,
-        "carp.request.received",
-        &RequestReceived::new(&request, &digests, counters),
+    prepared.push(received_draft(
+        &trace_id, &span, &request, &digests, &counters,
     ));
     if let Some(ex) = &explain_data {
         for a in &ex.actions {
@@ -367,24 +360,14 @@ async fn answer_validate(
     state: &Runtime,
     request: &CarpRequest,
     trace_id: &str,
+    digests: &BTreeMap<String, String>,
     prepared: cra_carp::service::PreparedResolve,
     explain: bool,
 ) -> ApiResult<Response> {
     let mut resolution = prepared.resolution;
     let explained = resolution.explain.take();
     let span = resolution.resolution_id.clone();
-    let digests = state.atlases().digests();
-    let counters = &prepared.counters;
-    let read = (!counters.rate.is_empty() || !counters.budget.is_empty()).then_some(ReadCounters {
-        rate: &counters.rate,
-        budget: &counters.budget,
-    });
-    let received = typed_draft(
-        trace_id,
-        &span,
-        "carp.request.received",
-        &RequestReceived::new(request, &digests, read),
-    );
+    let received = received_draft(trace_id, &span, request, digests, &prepared.counters);
     let mut completion = completion_value(&resolution);
     completion["dry_run"] = Value::Bool(true);
     let completed = PreparedDraft::new(draft(
@@ -403,6 +386,27 @@ async fn answer_validate(
         resolution.explain = explained;
     }
     Ok(Json(resolution).into_response())
+}
+
+/// The `carp.request.received` event of a resolve or validate, with the counts its evaluation
+/// read (when it read any), so that replay decides as it did (errata: replay).
+fn received_draft(
+    trace_id: &str,
+    span: &str,
+    request: &CarpRequest,
+    digests: &BTreeMap<String, String>,
+    counters: &CountersSnapshot,
+) -> PreparedDraft {
+    let read = (!counters.rate.is_empty() || !counters.budget.is_empty()).then_some(ReadCounters {
+        rate: &counters.rate,
+        budget: &counters.budget,
+    });
+    typed_draft(
+        trace_id,
+        span,
+        "carp.request.received",
+        &RequestReceived::new(request, digests, read),
+    )
 }
 
 /// The `carp.request.received` payload: §4.3.2's required fields, then everything replay needs
@@ -546,26 +550,6 @@ fn completion_draft(
     }
 }
 
-/// The executor of `action_id` under the resolution `stored`: the one its resolve recorded (the
-/// atlas that offered the action names it), never another atlas's action of the same id. A
-/// resolution stored before origins were kept has none recorded; its action's executor is then
-/// the first loaded atlas's, as it was when that resolution was made.
-fn executor_of(
-    state: &Runtime,
-    stored: Option<&cra_carp::store::StoredResolution>,
-    action_id: &str,
-) -> Option<String> {
-    if let Some(origin) = stored.and_then(|s| s.origins.get(action_id)) {
-        return origin.executor.clone();
-    }
-    state
-        .atlases()
-        .loaded
-        .iter()
-        .find_map(|a| a.action(action_id))
-        .and_then(|a| a.executor.clone())
-}
-
 fn parameters_hash(parameters: &Value) -> String {
     cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
 }
@@ -661,7 +645,7 @@ pub async fn execute(
             if err.token().is_some_and(is_recorded_refusal) {
                 let execution_id = state.ids.new_id();
                 let mut drafts = vec![requested(&execution_id)];
-                // A repeat of a running execution's key waits, it breaks no rule.
+                // A repeat of a running execution's key is refused, but it breaks no rule.
                 let violated = err.token() != Some(Token::ExecutionInProgress);
                 drafts.extend(denied(
                     &execution_id,
@@ -751,7 +735,8 @@ pub async fn execute(
                 state.release_lease(&execution_id).await;
             }
             approved?;
-            let executor = executor_of(&state, stored.as_ref(), &exec.action_id);
+            let executor =
+                crate::executor::executor_of(&state.atlases(), stored.as_ref(), &exec.action_id);
             let outcome = state
                 .run_executor(
                     executor.as_deref(),

@@ -19,6 +19,8 @@
 //! Pure byte checks that allocate nothing unless a rule is broken: they run on every event of
 //! the verifier's hot path.
 
+use cra_wire::id::is_canonical_uuid_bytes;
+
 use crate::verify::Code;
 
 /// The values the rules read, decoded from JSON (escapes resolved).
@@ -57,11 +59,11 @@ pub(crate) fn faults(fields: &Fields<'_>) -> Vec<Fault> {
 #[inline]
 fn follows_every_rule(fields: &Fields<'_>) -> bool {
     matches!(fields.trace_version, b"1.0")
-        && is_uuid(fields.event_id)
-        && is_uuid(fields.trace_id)
-        && is_uuid(fields.span_id)
-        && fields.parent_span_id.is_none_or(is_uuid)
-        && is_uuid(fields.session_id)
+        && is_canonical_uuid_bytes(fields.event_id)
+        && is_canonical_uuid_bytes(fields.trace_id)
+        && is_canonical_uuid_bytes(fields.span_id)
+        && fields.parent_span_id.is_none_or(is_canonical_uuid_bytes)
+        && is_canonical_uuid_bytes(fields.session_id)
         && check_timestamp(fields.timestamp).is_ok()
 }
 
@@ -87,7 +89,7 @@ fn broken_rules(fields: &Fields<'_>) -> Vec<Fault> {
         ("session_id", Some(fields.session_id)),
     ];
     for (field, value) in ids {
-        if let Some(value) = value.filter(|v| !is_uuid(v)) {
+        if let Some(value) = value.filter(|v| !is_canonical_uuid_bytes(v)) {
             out.push(Fault {
                 code: Code::InvalidId,
                 field,
@@ -123,7 +125,7 @@ fn shown(value: &[u8]) -> String {
 
 /// A `session_id` as written: inline when it has a UUID's 36 bytes (so comparing the sessions of
 /// a valid chain allocates nothing), boxed otherwise.
-#[derive(Debug, Clone, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SessionText {
     Inline([u8; 36]),
     Other(Box<[u8]>),
@@ -150,79 +152,6 @@ impl SessionText {
     }
 }
 
-impl PartialEq for SessionText {
-    /// Byte equality; for two inline values a branch-free fold the compiler vectorises (the
-    /// verifier compares every event's session with the chain's).
-    #[inline]
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (SessionText::Inline(a), SessionText::Inline(b)) => {
-                a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-            }
-            _ => self.as_bytes() == other.as_bytes(),
-        }
-    }
-}
-
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// Whether every byte of `w` is a lowercase hex digit (`0-9`, `a-f`).
-#[inline]
-fn lower_hex_word(w: u64) -> bool {
-    if w & HI != 0 {
-        return false;
-    }
-    // Every byte is below 0x80, so adding at most 0x50 to each cannot carry into the next: the
-    // high bit of a byte of `w + (0x80 - c) * LO` is set exactly when the byte is >= c.
-    let at_least = |c: u64| w.wrapping_add(LO * (0x80 - c)) & HI;
-    let digit = at_least(0x30) & !at_least(0x3a);
-    let af = at_least(0x61) & !at_least(0x67);
-    digit | af == HI
-}
-
-/// Whether `b` is a UUID in canonical form: 36 bytes, `-` at 8, 13, 18 and 23, lowercase hex
-/// digits elsewhere (any version and variant).
-#[inline]
-pub(crate) fn is_uuid(b: &[u8]) -> bool {
-    let Ok(b) = <&[u8; 36]>::try_from(b) else {
-        return false;
-    };
-    let word = |i: usize| {
-        u64::from_le_bytes([
-            b[i],
-            b[i + 1],
-            b[i + 2],
-            b[i + 3],
-            b[i + 4],
-            b[i + 5],
-            b[i + 6],
-            b[i + 7],
-        ])
-    };
-    let halves = |i: usize, j: usize| {
-        u64::from_le_bytes([
-            b[i],
-            b[i + 1],
-            b[i + 2],
-            b[i + 3],
-            b[j],
-            b[j + 1],
-            b[j + 2],
-            b[j + 3],
-        ])
-    };
-    // The 32 digits: 0..8, 9..13 and 14..18, 19..23 and 24..28, 28..36.
-    b[8] == b'-'
-        && b[13] == b'-'
-        && b[18] == b'-'
-        && b[23] == b'-'
-        && lower_hex_word(word(0))
-        && lower_hex_word(halves(9, 14))
-        && lower_hex_word(halves(19, 24))
-        && lower_hex_word(word(28))
-}
-
 /// The value of the two ASCII digits at `at`, if they are digits.
 #[inline]
 fn two_digits(b: &[u8], at: usize) -> Option<u32> {
@@ -245,38 +174,15 @@ fn days_in_month(year: u32, month: u32) -> u32 {
 
 const SHAPE: &str = "it does not have that form";
 
-/// Whether the word `w` has ASCII digits in the byte lanes set in `lanes` (0xff each) and the
-/// bytes of `others` elsewhere.
-#[inline]
-fn digits_and(w: u64, lanes: u64, others: u64) -> bool {
-    let high_nibbles = w & 0xf0f0_f0f0_f0f0_f0f0 & lanes == 0x3030_3030_3030_3030 & lanes;
-    // A low nibble of 10 or more reaches 0x10 when 6 is added (and never carries out of its lane).
-    let low_nibbles = ((w & 0x0f0f_0f0f_0f0f_0f0f) + 0x0606_0606_0606_0606) & 0x1010_1010_1010_1010;
-    high_nibbles && low_nibbles & lanes == 0 && w & !lanes == others
-}
-
-/// Whether `h` is `DDDD-DD-DDTDD:DD:DD` (D an ASCII digit), three words at a time.
+/// Whether `h` is `DDDD-DD-DDTDD:DD:DD` (D an ASCII digit).
 #[inline]
 fn date_time_shape(h: &[u8; 19]) -> bool {
-    let word = |i: usize| {
-        u64::from_le_bytes([
-            h[i],
-            h[i + 1],
-            h[i + 2],
-            h[i + 3],
-            h[i + 4],
-            h[i + 5],
-            h[i + 6],
-            h[i + 7],
-        ])
-    };
-    // Little-endian lanes: byte i of each word is bits 8i..8i+8.
-    // `YYYY-MM-`: separators in lanes 4 and 7.
-    digits_and(word(0), 0x00ff_ff00_ffff_ffff, 0x2d00_002d_0000_0000)
-        // `DDTHH:MM`: `T` in lane 2, `:` in lane 5.
-        && digits_and(word(8), 0xffff_00ff_ff00_ffff, 0x0000_3a00_0054_0000)
-        // `HH:MM:SS`: `:` in lanes 2 and 5.
-        && digits_and(word(11), 0xffff_00ff_ff00_ffff, 0x0000_3a00_003a_0000)
+    h.iter().enumerate().all(|(i, &c)| match i {
+        4 | 7 => c == b'-',
+        10 => c == b'T',
+        13 | 16 => c == b':',
+        _ => c.is_ascii_digit(),
+    })
 }
 
 /// Checks a timestamp against the accepted form (see the module documentation); the error says
@@ -348,70 +254,6 @@ fn zone(b: &[u8], at: usize) -> Result<i64, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn uuids_are_what_cra_wire_calls_canonical() {
-        let good = b"0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71";
-        assert!(is_uuid(good));
-        // Every byte value at every position, against the plain definition.
-        for at in 0..36 {
-            for byte in 0..=255u8 {
-                let mut v = *good;
-                v[at] = byte;
-                let plain = std::str::from_utf8(&v).is_ok_and(cra_wire::id::is_canonical_uuid);
-                assert_eq!(is_uuid(&v), plain, "byte {byte:#x} at {at}");
-            }
-        }
-        for bad in [
-            &b""[..],
-            &good[..35],
-            b"0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d710",
-        ] {
-            assert!(!is_uuid(bad));
-        }
-        assert!(is_uuid(b"00000000-0000-0000-0000-000000000000"));
-        assert!(is_uuid(b"ffffffff-ffff-ffff-ffff-ffffffffffff"));
-    }
-
-    /// The date-time head checked a byte at a time: what `date_time_shape` must answer.
-    fn plain_shape(h: &[u8; 19]) -> bool {
-        h.iter().enumerate().all(|(i, &c)| match i {
-            4 | 7 => c == b'-',
-            10 => c == b'T',
-            13 | 16 => c == b':',
-            _ => c.is_ascii_digit(),
-        })
-    }
-
-    #[test]
-    fn the_word_shape_check_is_the_byte_check() {
-        let good = *b"2026-01-15T09:30:00";
-        assert!(date_time_shape(&good));
-        for at in 0..19 {
-            for byte in 0..=255u8 {
-                let mut h = good;
-                h[at] = byte;
-                assert_eq!(
-                    date_time_shape(&h),
-                    plain_shape(&h),
-                    "byte {byte:#x} at {at}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn inline_sessions_compare_by_every_byte() {
-        let a = SessionText::new(b"0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71");
-        assert_eq!(a, a.clone());
-        for at in 0..36 {
-            let mut b = *b"0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d71";
-            b[at] ^= 1;
-            assert_ne!(a, SessionText::new(&b), "{at}");
-        }
-        assert_ne!(a, SessionText::new(b"s"));
-        assert_eq!(SessionText::new(b"s"), SessionText::new(b"s"));
-    }
 
     #[test]
     fn accepted_timestamps() {

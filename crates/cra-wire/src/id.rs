@@ -63,7 +63,11 @@ impl IdGenerator for SequentialIds {
 
 /// True when `s` is a UUID in canonical form: 36 characters, lowercase hex, hyphens at 8-4-4-4-12.
 pub fn is_canonical_uuid(s: &str) -> bool {
-    let b = s.as_bytes();
+    is_canonical_uuid_bytes(s.as_bytes())
+}
+
+/// [`is_canonical_uuid`] of bytes as written (a verifier reads fields without decoding them).
+pub fn is_canonical_uuid_bytes(b: &[u8]) -> bool {
     b.len() == 36
         && b.iter().enumerate().all(|(i, c)| match i {
             8 | 13 | 18 | 23 => *c == b'-',

@@ -400,6 +400,27 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// [`ClaimOutcome::InFlight`] when another lease holds it; nothing changes then.
     fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, StoreError>;
 
+    /// [`CarpStore::claim_execution`], then, once claimed, [`CarpStore::try_consume_now`], as
+    /// one step: a refused charge (or a failure) leaves no claim behind. The consume's outcome
+    /// is `None` when nothing was claimed. The default makes the three calls (claim, consume,
+    /// release on refusal); a store with one write transaction per call (redb) does both in one.
+    fn claim_and_consume_now(
+        &self,
+        lease: &ExecutionLease,
+        charges: &[Charge],
+        clock: &dyn cra_wire::Clock,
+    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), StoreError> {
+        let claim = self.claim_execution(lease)?;
+        if claim != ClaimOutcome::Claimed {
+            return Ok((claim, None));
+        }
+        let consumed = self.try_consume_now(charges, clock).map(|(o, _)| o);
+        if !matches!(consumed, Ok(ConsumeOutcome::Consumed)) {
+            self.release_execution(&lease.execution_id)?;
+        }
+        Ok((claim, Some(consumed?)))
+    }
+
     /// Removes the lease of `execution_id`, and its key claim if no execution was recorded under
     /// it (a claim whose charges were refused). Removing an absent lease changes nothing.
     fn release_execution(&self, execution_id: &str) -> Result<(), StoreError>;

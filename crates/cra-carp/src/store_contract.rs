@@ -30,6 +30,7 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     consume_now_is_all_or_nothing(make().as_ref());
     a_claimed_key_is_in_flight_until_its_outcome_is_recorded(make().as_ref());
     releasing_an_unfinished_claim_frees_its_key(make().as_ref());
+    a_claim_whose_charge_is_refused_is_not_kept(make().as_ref());
     a_key_with_a_recorded_execution_answers_it_after_release(make().as_ref());
     leases_of_lists_exactly_the_owners_leases_in_id_order(make().as_ref());
     release_removes_only_that_lease(make().as_ref());
@@ -659,6 +660,53 @@ fn releasing_an_unfinished_claim_frees_its_key(s: &dyn CarpStore) {
         },
         "and is then held by the new claim"
     );
+}
+
+/// `claim_and_consume_now` is one step: a claimed execution's charges are consumed; a refused
+/// charge leaves neither the lease nor the key's claim, and a key held by another execution is
+/// answered without consuming anything.
+fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
+    let clock = cra_wire::SystemClock;
+    let once = [hourly("rl-claim", 1)];
+    let (claim, consumed) = s
+        .claim_and_consume_now(&lease("e1", "r1", "s1", Some("k1")), &once, &clock)
+        .unwrap();
+    assert_eq!(claim, ClaimOutcome::Claimed);
+    assert_eq!(consumed, Some(ConsumeOutcome::Consumed));
+    assert_eq!(lease_ids(s, "r1"), ["e1"]);
+    let (claim, consumed) = s
+        .claim_and_consume_now(&lease("e2", "r1", "s1", Some("k2")), &once, &clock)
+        .unwrap();
+    assert_eq!(claim, ClaimOutcome::Claimed);
+    assert!(
+        matches!(consumed, Some(ConsumeOutcome::Refused { .. })),
+        "the limit of one is spent: {consumed:?}"
+    );
+    assert_eq!(
+        lease_ids(s, "r1"),
+        ["e1"],
+        "the refused claim left no lease"
+    );
+    assert_eq!(
+        s.claim_execution(&lease("e3", "r1", "s1", Some("k2")))
+            .unwrap(),
+        ClaimOutcome::Claimed,
+        "nor its key's claim"
+    );
+    let (claim, consumed) = s
+        .claim_and_consume_now(&lease("e4", "r1", "s1", Some("k1")), &once, &clock)
+        .unwrap();
+    assert_eq!(
+        claim,
+        ClaimOutcome::InFlight {
+            execution_id: "e1".to_owned()
+        }
+    );
+    assert_eq!(
+        consumed, None,
+        "nothing is consumed for a key held elsewhere"
+    );
+    assert_eq!(s.rate_count("rl-claim", "global", 0, i64::MAX).unwrap(), 1);
 }
 
 /// Once the claiming execution's outcome is recorded, the key answers that execution: before

@@ -681,6 +681,26 @@ impl CarpStore for RedbStore {
         })
     }
 
+    fn claim_and_consume_now(
+        &self,
+        lease: &ExecutionLease,
+        charges: &[Charge],
+        clock: &dyn cra_wire::Clock,
+    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), CarpError> {
+        let bytes = encode(lease)?;
+        self.carp_write(|txn| {
+            let (claim, claimed) = claim_in(txn, lease, &bytes)?;
+            if !claimed {
+                return Ok(((claim, None), false));
+            }
+            // Read under the write lock, as `try_consume_now` does. A refused charge aborts the
+            // transaction, and the claim with it.
+            let at_us = unix_micros(clock.now());
+            let (outcome, consumed) = consume_in(txn, charges, at_us)?;
+            Ok(((claim, Some(outcome)), consumed))
+        })
+    }
+
     fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpError> {
         let bytes = encode(lease)?;
         self.carp_write(|txn| claim_in(txn, lease, &bytes))

@@ -137,6 +137,17 @@ macro_rules! forward {
             ) -> Result<cra_carp::store::ClaimOutcome, cra_carp::store::StoreError> {
                 self.store.claim_execution(l)
             }
+            fn claim_and_consume_now(
+                &self,
+                l: &cra_carp::store::ExecutionLease,
+                c: &[Charge],
+                clock: &dyn cra_wire::Clock,
+            ) -> Result<
+                (cra_carp::store::ClaimOutcome, Option<ConsumeOutcome>),
+                cra_carp::store::StoreError,
+            > {
+                self.store.claim_and_consume_now(l, c, clock)
+            }
             fn release_execution(&self, id: &str) -> Result<(), cra_carp::store::StoreError> {
                 self.store.release_execution(id)
             }

@@ -217,3 +217,100 @@ async fn only_the_owner_closes_its_cut_off_execute_postgres() {
         .await
         .unwrap();
 }
+
+/// The start-up recovery's two quiet cases, on the store directly: a lease whose execution was
+/// never approved (the server stopped before its executor could run) and one whose session's
+/// chain has already ended (nothing may follow `session.ended`) are both released, and neither
+/// writes an event; a lease of another owner is left alone.
+#[test]
+fn recovery_releases_unapproved_and_ended_leases_without_events() {
+    use cra_carp::CarpStore;
+    use cra_carp::store::ClaimOutcome;
+    use cra_trace::EventDraft;
+    use cra_trace::store::ChainStore;
+
+    const OPEN: &str = "0190f5d2-8a4e-7b3c-9d1e-5e5510000001";
+    const ENDED: &str = "0190f5d2-8a4e-7b3c-9d1e-5e5510000002";
+    let dir = tempfile::tempdir().unwrap();
+    let store = cra_store::RedbStore::open(dir.path()).unwrap();
+    let event = |span: &str, event_type: &str| EventDraft {
+        trace_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000001".into(),
+        span_id: span.into(),
+        parent_span_id: None,
+        event_type: event_type.into(),
+        payload: json!({}),
+    };
+    let lease = |id: &str, session: &str, owner: &str| cra_carp::store::ExecutionLease {
+        execution_id: id.into(),
+        owner: owner.into(),
+        session_id: session.into(),
+        agent_id: "ops-bot".into(),
+        idempotency_key: None,
+        action_id: "repo.get".into(),
+        request_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000002".into(),
+        resolution_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000003".into(),
+        trace_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000001".into(),
+        claimed_at: "2026-03-02T10:00:00.000000Z".into(),
+    };
+    // Session OPEN: execution e1 was requested but never approved.
+    let (e1, e2, e3) = (
+        "0190f5d2-8a4e-7b3c-9d1e-e00000000001",
+        "0190f5d2-8a4e-7b3c-9d1e-e00000000002",
+        "0190f5d2-8a4e-7b3c-9d1e-e00000000003",
+    );
+    store
+        .append(
+            OPEN,
+            vec![
+                event(OPEN, "session.started"),
+                event(e1, "action.requested"),
+            ],
+        )
+        .unwrap();
+    // Session ENDED: execution e2 was approved, then the session ended before its outcome.
+    store
+        .append(
+            ENDED,
+            vec![
+                event(ENDED, "session.started"),
+                event(e2, "action.approved"),
+                event(ENDED, "session.ended"),
+            ],
+        )
+        .unwrap();
+    for l in [
+        lease(e1, OPEN, "local"),
+        lease(e2, ENDED, "local"),
+        lease(e3, OPEN, "other"),
+    ] {
+        assert_eq!(store.claim_execution(&l).unwrap(), ClaimOutcome::Claimed);
+    }
+    let clock = FixedClock::parse(T0).unwrap();
+    let atlases = cra_runtime::atlases::AtlasState::empty();
+    let closed =
+        cra_runtime::inflight::close_interrupted(&store, &store, &atlases, &clock, "local")
+            .unwrap();
+    assert_eq!(closed, 0, "no outcome event could or should be written");
+    assert!(
+        store.leases_of("local").unwrap().is_empty(),
+        "both leases released"
+    );
+    assert_eq!(
+        store.leases_of("other").unwrap().len(),
+        1,
+        "another owner's lease stays"
+    );
+    let types = |sid: &str| -> Vec<String> {
+        store
+            .read_after(sid, None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event_type)
+            .collect()
+    };
+    assert_eq!(types(OPEN), ["session.started", "action.requested"]);
+    assert_eq!(
+        types(ENDED),
+        ["session.started", "action.approved", "session.ended"]
+    );
+}

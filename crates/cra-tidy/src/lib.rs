@@ -437,7 +437,8 @@ pub fn life_of_paths(doc: &str) -> Vec<(usize, &str)> {
     found
 }
 
-/// `span` without a trailing `()` when it is a path `cra_x::a::b` of at least two identifiers.
+/// `span` without a trailing `()` when it is a path `cra_x::a::b` of at least two identifiers
+/// whose last is not capitalised (types and constants are not functions, and are not checked).
 fn rust_path(span: &str) -> Option<&str> {
     let path = span.strip_suffix("()").unwrap_or(span);
     let mut segments = path.split("::");
@@ -448,14 +449,17 @@ fn rust_path(span: &str) -> Option<&str> {
             && s.chars().all(|c| c.is_alphanumeric() || c == '_')
     };
     let first = segments.next()?;
-    (first.starts_with("cra_") && path.contains("::") && ident(first) && segments.all(ident))
-        .then_some(path)
+    let last = path.rsplit("::").next()?;
+    let lowercase = !last.starts_with(|c: char| c.is_uppercase());
+    let shaped = first.starts_with("cra_") && path.contains("::") && lowercase;
+    (shaped && ident(first) && segments.all(ident)).then_some(path)
 }
 
 /// Rule 7. Invariant: every backticked path in the "The life of" sections of
 /// [`ARCHITECTURE`] names a function that exists: `cra_x::a::b::f` is `fn f` in
 /// `crates/cra-x/src/a/b.rs` (or `a/b/mod.rs`; the crate root is `lib.rs`), and
-/// `cra_x::a::Type::f` is `fn f` in `a.rs` (which must mention `Type`). `read` returns the text
+/// `cra_x::a::Type::f` is `fn f` in `a.rs` (which must mention `Type`). A path naming a module
+/// that exists (`cra_x::a::b`) is accepted too; capitalised names (types) are not checked. `read` returns the text
 /// of a file given its path relative to the repository root, or `None` if there is none.
 pub fn architecture_paths(doc: &str, read: impl Fn(&str) -> Option<String>) -> Vec<Violation> {
     let unresolved = life_of_paths(doc)
@@ -478,7 +482,8 @@ pub fn architecture_paths(doc: &str, read: impl Fn(&str) -> Option<String>) -> V
         .collect()
 }
 
-/// Whether `path` resolves as `module::function` or as `module::Type::method`.
+/// Whether `path` resolves as `module::function`, as `module::Type::method`, or names a module
+/// (a file) itself.
 fn resolves(path: &str, read: &impl Fn(&str) -> Option<String>) -> bool {
     let segments: Vec<&str> = path.split("::").collect();
     let function = segments.last().copied().unwrap_or_default();
@@ -489,7 +494,8 @@ fn resolves(path: &str, read: &impl Fn(&str) -> Option<String>) -> bool {
             .any(|text| has_fn(&text, function) && must_mention.is_none_or(|t| has_word(&text, t)))
     };
     let type_name = segments.len().checked_sub(2).and_then(|i| segments.get(i));
-    defines(1, None) || (segments.len() > 2 && defines(2, type_name.copied()))
+    let module = || module_files(path, 0).iter().any(|f| read(f).is_some());
+    defines(1, None) || (segments.len() > 2 && defines(2, type_name.copied())) || module()
 }
 
 /// Every file `path` could be defined in.
@@ -571,5 +577,10 @@ mod tests {
         assert_eq!(rust_path("cra_x"), None);
         assert_eq!(rust_path("serde::Deserialize"), None);
         assert_eq!(rust_path("cra_x::a::f(1)"), None);
+        assert_eq!(rust_path("cra_x::a::Carp"), None);
+        assert_eq!(
+            rust_path("cra_x::a::Carp::new"),
+            Some("cra_x::a::Carp::new")
+        );
     }
 }

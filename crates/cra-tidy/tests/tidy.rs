@@ -147,7 +147,15 @@ fn a_module_without_a_doc_is_reported() {
 
 #[test]
 fn protocol_crates_do_not_depend_on_the_product() {
-    let found = manifests().iter().flat_map(protocol_dependencies).collect();
+    let manifests = manifests();
+    for name in PROTOCOL_CRATES {
+        let present = manifests.iter().any(|m| m.name == name);
+        assert!(
+            present,
+            "no crate `{name}` found: update PROTOCOL_CRATES in cra-tidy"
+        );
+    }
+    let found = manifests.iter().flat_map(protocol_dependencies).collect();
     assert_kept(
         "protocol crates do not depend on store, runtime, cli or conformance",
         found,

@@ -1,0 +1,586 @@
+//! The repository's tidiness rules, checked as tests: `tests/tidy.rs` runs every rule here over
+//! the real tree (so `cargo test --workspace` enforces them) and over planted violations (so each
+//! rule is shown to be able to fail).
+//!
+//! Every checker is a pure function over paths and text and returns the [`Violation`]s it found;
+//! reading the repository is left to the tests. Paths are relative to the repository root and
+//! written with `/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// One broken rule: the file it is in and a message saying what is wrong and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The file (relative to the repository root), with `:LINE` when one line is at fault.
+    pub file: String,
+    /// What is wrong and what to do about it.
+    pub message: String,
+}
+
+impl Violation {
+    fn new(file: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            file: file.into(),
+            message: message.into(),
+        }
+    }
+
+    fn at(file: &str, line: usize, message: impl Into<String>) -> Self {
+        Self::new(format!("{file}:{line}"), message)
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.file, self.message)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 1: module docs
+
+/// Whether `path` is a crate root: `src/lib.rs`, `src/main.rs`, `src/bin/NAME.rs` or
+/// `src/bin/NAME/main.rs` of some crate.
+pub fn is_crate_root(path: &str) -> bool {
+    let Some((_, in_src)) = path.rsplit_once("src/") else {
+        return false;
+    };
+    match in_src.strip_prefix("bin/") {
+        Some(bin) => match bin.split_once('/') {
+            None => bin.ends_with(".rs"),
+            Some((_, rest)) => rest == "main.rs",
+        },
+        None => in_src == "lib.rs" || in_src == "main.rs",
+    }
+}
+
+/// Rule 1. Invariant: a Rust module file begins with a `//!` doc that says something; only blank
+/// lines may come before it, and in a crate root also inner attributes (`#![...]`, possibly over
+/// several lines).
+pub fn module_doc(path: &str, text: &str) -> Option<Violation> {
+    let root = is_crate_root(path);
+    let mut lines = text.lines().map(str::trim);
+    let mut attribute_depth = 0usize;
+    for line in lines.by_ref() {
+        if attribute_depth > 0 || (root && line.starts_with("#![")) {
+            attribute_depth = bracket_depth_after(attribute_depth, line);
+            continue;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(doc) = line.strip_prefix("//!") {
+            let said = !doc.trim().is_empty()
+                || lines
+                    .take_while(|l| l.starts_with("//!"))
+                    .any(|l| !l.trim_start_matches("//!").trim().is_empty());
+            return (!said).then(|| {
+                Violation::new(
+                    path,
+                    "the `//!` module doc is empty: say in a line or two what this module is for",
+                )
+            });
+        }
+        break;
+    }
+    Some(Violation::new(
+        path,
+        "does not begin with a `//!` module doc: add one (a line or two saying what this module \
+         is for) as its first lines",
+    ))
+}
+
+/// The `[`/`]` nesting depth after `line`, starting from `depth`.
+fn bracket_depth_after(depth: usize, line: &str) -> usize {
+    line.chars().fold(depth, |d, c| match c {
+        '[' => d + 1,
+        ']' => d.saturating_sub(1),
+        _ => d,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Manifests (rules 2 and 3)
+
+/// Which table of a manifest a dependency is listed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepKind {
+    /// `[dependencies]` (also under `[target.'cfg(..)']`).
+    Normal,
+    /// `[dev-dependencies]`.
+    Dev,
+    /// `[build-dependencies]`.
+    Build,
+}
+
+impl DepKind {
+    fn table(self) -> &'static str {
+        match self {
+            DepKind::Normal => "dependencies",
+            DepKind::Dev => "dev-dependencies",
+            DepKind::Build => "build-dependencies",
+        }
+    }
+}
+
+/// A parsed `Cargo.toml`: the package's name and the packages it lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Where it was read (relative to the repository root).
+    pub path: String,
+    /// `package.name`.
+    pub name: String,
+    /// Every listed dependency: the package's real name (`package = ".."` when renamed).
+    pub deps: Vec<(DepKind, String)>,
+}
+
+impl Manifest {
+    /// Parses the manifest at `path`; an unreadable one is a violation of every manifest rule.
+    pub fn parse(path: &str, text: &str) -> Result<Self, Violation> {
+        let doc: toml::Table = text
+            .parse()
+            .map_err(|e| Violation::new(path, format!("is not valid TOML ({e}): fix it")))?;
+        let name = doc
+            .get("package")
+            .and_then(|p| p.get("name"))
+            .and_then(toml::Value::as_str)
+            .ok_or_else(|| Violation::new(path, "has no `package.name`: give the crate a name"))?;
+        let mut deps = Vec::new();
+        let targets = doc.get("target").and_then(toml::Value::as_table);
+        let scopes = std::iter::once(&doc).chain(
+            targets
+                .into_iter()
+                .flat_map(|t| t.values().filter_map(toml::Value::as_table)),
+        );
+        for scope in scopes {
+            for kind in [DepKind::Normal, DepKind::Dev, DepKind::Build] {
+                deps.extend(listed(scope, kind).map(|dep| (kind, dep)));
+            }
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            deps,
+        })
+    }
+
+    fn normal_deps(&self) -> impl Iterator<Item = &str> {
+        self.deps
+            .iter()
+            .filter(|(k, _)| *k == DepKind::Normal)
+            .map(|(_, d)| d.as_str())
+    }
+}
+
+/// The real package names listed in `scope`'s table of `kind`.
+fn listed(scope: &toml::Table, kind: DepKind) -> impl Iterator<Item = String> + '_ {
+    let table = scope.get(kind.table()).and_then(toml::Value::as_table);
+    table.into_iter().flatten().map(|(key, spec)| {
+        spec.get("package")
+            .and_then(toml::Value::as_str)
+            .unwrap_or(key)
+            .to_owned()
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 2: protocol crates stay below the product
+
+/// The crates that implement the protocols themselves.
+pub const PROTOCOL_CRATES: [&str; 5] = [
+    "cra-wire",
+    "cra-trace",
+    "cra-atlas",
+    "cra-carp",
+    "cra-relay",
+];
+
+/// The crates built on the protocols, which the protocol crates must not know about.
+pub const PRODUCT_CRATES: [&str; 4] = ["cra-store", "cra-runtime", "cra-cli", "cra-conformance"];
+
+/// Rule 2. Invariant: no protocol crate ([`PROTOCOL_CRATES`]) lists a product crate
+/// ([`PRODUCT_CRATES`]) in its normal, dev or build dependencies.
+pub fn protocol_dependencies(manifest: &Manifest) -> Vec<Violation> {
+    if !PROTOCOL_CRATES.contains(&manifest.name.as_str()) {
+        return Vec::new();
+    }
+    let bad = manifest
+        .deps
+        .iter()
+        .filter(|(_, dep)| PRODUCT_CRATES.contains(&dep.as_str()));
+    bad.map(|(kind, dep)| {
+        Violation::new(
+            &manifest.path,
+            format!(
+                "`{}` is a protocol crate but lists `{dep}` in [{}]: protocol crates must not \
+                 depend on the product; move the code or test that needs `{dep}` into `{dep}` \
+                 (or a crate above it)",
+                manifest.name,
+                kind.table()
+            ),
+        )
+    })
+    .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 3: no dev-dependency cycles
+
+/// Rule 3. Invariant: no crate X lists as a dev-dependency a workspace crate Y that depends on X
+/// through normal dependencies (directly or transitively). A crate listing itself (to turn on
+/// its own test features) is not a cycle.
+pub fn dev_dependency_cycles(manifests: &[Manifest]) -> Vec<Violation> {
+    let graph: BTreeMap<&str, &Manifest> = manifests.iter().map(|m| (m.name.as_str(), m)).collect();
+    let mut found = Vec::new();
+    for m in manifests {
+        let dev = m.deps.iter().filter(|(k, _)| *k == DepKind::Dev);
+        for (_, dep) in dev.filter(|(_, d)| *d != m.name) {
+            if let Some(route) = normal_route(&graph, dep, &m.name) {
+                found.push(Violation::new(
+                    &m.path,
+                    format!(
+                        "`{}` dev-depends on `{dep}`, which depends on `{}` ({}): a \
+                         dev-dependency cycle; test through a crate below `{}` instead, or move \
+                         the tests that need `{dep}` into `{dep}`'s own tests",
+                        m.name,
+                        m.name,
+                        route.join(" -> "),
+                        m.name
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// A chain of normal dependencies from `from` to `to` (both included), if there is one.
+fn normal_route(graph: &BTreeMap<&str, &Manifest>, from: &str, to: &str) -> Option<Vec<String>> {
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![vec![from.to_owned()]];
+    while let Some(route) = stack.pop() {
+        let last = route.last()?.clone();
+        if last == to {
+            return Some(route);
+        }
+        let Some(manifest) = graph.get(last.as_str()) else {
+            continue;
+        };
+        for next in manifest.normal_deps().filter(|d| seen.insert(d.to_owned())) {
+            let mut longer = route.clone();
+            longer.push(next.to_owned());
+            stack.push(longer);
+        }
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 4: no crate-level lint allowances
+
+/// Rule 4. Invariant: a crate root has no crate-wide `#![allow(..)]` or `#![expect(..)]` (also
+/// not inside `#![cfg_attr(..)]`); lints are allowed item by item, with a reason.
+pub fn crate_level_allows(path: &str, text: &str) -> Vec<Violation> {
+    if !is_crate_root(path) {
+        return Vec::new();
+    }
+    let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+    lines
+        .filter(|(_, l)| {
+            let inner = l.strip_prefix("#![").unwrap_or("");
+            inner.starts_with("allow")
+                || inner.starts_with("expect")
+                || (inner.starts_with("cfg_attr")
+                    && (inner.contains("allow") || inner.contains("expect")))
+        })
+        .map(|(n, l)| {
+            Violation::at(
+                path,
+                n,
+                format!(
+                    "`{l}` silences lints for the whole crate: remove it and put \
+                     `#[allow(LINT, reason = \"..\")]` (or fix the code) on the items that need it"
+                ),
+            )
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 5: the README's layout table
+
+/// Rule 5. Invariant: the `## Layout` section of `README.md` names every crate directory under
+/// `crates/` (as `` `crates/NAME` ``) and no crate directory that does not exist.
+pub fn readme_layout(readme: &str, crate_dirs: &[&str]) -> Vec<Violation> {
+    const README: &str = "README.md";
+    let Some(section) = section(readme, "## Layout") else {
+        return vec![Violation::new(
+            README,
+            "has no `## Layout` section: add one with a table row per crate directory",
+        )];
+    };
+    let named: BTreeSet<&str> = section.into_iter().flat_map(crate_dirs_named).collect();
+    let existing: BTreeSet<&str> = crate_dirs.iter().copied().collect();
+    let missing = existing.difference(&named).map(|d| {
+        Violation::new(
+            README,
+            format!(
+                "the `## Layout` table has no row for `crates/{d}`: add one saying what it holds"
+            ),
+        )
+    });
+    let stale = named.difference(&existing).map(|d| {
+        Violation::new(
+            README,
+            format!(
+                "the `## Layout` table names `crates/{d}`, which is not a crate directory: \
+                 remove the row or correct the name"
+            ),
+        )
+    });
+    missing.chain(stale).collect()
+}
+
+/// The lines of the section starting at the line `heading`, up to the next heading of its level
+/// or above.
+fn section<'a>(text: &'a str, heading: &str) -> Option<Vec<&'a str>> {
+    let level = heading_level(heading)?;
+    let start = text.lines().position(|l| l.trim_end() == heading)?;
+    let body = text.lines().skip(start + 1);
+    Some(
+        body.take_while(|l| heading_level(l).is_none_or(|lv| lv > level))
+            .collect(),
+    )
+}
+
+/// The `#` count of a Markdown heading line.
+fn heading_level(line: &str) -> Option<usize> {
+    let hashes = line.chars().take_while(|c| *c == '#').count();
+    (hashes > 0 && line[hashes..].starts_with(' ')).then_some(hashes)
+}
+
+/// The `NAME`s of the `` `crates/NAME` `` spans of a table row.
+fn crate_dirs_named(line: &str) -> Vec<&str> {
+    if !line.trim_start().starts_with('|') {
+        return Vec::new();
+    }
+    backticked(line)
+        .filter_map(|s| s.trim_end_matches('/').strip_prefix("crates/"))
+        .filter(|d| !d.is_empty() && !d.contains('/'))
+        .collect()
+}
+
+/// The inline code spans (between single backticks) of `line`.
+fn backticked(line: &str) -> impl Iterator<Item = &str> {
+    line.split('`').skip(1).step_by(2)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 6: the service layer knows no HTTP
+
+/// What the service layer must not mention: HTTP crates and the `http` crate's paths.
+pub const HTTP_WORDS: [&str; 5] = ["axum", "hyper", "tower", "http::", "reqwest"];
+
+/// The directory of the service layer.
+pub const SERVICE_DIR: &str = "crates/cra-runtime/src/service";
+
+/// Rule 6. Invariant: no file of the service layer ([`SERVICE_DIR`]) mentions an HTTP crate
+/// ([`HTTP_WORDS`]), not even in a comment: the layer is called by the HTTP routes and by
+/// anything else, and knows nothing of how it was called.
+pub fn http_in_service<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Vec<Violation> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        for (n, line) in text.lines().enumerate() {
+            for word in HTTP_WORDS.iter().filter(|w| line.contains(*w)) {
+                found.push(Violation::at(
+                    path,
+                    n + 1,
+                    format!(
+                        "the service layer mentions `{word}`: it must not know about HTTP; move \
+                         this to the routes (crates/cra-runtime/src/routes) and pass plain values"
+                    ),
+                ));
+            }
+        }
+    }
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rule 7: the architecture document names functions that exist
+
+/// The architecture document.
+pub const ARCHITECTURE: &str = "docs/architecture.md";
+
+/// The backticked Rust paths (`cra_x::module::function`, optionally with `()`) of the sections
+/// of `doc` whose titles start with "The life of", with their line numbers.
+pub fn life_of_paths(doc: &str) -> Vec<(usize, &str)> {
+    let mut found = Vec::new();
+    let mut inside: Option<usize> = None;
+    let mut fenced = false;
+    for (n, line) in doc.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        if let Some(level) = heading_level(line).filter(|_| !fenced) {
+            let title = line[level..].trim();
+            if inside.is_some_and(|l| level <= l) || title.starts_with("The life of") {
+                inside = title.starts_with("The life of").then_some(level);
+            }
+            continue;
+        }
+        if inside.is_some() {
+            found.extend(backticked(line).filter_map(rust_path).map(|p| (n + 1, p)));
+        }
+    }
+    found
+}
+
+/// `span` without a trailing `()` when it is a path `cra_x::a::b` of at least two identifiers
+/// whose last is not capitalised (types and constants are not functions, and are not checked).
+fn rust_path(span: &str) -> Option<&str> {
+    let path = span.strip_suffix("()").unwrap_or(span);
+    let mut segments = path.split("::");
+    let ident = |s: &str| {
+        s.chars()
+            .next()
+            .is_some_and(|c| c.is_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+    };
+    let first = segments.next()?;
+    let last = path.rsplit("::").next()?;
+    let lowercase = !last.starts_with(|c: char| c.is_uppercase());
+    let shaped = first.starts_with("cra_") && path.contains("::") && lowercase;
+    (shaped && ident(first) && segments.all(ident)).then_some(path)
+}
+
+/// Rule 7. Invariant: every backticked path in the "The life of" sections of
+/// [`ARCHITECTURE`] names a function that exists: `cra_x::a::b::f` is `fn f` in
+/// `crates/cra-x/src/a/b.rs` (or `a/b/mod.rs`; the crate root is `lib.rs`), and
+/// `cra_x::a::Type::f` is `fn f` in `a.rs` (which must mention `Type`). A path naming a module
+/// that exists (`cra_x::a::b`) is accepted too; capitalised names (types) are not checked. `read` returns the text
+/// of a file given its path relative to the repository root, or `None` if there is none.
+pub fn architecture_paths(doc: &str, read: impl Fn(&str) -> Option<String>) -> Vec<Violation> {
+    let unresolved = life_of_paths(doc)
+        .into_iter()
+        .filter(|(_, path)| !resolves(path, &read));
+    unresolved
+        .map(|(n, path)| {
+            Violation::at(
+                ARCHITECTURE,
+                n,
+                format!(
+                    "`{path}` names no function: no `fn {}` in the module it names (see {}); \
+                     write the path of the module that defines it (re-exports do not count), or \
+                     fix the document",
+                    path.rsplit("::").next().unwrap_or(path),
+                    candidates(path).join(" or ")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Whether `path` resolves as `module::function`, as `module::Type::method`, or names a module
+/// (a file) itself.
+fn resolves(path: &str, read: &impl Fn(&str) -> Option<String>) -> bool {
+    let segments: Vec<&str> = path.split("::").collect();
+    let function = segments.last().copied().unwrap_or_default();
+    let defines = |drop: usize, must_mention: Option<&str>| {
+        module_files(path, drop)
+            .iter()
+            .filter_map(|f| read(f))
+            .any(|text| has_fn(&text, function) && must_mention.is_none_or(|t| has_word(&text, t)))
+    };
+    let type_name = segments.len().checked_sub(2).and_then(|i| segments.get(i));
+    let module = || module_files(path, 0).iter().any(|f| read(f).is_some());
+    defines(1, None) || (segments.len() > 2 && defines(2, type_name.copied())) || module()
+}
+
+/// Every file `path` could be defined in.
+fn candidates(path: &str) -> Vec<String> {
+    let method = path.matches("::").count() > 1;
+    let mut files = module_files(path, 1);
+    files.extend(method.then(|| module_files(path, 2)).into_iter().flatten());
+    files
+}
+
+/// The candidate files of the module named by `path` without its last `drop` segments.
+fn module_files(path: &str, drop: usize) -> Vec<String> {
+    let segments: Vec<&str> = path.split("::").collect();
+    let Some((krate, rest)) = segments.split_first() else {
+        return Vec::new();
+    };
+    let modules = &rest[..rest.len().saturating_sub(drop)];
+    let src = format!("crates/{}/src", krate.replace('_', "-"));
+    if modules.is_empty() {
+        return vec![format!("{src}/lib.rs")];
+    }
+    let module = modules.join("/");
+    vec![
+        format!("{src}/{module}.rs"),
+        format!("{src}/{module}/mod.rs"),
+    ]
+}
+
+/// Whether `text` has `fn NAME` with `NAME` a whole identifier.
+fn has_fn(text: &str, name: &str) -> bool {
+    text.match_indices("fn ").any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = &text[i + 3..];
+        before.is_none_or(|c| !is_ident_char(c))
+            && after
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.chars().next().is_none_or(|c| !is_ident_char(c)))
+    })
+}
+
+/// Whether `word` occurs in `text` as a whole identifier.
+fn has_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        before.is_none_or(|c| !is_ident_char(c)) && after.is_none_or(|c| !is_ident_char(c))
+    })
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crate_roots_are_recognised() {
+        assert!(is_crate_root("crates/a/src/lib.rs"));
+        assert!(is_crate_root("crates/a/src/main.rs"));
+        assert!(is_crate_root("crates/a/src/bin/x.rs"));
+        assert!(is_crate_root("crates/a/src/bin/x/main.rs"));
+        assert!(!is_crate_root("crates/a/src/bin/x/util.rs"));
+        assert!(!is_crate_root("crates/a/src/routes/lib.rs"));
+    }
+
+    #[test]
+    fn function_names_match_whole_identifiers() {
+        assert!(has_fn("pub fn resolve(x: u8)", "resolve"));
+        assert!(has_fn("fn resolve<T>()", "resolve"));
+        assert!(!has_fn("fn resolve_all()", "resolve"));
+        assert!(!has_fn("fn unresolve()", "resolve"));
+    }
+
+    #[test]
+    fn only_crate_paths_are_taken_from_backticks() {
+        assert_eq!(rust_path("cra_x::a::f()"), Some("cra_x::a::f"));
+        assert_eq!(rust_path("cra_x"), None);
+        assert_eq!(rust_path("serde::Deserialize"), None);
+        assert_eq!(rust_path("cra_x::a::f(1)"), None);
+        assert_eq!(rust_path("cra_x::a::Carp"), None);
+        assert_eq!(
+            rust_path("cra_x::a::Carp::new"),
+            Some("cra_x::a::Carp::new")
+        );
+    }
+}

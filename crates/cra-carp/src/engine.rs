@@ -1,0 +1,580 @@
+//! The CARP engine: the protocol's operations over a store, with no TRACE and no transport:
+//! sessions, resolve (and validate, its dry run), execute up to the point where an executor
+//! runs, and approvals. The runtime's governance core (`cra_runtime::service::carp`) calls it
+//! and records what it decides; the conformance runner's in-process target and the CLI's
+//! `cra resolve` call it directly. Every §3.6 rule is checked here in a fixed
+//! order, each with its own token; the rules themselves live in [`crate::validate`] and
+//! [`crate::execute`], evaluation in [`crate::eval`]. Time and ids are injected.
+
+use std::sync::Arc;
+
+use cra_wire::clock::format_timestamp;
+use cra_wire::{Clock, IdGenerator, Token};
+use serde_json::{Map, Value};
+
+use crate::eval::{
+    CountersSnapshot, ExplainLevel, ResolveOptions, resolve_with_origins, seconds_to_us,
+    unix_micros,
+};
+use crate::execute::{Authorization, authorize, refusal_error};
+use crate::index::AtlasSet;
+use crate::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ClaimOutcome, ExecutionLease,
+    ExecutionRecord, ResolveRecord, SessionRecord, StoreError, StoredResolution,
+};
+use crate::types::{
+    AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
+    ExecuteStatus, Operation, Resolution,
+};
+use crate::validate::{
+    CarpError, DEFAULT_MAX_SKEW_SECONDS, check_action_allowed, check_clock_skew,
+    check_request_id_new, check_resolution, check_session, compile_schema, execution_of,
+};
+
+/// Runtime knobs.
+#[derive(Debug, Clone)]
+pub struct CarpConfig {
+    /// `ttl_seconds` of resolutions.
+    pub ttl_seconds: u64,
+    /// Allowed clock skew of request timestamps.
+    pub max_skew_seconds: i64,
+}
+
+impl Default for CarpConfig {
+    fn default() -> Self {
+        Self {
+            ttl_seconds: crate::eval::DEFAULT_TTL_SECONDS,
+            max_skew_seconds: DEFAULT_MAX_SKEW_SECONDS,
+        }
+    }
+}
+
+fn store_err(e: StoreError) -> CarpError {
+    CarpError::new(Token::Unavailable, e.to_string())
+}
+
+/// An execution cleared to run: run the executor, then call [`Carp::finish_execution`].
+#[derive(Debug, Clone)]
+pub struct ClearedExecution {
+    /// The new execution's id.
+    pub execution_id: String,
+    /// The action.
+    pub action: AllowedAction,
+    /// Its parameters.
+    pub parameters: Value,
+    /// The resolution's trace id.
+    pub trace_id: String,
+    request_id: String,
+    resolution_id: String,
+    session_id: String,
+    idempotency_key: Option<String>,
+}
+
+/// What an execute request led to.
+#[derive(Debug, Clone)]
+pub enum ExecuteOutcome {
+    /// Cleared: counters consumed; the caller runs the executor.
+    Run(ClearedExecution),
+    /// Answered without running anything (denied, pending approval, or the first response of a
+    /// repeated idempotency key).
+    Answered(ExecuteResponse),
+}
+
+/// CARP over a store, an atlas set, a clock and an id generator.
+/// A resolve checked and evaluated but not yet recorded ([`Carp::prepare_resolve`]).
+#[derive(Debug, Clone)]
+pub struct PreparedResolve {
+    /// The answer (with `explain` when asked for).
+    pub resolution: Resolution,
+    /// The counters the evaluation read.
+    pub counters: CountersSnapshot,
+    /// What to record; `None` for a validate request, which records nothing.
+    pub record: Option<ResolveRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Carp {
+    store: Arc<dyn CarpStore>,
+    atlases: Arc<AtlasSet>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    config: CarpConfig,
+    owner: String,
+    session: Option<SessionRecord>,
+}
+
+/// The lease owner of a [`Carp`] not given one ([`Carp::with_owner`]).
+pub const DEFAULT_LEASE_OWNER: &str = "local";
+
+impl Carp {
+    /// Wires the parts together.
+    pub fn new(
+        store: Arc<dyn CarpStore>,
+        atlases: Arc<AtlasSet>,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+        config: CarpConfig,
+    ) -> Self {
+        Self {
+            store,
+            atlases,
+            clock,
+            ids,
+            config,
+            owner: DEFAULT_LEASE_OWNER.to_owned(),
+            session: None,
+        }
+    }
+
+    /// The same, with the requester's session as its caller already read it: the checks of a
+    /// request in that session use this record instead of reading the store again, so one
+    /// request is judged against one reading of its session.
+    #[must_use]
+    pub fn with_session(mut self, session: SessionRecord) -> Self {
+        self.session = Some(session);
+        self
+    }
+
+    /// The same, with executions leased to server instance `owner` ([`ExecutionLease::owner`]).
+    #[must_use]
+    pub fn with_owner(mut self, owner: &str) -> Self {
+        owner.clone_into(&mut self.owner);
+        self
+    }
+
+    /// The atlas set in force.
+    pub fn atlases(&self) -> &AtlasSet {
+        &self.atlases
+    }
+
+    /// Replaces the atlas set (hot reload); resolutions already made keep their content.
+    pub fn set_atlases(&mut self, atlases: Arc<AtlasSet>) {
+        self.atlases = atlases;
+    }
+
+    /// Opens a session for `agent_id` (with a given id, or a new UUIDv7).
+    pub fn open_session(
+        &self,
+        agent_id: &str,
+        session_id: Option<&str>,
+        parent_session_id: Option<&str>,
+    ) -> Result<SessionRecord, CarpError> {
+        let rec = SessionRecord {
+            session_id: session_id.map_or_else(|| self.ids.new_id(), str::to_owned),
+            agent_id: agent_id.to_owned(),
+            parent_session_id: parent_session_id.map(str::to_owned),
+            created_at: format_timestamp(self.clock.now()),
+            ended_at: None,
+        };
+        self.store.create_session(&rec).map_err(|e| match e {
+            StoreError::AlreadyExists { .. } => CarpError::new(Token::AlreadyExists, e.to_string()),
+            other => store_err(other),
+        })?;
+        Ok(rec)
+    }
+
+    /// Ends a session.
+    pub fn end_session(&self, session_id: &str) -> Result<SessionRecord, CarpError> {
+        self.store
+            .end_session(session_id, &format_timestamp(self.clock.now()))
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => {
+                    CarpError::new(Token::SessionNotFound, e.to_string())
+                }
+                other => store_err(other),
+            })
+    }
+
+    /// Clock skew, session and request id checks. With `record_id` the request id is recorded
+    /// as used now; without, it is only checked, and the caller records it with its result
+    /// (a resolve: [`CarpStore::record_resolve`], one write instead of two).
+    fn common_checks(
+        &self,
+        request: &CarpRequest,
+        record_id: bool,
+    ) -> Result<time::OffsetDateTime, CarpError> {
+        let now = self.clock.now();
+        check_clock_skew(request, now, self.config.max_skew_seconds)?;
+        let read;
+        let session = match &self.session {
+            Some(s) if s.session_id == request.requester.session_id => Some(s),
+            _ => {
+                read = self
+                    .store
+                    .get_session(&request.requester.session_id)
+                    .map_err(store_err)?;
+                read.as_ref()
+            }
+        };
+        check_session(request, session)?;
+        let (session_id, request_id) = (&request.requester.session_id, &request.request_id);
+        let fresh = if record_id {
+            self.store.insert_request_id(session_id, request_id)
+        } else {
+            self.store
+                .has_request_id(session_id, request_id)
+                .map(|seen| !seen)
+        }
+        .map_err(store_err)?;
+        check_request_id_new(request, fresh)?;
+        Ok(now)
+    }
+
+    /// Resolves (operation `resolve`) and stores the resolution and its approval, or evaluates
+    /// without storing anything (operation `validate`). `explain` attaches the explanation to the
+    /// answer (never to the stored copy).
+    pub fn resolve(
+        &self,
+        request: &CarpRequest,
+        explain: bool,
+        trace_id: Option<String>,
+    ) -> Result<Resolution, CarpError> {
+        self.resolve_recorded(request, explain, trace_id)
+            .map(|(res, _)| res)
+    }
+
+    /// As [`Carp::resolve`], also returning the counters the evaluation read, which a trace
+    /// records with the request so that replay evaluates against the same counts.
+    pub fn resolve_recorded(
+        &self,
+        request: &CarpRequest,
+        explain: bool,
+        trace_id: Option<String>,
+    ) -> Result<(Resolution, CountersSnapshot), CarpError> {
+        let prepared = self.prepare_resolve(request, ExplainLevel::full_if(explain), trace_id)?;
+        if let Some(record) = &prepared.record {
+            let fresh = self
+                .store
+                .record_resolve(
+                    &record.session_id,
+                    &record.request_id,
+                    &record.resolution,
+                    record.approval.as_ref(),
+                )
+                .map_err(store_err)?;
+            // A duplicate that raced past the check: refused, and nothing was written.
+            check_request_id_new(request, fresh)?;
+        }
+        Ok((prepared.resolution, prepared.counters))
+    }
+
+    /// Checks and evaluates a resolve (or validate) request without writing anything: the
+    /// caller records [`PreparedResolve::record`] itself, with [`CarpStore::record_resolve`] or
+    /// together with the resolve's trace events ([`crate::store::ResolveLog`]), and must refuse
+    /// the request as a duplicate when that finds the request id already used.
+    pub fn prepare_resolve(
+        &self,
+        request: &CarpRequest,
+        explain: ExplainLevel,
+        trace_id: Option<String>,
+    ) -> Result<PreparedResolve, CarpError> {
+        if request.operation == Operation::Execute {
+            return Err(CarpError::new(
+                Token::InvalidRequest,
+                "this is an execute request; send it to execute",
+            ));
+        }
+        let now = self.common_checks(request, request.operation == Operation::Validate)?;
+        let counters = CountersSnapshot::load(self.store.as_ref(), &self.atlases, request, now)
+            .map_err(store_err)?;
+        let options = ResolveOptions {
+            ttl_seconds: self.config.ttl_seconds,
+            explain,
+            trace_id,
+        };
+        let (res, origins) = resolve_with_origins(
+            request,
+            &self.atlases,
+            &counters,
+            now,
+            self.ids.as_ref(),
+            &options,
+        )
+        .map_err(|e| CarpError::new(e.token(), e.to_string()))?;
+        if request.operation == Operation::Validate {
+            return Ok(PreparedResolve {
+                resolution: res,
+                counters,
+                record: None,
+            });
+        }
+        let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
+        let stored = StoredResolution::stored_form(&res);
+        let approval = match (&res.decision.kind, &res.decision.approval_id) {
+            (DecisionType::RequiresApproval, Some(approval_id)) => Some(ApprovalRecord {
+                approval_id: approval_id.clone(),
+                resolution_id: res.resolution_id.clone(),
+                session_id: request.requester.session_id.clone(),
+                agent_id: request.requester.agent_id.clone(),
+                actions: res
+                    .allowed_actions
+                    .iter()
+                    .filter(|a| a.requires_confirmation)
+                    .map(|a| a.action_id.to_string())
+                    .collect(),
+                created_at: res.timestamp.clone(),
+                expires_at_us,
+                status: ApprovalStatus::Pending,
+                decided_by: None,
+                decided_at: None,
+                note: None,
+            }),
+            _ => None,
+        };
+        let record = ResolveRecord {
+            session_id: request.requester.session_id.clone(),
+            request_id: request.request_id.clone(),
+            resolution: StoredResolution {
+                resolution: stored,
+                session_id: request.requester.session_id.clone(),
+                agent_id: request.requester.agent_id.clone(),
+                expires_at_us,
+                origins: res
+                    .allowed_actions
+                    .iter()
+                    .zip(origins)
+                    .map(|(a, o)| (a.action_id.to_string(), o))
+                    .collect(),
+            },
+            approval,
+        };
+        Ok(PreparedResolve {
+            resolution: res,
+            counters,
+            record: Some(record),
+        })
+    }
+
+    fn answer(
+        &self,
+        request: &CarpRequest,
+        resolution_id: &str,
+        trace_id: &str,
+        status: ExecuteStatus,
+        error: Option<&CarpError>,
+    ) -> ExecuteResponse {
+        ExecuteResponse {
+            carp_version: CARP_VERSION.to_owned(),
+            execution_id: self.ids.new_id(),
+            request_id: request.request_id.clone(),
+            resolution_id: resolution_id.to_owned(),
+            timestamp: format_timestamp(self.clock.now()),
+            status,
+            result: None,
+            error: error.map(|e| ExecuteError {
+                code: e.token.as_str().to_owned(),
+                message: e.message.clone(),
+                details: (!e.errors.is_empty()).then(|| serde_json::json!({ "errors": e.errors })),
+            }),
+            trace_id: trace_id.to_owned(),
+            extra: Map::new(),
+        }
+    }
+
+    /// Runs every check of an execute request and, when it may run, consumes its rate-limit and
+    /// budget charges. Malformed or rule-breaking requests are `Err` (with their token); denials
+    /// by a policy (limit exhausted, approval rejected, outside a window) and pending approvals
+    /// are answered as responses with status `denied` / `pending_approval`.
+    pub fn execute(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
+        let exec = execution_of(request)?;
+        let now = self.common_checks(request, true)?;
+        if let Some(key) = &exec.idempotency_key
+            && let Some(first) = self
+                .store
+                .get_execution_by_key(&request.requester.session_id, key)
+                .map_err(store_err)?
+        {
+            return Ok(ExecuteOutcome::Answered(first.response));
+        }
+        let stored = self
+            .store
+            .get_resolution(&exec.resolution_id)
+            .map_err(store_err)?;
+        let resolution = check_resolution(request, stored.as_ref(), unix_micros(now))?;
+        let action = check_action_allowed(request, resolution)?;
+        let compiled;
+        let validator = match self.compiled_validator(action) {
+            Some(v) => v,
+            None => {
+                compiled = compile_schema(&action.action_id, &action.parameters_schema)?;
+                &compiled
+            }
+        };
+        let approval = match &resolution.decision.approval_id {
+            Some(id) if action.requires_confirmation => {
+                self.store.get_approval(id).map_err(store_err)?
+            }
+            _ => None,
+        };
+        let rid = resolution.resolution_id.clone();
+        let tid = resolution.trace_id.clone();
+        match authorize(
+            request,
+            resolution,
+            action,
+            validator,
+            approval.as_ref(),
+            now,
+        )? {
+            Authorization::PendingApproval { approval_id } => {
+                let e = CarpError::new(
+                    Token::ApprovalPending,
+                    format!("approval {approval_id} is still pending; retry once it is granted"),
+                );
+                Ok(ExecuteOutcome::Answered(self.answer(
+                    request,
+                    &rid,
+                    &tid,
+                    ExecuteStatus::PendingApproval,
+                    Some(&e),
+                )))
+            }
+            Authorization::Denied(e) => Ok(ExecuteOutcome::Answered(self.answer(
+                request,
+                &rid,
+                &tid,
+                ExecuteStatus::Denied,
+                Some(&e),
+            ))),
+            Authorization::Proceed { action, charges } => {
+                let run = ClearedExecution {
+                    execution_id: self.ids.new_id(),
+                    action,
+                    parameters: exec.parameters.clone(),
+                    trace_id: tid,
+                    request_id: request.request_id.clone(),
+                    resolution_id: rid,
+                    session_id: request.requester.session_id.clone(),
+                    idempotency_key: exec.idempotency_key.clone(),
+                };
+                self.claim_and_consume(request, run, &charges)
+            }
+        }
+    }
+
+    /// Claims the execution's lease (and idempotency key) before anything runs, then consumes
+    /// its charges at the store's instant; a refused charge releases the claim again.
+    fn claim_and_consume(
+        &self,
+        request: &CarpRequest,
+        run: ClearedExecution,
+        charges: &[crate::store::Charge],
+    ) -> Result<ExecuteOutcome, CarpError> {
+        let (claim, consumed) = self
+            .store
+            .claim_and_consume_now(&self.lease(request, &run), charges, self.clock.as_ref())
+            .map_err(store_err)?;
+        match claim {
+            ClaimOutcome::Claimed => {}
+            ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),
+            ClaimOutcome::InFlight { execution_id } => {
+                return Err(CarpError::new(
+                    Token::ExecutionInProgress,
+                    format!(
+                        "execution {execution_id} with this idempotency key is still running; retry with the same key to get its outcome"
+                    ),
+                ));
+            }
+        }
+        match consumed.as_ref().and_then(refusal_error) {
+            Some(e) => Ok(ExecuteOutcome::Answered(self.answer(
+                request,
+                &run.resolution_id,
+                &run.trace_id,
+                ExecuteStatus::Denied,
+                Some(&e),
+            ))),
+            None => Ok(ExecuteOutcome::Run(run)),
+        }
+    }
+
+    fn lease(&self, request: &CarpRequest, run: &ClearedExecution) -> ExecutionLease {
+        ExecutionLease {
+            execution_id: run.execution_id.clone(),
+            owner: self.owner.clone(),
+            session_id: run.session_id.clone(),
+            agent_id: request.requester.agent_id.clone(),
+            idempotency_key: run.idempotency_key.clone(),
+            action_id: run.action.action_id.to_string(),
+            request_id: run.request_id.clone(),
+            resolution_id: run.resolution_id.clone(),
+            trace_id: run.trace_id.clone(),
+            claimed_at: format_timestamp(self.clock.now()),
+        }
+    }
+
+    fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {
+        self.atlases.atlases().iter().find_map(|a| {
+            let i = *a.action_index.get(action.action_id.as_str())?;
+            let c = &a.actions[i];
+            (c.allowed.parameters_schema == action.parameters_schema).then_some(&c.validator)
+        })
+    }
+
+    /// Records the executor's outcome and returns the response. With an idempotency key, the
+    /// first recorded response wins (a concurrent duplicate gets the first one back).
+    pub fn finish_execution(
+        &self,
+        run: ClearedExecution,
+        outcome: Result<Value, ExecuteError>,
+    ) -> Result<ExecuteResponse, CarpError> {
+        let (status, result, error) = match outcome {
+            Ok(v) => (ExecuteStatus::Success, Some(v), None),
+            Err(e) => (ExecuteStatus::Error, None, Some(e)),
+        };
+        let response = ExecuteResponse {
+            carp_version: CARP_VERSION.to_owned(),
+            execution_id: run.execution_id.clone(),
+            request_id: run.request_id,
+            resolution_id: run.resolution_id,
+            timestamp: format_timestamp(self.clock.now()),
+            status,
+            result,
+            error,
+            trace_id: run.trace_id,
+            extra: Map::new(),
+        };
+        let rec = self
+            .store
+            .record_execution(&ExecutionRecord {
+                execution_id: run.execution_id,
+                session_id: run.session_id,
+                idempotency_key: run.idempotency_key,
+                response,
+            })
+            .map_err(store_err)?;
+        Ok(rec.response)
+    }
+
+    /// Grants or rejects a pending approval once.
+    pub fn decide_approval(
+        &self,
+        approval_id: &str,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+    ) -> Result<ApprovalRecord, CarpError> {
+        self.store
+            .decide_approval(
+                approval_id,
+                decision,
+                decided_by,
+                note,
+                &format_timestamp(self.clock.now()),
+            )
+            .map_err(|e| match e {
+                StoreError::NotFound { .. } => {
+                    CarpError::new(Token::ApprovalNotFound, e.to_string())
+                }
+                StoreError::AlreadyDecided { .. } => {
+                    CarpError::new(Token::AlreadyExists, e.to_string())
+                }
+                other => store_err(other),
+            })
+    }
+
+    /// Every pending approval.
+    pub fn pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
+        self.store.list_pending_approvals().map_err(store_err)
+    }
+}

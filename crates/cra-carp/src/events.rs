@@ -1,0 +1,755 @@
+//! The TRACE events of CARP's operations, one struct per payload (CRA §4.3 and our errata), and
+//! the one way to turn a payload into an event: [`Span::event`]. A payload's struct names its
+//! event type ([`Payload::EVENT_TYPE`]), so a type and its payload cannot drift apart, and no
+//! `json!` literal builds a payload. The runtime's governance core
+//! (`cra_runtime::service::carp`) and `cra resolve --record` ([`crate::replay::resolve_drafts`])
+//! both record a resolve with [`resolve_events`] / [`validate_events`], so a chain written
+//! locally has the server's events, payloads and spans.
+//!
+//! Field names and `null`s are the wire's: an `Option` member without `skip_serializing_if` is
+//! written as `null`, as the specification's examples have it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use cra_trace::{EventDraft, PreparedDraft};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::eval::{CounterEntry, CountersSnapshot};
+use crate::explain::{Explain, Outcome};
+use crate::types::{CarpRequest, ExecuteError, Operation, Resolution};
+
+/// A TRACE payload and the event type it is the payload of.
+pub trait Payload: Serialize {
+    /// The event's `event_type`.
+    const EVENT_TYPE: &'static str;
+}
+
+/// Where an operation's events go: its trace, its span and the span it continues.
+#[derive(Debug, Clone, Copy)]
+pub struct Span<'a> {
+    /// The trace (a resolve's, shared by the executes under it).
+    pub trace_id: &'a str,
+    /// This operation's span.
+    pub span_id: &'a str,
+    /// The span this one continues (an execute's parent is its resolve).
+    pub parent: Option<&'a str>,
+}
+
+impl<'a> Span<'a> {
+    /// A span with no parent.
+    pub fn root(trace_id: &'a str, span_id: &'a str) -> Self {
+        Self {
+            trace_id,
+            span_id,
+            parent: None,
+        }
+    }
+
+    /// The same trace and parent, another span.
+    pub fn with_span(self, span_id: &'a str) -> Self {
+        Self { span_id, ..self }
+    }
+
+    /// The event recording `payload`: written straight into its TRACE canonical form (no
+    /// `Value` tree is made, walked and dropped). A payload the canonical writer refuses (two
+    /// members with one name, possible only through a request's unknown extras) goes through a
+    /// `Value`, where the later member wins, as serde_json has it.
+    pub fn event<P: Payload>(&self, payload: &P) -> PreparedDraft {
+        match cra_wire::canonical::to_trace_canonical(payload) {
+            Ok(text) => PreparedDraft::from_canonical(self.draft(P::EVENT_TYPE, Value::Null), text),
+            Err(_) => PreparedDraft::new(self.draft(
+                P::EVENT_TYPE,
+                serde_json::to_value(payload).unwrap_or(Value::Null),
+            )),
+        }
+    }
+
+    /// [`Span::event`] as a plain draft with its payload as a value, for appends that take
+    /// those.
+    pub fn draft_of<P: Payload>(&self, payload: &P) -> EventDraft {
+        self.event(payload).into_draft()
+    }
+
+    fn draft(&self, event_type: &str, payload: Value) -> EventDraft {
+        EventDraft {
+            trace_id: self.trace_id.to_owned(),
+            span_id: self.span_id.to_owned(),
+            parent_span_id: self.parent.map(str::to_owned),
+            event_type: event_type.to_owned(),
+            payload,
+        }
+    }
+}
+
+/// `carp.request.received` of a resolve or validate: §4.3.2's required fields, then everything
+/// replay needs (errata): the whole request, the digests of the atlases evaluated, and the
+/// counts the evaluation read (when it read any).
+#[derive(Debug, Serialize)]
+pub struct RequestReceived<'a> {
+    request_id: &'a str,
+    operation: Operation,
+    goal: Option<&'a str>,
+    atlas_ids: &'a Option<Vec<String>>,
+    request: &'a CarpRequest,
+    atlas_digests: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counters: Option<ReadCounters<'a>>,
+}
+
+impl Payload for RequestReceived<'_> {
+    const EVENT_TYPE: &'static str = "carp.request.received";
+}
+
+impl<'a> RequestReceived<'a> {
+    /// The payload for `request`, evaluated against atlases of `atlas_digests` with `counters`.
+    pub fn new(
+        request: &'a CarpRequest,
+        atlas_digests: &'a BTreeMap<String, String>,
+        counters: &'a CountersSnapshot,
+    ) -> Self {
+        let read = !counters.rate.is_empty() || !counters.budget.is_empty();
+        Self {
+            request_id: &request.request_id,
+            operation: request.operation,
+            goal: request.task.as_ref().map(|t| t.goal.as_str()),
+            atlas_ids: &request.atlas_ids,
+            request,
+            atlas_digests,
+            counters: read.then_some(ReadCounters {
+                rate: &counters.rate,
+                budget: &counters.budget,
+            }),
+        }
+    }
+}
+
+/// The rate and budget counts a resolve's evaluation read.
+#[derive(Debug, Serialize)]
+struct ReadCounters<'a> {
+    rate: &'a [CounterEntry],
+    budget: &'a [CounterEntry],
+}
+
+/// `carp.request.received` of a request refused by a rule before it was evaluated: the request
+/// as received, without digests or counters (nothing was evaluated).
+#[derive(Debug, Serialize)]
+pub struct RefusedRequestReceived<'a> {
+    /// The request's id.
+    pub request_id: &'a str,
+    /// `resolve` or `validate`.
+    pub operation: &'a str,
+    /// The task's goal, when the request has a task.
+    pub goal: Option<&'a str>,
+    /// The request as received.
+    pub request: &'a CarpRequest,
+}
+
+impl Payload for RefusedRequestReceived<'_> {
+    const EVENT_TYPE: &'static str = "carp.request.received";
+}
+
+/// `carp.request.rejected`: the refusal's token and message.
+#[derive(Debug, Serialize)]
+pub struct RequestRejected<'a> {
+    /// The request's id.
+    pub request_id: &'a str,
+    /// The refusal's token.
+    pub error: &'a str,
+    /// The refusal's message.
+    pub message: &'a str,
+    /// Always `rejected`.
+    pub decision: &'static str,
+}
+
+impl Payload for RequestRejected<'_> {
+    const EVENT_TYPE: &'static str = "carp.request.rejected";
+}
+
+/// `policy.evaluated`: which policy decided an action, and how.
+#[derive(Debug, Serialize)]
+pub struct PolicyEvaluated<'a> {
+    /// The action.
+    pub action_id: &'a str,
+    /// The atlas that offers it.
+    pub atlas_id: &'a str,
+    /// The deciding policy.
+    pub policy_id: &'a str,
+    /// Its outcome.
+    pub result: Outcome,
+}
+
+impl Payload for PolicyEvaluated<'_> {
+    const EVENT_TYPE: &'static str = "policy.evaluated";
+}
+
+/// `context.injected`: a context block's identity and the hash of its content.
+#[derive(Debug, Serialize)]
+pub struct ContextInjected<'a> {
+    /// The block.
+    pub block_id: &'a str,
+    /// Its source.
+    pub source: &'a str,
+    /// Its media type.
+    pub content_type: &'a str,
+    /// Its priority.
+    pub priority: i64,
+    /// §4.3's name for the estimate.
+    pub token_count: u64,
+    /// The resolution's name for it.
+    pub token_estimate: u64,
+    /// `sha256:` of the content.
+    pub content_hash: String,
+}
+
+impl Payload for ContextInjected<'_> {
+    const EVENT_TYPE: &'static str = "context.injected";
+}
+
+/// `approval.requested`: the approval and the actions it gates.
+#[derive(Debug, Serialize)]
+pub struct ApprovalRequested<'a> {
+    /// The approval.
+    pub approval_id: &'a str,
+    /// The resolution that opened it.
+    pub resolution_id: &'a str,
+    /// The gated actions.
+    pub actions: Vec<&'a str>,
+}
+
+impl Payload for ApprovalRequested<'_> {
+    const EVENT_TYPE: &'static str = "approval.requested";
+}
+
+/// `carp.resolution.completed`: §4.3.2's required fields, then the full resolution replay
+/// compares against (errata); `dry_run: true` on a validate's.
+#[derive(Debug, Serialize)]
+pub struct ResolutionCompleted<'a> {
+    resolution_id: &'a str,
+    decision_type: &'a str,
+    allowed_count: usize,
+    denied_count: usize,
+    context_block_count: usize,
+    ttl_seconds: u64,
+    decision: &'a str,
+    resolution: &'a Resolution,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_run: Option<bool>,
+}
+
+impl Payload for ResolutionCompleted<'_> {
+    const EVENT_TYPE: &'static str = "carp.resolution.completed";
+}
+
+impl<'a> ResolutionCompleted<'a> {
+    /// The completion of `resolution`; `dry_run` for a validate's.
+    pub fn new(resolution: &'a Resolution, dry_run: bool) -> Self {
+        let kind = resolution.decision.kind.as_str();
+        Self {
+            resolution_id: &resolution.resolution_id,
+            decision_type: kind,
+            allowed_count: resolution.allowed_actions.len(),
+            denied_count: resolution.denied_actions.len(),
+            context_block_count: resolution.context_blocks.len(),
+            ttl_seconds: resolution.ttl_seconds,
+            decision: kind,
+            resolution,
+            dry_run: dry_run.then_some(true),
+        }
+    }
+
+    /// The event, its payload written as canonical text around `canonical`, the resolution's
+    /// own canonical form (the bytes the agent is answered with): the resolution is serialised
+    /// once per resolve. Members in key order, each as the canonical writer writes it. Without
+    /// a canonical form (its unknown extras repeat a member's name) the payload goes through
+    /// [`Span::event`].
+    pub fn event_around(&self, span: &Span<'_>, canonical: Option<&str>) -> PreparedDraft {
+        match canonical {
+            Some(text) if self.dry_run.is_none() => PreparedDraft::from_canonical(
+                span.draft(Self::EVENT_TYPE, Value::Null),
+                self.text_around(text),
+            ),
+            _ => span.event(self),
+        }
+    }
+
+    fn text_around(&self, canonical: &str) -> String {
+        use cra_wire::canonical::trace::write_ascii_string;
+        let mut out = String::with_capacity(canonical.len() + 256);
+        let _ = write!(
+            out,
+            r#"{{"allowed_count":{},"context_block_count":{},"decision":"#,
+            self.allowed_count, self.context_block_count
+        );
+        write_ascii_string(self.decision, &mut out);
+        out.push_str(r#","decision_type":"#);
+        write_ascii_string(self.decision_type, &mut out);
+        let _ = write!(
+            out,
+            r#","denied_count":{},"resolution":"#,
+            self.denied_count
+        );
+        out.push_str(canonical);
+        out.push_str(r#","resolution_id":"#);
+        write_ascii_string(self.resolution_id, &mut out);
+        let _ = write!(out, r#","ttl_seconds":{}}}"#, self.ttl_seconds);
+        out
+    }
+}
+
+/// The events of a recorded resolve, in order, all in `span` (the resolution's trace and id):
+/// `carp.request.received` (with the atlas digests and the counters the evaluation read), one
+/// `policy.evaluated` per candidate action of `explained`, one `context.injected` per block, an
+/// `approval.requested` when the resolution opened an approval, and the completion, written
+/// around the resolution's canonical text `canonical` when given
+/// ([`ResolutionCompleted::event_around`]). `resolution` is the recorded one (no `explain`).
+pub fn resolve_events(
+    span: &Span<'_>,
+    request: &CarpRequest,
+    atlas_digests: &BTreeMap<String, String>,
+    counters: &CountersSnapshot,
+    resolution: &Resolution,
+    explained: Option<&Explain>,
+    canonical: Option<&str>,
+) -> Vec<PreparedDraft> {
+    let mut events = Vec::with_capacity(16);
+    events.push(span.event(&RequestReceived::new(request, atlas_digests, counters)));
+    for a in explained.iter().flat_map(|ex| &ex.actions) {
+        events.push(span.event(&PolicyEvaluated {
+            action_id: &a.action_id,
+            atlas_id: &a.atlas_id,
+            policy_id: &a.decided_by,
+            result: a.outcome,
+        }));
+    }
+    for b in &resolution.context_blocks {
+        events.push(span.event(&ContextInjected {
+            block_id: &b.block_id,
+            source: &b.source,
+            content_type: &b.content_type,
+            priority: b.priority,
+            token_count: b.token_estimate,
+            token_estimate: b.token_estimate,
+            content_hash: cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
+        }));
+    }
+    if let Some(approval_id) = &resolution.decision.approval_id {
+        let gated = resolution.allowed_actions.iter().filter(|a| a.requires_confirmation);
+        events.push(span.event(&ApprovalRequested {
+            approval_id,
+            resolution_id: &resolution.resolution_id,
+            actions: gated.map(|a| a.action_id.as_str()).collect(),
+        }));
+    }
+    events.push(ResolutionCompleted::new(resolution, false).event_around(span, canonical));
+    events
+}
+
+/// The events of a `validate` request (a dry run), in `span`: `carp.request.received` and one
+/// `carp.resolution.completed` marked `dry_run: true`, and nothing else (no approval is opened,
+/// nothing is injected).
+pub fn validate_events(
+    span: &Span<'_>,
+    request: &CarpRequest,
+    atlas_digests: &BTreeMap<String, String>,
+    counters: &CountersSnapshot,
+    resolution: &Resolution,
+) -> Vec<PreparedDraft> {
+    vec![
+        span.event(&RequestReceived::new(request, atlas_digests, counters)),
+        span.event(&ResolutionCompleted::new(resolution, true)),
+    ]
+}
+
+/// `action.requested`: an execute request as received.
+#[derive(Debug, Serialize)]
+pub struct ActionRequested<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The request's id.
+    pub request_id: &'a str,
+    /// The resolution it executes under.
+    pub resolution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// `sha256:` of the parameters' canonical form.
+    pub parameters_hash: &'a str,
+    /// The idempotency key, when given.
+    pub idempotency_key: Option<&'a str>,
+}
+
+impl Payload for ActionRequested<'_> {
+    const EVENT_TYPE: &'static str = "action.requested";
+}
+
+/// `action.denied`: an execute refused, by a rule or a policy, or pending approval.
+#[derive(Debug, Serialize)]
+pub struct ActionDenied<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The refusal's token.
+    pub error: &'a str,
+    /// Its message.
+    pub reason: &'a str,
+    /// Always `deny`.
+    pub decision: &'static str,
+}
+
+impl Payload for ActionDenied<'_> {
+    const EVENT_TYPE: &'static str = "action.denied";
+}
+
+/// `policy.violated`: the rule an execute broke.
+#[derive(Debug, Serialize)]
+pub struct PolicyViolated<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The rule's token.
+    pub rule: &'a str,
+    /// Its message.
+    pub message: &'a str,
+}
+
+impl Payload for PolicyViolated<'_> {
+    const EVENT_TYPE: &'static str = "policy.violated";
+}
+
+/// `action.approved`: an execute cleared to run (its approval, when one gated it).
+#[derive(Debug, Serialize)]
+pub struct ActionApproved<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The granted approval, when the action needed one.
+    pub approval_id: Option<&'a str>,
+    /// Always `allow`.
+    pub decision: &'static str,
+}
+
+impl Payload for ActionApproved<'_> {
+    const EVENT_TYPE: &'static str = "action.approved";
+}
+
+/// `action.executed`: the executor succeeded.
+#[derive(Debug, Serialize)]
+pub struct ActionExecuted<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The executor that ran it, when one is declared.
+    pub executor: Option<&'a str>,
+    /// Always `success`.
+    pub status: &'static str,
+    /// `sha256:` of the result's canonical form.
+    pub result_hash: Option<String>,
+}
+
+impl Payload for ActionExecuted<'_> {
+    const EVENT_TYPE: &'static str = "action.executed";
+}
+
+/// `action.failed`: the executor failed.
+#[derive(Debug, Serialize)]
+pub struct ActionFailed<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The executor that ran it, when one is declared.
+    pub executor: Option<&'a str>,
+    /// Always `error`.
+    pub status: &'static str,
+    /// The executor's error.
+    pub error: Option<&'a ExecuteError>,
+}
+
+impl Payload for ActionFailed<'_> {
+    const EVENT_TYPE: &'static str = "action.failed";
+}
+
+/// `action.deduplicated`: a repeated idempotency key answered with the first response.
+#[derive(Debug, Serialize)]
+pub struct ActionDeduplicated<'a> {
+    /// The first execution's id.
+    pub execution_id: &'a str,
+    /// The repeating request's id.
+    pub request_id: &'a str,
+    /// The key.
+    pub idempotency_key: Option<&'a str>,
+}
+
+impl Payload for ActionDeduplicated<'_> {
+    const EVENT_TYPE: &'static str = "action.deduplicated";
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each typed payload writes the canonical text of the `json!` value it replaced, so stored
+    //! events and their hashes are what they were before the payloads were typed.
+
+    use super::*;
+    use serde_json::json;
+
+    /// A resolution with what a canonical writer can get wrong: non-ASCII text, escapes,
+    /// floats spelled several ways, keys out of order, unknown extras.
+    fn resolution() -> Resolution {
+        serde_json::from_value(json!({
+            "carp_version": "1.0",
+            "resolution_id": "01a20f73-45ea-720b-bf21-23219480b08a",
+            "request_id": "0190a000-0000-7000-8000-000000000001",
+            "timestamp": "2026-11-25T10:00:00.000000Z",
+            "decision": {"type": "partial", "reason": "Some \"actions\" are denied\n", "approval_id": null, "expires_at": null},
+            "context_blocks": [{"block_id": "a/ctx/caf\u{e9}.md", "source": "a", "content": "caf\u{e9} \u{1f600}\ttab \u{7f}",
+                "content_type": "text/markdown", "priority": 10, "token_estimate": 4}],
+            "allowed_actions": [{"action_id": "x.get", "name": "Get", "description": "d",
+                "parameters_schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 1.50, "maximum": 1e3, "multipleOf": 0.1}}},
+                "risk_tier": "low", "requires_confirmation": false, "idempotent": true}],
+            "denied_actions": [{"action_id": "x.drop", "policy_id": "deny-drop", "reason": "never"}],
+            "constraints": [],
+            "ttl_seconds": 3600,
+            "trace_id": "01a20f73-45ea-720b-bf21-23219480b08b",
+            "zeta_extra": {"b": 2, "a": -0.0}
+        }))
+        .unwrap()
+    }
+
+    fn completion_value(r: &Resolution) -> Value {
+        json!({
+            "resolution_id": r.resolution_id,
+            "decision_type": r.decision.kind.as_str(),
+            "allowed_count": r.allowed_actions.len(),
+            "denied_count": r.denied_actions.len(),
+            "context_block_count": r.context_blocks.len(),
+            "ttl_seconds": r.ttl_seconds,
+            "decision": r.decision.kind.as_str(),
+            "resolution": r,
+        })
+    }
+
+    const SPAN: Span<'static> = Span {
+        trace_id: "t",
+        span_id: "s",
+        parent: Some("p"),
+    };
+
+    /// The text spliced around the resolution's canonical form is the canonical form of the
+    /// completion value, and the same text the payload's serde path writes.
+    #[test]
+    fn completion_text_is_the_canonical_form_of_the_value() {
+        let r = resolution();
+        let value = completion_value(&r);
+        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
+        let completed = ResolutionCompleted::new(&r, false);
+        let spliced = completed.event_around(&SPAN, Some(&canonical));
+        assert!(spliced.draft.payload.is_null(), "written as text");
+        assert_eq!(spliced.draft.event_type, "carp.resolution.completed");
+        let expected = cra_wire::canonical::trace_canonical(&value);
+        assert_eq!(spliced.canonical_payload(), expected);
+        assert_eq!(SPAN.event(&completed).canonical_payload(), expected);
+        // Parsed back (what live subscribers get), it is the same value.
+        let back = spliced.into_draft();
+        assert_eq!(back.payload, serde_json::from_str::<Value>(&expected).unwrap());
+        assert_eq!(back.parent_span_id.as_deref(), Some("p"));
+    }
+
+    /// A validate's completion is the resolve's with `dry_run: true`; a canonical text offered
+    /// for it is not spliced (the splice has no `dry_run`).
+    #[test]
+    fn a_dry_run_completion_carries_its_mark() {
+        let r = resolution();
+        let mut value = completion_value(&r);
+        value["dry_run"] = Value::Bool(true);
+        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
+        let event = ResolutionCompleted::new(&r, true).event_around(&SPAN, Some(&canonical));
+        assert_eq!(
+            event.canonical_payload(),
+            cra_wire::canonical::trace_canonical(&value)
+        );
+    }
+
+    /// A resolution whose unknown extras repeat a member's name has no canonical form (duplicate
+    /// key), neither written from the value nor from its text: the event is then made from the
+    /// value, and still carries the payload.
+    #[test]
+    fn completion_falls_back_to_the_value_on_a_duplicate_member() {
+        let mut r = resolution();
+        r.extra.insert("trace_id".into(), json!("shadow"));
+        assert!(cra_wire::canonical::to_trace_canonical(&r).is_err());
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(cra_wire::canonical::trace::trace_canonical_from_str(&text).is_err());
+        let prepared = ResolutionCompleted::new(&r, false).event_around(&SPAN, None);
+        assert!(!prepared.draft.payload.is_null(), "made from the value");
+        assert_eq!(
+            prepared.draft.payload["resolution_id"],
+            r.resolution_id.as_str()
+        );
+    }
+
+    fn request() -> CarpRequest {
+        serde_json::from_value(json!({
+            "carp_version": "1.0",
+            "request_id": "0190a000-0000-7000-8000-000000000001",
+            "timestamp": "2026-11-25T10:00:00.000Z",
+            "operation": "resolve",
+            "requester": {"agent_id": "caf\u{e9}-bot", "session_id": "0190a000-0000-7000-8000-000000000100"},
+            "task": {"goal": "Fix the \"build\"\n\u{1f600}", "risk_tier": "low"},
+            "atlas_ids": ["dev.cra.github-ops"],
+            "context": {"z": 1.5, "a": [true, null]},
+            "x_extra": {"b": 2, "a": 1}
+        }))
+        .unwrap()
+    }
+
+    /// With non-ASCII text, an unknown extra member, and with and without counters read.
+    #[test]
+    fn request_payloads_are_the_values_they_replace() {
+        let request = request();
+        let digests: BTreeMap<String, String> =
+            [("dev.cra.github-ops".to_owned(), "sha256:ab".to_owned())].into();
+        let entry = CounterEntry {
+            policy_id: "rate".into(),
+            scope_key: "session:s".into(),
+            value: 3,
+        };
+        let counters = CountersSnapshot::new(vec![entry], Vec::new());
+        let typed = RequestReceived::new(&request, &digests, &counters);
+        let mut value = json!({
+            "request_id": request.request_id,
+            "operation": request.operation,
+            "goal": request.task.as_ref().map(|t| t.goal.as_str()),
+            "atlas_ids": request.atlas_ids,
+            "request": request,
+            "atlas_digests": digests,
+            "counters": {"rate": counters.rate, "budget": []},
+        });
+        same(&typed, &value);
+        let unread = CountersSnapshot::default();
+        let without = RequestReceived {
+            goal: None,
+            ..RequestReceived::new(&request, &digests, &unread)
+        };
+        value["goal"] = Value::Null;
+        value.as_object_mut().unwrap().remove("counters");
+        same(&without, &value);
+        same(
+            &RefusedRequestReceived {
+                request_id: &request.request_id,
+                operation: "resolve",
+                goal: None,
+                request: &request,
+            },
+            &json!({"request_id": request.request_id, "operation": "resolve", "goal": null, "request": request}),
+        );
+        same(
+            &RequestRejected {
+                request_id: "r",
+                error: "session_inactive",
+                message: "caf\u{e9}",
+                decision: "rejected",
+            },
+            &json!({"request_id": "r", "error": "session_inactive", "message": "caf\u{e9}", "decision": "rejected"}),
+        );
+    }
+
+    #[test]
+    fn resolve_payloads_are_the_values_they_replace() {
+        let outcome = Outcome::RequiresApproval;
+        same(
+            &PolicyEvaluated {
+                action_id: "x.get",
+                atlas_id: "a",
+                policy_id: "p",
+                result: outcome,
+            },
+            &json!({"action_id": "x.get", "atlas_id": "a", "policy_id": "p",
+                "result": serde_json::to_value(outcome).unwrap()}),
+        );
+        same(
+            &ContextInjected {
+                block_id: "a/ctx/caf\u{e9}.md",
+                source: "a",
+                content_type: "text/markdown",
+                priority: -3,
+                token_count: 7,
+                token_estimate: 7,
+                content_hash: "sha256:00".into(),
+            },
+            &json!({"block_id": "a/ctx/caf\u{e9}.md", "source": "a", "content_type": "text/markdown",
+                "priority": -3, "token_count": 7, "token_estimate": 7, "content_hash": "sha256:00"}),
+        );
+        same(
+            &ApprovalRequested {
+                approval_id: "ap",
+                resolution_id: "r",
+                actions: vec!["x.get", "x.put"],
+            },
+            &json!({"approval_id": "ap", "resolution_id": "r", "actions": ["x.get", "x.put"]}),
+        );
+    }
+
+    /// Absent options are written as `null`, as the `json!` values had them.
+    #[test]
+    fn execute_payloads_are_the_values_they_replace() {
+        let requested = ActionRequested {
+            execution_id: "e",
+            request_id: "q",
+            resolution_id: "r",
+            action_id: "x.get",
+            parameters_hash: "sha256:11",
+            idempotency_key: None,
+        };
+        same(
+            &requested,
+            &json!({"execution_id": "e", "request_id": "q", "resolution_id": "r", "action_id": "x.get",
+                "parameters_hash": "sha256:11", "idempotency_key": null}),
+        );
+        same(
+            &ActionDenied { execution_id: "e", action_id: "x", error: "rate_limited", reason: "m", decision: "deny" },
+            &json!({"execution_id": "e", "action_id": "x", "error": "rate_limited", "reason": "m", "decision": "deny"}),
+        );
+        same(
+            &PolicyViolated { execution_id: "e", action_id: "x", rule: "rate_limited", message: "m" },
+            &json!({"execution_id": "e", "action_id": "x", "rule": "rate_limited", "message": "m"}),
+        );
+        same(
+            &ActionApproved { execution_id: "e", action_id: "x", approval_id: None, decision: "allow" },
+            &json!({"execution_id": "e", "action_id": "x", "approval_id": null, "decision": "allow"}),
+        );
+        same(
+            &ActionExecuted { execution_id: "e", action_id: "x", executor: Some("http:u"), status: "success", result_hash: None },
+            &json!({"execution_id": "e", "action_id": "x", "executor": "http:u", "status": "success", "result_hash": null}),
+        );
+        let error = ExecuteError {
+            code: "executor_failed".into(),
+            message: "caf\u{e9}".into(),
+            details: Some(json!({"b": 1.50, "a": null})),
+        };
+        same(
+            &ActionFailed { execution_id: "e", action_id: "x", executor: None, status: "error", error: Some(&error) },
+            &json!({"execution_id": "e", "action_id": "x", "executor": null, "status": "error", "error": error}),
+        );
+        same(
+            &ActionDeduplicated { execution_id: "e", request_id: "q", idempotency_key: Some("k") },
+            &json!({"execution_id": "e", "request_id": "q", "idempotency_key": "k"}),
+        );
+    }
+
+    /// `payload`'s event: its type, written as text, the canonical form of `value`, and the
+    /// same value through the plain-draft form.
+    fn same<P: Payload>(payload: &P, value: &Value) {
+        let event = SPAN.event(payload);
+        assert!(event.draft.payload.is_null(), "written as text");
+        assert_eq!(event.draft.event_type, P::EVENT_TYPE);
+        let expected = cra_wire::canonical::trace_canonical(value);
+        assert_eq!(event.canonical_payload(), expected);
+        let draft = SPAN.draft_of(payload);
+        assert_eq!(cra_wire::canonical::trace_canonical(&draft.payload), expected);
+    }
+}

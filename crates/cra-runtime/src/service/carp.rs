@@ -1,0 +1,527 @@
+//! CARP's operations, resolve (with validate, its dry run) and execute, from an authenticated
+//! caller's request to a typed answer: admit, evaluate, record, answer. Each takes one snapshot
+//! of the atlases and reads the session once; everything it records goes into the session's
+//! TRACE chain through [`cra_carp::events`] before the answer is returned.
+//!
+//! Order of checks: the request's shape (`invalid_request`, nothing stored); the caller is the
+//! requester (`identity_mismatch`, nothing stored: an actor cannot write into another's chain);
+//! the session exists, belongs to the requester and is active (nothing stored: there is no chain
+//! to write to). Everything after that is a well-formed request in a session the caller owns: a
+//! refusal by a protocol rule is answered with its token *and* recorded.
+//!
+//! Ids: one `trace_id` per resolve (the resolution's); the resolve's events share the span
+//! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
+//! `execution_id`) and the resolve's span as parent.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use cra_carp::eval::ExplainLevel;
+use cra_carp::events::{
+    ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
+    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, Span,
+    resolve_events, validate_events,
+};
+use cra_carp::index::AtlasSet;
+use cra_carp::engine::{Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve};
+use cra_carp::store::{ResolveRecord, SessionRecord, StoredResolution};
+use cra_carp::types::{CarpRequest, Execution, ExecuteResponse, ExecuteStatus, Operation, Resolution};
+use cra_carp::validate::{CarpError, parse_request};
+use cra_trace::EventDraft;
+use cra_wire::Token;
+use serde_json::Value;
+
+use crate::atlases::AtlasState;
+use crate::auth::{Actor, Role};
+use crate::error::{ApiError, ApiResult, run_blocking};
+use crate::state::Runtime;
+
+/// The CARP engine (`cra_carp`'s rules over the store) for one operation, over the atlas
+/// snapshot `atlases`.
+pub fn engine(rt: &Runtime, atlases: Arc<AtlasSet>) -> Carp {
+    let config = CarpConfig {
+        ttl_seconds: rt.config.resolution_ttl_seconds,
+        max_skew_seconds: i64::try_from(rt.config.clock_skew_seconds).unwrap_or(300),
+    };
+    let owner = rt.config.replica_id.as_deref();
+    Carp::new(
+        rt.backends.carp.clone(),
+        atlases,
+        rt.clock.clone(),
+        rt.ids.clone(),
+        config,
+    )
+    .with_owner(owner.unwrap_or(cra_carp::engine::DEFAULT_LEASE_OWNER))
+}
+
+/// A request admitted: well-formed, from its requester, in a session it owns and may write to.
+struct Admitted {
+    request: CarpRequest,
+    session: SessionRecord,
+}
+
+/// Parses `body`, checks the operation, the caller's identity and the session (read once: the
+/// engine judges the request against this reading).
+async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> ApiResult<Admitted> {
+    let request = parse_request(body).map_err(ApiError::from)?;
+    // `validate` is a resolve that changes nothing (CARP §3.2): it takes resolve's door.
+    let taken = request.operation == want
+        || (want == Operation::Resolve && request.operation == Operation::Validate);
+    if !taken {
+        let message = format!(
+            "this route takes operation `{}`, the request says `{}`",
+            want.as_str(),
+            request.operation.as_str()
+        );
+        return Err(ApiError::field(Token::InvalidRequest, "/operation", message));
+    }
+    actor.require(&[Role::Agent], "CARP requests")?;
+    if actor.id != request.requester.agent_id {
+        let message = format!(
+            "this key authenticates `{}`; requester.agent_id must be the caller",
+            actor.id
+        );
+        return Err(ApiError::field(Token::IdentityMismatch, "/requester/agent_id", message));
+    }
+    let session = rt
+        .session_record(&request.requester.session_id)
+        .await
+        .map_err(|e| match e.token() {
+            Some(Token::SessionNotFound) => ApiError::field(
+                Token::SessionNotFound,
+                "/requester/session_id",
+                "no such session; open one with POST /v1/sessions",
+            ),
+            _ => e,
+        })?;
+    cra_carp::validate::check_session(&request, Some(&session)).map_err(ApiError::from)?;
+    Ok(Admitted { request, session })
+}
+
+/// Tokens of rule refusals that are recorded in the chain (not the runtime's own failures).
+fn is_recorded_refusal(t: Token) -> bool {
+    !matches!(
+        t,
+        Token::InternalError | Token::Unavailable | Token::IntegrityError
+    )
+}
+
+/// A resolve's (or validate's) answer.
+#[derive(Debug)]
+pub struct ResolveAnswer {
+    /// The resolution, with its explanation when one was asked for.
+    pub resolution: Resolution,
+    /// The resolution's TRACE canonical text, the bytes its chain hashed, when the answer is
+    /// exactly those (no explanation attached, and the resolution has a canonical form).
+    pub canonical: Option<String>,
+}
+
+/// Resolves (or validates) the CARP request `body` for `actor`; `explain` attaches the
+/// evaluation's explanation to the answer.
+pub async fn resolve(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+    explain: bool,
+) -> ApiResult<ResolveAnswer> {
+    let Admitted { request, session } = admit(rt, actor, body, Operation::Resolve).await?;
+    let atlases = rt.atlases();
+    let trace_id = rt.ids.new_id();
+    let prepared = evaluate(rt, &atlases, session, &request, explain, &trace_id).await?;
+    let prepared = match prepared {
+        Ok(p) => p,
+        Err(e) => return Err(refuse(rt, &request, &trace_id, e.into()).await),
+    };
+    let digests = atlases.digests();
+    match prepared.record.clone() {
+        Some(record) => record_resolve(rt, &request, &trace_id, &digests, prepared, record, explain).await,
+        None => record_validate(rt, &request, &trace_id, &digests, prepared, explain).await,
+    }
+}
+
+/// Checks and evaluates `request` against the snapshot; writes nothing.
+async fn evaluate(
+    rt: &Runtime,
+    atlases: &AtlasState,
+    session: SessionRecord,
+    request: &CarpRequest,
+    explain: bool,
+    trace_id: &str,
+) -> ApiResult<Result<PreparedResolve, CarpError>> {
+    let carp = engine(rt, atlases.set.clone()).with_session(session);
+    let (request, trace_id) = (request.clone(), trace_id.to_owned());
+    // Each action's outcome and deciding policy are recorded (`policy.evaluated`) on every
+    // resolve; the policy trail is computed only when it is answered.
+    let level = if explain {
+        ExplainLevel::Full
+    } else {
+        ExplainLevel::Outcomes
+    };
+    // Checks and evaluation read the store and write nothing: no blocking-pool hop on redb.
+    rt.quick("the resolve task failed", move || {
+        carp.prepare_resolve(&request, level, Some(trace_id))
+    })
+    .await
+}
+
+/// Records a resolve refused by a rule (`carp.request.received` + `carp.request.rejected`) and
+/// returns the refusal to answer; a failure to record it is answered instead.
+async fn refuse(rt: &Runtime, request: &CarpRequest, trace_id: &str, err: ApiError) -> ApiError {
+    if !err.token().is_some_and(is_recorded_refusal) {
+        return err;
+    }
+    let span_id = rt.ids.new_id();
+    let span = Span::root(trace_id, &span_id);
+    let drafts = vec![
+        span.draft_of(&RefusedRequestReceived {
+            request_id: &request.request_id,
+            operation: request.operation.as_str(),
+            goal: request.task.as_ref().map(|t| t.goal.as_str()),
+            request,
+        }),
+        span.draft_of(&RequestRejected {
+            request_id: &request.request_id,
+            error: &err.body.error,
+            message: &err.body.message,
+            decision: "rejected",
+        }),
+    ];
+    let sid = &request.requester.session_id;
+    match rt.append_events(sid, &request.requester.agent_id, drafts).await {
+        Ok(_) => err,
+        Err(e) => e,
+    }
+}
+
+/// The size of the last resolution text written, a little over: the next one is written into a
+/// string this large (resolutions of one deployment are much alike in size).
+static RESOLUTION_TEXT_HINT: AtomicUsize = AtomicUsize::new(4096);
+
+/// The resolution's TRACE canonical text, or `None` when it has none (its unknown extras repeat
+/// a member's name).
+fn resolution_text(resolution: &Resolution) -> Option<String> {
+    let hint = RESOLUTION_TEXT_HINT.load(Ordering::Relaxed).min(1 << 20);
+    let text = cra_wire::canonical::to_trace_canonical_sized(resolution, hint).ok()?;
+    RESOLUTION_TEXT_HINT.store(text.len() + text.len() / 8, Ordering::Relaxed);
+    Some(text)
+}
+
+/// Records a resolve: its state (request id, resolution, approval) with its events, in one
+/// durable append, then answers.
+async fn record_resolve(
+    rt: &Runtime,
+    request: &CarpRequest,
+    trace_id: &str,
+    digests: &BTreeMap<String, String>,
+    prepared: PreparedResolve,
+    record: ResolveRecord,
+    explain: bool,
+) -> ApiResult<ResolveAnswer> {
+    let PreparedResolve {
+        mut resolution,
+        counters,
+        ..
+    } = prepared;
+    let explained = resolution.explain.take();
+    // The resolution is written once, in its TRACE canonical form: that text is the answer and,
+    // as it is, the completion event's `resolution`, so the bytes an agent receives are the
+    // bytes its chain hashed.
+    let canonical = resolution_text(&resolution);
+    let span = Span::root(trace_id, &resolution.resolution_id);
+    let events = resolve_events(
+        &span,
+        request,
+        digests,
+        &counters,
+        &resolution,
+        explained.as_ref(),
+        canonical.as_deref(),
+    );
+    let agent = &request.requester.agent_id;
+    if rt.append_resolve(agent, record, events).await?.is_none() {
+        // A duplicate that raced past the read check: refused, and nothing of it was written.
+        let e = cra_carp::validate::check_request_id_new(request, false)
+            .err()
+            .map_or_else(
+                || ApiError::new(Token::DuplicateRequestId, "request_id was already used"),
+                ApiError::from,
+            );
+        return Err(refuse(rt, request, trace_id, e).await);
+    }
+    rt.metrics
+        .record_resolution(resolution.decision.kind.as_str());
+    if explain && explained.is_some() {
+        resolution.explain = explained;
+        return Ok(ResolveAnswer {
+            resolution,
+            canonical: None,
+        });
+    }
+    Ok(ResolveAnswer {
+        resolution,
+        canonical,
+    })
+}
+
+/// Records a `validate` request (a dry run): `carp.request.received` (operation `validate`) and
+/// one `carp.resolution.completed` marked `dry_run: true`, and nothing else. No resolution is
+/// stored (its id cannot be executed), no approval is opened (the answer's `approval_id`, if
+/// any, names none) and no counter is read for a charge.
+async fn record_validate(
+    rt: &Runtime,
+    request: &CarpRequest,
+    trace_id: &str,
+    digests: &BTreeMap<String, String>,
+    prepared: PreparedResolve,
+    explain: bool,
+) -> ApiResult<ResolveAnswer> {
+    let mut resolution = prepared.resolution;
+    let explained = resolution.explain.take();
+    let span = Span::root(trace_id, &resolution.resolution_id);
+    let drafts = validate_events(&span, request, digests, &prepared.counters, &resolution)
+        .into_iter()
+        .map(cra_trace::PreparedDraft::into_draft)
+        .collect();
+    let sid = &request.requester.session_id;
+    rt.append_events(sid, &request.requester.agent_id, drafts)
+        .await?;
+    if explain {
+        resolution.explain = explained;
+    }
+    Ok(ResolveAnswer {
+        resolution,
+        canonical: None,
+    })
+}
+
+/// Executes the CARP execute request `body` for `actor`: the engine's checks and charges, the
+/// executor, and the outcome, each recorded in the session's chain as it happens. Refusals,
+/// denials and pending approvals are `Err` with their token.
+pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<ExecuteResponse> {
+    let Admitted { request, session } = admit(rt, actor, body, Operation::Execute).await?;
+    let Some(exec) = request.execution.clone() else {
+        return Err(ApiError::field(
+            Token::InvalidRequest,
+            "/execution",
+            "an execute request needs an `execution` member",
+        ));
+    };
+    let atlases = rt.atlases();
+    // The resolve's trace and span, when the resolution is this agent's.
+    let rid = exec.resolution_id.clone();
+    let stored = rt.carp_read(move |s| s.get_resolution(&rid)).await?;
+    let (trace_id, parent) = match &stored {
+        Some(s) if s.agent_id == request.requester.agent_id => (
+            s.resolution.trace_id.clone(),
+            Some(s.resolution.resolution_id.clone()),
+        ),
+        _ => (rt.ids.new_id(), None),
+    };
+    let carp = engine(rt, atlases.set.clone()).with_session(session);
+    let req = request.clone();
+    let outcome = run_blocking("the execute task failed", move || carp.execute(&req)).await?;
+    let call = Call {
+        rt,
+        parameters_hash: parameters_hash(&exec.parameters),
+        request: &request,
+        exec: &exec,
+        trace_id: &trace_id,
+        parent: parent.as_deref(),
+    };
+    match outcome {
+        Err(e) => Err(call.refused(e.into()).await),
+        Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
+        Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
+    }
+}
+
+fn parameters_hash(parameters: &Value) -> String {
+    cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
+}
+
+/// One execute request after the engine's verdict: what its events need.
+struct Call<'a> {
+    rt: &'a Runtime,
+    request: &'a CarpRequest,
+    exec: &'a Execution,
+    parameters_hash: String,
+    trace_id: &'a str,
+    parent: Option<&'a str>,
+}
+
+impl Call<'_> {
+    fn span<'s>(&'s self, execution_id: &'s str) -> Span<'s> {
+        Span {
+            trace_id: self.trace_id,
+            span_id: execution_id,
+            parent: self.parent,
+        }
+    }
+
+    async fn append(&self, drafts: Vec<EventDraft>) -> ApiResult<()> {
+        let r = &self.request.requester;
+        self.rt
+            .append_events(&r.session_id, &r.agent_id, drafts)
+            .await
+            .map(drop)
+    }
+
+    /// `action.requested` under `execution_id`.
+    fn requested(&self, execution_id: &str) -> EventDraft {
+        self.span(execution_id).draft_of(&ActionRequested {
+            execution_id,
+            request_id: &self.request.request_id,
+            resolution_id: &self.exec.resolution_id,
+            action_id: &self.exec.action_id,
+            parameters_hash: &self.parameters_hash,
+            idempotency_key: self.exec.idempotency_key.as_deref(),
+        })
+    }
+
+    /// `action.requested`, `action.denied` and, when a rule was broken, `policy.violated`.
+    fn denied(&self, execution_id: &str, token: &str, message: &str, violated: bool) -> Vec<EventDraft> {
+        let span = self.span(execution_id);
+        let action_id = self.exec.action_id.as_str();
+        let mut v = vec![
+            self.requested(execution_id),
+            span.draft_of(&ActionDenied {
+                execution_id,
+                action_id,
+                error: token,
+                reason: message,
+                decision: "deny",
+            }),
+        ];
+        if violated {
+            v.push(span.draft_of(&PolicyViolated {
+                execution_id,
+                action_id,
+                rule: token,
+                message,
+            }));
+        }
+        v
+    }
+
+    /// A request the engine refused by a rule: recorded under a new execution id, then
+    /// answered with its refusal.
+    async fn refused(&self, err: ApiError) -> ApiError {
+        if !err.token().is_some_and(is_recorded_refusal) {
+            return err;
+        }
+        let execution_id = self.rt.ids.new_id();
+        // A repeat of a running execution's key is refused, but it breaks no rule.
+        let violated = err.token() != Some(Token::ExecutionInProgress);
+        let drafts = self.denied(&execution_id, &err.body.error, &err.body.message, violated);
+        if let Err(e) = self.append(drafts).await {
+            return e;
+        }
+        self.rt.metrics.record_execution("refused");
+        err
+    }
+
+    /// Answered without running: denied or pending approval (a refusal), or the first response
+    /// of a repeated idempotency key.
+    async fn answered(&self, resp: ExecuteResponse) -> ApiResult<ExecuteResponse> {
+        let execution_id = resp.execution_id.as_str();
+        if let ExecuteStatus::Denied | ExecuteStatus::PendingApproval = resp.status {
+            let (token, message) = resp
+                .error
+                .as_ref()
+                .map_or(("forbidden", "denied"), |e| (e.code.as_str(), e.message.as_str()));
+            let violated = resp.status == ExecuteStatus::Denied;
+            self.append(self.denied(execution_id, token, message, violated))
+                .await?;
+            let label = if violated { "denied" } else { "pending_approval" };
+            self.rt.metrics.record_execution(label);
+            let t = Token::parse(token).unwrap_or(Token::Forbidden);
+            return Err(ApiError::new(t, message));
+        }
+        // A repeated idempotency key: the first response, not run again.
+        let span_id = self.rt.ids.new_id();
+        let event = self.span(&span_id).draft_of(&ActionDeduplicated {
+            execution_id,
+            request_id: &self.request.request_id,
+            idempotency_key: self.exec.idempotency_key.as_deref(),
+        });
+        self.append(vec![event]).await?;
+        self.rt.metrics.record_execution("deduplicated");
+        Ok(resp)
+    }
+
+    /// Cleared to run: `action.requested` + `action.approved`, the executor, its outcome.
+    async fn run(
+        &self,
+        cleared: ClearedExecution,
+        atlases: &AtlasState,
+        stored: Option<&StoredResolution>,
+    ) -> ApiResult<ExecuteResponse> {
+        let execution_id = cleared.execution_id.clone();
+        let approval_id = stored
+            .and_then(|s| s.resolution.decision.approval_id.as_deref())
+            .filter(|_| cleared.action.requires_confirmation);
+        let approved = self.span(&execution_id).draft_of(&ActionApproved {
+            execution_id: &execution_id,
+            action_id: &self.exec.action_id,
+            approval_id,
+            decision: "allow",
+        });
+        let appended = self.append(vec![self.requested(&execution_id), approved]).await;
+        // Not approved in the chain: the executor never runs, the lease goes.
+        if appended.is_err() {
+            self.rt.release_lease(&execution_id).await;
+        }
+        appended?;
+        let executor = crate::executor::executor_of(atlases, stored, &self.exec.action_id);
+        let outcome = self
+            .rt
+            .run_executor(
+                executor.as_deref(),
+                &self.exec.action_id,
+                &execution_id,
+                &cleared.parameters,
+                self.exec.extra.get("outcome"),
+            )
+            .await;
+        let carp = engine(self.rt, atlases.set.clone());
+        let response = run_blocking("the execute task failed", move || {
+            carp.finish_execution(cleared, outcome)
+        })
+        .await?
+        .map_err(ApiError::from)?;
+        let appended = self
+            .append(vec![self.outcome(&execution_id, executor.as_deref(), &response)])
+            .await;
+        self.rt.settle_lease(&execution_id, &appended).await;
+        appended?;
+        let label = match response.status {
+            ExecuteStatus::Success => "success",
+            _ => "error",
+        };
+        self.rt.metrics.record_execution(label);
+        Ok(response)
+    }
+
+    /// `action.executed` or `action.failed`.
+    fn outcome(&self, execution_id: &str, executor: Option<&str>, response: &ExecuteResponse) -> EventDraft {
+        let span = self.span(execution_id);
+        let action_id = self.exec.action_id.as_str();
+        match (&response.status, &response.error) {
+            (ExecuteStatus::Success, _) => span.draft_of(&ActionExecuted {
+                execution_id,
+                action_id,
+                executor,
+                status: "success",
+                result_hash: response.result.as_ref().map(parameters_hash),
+            }),
+            (_, error) => span.draft_of(&ActionFailed {
+                execution_id,
+                action_id,
+                executor,
+                status: "error",
+                error: error.as_ref(),
+            }),
+        }
+    }
+}

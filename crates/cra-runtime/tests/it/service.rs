@@ -1,0 +1,137 @@
+//! The governance core without HTTP: CARP's operations called as functions on a runtime that
+//! serves no port, as the next front doors (MCP, the CLI's local mode) will call them.
+
+use std::sync::Arc;
+
+use cra_runtime::AppState;
+use cra_runtime::auth::Actor;
+use cra_runtime::service::carp as service;
+use cra_trace::TraceEvent;
+use cra_wire::{FixedClock, SequentialIds, Token};
+use serde_json::{Value, json};
+
+use crate::support::{MAINT, T0, execute_request, resolve_request, rid, test_config};
+
+/// A runtime over a fresh data directory (no server), the maintainer bot's actor and an open
+/// session of it.
+fn runtime() -> (AppState, Actor, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, _) = test_config(dir.path());
+    let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+    let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
+    let actor = state
+        .auth
+        .authenticate(Some(&format!("Bearer {MAINT}")))
+        .unwrap();
+    let engine = service::engine(&state, state.atlases().set.clone());
+    let session = engine.open_session(&actor.id, None, None).unwrap();
+    (state, actor, session.session_id, dir)
+}
+
+async fn chain(state: &AppState, sid: &str) -> Vec<TraceEvent> {
+    state.read_events_after(sid, None, 1000).await.unwrap()
+}
+
+fn types(events: &[TraceEvent]) -> Vec<&str> {
+    events.iter().map(|e| e.event_type.as_str()).collect()
+}
+
+/// A resolve answers the bytes its chain hashed, records received, injected context, the
+/// approval it opened and its completion under one trace and span, and the chain verifies.
+#[tokio::test]
+async fn a_resolve_answers_the_bytes_its_chain_recorded() {
+    let (state, actor, sid, _dir) = runtime();
+    let body = resolve_request(&actor.id, &sid, &rid(), &[]);
+    let answer = service::resolve(&state, &actor, &body, false).await.unwrap();
+    let text = answer.canonical.expect("an unexplained answer is the chain's text");
+    let events = chain(&state, &sid).await;
+    assert_eq!(types(&events).first(), Some(&"carp.request.received"));
+    assert_eq!(types(&events).last(), Some(&"carp.resolution.completed"));
+    let completed = &events.last().unwrap().payload["resolution"];
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), *completed);
+    assert_eq!(completed["resolution_id"], answer.resolution.resolution_id.as_str());
+    for e in &events {
+        assert_eq!(e.trace_id, answer.resolution.trace_id);
+        assert_eq!(e.span_id, answer.resolution.resolution_id);
+    }
+    assert!(cra_trace::verify::verify_events(&events, true).is_valid());
+}
+
+/// An explained resolve answers the explanation, which the chain does not hold, and records one
+/// `policy.evaluated` per candidate action either way.
+#[tokio::test]
+async fn an_explained_resolve_answers_its_explanation() {
+    let (state, actor, sid, _dir) = runtime();
+    let body = resolve_request(&actor.id, &sid, &rid(), &[]);
+    let answer = service::resolve(&state, &actor, &body, true).await.unwrap();
+    assert!(answer.canonical.is_none(), "the answer is not the chain's text");
+    let explained = answer.resolution.explain.expect("explained");
+    let events = chain(&state, &sid).await;
+    let evaluated = types(&events).iter().filter(|t| **t == "policy.evaluated").count();
+    assert_eq!(evaluated, explained.actions.len());
+    assert!(events.last().unwrap().payload["resolution"].get("explain").is_none());
+}
+
+/// A validate records its request and a dry-run completion, and stores no resolution: an
+/// execute under its id is refused as unknown.
+#[tokio::test]
+async fn a_validate_records_a_dry_run_and_stores_nothing() {
+    let (state, actor, sid, _dir) = runtime();
+    let mut body = resolve_request(&actor.id, &sid, &rid(), &[]);
+    body["operation"] = json!("validate");
+    let answer = service::resolve(&state, &actor, &body, false).await.unwrap();
+    let events = chain(&state, &sid).await;
+    assert_eq!(types(&events), ["carp.request.received", "carp.resolution.completed"]);
+    assert_eq!(events[1].payload["dry_run"], true);
+    let exec = execute_request(
+        &actor.id,
+        &sid,
+        &rid(),
+        &answer.resolution.resolution_id,
+        "repo.get",
+        json!({"owner": "octo", "repo": "hello"}),
+    );
+    let err = service::execute(&state, &actor, &exec).await.unwrap_err();
+    assert_eq!(err.token(), Some(Token::ResolutionNotFound), "{err}");
+}
+
+/// An allowed execute runs its executor (here not configured: a recorded failure, not a
+/// refusal) and records requested, approved and the outcome as children of the resolve's span.
+#[tokio::test]
+async fn an_execute_records_its_request_approval_and_outcome() {
+    let (state, actor, sid, _dir) = runtime();
+    let body = resolve_request(&actor.id, &sid, &rid(), &[]);
+    let resolution = service::resolve(&state, &actor, &body, false).await.unwrap().resolution;
+    let before = chain(&state, &sid).await.len();
+    let exec = execute_request(
+        &actor.id,
+        &sid,
+        &rid(),
+        &resolution.resolution_id,
+        "repo.get",
+        json!({"owner": "octo", "repo": "hello"}),
+    );
+    let response = service::execute(&state, &actor, &exec).await.unwrap();
+    let error = response.error.as_ref().expect("the executor is not configured");
+    assert_eq!(error.code, "executor_not_configured");
+    let events = chain(&state, &sid).await;
+    let run = &events[before..];
+    assert_eq!(types(run), ["action.requested", "action.approved", "action.failed"]);
+    for e in run {
+        assert_eq!(e.span_id, response.execution_id);
+        assert_eq!(e.parent_span_id.as_deref(), Some(resolution.resolution_id.as_str()));
+    }
+    assert_eq!(run[2].payload["executor"], "http:github");
+    assert!(cra_trace::verify::verify_events(&events, true).is_valid());
+}
+
+/// A caller who is not the requester is refused before anything is recorded.
+#[tokio::test]
+async fn another_callers_request_is_refused_and_records_nothing() {
+    let (state, actor, sid, _dir) = runtime();
+    let body = resolve_request("ops-bot", &sid, &rid(), &[]);
+    let err = service::resolve(&state, &actor, &body, false).await.unwrap_err();
+    assert_eq!(err.token(), Some(Token::IdentityMismatch));
+    assert!(chain(&state, &sid).await.is_empty());
+}

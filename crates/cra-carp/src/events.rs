@@ -335,7 +335,10 @@ pub fn resolve_events(
         }));
     }
     if let Some(approval_id) = &resolution.decision.approval_id {
-        let gated = resolution.allowed_actions.iter().filter(|a| a.requires_confirmation);
+        let gated = resolution
+            .allowed_actions
+            .iter()
+            .filter(|a| a.requires_confirmation);
         events.push(span.event(&ApprovalRequested {
             approval_id,
             resolution_id: &resolution.resolution_id,
@@ -555,7 +558,10 @@ mod tests {
         assert_eq!(SPAN.event(&completed).canonical_payload(), expected);
         // Parsed back (what live subscribers get), it is the same value.
         let back = spliced.into_draft();
-        assert_eq!(back.payload, serde_json::from_str::<Value>(&expected).unwrap());
+        assert_eq!(
+            back.payload,
+            serde_json::from_str::<Value>(&expected).unwrap()
+        );
         assert_eq!(back.parent_span_id.as_deref(), Some("p"));
     }
 
@@ -711,19 +717,41 @@ mod tests {
                 "parameters_hash": "sha256:11", "idempotency_key": null}),
         );
         same(
-            &ActionDenied { execution_id: "e", action_id: "x", error: "rate_limited", reason: "m", decision: "deny" },
+            &ActionDenied {
+                execution_id: "e",
+                action_id: "x",
+                error: "rate_limited",
+                reason: "m",
+                decision: "deny",
+            },
             &json!({"execution_id": "e", "action_id": "x", "error": "rate_limited", "reason": "m", "decision": "deny"}),
         );
         same(
-            &PolicyViolated { execution_id: "e", action_id: "x", rule: "rate_limited", message: "m" },
+            &PolicyViolated {
+                execution_id: "e",
+                action_id: "x",
+                rule: "rate_limited",
+                message: "m",
+            },
             &json!({"execution_id": "e", "action_id": "x", "rule": "rate_limited", "message": "m"}),
         );
         same(
-            &ActionApproved { execution_id: "e", action_id: "x", approval_id: None, decision: "allow" },
+            &ActionApproved {
+                execution_id: "e",
+                action_id: "x",
+                approval_id: None,
+                decision: "allow",
+            },
             &json!({"execution_id": "e", "action_id": "x", "approval_id": null, "decision": "allow"}),
         );
         same(
-            &ActionExecuted { execution_id: "e", action_id: "x", executor: Some("http:u"), status: "success", result_hash: None },
+            &ActionExecuted {
+                execution_id: "e",
+                action_id: "x",
+                executor: Some("http:u"),
+                status: "success",
+                result_hash: None,
+            },
             &json!({"execution_id": "e", "action_id": "x", "executor": "http:u", "status": "success", "result_hash": null}),
         );
         let error = ExecuteError {
@@ -732,11 +760,21 @@ mod tests {
             details: Some(json!({"b": 1.50, "a": null})),
         };
         same(
-            &ActionFailed { execution_id: "e", action_id: "x", executor: None, status: "error", error: Some(&error) },
+            &ActionFailed {
+                execution_id: "e",
+                action_id: "x",
+                executor: None,
+                status: "error",
+                error: Some(&error),
+            },
             &json!({"execution_id": "e", "action_id": "x", "executor": null, "status": "error", "error": error}),
         );
         same(
-            &ActionDeduplicated { execution_id: "e", request_id: "q", idempotency_key: Some("k") },
+            &ActionDeduplicated {
+                execution_id: "e",
+                request_id: "q",
+                idempotency_key: Some("k"),
+            },
             &json!({"execution_id": "e", "request_id": "q", "idempotency_key": "k"}),
         );
     }
@@ -750,6 +788,9 @@ mod tests {
         let expected = cra_wire::canonical::trace_canonical(value);
         assert_eq!(event.canonical_payload(), expected);
         let draft = SPAN.draft_of(payload);
-        assert_eq!(cra_wire::canonical::trace_canonical(&draft.payload), expected);
+        assert_eq!(
+            cra_wire::canonical::trace_canonical(&draft.payload),
+            expected
+        );
     }
 }

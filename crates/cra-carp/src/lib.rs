@@ -8,18 +8,25 @@
 //!   rules, one token each.
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
-//! * [`execute`]: execute authorisation; [`service`]: the operations over a store.
+//! * [`execute`]: execute authorisation.
+//! * [`engine`]: the operations over a store, recording nothing (the runtime's governance core,
+//!   `cra_runtime::service::carp`, calls it and records what it decides).
+//! * [`events`]: the TRACE events of CARP's operations, one typed payload each.
+//! * [`shared`]: reference-counted texts shared by every resolution, with their canonical form.
 //! * [`replay`]: re-resolving recorded requests and reporting the first divergence.
 //! * [`reconstruct`]: a session's state rebuilt from its trace, and compared with the store.
 //! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
+//! * `memory` and `store_contract` (feature `test-support`): an in-memory store and the
+//!   behaviour every store must show.
 
+pub mod engine;
 pub mod eval;
+pub mod events;
 pub mod execute;
 pub mod explain;
 pub mod index;
 pub mod reconstruct;
 pub mod replay;
-pub mod service;
 pub mod shared;
 pub mod store;
 pub mod types;

@@ -11,12 +11,13 @@
 //!   request, the supplied atlas whose digest the request recorded (several versions of one atlas
 //!   may be supplied), and says in [`ReplayCase::atlas_notes`] where that was not possible.
 //!
-//! Also here: the audit events one resolve emits ([`resolve_drafts`]), so the runtime and the
-//! `cra resolve --record` command write traces replay understands.
+//! Also here: the audit events one resolve emits ([`resolve_drafts`], made by
+//! [`crate::events`] as the runtime makes them), so `cra resolve --record` writes the traces the
+//! server writes, which replay understands.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
+use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent, seal};
 use cra_wire::IdGenerator;
 use serde_json::{Value, json};
 
@@ -26,7 +27,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
-use crate::explain::Outcome;
+use crate::events::{Span, resolve_events, validate_events};
 use crate::index::AtlasSet;
 use crate::types::{CarpRequest, Resolution};
 use crate::validate::parse_request;
@@ -46,83 +47,35 @@ const IGNORED: [&str; 5] = [
     "/decision/expires_at",
 ];
 
-/// The audit events of one resolve (errata, "Events each operation emits"), in order:
-/// `carp.request.received` (full request, atlas digests, counters), one `policy.evaluated` per
-/// candidate action, one `context.injected` per block, `carp.resolution.completed` (full
-/// resolution). `resolution` must carry `explain` (resolve with at least
-/// [`ExplainLevel::Outcomes`]); it is removed from the recorded resolution.
+/// The audit events of one resolve or validate, as the runtime records them
+/// ([`crate::events::resolve_events`], [`crate::events::validate_events`]): one span, the
+/// resolution's id, in its trace. `resolution` carries `explain` when it was resolved with at
+/// least [`ExplainLevel::Outcomes`] (then each candidate's `policy.evaluated` is recorded); the
+/// recorded resolution has it removed.
 pub fn resolve_drafts(
     request: &CarpRequest,
     resolution: &Resolution,
     atlas_digests: &BTreeMap<String, String>,
     counters: &CountersSnapshot,
-    ids: &dyn IdGenerator,
 ) -> Vec<EventDraft> {
-    let trace_id = resolution.trace_id.clone();
-    let root = ids.new_id();
-    let draft =
-        |event_type: &str, parent: Option<String>, span: String, payload: Value| EventDraft {
-            trace_id: trace_id.clone(),
-            span_id: span,
-            parent_span_id: parent,
-            event_type: event_type.to_owned(),
-            payload,
-        };
-    let mut out = Vec::new();
-    let mut req = json!({
-        "request_id": request.request_id,
-        "operation": request.operation.as_str(),
-        "request": request,
-        "atlas_digests": atlas_digests,
-    });
-    if !counters.rate.is_empty() || !counters.budget.is_empty() {
-        req["counters"] = json!({"rate": counters.rate, "budget": counters.budget});
-    }
-    out.push(draft(REQUEST_RECEIVED, None, root.clone(), req));
-    // A validate request is a dry run: the request and its completion, marked, and nothing else.
-    let dry_run = request.operation == crate::types::Operation::Validate;
-    if let (false, Some(ex)) = (dry_run, &resolution.explain) {
-        for a in &ex.actions {
-            let result = match a.outcome {
-                Outcome::Allow => "allow",
-                Outcome::RequiresApproval => "requires_approval",
-                Outcome::Deny => "deny",
-            };
-            out.push(draft(
-                "policy.evaluated",
-                Some(root.clone()),
-                ids.new_id(),
-                json!({"policy_id": a.decided_by, "result": result, "action_id": a.action_id}),
-            ));
-        }
-    }
-    for b in resolution.context_blocks.iter().filter(|_| !dry_run) {
-        out.push(draft(
-            "context.injected",
-            Some(root.clone()),
-            ids.new_id(),
-            json!({"block_id": b.block_id, "source": b.source, "priority": b.priority,
-                   "token_estimate": b.token_estimate}),
-        ));
-    }
     let mut recorded = resolution.clone();
-    recorded.explain = None;
-    let mut completed = json!({
-        "resolution_id": recorded.resolution_id,
-        "request_id": recorded.request_id,
-        "decision_type": recorded.decision.kind.as_str(),
-        "resolution": recorded,
-    });
-    if dry_run {
-        completed["dry_run"] = Value::Bool(true);
-    }
-    out.push(draft(
-        RESOLUTION_COMPLETED,
-        Some(root),
-        ids.new_id(),
-        completed,
-    ));
-    out
+    let explained = recorded.explain.take();
+    let span = Span::root(&resolution.trace_id, &resolution.resolution_id);
+    let events = if request.operation == crate::types::Operation::Validate {
+        validate_events(&span, request, atlas_digests, counters, &recorded)
+    } else {
+        let explained = explained.as_ref();
+        resolve_events(
+            &span,
+            request,
+            atlas_digests,
+            counters,
+            &recorded,
+            explained,
+            None,
+        )
+    };
+    events.into_iter().map(PreparedDraft::into_draft).collect()
 }
 
 /// Seals drafts into a new chain for `session_id`, starting with `session.started`.

@@ -416,7 +416,9 @@ impl Runtime {
         let id = atlas.id().to_owned();
         let out = self.change_atlases(|current| {
             let installed = match current.get(&id) {
-                Some(old) if old.digest == atlas.digest => return Ok((None, Installed::Unchanged)),
+                Some(old) if old.digest == atlas.digest => {
+                    return Ok::<_, ApiError>((None, Installed::Unchanged));
+                }
                 Some(old) => Installed::Replaced {
                     version: old.manifest.version.clone(),
                     digest: old.digest.clone(),

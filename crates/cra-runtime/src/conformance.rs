@@ -83,7 +83,7 @@ impl Clock for TestClock {
 /// of a refusal, so both targets answer alike).
 pub fn error_answer(e: &ApiError) -> Value {
     let mut v = serde_json::to_value(&e.body).unwrap_or_else(|_| json!({}));
-    v["status"] = json!(e.status.as_u16());
+    v["status"] = json!(e.status());
     v
 }
 

@@ -1,28 +1,44 @@
-//! The runtime's one error type: every refusal any route gives is an [`ApiError`], rendered as
-//! the shared wire body (`cra_wire::ErrorBody`) with the HTTP status its [`Token`] maps to.
+//! The runtime's one error type: every refusal any operation or route gives is an [`ApiError`]:
+//! the shared wire body (`cra_wire::ErrorBody`: token, message, JSON pointers). It carries no
+//! transport status; the HTTP door renders it with the status its [`Token`] maps to.
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use cra_carp::validate::CarpError;
 use cra_wire::{ErrorBody, FieldError, Token};
 
-/// A refusal: a token (which fixes the status), a message for people, and field-level details.
+/// A refusal: a token (which fixes the HTTP status), a message for people, and field-level
+/// details.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} ({}): {}", body.error, status, body.message)]
+#[error("{} ({}): {}", body.error, self.status(), body.message)]
 pub struct ApiError {
-    /// The HTTP status (always the token's status).
-    pub status: StatusCode,
     /// The wire body.
     pub body: ErrorBody,
+}
+
+impl From<CarpError> for ApiError {
+    /// A CARP refusal, with its field-level problems.
+    fn from(e: CarpError) -> Self {
+        let a = Self::new(e.token, e.message);
+        if e.errors.is_empty() {
+            a
+        } else {
+            a.with_errors(e.errors)
+        }
+    }
 }
 
 impl ApiError {
     /// A refusal with `token` and `message`.
     pub fn new(token: Token, message: impl Into<String>) -> Self {
         Self {
-            status: StatusCode::from_u16(token.http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body: ErrorBody::new(token, message),
         }
+    }
+
+    /// The HTTP status of this refusal: its token's (500 for a token this build does not know).
+    pub fn status(&self) -> u16 {
+        self.token().map_or(500, Token::http_status)
     }
 
     /// A refusal caused by one field, located by its JSON pointer.
@@ -79,8 +95,10 @@ impl IntoResponse for ApiError {
         let body = serde_json::to_vec(&self.body).unwrap_or_else(|_| {
             br#"{"error":"internal_error","message":"could not render the error body"}"#.to_vec()
         });
+        let status =
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (
-            self.status,
+            status,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
             body,
         )
@@ -111,7 +129,7 @@ mod tests {
     fn status_follows_the_token() {
         for t in Token::ALL {
             let e = ApiError::new(*t, "x");
-            assert_eq!(e.status.as_u16(), t.http_status());
+            assert_eq!(e.status(), t.http_status());
             assert_eq!(e.token(), Some(*t));
         }
     }

@@ -6,12 +6,12 @@
 //! Another replica's restart never touches them: leases are looked up by owner.
 
 use cra_carp::CarpStore;
+use cra_carp::events::{ActionFailed, Span};
 use cra_carp::store::{ExecutionLease, ExecutionRecord, StoreError};
 use cra_carp::types::{CARP_VERSION, ExecuteError, ExecuteResponse, ExecuteStatus};
 use cra_trace::store::{ChainStore, ChainStoreError};
 use cra_wire::clock::format_timestamp;
 use cra_wire::{Clock, Token};
-use serde::Serialize;
 
 use crate::atlases::AtlasState;
 use crate::error::ApiError;
@@ -32,16 +32,6 @@ pub enum RecoveryError {
     /// The chain store failed.
     #[error("cannot close interrupted executions: {0}")]
     Chain(#[from] ChainStoreError),
-}
-
-/// The `action.failed` payload of an interrupted execution.
-#[derive(Serialize)]
-struct Interrupted<'a> {
-    execution_id: &'a str,
-    action_id: &'a str,
-    executor: Option<&'a str>,
-    status: &'static str,
-    error: &'a ExecuteError,
 }
 
 /// What the chain says of one execution: whether it was approved, and whether it has an outcome.
@@ -108,21 +98,19 @@ fn close_one(
     }
     let stored = carp.get_resolution(&lease.resolution_id)?;
     let executor = crate::executor::executor_of(atlases, stored.as_ref(), &lease.action_id);
-    let payload = Interrupted {
+    let span = Span {
+        trace_id: &lease.trace_id,
+        span_id: &lease.execution_id,
+        parent: Some(&lease.resolution_id),
+    };
+    let draft = span.draft_of(&ActionFailed {
         execution_id: &lease.execution_id,
         action_id: &lease.action_id,
         executor: executor.as_deref(),
         status: "error",
-        error: &error,
-    };
-    let mut draft = crate::tracelog::typed_draft(
-        &lease.trace_id,
-        &lease.execution_id,
-        "action.failed",
-        &payload,
-    );
-    draft.draft.parent_span_id = Some(lease.resolution_id.clone());
-    match chains.append(&lease.session_id, vec![draft.into_draft()]) {
+        error: Some(&error),
+    });
+    match chains.append(&lease.session_id, vec![draft]) {
         Ok(_) => Ok(true),
         Err(ChainStoreError::SessionEnded { .. }) => Ok(false),
         Err(e) => Err(e.into()),

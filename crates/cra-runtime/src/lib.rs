@@ -22,6 +22,7 @@ pub mod openapi;
 pub mod ratelimit;
 pub mod routes;
 pub mod server;
+pub mod service;
 pub mod state;
 pub mod stream;
 pub mod tracelog;

@@ -159,7 +159,7 @@ fn replica_id(
 ) -> String {
     match (&config.replica_id, &config.postgres) {
         (Some(id), _) => id.clone(),
-        (None, None) => cra_carp::service::DEFAULT_LEASE_OWNER.to_owned(),
+        (None, None) => cra_carp::engine::DEFAULT_LEASE_OWNER.to_owned(),
         (None, Some(_)) => {
             let id = ids.new_id();
             notices.push(StartNotice::Info(format!(

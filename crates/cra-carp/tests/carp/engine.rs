@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use cra_carp::memory::MemoryStore;
 use cra_carp::engine::{Carp, CarpConfig, ExecuteOutcome};
+use cra_carp::memory::MemoryStore;
 use cra_carp::store::ApprovalDecision;
 use cra_carp::types::ExecuteStatus;
 use cra_carp::validate::{parse_request, schemas, shape_errors};

@@ -2,11 +2,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod engine;
 mod fuzz_props;
 mod golden;
 mod props;
 mod reconstruct;
 mod replay;
-mod service;
 mod store;
 mod table;

@@ -380,13 +380,7 @@ fn a_validate_request_stores_nothing() {
         },
     )
     .unwrap();
-    let drafts = resolve_drafts(
-        &request,
-        &res,
-        &set.digests(),
-        &CountersSnapshot::empty(),
-        &ids,
-    );
+    let drafts = resolve_drafts(&request, &res, &set.digests(), &CountersSnapshot::empty());
     let events = seal_session(
         crate::table::SESSION,
         "agent-1",

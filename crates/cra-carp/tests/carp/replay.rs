@@ -33,13 +33,7 @@ fn record(
             &opts,
         )
         .unwrap();
-        drafts.extend(resolve_drafts(
-            &request,
-            &res,
-            &set.digests(),
-            counters,
-            &ids,
-        ));
+        drafts.extend(resolve_drafts(&request, &res, &set.digests(), counters));
     }
     seal_session(
         SESSION,

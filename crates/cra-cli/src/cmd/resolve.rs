@@ -175,7 +175,7 @@ pub fn run(args: ResolveArgs) -> Exit {
         }
     };
     if let Some(path) = &args.record {
-        let drafts = resolve_drafts(&request, &res, &set.digests(), &counters, &ids);
+        let drafts = resolve_drafts(&request, &res, &set.digests(), &counters);
         let events = seal_session(
             &request.requester.session_id,
             &request.requester.agent_id,

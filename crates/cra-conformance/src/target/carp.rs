@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
+use cra_carp::engine::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::index::AtlasSet;
-use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::validate::{CarpError, parse_request};
 use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Map, Value, json};

@@ -14,7 +14,6 @@ use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, QueryParams};
 use crate::routes::Caller;
-use crate::routes::carp::carp_error;
 use crate::state::AppState;
 use crate::tracelog::draft;
 
@@ -134,7 +133,7 @@ pub async fn decide(
         DecisionArg::Reject => ApprovalDecision::Reject,
     };
     check_session_open(&state, &id).await?;
-    let carp = state.carp_service();
+    let carp = crate::service::carp::engine(&state, state.atlases().set.clone());
     let who = actor.id.clone();
     let note = body.note.clone();
     let aid = id.clone();
@@ -142,7 +141,7 @@ pub async fn decide(
         carp.decide_approval(&aid, decision, &who, note.as_deref())
     })
     .await?
-    .map_err(carp_error)?;
+    .map_err(ApiError::from)?;
     let rid = record.resolution_id.clone();
     let trace_id = state
         .carp(move |s| s.get_resolution(&rid))

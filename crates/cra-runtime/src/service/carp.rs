@@ -17,16 +17,18 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use cra_carp::engine::{Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve};
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, Span,
-    resolve_events, validate_events,
+    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, Span, resolve_events,
+    validate_events,
 };
 use cra_carp::index::AtlasSet;
-use cra_carp::engine::{Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve};
 use cra_carp::store::{ResolveRecord, SessionRecord, StoredResolution};
-use cra_carp::types::{CarpRequest, Execution, ExecuteResponse, ExecuteStatus, Operation, Resolution};
+use cra_carp::types::{
+    CarpRequest, ExecuteResponse, ExecuteStatus, Execution, Operation, Resolution,
+};
 use cra_carp::validate::{CarpError, parse_request};
 use cra_trace::EventDraft;
 use cra_wire::Token;
@@ -74,7 +76,11 @@ async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> Ap
             want.as_str(),
             request.operation.as_str()
         );
-        return Err(ApiError::field(Token::InvalidRequest, "/operation", message));
+        return Err(ApiError::field(
+            Token::InvalidRequest,
+            "/operation",
+            message,
+        ));
     }
     actor.require(&[Role::Agent], "CARP requests")?;
     if actor.id != request.requester.agent_id {
@@ -82,7 +88,11 @@ async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> Ap
             "this key authenticates `{}`; requester.agent_id must be the caller",
             actor.id
         );
-        return Err(ApiError::field(Token::IdentityMismatch, "/requester/agent_id", message));
+        return Err(ApiError::field(
+            Token::IdentityMismatch,
+            "/requester/agent_id",
+            message,
+        ));
     }
     let session = rt
         .session_record(&request.requester.session_id)
@@ -135,7 +145,9 @@ pub async fn resolve(
     };
     let digests = atlases.digests();
     match prepared.record.clone() {
-        Some(record) => record_resolve(rt, &request, &trace_id, &digests, prepared, record, explain).await,
+        Some(record) => {
+            record_resolve(rt, &request, &trace_id, &digests, prepared, record, explain).await
+        }
         None => record_validate(rt, &request, &trace_id, &digests, prepared, explain).await,
     }
 }
@@ -188,7 +200,10 @@ async fn refuse(rt: &Runtime, request: &CarpRequest, trace_id: &str, err: ApiErr
         }),
     ];
     let sid = &request.requester.session_id;
-    match rt.append_events(sid, &request.requester.agent_id, drafts).await {
+    match rt
+        .append_events(sid, &request.requester.agent_id, drafts)
+        .await
+    {
         Ok(_) => err,
         Err(e) => e,
     }
@@ -380,7 +395,13 @@ impl Call<'_> {
     }
 
     /// `action.requested`, `action.denied` and, when a rule was broken, `policy.violated`.
-    fn denied(&self, execution_id: &str, token: &str, message: &str, violated: bool) -> Vec<EventDraft> {
+    fn denied(
+        &self,
+        execution_id: &str,
+        token: &str,
+        message: &str,
+        violated: bool,
+    ) -> Vec<EventDraft> {
         let span = self.span(execution_id);
         let action_id = self.exec.action_id.as_str();
         let mut v = vec![
@@ -426,14 +447,17 @@ impl Call<'_> {
     async fn answered(&self, resp: ExecuteResponse) -> ApiResult<ExecuteResponse> {
         let execution_id = resp.execution_id.as_str();
         if let ExecuteStatus::Denied | ExecuteStatus::PendingApproval = resp.status {
-            let (token, message) = resp
-                .error
-                .as_ref()
-                .map_or(("forbidden", "denied"), |e| (e.code.as_str(), e.message.as_str()));
+            let (token, message) = resp.error.as_ref().map_or(("forbidden", "denied"), |e| {
+                (e.code.as_str(), e.message.as_str())
+            });
             let violated = resp.status == ExecuteStatus::Denied;
             self.append(self.denied(execution_id, token, message, violated))
                 .await?;
-            let label = if violated { "denied" } else { "pending_approval" };
+            let label = if violated {
+                "denied"
+            } else {
+                "pending_approval"
+            };
             self.rt.metrics.record_execution(label);
             let t = Token::parse(token).unwrap_or(Token::Forbidden);
             return Err(ApiError::new(t, message));
@@ -467,7 +491,9 @@ impl Call<'_> {
             approval_id,
             decision: "allow",
         });
-        let appended = self.append(vec![self.requested(&execution_id), approved]).await;
+        let appended = self
+            .append(vec![self.requested(&execution_id), approved])
+            .await;
         // Not approved in the chain: the executor never runs, the lease goes.
         if appended.is_err() {
             self.rt.release_lease(&execution_id).await;
@@ -491,7 +517,11 @@ impl Call<'_> {
         .await?
         .map_err(ApiError::from)?;
         let appended = self
-            .append(vec![self.outcome(&execution_id, executor.as_deref(), &response)])
+            .append(vec![self.outcome(
+                &execution_id,
+                executor.as_deref(),
+                &response,
+            )])
             .await;
         self.rt.settle_lease(&execution_id, &appended).await;
         appended?;
@@ -504,7 +534,12 @@ impl Call<'_> {
     }
 
     /// `action.executed` or `action.failed`.
-    fn outcome(&self, execution_id: &str, executor: Option<&str>, response: &ExecuteResponse) -> EventDraft {
+    fn outcome(
+        &self,
+        execution_id: &str,
+        executor: Option<&str>,
+        response: &ExecuteResponse,
+    ) -> EventDraft {
         let span = self.span(execution_id);
         let action_id = self.exec.action_id.as_str();
         match (&response.status, &response.error) {

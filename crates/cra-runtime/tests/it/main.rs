@@ -11,6 +11,7 @@ mod flow;
 mod hostile;
 mod inflight;
 mod relay;
+mod service;
 mod sessions;
 mod stream;
 mod support;

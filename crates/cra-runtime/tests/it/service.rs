@@ -43,14 +43,21 @@ fn types(events: &[TraceEvent]) -> Vec<&str> {
 async fn a_resolve_answers_the_bytes_its_chain_recorded() {
     let (state, actor, sid, _dir) = runtime();
     let body = resolve_request(&actor.id, &sid, &rid(), &[]);
-    let answer = service::resolve(&state, &actor, &body, false).await.unwrap();
-    let text = answer.canonical.expect("an unexplained answer is the chain's text");
+    let answer = service::resolve(&state, &actor, &body, false)
+        .await
+        .unwrap();
+    let text = answer
+        .canonical
+        .expect("an unexplained answer is the chain's text");
     let events = chain(&state, &sid).await;
     assert_eq!(types(&events).first(), Some(&"carp.request.received"));
     assert_eq!(types(&events).last(), Some(&"carp.resolution.completed"));
     let completed = &events.last().unwrap().payload["resolution"];
     assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), *completed);
-    assert_eq!(completed["resolution_id"], answer.resolution.resolution_id.as_str());
+    assert_eq!(
+        completed["resolution_id"],
+        answer.resolution.resolution_id.as_str()
+    );
     for e in &events {
         assert_eq!(e.trace_id, answer.resolution.trace_id);
         assert_eq!(e.span_id, answer.resolution.resolution_id);
@@ -65,12 +72,22 @@ async fn an_explained_resolve_answers_its_explanation() {
     let (state, actor, sid, _dir) = runtime();
     let body = resolve_request(&actor.id, &sid, &rid(), &[]);
     let answer = service::resolve(&state, &actor, &body, true).await.unwrap();
-    assert!(answer.canonical.is_none(), "the answer is not the chain's text");
+    assert!(
+        answer.canonical.is_none(),
+        "the answer is not the chain's text"
+    );
     let explained = answer.resolution.explain.expect("explained");
     let events = chain(&state, &sid).await;
-    let evaluated = types(&events).iter().filter(|t| **t == "policy.evaluated").count();
+    let evaluated = types(&events)
+        .iter()
+        .filter(|t| **t == "policy.evaluated")
+        .count();
     assert_eq!(evaluated, explained.actions.len());
-    assert!(events.last().unwrap().payload["resolution"].get("explain").is_none());
+    assert!(
+        events.last().unwrap().payload["resolution"]
+            .get("explain")
+            .is_none()
+    );
 }
 
 /// A validate records its request and a dry-run completion, and stores no resolution: an
@@ -80,9 +97,14 @@ async fn a_validate_records_a_dry_run_and_stores_nothing() {
     let (state, actor, sid, _dir) = runtime();
     let mut body = resolve_request(&actor.id, &sid, &rid(), &[]);
     body["operation"] = json!("validate");
-    let answer = service::resolve(&state, &actor, &body, false).await.unwrap();
+    let answer = service::resolve(&state, &actor, &body, false)
+        .await
+        .unwrap();
     let events = chain(&state, &sid).await;
-    assert_eq!(types(&events), ["carp.request.received", "carp.resolution.completed"]);
+    assert_eq!(
+        types(&events),
+        ["carp.request.received", "carp.resolution.completed"]
+    );
     assert_eq!(events[1].payload["dry_run"], true);
     let exec = execute_request(
         &actor.id,
@@ -102,7 +124,10 @@ async fn a_validate_records_a_dry_run_and_stores_nothing() {
 async fn an_execute_records_its_request_approval_and_outcome() {
     let (state, actor, sid, _dir) = runtime();
     let body = resolve_request(&actor.id, &sid, &rid(), &[]);
-    let resolution = service::resolve(&state, &actor, &body, false).await.unwrap().resolution;
+    let resolution = service::resolve(&state, &actor, &body, false)
+        .await
+        .unwrap()
+        .resolution;
     let before = chain(&state, &sid).await.len();
     let exec = execute_request(
         &actor.id,
@@ -113,14 +138,23 @@ async fn an_execute_records_its_request_approval_and_outcome() {
         json!({"owner": "octo", "repo": "hello"}),
     );
     let response = service::execute(&state, &actor, &exec).await.unwrap();
-    let error = response.error.as_ref().expect("the executor is not configured");
+    let error = response
+        .error
+        .as_ref()
+        .expect("the executor is not configured");
     assert_eq!(error.code, "executor_not_configured");
     let events = chain(&state, &sid).await;
     let run = &events[before..];
-    assert_eq!(types(run), ["action.requested", "action.approved", "action.failed"]);
+    assert_eq!(
+        types(run),
+        ["action.requested", "action.approved", "action.failed"]
+    );
     for e in run {
         assert_eq!(e.span_id, response.execution_id);
-        assert_eq!(e.parent_span_id.as_deref(), Some(resolution.resolution_id.as_str()));
+        assert_eq!(
+            e.parent_span_id.as_deref(),
+            Some(resolution.resolution_id.as_str())
+        );
     }
     assert_eq!(run[2].payload["executor"], "http:github");
     assert!(cra_trace::verify::verify_events(&events, true).is_valid());
@@ -131,7 +165,9 @@ async fn an_execute_records_its_request_approval_and_outcome() {
 async fn another_callers_request_is_refused_and_records_nothing() {
     let (state, actor, sid, _dir) = runtime();
     let body = resolve_request("ops-bot", &sid, &rid(), &[]);
-    let err = service::resolve(&state, &actor, &body, false).await.unwrap_err();
+    let err = service::resolve(&state, &actor, &body, false)
+        .await
+        .unwrap_err();
     assert_eq!(err.token(), Some(Token::IdentityMismatch));
     assert!(chain(&state, &sid).await.is_empty());
 }

@@ -614,7 +614,7 @@ async fn quick_store_calls_run_inline_on_redb_and_a_panic_becomes_a_500() {
         .quick("a probe", || -> u32 { panic!("a store call that panics") })
         .await
         .unwrap_err();
-    assert_eq!(err.status.as_u16(), 500);
+    assert_eq!(err.status(), 500);
     assert_eq!(err.token(), Some(cra_wire::Token::InternalError));
     assert!(
         err.body.message.starts_with("a probe"),

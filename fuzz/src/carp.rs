@@ -1,5 +1,5 @@
 //! CARP requests (`cra_carp::validate::parse_request_text`) and execute requests, run through the
-//! real service ([`cra_carp::service::Carp`]) over the in-memory store and the repository's
+//! real service ([`cra_carp::engine::Carp`]) over the in-memory store and the repository's
 //! example atlases.
 //!
 //! The input is request text in which the placeholders `$SESSION`, `$AGENT`, `$NOW` and
@@ -14,10 +14,10 @@
 use std::sync::{Arc, OnceLock};
 
 use cra_atlas::LoadedAtlas;
+use cra_carp::engine::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use cra_carp::index::AtlasSet;
 use cra_carp::memory::MemoryStore;
-use cra_carp::service::{Carp, CarpConfig, ExecuteOutcome};
 use cra_carp::store::ApprovalDecision;
 use cra_carp::types::Operation;
 use cra_carp::validate::{CarpError, parse_request, parse_request_text, schemas};

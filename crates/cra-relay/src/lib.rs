@@ -7,6 +7,8 @@
 //! * [`ops::Relay`]: the operations (deposit, pull, flag/review, facts, sessions, projects);
 //!   [`digest`]: orient and orchestrate; [`search`]: chunks, filters and BM25 snippets;
 //!   [`export`]: deterministic NDJSON export and verified import.
+//! * [`session`]: session callsigns; [`error`]: the operations' errors, each with its wire
+//!   token.
 //! * [`testkit`] (feature `test-support`): the backend-independent suite every store runs.
 
 pub mod digest;

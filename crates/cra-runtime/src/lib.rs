@@ -6,7 +6,14 @@
 //! * [`error`], [`extract`]: the one error body and the extractors that produce it.
 //! * [`ratelimit`], [`metrics`]: per-key limits and Prometheus counters.
 //! * [`routes`]: the HTTP API; [`openapi`]: its generated description.
-//! * [`server`]: start-up, binding and graceful shutdown.
+//! * [`server`]: start-up, binding and graceful shutdown; [`state`]: the shared [`Runtime`];
+//!   [`backend`]: the store behind each trait.
+//! * [`service`]: the governance core, one typed operation per use, with no HTTP in it.
+//! * [`atlases`]: the atlases in force, swapped whole on reload or install.
+//! * [`executor`]: the executors allowed actions run through; [`inflight`]: an execution's
+//!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
+//! * [`tracelog`]: TRACE appends and the live fan-out; [`stream`]: the WebSocket streams.
+//! * [`conformance`]: the conformance suite's evaluation verbs.
 
 pub mod atlases;
 pub mod auth;

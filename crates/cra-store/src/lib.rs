@@ -4,16 +4,17 @@
 //!
 //! Where things live:
 //!
-//! * [`RedbStore`] (`src/redb/`): one data directory, one `redb::Database` file (`cra.redb`)
+//! * [`redb`] ([`RedbStore`]): one data directory, one `redb::Database` file (`cra.redb`)
 //!   shared by every area: TRACE chains in `trace.rs`, CARP state in `carp.rs`. Other areas open
 //!   their own tables on [`RedbStore::database`].
-//! * [`PgStore`] (`src/pg/`): one PostgreSQL schema per deployment, a small pool of synchronous
+//! * [`pg`] ([`PgStore`]): one PostgreSQL schema per deployment, a small pool of synchronous
 //!   connections, and the embedded migrations of `migrations/NNNN_<area>.sql`, applied in order on
 //!   start and recorded in `cra_migrations`. An area adds its schema by adding a file there.
 //!   TRACE chains in `trace.rs`, CARP state in `carp.rs`.
-//! * `src/collector.rs`: group commit for TRACE appends, shared by both backends (an append is
-//!   answered only once the transaction holding it is durable).
-//! * `src/relay/`: the Relay engineer's `cra_relay::store` implementation for both backends.
+//! * `collector`: group commit for TRACE appends, shared by both backends (an append is
+//!   answered only once the transaction holding it is durable); `chain`: the chain-store
+//!   plumbing both backends share; `error`: the store's errors.
+//! * [`relay`]: the `cra_relay::store` implementation for both backends.
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
 //!   `CRA_TEST_POSTGRES_URL` is unset).

@@ -584,3 +584,56 @@ mod tests {
         );
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rule 8: a library's root indexes its modules
+
+/// The modules a crate root declares (`mod NAME;` or `pub mod NAME;`, any visibility, with the
+/// line each is on), not inline modules (`mod tests { .. }`).
+fn declared_modules(text: &str) -> Vec<(usize, &str)> {
+    let lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+    lines
+        .filter_map(|(n, l)| {
+            let rest = l
+                .strip_prefix("pub ")
+                .or_else(|| l.strip_prefix("pub(crate) "));
+            let name = rest.unwrap_or(l).strip_prefix("mod ")?.strip_suffix(';')?;
+            Some((n, name.trim()))
+        })
+        .collect()
+}
+
+/// Rule 8. Invariant: a library's root (`src/lib.rs`) names, in its `//!` doc, every module it
+/// declares (as `` [`NAME`] ``, `` `NAME` `` or a path into it, `` [`NAME::Item`] ``), so the
+/// crate's index lists every module.
+pub fn module_index(path: &str, text: &str) -> Vec<Violation> {
+    if !path.ends_with("/src/lib.rs") {
+        return Vec::new();
+    }
+    let doc: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect();
+    let named = |m: &str| {
+        let names = |s: &str| {
+            let s = s.trim_start_matches("crate::");
+            s == m || s.strip_prefix(m).is_some_and(|rest| rest.starts_with("::"))
+        };
+        doc.iter().any(|l| backticked(l).any(names))
+    };
+    declared_modules(text)
+        .into_iter()
+        .filter(|(_, m)| !named(m))
+        .map(|(n, m)| {
+            Violation::at(
+                path,
+                n,
+                format!(
+                    "module `{m}` is not in the crate's index: add a line \
+                     ``//! * [`{m}`]: what it is for`` to the crate root's doc"
+                ),
+            )
+        })
+        .collect()
+}

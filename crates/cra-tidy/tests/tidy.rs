@@ -362,3 +362,31 @@ fn a_function_the_architecture_names_wrongly_is_reported() {
         "crates/cra-x/src/service/carp.rs",
     );
 }
+
+// Rule 8
+
+#[test]
+fn every_library_root_indexes_its_modules() {
+    let files = source_files();
+    let found = files.iter().flat_map(|(p, t)| module_index(p, t)).collect();
+    assert_kept(
+        "every library root's doc names each module it declares",
+        found,
+    );
+}
+
+#[test]
+fn a_module_missing_from_the_index_is_reported() {
+    let text = "//! The crate.\n//!\n//! * [`listed`]: here.\n//! * `plain`: also.\n\npub mod listed;\nmod plain;\npub mod missing;\n#[cfg(test)]\nmod tests {}\n";
+    let found = module_index("crates/x/src/lib.rs", text);
+    assert_reported(
+        &found,
+        "crates/x/src/lib.rs:8",
+        "module `missing` is not in the crate's index",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        module_index("crates/x/src/main.rs", text).is_empty(),
+        "only library roots"
+    );
+}

@@ -6,6 +6,7 @@
 //!   (the §4.2 field rules it applies are in `fields`).
 //! * [`lifecycle`]: the optional session lifecycle rules (start, end, answered actions).
 //! * [`diff`]: semantic comparison of two chains (events aligned by span tree, type and subject).
+//! * [`store`]: the storage contract of chains ([`store::ChainStore`]) the backends implement.
 //! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
 //!   tree-free line parser of `fastline`).
 //!

@@ -139,12 +139,12 @@ pub async fn resolve(
     let atlases = rt.atlases();
     let trace_id = rt.ids.new_id();
     let prepared = evaluate(rt, &atlases, session, &request, explain, &trace_id).await?;
-    let prepared = match prepared {
+    let mut prepared = match prepared {
         Ok(p) => p,
         Err(e) => return Err(refuse(rt, &request, &trace_id, e.into()).await),
     };
     let digests = atlases.digests();
-    match prepared.record.clone() {
+    match prepared.record.take() {
         Some(record) => {
             record_resolve(rt, &request, &trace_id, &digests, prepared, record, explain).await
         }

@@ -24,7 +24,8 @@ const GENERATED: &[Generated] = &[
     },
 ];
 
-/// Regenerates every file, or with `check` reports the stale ones and fails.
+/// Regenerates every file, or with `check` reports the stale ones and fails. `cargo test` runs
+/// the check (`generated_files_are_current`), so CI needs no step of its own for it.
 pub fn run(check: bool) -> Result<()> {
     let root = workspace_root();
     let mut stale = Vec::new();
@@ -33,14 +34,15 @@ pub fn run(check: bool) -> Result<()> {
         let current = std::fs::read_to_string(&path)
             .with_context(|| format!("reading {}", path.display()))?;
         let expected = (g.render)(&current).with_context(|| format!("rendering {}", g.path))?;
-        if current != expected {
-            if check {
-                stale.push(g.path);
-            } else {
-                std::fs::write(&path, expected)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                println!("updated {}", g.path);
-            }
+        if current == expected {
+            continue;
+        }
+        if check {
+            stale.push(g.path);
+        } else {
+            std::fs::write(&path, expected)
+                .with_context(|| format!("writing {}", path.display()))?;
+            println!("updated {}", g.path);
         }
     }
     if stale.is_empty() {
@@ -86,4 +88,29 @@ fn errors_table(current: &str) -> Result<String> {
 /// The OpenAPI document of the runtime, rendered from the handlers' annotations.
 fn openapi(_current: &str) -> Result<String> {
     Ok(cra_runtime::openapi::openapi_json())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed generated files are what their generators render now.
+    #[test]
+    fn generated_files_are_current() {
+        if let Err(e) = run(true) {
+            panic!("{e:#}");
+        }
+    }
+
+    /// A stale token table is rewritten (so the check above can fail), and the text around it
+    /// is kept.
+    #[test]
+    fn a_stale_token_table_is_rendered_anew() {
+        let stale = format!("intro\n\n{TABLE_START}\n|---|---|---|\n| `gone` | 500 | x |\n\nafter\n");
+        let fresh = errors_table(&stale).unwrap();
+        assert_ne!(fresh, stale);
+        assert!(fresh.starts_with("intro\n\n") && fresh.ends_with("\n\nafter\n"));
+        assert!(!fresh.contains("`gone`"));
+        assert!(fresh.contains("| `session_not_found` | 404 |"), "{fresh}");
+    }
 }

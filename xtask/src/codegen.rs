@@ -106,7 +106,8 @@ mod tests {
     /// is kept.
     #[test]
     fn a_stale_token_table_is_rendered_anew() {
-        let stale = format!("intro\n\n{TABLE_START}\n|---|---|---|\n| `gone` | 500 | x |\n\nafter\n");
+        let stale =
+            format!("intro\n\n{TABLE_START}\n|---|---|---|\n| `gone` | 500 | x |\n\nafter\n");
         let fresh = errors_table(&stale).unwrap();
         assert_ne!(fresh, stale);
         assert!(fresh.starts_with("intro\n\n") && fresh.ends_with("\n\nafter\n"));

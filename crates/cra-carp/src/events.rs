@@ -492,6 +492,98 @@ impl Payload for ActionDeduplicated<'_> {
     const EVENT_TYPE: &'static str = "action.deduplicated";
 }
 
+/// Who did something, as events name them: the actor's id and type (`agent`, `human`, `script`).
+#[derive(Debug, Serialize)]
+pub struct ActorRef<'a> {
+    /// The actor's id.
+    pub id: &'a str,
+    /// The actor's type.
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+}
+
+impl<'a> ActorRef<'a> {
+    /// The actor `id` of type `kind`.
+    pub fn of(id: &'a str, kind: &'a str) -> Self {
+        Self { id, kind }
+    }
+}
+
+/// `session.started`: the first event of a session's chain.
+#[derive(Debug, Serialize)]
+pub struct SessionStarted<'a> {
+    /// The owning agent.
+    pub agent_id: &'a str,
+    /// Who opened it (the agent itself, or an admin).
+    pub actor: ActorRef<'a>,
+    /// What the session is for.
+    pub goal: &'a str,
+    /// The Relay project it works in, if any.
+    pub project_id: Option<&'a str>,
+    /// The parent session, for nested agents.
+    pub parent_session_id: Option<&'a str>,
+    /// Its `adjective-noun` callsign.
+    pub callsign: &'a str,
+}
+
+impl Payload for SessionStarted<'_> {
+    const EVENT_TYPE: &'static str = "session.started";
+}
+
+/// `session.ended`: the last event of a session's chain.
+#[derive(Debug, Serialize)]
+pub struct SessionEnded<'a> {
+    /// The owning agent.
+    pub agent_id: &'a str,
+    /// Who ended it.
+    pub ended_by: ActorRef<'a>,
+    /// Why.
+    pub reason: &'a str,
+    /// The approvals still pending, which lapse with the session (absent when none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lapsed_approvals: Option<&'a [String]>,
+}
+
+impl Payload for SessionEnded<'_> {
+    const EVENT_TYPE: &'static str = "session.ended";
+}
+
+/// An operator's decision on a pending approval: the payload of [`ApprovalGranted`] and
+/// [`ApprovalRejected`].
+#[derive(Debug, Serialize)]
+pub struct ApprovalDecided<'a> {
+    /// The approval.
+    pub approval_id: &'a str,
+    /// The resolution that opened it.
+    pub resolution_id: &'a str,
+    /// The actions it gated.
+    pub actions: &'a [String],
+    /// The operator.
+    pub decided_by: ActorRef<'a>,
+    /// The operator's note.
+    pub note: Option<&'a str>,
+    /// `grant` or `reject`.
+    pub decision: &'static str,
+}
+
+/// `approval.granted`.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct ApprovalGranted<'a>(pub ApprovalDecided<'a>);
+
+impl Payload for ApprovalGranted<'_> {
+    const EVENT_TYPE: &'static str = "approval.granted";
+}
+
+/// `approval.rejected`.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct ApprovalRejected<'a>(pub ApprovalDecided<'a>);
+
+impl Payload for ApprovalRejected<'_> {
+    const EVENT_TYPE: &'static str = "approval.rejected";
+}
+
 #[cfg(test)]
 mod tests {
     //! Each typed payload writes the canonical text of the `json!` value it replaced, so stored
@@ -777,6 +869,49 @@ mod tests {
             },
             &json!({"execution_id": "e", "request_id": "q", "idempotency_key": "k"}),
         );
+    }
+
+    #[test]
+    fn session_and_approval_payloads_are_the_values_they_replace() {
+        same(
+            &SessionStarted {
+                agent_id: "a",
+                actor: ActorRef::of("root", "human"),
+                goal: "caf\u{e9}",
+                project_id: None,
+                parent_session_id: Some("p"),
+                callsign: "brave-otter",
+            },
+            &json!({"agent_id": "a", "actor": {"id": "root", "type": "human"}, "goal": "caf\u{e9}",
+                "project_id": null, "parent_session_id": "p", "callsign": "brave-otter"}),
+        );
+        let lapsed = vec!["ap1".to_owned()];
+        let ended = |lapsed_approvals| SessionEnded {
+            agent_id: "a",
+            ended_by: ActorRef::of("oscar", "human"),
+            reason: "ended by request",
+            lapsed_approvals,
+        };
+        let value = json!({"agent_id": "a", "ended_by": {"id": "oscar", "type": "human"}, "reason": "ended by request"});
+        same(&ended(None), &value);
+        let mut with = value;
+        with["lapsed_approvals"] = json!(["ap1"]);
+        same(&ended(Some(&lapsed)), &with);
+        let actions = vec!["x.put".to_owned()];
+        let decided = |decision| ApprovalDecided {
+            approval_id: "ap1",
+            resolution_id: "r",
+            actions: &actions,
+            decided_by: ActorRef::of("oscar", "human"),
+            note: None,
+            decision,
+        };
+        let value = |decision: &str| {
+            json!({"approval_id": "ap1", "resolution_id": "r", "actions": ["x.put"],
+            "decided_by": {"id": "oscar", "type": "human"}, "note": null, "decision": decision})
+        };
+        same(&ApprovalGranted(decided("grant")), &value("grant"));
+        same(&ApprovalRejected(decided("reject")), &value("reject"));
     }
 
     /// `payload`'s event: its type, written as text, the canonical form of `value`, and the

@@ -31,7 +31,7 @@ use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, RawJson};
 use crate::routes::Caller;
-use crate::routes::sessions::readable_session;
+use crate::service::sessions::readable_session;
 use crate::state::AppState;
 
 /// The verbs `POST /v1/conformance/eval/{verb}` answers.

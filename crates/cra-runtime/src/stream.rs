@@ -23,7 +23,7 @@ use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::QueryParams;
 use crate::routes::Caller;
-use crate::routes::sessions::{check_uuid_field, require_read};
+use crate::service::sessions::{check_uuid_field, require_read};
 use crate::state::AppState;
 use crate::tracelog::{LiveEvent, StreamFilter, Subscription};
 

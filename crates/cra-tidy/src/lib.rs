@@ -549,42 +549,6 @@ fn is_ident_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn crate_roots_are_recognised() {
-        assert!(is_crate_root("crates/a/src/lib.rs"));
-        assert!(is_crate_root("crates/a/src/main.rs"));
-        assert!(is_crate_root("crates/a/src/bin/x.rs"));
-        assert!(is_crate_root("crates/a/src/bin/x/main.rs"));
-        assert!(!is_crate_root("crates/a/src/bin/x/util.rs"));
-        assert!(!is_crate_root("crates/a/src/routes/lib.rs"));
-    }
-
-    #[test]
-    fn function_names_match_whole_identifiers() {
-        assert!(has_fn("pub fn resolve(x: u8)", "resolve"));
-        assert!(has_fn("fn resolve<T>()", "resolve"));
-        assert!(!has_fn("fn resolve_all()", "resolve"));
-        assert!(!has_fn("fn unresolve()", "resolve"));
-    }
-
-    #[test]
-    fn only_crate_paths_are_taken_from_backticks() {
-        assert_eq!(rust_path("cra_x::a::f()"), Some("cra_x::a::f"));
-        assert_eq!(rust_path("cra_x"), None);
-        assert_eq!(rust_path("serde::Deserialize"), None);
-        assert_eq!(rust_path("cra_x::a::f(1)"), None);
-        assert_eq!(rust_path("cra_x::a::Carp"), None);
-        assert_eq!(
-            rust_path("cra_x::a::Carp::new"),
-            Some("cra_x::a::Carp::new")
-        );
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Rule 8: a library's root indexes its modules
 
@@ -636,4 +600,40 @@ pub fn module_index(path: &str, text: &str) -> Vec<Violation> {
             )
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crate_roots_are_recognised() {
+        assert!(is_crate_root("crates/a/src/lib.rs"));
+        assert!(is_crate_root("crates/a/src/main.rs"));
+        assert!(is_crate_root("crates/a/src/bin/x.rs"));
+        assert!(is_crate_root("crates/a/src/bin/x/main.rs"));
+        assert!(!is_crate_root("crates/a/src/bin/x/util.rs"));
+        assert!(!is_crate_root("crates/a/src/routes/lib.rs"));
+    }
+
+    #[test]
+    fn function_names_match_whole_identifiers() {
+        assert!(has_fn("pub fn resolve(x: u8)", "resolve"));
+        assert!(has_fn("fn resolve<T>()", "resolve"));
+        assert!(!has_fn("fn resolve_all()", "resolve"));
+        assert!(!has_fn("fn unresolve()", "resolve"));
+    }
+
+    #[test]
+    fn only_crate_paths_are_taken_from_backticks() {
+        assert_eq!(rust_path("cra_x::a::f()"), Some("cra_x::a::f"));
+        assert_eq!(rust_path("cra_x"), None);
+        assert_eq!(rust_path("serde::Deserialize"), None);
+        assert_eq!(rust_path("cra_x::a::f(1)"), None);
+        assert_eq!(rust_path("cra_x::a::Carp"), None);
+        assert_eq!(
+            rust_path("cra_x::a::Carp::new"),
+            Some("cra_x::a::Carp::new")
+        );
+    }
 }

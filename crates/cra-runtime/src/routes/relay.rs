@@ -199,9 +199,9 @@ pub async fn create_project(
         &[Role::Agent, Role::Author, Role::Operator],
         "creating a project",
     )?;
-    crate::routes::sessions::check_id_field("/project_id", &body.project_id)?;
+    crate::service::sessions::check_id_field("/project_id", &body.project_id)?;
     for (i, m) in body.members.iter().enumerate() {
-        crate::routes::sessions::check_id_field(&format!("/members/{i}"), m)?;
+        crate::service::sessions::check_id_field(&format!("/members/{i}"), m)?;
     }
     let (pid, name) = (body.project_id.clone(), body.name.clone());
     let project = state
@@ -254,7 +254,7 @@ impl Runtime {
             &sid,
             &owner,
             vec![
-                draft(&t, &s, None, "session.started", json!({"agent_id": owner, "goal": format!("audit chain of project {project_id}"), "project_id": project_id, "callsign": crate::routes::sessions::callsign_for(&sid)})),
+                draft(&t, &s, None, "session.started", json!({"agent_id": owner, "goal": format!("audit chain of project {project_id}"), "project_id": project_id, "callsign": crate::service::sessions::callsign_for(&sid)})),
                 draft(&t, &s, None, "relay.project.created", created),
             ],
         )
@@ -966,7 +966,7 @@ pub async fn import(
         })
         .unwrap_or_default();
     for (i, m) in members.iter().enumerate() {
-        crate::routes::sessions::check_id_field(&format!("/members/{i}"), m)?;
+        crate::service::sessions::check_id_field(&format!("/members/{i}"), m)?;
     }
     let bytes = crate::extract::read_body(req, IMPORT_MAX_BYTES).await?;
     let snapshot = crate::error::run_blocking("the import check failed", move || {

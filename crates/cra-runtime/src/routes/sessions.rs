@@ -1,249 +1,16 @@
-//! CARP sessions: `POST /v1/sessions`, `GET /v1/sessions/{id}`, `DELETE /v1/sessions/{id}`.
-//!
-//! A session belongs to the agent that opened it. Its chain starts with `session.started`
-//! (agent, goal, project, parent, callsign) and closes with `session.ended`. Only the owning agent
-//! writes to it; the owner, auditors, operators and admins read it.
+//! CARP sessions over HTTP: `POST /v1/sessions`, `GET /v1/sessions/{id}`,
+//! `DELETE /v1/sessions/{id}`. The rules live in [`crate::service::sessions`].
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use cra_carp::store::{SessionRecord, StoreError};
-use cra_trace::TraceEvent;
-use cra_wire::Token;
-use cra_wire::clock::format_timestamp;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
-use utoipa::ToSchema;
 
-use crate::auth::{Actor, Role};
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::extract::JsonBody;
 use crate::routes::Caller;
-use crate::state::{AppState, Runtime};
-use crate::tracelog::draft;
-
-/// `POST /v1/sessions` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateSession {
-    /// The agent that will own the session (an agent key may only name itself).
-    pub agent_id: String,
-    /// What the session is for.
-    pub goal: String,
-    /// The Relay project the session works in, if any.
-    #[serde(default)]
-    pub project_id: Option<String>,
-    /// The parent session, for nested agents.
-    #[serde(default)]
-    pub parent_session_id: Option<String>,
-}
-
-/// A session as answered.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionView {
-    /// UUIDv7.
-    pub session_id: String,
-    /// The owning agent.
-    pub agent_id: String,
-    /// What it is for.
-    pub goal: Option<String>,
-    /// The Relay project, if any.
-    pub project_id: Option<String>,
-    /// The parent session, if any.
-    pub parent_session_id: Option<String>,
-    /// `adjective-noun`, a memorability aid (not unique).
-    pub callsign: String,
-    /// `active` or `ended`.
-    pub status: String,
-    /// When it started.
-    pub started_at: String,
-    /// When it ended.
-    pub ended_at: Option<String>,
-    /// Events in its chain.
-    pub event_count: u64,
-}
-
-/// The longest accepted agent id, goal and project id.
-pub const MAX_ID_LEN: usize = 128;
-/// The longest accepted goal.
-pub const MAX_GOAL_LEN: usize = 8192;
-
-/// `adjective-noun` derived from the session id (SHA-256), so every replica names it the same.
-pub fn callsign_for(session_id: &str) -> String {
-    use cra_relay::session::{ADJECTIVES, NOUNS};
-    let h = Sha256::digest(session_id.as_bytes());
-    format!(
-        "{}-{}",
-        ADJECTIVES[usize::from(h[0]) % ADJECTIVES.len()],
-        NOUNS[usize::from(h[1]) % NOUNS.len()]
-    )
-}
-
-/// Checks an identifier field: non-empty, at most [`MAX_ID_LEN`] bytes, printable, no spaces.
-pub fn check_id_field(pointer: &str, value: &str) -> ApiResult<()> {
-    if value.is_empty() || value.len() > MAX_ID_LEN || !value.bytes().all(|b| b.is_ascii_graphic())
-    {
-        return Err(ApiError::field(
-            Token::InvalidRequest,
-            pointer,
-            format!("must be 1 to {MAX_ID_LEN} printable ASCII characters without spaces"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a UUID field (canonical lowercase 8-4-4-4-12).
-pub fn check_uuid_field(pointer: &str, value: &str) -> ApiResult<()> {
-    if cra_wire::id::is_canonical_uuid(value) {
-        Ok(())
-    } else {
-        Err(ApiError::field(
-            Token::InvalidRequest,
-            pointer,
-            format!("`{value}` is not a canonical lowercase UUID (8-4-4-4-12 hex)"),
-        ))
-    }
-}
-
-/// A CARP store failure as an HTTP refusal.
-pub fn carp_store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound {
-            what: "session",
-            id,
-        } => ApiError::new(
-            Token::SessionNotFound,
-            format!("no session {id}; open one with POST /v1/sessions"),
-        ),
-        StoreError::NotFound {
-            what: "resolution",
-            id,
-        } => ApiError::new(
-            Token::ResolutionNotFound,
-            format!("no resolution {id}; resolve first"),
-        ),
-        StoreError::NotFound {
-            what: "approval",
-            id,
-        } => ApiError::new(Token::ApprovalNotFound, format!("no approval {id}")),
-        StoreError::NotFound { what, id } => ApiError::not_found(format!("no {what} {id}")),
-        StoreError::AlreadyExists { what, id } => {
-            ApiError::new(Token::AlreadyExists, format!("{what} {id} already exists"))
-        }
-        e @ StoreError::AlreadyDecided { .. } => ApiError::new(Token::AlreadyExists, e.to_string()),
-        StoreError::Backend(m) => ApiError::new(
-            Token::Unavailable,
-            format!("the store failed ({m}); nothing was changed, retry later"),
-        ),
-        StoreError::Corrupt(m) => ApiError::new(Token::IntegrityError, m),
-    }
-}
-
-impl Runtime {
-    /// Runs a blocking CARP-store call off the async threads.
-    pub async fn carp<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> ApiResult<T> {
-        let store = self.backends.carp.clone();
-        crate::error::run_blocking("a store task failed", move || f(store.as_ref()))
-            .await?
-            .map_err(carp_store_error)
-    }
-
-    /// A read of the CARP store, made where reads cost least ([`Runtime::quick`]).
-    pub async fn carp_read<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
-    ) -> ApiResult<T> {
-        let store = self.backends.carp.clone();
-        self.quick("a store read failed", move || f(store.as_ref()))
-            .await?
-            .map_err(carp_store_error)
-    }
-
-    /// The session `id`, or 404 `session_not_found`.
-    pub async fn session_record(&self, id: &str) -> ApiResult<SessionRecord> {
-        let key = id.to_owned();
-        self.carp_read(move |s| s.get_session(&key))
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(
-                    Token::SessionNotFound,
-                    format!("no session {id}; open one with POST /v1/sessions"),
-                )
-            })
-    }
-}
-
-/// May `actor` read `session` (owner, auditor, operator, admin)?
-pub fn can_read(actor: &Actor, session: &SessionRecord) -> bool {
-    actor.reads_all() || (actor.has(Role::Agent) && actor.id == session.agent_id)
-}
-
-/// Fails with 403 unless `actor` may read `session`.
-pub fn require_read(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
-    if can_read(actor, session) {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden(format!(
-            "session {} belongs to another agent; only its owner, auditors and operators read it",
-            session.session_id
-        )))
-    }
-}
-
-/// The session `id` as `actor` may read it: a canonical UUID (400), an existing session (404),
-/// and a caller who owns it or audits (403).
-pub async fn readable_session(
-    state: &AppState,
-    actor: &Actor,
-    id: &str,
-) -> ApiResult<SessionRecord> {
-    check_uuid_field("/session_id", id)?;
-    let record = state.session_record(id).await?;
-    require_read(actor, &record)?;
-    Ok(record)
-}
-
-/// Fails with 403 unless `actor` owns `session` (or is admin).
-pub fn require_owner(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
-    if actor.has(Role::Admin) || (actor.has(Role::Agent) && actor.id == session.agent_id) {
-        Ok(())
-    } else {
-        Err(ApiError::forbidden(format!(
-            "session {} belongs to another agent; only its owner writes to it",
-            session.session_id
-        )))
-    }
-}
-
-fn view(record: &SessionRecord, first: Option<&TraceEvent>, event_count: u64) -> SessionView {
-    let p = first.map(|e| &e.payload);
-    let s = |k: &str| {
-        p.and_then(|p| p.get(k))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
-    SessionView {
-        session_id: record.session_id.clone(),
-        agent_id: record.agent_id.clone(),
-        goal: s("goal"),
-        project_id: s("project_id"),
-        parent_session_id: record.parent_session_id.clone(),
-        callsign: s("callsign").unwrap_or_else(|| callsign_for(&record.session_id)),
-        status: if record.is_active() {
-            "active"
-        } else {
-            "ended"
-        }
-        .to_owned(),
-        started_at: record.created_at.clone(),
-        ended_at: record.ended_at.clone(),
-        event_count,
-    }
-}
+use crate::service::sessions as service;
+use crate::service::sessions::{CreateSession, SessionView};
+use crate::state::AppState;
 
 /// Opens a session.
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSession,
@@ -255,74 +22,8 @@ pub async fn create(
     Caller(actor): Caller,
     JsonBody(req): JsonBody<CreateSession>,
 ) -> ApiResult<(StatusCode, Json<SessionView>)> {
-    check_id_field("/agent_id", &req.agent_id)?;
-    if req.goal.trim().is_empty() || req.goal.len() > MAX_GOAL_LEN {
-        return Err(ApiError::field(
-            Token::InvalidRequest,
-            "/goal",
-            format!("must be a non-empty text of at most {MAX_GOAL_LEN} bytes"),
-        ));
-    }
-    if let Some(p) = &req.project_id {
-        check_id_field("/project_id", p)?;
-    }
-    if let Some(p) = &req.parent_session_id {
-        check_uuid_field("/parent_session_id", p)?;
-    }
-    if !actor.has(Role::Admin) {
-        if !actor.has(Role::Agent) {
-            return Err(ApiError::forbidden(
-                "opening a session needs the agent role (or admin)",
-            ));
-        }
-        if actor.id != req.agent_id {
-            return Err(ApiError::field(
-                Token::IdentityMismatch,
-                "/agent_id",
-                format!(
-                    "this key authenticates `{}`; an agent opens sessions only for itself",
-                    actor.id
-                ),
-            ));
-        }
-    }
-    if let Some(parent) = &req.parent_session_id {
-        let p = state.session_record(parent).await?;
-        require_read(&actor, &p)?;
-    }
-    let now = format_timestamp(state.clock.now());
-    let session_id = state.ids.new_id();
-    let callsign = callsign_for(&session_id);
-    let record = SessionRecord {
-        session_id: session_id.clone(),
-        agent_id: req.agent_id.clone(),
-        parent_session_id: req.parent_session_id.clone(),
-        created_at: now,
-        ended_at: None,
-    };
-    let r = record.clone();
-    state.carp(move |s| s.create_session(&r)).await?;
-    let trace_id = state.ids.new_id();
-    let span_id = state.ids.new_id();
-    let payload = json!({
-        "agent_id": req.agent_id,
-        "actor": {"id": actor.id, "type": actor.actor_type.as_str()},
-        "goal": req.goal,
-        "project_id": req.project_id,
-        "parent_session_id": req.parent_session_id,
-        "callsign": callsign,
-    });
-    let events = state
-        .append_events(
-            &session_id,
-            &record.agent_id,
-            vec![draft(&trace_id, &span_id, None, "session.started", payload)],
-        )
-        .await?;
-    Ok((
-        StatusCode::CREATED,
-        Json(view(&record, events.first(), events.len() as u64)),
-    ))
+    let view = service::open(&state, &actor, req).await?;
+    Ok((StatusCode::CREATED, Json(view)))
 }
 
 /// Reads a session.
@@ -336,16 +37,7 @@ pub async fn get(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<SessionView>> {
-    let record = readable_session(&state, &actor, &id).await?;
-    let first = state.read_events_after(&id, None, 1).await?;
-    let chains = state.backends.chains.clone();
-    let sid = id.clone();
-    let count = crate::error::run_blocking("a store task failed", move || chains.session(&sid))
-        .await?
-        .map_err(crate::tracelog::chain_error)?
-        .map(|s| s.head.next_sequence)
-        .unwrap_or(0);
-    Ok(Json(view(&record, first.first(), count)))
+    Ok(Json(service::get(&state, &actor, &id).await?))
 }
 
 /// Ends a session (idempotent): appends `session.ended` and marks it ended.
@@ -359,53 +51,6 @@ pub async fn end(
     Caller(actor): Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    check_uuid_field("/session_id", &id)?;
-    let record = state.session_record(&id).await?;
-    if !(actor.has(Role::Operator) || actor.has(Role::Admin)) {
-        require_owner(&actor, &record)?;
-    }
-    if !record.is_active() {
-        return Ok(StatusCode::NO_CONTENT);
-    }
-    // The state first, then the event: the append is durable and makes the state write durable
-    // with it (the store defers state writes to the next append), so a 204 means both are on disk.
-    // Should the append fail, a repeated DELETE finds the session ended and answers 204 at once.
-    let now = format_timestamp(state.clock.now());
-    let sid = id.clone();
-    // The session's pending approvals lapse with it (they can no longer be decided): the end
-    // event names them, so the chain says what became of each `approval.requested`.
-    let lapsed = state
-        .carp(move |s| {
-            let pending = s.list_pending_approvals()?;
-            s.end_session(&sid, &now)?;
-            Ok(pending
-                .into_iter()
-                .filter(|a| a.session_id == sid)
-                .map(|a| a.approval_id)
-                .collect::<Vec<_>>())
-        })
-        .await?;
-    let trace_id = state.ids.new_id();
-    let span_id = state.ids.new_id();
-    let mut payload = json!({
-        "agent_id": record.agent_id,
-        "ended_by": {"id": actor.id, "type": actor.actor_type.as_str()},
-        "reason": "ended by request",
-    });
-    if !lapsed.is_empty() {
-        payload["lapsed_approvals"] = json!(lapsed);
-    }
-    match state
-        .append_events(
-            &id,
-            &record.agent_id,
-            vec![draft(&trace_id, &span_id, None, "session.ended", payload)],
-        )
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.token() == Some(Token::SessionInactive) => {}
-        Err(e) => return Err(e),
-    }
+    service::end(&state, &actor, &id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

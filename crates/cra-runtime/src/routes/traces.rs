@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 use crate::error::{ApiError, ApiResult};
 use crate::routes::Caller;
-use crate::routes::sessions::{can_read, readable_session};
+use crate::service::sessions::{can_read, readable_session};
 use crate::state::AppState;
 
 /// The JSON Lines media type of a `.trace.jsonl` export.

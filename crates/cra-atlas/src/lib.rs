@@ -1,7 +1,7 @@
 //! `cra-atlas`: the Atlas/1.0 package format.
 //!
 //! * [`model`]: manifest, capability, context pack, policy and action types (unknown fields kept).
-//! * [`load`]: reading an atlas directory or packed archive into a [`LoadedAtlas`] with its digest.
+//! * [`load`](mod@load): reading an atlas directory or packed archive into a [`LoadedAtlas`] with its digest.
 //! * [`validate`]: JSON Schema, id, version and cross-reference checks producing [`Diagnostic`]s.
 //! * [`diag`]: diagnostics (file, JSON pointer, line) and pointer-to-line mapping.
 //! * [`pattern`]: policy action patterns (`*`, `**`), shared with CARP's evaluator.

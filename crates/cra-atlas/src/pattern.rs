@@ -7,9 +7,9 @@
 //!
 //! The pattern `*` on its own is special: it matches every action id, whatever its number of
 //! segments (errata). Mixed segments such as `ticket*` are not patterns: [`validate_pattern`]
-//! refuses them, and [`matches`] treats them as literals (so they never match a valid action id).
+//! refuses them, and [`matches`](fn@matches) treats them as literals (so they never match a valid action id).
 //!
-//! Matching is pure and allocation-free; CARP's evaluator calls [`matches`] for every
+//! Matching is pure and allocation-free; CARP's evaluator calls [`matches`](fn@matches) for every
 //! (policy, action) pair.
 
 /// Why a string is not a valid action pattern.

@@ -3,7 +3,7 @@
 //!
 //! The trait is synchronous, object-safe and `Send + Sync` (used as `Arc<dyn CarpStore>`; the
 //! server calls it from `spawn_blocking`). `cra-store` implements it for redb and PostgreSQL.
-//! The in-memory implementation ([`crate::memory::MemoryStore`], feature `test-support`) exists
+//! The in-memory implementation (`crate::memory::MemoryStore`, feature `test-support`) exists
 //! for tests only.
 //!
 //! Contract every implementation must keep (the shared test suite checks it):

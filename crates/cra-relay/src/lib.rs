@@ -9,7 +9,7 @@
 //!   [`export`]: deterministic NDJSON export and verified import.
 //! * [`session`]: session callsigns; [`error`]: the operations' errors, each with its wire
 //!   token.
-//! * [`testkit`] (feature `test-support`): the backend-independent suite every store runs.
+//! * `testkit` (feature `test-support`): the backend-independent suite every store runs.
 
 pub mod digest;
 pub mod error;

@@ -2,7 +2,7 @@
 //! as `Arc<dyn RelayStore>`. `cra-store` implements it for redb and PostgreSQL. Every method that
 //! changes more than one row is one transaction in the implementation.
 //!
-//! [`memory::MemoryStore`] exists only for unit tests (`cfg(test)` or the `test-support`
+//! `memory::MemoryStore` exists only for unit tests (`cfg(test)` or the `test-support`
 //! feature); the product never uses it.
 
 #[cfg(any(test, feature = "test-support"))]

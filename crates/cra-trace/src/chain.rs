@@ -136,7 +136,7 @@ impl PreparedDraft {
     /// that text; `draft.payload` is not read (leave it `Null`), and the event a store returns
     /// for this draft carries it as it is, so whoever needs the payload as a value reads the
     /// stored event or parses `canonical`. `canonical` must be the canonical form of the payload
-    /// ([`cra_wire::canonical::trace_canonical_from_str`] of its JSON gives it), or the stored
+    /// ([`cra_wire::canonical::trace::trace_canonical_from_str`] of its JSON gives it), or the stored
     /// event will not verify.
     pub fn from_canonical(draft: EventDraft, canonical: String) -> Self {
         Self {

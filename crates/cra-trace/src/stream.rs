@@ -1,8 +1,8 @@
 //! Streaming verification of a `.trace.jsonl` from any reader, in flat memory, on every core.
 //!
 //! A reader thread cuts the input into chunks of whole lines; worker threads parse and hash the
-//! lines of a chunk ([`crate::fastline`]); the calling thread puts the chunks back in order and
-//! runs the sequence and link checks ([`crate::verify::ChainChecker`]). Channels are bounded, so
+//! lines of a chunk (`fastline`); the calling thread puts the chunks back in order and
+//! runs the sequence and link checks (`verify::ChainChecker`). Channels are bounded, so
 //! at most a few chunks are in memory whatever the size of the input; a line longer than a chunk
 //! is carried over until its newline arrives. Chunk buffers and outcome vectors go back to where
 //! they are filled once used, so a steady run allocates (and zeroes) nothing per chunk.

@@ -9,7 +9,7 @@
 //! 3. its `previous_event_hash` is 64 zeros on the first line ([`Code::InvalidGenesis`]) and the
 //!    previous event's `event_hash` afterwards ([`Code::ChainBroken`]);
 //! 4. its `event_hash` equals the recomputed Appendix B hash ([`Code::HashMismatch`]);
-//! 5. its fields follow §4.2 ([`crate::fields`]): `trace_version` "1.0"
+//! 5. its fields follow §4.2 (`fields`): `trace_version` "1.0"
 //!    ([`Code::InvalidTraceVersion`]), canonical UUID ids ([`Code::InvalidId`]), an RFC 3339
 //!    timestamp with a zone ([`Code::InvalidTimestamp`]);
 //! 6. its `session_id` is the chain's: the first well-formed event's ([`Code::SessionMixed`]).
@@ -22,8 +22,8 @@
 //! malformed line the next event's link cannot be checked (there is no previous hash to compare
 //! with); checking resumes from that event.
 //!
-//! This module is pure: [`ChainChecker`] consumes per-line outcomes; [`crate::stream`] does the
-//! reading (in parallel), [`crate::fastline`] the tree-free parsing.
+//! This module is pure: `ChainChecker` consumes per-line outcomes; [`crate::stream`] does the
+//! reading (in parallel), `fastline` the tree-free parsing.
 
 use std::fmt;
 
@@ -427,7 +427,7 @@ pub fn verify_events_with<'a>(
 }
 
 /// Reads one line as an event the simple way: a full strict parse into a tree, then field by
-/// field. The reference the fast path ([`crate::fastline`]) is tested against, and the source of
+/// field. The reference the fast path (`fastline`) is tested against, and the source of
 /// every malformed-event message.
 pub fn parse_event_line(line: &[u8]) -> Result<TraceEvent, String> {
     let value = cra_wire::json::parse_strict(line).map_err(|e| e.to_string())?;

@@ -67,7 +67,7 @@ pub enum AtlasCommand {
     Pack {
         /// The atlas directory.
         dir: PathBuf,
-        /// The archive to write (default: <atlas_id>-<version>.atlas.tar.gz).
+        /// The archive to write (default: `<atlas_id>-<version>.atlas.tar.gz`).
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },

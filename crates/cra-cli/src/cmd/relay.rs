@@ -2,11 +2,11 @@
 //! directory.
 //!
 //! * **Server mode** when `--url URL` (or `CRA_URL`) is given: every subcommand is one or two
-//!   HTTP calls to the runtime's Relay routes ([`remote`]). The credential is `--token` (or
+//!   HTTP calls to the runtime's Relay routes (`remote`). The credential is `--token` (or
 //!   `CRA_TOKEN`), else the admin key the server wrote into its data directory (`--data`,
 //!   default `./cra-data`), as `cra trace tail` does. The acting actor is the token's actor;
 //!   `--actor` is not used.
-//! * **Local mode** otherwise: the embedded redb store in `--data` ([`local`]), acting as
+//! * **Local mode** otherwise: the embedded redb store in `--data` (`local`), acting as
 //!   `--actor`. A running server holds that directory; opening it then fails with an error that
 //!   names the server's process and says to use `--url`.
 //!
@@ -35,7 +35,7 @@ pub struct RelayArgs {
     /// The server to talk to (server mode); without it, the local data directory is opened.
     #[arg(long, env = "CRA_URL", global = true)]
     pub url: Option<String>,
-    /// The bearer token for the server (default: the admin key in <data>/api-keys.toml).
+    /// The bearer token for the server (default: the admin key in `<data>/api-keys.toml`).
     #[arg(long, env = "CRA_TOKEN", global = true, hide_env_values = true)]
     pub token: Option<String>,
     /// The data directory (embedded store; in server mode, where the admin key is looked for).

@@ -46,7 +46,7 @@ pub struct ServeArgs {
     /// Log line format.
     #[arg(long, value_enum)]
     pub log_format: Option<LogFormatArg>,
-    /// The API keys file (default: <data>/api-keys.toml, created with an admin key on first start).
+    /// The API keys file (default: `<data>/api-keys.toml`, created with an admin key on first start).
     #[arg(long)]
     pub api_keys: Option<PathBuf>,
     /// Tests only: let admins set the server's clock (POST /v1/conformance/clock).

@@ -6,7 +6,7 @@
 //! every durable write (a resolve's TRACE record is about 25 kB of JSON, which compresses to
 //! about a third). Compressing happens on the appender's thread, before the record is queued.
 //!
-//! A compressed record is the tag byte [`LZ4`] (never the first byte of a JSON text), the text's
+//! A compressed record is the tag byte `LZ4` (never the first byte of a JSON text), the text's
 //! length as a little-endian `u32`, then the LZ4 block of the text. Any other record is the JSON
 //! text itself, which is also how every record written before compression existed reads back.
 //!
@@ -31,7 +31,7 @@ const COMPRESS_FROM: usize = 1024;
 /// allocated for it.
 const MAX_RATIO: usize = 256;
 
-/// `text` as it is to be stored: compressed when it is at least [`COMPRESS_FROM`] bytes long and
+/// `text` as it is to be stored: compressed when it is at least `COMPRESS_FROM` bytes long and
 /// the compressed form is smaller, else unchanged. A text that itself starts with the tag byte
 /// (never JSON, but this is not checked) is always compressed, so that [`unpack`] gives back
 /// exactly what was packed whatever the bytes (up to 4 GiB, far beyond any redb value: a longer

@@ -1,5 +1,6 @@
 //! The TRACE events of CARP's operations, one struct per payload (CRA §4.3 and our errata), and
-//! the one way to turn a payload into an event: [`Span::event`]. A payload's struct names its
+//! the one way to turn a payload into an event: a [`Span`] ([`Span::event`] for appends of
+//! prepared drafts, [`Span::draft_of`] for appends of plain ones). A payload's struct names its
 //! event type ([`Payload::EVENT_TYPE`]), so a type and its payload cannot drift apart, and no
 //! `json!` literal builds a payload. The runtime's governance core
 //! (`cra_runtime::service::carp`) and `cra resolve --record` ([`crate::replay::resolve_drafts`])
@@ -47,11 +48,6 @@ impl<'a> Span<'a> {
         }
     }
 
-    /// The same trace and parent, another span.
-    pub fn with_span(self, span_id: &'a str) -> Self {
-        Self { span_id, ..self }
-    }
-
     /// The event recording `payload`: written straight into its TRACE canonical form (no
     /// `Value` tree is made, walked and dropped). A payload the canonical writer refuses (two
     /// members with one name, possible only through a request's unknown extras) goes through a
@@ -59,17 +55,18 @@ impl<'a> Span<'a> {
     pub fn event<P: Payload>(&self, payload: &P) -> PreparedDraft {
         match cra_wire::canonical::to_trace_canonical(payload) {
             Ok(text) => PreparedDraft::from_canonical(self.draft(P::EVENT_TYPE, Value::Null), text),
-            Err(_) => PreparedDraft::new(self.draft(
-                P::EVENT_TYPE,
-                serde_json::to_value(payload).unwrap_or(Value::Null),
-            )),
+            Err(_) => PreparedDraft::new(self.draft_of(payload)),
         }
     }
 
-    /// [`Span::event`] as a plain draft with its payload as a value, for appends that take
-    /// those.
+    /// The event recording `payload` as a plain draft, for the appends that take those and
+    /// canonicalise each payload themselves: the payload is a value made straight from the
+    /// struct (writing its canonical text first would only be parsed back here and written
+    /// again by the store). Numbers keep their spelling, as in any producer's value.
     pub fn draft_of<P: Payload>(&self, payload: &P) -> EventDraft {
-        self.event(payload).into_draft()
+        // A payload struct has string keys only, so making its value cannot fail.
+        let value = serde_json::to_value(payload).unwrap_or(Value::Null);
+        self.draft(P::EVENT_TYPE, value)
     }
 
     fn draft(&self, event_type: &str, payload: Value) -> EventDraft {
@@ -912,6 +909,64 @@ mod tests {
         };
         same(&ApprovalGranted(decided("grant")), &value("grant"));
         same(&ApprovalRejected(decided("reject")), &value("reject"));
+    }
+
+    /// A plain draft's payload is the struct's own value: numbers keep the spelling they were
+    /// given (the stored event shows the executor's `1.50`; the hash covers the canonical `1.5`),
+    /// as it was when these payloads were `json!` values.
+    #[test]
+    fn a_drafts_payload_is_the_structs_value() {
+        let error = ExecuteError {
+            code: "executor_failed".into(),
+            message: "m".into(),
+            details: Some(serde_json::from_str(r#"{"ratio": 1.50}"#).unwrap()),
+        };
+        let failed = ActionFailed {
+            execution_id: "e",
+            action_id: "x",
+            executor: None,
+            status: "error",
+            error: Some(&error),
+        };
+        let draft = SPAN.draft_of(&failed);
+        assert_eq!(draft.payload, serde_json::to_value(&failed).unwrap());
+        assert_eq!(
+            draft.payload["error"]["details"]["ratio"].to_string(),
+            "1.50"
+        );
+        assert_eq!(draft.parent_span_id.as_deref(), Some("p"));
+        assert!(
+            SPAN.event(&failed)
+                .canonical_payload()
+                .contains(r#""ratio":1.5}"#)
+        );
+    }
+
+    /// A payload the canonical writer refuses (two members named `a`, one from a flattened map)
+    /// goes through a `Value`, where serde_json keeps one of the two.
+    #[test]
+    fn an_event_falls_back_to_a_value_when_the_canonical_writer_refuses() {
+        #[derive(Serialize)]
+        struct Twice {
+            a: u8,
+            #[serde(flatten)]
+            extra: BTreeMap<String, u8>,
+        }
+        impl Payload for Twice {
+            const EVENT_TYPE: &'static str = "test.twice";
+        }
+        let payload = Twice {
+            a: 1,
+            extra: [("a".to_owned(), 2)].into(),
+        };
+        assert!(cra_wire::canonical::to_trace_canonical(&payload).is_err());
+        let prepared = SPAN.event(&payload);
+        let value = serde_json::to_value(&payload).unwrap();
+        assert_eq!(prepared.draft.payload, value);
+        assert_eq!(
+            prepared.canonical_payload(),
+            cra_wire::canonical::trace_canonical(&value)
+        );
     }
 
     /// `payload`'s event: its type, written as text, the canonical form of `value`, and the

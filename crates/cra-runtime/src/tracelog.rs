@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use cra_trace::store::ChainStoreError;
-use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
+use cra_trace::{EventDraft, TraceEvent};
 use cra_wire::Token;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -289,32 +289,6 @@ pub fn draft(
     }
 }
 
-/// A draft whose payload is `payload` written straight into its TRACE canonical form, with no
-/// `Value` tree made, walked and dropped on the way (see [`PreparedDraft::from_canonical`]; the
-/// appended event comes back without a payload value, which [`Runtime::append_resolve`] fills
-/// in for live subscribers). A payload the canonical writer refuses (two members with one name)
-/// goes through a `Value`, as [`draft`] does.
-pub fn typed_draft<T: serde::Serialize>(
-    trace_id: &str,
-    span_id: &str,
-    event_type: &str,
-    payload: &T,
-) -> PreparedDraft {
-    match cra_wire::canonical::to_trace_canonical(payload) {
-        Ok(text) => PreparedDraft::from_canonical(
-            draft(trace_id, span_id, None, event_type, Value::Null),
-            text,
-        ),
-        Err(_) => PreparedDraft::new(draft(
-            trace_id,
-            span_id,
-            None,
-            event_type,
-            serde_json::to_value(payload).unwrap_or(Value::Null),
-        )),
-    }
-}
-
 impl Runtime {
     /// Appends `drafts` to `session_id`'s chain (owned by `owner`), durably, then publishes them.
     pub async fn append_events(
@@ -500,29 +474,5 @@ mod tests {
         let s = hub.subscribe(Some("x"), StreamFilter::default(), 1);
         drop(s);
         assert!(hub.sessions.lock().unwrap().is_empty());
-    }
-
-    /// A payload the canonical writer refuses (two members named `a`, one from a flattened map)
-    /// goes through a `Value`, as `draft` would: serde_json keeps one of the two.
-    #[test]
-    fn typed_draft_falls_back_to_a_value_when_the_canonical_writer_refuses() {
-        #[derive(serde::Serialize)]
-        struct Twice {
-            a: u8,
-            #[serde(flatten)]
-            extra: std::collections::BTreeMap<String, u8>,
-        }
-        let payload = Twice {
-            a: 1,
-            extra: [("a".to_owned(), 2)].into(),
-        };
-        assert!(cra_wire::canonical::to_trace_canonical(&payload).is_err());
-        let prepared = typed_draft("t", "s", "e", &payload);
-        let value = serde_json::to_value(&payload).unwrap();
-        assert_eq!(prepared.draft.payload, value);
-        assert_eq!(
-            prepared.canonical_payload(),
-            cra_wire::canonical::trace_canonical(&value)
-        );
     }
 }

@@ -1,9 +1,8 @@
 //! The CARP engine: the protocol's operations over a store, with no TRACE and no transport:
 //! sessions, resolve (and validate, its dry run), execute up to the point where an executor
 //! runs, and approvals. The runtime's governance core (`cra_runtime::service::carp`) calls it
-//! and records what it decides; the conformance runner's in-process target and the CLI's
-//! `cra resolve` call it directly. Every §3.6 rule is checked here in a fixed
-//! order, each with its own token; the rules themselves live in [`crate::validate`] and
+//! and records what it decides; the conformance runner's in-process target and the fuzz targets
+//! call it directly. Every §3.6 rule is checked here in a fixed order, each with its own token; the rules themselves live in [`crate::validate`] and
 //! [`crate::execute`], evaluation in [`crate::eval`]. Time and ids are injected.
 
 use std::sync::Arc;
@@ -80,7 +79,6 @@ pub enum ExecuteOutcome {
     Answered(ExecuteResponse),
 }
 
-/// CARP over a store, an atlas set, a clock and an id generator.
 /// A resolve checked and evaluated but not yet recorded ([`Carp::prepare_resolve`]).
 #[derive(Debug, Clone)]
 pub struct PreparedResolve {
@@ -92,6 +90,7 @@ pub struct PreparedResolve {
     pub record: Option<ResolveRecord>,
 }
 
+/// The CARP engine over a store, an atlas set, a clock and an id generator.
 #[derive(Debug, Clone)]
 pub struct Carp {
     store: Arc<dyn CarpStore>,

@@ -206,6 +206,39 @@ fn session_rules_have_their_own_tokens() {
     );
 }
 
+/// `Carp::with_session`: the checks judge a request in the given session against the record the
+/// caller read, not a second reading of the store (here the store says the session is open, the
+/// record says it ended, and the record decides); a request in another session reads the store.
+#[test]
+fn a_session_given_to_the_engine_is_the_one_judged() {
+    let w = World::new();
+    let mut ended = w
+        .carp
+        .open_session(
+            "agent-1",
+            Some("0190a000-0000-7000-8000-0000000000e1"),
+            None,
+        )
+        .unwrap();
+    ended.ended_at = Some(w.now());
+    let carp = w.carp.clone().with_session(ended.clone());
+    let mut r = w.resolve_req("com.example.ops", "x");
+    r["requester"]["session_id"] = json!(ended.session_id);
+    let refused = carp.resolve(&parse_request(&r).unwrap(), false, None);
+    assert_eq!(token(refused), "session_inactive");
+    // The same request without the record: the store's open session admits it.
+    w.carp
+        .resolve(&parse_request(&r).unwrap(), false, None)
+        .unwrap();
+    // A request in another session is checked against the store.
+    let other = carp.resolve(
+        &parse_request(&w.resolve_req("com.example.ops", "x")).unwrap(),
+        false,
+        None,
+    );
+    other.unwrap();
+}
+
 #[test]
 fn execute_rules_have_their_own_tokens() {
     let w = World::new();

@@ -1,8 +1,6 @@
-//! The TRACE events of CARP's operations, one struct per payload (CRA §4.3 and our errata), and
-//! the one way to turn a payload into an event: a [`Span`] ([`Span::event`] for appends of
-//! prepared drafts, [`Span::draft_of`] for appends of plain ones). A payload's struct names its
-//! event type ([`Payload::EVENT_TYPE`]), so a type and its payload cannot drift apart, and no
-//! `json!` literal builds a payload. The runtime's governance core
+//! The TRACE events of CARP's operations and of sessions, one struct per payload (CRA §4.3 and
+//! our errata), each a [`Payload`] that a [`Span`] turns into an event (`cra_trace::payload`).
+//! The runtime's governance core
 //! (`cra_runtime::service::carp`) and `cra resolve --record` ([`crate::replay::resolve_drafts`])
 //! both record a resolve with [`resolve_events`] / [`validate_events`], so a chain written
 //! locally has the server's events, payloads and spans.
@@ -13,72 +11,12 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use cra_trace::{EventDraft, PreparedDraft};
+use cra_trace::{Payload, PreparedDraft, Span};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::eval::{CounterEntry, CountersSnapshot};
 use crate::explain::{Explain, Outcome};
 use crate::types::{CarpRequest, ExecuteError, Operation, Resolution};
-
-/// A TRACE payload and the event type it is the payload of.
-pub trait Payload: Serialize {
-    /// The event's `event_type`.
-    const EVENT_TYPE: &'static str;
-}
-
-/// Where an operation's events go: its trace, its span and the span it continues.
-#[derive(Debug, Clone, Copy)]
-pub struct Span<'a> {
-    /// The trace (a resolve's, shared by the executes under it).
-    pub trace_id: &'a str,
-    /// This operation's span.
-    pub span_id: &'a str,
-    /// The span this one continues (an execute's parent is its resolve).
-    pub parent: Option<&'a str>,
-}
-
-impl<'a> Span<'a> {
-    /// A span with no parent.
-    pub fn root(trace_id: &'a str, span_id: &'a str) -> Self {
-        Self {
-            trace_id,
-            span_id,
-            parent: None,
-        }
-    }
-
-    /// The event recording `payload`: written straight into its TRACE canonical form (no
-    /// `Value` tree is made, walked and dropped). A payload the canonical writer refuses (two
-    /// members with one name, possible only through a request's unknown extras) goes through a
-    /// `Value`, where the later member wins, as serde_json has it.
-    pub fn event<P: Payload>(&self, payload: &P) -> PreparedDraft {
-        match cra_wire::canonical::to_trace_canonical(payload) {
-            Ok(text) => PreparedDraft::from_canonical(self.draft(P::EVENT_TYPE, Value::Null), text),
-            Err(_) => PreparedDraft::new(self.draft_of(payload)),
-        }
-    }
-
-    /// The event recording `payload` as a plain draft, for the appends that take those and
-    /// canonicalise each payload themselves: the payload is a value made straight from the
-    /// struct (writing its canonical text first would only be parsed back here and written
-    /// again by the store). Numbers keep their spelling, as in any producer's value.
-    pub fn draft_of<P: Payload>(&self, payload: &P) -> EventDraft {
-        // A payload struct has string keys only, so making its value cannot fail.
-        let value = serde_json::to_value(payload).unwrap_or(Value::Null);
-        self.draft(P::EVENT_TYPE, value)
-    }
-
-    fn draft(&self, event_type: &str, payload: Value) -> EventDraft {
-        EventDraft {
-            trace_id: self.trace_id.to_owned(),
-            span_id: self.span_id.to_owned(),
-            parent_span_id: self.parent.map(str::to_owned),
-            event_type: event_type.to_owned(),
-            payload,
-        }
-    }
-}
 
 /// `carp.request.received` of a resolve or validate: §4.3.2's required fields, then everything
 /// replay needs (errata): the whole request, the digests of the atlases evaluated, and the
@@ -263,10 +201,9 @@ impl<'a> ResolutionCompleted<'a> {
     /// [`Span::event`].
     pub fn event_around(&self, span: &Span<'_>, canonical: Option<&str>) -> PreparedDraft {
         match canonical {
-            Some(text) if self.dry_run.is_none() => PreparedDraft::from_canonical(
-                span.draft(Self::EVENT_TYPE, Value::Null),
-                self.text_around(text),
-            ),
+            Some(text) if self.dry_run.is_none() => {
+                span.event_from_canonical::<Self>(self.text_around(text))
+            }
             _ => span.event(self),
         }
     }
@@ -587,7 +524,7 @@ mod tests {
     //! events and their hashes are what they were before the payloads were typed.
 
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     /// A resolution with what a canonical writer can get wrong: non-ASCII text, escapes,
     /// floats spelled several ways, keys out of order, unknown extras.
@@ -939,33 +876,6 @@ mod tests {
             SPAN.event(&failed)
                 .canonical_payload()
                 .contains(r#""ratio":1.5}"#)
-        );
-    }
-
-    /// A payload the canonical writer refuses (two members named `a`, one from a flattened map)
-    /// goes through a `Value`, where serde_json keeps one of the two.
-    #[test]
-    fn an_event_falls_back_to_a_value_when_the_canonical_writer_refuses() {
-        #[derive(Serialize)]
-        struct Twice {
-            a: u8,
-            #[serde(flatten)]
-            extra: BTreeMap<String, u8>,
-        }
-        impl Payload for Twice {
-            const EVENT_TYPE: &'static str = "test.twice";
-        }
-        let payload = Twice {
-            a: 1,
-            extra: [("a".to_owned(), 2)].into(),
-        };
-        assert!(cra_wire::canonical::to_trace_canonical(&payload).is_err());
-        let prepared = SPAN.event(&payload);
-        let value = serde_json::to_value(&payload).unwrap();
-        assert_eq!(prepared.draft.payload, value);
-        assert_eq!(
-            prepared.canonical_payload(),
-            cra_wire::canonical::trace_canonical(&value)
         );
     }
 

@@ -27,10 +27,11 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
-use crate::events::{Span, resolve_events, validate_events};
+use crate::events::{resolve_events, validate_events};
 use crate::index::AtlasSet;
 use crate::types::{CarpRequest, Resolution};
 use crate::validate::parse_request;
+use cra_trace::Span;
 
 /// Event type carrying the full request, atlas digests and counters.
 pub const REQUEST_RECEIVED: &str = "carp.request.received";

@@ -86,6 +86,11 @@ impl fmt::Debug for Actor {
 }
 
 impl Actor {
+    /// The actor as TRACE events name it: its id and type.
+    pub fn event_ref(&self) -> cra_carp::events::ActorRef<'_> {
+        cra_carp::events::ActorRef::of(&self.id, self.actor_type.as_str())
+    }
+
     /// True when the actor holds `role` (or is admin).
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&Role::Admin) || self.roles.contains(&role)

@@ -28,6 +28,20 @@ impl From<CarpError> for ApiError {
     }
 }
 
+impl From<cra_relay::RelayError> for ApiError {
+    /// A Relay refusal, its body as the Relay service words it.
+    fn from(e: cra_relay::RelayError) -> Self {
+        Self { body: e.to_body() }
+    }
+}
+
+impl From<cra_relay::export::ExportError> for ApiError {
+    /// A refused export or import, its body as the export module words it.
+    fn from(e: cra_relay::export::ExportError) -> Self {
+        Self { body: e.to_body() }
+    }
+}
+
 impl ApiError {
     /// A refusal with `token` and `message`.
     pub fn new(token: Token, message: impl Into<String>) -> Self {

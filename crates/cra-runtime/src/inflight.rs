@@ -6,9 +6,10 @@
 //! Another replica's restart never touches them: leases are looked up by owner.
 
 use cra_carp::CarpStore;
-use cra_carp::events::{ActionFailed, Span};
+use cra_carp::events::ActionFailed;
 use cra_carp::store::{ExecutionLease, ExecutionRecord, StoreError};
 use cra_carp::types::{CARP_VERSION, ExecuteError, ExecuteResponse, ExecuteStatus};
+use cra_trace::Span;
 use cra_trace::store::{ChainStore, ChainStoreError};
 use cra_wire::clock::format_timestamp;
 use cra_wire::{Clock, Token};

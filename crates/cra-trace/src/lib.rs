@@ -5,6 +5,8 @@
 //! * [`verify`]: the verification rules and findings, and the simple tree-based reference reader
 //!   (the §4.2 field rules it applies are in `fields`).
 //! * [`lifecycle`]: the optional session lifecycle rules (start, end, answered actions).
+//! * [`payload`]: the one way a producer makes an event: a typed [`Payload`] placed on a
+//!   [`Span`].
 //! * [`diff`]: semantic comparison of two chains (events aligned by span tree, type and subject).
 //! * [`store`]: the storage contract of chains ([`store::ChainStore`]) the backends implement.
 //! * [`stream`]: streaming, parallel verification of a `.trace.jsonl` in flat memory (with the
@@ -19,6 +21,7 @@ pub mod event;
 mod fastline;
 mod fields;
 pub mod lifecycle;
+pub mod payload;
 pub mod store;
 pub mod stream;
 pub mod verify;
@@ -28,6 +31,7 @@ pub use chain::{
     seal_prepared,
 };
 pub use event::{EventDraft, TRACE_VERSION, TraceEvent};
+pub use payload::{Payload, Span};
 pub use stream::{VerifyOptions, verify_reader};
 pub use verify::{
     Code, Finding, Report, parse_event_line, verify_events, verify_events_with,

@@ -2,8 +2,9 @@
 //! recorded in the chain of the session whose resolution asked for it (`approval.granted` /
 //! `approval.rejected`).
 
-use cra_carp::events::{ActorRef, ApprovalDecided, ApprovalGranted, ApprovalRejected, Span};
+use cra_carp::events::{ApprovalDecided, ApprovalGranted, ApprovalRejected};
 use cra_carp::store::{ApprovalDecision, ApprovalRecord};
+use cra_trace::Span;
 use cra_wire::Token;
 use serde::Deserialize;
 use utoipa::ToSchema;
@@ -115,7 +116,7 @@ pub async fn decide(
         approval_id: &record.approval_id,
         resolution_id: &record.resolution_id,
         actions: &record.actions,
-        decided_by: ActorRef::of(&actor.id, actor.actor_type.as_str()),
+        decided_by: actor.event_ref(),
         note: record.note.as_deref(),
         decision,
     };

@@ -21,7 +21,7 @@ use cra_carp::engine::{Carp, CarpConfig, ClearedExecution, ExecuteOutcome, Prepa
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, Span, resolve_events,
+    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, resolve_events,
     validate_events,
 };
 use cra_carp::index::AtlasSet;
@@ -31,6 +31,7 @@ use cra_carp::types::{
 };
 use cra_carp::validate::{CarpError, parse_request};
 use cra_trace::EventDraft;
+use cra_trace::Span;
 use cra_wire::Token;
 use serde_json::Value;
 

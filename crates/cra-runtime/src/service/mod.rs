@@ -2,7 +2,7 @@
 //! HTTP routes, and later MCP and the CLI's local mode) it came through. An operation takes an
 //! authenticated [`crate::auth::Actor`] and a typed input, takes one snapshot of the atlases,
 //! reads the session once, evaluates, records its TRACE events (made only through a
-//! [`cra_carp::events::Span`]) and returns a typed answer or a refusal
+//! [`cra_trace::Span`]) and returns a typed answer or a refusal
 //! ([`crate::error::ApiError`]: a token, a message and JSON pointers; the front door picks the
 //! status). A resolve's state is written in the same durable append as its events; the other
 //! operations still write their state first and their events after (`docs/architecture.md`,
@@ -12,10 +12,12 @@
 //! * [`sessions`]: open, read and end a session, and the id and access checks every operation
 //!   uses.
 //! * [`approvals`]: the pending approvals and their decisions.
+//! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
 //!
 //! Nothing here knows HTTP: a tidy test (`crates/cra-tidy`) fails the build when a file of this
 //! module names an HTTP crate.
 
 pub mod approvals;
 pub mod carp;
+pub mod relay;
 pub mod sessions;

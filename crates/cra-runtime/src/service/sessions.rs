@@ -4,8 +4,9 @@
 //! read it. Also here: the checks every operation makes of ids, and of who may read or write a
 //! session.
 
-use cra_carp::events::{ActorRef, SessionEnded, SessionStarted, Span};
+use cra_carp::events::{SessionEnded, SessionStarted};
 use cra_carp::store::{SessionRecord, StoreError};
+use cra_trace::Span;
 use cra_trace::TraceEvent;
 use cra_wire::Token;
 use cra_wire::clock::format_timestamp;
@@ -263,7 +264,7 @@ pub async fn open(rt: &Runtime, actor: &Actor, input: CreateSession) -> ApiResul
     let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
     let started = Span::root(&trace_id, &span_id).draft_of(&SessionStarted {
         agent_id: &input.agent_id,
-        actor: ActorRef::of(&actor.id, actor.actor_type.as_str()),
+        actor: actor.event_ref(),
         goal: &input.goal,
         project_id: input.project_id.as_deref(),
         parent_session_id: input.parent_session_id.as_deref(),
@@ -359,7 +360,7 @@ pub async fn end(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<()> {
     let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
     let ended = Span::root(&trace_id, &span_id).draft_of(&SessionEnded {
         agent_id: &record.agent_id,
-        ended_by: ActorRef::of(&actor.id, actor.actor_type.as_str()),
+        ended_by: actor.event_ref(),
         reason: "ended by request",
         lapsed_approvals: (!lapsed.is_empty()).then_some(lapsed.as_slice()),
     });

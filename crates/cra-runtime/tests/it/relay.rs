@@ -1024,7 +1024,7 @@ async fn export_and_import_over_http_round_trip_byte_identically() {
         403,
         "unauthorized",
     );
-    let audit = cra_runtime::routes::relay::project_audit_session("proj-x");
+    let audit = cra_runtime::service::relay::project_audit_session("proj-x");
     let events = b.events(&audit).await;
     assert_eq!(events[1]["event_type"], "relay.project.created");
     assert_eq!(events[1]["payload"]["created_by"]["id"], "root");

@@ -1,16 +1,17 @@
-//! The governance core without HTTP: CARP's operations called as functions on a runtime that
-//! serves no port, as the next front doors (MCP, the CLI's local mode) will call them.
+//! The governance core without HTTP: CARP's and Relay's operations called as functions on a
+//! runtime that serves no port, as the next front doors (MCP, the CLI's local mode) will call them.
 
 use std::sync::Arc;
 
 use cra_runtime::AppState;
 use cra_runtime::auth::Actor;
 use cra_runtime::service::carp as service;
+use cra_runtime::service::relay::{CreateProject, project_audit_session};
 use cra_trace::TraceEvent;
 use cra_wire::{FixedClock, SequentialIds, Token};
 use serde_json::{Value, json};
 
-use crate::support::{MAINT, T0, execute_request, resolve_request, rid, test_config};
+use crate::support::{AGENT2, MAINT, T0, execute_request, resolve_request, rid, test_config};
 
 /// A runtime over a fresh data directory (no server), the maintainer bot's actor and an open
 /// session of it.
@@ -170,4 +171,54 @@ async fn another_callers_request_is_refused_and_records_nothing() {
         .unwrap_err();
     assert_eq!(err.token(), Some(Token::IdentityMismatch));
     assert!(chain(&state, &sid).await.is_empty());
+}
+
+/// Relay through the service: a project's audit chain opens with `session.started` and the
+/// grants; a writer's deposit is recorded there under the authenticated depositor, once; a
+/// caller without a grant is refused, and nothing is stored or recorded for it.
+#[tokio::test]
+async fn relay_writes_are_granted_and_recorded_without_http() {
+    let (state, maint, _sid, _dir) = runtime();
+    let stranger = state
+        .auth
+        .authenticate(Some(&format!("Bearer {AGENT2}")))
+        .unwrap();
+    let input = CreateProject {
+        project_id: "proj-svc".into(),
+        name: "Service".into(),
+        members: Vec::new(),
+    };
+    let created = state.create_project(&maint, input).await.unwrap();
+    let audit = created.audit_session_id;
+    assert_eq!(audit, project_audit_session("proj-svc"));
+    let package = || crate::relay::package("pkg_s", "proj-svc", "maintainer-bot", None);
+    let refused = state
+        .deposit(&stranger, "proj-svc", package())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.token(), Some(Token::Unauthorized));
+    assert!(state.package(&maint, "pkg_s").await.is_err(), "not stored");
+    assert_eq!(chain(&state, &audit).await.len(), 2, "not recorded");
+    let deposited = state.deposit(&maint, "proj-svc", package()).await.unwrap();
+    assert!(deposited.created);
+    let again = state.deposit(&maint, "proj-svc", package()).await.unwrap();
+    assert!(!again.created, "an identical package is answered as stored");
+    let events = chain(&state, &audit).await;
+    assert_eq!(
+        types(&events),
+        [
+            "session.started",
+            "relay.project.created",
+            "relay.package.deposited"
+        ]
+    );
+    let me = json!({"id": "maintainer-bot", "type": "agent"});
+    assert_eq!(events[0].payload["actor"], me);
+    assert_eq!(events[1].payload["created_by"], me);
+    assert_eq!(events[2].payload["created_by"], me);
+    assert_eq!(
+        events[2].payload["content_hash"],
+        deposited.stored.content_hash.as_str()
+    );
+    assert!(cra_trace::verify::verify_events(&events, true).is_valid());
 }

@@ -443,13 +443,16 @@ impl<'a> ActorRef<'a> {
     }
 }
 
-/// `session.started`: the first event of a session's chain.
+/// `session.started`: the first event of a session's chain. `actor` and `callsign` are absent
+/// from the chains no authenticated actor opens: the operator audit chain, and a session sealed
+/// offline by `cra resolve --record` ([`crate::replay::seal_session`]).
 #[derive(Debug, Serialize)]
 pub struct SessionStarted<'a> {
     /// The owning agent.
     pub agent_id: &'a str,
     /// Who opened it (the agent itself, or an admin).
-    pub actor: ActorRef<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub actor: Option<ActorRef<'a>>,
     /// What the session is for.
     pub goal: &'a str,
     /// The Relay project it works in, if any.
@@ -457,7 +460,23 @@ pub struct SessionStarted<'a> {
     /// The parent session, for nested agents.
     pub parent_session_id: Option<&'a str>,
     /// Its `adjective-noun` callsign.
-    pub callsign: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub callsign: Option<&'a str>,
+}
+
+impl<'a> SessionStarted<'a> {
+    /// The start of a chain no authenticated actor opened: `agent_id`'s, for `goal`, with no
+    /// project, parent or callsign.
+    pub fn unattended(agent_id: &'a str, goal: &'a str) -> Self {
+        Self {
+            agent_id,
+            actor: None,
+            goal,
+            project_id: None,
+            parent_session_id: None,
+            callsign: None,
+        }
+    }
 }
 
 impl Payload for SessionStarted<'_> {
@@ -810,14 +829,19 @@ mod tests {
         same(
             &SessionStarted {
                 agent_id: "a",
-                actor: ActorRef::of("root", "human"),
+                actor: Some(ActorRef::of("root", "human")),
                 goal: "caf\u{e9}",
                 project_id: None,
                 parent_session_id: Some("p"),
-                callsign: "brave-otter",
+                callsign: Some("brave-otter"),
             },
             &json!({"agent_id": "a", "actor": {"id": "root", "type": "human"}, "goal": "caf\u{e9}",
                 "project_id": null, "parent_session_id": "p", "callsign": "brave-otter"}),
+        );
+        same(
+            &SessionStarted::unattended("cra-operator", "operator audit chain"),
+            &json!({"agent_id": "cra-operator", "goal": "operator audit chain",
+                "project_id": null, "parent_session_id": null}),
         );
         let lapsed = vec!["ap1".to_owned()];
         let ended = |lapsed_approvals| SessionEnded {

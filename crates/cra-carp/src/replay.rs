@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent, seal};
 use cra_wire::IdGenerator;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
-use crate::events::{resolve_events, validate_events};
+use crate::events::{SessionStarted, resolve_events, validate_events};
 use crate::index::AtlasSet;
 use crate::types::{CarpRequest, Resolution};
 use crate::validate::parse_request;
@@ -79,23 +79,19 @@ pub fn resolve_drafts(
     events.into_iter().map(PreparedDraft::into_draft).collect()
 }
 
-/// Seals drafts into a new chain for `session_id`, starting with `session.started`.
+/// Seals drafts into a new chain for `session_id`, starting with `started` (for a chain recorded
+/// offline, [`SessionStarted::unattended`]: the requester and the task's goal).
 pub fn seal_session(
     session_id: &str,
-    agent_id: &str,
+    started: &SessionStarted<'_>,
     timestamp: &str,
     drafts: Vec<EventDraft>,
     ids: &dyn IdGenerator,
 ) -> Vec<TraceEvent> {
     let mut head = ChainHead::genesis();
     let mut out = Vec::with_capacity(drafts.len() + 1);
-    let start = EventDraft {
-        trace_id: ids.new_id(),
-        span_id: ids.new_id(),
-        parent_span_id: None,
-        event_type: "session.started".to_owned(),
-        payload: json!({"agent_id": agent_id}),
-    };
+    let (trace_id, span_id) = (ids.new_id(), ids.new_id());
+    let start = Span::root(&trace_id, &span_id).draft_of(started);
     for d in std::iter::once(start).chain(drafts) {
         let e = seal(d, session_id, &head, ids.new_id(), timestamp.to_owned());
         head = ChainHead {

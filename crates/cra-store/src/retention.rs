@@ -9,21 +9,65 @@
 //! one, and only whole sessions are removed, so every remaining chain still verifies. The audit
 //! chain itself is never removed. The operator chain starts with `session.started` like any other.
 
+use cra_carp::events::SessionStarted;
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary};
-use cra_trace::{ChainHead, EventDraft, TraceEvent};
+use cra_trace::{ChainHead, Payload, Span, TraceEvent};
 use cra_wire::clock::format_timestamp;
 use cra_wire::{Clock, IdGenerator};
-use serde_json::json;
+use serde::Serialize;
 use time::Duration;
 
 use crate::{PgStore, RedbStore};
 
 /// The session id of the operator audit chain.
 pub const OPERATOR_AUDIT_SESSION: &str = "cra-operator-audit";
+/// The agent of the operator audit chain.
+pub const OPERATOR_AGENT: &str = "cra-operator";
 /// The event type recording a retention run.
-pub const RETENTION_EVENT: &str = "operator.retention.applied";
+pub const RETENTION_EVENT: &str = RetentionApplied::EVENT_TYPE;
 /// The shortest retention any policy may have.
 pub const MINIMUM_RETENTION: Duration = Duration::hours(24);
+
+/// `operator.retention.applied`: the sessions a retention run is about to remove, recorded
+/// before any is removed.
+#[derive(Debug, Serialize)]
+pub struct RetentionApplied<'a> {
+    /// The policy's age, in seconds.
+    pub max_age_seconds: i64,
+    /// Sessions whose last event is older than this instant are removed.
+    pub cutoff: &'a str,
+    /// Each session to remove, with the head it is removed at.
+    pub sessions: Vec<RemovedSession<'a>>,
+}
+
+impl Payload for RetentionApplied<'_> {
+    const EVENT_TYPE: &'static str = "operator.retention.applied";
+}
+
+/// A session a retention run removes, as its record names it.
+#[derive(Debug, Serialize)]
+pub struct RemovedSession<'a> {
+    /// The session.
+    pub session_id: &'a str,
+    /// How many events its chain holds.
+    pub events: u64,
+    /// Its head's hash.
+    pub head_hash: &'a str,
+    /// When its last event was recorded.
+    pub last_timestamp: &'a str,
+}
+
+impl<'a> RemovedSession<'a> {
+    /// The record of `summary`'s session.
+    pub fn of(summary: &'a SessionSummary) -> Self {
+        Self {
+            session_id: &summary.session_id,
+            events: summary.head.next_sequence,
+            head_hash: &summary.head.head_hash,
+            last_timestamp: &summary.last_timestamp,
+        }
+    }
+}
 
 /// Keep sessions for at least `max_age` after their last event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,39 +174,17 @@ where
         });
     }
     let trace_id = ids.new_id();
-    let draft = |event_type: &str, payload| EventDraft {
-        trace_id: trace_id.clone(),
-        span_id: ids.new_id(),
-        parent_span_id: None,
-        event_type: event_type.to_owned(),
-        payload,
-    };
     let mut drafts = Vec::new();
     if store.session(OPERATOR_AUDIT_SESSION)?.is_none() {
-        drafts.push(draft(
-            "session.started",
-            json!({"agent_id": "cra-operator", "goal": "operator audit chain"}),
-        ));
+        let started = SessionStarted::unattended(OPERATOR_AGENT, "operator audit chain");
+        drafts.push(Span::root(&trace_id, &ids.new_id()).draft_of(&started));
     }
-    let listed: Vec<_> = expired
-        .iter()
-        .map(|s| {
-            json!({
-                "session_id": s.session_id,
-                "events": s.head.next_sequence,
-                "head_hash": s.head.head_hash,
-                "last_timestamp": s.last_timestamp,
-            })
-        })
-        .collect();
-    drafts.push(draft(
-        RETENTION_EVENT,
-        json!({
-            "max_age_seconds": policy.max_age.whole_seconds(),
-            "cutoff": cutoff,
-            "sessions": listed,
-        }),
-    ));
+    let applied = RetentionApplied {
+        max_age_seconds: policy.max_age.whole_seconds(),
+        cutoff: &cutoff,
+        sessions: expired.iter().map(RemovedSession::of).collect(),
+    };
+    drafts.push(Span::root(&trace_id, &ids.new_id()).draft_of(&applied));
     let audit_event = store.append(OPERATOR_AUDIT_SESSION, drafts)?.pop();
     let mut removed = Vec::with_capacity(expired.len());
     for session in expired {

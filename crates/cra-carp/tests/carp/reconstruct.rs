@@ -359,6 +359,7 @@ fn the_comparison_names_each_disagreement() {
 #[test]
 fn a_validate_request_stores_nothing() {
     use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
+    use cra_carp::events::SessionStarted;
     use cra_carp::replay::{resolve_drafts, seal_session};
     let set = crate::table::table_atlases();
     let mut req = crate::table::full_request(
@@ -383,7 +384,7 @@ fn a_validate_request_stores_nothing() {
     let drafts = resolve_drafts(&request, &res, &set.digests(), &CountersSnapshot::empty());
     let events = seal_session(
         crate::table::SESSION,
-        "agent-1",
+        &SessionStarted::unattended("agent-1", "reconstruct test"),
         "2026-01-05T10:00:00.000000Z",
         drafts,
         &ids,

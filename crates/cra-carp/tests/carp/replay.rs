@@ -2,6 +2,7 @@
 //! produces a reported divergence (the recorded resolution is never echoed back).
 
 use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
+use cra_carp::events::SessionStarted;
 use cra_carp::replay::{CaseOutcome, replay, resolve_drafts, seal_session};
 use cra_carp::validate::parse_request;
 use cra_trace::TraceEvent;
@@ -37,7 +38,7 @@ fn record(
     }
     seal_session(
         SESSION,
-        "agent-1",
+        &SessionStarted::unattended("agent-1", "replay test"),
         "2026-01-05T10:00:00.000000Z",
         drafts,
         &ids,

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use cra_carp::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
+use cra_carp::events::SessionStarted;
 use cra_carp::index::AtlasSet;
 use cra_carp::replay::{resolve_drafts, seal_session};
 use cra_carp::store::SessionRecord;
@@ -20,6 +21,9 @@ use cra_wire::{IdGenerator, UuidV7Ids};
 
 use crate::exit::Exit;
 use crate::output::OutputFormat;
+
+/// The goal of a session recorded by `--record` when the request states no task.
+const RECORDED_GOAL: &str = "cra resolve --record";
 
 /// Which decisions make `cra resolve` exit non-zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -176,9 +180,14 @@ pub fn run(args: ResolveArgs) -> Exit {
     };
     if let Some(path) = &args.record {
         let drafts = resolve_drafts(&request, &res, &set.digests(), &counters);
+        let goal = request
+            .task
+            .as_ref()
+            .map_or(RECORDED_GOAL, |t| t.goal.as_str());
+        let started = SessionStarted::unattended(&request.requester.agent_id, goal);
         let events = seal_session(
             &request.requester.session_id,
-            &request.requester.agent_id,
+            &started,
             &format_timestamp(now),
             drafts,
             &ids as &dyn IdGenerator,

@@ -435,6 +435,12 @@ fn resolve_records_a_validate_request_as_a_dry_run() {
             "carp.resolution.completed"
         ]
     );
+    assert_eq!(
+        events[0]["payload"],
+        serde_json::json!({"agent_id": "maintainer-bot", "goal": "merge pull request 42",
+            "project_id": null, "parent_session_id": null}),
+        "session.started has the spec's agent_id and goal"
+    );
     assert_eq!(events[1]["payload"]["operation"], "validate");
     assert_eq!(events[2]["payload"]["dry_run"], true);
     assert_eq!(

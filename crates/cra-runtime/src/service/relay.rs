@@ -298,13 +298,14 @@ impl Runtime {
         };
         self.carp(move |s| s.create_session(&rec)).await?;
         let goal = format!("audit chain of project {project_id}");
+        let callsign = callsign_for(&sid);
         let started = cra_carp::events::SessionStarted {
             agent_id: &owner,
-            actor: creator.event_ref(),
+            actor: Some(creator.event_ref()),
             goal: &goal,
             project_id: Some(project_id),
             parent_session_id: None,
-            callsign: &callsign_for(&sid),
+            callsign: Some(&callsign),
         };
         let created = ProjectCreated {
             project_id,

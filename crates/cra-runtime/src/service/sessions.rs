@@ -264,11 +264,11 @@ pub async fn open(rt: &Runtime, actor: &Actor, input: CreateSession) -> ApiResul
     let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
     let started = Span::root(&trace_id, &span_id).draft_of(&SessionStarted {
         agent_id: &input.agent_id,
-        actor: actor.event_ref(),
+        actor: Some(actor.event_ref()),
         goal: &input.goal,
         project_id: input.project_id.as_deref(),
         parent_session_id: input.parent_session_id.as_deref(),
-        callsign: &callsign,
+        callsign: Some(&callsign),
     });
     let events = rt
         .append_events(&session_id, &record.agent_id, vec![started])

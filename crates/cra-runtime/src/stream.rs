@@ -416,7 +416,7 @@ mod tests {
         (0..n)
             .map(|i| {
                 let e = seal(
-                    crate::tracelog::draft("t", "s", None, "test.tick", json!({"i": i})),
+                    crate::tracelog::tests::draft("test.tick", json!({"i": i})),
                     "sess",
                     &head,
                     format!("e{i}"),

@@ -272,23 +272,6 @@ pub fn chain_error(e: ChainStoreError) -> ApiError {
     }
 }
 
-/// A draft with the given trace/span ids.
-pub fn draft(
-    trace_id: &str,
-    span_id: &str,
-    parent_span_id: Option<&str>,
-    event_type: &str,
-    payload: Value,
-) -> EventDraft {
-    EventDraft {
-        trace_id: trace_id.to_owned(),
-        span_id: span_id.to_owned(),
-        parent_span_id: parent_span_id.map(str::to_owned),
-        event_type: event_type.to_owned(),
-        payload,
-    }
-}
-
 impl Runtime {
     /// Appends `drafts` to `session_id`'s chain (owned by `owner`), durably, then publishes them.
     pub async fn append_events(
@@ -409,13 +392,24 @@ impl Runtime {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A test draft: any event type, any payload, on trace `t` and span `s`.
+    pub(crate) fn draft(event_type: &str, payload: Value) -> EventDraft {
+        EventDraft {
+            trace_id: "t".into(),
+            span_id: "s".into(),
+            parent_span_id: None,
+            event_type: event_type.into(),
+            payload,
+        }
+    }
+
     fn ev(seq: u64, ty: &str, payload: Value) -> TraceEvent {
         cra_trace::seal(
-            draft("t", "s", None, ty, payload),
+            draft(ty, payload),
             "sess",
             &cra_trace::ChainHead {
                 next_sequence: seq,

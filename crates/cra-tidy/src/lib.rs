@@ -602,9 +602,76 @@ pub fn module_index(path: &str, text: &str) -> Vec<Violation> {
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rule 9: TRACE events are made from typed payloads
+
+/// The one file that builds an event draft from its parts: `cra_trace::Span`'s.
+pub const EVENT_MAKER: &str = "crates/cra-trace/src/payload.rs";
+
+/// Rule 9. Invariant: outside [`EVENT_MAKER`], no library code builds a TRACE event draft
+/// (an `EventDraft { .. }` literal), so every event a producer records is a struct implementing
+/// `cra_trace::Payload` made into an event by `cra_trace::Span`, and no `json!` literal can be
+/// a payload. Test code (from a file's first `#[cfg(test)]` on) may build drafts freely: its
+/// chains are fixtures, not records.
+pub fn untyped_event_drafts(path: &str, text: &str) -> Vec<Violation> {
+    if path == EVENT_MAKER {
+        return Vec::new();
+    }
+    let library = text.lines().take_while(|l| l.trim() != "#[cfg(test)]");
+    library
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//") && builds_event_draft(line))
+        .map(|(n, _)| {
+            Violation::at(
+                path,
+                n + 1,
+                "an event draft is built by hand: make the payload a struct implementing \
+                 `cra_trace::Payload` and the event with `cra_trace::Span` (`event` or `draft_of`)",
+            )
+        })
+        .collect()
+}
+
+/// Whether `line` has an `EventDraft { .. }` literal (not the type's definition, an `impl` of
+/// it or a function returning it).
+fn builds_event_draft(line: &str) -> bool {
+    line.match_indices("EventDraft {").any(|(i, _)| {
+        let before = &line[..i];
+        let part_of_a_longer_name = before.ends_with(|c: char| c.is_alphanumeric() || c == '_');
+        let in_a_string = before.matches('"').count() % 2 == 1;
+        let path_stripped =
+            before.trim_end_matches(|c: char| c.is_alphanumeric() || "_:&".contains(c));
+        let named_not_built = ["->", "struct", "for", "impl"]
+            .iter()
+            .any(|w| path_stripped.trim_end().ends_with(w));
+        !part_of_a_longer_name && !named_not_built && !in_a_string
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn event_draft_literals_are_told_from_mentions_of_the_type() {
+        assert!(builds_event_draft("    let d = EventDraft {"));
+        assert!(builds_event_draft(
+            "PreparedDraft::new(cra_trace::EventDraft {"
+        ));
+        assert!(!builds_event_draft("pub struct EventDraft {"));
+        assert!(!builds_event_draft(
+            "impl AsRef<EventDraft> for EventDraft {"
+        ));
+        assert!(!builds_event_draft(
+            "    pub fn into_draft(self) -> EventDraft {"
+        ));
+        assert!(!builds_event_draft("struct MyEventDraft {"));
+        assert!(!builds_event_draft("fn f() -> cra_trace::EventDraft {"));
+        assert!(!builds_event_draft("    fn as_ref(&self) -> &EventDraft {"));
+        assert!(!builds_event_draft(
+            r#"    line.match_indices("EventDraft {")"#
+        ));
+    }
 
     #[test]
     fn crate_roots_are_recognised() {

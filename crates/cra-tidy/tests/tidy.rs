@@ -390,3 +390,40 @@ fn a_module_missing_from_the_index_is_reported() {
         "only library roots"
     );
 }
+
+// Rule 9
+
+#[test]
+fn events_are_made_from_typed_payloads() {
+    let files = source_files();
+    assert!(
+        files.iter().any(|(p, _)| p == EVENT_MAKER),
+        "{EVENT_MAKER} does not exist: the rule exempts it by name, so move the exemption with it"
+    );
+    let found = files
+        .iter()
+        .flat_map(|(p, t)| untyped_event_drafts(p, t))
+        .collect();
+    assert_kept(
+        "only cra_trace::Span builds an event draft in library code",
+        found,
+    );
+}
+
+#[test]
+fn a_hand_built_event_is_reported() {
+    let text = fixture("hand_built_event.rs");
+    let path = "crates/cra-runtime/src/service/relay.rs";
+    let found = untyped_event_drafts(path, &text);
+    assert_reported(
+        &found,
+        &format!("{path}:7"),
+        "make the payload a struct implementing `cra_trace::Payload`",
+    );
+    assert_eq!(
+        found.len(),
+        1,
+        "the test module's draft is allowed: {found:#?}"
+    );
+    assert!(untyped_event_drafts(EVENT_MAKER, &text).is_empty());
+}

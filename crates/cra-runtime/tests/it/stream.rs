@@ -36,23 +36,24 @@ pub async fn next_event(ws: &mut Ws) -> Result<Value, (u16, String)> {
     }
 }
 
+/// A test event: `test.tick` number `i`.
+fn tick(i: usize) -> cra_trace::EventDraft {
+    cra_trace::EventDraft {
+        trace_id: "t".into(),
+        span_id: "s".into(),
+        parent_span_id: None,
+        event_type: "test.tick".into(),
+        payload: json!({"i": i}),
+    }
+}
+
 /// Ends `n` sessions' worth of events: appends `count` events to `sid` through real requests
 /// (each session open/end pair adds events to its own chain, so use ends of child sessions).
 async fn add_events(s: &TestServer, sid: &str, count: usize) {
     let state = &s.server.as_ref().unwrap().state;
     for i in 0..count {
         state
-            .append_events(
-                sid,
-                "ops-bot",
-                vec![cra_runtime::tracelog::draft(
-                    "t",
-                    "s",
-                    None,
-                    "test.tick",
-                    json!({"i": i}),
-                )],
-            )
+            .append_events(sid, "ops-bot", vec![tick(i)])
             .await
             .unwrap();
     }
@@ -116,9 +117,7 @@ async fn a_slow_consumer_is_closed_with_a_resume_point() {
     assert_eq!(next_event(&mut ws).await.unwrap()["sequence"], 0);
     // One batch larger than the queue: the subscriber overflows deterministically.
     let state = &s.server.as_ref().unwrap().state;
-    let drafts = (0..10)
-        .map(|i| cra_runtime::tracelog::draft("t", "s", None, "test.tick", json!({"i": i})))
-        .collect();
+    let drafts = (0..10).map(tick).collect();
     state.append_events(&sid, "ops-bot", drafts).await.unwrap();
     let (code, reason) = next_event(&mut ws).await.unwrap_err();
     assert_eq!(code, cra_runtime::stream::CLOSE_SLOW_CONSUMER);

@@ -648,6 +648,125 @@ fn builds_event_draft(line: &str) -> bool {
     })
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rule 10: every listed dependency is used
+
+/// The keys (the names code uses, `-` written `_`) a manifest lists in its `kind` tables,
+/// including the tables under `[target.'cfg(..)']`.
+fn dependency_keys(doc: &toml::Table, kind: DepKind) -> Vec<String> {
+    let targets = doc.get("target").and_then(toml::Value::as_table);
+    let scopes = std::iter::once(doc).chain(
+        targets
+            .into_iter()
+            .flat_map(|t| t.values().filter_map(toml::Value::as_table)),
+    );
+    let tables = scopes.filter_map(|s| s.get(kind.table()).and_then(toml::Value::as_table));
+    tables.flat_map(|t| t.keys().cloned()).collect()
+}
+
+/// The dependencies a manifest says are used without being named in code (a crate linked for
+/// its side effects): `[package.metadata.tidy] used-without-a-path = [..]`.
+fn used_without_a_path(doc: &toml::Table) -> Vec<&str> {
+    let list = doc
+        .get("package")
+        .and_then(|p| p.get("metadata"))
+        .and_then(|m| m.get("tidy"))
+        .and_then(|t| t.get("used-without-a-path"))
+        .and_then(toml::Value::as_array);
+    list.into_iter()
+        .flatten()
+        .filter_map(toml::Value::as_str)
+        .collect()
+}
+
+/// The Rust a crate's dependencies may be used from, split by who may use what.
+#[derive(Debug, Default)]
+pub struct CrateSources {
+    /// `src/` (the library and its binaries).
+    pub library: String,
+    /// `tests/`, `benches/` and `examples/` (with the library, what dev-dependencies serve).
+    pub tests: String,
+    /// `build.rs`.
+    pub build: String,
+}
+
+/// Rule 10. Invariant: every dependency a crate lists is named in the code it serves: a normal
+/// one in `src/`, a dev-dependency in `src/`, `tests/`, `benches/` or `examples/`, a build one
+/// in `build.rs`; a crate depending on itself (to turn on its test features) is not checked.
+/// An unused dependency costs every build its compile time and every reader a wrong lead.
+pub fn unused_dependencies(path: &str, manifest: &str, code: &CrateSources) -> Vec<Violation> {
+    let Ok(doc) = manifest.parse::<toml::Table>() else {
+        return vec![Violation::new(path, "is not valid TOML: fix it")];
+    };
+    let own = doc
+        .get("package")
+        .and_then(|p| p.get("name"))
+        .and_then(toml::Value::as_str)
+        .unwrap_or_default()
+        .replace('-', "_");
+    let exempt = used_without_a_path(&doc);
+    let library_and_tests = format!("{}\n{}", code.library, code.tests);
+    let mut found = Vec::new();
+    for kind in [DepKind::Normal, DepKind::Dev, DepKind::Build] {
+        let served = match kind {
+            DepKind::Normal => code.library.as_str(),
+            DepKind::Dev => library_and_tests.as_str(),
+            DepKind::Build => code.build.as_str(),
+        };
+        for key in dependency_keys(&doc, kind) {
+            let name = key.replace('-', "_");
+            if name == own || exempt.contains(&key.as_str()) || has_word(served, &name) {
+                continue;
+            }
+            found.push(Violation::new(
+                path,
+                format!(
+                    "lists `{key}` in [{}] but no code it serves names `{name}`: remove it (or, \
+                     if it is linked for a side effect, list it in \
+                     `[package.metadata.tidy] used-without-a-path`)",
+                    kind.table()
+                ),
+            ));
+        }
+    }
+    found
+}
+
+/// Rule 10, for the workspace. Invariant: every entry of the root manifest's
+/// `[workspace.dependencies]` is listed by some member (`members` are their manifests' texts).
+pub fn unused_workspace_dependencies(root: &str, members: &[&str]) -> Vec<Violation> {
+    const ROOT: &str = "Cargo.toml";
+    let Ok(doc) = root.parse::<toml::Table>() else {
+        return vec![Violation::new(ROOT, "is not valid TOML: fix it")];
+    };
+    let listed: BTreeSet<String> = members
+        .iter()
+        .filter_map(|m| m.parse::<toml::Table>().ok())
+        .flat_map(|m| {
+            [DepKind::Normal, DepKind::Dev, DepKind::Build]
+                .into_iter()
+                .flat_map(move |k| dependency_keys(&m, k))
+        })
+        .collect();
+    let entries = doc
+        .get("workspace")
+        .and_then(|w| w.get("dependencies"))
+        .and_then(toml::Value::as_table);
+    entries
+        .into_iter()
+        .flat_map(|t| t.keys())
+        .filter(|k| !listed.contains(*k))
+        .map(|k| {
+            Violation::new(
+                ROOT,
+                format!(
+                    "[workspace.dependencies] has `{k}`, which no member lists: remove the entry"
+                ),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

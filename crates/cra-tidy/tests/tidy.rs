@@ -427,3 +427,87 @@ fn a_hand_built_event_is_reported() {
     );
     assert!(untyped_event_drafts(EVENT_MAKER, &text).is_empty());
 }
+
+// Rule 10
+
+/// The Rust of `dir`'s files, one text.
+fn text_of(dir: &Path) -> String {
+    if !dir.is_dir() {
+        return String::new();
+    }
+    rust_files(dir)
+        .iter()
+        .map(|f| read(f))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every workspace member's directory: the crates and `xtask`.
+fn member_dirs() -> Vec<PathBuf> {
+    crate_dirs()
+        .into_iter()
+        .chain([root().join("xtask")])
+        .collect()
+}
+
+#[test]
+fn every_listed_dependency_is_used() {
+    let mut found = Vec::new();
+    for dir in member_dirs() {
+        let code = CrateSources {
+            library: text_of(&dir.join("src")),
+            tests: ["tests", "benches", "examples"]
+                .iter()
+                .map(|d| text_of(&dir.join(d)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            build: fs::read_to_string(dir.join("build.rs")).unwrap_or_default(),
+        };
+        let manifest = dir.join("Cargo.toml");
+        found.extend(unused_dependencies(
+            &relative(&manifest),
+            &read(&manifest),
+            &code,
+        ));
+    }
+    let members: Vec<String> = member_dirs()
+        .iter()
+        .map(|d| read(&d.join("Cargo.toml")))
+        .collect();
+    let members: Vec<&str> = members.iter().map(String::as_str).collect();
+    found.extend(unused_workspace_dependencies(
+        &read(&root().join("Cargo.toml")),
+        &members,
+    ));
+    assert_kept("every listed dependency is used", found);
+}
+
+#[test]
+fn an_unused_dependency_is_reported() {
+    let manifest = fixture("unused_dep.toml");
+    let code = CrateSources {
+        library: "use serde::Serialize;\nfn f() -> toml::Table { toml::Table::new() }\n".into(),
+        tests: "#[test] fn t() { tempfile::tempdir(); }\n".into(),
+        build: String::new(),
+    };
+    let found = unused_dependencies("crates/x/Cargo.toml", &manifest, &code);
+    assert_reported(
+        &found,
+        "crates/x/Cargo.toml",
+        "lists `sha2` in [dependencies]",
+    );
+    assert_reported(
+        &found,
+        "crates/x/Cargo.toml",
+        "lists `proptest` in [dev-dependencies]",
+    );
+    assert_eq!(
+        found.len(),
+        2,
+        "serde, toml, tempfile, the self-dependency and the exempt libc are fine: {found:#?}"
+    );
+    let root = "[workspace.dependencies]\nserde = \"1\"\nhex = \"0.4\"\n";
+    let found = unused_workspace_dependencies(root, &[manifest.as_str()]);
+    assert_reported(&found, "Cargo.toml", "has `hex`, which no member lists");
+    assert_eq!(found.len(), 1, "{found:#?}");
+}

@@ -12,12 +12,14 @@
 //! * [`sessions`]: open, read and end a session, and the id and access checks every operation
 //!   uses.
 //! * [`approvals`]: the pending approvals and their decisions.
+//! * [`atlases`]: the atlases in force: list, read, install one, replace the set.
 //! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
 //!
 //! Nothing here knows HTTP: a tidy test (`crates/cra-tidy`) fails the build when a file of this
 //! module names an HTTP crate.
 
 pub mod approvals;
+pub mod atlases;
 pub mod carp;
 pub mod relay;
 pub mod sessions;

@@ -11,7 +11,9 @@ use cra_trace::TraceEvent;
 use cra_wire::{FixedClock, SequentialIds, Token};
 use serde_json::{Value, json};
 
-use crate::support::{AGENT2, MAINT, T0, execute_request, resolve_request, rid, test_config};
+use crate::support::{
+    AGENT2, AUTHOR, MAINT, T0, execute_request, resolve_request, rid, test_config,
+};
 
 /// A runtime over a fresh data directory (no server), the maintainer bot's actor and an open
 /// session of it.
@@ -221,4 +223,48 @@ async fn relay_writes_are_granted_and_recorded_without_http() {
         deposited.stored.content_hash.as_str()
     );
     assert!(cra_trace::verify::verify_events(&events, true).is_valid());
+}
+
+/// Atlas installs through the service: an agent is refused and nothing changes; an author's
+/// changed atlas replaces the one in force with its id, and the same atlas again changes
+/// nothing.
+#[tokio::test]
+async fn atlas_installs_are_authorised_and_idempotent_without_http() {
+    let (state, agent, _sid, _dir) = runtime();
+    let author = state
+        .auth
+        .authenticate(Some(&format!("Bearer {AUTHOR}")))
+        .unwrap();
+    let digests = || -> Vec<(String, String)> {
+        let all = state.atlas_summaries().into_iter();
+        all.map(|a| (a.atlas_id, a.digest)).collect()
+    };
+    let before = digests();
+    let (_, old_digest) = before
+        .iter()
+        .find(|(id, _)| id == "dev.cra.github-ops")
+        .cloned()
+        .expect("the test configuration loads the example atlas");
+    let mut inline = crate::system::inline_example("dev.cra.github-ops");
+    inline["manifest"]["description"] = json!("changed by the service test");
+    let refused = state
+        .0
+        .install_inline_atlas(&agent, inline.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.token(), Some(Token::Forbidden));
+    assert_eq!(digests(), before, "a refused install changes nothing");
+    let installed = state
+        .0
+        .install_inline_atlas(&author, inline.clone())
+        .await
+        .unwrap();
+    assert!(!installed.unchanged);
+    let replaced = installed.replaced.expect("it replaced the atlas in force");
+    assert_eq!(replaced.digest, old_digest);
+    assert_ne!(installed.atlas.digest, old_digest);
+    let again = state.0.install_inline_atlas(&author, inline).await.unwrap();
+    assert!(again.unchanged && again.replaced.is_none());
+    assert_eq!(again.atlas.digest, installed.atlas.digest);
+    assert_eq!(digests().len(), before.len());
 }

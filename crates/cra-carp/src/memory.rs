@@ -308,19 +308,7 @@ impl CarpStore for MemoryStore {
                 what: "approval",
                 id: approval_id.to_owned(),
             })?;
-        if rec.status != ApprovalStatus::Pending {
-            return Err(StoreError::AlreadyDecided {
-                approval_id: approval_id.to_owned(),
-                status: rec.status.as_str(),
-            });
-        }
-        rec.status = match decision {
-            ApprovalDecision::Grant => ApprovalStatus::Granted,
-            ApprovalDecision::Reject => ApprovalStatus::Rejected,
-        };
-        rec.decided_by = Some(decided_by.to_owned());
-        rec.decided_at = Some(decided_at.to_owned());
-        rec.note = note.map(str::to_owned);
+        rec.decide(decision, decided_by, note, decided_at)?;
         Ok(rec.clone())
     }
 

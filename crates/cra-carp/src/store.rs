@@ -259,6 +259,34 @@ pub struct ApprovalRecord {
     pub note: Option<String>,
 }
 
+impl ApprovalRecord {
+    /// The one transition of an approval, which every backend applies inside its write: a
+    /// pending approval becomes granted or rejected, with who decided, when and why.
+    /// [`StoreError::AlreadyDecided`] (and the record unchanged) when it is not pending.
+    pub fn decide(
+        &mut self,
+        decision: ApprovalDecision,
+        decided_by: &str,
+        note: Option<&str>,
+        decided_at: &str,
+    ) -> Result<(), StoreError> {
+        if self.status != ApprovalStatus::Pending {
+            return Err(StoreError::AlreadyDecided {
+                approval_id: self.approval_id.clone(),
+                status: self.status.as_str(),
+            });
+        }
+        self.status = match decision {
+            ApprovalDecision::Grant => ApprovalStatus::Granted,
+            ApprovalDecision::Reject => ApprovalStatus::Rejected,
+        };
+        self.decided_by = Some(decided_by.to_owned());
+        self.decided_at = Some(decided_at.to_owned());
+        self.note = note.map(str::to_owned);
+        Ok(())
+    }
+}
+
 /// Why a store call failed. Every variant leaves the store unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {

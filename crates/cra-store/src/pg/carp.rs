@@ -12,9 +12,8 @@
 use std::collections::BTreeSet;
 
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
-    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError,
-    StoredResolution,
+    ApprovalDecision, ApprovalRecord, CarpStore, Charge, ChargeKind, ClaimOutcome, ConsumeOutcome,
+    ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
 };
 use postgres::error::SqlState;
 use serde::Serialize;
@@ -522,19 +521,7 @@ impl CarpStore for PgStore {
             });
         };
         let mut record: ApprovalRecord = decode("approval", row.get::<_, &str>(0))?;
-        if record.status != ApprovalStatus::Pending {
-            return Err(CarpError::AlreadyDecided {
-                approval_id: approval_id.to_owned(),
-                status: record.status.as_str(),
-            });
-        }
-        record.status = match decision {
-            ApprovalDecision::Grant => ApprovalStatus::Granted,
-            ApprovalDecision::Reject => ApprovalStatus::Rejected,
-        };
-        record.decided_by = Some(decided_by.to_owned());
-        record.decided_at = Some(decided_at.to_owned());
-        record.note = note.map(str::to_owned);
+        record.decide(decision, decided_by, note, decided_at)?;
         tx.execute(
             "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
             &[&approval_id, &record.status.as_str(), &encode(&record)?],

@@ -760,19 +760,7 @@ impl CarpStore for RedbStore {
                     id: approval_id.to_owned(),
                 });
             };
-            if record.status != ApprovalStatus::Pending {
-                return Err(CarpError::AlreadyDecided {
-                    approval_id: approval_id.to_owned(),
-                    status: record.status.as_str(),
-                });
-            }
-            record.status = match decision {
-                ApprovalDecision::Grant => ApprovalStatus::Granted,
-                ApprovalDecision::Reject => ApprovalStatus::Rejected,
-            };
-            record.decided_by = Some(decided_by.to_owned());
-            record.decided_at = Some(decided_at.to_owned());
-            record.note = note.map(str::to_owned);
+            record.decide(decision, decided_by, note, decided_at)?;
             t.insert(approval_id, encode(&record)?.as_slice())
                 .map_err(be)?;
             let mut p = txn.open_table(PENDING).map_err(be)?;

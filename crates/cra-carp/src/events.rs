@@ -361,6 +361,8 @@ impl Payload for PolicyViolated<'_> {
 pub struct ActionApproved<'a> {
     /// The execution.
     pub execution_id: &'a str,
+    /// The resolution it runs under (§4.3.3).
+    pub resolution_id: &'a str,
     /// The action.
     pub action_id: &'a str,
     /// The granted approval, when the action needed one.
@@ -386,6 +388,8 @@ pub struct ActionExecuted<'a> {
     pub status: &'static str,
     /// `sha256:` of the result's canonical form.
     pub result_hash: Option<String>,
+    /// How long the executor ran, on the injected clock (§4.3.3).
+    pub duration_ms: u64,
 }
 
 impl Payload for ActionExecuted<'_> {
@@ -403,12 +407,39 @@ pub struct ActionFailed<'a> {
     pub executor: Option<&'a str>,
     /// Always `error`.
     pub status: &'static str,
-    /// The executor's error.
+    /// The error's token (§4.3.3).
+    pub error_code: &'a str,
+    /// The error's message (§4.3.3).
+    pub error_message: &'a str,
+    /// The executor's whole error.
     pub error: Option<&'a ExecuteError>,
 }
 
 impl Payload for ActionFailed<'_> {
     const EVENT_TYPE: &'static str = "action.failed";
+}
+
+impl<'a> ActionFailed<'a> {
+    /// The failure of `execution_id` (of `action_id`, run by `executor`) with `error`; without
+    /// one, the code is `executor_failed`.
+    pub fn new(
+        execution_id: &'a str,
+        action_id: &'a str,
+        executor: Option<&'a str>,
+        error: Option<&'a ExecuteError>,
+    ) -> Self {
+        Self {
+            execution_id,
+            action_id,
+            executor,
+            status: "error",
+            error_code: error.map_or("executor_failed", |e| e.code.as_str()),
+            error_message: error.map_or("the executor failed and said nothing more", |e| {
+                e.message.as_str()
+            }),
+            error,
+        }
+    }
 }
 
 /// `action.deduplicated`: a repeated idempotency key answered with the first response.
@@ -492,6 +523,8 @@ pub struct SessionEnded<'a> {
     pub ended_by: ActorRef<'a>,
     /// Why.
     pub reason: &'a str,
+    /// How long the session lasted, on the injected clock (§4.3.1).
+    pub duration_ms: u64,
     /// The approvals still pending, which lapse with the session (absent when none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lapsed_approvals: Option<&'a [String]>,
@@ -783,11 +816,12 @@ mod tests {
         same(
             &ActionApproved {
                 execution_id: "e",
+                resolution_id: "r",
                 action_id: "x",
                 approval_id: None,
                 decision: "allow",
             },
-            &json!({"execution_id": "e", "action_id": "x", "approval_id": null, "decision": "allow"}),
+            &json!({"execution_id": "e", "resolution_id": "r", "action_id": "x", "approval_id": null, "decision": "allow"}),
         );
         same(
             &ActionExecuted {
@@ -796,8 +830,9 @@ mod tests {
                 executor: Some("http:u"),
                 status: "success",
                 result_hash: None,
+                duration_ms: 1500,
             },
-            &json!({"execution_id": "e", "action_id": "x", "executor": "http:u", "status": "success", "result_hash": null}),
+            &json!({"execution_id": "e", "action_id": "x", "executor": "http:u", "status": "success", "result_hash": null, "duration_ms": 1500}),
         );
         let error = ExecuteError {
             code: "executor_failed".into(),
@@ -805,14 +840,14 @@ mod tests {
             details: Some(json!({"b": 1.50, "a": null})),
         };
         same(
-            &ActionFailed {
-                execution_id: "e",
-                action_id: "x",
-                executor: None,
-                status: "error",
-                error: Some(&error),
-            },
-            &json!({"execution_id": "e", "action_id": "x", "executor": null, "status": "error", "error": error}),
+            &ActionFailed::new("e", "x", None, Some(&error)),
+            &json!({"execution_id": "e", "action_id": "x", "executor": null, "status": "error",
+                "error_code": "executor_failed", "error_message": "caf\u{e9}", "error": error}),
+        );
+        same(
+            &ActionFailed::new("e", "x", Some("http:u"), None),
+            &json!({"execution_id": "e", "action_id": "x", "executor": "http:u", "status": "error",
+                "error_code": "executor_failed", "error_message": "the executor failed and said nothing more", "error": null}),
         );
         same(
             &ActionDeduplicated {
@@ -848,9 +883,10 @@ mod tests {
             agent_id: "a",
             ended_by: ActorRef::of("oscar", "human"),
             reason: "ended by request",
+            duration_ms: 1500,
             lapsed_approvals,
         };
-        let value = json!({"agent_id": "a", "ended_by": {"id": "oscar", "type": "human"}, "reason": "ended by request"});
+        let value = json!({"agent_id": "a", "ended_by": {"id": "oscar", "type": "human"}, "reason": "ended by request", "duration_ms": 1500});
         same(&ended(None), &value);
         let mut with = value;
         with["lapsed_approvals"] = json!(["ap1"]);
@@ -882,13 +918,7 @@ mod tests {
             message: "m".into(),
             details: Some(serde_json::from_str(r#"{"ratio": 1.50}"#).unwrap()),
         };
-        let failed = ActionFailed {
-            execution_id: "e",
-            action_id: "x",
-            executor: None,
-            status: "error",
-            error: Some(&error),
-        };
+        let failed = ActionFailed::new("e", "x", None, Some(&error));
         let draft = SPAN.draft_of(&failed);
         assert_eq!(draft.payload, serde_json::to_value(&failed).unwrap());
         assert_eq!(

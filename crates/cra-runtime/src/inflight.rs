@@ -104,13 +104,12 @@ fn close_one(
         span_id: &lease.execution_id,
         parent: Some(&lease.resolution_id),
     };
-    let draft = span.draft_of(&ActionFailed {
-        execution_id: &lease.execution_id,
-        action_id: &lease.action_id,
-        executor: executor.as_deref(),
-        status: "error",
-        error: Some(&error),
-    });
+    let draft = span.draft_of(&ActionFailed::new(
+        &lease.execution_id,
+        &lease.action_id,
+        executor.as_deref(),
+        Some(&error),
+    ));
     match chains.append(&lease.session_id, vec![draft]) {
         Ok(_) => Ok(true),
         Err(ChainStoreError::SessionEnded { .. }) => Ok(false),

@@ -74,6 +74,12 @@ pub struct TimestampError {
     pub reason: String,
 }
 
+/// Whole milliseconds from `from` to `to` (0 when `to` is earlier): the `duration_ms` of TRACE
+/// payloads, measured on the injected clock.
+pub fn millis_between(from: OffsetDateTime, to: OffsetDateTime) -> u64 {
+    u64::try_from((to - from).whole_milliseconds()).unwrap_or(0)
+}
+
 /// Renders `t` in cra's wire form: UTC, microseconds, `Z` (`2024-12-28T12:00:00.000123Z`).
 pub fn format_timestamp(t: OffsetDateTime) -> String {
     let t = t.to_offset(UtcOffset::UTC);

@@ -33,6 +33,7 @@ use cra_carp::validate::{CarpError, parse_request};
 use cra_trace::EventDraft;
 use cra_trace::Span;
 use cra_wire::Token;
+use cra_wire::clock::millis_between;
 use serde_json::Value;
 
 use crate::atlases::AtlasState;
@@ -488,6 +489,7 @@ impl Call<'_> {
             .filter(|_| cleared.action.requires_confirmation);
         let approved = self.span(&execution_id).draft_of(&ActionApproved {
             execution_id: &execution_id,
+            resolution_id: &self.exec.resolution_id,
             action_id: &self.exec.action_id,
             approval_id,
             decision: "allow",
@@ -501,6 +503,7 @@ impl Call<'_> {
         }
         appended?;
         let executor = crate::executor::executor_of(atlases, stored, &self.exec.action_id);
+        let started = self.rt.clock.now();
         let outcome = self
             .rt
             .run_executor(
@@ -511,6 +514,7 @@ impl Call<'_> {
                 self.exec.extra.get("outcome"),
             )
             .await;
+        let duration_ms = millis_between(started, self.rt.clock.now());
         let carp = engine(self.rt, atlases.set.clone());
         let response = run_blocking("the execute task failed", move || {
             carp.finish_execution(cleared, outcome)
@@ -522,6 +526,7 @@ impl Call<'_> {
                 &execution_id,
                 executor.as_deref(),
                 &response,
+                duration_ms,
             )])
             .await;
         self.rt.settle_lease(&execution_id, &appended).await;
@@ -534,12 +539,13 @@ impl Call<'_> {
         Ok(response)
     }
 
-    /// `action.executed` or `action.failed`.
+    /// `action.executed` (with the executor's `duration_ms`) or `action.failed`.
     fn outcome(
         &self,
         execution_id: &str,
         executor: Option<&str>,
         response: &ExecuteResponse,
+        duration_ms: u64,
     ) -> EventDraft {
         let span = self.span(execution_id);
         let action_id = self.exec.action_id.as_str();
@@ -550,14 +556,14 @@ impl Call<'_> {
                 executor,
                 status: "success",
                 result_hash: response.result.as_ref().map(parameters_hash),
+                duration_ms,
             }),
-            (_, error) => span.draft_of(&ActionFailed {
+            (_, error) => span.draft_of(&ActionFailed::new(
                 execution_id,
                 action_id,
                 executor,
-                status: "error",
-                error: error.as_ref(),
-            }),
+                error.as_ref(),
+            )),
         }
     }
 }

@@ -9,7 +9,7 @@ use cra_carp::store::{SessionRecord, StoreError};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
 use cra_wire::Token;
-use cra_wire::clock::format_timestamp;
+use cra_wire::clock::{format_timestamp, millis_between, parse_rfc3339};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -342,7 +342,10 @@ pub async fn end(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<()> {
     // The state first, then the event: the append is durable and makes the state write durable
     // with it (the store defers state writes to the next append), so an answer means both are
     // on disk. Should the append fail, a repeated end finds the session ended and answers at once.
-    let now = format_timestamp(rt.clock.now());
+    let ended_at = rt.clock.now();
+    let duration_ms =
+        parse_rfc3339(&record.created_at).map_or(0, |started| millis_between(started, ended_at));
+    let now = format_timestamp(ended_at);
     let sid = id.to_owned();
     // The session's pending approvals lapse with it (they can no longer be decided): the end
     // event names them, so the chain says what became of each `approval.requested`.
@@ -362,6 +365,7 @@ pub async fn end(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<()> {
         agent_id: &record.agent_id,
         ended_by: actor.event_ref(),
         reason: "ended by request",
+        duration_ms,
         lapsed_approvals: (!lapsed.is_empty()).then_some(lapsed.as_slice()),
     });
     match rt.append_events(id, &record.agent_id, vec![ended]).await {

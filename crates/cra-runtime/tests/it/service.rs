@@ -18,18 +18,24 @@ use crate::support::{
 /// A runtime over a fresh data directory (no server), the maintainer bot's actor and an open
 /// session of it.
 fn runtime() -> (AppState, Actor, String, tempfile::TempDir) {
+    let (state, actor, session, dir, _) = runtime_and_clock();
+    (state, actor, session, dir)
+}
+
+/// As [`runtime`], with the runtime's clock, which a test may move.
+fn runtime_and_clock() -> (AppState, Actor, String, tempfile::TempDir, Arc<FixedClock>) {
     let dir = tempfile::tempdir().unwrap();
     let (config, _) = test_config(dir.path());
     let clock = Arc::new(FixedClock::parse(T0).unwrap());
     let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
-    let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
+    let (state, _) = cra_runtime::build_runtime(config, clock.clone(), ids).unwrap();
     let actor = state
         .auth
         .authenticate(Some(&format!("Bearer {MAINT}")))
         .unwrap();
     let engine = service::engine(&state, state.atlases().set.clone());
     let session = engine.open_session(&actor.id, None, None).unwrap();
-    (state, actor, session.session_id, dir)
+    (state, actor, session.session_id, dir, clock)
 }
 
 async fn chain(state: &AppState, sid: &str) -> Vec<TraceEvent> {
@@ -160,6 +166,13 @@ async fn an_execute_records_its_request_approval_and_outcome() {
         );
     }
     assert_eq!(run[2].payload["executor"], "http:github");
+    assert_eq!(
+        run[1].payload["resolution_id"],
+        resolution.resolution_id.as_str(),
+        "action.approved names its resolution (CRA 4.3.3)"
+    );
+    assert_eq!(run[2].payload["error_code"], "executor_not_configured");
+    assert_eq!(run[2].payload["error_message"], error.message.as_str());
     assert!(cra_trace::verify::verify_events(&events, true).is_valid());
 }
 
@@ -267,4 +280,19 @@ async fn atlas_installs_are_authorised_and_idempotent_without_http() {
     assert!(again.unchanged && again.replaced.is_none());
     assert_eq!(again.atlas.digest, installed.atlas.digest);
     assert_eq!(digests().len(), before.len());
+}
+
+/// `session.ended` says how long the session lasted on the injected clock (CRA 4.3.1).
+#[tokio::test]
+async fn a_session_end_records_its_duration_on_the_injected_clock() {
+    let (state, actor, sid, _dir, clock) = runtime_and_clock();
+    clock.advance(time::Duration::milliseconds(1500));
+    cra_runtime::service::sessions::end(&state, &actor, &sid)
+        .await
+        .unwrap();
+    let events = chain(&state, &sid).await;
+    let ended = events.last().unwrap();
+    assert_eq!(ended.event_type, "session.ended");
+    assert_eq!(ended.payload["duration_ms"], 1500);
+    assert_eq!(ended.payload["reason"], "ended by request");
 }

@@ -18,8 +18,8 @@ use crate::eval::{
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, ClaimOutcome, ExecutionLease,
-    ExecutionRecord, ResolveRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ClaimOutcome,
+    ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord, StoredResolution,
 };
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
@@ -48,7 +48,7 @@ impl Default for CarpConfig {
     }
 }
 
-fn store_err(e: StoreError) -> CarpError {
+fn store_err(e: CarpStoreError) -> CarpError {
     CarpError::new(Token::Unavailable, e.to_string())
 }
 
@@ -166,7 +166,9 @@ impl Carp {
             ended_at: None,
         };
         self.store.create_session(&rec).map_err(|e| match e {
-            StoreError::AlreadyExists { .. } => CarpError::new(Token::AlreadyExists, e.to_string()),
+            CarpStoreError::AlreadyExists { .. } => {
+                CarpError::new(Token::AlreadyExists, e.to_string())
+            }
             other => store_err(other),
         })?;
         Ok(rec)
@@ -177,7 +179,7 @@ impl Carp {
         self.store
             .end_session(session_id, &format_timestamp(self.clock.now()))
             .map_err(|e| match e {
-                StoreError::NotFound { .. } => {
+                CarpStoreError::NotFound { .. } => {
                     CarpError::new(Token::SessionNotFound, e.to_string())
                 }
                 other => store_err(other),
@@ -562,10 +564,10 @@ impl Carp {
                 &format_timestamp(self.clock.now()),
             )
             .map_err(|e| match e {
-                StoreError::NotFound { .. } => {
+                CarpStoreError::NotFound { .. } => {
                     CarpError::new(Token::ApprovalNotFound, e.to_string())
                 }
-                StoreError::AlreadyDecided { .. } => {
+                CarpStoreError::AlreadyDecided { .. } => {
                     CarpError::new(Token::AlreadyExists, e.to_string())
                 }
                 other => store_err(other),

@@ -21,7 +21,7 @@ use crate::explain::{
 };
 use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Scope, type_slot};
 use crate::shared::SharedStr;
-use crate::store::{CarpStore, StoreError};
+use crate::store::{CarpStore, CarpStoreError};
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, Constraint, ConstraintParameters, ConstraintType,
     ContextBlock, Decision, DecisionType, DeniedAction, Resolution,
@@ -188,7 +188,7 @@ impl CountersSnapshot {
         atlases: &AtlasSet,
         request: &CarpRequest,
         now: OffsetDateTime,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, CarpStoreError> {
         let now_us = unix_micros(now);
         let (agent, session) = (&request.requester.agent_id, &request.requester.session_id);
         let mut rate = Vec::new();

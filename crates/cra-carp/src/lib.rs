@@ -37,5 +37,5 @@ pub mod memory;
 #[cfg(feature = "test-support")]
 pub mod store_contract;
 
-pub use store::{CarpStore, StoreError};
+pub use store::{CarpStore, CarpStoreError};
 pub use types::{CarpRequest, Resolution};

@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
-    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, Charge,
+    ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord,
+    StoredResolution,
 };
 
 #[derive(Debug, Default)]
@@ -113,10 +114,10 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
 }
 
 impl CarpStore for MemoryStore {
-    fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError> {
+    fn create_session(&self, session: &SessionRecord) -> Result<(), CarpStoreError> {
         let mut s = self.lock();
         if s.sessions.contains_key(&session.session_id) {
-            return Err(StoreError::AlreadyExists {
+            return Err(CarpStoreError::AlreadyExists {
                 what: "session",
                 id: session.session_id.clone(),
             });
@@ -126,16 +127,20 @@ impl CarpStore for MemoryStore {
         Ok(())
     }
 
-    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpStoreError> {
         Ok(self.lock().sessions.get(session_id).cloned())
     }
 
-    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, StoreError> {
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<SessionRecord, CarpStoreError> {
         let mut s = self.lock();
         let rec = s
             .sessions
             .get_mut(session_id)
-            .ok_or_else(|| StoreError::NotFound {
+            .ok_or_else(|| CarpStoreError::NotFound {
                 what: "session",
                 id: session_id.to_owned(),
             })?;
@@ -145,25 +150,29 @@ impl CarpStore for MemoryStore {
         Ok(rec.clone())
     }
 
-    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError> {
+    fn insert_request_id(
+        &self,
+        session_id: &str,
+        request_id: &str,
+    ) -> Result<bool, CarpStoreError> {
         Ok(self
             .lock()
             .request_ids
             .insert((session_id.to_owned(), request_id.to_owned())))
     }
 
-    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError> {
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpStoreError> {
         Ok(self
             .lock()
             .request_ids
             .contains(&(session_id.to_owned(), request_id.to_owned())))
     }
 
-    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), StoreError> {
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpStoreError> {
         let mut s = self.lock();
         let id = &resolution.resolution.resolution_id;
         if s.resolutions.contains_key(id) {
-            return Err(StoreError::AlreadyExists {
+            return Err(CarpStoreError::AlreadyExists {
                 what: "resolution",
                 id: id.clone(),
             });
@@ -172,7 +181,10 @@ impl CarpStore for MemoryStore {
         Ok(())
     }
 
-    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, StoreError> {
+    fn get_resolution(
+        &self,
+        resolution_id: &str,
+    ) -> Result<Option<StoredResolution>, CarpStoreError> {
         Ok(self.lock().resolutions.get(resolution_id).cloned())
     }
 
@@ -180,7 +192,7 @@ impl CarpStore for MemoryStore {
         &self,
         session_id: &str,
         idempotency_key: &str,
-    ) -> Result<Option<ExecutionRecord>, StoreError> {
+    ) -> Result<Option<ExecutionRecord>, CarpStoreError> {
         Ok(self
             .lock()
             .executions_by_key
@@ -188,7 +200,10 @@ impl CarpStore for MemoryStore {
             .cloned())
     }
 
-    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, StoreError> {
+    fn record_execution(
+        &self,
+        execution: &ExecutionRecord,
+    ) -> Result<ExecutionRecord, CarpStoreError> {
         let mut s = self.lock();
         if let Some(key) = &execution.idempotency_key {
             let k = (execution.session_id.clone(), key.clone());
@@ -207,7 +222,7 @@ impl CarpStore for MemoryStore {
         scope_key: &str,
         since_us: i64,
         until_us: i64,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, CarpStoreError> {
         Ok(rate_used(
             &self.lock(),
             policy_id,
@@ -217,7 +232,7 @@ impl CarpStore for MemoryStore {
         ))
     }
 
-    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, StoreError> {
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpStoreError> {
         Ok(self
             .lock()
             .budget_spent
@@ -226,7 +241,11 @@ impl CarpStore for MemoryStore {
             .unwrap_or(0))
     }
 
-    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError> {
+    fn try_consume(
+        &self,
+        charges: &[Charge],
+        at_us: i64,
+    ) -> Result<ConsumeOutcome, CarpStoreError> {
         Ok(consume(&mut self.lock(), charges, at_us))
     }
 
@@ -234,13 +253,13 @@ impl CarpStore for MemoryStore {
         &self,
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
-    ) -> Result<(ConsumeOutcome, i64), StoreError> {
+    ) -> Result<(ConsumeOutcome, i64), CarpStoreError> {
         let mut s = self.lock();
         let at_us = crate::eval::unix_micros(clock.now());
         Ok((consume(&mut s, charges, at_us), at_us))
     }
 
-    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, StoreError> {
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpStoreError> {
         let mut s = self.lock();
         if let Some(key) = &lease.idempotency_key {
             let k = (lease.session_id.clone(), key.clone());
@@ -260,12 +279,12 @@ impl CarpStore for MemoryStore {
         Ok(ClaimOutcome::Claimed)
     }
 
-    fn release_execution(&self, execution_id: &str) -> Result<(), StoreError> {
+    fn release_execution(&self, execution_id: &str) -> Result<(), CarpStoreError> {
         self.lock().leases.remove(execution_id);
         Ok(())
     }
 
-    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError> {
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpStoreError> {
         Ok(self
             .lock()
             .leases
@@ -275,10 +294,10 @@ impl CarpStore for MemoryStore {
             .collect())
     }
 
-    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), StoreError> {
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpStoreError> {
         let mut s = self.lock();
         if s.approvals.contains_key(&approval.approval_id) {
-            return Err(StoreError::AlreadyExists {
+            return Err(CarpStoreError::AlreadyExists {
                 what: "approval",
                 id: approval.approval_id.clone(),
             });
@@ -288,7 +307,7 @@ impl CarpStore for MemoryStore {
         Ok(())
     }
 
-    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpStoreError> {
         Ok(self.lock().approvals.get(approval_id).cloned())
     }
 
@@ -299,12 +318,12 @@ impl CarpStore for MemoryStore {
         decided_by: &str,
         note: Option<&str>,
         decided_at: &str,
-    ) -> Result<ApprovalRecord, StoreError> {
+    ) -> Result<ApprovalRecord, CarpStoreError> {
         let mut s = self.lock();
         let rec = s
             .approvals
             .get_mut(approval_id)
-            .ok_or_else(|| StoreError::NotFound {
+            .ok_or_else(|| CarpStoreError::NotFound {
                 what: "approval",
                 id: approval_id.to_owned(),
             })?;
@@ -312,7 +331,7 @@ impl CarpStore for MemoryStore {
         Ok(rec.clone())
     }
 
-    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
         Ok(self
             .lock()
             .approvals

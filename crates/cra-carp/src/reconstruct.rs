@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 use crate::eval::{scope_key, seconds_to_us, unix_micros};
 use crate::index::{Scope, budget_cost};
 use crate::replay::{REQUEST_RECEIVED, RESOLUTION_COMPLETED};
-use crate::store::{ApprovalStatus, CarpStore, StoreError, StoredResolution};
+use crate::store::{ApprovalStatus, CarpStore, CarpStoreError, StoredResolution};
 use crate::types::{ConstraintType, DecisionType, Operation, Resolution};
 use cra_trace::TraceEvent;
 
@@ -605,7 +605,7 @@ fn opt(v: Option<&str>) -> Value {
 pub fn compare_with_store(
     state: &SessionState,
     store: &dyn CarpStore,
-) -> Result<StateComparison, StoreError> {
+) -> Result<StateComparison, CarpStoreError> {
     let mut cmp = StateComparison::default();
     let session_id = state.session.session_id.clone().unwrap_or_default();
 

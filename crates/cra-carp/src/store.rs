@@ -20,7 +20,7 @@
 //! * [`CarpStore::claim_execution`] is insert-if-absent on the execution's idempotency key: of
 //!   two concurrent first uses of one `(session, key)` exactly one claims it.
 //! * [`CarpStore::decide_approval`] succeeds once per approval; later calls fail with
-//!   [`StoreError::AlreadyDecided`] and change nothing.
+//!   [`CarpStoreError::AlreadyDecided`] and change nothing.
 //!
 //! Times are passed as Unix microseconds (`i64`, UTC) where the store compares them, and as wire
 //! strings (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) where they are only recorded.
@@ -262,16 +262,16 @@ pub struct ApprovalRecord {
 impl ApprovalRecord {
     /// The one transition of an approval, which every backend applies inside its write: a
     /// pending approval becomes granted or rejected, with who decided, when and why.
-    /// [`StoreError::AlreadyDecided`] (and the record unchanged) when it is not pending.
+    /// [`CarpStoreError::AlreadyDecided`] (and the record unchanged) when it is not pending.
     pub fn decide(
         &mut self,
         decision: ApprovalDecision,
         decided_by: &str,
         note: Option<&str>,
         decided_at: &str,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), CarpStoreError> {
         if self.status != ApprovalStatus::Pending {
-            return Err(StoreError::AlreadyDecided {
+            return Err(CarpStoreError::AlreadyDecided {
                 approval_id: self.approval_id.clone(),
                 status: self.status.as_str(),
             });
@@ -289,7 +289,7 @@ impl ApprovalRecord {
 
 /// Why a store call failed. Every variant leaves the store unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
+pub enum CarpStoreError {
     /// A record with this key already exists.
     #[error("{what} `{id}` already exists; use a new id")]
     AlreadyExists {
@@ -326,24 +326,29 @@ pub enum StoreError {
 pub trait CarpStore: Send + Sync + fmt::Debug {
     // --- sessions ---------------------------------------------------------------------------
 
-    /// Stores a new session; [`StoreError::AlreadyExists`] when its id is taken.
-    fn create_session(&self, session: &SessionRecord) -> Result<(), StoreError>;
+    /// Stores a new session; [`CarpStoreError::AlreadyExists`] when its id is taken.
+    fn create_session(&self, session: &SessionRecord) -> Result<(), CarpStoreError>;
 
     /// The session, if it exists.
-    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, StoreError>;
+    fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpStoreError>;
 
     /// Ends an active session at `ended_at` and returns it. Ending an ended session returns it
-    /// unchanged; [`StoreError::NotFound`] when there is no such session.
-    fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, StoreError>;
+    /// unchanged; [`CarpStoreError::NotFound`] when there is no such session.
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<SessionRecord, CarpStoreError>;
 
     // --- request ids ------------------------------------------------------------------------
 
     /// Records `request_id` as used in `session_id`. Returns `true` when it was new, `false`
     /// when the session had already seen it (nothing changes then).
-    fn insert_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
+    fn insert_request_id(&self, session_id: &str, request_id: &str)
+    -> Result<bool, CarpStoreError>;
 
     /// Whether `session_id` has already seen `request_id` (a read; nothing changes).
-    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, StoreError>;
+    fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpStoreError>;
 
     /// Records what a resolve leaves behind: `request_id` as used in `session_id`, the
     /// resolution and, when it requires approval, its pending approval. Returns `false` and
@@ -356,7 +361,7 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         request_id: &str,
         resolution: &StoredResolution,
         approval: Option<&ApprovalRecord>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, CarpStoreError> {
         if !self.insert_request_id(session_id, request_id)? {
             return Ok(false);
         }
@@ -369,12 +374,15 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
 
     // --- resolutions ------------------------------------------------------------------------
 
-    /// Stores a resolution; [`StoreError::AlreadyExists`] when its id is taken.
-    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), StoreError>;
+    /// Stores a resolution; [`CarpStoreError::AlreadyExists`] when its id is taken.
+    fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpStoreError>;
 
     /// The resolution, if it exists (expired ones may still be returned; the caller checks
     /// `expires_at_us`).
-    fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, StoreError>;
+    fn get_resolution(
+        &self,
+        resolution_id: &str,
+    ) -> Result<Option<StoredResolution>, CarpStoreError>;
 
     // --- executions -------------------------------------------------------------------------
 
@@ -383,12 +391,15 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         &self,
         session_id: &str,
         idempotency_key: &str,
-    ) -> Result<Option<ExecutionRecord>, StoreError>;
+    ) -> Result<Option<ExecutionRecord>, CarpStoreError>;
 
     /// Records an execution. When it carries an idempotency key already recorded in its session
     /// the stored (first) record is returned and nothing changes; otherwise `execution` is stored
     /// and returned. Records without a key are always stored.
-    fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, StoreError>;
+    fn record_execution(
+        &self,
+        execution: &ExecutionRecord,
+    ) -> Result<ExecutionRecord, CarpStoreError>;
 
     // --- counters ---------------------------------------------------------------------------
 
@@ -400,16 +411,17 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         scope_key: &str,
         since_us: i64,
         until_us: i64,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, CarpStoreError>;
 
     /// Units spent so far on `(policy_id, scope_key)`.
-    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, StoreError>;
+    fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpStoreError>;
 
     /// Checks every charge at instant `at_us` and, only if all fit, records them all
     /// (one execution at `at_us` per rate charge, `units` per budget charge). A rate charge fits
     /// when fewer than `max_calls` executions fall in `(at_us - window_seconds, at_us]`; a budget
     /// charge fits when `spent + units <= max_units`.
-    fn try_consume(&self, charges: &[Charge], at_us: i64) -> Result<ConsumeOutcome, StoreError>;
+    fn try_consume(&self, charges: &[Charge], at_us: i64)
+    -> Result<ConsumeOutcome, CarpStoreError>;
 
     /// As [`CarpStore::try_consume`], at an instant the store reads inside the atomic step: the
     /// database's clock on PostgreSQL (one clock for every replica), `clock` otherwise. An
@@ -419,14 +431,14 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         &self,
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
-    ) -> Result<(ConsumeOutcome, i64), StoreError>;
+    ) -> Result<(ConsumeOutcome, i64), CarpStoreError>;
 
     // --- execution leases -------------------------------------------------------------------
 
     /// Records `lease` and claims its idempotency key (if any) in one atomic step, before the
     /// executor runs. [`ClaimOutcome::Finished`] when the key already has a recorded execution,
     /// [`ClaimOutcome::InFlight`] when another lease holds it; nothing changes then.
-    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, StoreError>;
+    fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpStoreError>;
 
     /// [`CarpStore::claim_execution`], then, once claimed, [`CarpStore::try_consume_now`], as
     /// one step: a refused charge (or a failure) leaves no claim behind. The consume's outcome
@@ -437,7 +449,7 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         lease: &ExecutionLease,
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
-    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), StoreError> {
+    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), CarpStoreError> {
         let claim = self.claim_execution(lease)?;
         if claim != ClaimOutcome::Claimed {
             return Ok((claim, None));
@@ -451,21 +463,21 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
 
     /// Removes the lease of `execution_id`, and its key claim if no execution was recorded under
     /// it (a claim whose charges were refused). Removing an absent lease changes nothing.
-    fn release_execution(&self, execution_id: &str) -> Result<(), StoreError>;
+    fn release_execution(&self, execution_id: &str) -> Result<(), CarpStoreError>;
 
     /// Every lease held by `owner`, ordered by execution id.
-    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError>;
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpStoreError>;
 
     // --- approvals --------------------------------------------------------------------------
 
-    /// Stores a new pending approval; [`StoreError::AlreadyExists`] when its id is taken.
-    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), StoreError>;
+    /// Stores a new pending approval; [`CarpStoreError::AlreadyExists`] when its id is taken.
+    fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpStoreError>;
 
     /// The approval, if it exists.
-    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, StoreError>;
+    fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpStoreError>;
 
     /// Decides a pending approval once and returns the updated record.
-    /// [`StoreError::NotFound`] when there is none, [`StoreError::AlreadyDecided`] when it was
+    /// [`CarpStoreError::NotFound`] when there is none, [`CarpStoreError::AlreadyDecided`] when it was
     /// decided before.
     fn decide_approval(
         &self,
@@ -474,10 +486,10 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         decided_by: &str,
         note: Option<&str>,
         decided_at: &str,
-    ) -> Result<ApprovalRecord, StoreError>;
+    ) -> Result<ApprovalRecord, CarpStoreError>;
 
     /// Every approval still pending, ordered by `approval_id`.
-    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError>;
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError>;
 }
 
 // --- a resolve and its trace events as one unit ----------------------------------------------
@@ -501,7 +513,7 @@ pub struct ResolveRecord {
 pub enum ResolveLogError {
     /// The CARP store refused or failed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(#[from] CarpStoreError),
     /// The chain refused the events or its store failed.
     #[error(transparent)]
     Chain(#[from] cra_trace::store::ChainStoreError),

@@ -6,8 +6,9 @@
 use serde_json::Map;
 
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
-    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, Charge,
+    ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord,
+    StoredResolution,
 };
 use crate::types::{
     CARP_VERSION, Decision, DecisionType, ExecuteResponse, ExecuteStatus, Resolution,
@@ -101,7 +102,7 @@ fn sessions(s: &dyn CarpStore) {
     assert!(
         matches!(
             s.create_session(&session("s1")),
-            Err(StoreError::AlreadyExists { .. })
+            Err(CarpStoreError::AlreadyExists { .. })
         ),
         "creating a session twice is AlreadyExists"
     );
@@ -122,7 +123,7 @@ fn sessions(s: &dyn CarpStore) {
     assert!(!s.get_session("s1").unwrap().unwrap().is_active());
     assert!(matches!(
         s.end_session("nope", "2026-01-01T01:00:00.000000Z"),
-        Err(StoreError::NotFound { .. })
+        Err(CarpStoreError::NotFound { .. })
     ));
 }
 
@@ -203,7 +204,7 @@ fn resolutions(s: &dyn CarpStore) {
     assert_eq!(s.get_resolution("res-1").unwrap(), Some(r.clone()));
     assert!(matches!(
         s.put_resolution(&r),
-        Err(StoreError::AlreadyExists { .. })
+        Err(CarpStoreError::AlreadyExists { .. })
     ));
 }
 
@@ -362,7 +363,7 @@ fn approvals(s: &dyn CarpStore) {
     s.create_approval(&sample_approval("a1")).unwrap();
     assert!(matches!(
         s.create_approval(&sample_approval("a1")),
-        Err(StoreError::AlreadyExists { .. })
+        Err(CarpStoreError::AlreadyExists { .. })
     ));
     let pending: Vec<String> = s
         .list_pending_approvals()
@@ -391,7 +392,7 @@ fn approvals(s: &dyn CarpStore) {
             None,
             "2026-01-01T00:06:00.000000Z"
         ),
-        Err(StoreError::AlreadyDecided { .. })
+        Err(CarpStoreError::AlreadyDecided { .. })
     ));
     assert_eq!(s.get_approval("a1").unwrap(), Some(decided));
     assert!(matches!(
@@ -402,7 +403,7 @@ fn approvals(s: &dyn CarpStore) {
             None,
             "2026-01-01T00:06:00.000000Z"
         ),
-        Err(StoreError::NotFound { .. })
+        Err(CarpStoreError::NotFound { .. })
     ));
     let rejected = s
         .decide_approval(

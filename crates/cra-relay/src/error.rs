@@ -2,7 +2,7 @@
 
 use cra_wire::{ErrorBody, FieldError, Token};
 
-use crate::store::StoreError;
+use crate::store::RelayStoreError;
 
 /// Why a Relay operation was refused or failed. Nothing is changed when one is returned.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -164,13 +164,15 @@ impl RelayError {
     }
 }
 
-impl From<StoreError> for RelayError {
-    fn from(e: StoreError) -> Self {
+impl From<RelayStoreError> for RelayError {
+    fn from(e: RelayStoreError) -> Self {
         match e {
-            StoreError::Supersession(s) => RelayError::schema("fact", "/valid_from", s.to_string()),
-            StoreError::SearchUnsupported => RelayError::SearchNotSupported,
-            StoreError::Conflict(what) => RelayError::Conflict(what),
-            StoreError::NotFound(what) => RelayError::Store(format!("{what} vanished")),
+            RelayStoreError::Supersession(s) => {
+                RelayError::schema("fact", "/valid_from", s.to_string())
+            }
+            RelayStoreError::SearchUnsupported => RelayError::SearchNotSupported,
+            RelayStoreError::Conflict(what) => RelayError::Conflict(what),
+            RelayStoreError::NotFound(what) => RelayError::Store(format!("{what} vanished")),
             other => RelayError::Store(other.to_string()),
         }
     }

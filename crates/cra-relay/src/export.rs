@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::fact::{Fact, FactRecord};
 use crate::model::{Project, ReviewRecord, Session, StoredPackage};
-use crate::store::{RelayStore, Snapshot, StoreError};
+use crate::store::{RelayStore, RelayStoreError, Snapshot};
 
 /// The manifest's `format` value.
 pub const EXPORT_FORMAT: &str = "cra-relay-export/1";
@@ -95,7 +95,7 @@ pub enum ExportError {
     },
     /// The store refused.
     #[error("the store refused the import: {0}")]
-    Store(#[from] StoreError),
+    Store(#[from] RelayStoreError),
 }
 
 impl ExportError {
@@ -110,7 +110,7 @@ impl ExportError {
                 Token::IntegrityError
             }
             ExportError::Incomplete(_) | ExportError::BadRecord { .. } => Token::InvalidRequest,
-            ExportError::Store(StoreError::AlreadyExists(_)) => Token::AlreadyExists,
+            ExportError::Store(RelayStoreError::AlreadyExists(_)) => Token::AlreadyExists,
             ExportError::Store(_) => Token::Unavailable,
             ExportError::Io { .. } => Token::InternalError,
         }
@@ -129,7 +129,7 @@ pub fn sort_reviews(mut reviews: Vec<ReviewRecord>) -> Vec<ReviewRecord> {
     reviews
 }
 
-fn line(v: &Value) -> Result<String, StoreError> {
+fn line(v: &Value) -> Result<String, RelayStoreError> {
     let mut out = String::new();
     write_sorted(v, &mut out)?;
     Ok(out)
@@ -137,7 +137,7 @@ fn line(v: &Value) -> Result<String, StoreError> {
 
 /// Compact JSON with object keys in UTF-8 byte order, `null` members kept (unlike the canonical
 /// form, so a package's explicit nulls survive the round trip) and numbers exactly as stored.
-fn write_sorted(v: &Value, out: &mut String) -> Result<(), StoreError> {
+fn write_sorted(v: &Value, out: &mut String) -> Result<(), RelayStoreError> {
     match v {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -168,15 +168,15 @@ fn write_sorted(v: &Value, out: &mut String) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn scalar(v: &Value) -> Result<String, StoreError> {
-    serde_json::to_string(v).map_err(|e| StoreError::Backend(e.to_string()))
+fn scalar(v: &Value) -> Result<String, RelayStoreError> {
+    serde_json::to_string(v).map_err(|e| RelayStoreError::Backend(e.to_string()))
 }
 
-fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, StoreError> {
-    serde_json::to_value(t).map_err(|e| StoreError::Backend(e.to_string()))
+fn to_value<T: serde::Serialize>(t: &T) -> Result<Value, RelayStoreError> {
+    serde_json::to_value(t).map_err(|e| RelayStoreError::Backend(e.to_string()))
 }
 
-fn fact_line(r: &FactRecord) -> Result<Value, StoreError> {
+fn fact_line(r: &FactRecord) -> Result<Value, RelayStoreError> {
     let mut v = to_value(&r.fact)?;
     if let Some(o) = v.as_object_mut() {
         o.insert(RECORDED_AT.into(), Value::String(r.recorded_at.clone()));
@@ -188,9 +188,9 @@ fn fact_line(r: &FactRecord) -> Result<Value, StoreError> {
 }
 
 /// The export files of a snapshot, manifest last: `(file name, bytes)`. Pure and deterministic.
-pub fn render(snapshot: &Snapshot) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+pub fn render(snapshot: &Snapshot) -> Result<Vec<(String, Vec<u8>)>, RelayStoreError> {
     let mut bodies: Vec<(String, String, usize)> = Vec::new();
-    let mut add = |name: &str, values: Vec<Value>| -> Result<(), StoreError> {
+    let mut add = |name: &str, values: Vec<Value>| -> Result<(), RelayStoreError> {
         let mut s = String::new();
         for v in &values {
             s.push_str(&line(v)?);

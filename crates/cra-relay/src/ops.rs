@@ -206,7 +206,7 @@ impl Relay {
         };
         match self.store.create_project(&project) {
             Ok(()) => Ok(project),
-            Err(crate::store::StoreError::AlreadyExists(_)) => {
+            Err(crate::store::RelayStoreError::AlreadyExists(_)) => {
                 Err(RelayError::ProjectExists(project_id.into()))
             }
             Err(e) => Err(e.into()),

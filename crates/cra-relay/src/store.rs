@@ -15,7 +15,7 @@ use crate::model::{Project, ReviewRecord, Session, Status, StoredPackage};
 
 /// What a store could not do.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum StoreError {
+pub enum RelayStoreError {
     /// A record with this key exists.
     #[error("{0} already exists")]
     AlreadyExists(String),
@@ -133,43 +133,43 @@ pub struct Snapshot {
 
 /// The storage Relay needs.
 pub trait RelayStore: Send + Sync + fmt::Debug {
-    /// Creates a project; [`StoreError::AlreadyExists`] if the id is taken.
-    fn create_project(&self, project: &Project) -> Result<(), StoreError>;
+    /// Creates a project; [`RelayStoreError::AlreadyExists`] if the id is taken.
+    fn create_project(&self, project: &Project) -> Result<(), RelayStoreError>;
     /// One project.
-    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError>;
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, RelayStoreError>;
     /// Every project, by id.
-    fn list_projects(&self) -> Result<Vec<Project>, StoreError>;
+    fn list_projects(&self) -> Result<Vec<Project>, RelayStoreError>;
     /// Sets or clears `archived_at`; returns the updated project.
     fn set_archived(
         &self,
         project_id: &str,
         archived_at: Option<&str>,
-    ) -> Result<Project, StoreError>;
+    ) -> Result<Project, RelayStoreError>;
 
     /// Stores `package` unless its `package_id` exists, atomically. When the package names a
     /// session (`created_by.session_id`) that exists, the id is appended to that session's
     /// `packages_deposited` in the same transaction.
-    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError>;
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError>;
     /// One package, as stored (not verified: [`crate::ops::Relay`] verifies).
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError>;
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError>;
     /// A project's packages, newest deposit first.
     fn list_packages(
         &self,
         project_id: &str,
         filter: &PackageFilter,
-    ) -> Result<Vec<StoredPackage>, StoreError>;
+    ) -> Result<Vec<StoredPackage>, RelayStoreError>;
     /// Replaces a package whose stored hash is still `expected_hash` and records `review`, in one
-    /// transaction; [`StoreError::Conflict`] when the hash moved.
+    /// transaction; [`RelayStoreError::Conflict`] when the hash moved.
     fn update_package(
         &self,
         expected_hash: &str,
         updated: &StoredPackage,
         review: &ReviewRecord,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), RelayStoreError>;
     /// Marks a package as failing verification (kept for inspection, hidden from listings).
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError>;
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError>;
     /// The review records of a package, oldest first.
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError>;
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError>;
 
     /// Supersedes the current fact of (project, subject, predicate), if any, and inserts the new
     /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row. `now`
@@ -177,8 +177,11 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
     /// [`crate::fact::recorded_instant`] of it and the project's latest recorded instant, under
     /// a lock that serialises the project's fact writes: recorded time never goes backwards in
     /// commit order, whatever clocks the callers have.
-    fn assert_fact(&self, new: NewFact, now: &dyn Fn() -> String)
-    -> Result<FactRecord, StoreError>;
+    fn assert_fact(
+        &self,
+        new: NewFact,
+        now: &dyn Fn() -> String,
+    ) -> Result<FactRecord, RelayStoreError>;
     /// Closes every current fact of (project, subject, predicate) (see
     /// [`crate::fact::invalidate`]) at the recorded instant stamped as for
     /// [`RelayStore::assert_fact`]; returns how many.
@@ -188,28 +191,32 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         subject: &str,
         predicate: &str,
         now: &dyn Fn() -> String,
-    ) -> Result<usize, StoreError>;
+    ) -> Result<usize, RelayStoreError>;
     /// The facts of a project that `query` selects (see [`crate::fact::select`]).
-    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError>;
+    fn facts(
+        &self,
+        project_id: &str,
+        query: &FactQuery,
+    ) -> Result<Vec<FactRecord>, RelayStoreError>;
 
     /// Creates or replaces a session.
-    fn put_session(&self, session: &Session) -> Result<(), StoreError>;
+    fn put_session(&self, session: &Session) -> Result<(), RelayStoreError>;
     /// One session.
-    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError>;
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError>;
 
     /// Whether [`RelayStore::search`] works.
     fn supports_search(&self) -> bool {
         false
     }
-    /// BM25 search (best chunk per package), or [`StoreError::SearchUnsupported`].
-    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+    /// BM25 search (best chunk per package), or [`RelayStoreError::SearchUnsupported`].
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayStoreError> {
         let _ = query;
-        Err(StoreError::SearchUnsupported)
+        Err(RelayStoreError::SearchUnsupported)
     }
 
     /// Everything, in export order (see [`Snapshot`]).
-    fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    fn snapshot(&self) -> Result<Snapshot, RelayStoreError>;
     /// Writes a snapshot into an empty store in one transaction, preserving the given package
-    /// order as deposit order; [`StoreError::AlreadyExists`] if any record exists.
-    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError>;
+    /// order as deposit order; [`RelayStoreError::AlreadyExists`] if any record exists.
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), RelayStoreError>;
 }

@@ -46,7 +46,7 @@ pub fn open(
     config: &RuntimeConfig,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
-) -> Result<Backends, cra_store::StoreError> {
+) -> Result<Backends, cra_store::BackendError> {
     // Every state write the runtime answers is followed by the TRACE append that records it, and
     // the answer waits for that append: the append's durable commit persists the state too.
     let store_config = StoreConfig::new(clock, ids)

@@ -336,8 +336,9 @@ pub fn export_import(
     tamper: bool,
 ) -> Result<Value, ApiError> {
     use cra_relay::export::{only_project, parse, render};
-    let internal =
-        |what: &'static str| move |e: cra_relay::store::StoreError| ApiError::internal(what, e);
+    let internal = |what: &'static str| {
+        move |e: cra_relay::store::RelayStoreError| ApiError::internal(what, e)
+    };
     let snap = only_project(
         &store.snapshot().map_err(internal("reading the store"))?,
         project_id,

@@ -7,7 +7,7 @@
 
 use cra_carp::CarpStore;
 use cra_carp::events::ActionFailed;
-use cra_carp::store::{ExecutionLease, ExecutionRecord, StoreError};
+use cra_carp::store::{CarpStoreError, ExecutionLease, ExecutionRecord};
 use cra_carp::types::{CARP_VERSION, ExecuteError, ExecuteResponse, ExecuteStatus};
 use cra_trace::Span;
 use cra_trace::store::{ChainStore, ChainStoreError};
@@ -29,7 +29,7 @@ const PAGE: usize = 1024;
 pub enum RecoveryError {
     /// The CARP store failed.
     #[error("cannot close interrupted executions: {0}")]
-    Store(#[from] StoreError),
+    Store(#[from] CarpStoreError),
     /// The chain store failed.
     #[error("cannot close interrupted executions: {0}")]
     Chain(#[from] ChainStoreError),
@@ -94,7 +94,7 @@ fn close_one(
         idempotency_key: lease.idempotency_key.clone(),
         response,
     }) {
-        Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+        Ok(_) | Err(CarpStoreError::AlreadyExists { .. }) => {}
         Err(e) => return Err(e.into()),
     }
     let stored = carp.get_resolution(&lease.resolution_id)?;

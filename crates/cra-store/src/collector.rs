@@ -13,7 +13,7 @@ use cra_trace::store::ChainStoreError;
 use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::StoreError;
+use crate::BackendError;
 
 /// At most this many appends share one transaction.
 pub const MAX_BATCH_APPENDS: usize = 4096;
@@ -74,7 +74,7 @@ pub(crate) struct Collector<J = Job> {
 
 impl<J: Send + 'static> Collector<J> {
     /// Starts `threads` committers, each running `commit` on the batches it takes.
-    pub(crate) fn start<F>(name: &str, threads: usize, commit: F) -> Result<Self, StoreError>
+    pub(crate) fn start<F>(name: &str, threads: usize, commit: F) -> Result<Self, BackendError>
     where
         F: Fn(Vec<J>) + Send + Sync + Clone + 'static,
     {
@@ -86,7 +86,7 @@ impl<J: Send + 'static> Collector<J> {
             let handle = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
                 .spawn(move || run(&jobs, &commit))
-                .map_err(|e| StoreError::Backend(format!("cannot start a commit thread: {e}")))?;
+                .map_err(|e| BackendError::Backend(format!("cannot start a commit thread: {e}")))?;
             handles.push(handle);
         }
         Ok(Self {

@@ -6,7 +6,7 @@ use cra_wire::Token;
 
 /// A store could not be opened, migrated or used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
+pub enum BackendError {
     /// The data directory could not be created or read.
     #[error(
         "cannot use data directory {path}: {reason}; check that it exists or can be created and is writable"
@@ -76,7 +76,7 @@ pub enum StoreError {
     Backend(String),
 }
 
-impl StoreError {
+impl BackendError {
     /// The wire error token for this error.
     pub fn token(&self) -> Token {
         match self {

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use cra_wire::{Clock, IdGenerator, SystemClock, UuidV7Ids};
 
 pub use collector::MAX_BATCH_APPENDS;
-pub use error::StoreError;
+pub use error::BackendError;
 pub use pg::PgStore;
 pub use redb::RedbStore;
 pub use retention::{RetentionPolicy, RetentionReport, SessionRemoval};

@@ -1,7 +1,7 @@
 //! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
 //! test, dropped when the guard goes, and the visible skip when no server is configured.
 
-use crate::{PgStore, StoreConfig, StoreError};
+use crate::{BackendError, PgStore, StoreConfig};
 
 /// The variable naming the PostgreSQL server tests may use.
 pub const POSTGRES_URL_VAR: &str = "CRA_TEST_POSTGRES_URL";
@@ -54,7 +54,7 @@ impl TestSchema {
     }
 
     /// A store in this schema.
-    pub fn store(&self, config: StoreConfig) -> Result<PgStore, StoreError> {
+    pub fn store(&self, config: StoreConfig) -> Result<PgStore, BackendError> {
         PgStore::connect_with(&self.url, &self.name, config, 16)
     }
 }

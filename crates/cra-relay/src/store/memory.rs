@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{InsertOutcome, PackageFilter, RelayStore, Snapshot, StoreError};
+use super::{InsertOutcome, PackageFilter, RelayStore, RelayStoreError, Snapshot};
 use crate::fact::{self, FactQuery, FactRecord, NewFact};
 use crate::model::{Project, ReviewRecord, Session, StoredPackage};
 
@@ -56,10 +56,10 @@ impl MemoryStore {
 }
 
 impl RelayStore for MemoryStore {
-    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+    fn create_project(&self, project: &Project) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         if g.projects.contains_key(&project.project_id) {
-            return Err(StoreError::AlreadyExists(format!(
+            return Err(RelayStoreError::AlreadyExists(format!(
                 "project {}",
                 project.project_id
             )));
@@ -69,11 +69,11 @@ impl RelayStore for MemoryStore {
         Ok(())
     }
 
-    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, RelayStoreError> {
         Ok(self.lock().projects.get(project_id).cloned())
     }
 
-    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+    fn list_projects(&self) -> Result<Vec<Project>, RelayStoreError> {
         Ok(self.lock().projects.values().cloned().collect())
     }
 
@@ -81,17 +81,17 @@ impl RelayStore for MemoryStore {
         &self,
         project_id: &str,
         archived_at: Option<&str>,
-    ) -> Result<Project, StoreError> {
+    ) -> Result<Project, RelayStoreError> {
         let mut g = self.lock();
         let p = g
             .projects
             .get_mut(project_id)
-            .ok_or_else(|| StoreError::NotFound(format!("project {project_id}")))?;
+            .ok_or_else(|| RelayStoreError::NotFound(format!("project {project_id}")))?;
         p.archived_at = archived_at.map(str::to_owned);
         Ok(p.clone())
     }
 
-    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         let mut g = self.lock();
         let id = package.package.package_id().to_owned();
         if let Some((_, existing)) = g.packages.get(&id) {
@@ -108,7 +108,7 @@ impl RelayStore for MemoryStore {
         Ok(InsertOutcome::Inserted)
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
         Ok(self.lock().packages.get(package_id).map(|(_, p)| p.clone()))
     }
 
@@ -116,7 +116,7 @@ impl RelayStore for MemoryStore {
         &self,
         project_id: &str,
         filter: &PackageFilter,
-    ) -> Result<Vec<StoredPackage>, StoreError> {
+    ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let g = self.lock();
         let mut rows: Vec<&(u64, StoredPackage)> = g
             .packages
@@ -137,32 +137,32 @@ impl RelayStore for MemoryStore {
         expected_hash: &str,
         updated: &StoredPackage,
         review: &ReviewRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         let id = updated.package.package_id();
         let entry = g
             .packages
             .get_mut(id)
-            .ok_or_else(|| StoreError::NotFound(format!("package {id}")))?;
+            .ok_or_else(|| RelayStoreError::NotFound(format!("package {id}")))?;
         if entry.1.content_hash != expected_hash {
-            return Err(StoreError::Conflict(format!("package {id}")));
+            return Err(RelayStoreError::Conflict(format!("package {id}")));
         }
         entry.1 = updated.clone();
         g.reviews.push(review.clone());
         Ok(())
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         let entry = g
             .packages
             .get_mut(package_id)
-            .ok_or_else(|| StoreError::NotFound(format!("package {package_id}")))?;
+            .ok_or_else(|| RelayStoreError::NotFound(format!("package {package_id}")))?;
         entry.1.quarantined = Some(reason.to_owned());
         Ok(())
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
         Ok(self
             .lock()
             .reviews
@@ -176,7 +176,7 @@ impl RelayStore for MemoryStore {
         &self,
         new: NewFact,
         now: &dyn Fn() -> String,
-    ) -> Result<FactRecord, StoreError> {
+    ) -> Result<FactRecord, RelayStoreError> {
         let mut g = self.lock();
         let now = g.stamp(&new.record.fact.project_id, &now());
         let now = now.as_str();
@@ -206,7 +206,7 @@ impl RelayStore for MemoryStore {
         subject: &str,
         predicate: &str,
         now: &dyn Fn() -> String,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<usize, RelayStoreError> {
         let mut g = self.lock();
         let now = g.stamp(project_id, &now());
         let now = now.as_str();
@@ -224,7 +224,11 @@ impl RelayStore for MemoryStore {
         Ok(n)
     }
 
-    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+    fn facts(
+        &self,
+        project_id: &str,
+        query: &FactQuery,
+    ) -> Result<Vec<FactRecord>, RelayStoreError> {
         let g = self.lock();
         let rows = g
             .facts
@@ -234,18 +238,18 @@ impl RelayStore for MemoryStore {
         Ok(fact::select(rows, query))
     }
 
-    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+    fn put_session(&self, session: &Session) -> Result<(), RelayStoreError> {
         self.lock()
             .sessions
             .insert(session.session_id.clone(), session.clone());
         Ok(())
     }
 
-    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError> {
         Ok(self.lock().sessions.get(session_id).cloned())
     }
 
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+    fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
         let g = self.lock();
         let mut packages: Vec<&(u64, StoredPackage)> = g.packages.values().collect();
         packages
@@ -261,10 +265,10 @@ impl RelayStore for MemoryStore {
         })
     }
 
-    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         if !g.projects.is_empty() || !g.packages.is_empty() || !g.facts.is_empty() {
-            return Err(StoreError::AlreadyExists(
+            return Err(RelayStoreError::AlreadyExists(
                 "data in the target store (import needs an empty store)".into(),
             ));
         }

@@ -5,7 +5,7 @@
 //! session.
 
 use cra_carp::events::{SessionEnded, SessionStarted};
-use cra_carp::store::{SessionRecord, StoreError};
+use cra_carp::store::{CarpStoreError, SessionRecord};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
 use cra_wire::Token;
@@ -103,36 +103,38 @@ pub fn check_uuid_field(pointer: &str, value: &str) -> ApiResult<()> {
 }
 
 /// A CARP store failure as an HTTP refusal.
-pub fn carp_store_error(e: StoreError) -> ApiError {
+pub fn carp_store_error(e: CarpStoreError) -> ApiError {
     match e {
-        StoreError::NotFound {
+        CarpStoreError::NotFound {
             what: "session",
             id,
         } => ApiError::new(
             Token::SessionNotFound,
             format!("no session {id}; open one with POST /v1/sessions"),
         ),
-        StoreError::NotFound {
+        CarpStoreError::NotFound {
             what: "resolution",
             id,
         } => ApiError::new(
             Token::ResolutionNotFound,
             format!("no resolution {id}; resolve first"),
         ),
-        StoreError::NotFound {
+        CarpStoreError::NotFound {
             what: "approval",
             id,
         } => ApiError::new(Token::ApprovalNotFound, format!("no approval {id}")),
-        StoreError::NotFound { what, id } => ApiError::not_found(format!("no {what} {id}")),
-        StoreError::AlreadyExists { what, id } => {
+        CarpStoreError::NotFound { what, id } => ApiError::not_found(format!("no {what} {id}")),
+        CarpStoreError::AlreadyExists { what, id } => {
             ApiError::new(Token::AlreadyExists, format!("{what} {id} already exists"))
         }
-        e @ StoreError::AlreadyDecided { .. } => ApiError::new(Token::AlreadyExists, e.to_string()),
-        StoreError::Backend(m) => ApiError::new(
+        e @ CarpStoreError::AlreadyDecided { .. } => {
+            ApiError::new(Token::AlreadyExists, e.to_string())
+        }
+        CarpStoreError::Backend(m) => ApiError::new(
             Token::Unavailable,
             format!("the store failed ({m}); nothing was changed, retry later"),
         ),
-        StoreError::Corrupt(m) => ApiError::new(Token::IntegrityError, m),
+        CarpStoreError::Corrupt(m) => ApiError::new(Token::IntegrityError, m),
     }
 }
 
@@ -140,7 +142,7 @@ impl Runtime {
     /// Runs a blocking CARP-store call off the async threads.
     pub async fn carp<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, CarpStoreError> + Send + 'static,
     ) -> ApiResult<T> {
         let store = self.backends.carp.clone();
         crate::error::run_blocking("a store task failed", move || f(store.as_ref()))
@@ -151,7 +153,7 @@ impl Runtime {
     /// A read of the CARP store, made where reads cost least ([`Runtime::quick`]).
     pub async fn carp_read<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, StoreError> + Send + 'static,
+        f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, CarpStoreError> + Send + 'static,
     ) -> ApiResult<T> {
         let store = self.backends.carp.clone();
         self.quick("a store read failed", move || f(store.as_ref()))

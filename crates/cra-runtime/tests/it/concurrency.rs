@@ -8,8 +8,8 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use cra_carp::CarpStore;
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, Charge, ClaimOutcome, ConsumeOutcome, ExecutionLease,
-    ExecutionRecord, SessionRecord, StoreError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, CarpStoreError, Charge, ClaimOutcome, ConsumeOutcome,
+    ExecutionLease, ExecutionRecord, SessionRecord, StoredResolution,
 };
 use cra_runtime::{AppState, build_runtime, start};
 use cra_store::testing::{TestSchema, postgres_url};
@@ -78,67 +78,67 @@ struct Gated {
 }
 
 impl CarpStore for Gated {
-    fn create_session(&self, s: &SessionRecord) -> Result<(), StoreError> {
+    fn create_session(&self, s: &SessionRecord) -> Result<(), CarpStoreError> {
         self.inner.create_session(s)
     }
-    fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, StoreError> {
+    fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, CarpStoreError> {
         self.inner.get_session(id)
     }
-    fn end_session(&self, id: &str, at: &str) -> Result<SessionRecord, StoreError> {
+    fn end_session(&self, id: &str, at: &str) -> Result<SessionRecord, CarpStoreError> {
         self.inner.end_session(id, at)
     }
-    fn insert_request_id(&self, s: &str, r: &str) -> Result<bool, StoreError> {
+    fn insert_request_id(&self, s: &str, r: &str) -> Result<bool, CarpStoreError> {
         self.inner.insert_request_id(s, r)
     }
-    fn has_request_id(&self, s: &str, r: &str) -> Result<bool, StoreError> {
+    fn has_request_id(&self, s: &str, r: &str) -> Result<bool, CarpStoreError> {
         self.inner.has_request_id(s, r)
     }
-    fn put_resolution(&self, r: &StoredResolution) -> Result<(), StoreError> {
+    fn put_resolution(&self, r: &StoredResolution) -> Result<(), CarpStoreError> {
         self.inner.put_resolution(r)
     }
-    fn get_resolution(&self, id: &str) -> Result<Option<StoredResolution>, StoreError> {
+    fn get_resolution(&self, id: &str) -> Result<Option<StoredResolution>, CarpStoreError> {
         self.inner.get_resolution(id)
     }
     fn get_execution_by_key(
         &self,
         s: &str,
         k: &str,
-    ) -> Result<Option<ExecutionRecord>, StoreError> {
+    ) -> Result<Option<ExecutionRecord>, CarpStoreError> {
         self.inner.get_execution_by_key(s, k)
     }
-    fn record_execution(&self, e: &ExecutionRecord) -> Result<ExecutionRecord, StoreError> {
+    fn record_execution(&self, e: &ExecutionRecord) -> Result<ExecutionRecord, CarpStoreError> {
         self.inner.record_execution(e)
     }
-    fn rate_count(&self, p: &str, s: &str, a: i64, b: i64) -> Result<u64, StoreError> {
+    fn rate_count(&self, p: &str, s: &str, a: i64, b: i64) -> Result<u64, CarpStoreError> {
         self.inner.rate_count(p, s, a, b)
     }
-    fn budget_spent(&self, p: &str, s: &str) -> Result<u64, StoreError> {
+    fn budget_spent(&self, p: &str, s: &str) -> Result<u64, CarpStoreError> {
         self.inner.budget_spent(p, s)
     }
-    fn try_consume(&self, c: &[Charge], at: i64) -> Result<ConsumeOutcome, StoreError> {
+    fn try_consume(&self, c: &[Charge], at: i64) -> Result<ConsumeOutcome, CarpStoreError> {
         self.gate.pass(at, || self.inner.try_consume(c, at))
     }
     fn try_consume_now(
         &self,
         c: &[Charge],
         clock: &dyn Clock,
-    ) -> Result<(ConsumeOutcome, i64), StoreError> {
+    ) -> Result<(ConsumeOutcome, i64), CarpStoreError> {
         let key = self.arrivals.fetch_add(1, Ordering::SeqCst);
         self.gate.pass(key, || self.inner.try_consume_now(c, clock))
     }
-    fn claim_execution(&self, l: &ExecutionLease) -> Result<ClaimOutcome, StoreError> {
+    fn claim_execution(&self, l: &ExecutionLease) -> Result<ClaimOutcome, CarpStoreError> {
         self.inner.claim_execution(l)
     }
-    fn release_execution(&self, id: &str) -> Result<(), StoreError> {
+    fn release_execution(&self, id: &str) -> Result<(), CarpStoreError> {
         self.inner.release_execution(id)
     }
-    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, StoreError> {
+    fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpStoreError> {
         self.inner.leases_of(owner)
     }
-    fn create_approval(&self, a: &ApprovalRecord) -> Result<(), StoreError> {
+    fn create_approval(&self, a: &ApprovalRecord) -> Result<(), CarpStoreError> {
         self.inner.create_approval(a)
     }
-    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, CarpStoreError> {
         self.inner.get_approval(id)
     }
     fn decide_approval(
@@ -148,10 +148,10 @@ impl CarpStore for Gated {
         by: &str,
         note: Option<&str>,
         at: &str,
-    ) -> Result<ApprovalRecord, StoreError> {
+    ) -> Result<ApprovalRecord, CarpStoreError> {
         self.inner.decide_approval(id, d, by, note, at)
     }
-    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, StoreError> {
+    fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
         self.inner.list_pending_approvals()
     }
 }

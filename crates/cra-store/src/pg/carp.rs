@@ -12,8 +12,8 @@
 use std::collections::BTreeSet;
 
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, CarpStore, Charge, ChargeKind, ClaimOutcome, ConsumeOutcome,
-    ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError, StoredResolution,
+    ApprovalDecision, ApprovalRecord, CarpStore, CarpStoreError as CarpError, Charge, ChargeKind,
+    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoredResolution,
 };
 use postgres::error::SqlState;
 use serde::Serialize;

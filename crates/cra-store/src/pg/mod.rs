@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::collector::Collector;
-use crate::{StoreConfig, StoreError};
+use crate::{BackendError, StoreConfig};
 
 pub(crate) use pool::quote_ident;
 pub use pool::{Pool, PooledClient};
@@ -52,7 +52,7 @@ impl std::fmt::Debug for Inner {
 impl PgStore {
     /// Connects to `url`, creates `schema` if needed and applies pending migrations, with the
     /// system clock, UUIDv7 ids and [`DEFAULT_POOL_SIZE`] connections.
-    pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+    pub fn connect(url: &str, schema: &str) -> Result<Self, BackendError> {
         Self::connect_with(url, schema, StoreConfig::default(), DEFAULT_POOL_SIZE)
     }
 
@@ -62,7 +62,7 @@ impl PgStore {
         schema: &str,
         config: StoreConfig,
         pool_size: usize,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, BackendError> {
         check_schema_name(schema)?;
         let pool = Arc::new(Pool::new(url, schema, pool_size.max(COMMITTERS + 1), true));
         let state_pool = (config.state_durability == crate::StateDurability::WithNextAppend)
@@ -92,13 +92,13 @@ impl PgStore {
 
     /// A pooled connection whose `search_path` is this store's schema, for areas with their own
     /// tables.
-    pub fn client(&self) -> Result<PooledClient<'_>, StoreError> {
+    pub fn client(&self) -> Result<PooledClient<'_>, BackendError> {
         self.inner.pool.get()
     }
 
     /// A connection for CARP state writes: one whose commits are durable once the next TRACE
     /// append is, when the store was opened with [`crate::StateDurability::WithNextAppend`].
-    pub(crate) fn state_client(&self) -> Result<PooledClient<'_>, StoreError> {
+    pub(crate) fn state_client(&self) -> Result<PooledClient<'_>, BackendError> {
         match &self.inner.state_pool {
             Some(p) => p.get(),
             None => self.inner.pool.get(),
@@ -115,7 +115,7 @@ impl PgStore {
     }
 
     /// The versions and names of the migrations applied to this schema, ascending.
-    pub fn applied_migrations(&self) -> Result<Vec<(u32, String)>, StoreError> {
+    pub fn applied_migrations(&self) -> Result<Vec<(u32, String)>, BackendError> {
         let mut client = self.client()?;
         let rows = client
             .query(
@@ -136,7 +136,7 @@ pub fn embedded_migrations() -> Vec<(u32, &'static str)> {
 }
 
 /// Refuses schema names that would need quoting games.
-pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
+pub fn check_schema_name(schema: &str) -> Result<(), BackendError> {
     let mut bytes = schema.bytes();
     let ok = matches!(bytes.next(), Some(b'a'..=b'z' | b'_'))
         && bytes.all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_'))
@@ -144,12 +144,12 @@ pub fn check_schema_name(schema: &str) -> Result<(), StoreError> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::InvalidSchema(schema.to_owned()))
+        Err(BackendError::InvalidSchema(schema.to_owned()))
     }
 }
 
-pub(crate) fn pg(e: postgres::Error) -> StoreError {
-    StoreError::Backend(format!("postgres: {}", error_text(&e)))
+pub(crate) fn pg(e: postgres::Error) -> BackendError {
+    BackendError::Backend(format!("postgres: {}", error_text(&e)))
 }
 
 /// An error with its causes: `postgres::Error` prints only "db error" when the server refused a
@@ -165,7 +165,7 @@ pub(crate) fn error_text(e: &dyn std::error::Error) -> String {
     text
 }
 
-fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {
+fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
     let mut client = pool.get()?;
     let mut tx = client.transaction().map_err(pg)?;
     let key = i64::from_be_bytes(
@@ -195,7 +195,7 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {
         .collect();
     for version in applied.keys() {
         if !MIGRATIONS.iter().any(|(v, _, _)| v == version) {
-            return Err(StoreError::UnknownMigration { version: *version });
+            return Err(BackendError::UnknownMigration { version: *version });
         }
     }
     for (version, name, sql) in MIGRATIONS {
@@ -203,20 +203,20 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), StoreError> {
         match applied.get(version) {
             Some(recorded) if *recorded == checksum => continue,
             Some(_) => {
-                return Err(StoreError::MigrationChanged {
+                return Err(BackendError::MigrationChanged {
                     version: *version,
                     name: (*name).to_owned(),
                 });
             }
             None => {}
         }
-        let failed = |e: postgres::Error| StoreError::Migration {
+        let failed = |e: postgres::Error| BackendError::Migration {
             version: *version,
             name: (*name).to_owned(),
             reason: e.to_string(),
         };
         tx.batch_execute(sql).map_err(failed)?;
-        let v = i32::try_from(*version).map_err(|_| StoreError::Migration {
+        let v = i32::try_from(*version).map_err(|_| BackendError::Migration {
             version: *version,
             name: (*name).to_owned(),
             reason: "version does not fit an integer".into(),

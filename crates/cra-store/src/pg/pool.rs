@@ -7,7 +7,7 @@ use std::sync::{Condvar, Mutex};
 
 use postgres::{Client, NoTls};
 
-use crate::StoreError;
+use crate::BackendError;
 
 /// Up to `max` connections, opened on demand and reused.
 pub struct Pool {
@@ -49,7 +49,7 @@ impl Pool {
     }
 
     /// A connection, waiting for one to come back when `max` are in use.
-    pub fn get(&self) -> Result<PooledClient<'_>, StoreError> {
+    pub fn get(&self) -> Result<PooledClient<'_>, BackendError> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(client) = state.idle.pop() {
@@ -78,16 +78,16 @@ impl Pool {
         }
     }
 
-    fn connect(&self) -> Result<Client, StoreError> {
+    fn connect(&self) -> Result<Client, BackendError> {
         let mut client =
-            Client::connect(&self.url, NoTls).map_err(|e| StoreError::Connect(e.to_string()))?;
+            Client::connect(&self.url, NoTls).map_err(|e| BackendError::Connect(e.to_string()))?;
         client
             .batch_execute(&format!(
                 "SET search_path TO {}; SET synchronous_commit TO {}",
                 quote_ident(&self.schema),
                 if self.synchronous_commit { "on" } else { "off" }
             ))
-            .map_err(|e| StoreError::Connect(e.to_string()))?;
+            .map_err(|e| BackendError::Connect(e.to_string()))?;
         Ok(client)
     }
 

@@ -24,9 +24,9 @@ use ::redb::{
 };
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, Charge, ChargeKind, ClaimOutcome,
-    ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoreError as CarpError,
-    StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
+    Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord,
+    SessionRecord, StoredResolution,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -66,7 +66,7 @@ fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, CarpError>
 }
 
 /// Creates the CARP tables so readers never meet a missing table.
-pub(crate) fn create_tables(db: &Database) -> Result<(), crate::StoreError> {
+pub(crate) fn create_tables(db: &Database) -> Result<(), crate::BackendError> {
     let txn = db.begin_write().map_err(super::backend)?;
     txn.open_table(SESSIONS).map_err(super::backend)?;
     txn.open_table(REQUEST_IDS).map_err(super::backend)?;

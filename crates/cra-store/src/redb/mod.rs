@@ -2,7 +2,7 @@
 //! every area (TRACE chains here, CARP state in `carp.rs`, Relay in `src/relay/`).
 //!
 //! redb lets one process open the file at a time; a second open fails with
-//! [`StoreError::InUse`], naming the holder recorded in the directory's `owner` file.
+//! [`BackendError::InUse`], naming the holder recorded in the directory's `owner` file.
 
 pub(crate) mod carp;
 mod heads;
@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use ::redb::{Database, DatabaseError};
 
-use crate::{StoreConfig, StoreError};
+use crate::{BackendError, StoreConfig};
 
 use crate::collector::Collector;
 
@@ -47,14 +47,14 @@ impl std::fmt::Debug for RedbStore {
 
 impl RedbStore {
     /// Opens (creating if needed) the data directory `dir` with the system clock and UUIDv7 ids.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self, StoreError> {
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self, BackendError> {
         Self::open_with(dir, StoreConfig::default())
     }
 
     /// Opens (creating if needed) the data directory `dir` with the given clock and ids.
-    pub fn open_with(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self, StoreError> {
+    pub fn open_with(dir: impl AsRef<Path>, config: StoreConfig) -> Result<Self, BackendError> {
         let dir = dir.as_ref().to_path_buf();
-        std::fs::create_dir_all(&dir).map_err(|e| StoreError::DataDir {
+        std::fs::create_dir_all(&dir).map_err(|e| BackendError::DataDir {
             path: dir.clone(),
             reason: e.to_string(),
         })?;
@@ -68,10 +68,10 @@ impl RedbStore {
                 let holder = std::fs::read_to_string(dir.join(OWNER_FILE))
                     .map(|s| s.trim().to_owned())
                     .unwrap_or_else(|_| "holder unknown".to_owned());
-                return Err(StoreError::InUse { path: dir, holder });
+                return Err(BackendError::InUse { path: dir, holder });
             }
             Err(e) => {
-                return Err(StoreError::Redb {
+                return Err(BackendError::Redb {
                     path: file,
                     reason: e.to_string(),
                 });
@@ -82,7 +82,7 @@ impl RedbStore {
             std::process::id(),
             cra_wire::clock::format_timestamp(config.clock.now())
         );
-        std::fs::write(dir.join(OWNER_FILE), owner).map_err(|e| StoreError::DataDir {
+        std::fs::write(dir.join(OWNER_FILE), owner).map_err(|e| BackendError::DataDir {
             path: dir.clone(),
             reason: e.to_string(),
         })?;
@@ -132,7 +132,7 @@ impl RedbStore {
     }
 }
 
-/// Turns any redb error into a [`StoreError::Backend`].
-pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("redb: {e}"))
+/// Turns any redb error into a [`BackendError::Backend`].
+pub(crate) fn backend(e: impl std::fmt::Display) -> BackendError {
+    BackendError::Backend(format!("redb: {e}"))
 }

@@ -45,7 +45,7 @@ use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
 use crate::collector::{Answer, Reply, check_append, settle, stopped, wait_for};
-use crate::{StoreConfig, StoreError};
+use crate::{BackendError, StoreConfig};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
     TableDefinition::new("trace_events");
@@ -56,7 +56,7 @@ fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
 }
 
 /// Creates the TRACE tables so readers never meet a missing table.
-pub(crate) fn create_tables(db: &Database) -> Result<(), StoreError> {
+pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     let txn = db.begin_write().map_err(backend)?;
     txn.open_table(EVENTS).map_err(backend)?;
     txn.open_table(HEADS).map_err(backend)?;
@@ -270,7 +270,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                             spoiled[i] = was_sealed;
                             continue;
                         }
-                        Err(e @ cra_carp::StoreError::AlreadyExists { .. }) => {
+                        Err(e @ cra_carp::CarpStoreError::AlreadyExists { .. }) => {
                             answers[i] = Some(Err(unavailable(e)));
                             spoiled[i] = was_sealed;
                             continue;

@@ -10,8 +10,8 @@ pub mod search;
 pub use pg::PgRelay;
 pub use redb::RedbRelay;
 
-impl From<cra_relay::store::StoreError> for crate::StoreError {
-    fn from(e: cra_relay::store::StoreError) -> Self {
-        crate::StoreError::Backend(format!("relay: {e}"))
+impl From<cra_relay::store::RelayStoreError> for crate::BackendError {
+    fn from(e: cra_relay::store::RelayStoreError) -> Self {
+        crate::BackendError::Backend(format!("relay: {e}"))
     }
 }

@@ -10,36 +10,37 @@
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
 use cra_relay::store::{
-    InsertOutcome, PackageFilter, RelayStore, SearchHit, SearchQuery, Snapshot, StoreError,
+    InsertOutcome, PackageFilter, RelayStore, RelayStoreError, SearchHit, SearchQuery, Snapshot,
 };
 use postgres::Transaction;
 use serde_json::Value;
 
 use crate::PgStore;
 
-fn be(e: impl std::fmt::Display + std::fmt::Debug) -> StoreError {
-    StoreError::Backend(format!("postgres: {e} ({e:?})"))
+fn be(e: impl std::fmt::Display + std::fmt::Debug) -> RelayStoreError {
+    RelayStoreError::Backend(format!("postgres: {e} ({e:?})"))
 }
 
-fn enc<T: serde::Serialize>(t: &T) -> Result<String, StoreError> {
+fn enc<T: serde::Serialize>(t: &T) -> Result<String, RelayStoreError> {
     serde_json::to_string(t).map_err(be)
 }
 
-fn dec<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Backend(format!("corrupt relay record: {e}")))
+fn dec<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, RelayStoreError> {
+    serde_json::from_str(s)
+        .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
 }
 
 fn dec_package(
     body: &str,
     hash: String,
     quarantined: Option<String>,
-) -> Result<StoredPackage, StoreError> {
+) -> Result<StoredPackage, RelayStoreError> {
     let mut wire: Value = dec(body)?;
     if let Some(o) = wire.as_object_mut() {
         o.insert("content_hash".into(), Value::String(hash));
     }
     let mut p = StoredPackage::from_wire(&wire).map_err(|errs| {
-        StoreError::Backend(format!(
+        RelayStoreError::Backend(format!(
             "stored package no longer validates: {}",
             errs.iter()
                 .map(|e| format!("{} {}", e.pointer, e.message))
@@ -68,8 +69,8 @@ impl PgRelay {
 
     fn with_tx<T>(
         &self,
-        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
+        f: impl FnOnce(&mut Transaction<'_>) -> Result<T, RelayStoreError>,
+    ) -> Result<T, RelayStoreError> {
         let mut client = self.store.client().map_err(be)?;
         let mut tx = client.transaction().map_err(be)?;
         let out = f(&mut tx)?;
@@ -77,7 +78,7 @@ impl PgRelay {
         Ok(out)
     }
 
-    fn write_chunks(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<(), StoreError> {
+    fn write_chunks(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<(), RelayStoreError> {
         let id = p.package.package_id();
         tx.execute("DELETE FROM relay_chunks WHERE package_id = $1", &[&id])
             .map_err(be)?;
@@ -98,7 +99,7 @@ impl PgRelay {
         Ok(())
     }
 
-    fn insert_raw(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<bool, StoreError> {
+    fn insert_raw(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<bool, RelayStoreError> {
         let body = enc(&Value::Object(p.package.as_object().clone()))?;
         let n = tx
             .execute(
@@ -121,7 +122,7 @@ impl PgRelay {
         tx: &mut Transaction<'_>,
         project: &str,
         now: &dyn Fn() -> String,
-    ) -> Result<String, StoreError> {
+    ) -> Result<String, RelayStoreError> {
         const LOCK: &str =
             "SELECT recorded_at FROM relay_fact_clock WHERE project_id = $1 FOR UPDATE";
         let mut row = tx.query_opt(LOCK, &[&project]).map_err(be)?;
@@ -147,7 +148,7 @@ impl PgRelay {
         Ok(stamp)
     }
 
-    fn lock_key(tx: &mut Transaction<'_>, key: &str) -> Result<(), StoreError> {
+    fn lock_key(tx: &mut Transaction<'_>, key: &str) -> Result<(), RelayStoreError> {
         tx.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 6))",
             &[&key],
@@ -158,7 +159,7 @@ impl PgRelay {
 }
 
 impl RelayStore for PgRelay {
-    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+    fn create_project(&self, project: &Project) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
             let n = tx
                 .execute(
@@ -167,13 +168,13 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             if n == 0 {
-                return Err(StoreError::AlreadyExists(format!("project {}", project.project_id)));
+                return Err(RelayStoreError::AlreadyExists(format!("project {}", project.project_id)));
             }
             Ok(())
         })
     }
 
-    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let row = c
             .query_opt(
@@ -184,7 +185,7 @@ impl RelayStore for PgRelay {
         row.map(|r| dec(r.get::<_, &str>(0))).transpose()
     }
 
-    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+    fn list_projects(&self) -> Result<Vec<Project>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let rows = c
             .query(
@@ -199,7 +200,7 @@ impl RelayStore for PgRelay {
         &self,
         project_id: &str,
         archived_at: Option<&str>,
-    ) -> Result<Project, StoreError> {
+    ) -> Result<Project, RelayStoreError> {
         self.with_tx(|tx| {
             let row = tx
                 .query_opt(
@@ -207,7 +208,7 @@ impl RelayStore for PgRelay {
                     &[&project_id],
                 )
                 .map_err(be)?
-                .ok_or_else(|| StoreError::NotFound(format!("project {project_id}")))?;
+                .ok_or_else(|| RelayStoreError::NotFound(format!("project {project_id}")))?;
             let mut p: Project = dec(row.get::<_, &str>(0))?;
             p.archived_at = archived_at.map(str::to_owned);
             tx.execute(
@@ -219,7 +220,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         self.with_tx(|tx| {
             if !Self::insert_raw(tx, package)? {
                 let row = tx
@@ -245,7 +246,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let row = c
             .query_opt(
@@ -261,7 +262,7 @@ impl RelayStore for PgRelay {
         &self,
         project_id: &str,
         filter: &PackageFilter,
-    ) -> Result<Vec<StoredPackage>, StoreError> {
+    ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let rows = c
             .query(
@@ -288,15 +289,15 @@ impl RelayStore for PgRelay {
         expected_hash: &str,
         updated: &StoredPackage,
         review: &ReviewRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), RelayStoreError> {
         let id = updated.package.package_id();
         self.with_tx(|tx| {
             let row = tx
                 .query_opt("SELECT content_hash FROM relay_packages WHERE package_id = $1 FOR UPDATE", &[&id])
                 .map_err(be)?
-                .ok_or_else(|| StoreError::NotFound(format!("package {id}")))?;
+                .ok_or_else(|| RelayStoreError::NotFound(format!("package {id}")))?;
             if row.get::<_, &str>(0) != expected_hash {
-                return Err(StoreError::Conflict(format!("package {id}")));
+                return Err(RelayStoreError::Conflict(format!("package {id}")));
             }
             let body = enc(&Value::Object(updated.package.as_object().clone()))?;
             tx.execute(
@@ -311,7 +312,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
             let n = tx
                 .execute(
@@ -320,7 +321,7 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             if n == 0 {
-                return Err(StoreError::NotFound(format!("package {package_id}")));
+                return Err(RelayStoreError::NotFound(format!("package {package_id}")));
             }
             tx.execute(
                 "DELETE FROM relay_chunks WHERE package_id = $1",
@@ -331,7 +332,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let rows = c
             .query(
@@ -346,7 +347,7 @@ impl RelayStore for PgRelay {
         &self,
         new: NewFact,
         now: &dyn Fn() -> String,
-    ) -> Result<FactRecord, StoreError> {
+    ) -> Result<FactRecord, RelayStoreError> {
         self.with_tx(|tx| {
             let f = &new.record.fact;
             let (project, subject, predicate) = (f.project_id.clone(), f.subject.clone(), f.predicate.clone());
@@ -383,7 +384,7 @@ impl RelayStore for PgRelay {
         subject: &str,
         predicate: &str,
         now: &dyn Fn() -> String,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<usize, RelayStoreError> {
         self.with_tx(|tx| {
             Self::lock_key(tx, &format!("{project_id}\u{1f}{subject}\u{1f}{predicate}"))?;
             let now = Self::stamp(tx, project_id, now)?;
@@ -407,7 +408,11 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+    fn facts(
+        &self,
+        project_id: &str,
+        query: &FactQuery,
+    ) -> Result<Vec<FactRecord>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let rows = c
             .query(
@@ -429,7 +434,7 @@ impl RelayStore for PgRelay {
         Ok(fact::select(recs, query))
     }
 
-    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+    fn put_session(&self, session: &Session) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
             tx.execute(
                 "INSERT INTO relay_sessions (session_id, project_id, body) VALUES ($1, $2, $3)
@@ -441,7 +446,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let row = c
             .query_opt(
@@ -456,7 +461,7 @@ impl RelayStore for PgRelay {
         true
     }
 
-    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayStoreError> {
         // Any word may match (OR), so a query need not contain every word of a chunk.
         let words: Vec<String> = query
             .query
@@ -497,7 +502,7 @@ impl RelayStore for PgRelay {
         super::search::hits(query, raw, |id| self.get_package(id))
     }
 
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+    fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
         self.with_tx(|tx| {
             tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", &[]).map_err(be)?;
             let mut snap = Snapshot::default();
@@ -529,7 +534,7 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
             let used: bool = tx
                 .query_one(
@@ -539,7 +544,7 @@ impl RelayStore for PgRelay {
                 .map_err(be)?
                 .get(0);
             if used {
-                return Err(StoreError::AlreadyExists("data in the target store (import needs an empty store)".into()));
+                return Err(RelayStoreError::AlreadyExists("data in the target store (import needs an empty store)".into()));
             }
             for p in &snapshot.projects {
                 tx.execute("INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)", &[&p.project_id, &enc(p)?])

@@ -20,7 +20,7 @@ use ::redb::{
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
 use cra_relay::store::{
-    InsertOutcome, PackageFilter, RelayStore, SearchHit, SearchQuery, Snapshot, StoreError,
+    InsertOutcome, PackageFilter, RelayStore, RelayStoreError, SearchHit, SearchQuery, Snapshot,
 };
 use serde_json::{Value, json};
 
@@ -36,19 +36,20 @@ const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_s
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
 const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_clock");
 
-fn be(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("redb: {e}"))
+fn be(e: impl std::fmt::Display) -> RelayStoreError {
+    RelayStoreError::Backend(format!("redb: {e}"))
 }
 
-fn enc<T: serde::Serialize>(t: &T) -> Result<Vec<u8>, StoreError> {
+fn enc<T: serde::Serialize>(t: &T) -> Result<Vec<u8>, RelayStoreError> {
     serde_json::to_vec(t).map_err(be)
 }
 
-fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, StoreError> {
-    serde_json::from_slice(b).map_err(|e| StoreError::Backend(format!("corrupt relay record: {e}")))
+fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, RelayStoreError> {
+    serde_json::from_slice(b)
+        .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
 }
 
-fn enc_package(seq: u64, p: &StoredPackage) -> Result<Vec<u8>, StoreError> {
+fn enc_package(seq: u64, p: &StoredPackage) -> Result<Vec<u8>, RelayStoreError> {
     enc(&json!({
         "seq": seq,
         "content_hash": p.content_hash,
@@ -57,7 +58,7 @@ fn enc_package(seq: u64, p: &StoredPackage) -> Result<Vec<u8>, StoreError> {
     }))
 }
 
-fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), StoreError> {
+fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), RelayStoreError> {
     let v: Value = dec(b)?;
     let seq = v["seq"].as_u64().unwrap_or(0);
     let mut wire = v["package"].clone();
@@ -71,7 +72,7 @@ fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), StoreError> {
             p.quarantined = v["quarantined"].as_str().map(str::to_owned);
             Ok((seq, p))
         }
-        Err(errs) => Err(StoreError::Backend(format!(
+        Err(errs) => Err(RelayStoreError::Backend(format!(
             "stored package no longer validates: {}",
             errs.iter()
                 .map(|e| format!("{} {}", e.pointer, e.message))
@@ -107,7 +108,7 @@ impl std::fmt::Debug for RedbRelay {
 
 impl RedbRelay {
     /// Relay's tables in `db` (created if missing).
-    pub fn new(db: Arc<Database>) -> Result<Self, StoreError> {
+    pub fn new(db: Arc<Database>) -> Result<Self, RelayStoreError> {
         let tx = db.begin_write().map_err(be)?;
         {
             tx.open_table(PROJECTS).map_err(be)?;
@@ -128,11 +129,11 @@ impl RedbRelay {
     }
 
     /// Relay over the database of an opened data directory.
-    pub fn open(store: &crate::RedbStore) -> Result<Self, StoreError> {
+    pub fn open(store: &crate::RedbStore) -> Result<Self, RelayStoreError> {
         Self::new(store.database().clone())
     }
 
-    fn reindex(&self, packages: &[&StoredPackage]) -> Result<(), StoreError> {
+    fn reindex(&self, packages: &[&StoredPackage]) -> Result<(), RelayStoreError> {
         let guard = self.index.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(ix) = guard.as_ref() {
             ix.upsert(packages)?;
@@ -140,7 +141,7 @@ impl RedbRelay {
         Ok(())
     }
 
-    fn next(meta: &mut ::redb::Table<'_, &str, u64>, key: &str) -> Result<u64, StoreError> {
+    fn next(meta: &mut ::redb::Table<'_, &str, u64>, key: &str) -> Result<u64, RelayStoreError> {
         let n = meta.get(key).map_err(be)?.map(|g| g.value()).unwrap_or(0);
         meta.insert(key, n + 1).map_err(be)?;
         Ok(n)
@@ -153,7 +154,7 @@ impl RedbRelay {
         tx: &::redb::WriteTransaction,
         project: &str,
         now: &str,
-    ) -> Result<String, StoreError> {
+    ) -> Result<String, RelayStoreError> {
         let mut clock = tx.open_table(FACT_CLOCK).map_err(be)?;
         let mark = clock
             .get(project)
@@ -180,7 +181,7 @@ impl RedbRelay {
         Ok(stamp)
     }
 
-    fn all_packages(&self) -> Result<Vec<(u64, StoredPackage)>, StoreError> {
+    fn all_packages(&self) -> Result<Vec<(u64, StoredPackage)>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(PACKAGES).map_err(be)?;
         let mut out = Vec::new();
@@ -192,7 +193,7 @@ impl RedbRelay {
     }
 }
 
-fn missing_ok<T>(r: Result<T, TableError>) -> Result<Option<T>, StoreError> {
+fn missing_ok<T>(r: Result<T, TableError>) -> Result<Option<T>, RelayStoreError> {
     match r {
         Ok(t) => Ok(Some(t)),
         Err(TableError::TableDoesNotExist(_)) => Ok(None),
@@ -201,12 +202,12 @@ fn missing_ok<T>(r: Result<T, TableError>) -> Result<Option<T>, StoreError> {
 }
 
 impl RelayStore for RedbRelay {
-    fn create_project(&self, project: &Project) -> Result<(), StoreError> {
+    fn create_project(&self, project: &Project) -> Result<(), RelayStoreError> {
         let tx = self.db.begin_write().map_err(be)?;
         {
             let mut t = tx.open_table(PROJECTS).map_err(be)?;
             if t.get(project.project_id.as_str()).map_err(be)?.is_some() {
-                return Err(StoreError::AlreadyExists(format!(
+                return Err(RelayStoreError::AlreadyExists(format!(
                     "project {}",
                     project.project_id
                 )));
@@ -217,7 +218,7 @@ impl RelayStore for RedbRelay {
         tx.commit().map_err(be)
     }
 
-    fn get_project(&self, project_id: &str) -> Result<Option<Project>, StoreError> {
+    fn get_project(&self, project_id: &str) -> Result<Option<Project>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let Some(t) = missing_ok(tx.open_table(PROJECTS))? else {
             return Ok(None);
@@ -228,7 +229,7 @@ impl RelayStore for RedbRelay {
             .transpose()
     }
 
-    fn list_projects(&self) -> Result<Vec<Project>, StoreError> {
+    fn list_projects(&self) -> Result<Vec<Project>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(PROJECTS).map_err(be)?;
         let mut out = Vec::new();
@@ -242,13 +243,13 @@ impl RelayStore for RedbRelay {
         &self,
         project_id: &str,
         archived_at: Option<&str>,
-    ) -> Result<Project, StoreError> {
+    ) -> Result<Project, RelayStoreError> {
         let tx = self.db.begin_write().map_err(be)?;
         let project = {
             let mut t = tx.open_table(PROJECTS).map_err(be)?;
             let mut p: Project = match t.get(project_id).map_err(be)? {
                 Some(g) => dec(g.value())?,
-                None => return Err(StoreError::NotFound(format!("project {project_id}"))),
+                None => return Err(RelayStoreError::NotFound(format!("project {project_id}"))),
             };
             p.archived_at = archived_at.map(str::to_owned);
             t.insert(project_id, enc(&p)?.as_slice()).map_err(be)?;
@@ -258,7 +259,7 @@ impl RelayStore for RedbRelay {
         Ok(project)
     }
 
-    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+    fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         let id = package.package.package_id();
         let tx = self.db.begin_write().map_err(be)?;
         {
@@ -293,7 +294,7 @@ impl RelayStore for RedbRelay {
         Ok(InsertOutcome::Inserted)
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, StoreError> {
+    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(PACKAGES).map_err(be)?;
         let g = t.get(package_id).map_err(be)?;
@@ -305,7 +306,7 @@ impl RelayStore for RedbRelay {
         &self,
         project_id: &str,
         filter: &PackageFilter,
-    ) -> Result<Vec<StoredPackage>, StoreError> {
+    ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let order = tx.open_table(ORDER).map_err(be)?;
         let t = tx.open_table(PACKAGES).map_err(be)?;
@@ -335,17 +336,17 @@ impl RelayStore for RedbRelay {
         expected_hash: &str,
         updated: &StoredPackage,
         review: &ReviewRecord,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), RelayStoreError> {
         let id = updated.package.package_id();
         let tx = self.db.begin_write().map_err(be)?;
         {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
             let (seq, current) = match t.get(id).map_err(be)? {
                 Some(g) => dec_package(g.value())?,
-                None => return Err(StoreError::NotFound(format!("package {id}"))),
+                None => return Err(RelayStoreError::NotFound(format!("package {id}"))),
             };
             if current.content_hash != expected_hash {
-                return Err(StoreError::Conflict(format!("package {id}")));
+                return Err(RelayStoreError::Conflict(format!("package {id}")));
             }
             t.insert(id, enc_package(seq, updated)?.as_slice())
                 .map_err(be)?;
@@ -360,13 +361,13 @@ impl RelayStore for RedbRelay {
         self.reindex(&[updated])
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), StoreError> {
+    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
         let tx = self.db.begin_write().map_err(be)?;
         let p = {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
             let (seq, mut p) = match t.get(package_id).map_err(be)? {
                 Some(g) => dec_package(g.value())?,
-                None => return Err(StoreError::NotFound(format!("package {package_id}"))),
+                None => return Err(RelayStoreError::NotFound(format!("package {package_id}"))),
             };
             p.quarantined = Some(reason.to_owned());
             t.insert(package_id, enc_package(seq, &p)?.as_slice())
@@ -377,7 +378,7 @@ impl RelayStore for RedbRelay {
         self.reindex(&[&p])
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, StoreError> {
+    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(REVIEWS).map_err(be)?;
         let mut out = Vec::new();
@@ -394,7 +395,7 @@ impl RelayStore for RedbRelay {
         &self,
         new: NewFact,
         now: &dyn Fn() -> String,
-    ) -> Result<FactRecord, StoreError> {
+    ) -> Result<FactRecord, RelayStoreError> {
         let f = &new.record.fact;
         let prefix = fact_prefix(&f.project_id, &f.subject, &f.predicate);
         let tx = self.db.begin_write().map_err(be)?;
@@ -435,7 +436,7 @@ impl RelayStore for RedbRelay {
         subject: &str,
         predicate: &str,
         now: &dyn Fn() -> String,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<usize, RelayStoreError> {
         let prefix = fact_prefix(project_id, subject, predicate);
         let tx = self.db.begin_write().map_err(be)?;
         let now = Self::stamp(&tx, project_id, &now())?;
@@ -472,7 +473,11 @@ impl RelayStore for RedbRelay {
         Ok(n)
     }
 
-    fn facts(&self, project_id: &str, query: &FactQuery) -> Result<Vec<FactRecord>, StoreError> {
+    fn facts(
+        &self,
+        project_id: &str,
+        query: &FactQuery,
+    ) -> Result<Vec<FactRecord>, RelayStoreError> {
         let mut prefix = format!("{project_id}\0");
         if let Some(s) = &query.subject {
             prefix.push_str(s);
@@ -495,7 +500,7 @@ impl RelayStore for RedbRelay {
         Ok(fact::select(rows, query))
     }
 
-    fn put_session(&self, session: &Session) -> Result<(), StoreError> {
+    fn put_session(&self, session: &Session) -> Result<(), RelayStoreError> {
         let tx = self.db.begin_write().map_err(be)?;
         tx.open_table(SESSIONS)
             .map_err(be)?
@@ -504,7 +509,7 @@ impl RelayStore for RedbRelay {
         tx.commit().map_err(be)
     }
 
-    fn get_session(&self, session_id: &str) -> Result<Option<Session>, StoreError> {
+    fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(SESSIONS).map_err(be)?;
         t.get(session_id)
@@ -517,7 +522,7 @@ impl RelayStore for RedbRelay {
         true
     }
 
-    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
+    fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayStoreError> {
         let mut guard = self.index.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             let ix = ChunkIndex::new()?;
@@ -534,7 +539,7 @@ impl RelayStore for RedbRelay {
         hits(query, raw, |id| self.get_package(id))
     }
 
-    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+    fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let mut snap = Snapshot::default();
         for row in tx.open_table(PROJECTS).map_err(be)?.iter().map_err(be)? {
@@ -562,7 +567,7 @@ impl RelayStore for RedbRelay {
         Ok(snap)
     }
 
-    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), RelayStoreError> {
         let tx = self.db.begin_write().map_err(be)?;
         {
             let mut projects = tx.open_table(PROJECTS).map_err(be)?;
@@ -572,7 +577,7 @@ impl RelayStore for RedbRelay {
                 || !packages.is_empty().map_err(be)?
                 || !facts.is_empty().map_err(be)?
             {
-                return Err(StoreError::AlreadyExists(
+                return Err(RelayStoreError::AlreadyExists(
                     "data in the target store (import needs an empty store)".into(),
                 ));
             }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use cra_relay::StoredPackage;
-use cra_relay::store::{SearchHit, SearchQuery, StoreError};
+use cra_relay::store::{RelayStoreError, SearchHit, SearchQuery};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{
@@ -20,8 +20,8 @@ use tantivy::{Index, IndexReader, IndexWriter, TantivyDocument, Term, doc};
 /// Chunks fetched per requested package before deduplication and filtering.
 const CHUNKS_PER_RESULT: usize = 40;
 
-fn err(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(format!("search index: {e}"))
+fn err(e: impl std::fmt::Display) -> RelayStoreError {
+    RelayStoreError::Backend(format!("search index: {e}"))
 }
 
 struct Fields {
@@ -47,7 +47,7 @@ impl std::fmt::Debug for ChunkIndex {
 
 impl ChunkIndex {
     /// An empty index.
-    pub fn new() -> Result<Self, StoreError> {
+    pub fn new() -> Result<Self, RelayStoreError> {
         let mut b = Schema::builder();
         let text_opts = TextOptions::default()
             .set_indexing_options(
@@ -74,7 +74,7 @@ impl ChunkIndex {
     }
 
     /// Replaces the chunks of each package (delete by id, add its chunks), then commits once.
-    pub fn upsert(&self, packages: &[&StoredPackage]) -> Result<(), StoreError> {
+    pub fn upsert(&self, packages: &[&StoredPackage]) -> Result<(), RelayStoreError> {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         for p in packages {
             let id = p.package.package_id();
@@ -103,7 +103,7 @@ impl ChunkIndex {
         &self,
         q: &SearchQuery,
         max: usize,
-    ) -> Result<Vec<(String, f64, String, String)>, StoreError> {
+    ) -> Result<Vec<(String, f64, String, String)>, RelayStoreError> {
         let searcher = self.reader.searcher();
         let parser = QueryParser::for_index(&self.index, vec![self.fields.text]);
         // Free text, not query syntax: keep only words so quotes or colons cannot fail a search.
@@ -153,8 +153,8 @@ impl ChunkIndex {
 pub fn hits(
     q: &SearchQuery,
     raw: Vec<(String, f64, String, String)>,
-    load: impl Fn(&str) -> Result<Option<StoredPackage>, StoreError>,
-) -> Result<Vec<SearchHit>, StoreError> {
+    load: impl Fn(&str) -> Result<Option<StoredPackage>, RelayStoreError>,
+) -> Result<Vec<SearchHit>, RelayStoreError> {
     let mut out = Vec::new();
     for (id, score, field, chunk) in raw {
         if out.len() >= q.limit {

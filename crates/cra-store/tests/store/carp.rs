@@ -40,34 +40,35 @@ macro_rules! forward {
             fn create_session(
                 &self,
                 s: &cra_carp::store::SessionRecord,
-            ) -> Result<(), cra_carp::store::StoreError> {
+            ) -> Result<(), cra_carp::store::CarpStoreError> {
                 self.store.create_session(s)
             }
             fn get_session(
                 &self,
                 id: &str,
-            ) -> Result<Option<cra_carp::store::SessionRecord>, cra_carp::store::StoreError> {
+            ) -> Result<Option<cra_carp::store::SessionRecord>, cra_carp::store::CarpStoreError>
+            {
                 self.store.get_session(id)
             }
             fn end_session(
                 &self,
                 id: &str,
                 at: &str,
-            ) -> Result<cra_carp::store::SessionRecord, cra_carp::store::StoreError> {
+            ) -> Result<cra_carp::store::SessionRecord, cra_carp::store::CarpStoreError> {
                 self.store.end_session(id, at)
             }
             fn insert_request_id(
                 &self,
                 s: &str,
                 r: &str,
-            ) -> Result<bool, cra_carp::store::StoreError> {
+            ) -> Result<bool, cra_carp::store::CarpStoreError> {
                 self.store.insert_request_id(s, r)
             }
             fn has_request_id(
                 &self,
                 s: &str,
                 r: &str,
-            ) -> Result<bool, cra_carp::store::StoreError> {
+            ) -> Result<bool, cra_carp::store::CarpStoreError> {
                 self.store.has_request_id(s, r)
             }
             fn record_resolve(
@@ -76,19 +77,19 @@ macro_rules! forward {
                 r: &str,
                 res: &cra_carp::store::StoredResolution,
                 a: Option<&cra_carp::store::ApprovalRecord>,
-            ) -> Result<bool, cra_carp::store::StoreError> {
+            ) -> Result<bool, cra_carp::store::CarpStoreError> {
                 self.store.record_resolve(s, r, res, a)
             }
             fn put_resolution(
                 &self,
                 r: &cra_carp::store::StoredResolution,
-            ) -> Result<(), cra_carp::store::StoreError> {
+            ) -> Result<(), cra_carp::store::CarpStoreError> {
                 self.store.put_resolution(r)
             }
             fn get_resolution(
                 &self,
                 id: &str,
-            ) -> Result<Option<cra_carp::store::StoredResolution>, cra_carp::store::StoreError>
+            ) -> Result<Option<cra_carp::store::StoredResolution>, cra_carp::store::CarpStoreError>
             {
                 self.store.get_resolution(id)
             }
@@ -96,13 +97,14 @@ macro_rules! forward {
                 &self,
                 s: &str,
                 k: &str,
-            ) -> Result<Option<cra_carp::store::ExecutionRecord>, cra_carp::store::StoreError> {
+            ) -> Result<Option<cra_carp::store::ExecutionRecord>, cra_carp::store::CarpStoreError>
+            {
                 self.store.get_execution_by_key(s, k)
             }
             fn record_execution(
                 &self,
                 e: &cra_carp::store::ExecutionRecord,
-            ) -> Result<cra_carp::store::ExecutionRecord, cra_carp::store::StoreError> {
+            ) -> Result<cra_carp::store::ExecutionRecord, cra_carp::store::CarpStoreError> {
                 self.store.record_execution(e)
             }
             fn rate_count(
@@ -111,30 +113,34 @@ macro_rules! forward {
                 s: &str,
                 a: i64,
                 b: i64,
-            ) -> Result<u64, cra_carp::store::StoreError> {
+            ) -> Result<u64, cra_carp::store::CarpStoreError> {
                 self.store.rate_count(p, s, a, b)
             }
-            fn budget_spent(&self, p: &str, s: &str) -> Result<u64, cra_carp::store::StoreError> {
+            fn budget_spent(
+                &self,
+                p: &str,
+                s: &str,
+            ) -> Result<u64, cra_carp::store::CarpStoreError> {
                 self.store.budget_spent(p, s)
             }
             fn try_consume(
                 &self,
                 c: &[Charge],
                 at: i64,
-            ) -> Result<ConsumeOutcome, cra_carp::store::StoreError> {
+            ) -> Result<ConsumeOutcome, cra_carp::store::CarpStoreError> {
                 self.store.try_consume(c, at)
             }
             fn try_consume_now(
                 &self,
                 c: &[Charge],
                 clock: &dyn cra_wire::Clock,
-            ) -> Result<(ConsumeOutcome, i64), cra_carp::store::StoreError> {
+            ) -> Result<(ConsumeOutcome, i64), cra_carp::store::CarpStoreError> {
                 self.store.try_consume_now(c, clock)
             }
             fn claim_execution(
                 &self,
                 l: &cra_carp::store::ExecutionLease,
-            ) -> Result<cra_carp::store::ClaimOutcome, cra_carp::store::StoreError> {
+            ) -> Result<cra_carp::store::ClaimOutcome, cra_carp::store::CarpStoreError> {
                 self.store.claim_execution(l)
             }
             fn claim_and_consume_now(
@@ -144,29 +150,30 @@ macro_rules! forward {
                 clock: &dyn cra_wire::Clock,
             ) -> Result<
                 (cra_carp::store::ClaimOutcome, Option<ConsumeOutcome>),
-                cra_carp::store::StoreError,
+                cra_carp::store::CarpStoreError,
             > {
                 self.store.claim_and_consume_now(l, c, clock)
             }
-            fn release_execution(&self, id: &str) -> Result<(), cra_carp::store::StoreError> {
+            fn release_execution(&self, id: &str) -> Result<(), cra_carp::store::CarpStoreError> {
                 self.store.release_execution(id)
             }
             fn leases_of(
                 &self,
                 owner: &str,
-            ) -> Result<Vec<cra_carp::store::ExecutionLease>, cra_carp::store::StoreError> {
+            ) -> Result<Vec<cra_carp::store::ExecutionLease>, cra_carp::store::CarpStoreError> {
                 self.store.leases_of(owner)
             }
             fn create_approval(
                 &self,
                 a: &cra_carp::store::ApprovalRecord,
-            ) -> Result<(), cra_carp::store::StoreError> {
+            ) -> Result<(), cra_carp::store::CarpStoreError> {
                 self.store.create_approval(a)
             }
             fn get_approval(
                 &self,
                 id: &str,
-            ) -> Result<Option<cra_carp::store::ApprovalRecord>, cra_carp::store::StoreError> {
+            ) -> Result<Option<cra_carp::store::ApprovalRecord>, cra_carp::store::CarpStoreError>
+            {
                 self.store.get_approval(id)
             }
             fn decide_approval(
@@ -176,12 +183,12 @@ macro_rules! forward {
                 by: &str,
                 note: Option<&str>,
                 at: &str,
-            ) -> Result<cra_carp::store::ApprovalRecord, cra_carp::store::StoreError> {
+            ) -> Result<cra_carp::store::ApprovalRecord, cra_carp::store::CarpStoreError> {
                 self.store.decide_approval(id, d, by, note, at)
             }
             fn list_pending_approvals(
                 &self,
-            ) -> Result<Vec<cra_carp::store::ApprovalRecord>, cra_carp::store::StoreError> {
+            ) -> Result<Vec<cra_carp::store::ApprovalRecord>, cra_carp::store::CarpStoreError> {
                 self.store.list_pending_approvals()
             }
         }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cra_store::pg::{check_schema_name, embedded_migrations};
 use cra_store::testing::{TestSchema, postgres_url};
-use cra_store::{RedbStore, StoreConfig, StoreError};
+use cra_store::{BackendError, RedbStore, StoreConfig};
 use cra_trace::store::ChainStore;
 use redb::{ReadableDatabase, TableDefinition};
 
@@ -19,7 +19,7 @@ fn redb_refuses_a_second_opener_with_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let first = RedbStore::open(dir.path()).unwrap();
     let err = RedbStore::open(dir.path()).unwrap_err();
-    assert!(matches!(err, StoreError::InUse { .. }), "{err:?}");
+    assert!(matches!(err, BackendError::InUse { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
         msg.contains(&format!("pid {}", std::process::id())),
@@ -177,7 +177,7 @@ fn redb_data_dir_that_cannot_be_created_is_reported() {
     let file = dir.path().join("plain-file");
     std::fs::write(&file, "x").unwrap();
     let err = RedbStore::open(file.join("sub")).unwrap_err();
-    assert!(matches!(err, StoreError::DataDir { .. }), "{err:?}");
+    assert!(matches!(err, BackendError::DataDir { .. }), "{err:?}");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use cra_relay::session::SeededCallsigns;
 use cra_relay::store::{RelayStore, SearchQuery};
 use cra_relay::{Actor, Relay};
 use cra_store::relay::RedbRelay;
-use cra_store::{RedbStore, StoreError};
+use cra_store::{BackendError, RedbStore};
 use cra_wire::{SystemClock, UuidV7Ids};
 use serde_json::{Value, json};
 
@@ -26,7 +26,7 @@ impl Local {
     /// message naming that server's process and pointing at server mode.
     pub(super) fn open(dir: &Path, actor: Option<Actor>) -> Result<Self, Failure> {
         let store = RedbStore::open(dir).map_err(|e| match e {
-            StoreError::InUse { path, holder } => Failure::CouldNotRun(format!(
+            BackendError::InUse { path, holder } => Failure::CouldNotRun(format!(
                 "data directory {} is held by a running cra server ({holder}); talk to that \
                  server instead: cra relay --url http://ADDR ... (or set CRA_URL), with the \
                  address `cra serve` printed",

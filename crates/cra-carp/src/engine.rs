@@ -48,6 +48,19 @@ impl Default for CarpConfig {
     }
 }
 
+/// The `details` of a refused execution's error: its field errors and the policy that refused,
+/// each when there is one.
+fn refusal_details(e: &CarpError) -> Option<Value> {
+    let mut details = Map::new();
+    if !e.errors.is_empty() {
+        details.insert("errors".into(), serde_json::to_value(&e.errors).ok()?);
+    }
+    if let Some(policy_id) = &e.policy_id {
+        details.insert("policy_id".into(), Value::String(policy_id.clone()));
+    }
+    (!details.is_empty()).then_some(Value::Object(details))
+}
+
 fn store_err(e: CarpStoreError) -> CarpError {
     CarpError::new(Token::Unavailable, e.to_string())
 }
@@ -365,7 +378,7 @@ impl Carp {
             error: error.map(|e| ExecuteError {
                 code: e.token.as_str().to_owned(),
                 message: e.message.clone(),
-                details: (!e.errors.is_empty()).then(|| serde_json::json!({ "errors": e.errors })),
+                details: refusal_details(e),
             }),
             trace_id: trace_id.to_owned(),
             extra: Map::new(),

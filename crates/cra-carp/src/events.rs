@@ -331,6 +331,9 @@ pub struct ActionDenied<'a> {
     pub error: &'a str,
     /// Its message.
     pub reason: &'a str,
+    /// The policy that refused (`default_deny` for an action no policy allowed); `null` for a
+    /// refusal of the request itself, which no policy made (§4.3.3).
+    pub policy_id: Option<&'a str>,
     /// Always `deny`.
     pub decision: &'static str,
 }
@@ -346,10 +349,39 @@ pub struct PolicyViolated<'a> {
     pub execution_id: &'a str,
     /// The action.
     pub action_id: &'a str,
-    /// The rule's token.
+    /// The policy whose rule was broken, or `null` when the request broke a rule of the
+    /// protocol rather than a policy's (§4.3.4).
+    pub policy_id: Option<&'a str>,
+    /// The rule's token (§4.3.4).
+    pub violation_type: &'a str,
+    /// What happened, for people (§4.3.4).
+    pub details: &'a str,
+    /// The rule's token, as before round 2 (the same as `violation_type`).
     pub rule: &'a str,
-    /// Its message.
+    /// Its message, as before round 2 (the same as `details`).
     pub message: &'a str,
+}
+
+impl<'a> PolicyViolated<'a> {
+    /// The violation of rule `token` (`message` saying how) by `execution_id` of `action_id`,
+    /// `policy_id` the policy whose rule it was.
+    pub fn new(
+        execution_id: &'a str,
+        action_id: &'a str,
+        policy_id: Option<&'a str>,
+        token: &'a str,
+        message: &'a str,
+    ) -> Self {
+        Self {
+            execution_id,
+            action_id,
+            policy_id,
+            violation_type: token,
+            details: message,
+            rule: token,
+            message,
+        }
+    }
 }
 
 impl Payload for PolicyViolated<'_> {
@@ -800,18 +832,20 @@ mod tests {
                 action_id: "x",
                 error: "rate_limited",
                 reason: "m",
+                policy_id: Some("rl"),
                 decision: "deny",
             },
-            &json!({"execution_id": "e", "action_id": "x", "error": "rate_limited", "reason": "m", "decision": "deny"}),
+            &json!({"execution_id": "e", "action_id": "x", "error": "rate_limited", "reason": "m", "policy_id": "rl", "decision": "deny"}),
         );
         same(
-            &PolicyViolated {
-                execution_id: "e",
-                action_id: "x",
-                rule: "rate_limited",
-                message: "m",
-            },
-            &json!({"execution_id": "e", "action_id": "x", "rule": "rate_limited", "message": "m"}),
+            &PolicyViolated::new("e", "x", Some("rl"), "rate_limited", "m"),
+            &json!({"execution_id": "e", "action_id": "x", "policy_id": "rl", "violation_type": "rate_limited",
+                "details": "m", "rule": "rate_limited", "message": "m"}),
+        );
+        same(
+            &PolicyViolated::new("e", "x", None, "resolution_expired", "m"),
+            &json!({"execution_id": "e", "action_id": "x", "policy_id": null, "violation_type": "resolution_expired",
+                "details": "m", "rule": "resolution_expired", "message": "m"}),
         );
         same(
             &ActionApproved {

@@ -66,13 +66,22 @@ pub fn authorize(
                 return Ok(Authorization::PendingApproval { approval_id });
             }
             Some(ApprovalStatus::Rejected) => {
-                return Ok(Authorization::Denied(CarpError::new(
+                let refused = CarpError::new(
                     Token::ApprovalRejected,
                     format!(
                         "approval {approval_id} for {} was rejected; resolve again or ask an approver",
                         action.action_id
                     ),
-                )));
+                );
+                let gate = resolution.constraints.iter().find(|c| {
+                    c.kind == ConstraintType::RequireApproval
+                        && c.parameters.binds(&action.action_id)
+                });
+                let policy = gate.and_then(|c| c.parameters.get("policy_id")?.as_str());
+                return Ok(Authorization::Denied(match policy {
+                    Some(p) => refused.by_policy(p),
+                    None => refused,
+                }));
             }
             Some(ApprovalStatus::Granted) => {}
         }
@@ -110,6 +119,7 @@ pub fn authorize(
                 });
                 if !(in_hours && on_day) {
                     return Ok(Authorization::Denied(CarpError {
+                        policy_id: Some(policy_id.clone()),
                         token: Token::ActionNotAllowed,
                         message: format!(
                             "{} may only run inside the time window of policy {policy_id} (UTC hours {start}-{end}); try again then",
@@ -172,7 +182,8 @@ pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
             format!(
                 "rate limit {policy_id} reached: {used} of {max_calls} executions in the last {window_seconds} s; wait and retry"
             ),
-        )),
+        )
+        .by_policy(policy_id)),
         ConsumeOutcome::Refused {
             policy_id,
             kind: ChargeKind::Budget { max_units, units },
@@ -183,6 +194,7 @@ pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
             format!(
                 "budget {policy_id} cannot cover {units} more units: {used} of {max_units} spent"
             ),
-        )),
+        )
+        .by_policy(policy_id)),
     }
 }

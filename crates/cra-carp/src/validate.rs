@@ -29,6 +29,10 @@ pub struct CarpError {
     pub message: String,
     /// Field-level problems (JSON pointers into the request).
     pub errors: Vec<FieldError>,
+    /// The policy that refused, when a policy did: the deny, rate limit, budget, time window or
+    /// approval policy, or `default_deny` for an action no policy allowed. `None` for a refusal
+    /// of the request itself (a bad field, an expired resolution).
+    pub policy_id: Option<String>,
 }
 
 impl CarpError {
@@ -38,7 +42,14 @@ impl CarpError {
             token,
             message: message.into(),
             errors: Vec::new(),
+            policy_id: None,
         }
+    }
+
+    /// The same refusal, made by policy `policy_id`.
+    pub fn by_policy(mut self, policy_id: impl Into<String>) -> Self {
+        self.policy_id = Some(policy_id.into());
+        self
     }
 
     /// The wire error body.
@@ -123,6 +134,7 @@ pub fn parse_request(value: &Value) -> Result<CarpRequest, CarpError> {
     let errors = shape_errors(value)?;
     if !errors.is_empty() {
         return Err(CarpError {
+            policy_id: None,
             token: Token::InvalidRequest,
             message: format!(
                 "the request is not a valid CARP/1.0 request ({} problem{}); see details",
@@ -158,6 +170,7 @@ pub fn check_clock_skew(
     max_skew_seconds: i64,
 ) -> Result<(), CarpError> {
     let ts = parse_rfc3339(&request.timestamp).map_err(|e| CarpError {
+        policy_id: None,
         token: Token::InvalidRequest,
         message: e.to_string(),
         errors: vec![FieldError::new("/timestamp", e.to_string())],
@@ -165,6 +178,7 @@ pub fn check_clock_skew(
     let skew = (ts - now).whole_seconds().abs();
     if skew > max_skew_seconds {
         return Err(CarpError {
+            policy_id: None,
             token: Token::ClockSkew,
             message: format!(
                 "the request timestamp {} is {skew} s from the runtime clock; at most {max_skew_seconds} s is accepted, check the client's clock",
@@ -187,6 +201,7 @@ pub fn check_session(
     let sid = &request.requester.session_id;
     let Some(s) = session else {
         return Err(CarpError {
+            policy_id: None,
             token: Token::SessionNotFound,
             message: format!("no session {sid}; open a session first"),
             errors: vec![FieldError::new("/requester/session_id", "unknown session")],
@@ -194,6 +209,7 @@ pub fn check_session(
     };
     if s.agent_id != request.requester.agent_id {
         return Err(CarpError {
+            policy_id: None,
             token: Token::Forbidden,
             message: format!("session {sid} belongs to another agent; use a session you opened"),
             errors: vec![FieldError::new(
@@ -204,6 +220,7 @@ pub fn check_session(
     }
     if !s.is_active() {
         return Err(CarpError {
+            policy_id: None,
             token: Token::SessionInactive,
             message: format!("session {sid} has ended; open a new session"),
             errors: vec![FieldError::new("/requester/session_id", "session ended")],
@@ -228,6 +245,7 @@ fn check_parent(request: &CarpRequest, session: &SessionRecord) -> Result<(), Ca
         None => "was opened without a parent".to_owned(),
     };
     Err(CarpError {
+        policy_id: None,
         token: Token::SessionMismatch,
         message: format!(
             "session {sid} {recorded}, not {claimed}; send the session's own parent_session_id or omit it"
@@ -245,6 +263,7 @@ pub fn check_request_id_new(request: &CarpRequest, inserted: bool) -> Result<(),
         Ok(())
     } else {
         Err(CarpError {
+            policy_id: None,
             token: Token::DuplicateRequestId,
             message: format!(
                 "request_id {} was already used in session {}; send a new request_id",
@@ -261,6 +280,7 @@ pub fn check_request_id_new(request: &CarpRequest, inserted: bool) -> Result<(),
 /// The `execution` member of an execute request, or `invalid_request`.
 pub fn execution_of(request: &CarpRequest) -> Result<&Execution, CarpError> {
     request.execution.as_ref().ok_or_else(|| CarpError {
+        policy_id: None,
         token: Token::InvalidRequest,
         message: "an execute request needs an `execution` member".to_owned(),
         errors: vec![FieldError::new("/execution", "required for execute")],
@@ -276,6 +296,7 @@ pub fn check_resolution<'a>(
 ) -> Result<&'a Resolution, CarpError> {
     let exec = execution_of(request)?;
     let not_found = || CarpError {
+        policy_id: None,
         token: Token::ResolutionNotFound,
         message: format!(
             "no resolution {} for this agent; resolve first",
@@ -293,6 +314,7 @@ pub fn check_resolution<'a>(
     }
     if s.session_id != request.requester.session_id {
         return Err(CarpError {
+            policy_id: None,
             token: Token::SessionMismatch,
             message: format!(
                 "resolution {} was made in session {}; execute it in that session, or resolve again in session {}",
@@ -306,6 +328,7 @@ pub fn check_resolution<'a>(
     }
     if now_us >= s.expires_at_us {
         return Err(CarpError {
+            policy_id: None,
             token: Token::ResolutionExpired,
             message: format!(
                 "resolution {} expired (ttl {} s); resolve again",
@@ -328,6 +351,7 @@ pub fn check_action_allowed<'a>(
         .iter()
         .find(|a| *a.action_id == *exec.action_id)
         .ok_or_else(|| CarpError {
+            policy_id: Some(deciding_policy(resolution, &exec.action_id)),
             token: Token::ActionNotAllowed,
             message: format!(
                 "action {} is not allowed by resolution {}; resolve for it first",
@@ -335,6 +359,16 @@ pub fn check_action_allowed<'a>(
             ),
             errors: vec![FieldError::new("/execution/action_id", "not allowed")],
         })
+}
+
+/// The policy that kept `action_id` out of `resolution`'s allowed actions: the one its denied
+/// entry names, or `default_deny` when the resolution does not list the action at all.
+fn deciding_policy(resolution: &Resolution, action_id: &str) -> String {
+    resolution
+        .denied_actions
+        .iter()
+        .find(|d| *d.action_id == *action_id)
+        .map_or_else(|| "default_deny".to_owned(), |d| d.policy_id.to_string())
 }
 
 /// Rule 6: the parameters satisfy the action's compiled `parameters_schema`. Every violation is
@@ -359,6 +393,7 @@ pub fn check_parameters(
         Ok(())
     } else {
         Err(CarpError {
+            policy_id: None,
             token: Token::InvalidParameters,
             message: format!(
                 "the parameters do not satisfy the parameters_schema of {action_id} ({} problem{}); see details",

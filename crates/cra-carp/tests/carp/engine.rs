@@ -350,6 +350,16 @@ fn rate_limits_count_executions_per_scope_and_window() {
         .unwrap();
     assert_eq!(third.status, ExecuteStatus::Denied);
     assert_eq!(third.error.as_ref().unwrap().code, "rate_limit_exceeded");
+    let limiter = res.constraints.iter().find(|c| {
+        c.kind == cra_carp::types::ConstraintType::RateLimit && c.parameters.binds("log.read")
+    });
+    let limiter = limiter.and_then(|c| c.parameters.get("policy_id")).cloned();
+    assert!(limiter.is_some(), "the resolution carries the rate limit");
+    assert_eq!(
+        third.error.as_ref().unwrap().details.as_ref().unwrap()["policy_id"],
+        limiter.unwrap(),
+        "the denial names the rate limit that refused it"
+    );
     validates(
         schemas::EXECUTE_RESPONSE,
         &serde_json::to_value(&third).unwrap(),

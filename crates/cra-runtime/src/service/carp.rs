@@ -347,7 +347,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         parent: parent.as_deref(),
     };
     match outcome {
-        Err(e) => Err(call.refused(e.into()).await),
+        Err(e) => Err(call.refused(e).await),
         Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
         Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
     }
@@ -355,6 +355,14 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
 
 fn parameters_hash(parameters: &Value) -> String {
     cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
+}
+
+/// Why an execution was refused, as its events record it.
+#[derive(Clone, Copy)]
+struct Refusal<'a> {
+    token: &'a str,
+    message: &'a str,
+    policy_id: Option<&'a str>,
 }
 
 /// One execute request after the engine's verdict: what its events need.
@@ -396,16 +404,16 @@ impl Call<'_> {
         })
     }
 
-    /// `action.requested`, `action.denied` and, when a rule was broken, `policy.violated`.
-    fn denied(
-        &self,
-        execution_id: &str,
-        token: &str,
-        message: &str,
-        violated: bool,
-    ) -> Vec<EventDraft> {
+    /// `action.requested`, `action.denied` and, when a rule was broken, `policy.violated`, each
+    /// naming `policy_id`, the policy that refused (none for a refusal of the request itself).
+    fn denied(&self, execution_id: &str, refusal: Refusal<'_>, violated: bool) -> Vec<EventDraft> {
         let span = self.span(execution_id);
         let action_id = self.exec.action_id.as_str();
+        let Refusal {
+            token,
+            message,
+            policy_id,
+        } = refusal;
         let mut v = vec![
             self.requested(execution_id),
             span.draft_of(&ActionDenied {
@@ -413,30 +421,34 @@ impl Call<'_> {
                 action_id,
                 error: token,
                 reason: message,
+                policy_id,
                 decision: "deny",
             }),
         ];
         if violated {
-            v.push(span.draft_of(&PolicyViolated {
-                execution_id,
-                action_id,
-                rule: token,
-                message,
-            }));
+            let violation = PolicyViolated::new(execution_id, action_id, policy_id, token, message);
+            v.push(span.draft_of(&violation));
         }
         v
     }
 
     /// A request the engine refused by a rule: recorded under a new execution id, then
     /// answered with its refusal.
-    async fn refused(&self, err: ApiError) -> ApiError {
+    async fn refused(&self, refusal: CarpError) -> ApiError {
+        let policy_id = refusal.policy_id.clone();
+        let err = ApiError::from(refusal);
         if !err.token().is_some_and(is_recorded_refusal) {
             return err;
         }
         let execution_id = self.rt.ids.new_id();
         // A repeat of a running execution's key is refused, but it breaks no rule.
         let violated = err.token() != Some(Token::ExecutionInProgress);
-        let drafts = self.denied(&execution_id, &err.body.error, &err.body.message, violated);
+        let refusal = Refusal {
+            token: &err.body.error,
+            message: &err.body.message,
+            policy_id: policy_id.as_deref(),
+        };
+        let drafts = self.denied(&execution_id, refusal, violated);
         if let Err(e) = self.append(drafts).await {
             return e;
         }
@@ -452,8 +464,15 @@ impl Call<'_> {
             let (token, message) = resp.error.as_ref().map_or(("forbidden", "denied"), |e| {
                 (e.code.as_str(), e.message.as_str())
             });
+            let details = resp.error.as_ref().and_then(|e| e.details.as_ref());
+            let policy_id = details.and_then(|d| d.get("policy_id")?.as_str());
             let violated = resp.status == ExecuteStatus::Denied;
-            self.append(self.denied(execution_id, token, message, violated))
+            let refusal = Refusal {
+                token,
+                message,
+                policy_id,
+            };
+            self.append(self.denied(execution_id, refusal, violated))
                 .await?;
             let label = if violated {
                 "denied"

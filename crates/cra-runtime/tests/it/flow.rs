@@ -124,6 +124,21 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
         &types[before..],
         ["action.requested", "action.denied", "policy.violated"]
     );
+    // Both name the policy that denied the action at resolve time (CRA 4.3.3, 4.3.4).
+    let denier = res["denied_actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["action_id"] == "branch.forcepush")
+        .map(|d| d["policy_id"].clone())
+        .expect("the resolution denies force pushes");
+    assert_ne!(denier, "default_deny", "a deny policy, named");
+    let events = s.events(&sid).await;
+    assert_eq!(events[before + 1]["payload"]["policy_id"], denier);
+    let violated = &events[before + 2]["payload"];
+    assert_eq!(violated["policy_id"], denier);
+    assert_eq!(violated["violation_type"], "action_not_allowed");
+    assert!(violated["details"].as_str().is_some_and(|d| !d.is_empty()));
 
     // Merge before approval: pending, recorded, not run.
     let merge = json!({"owner": "octo", "repo": "hello", "number": 42});

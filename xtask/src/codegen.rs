@@ -22,6 +22,10 @@ const GENERATED: &[Generated] = &[
         path: "schemas/openapi.json",
         render: openapi,
     },
+    Generated {
+        path: "schemas/trace-event.schema.json",
+        render: trace_event_schema,
+    },
 ];
 
 /// Regenerates every file, or with `check` reports the stale ones and fails. `cargo test` runs
@@ -88,6 +92,12 @@ fn errors_table(current: &str) -> Result<String> {
 /// The OpenAPI document of the runtime, rendered from the handlers' annotations.
 fn openapi(_current: &str) -> Result<String> {
     Ok(cra_runtime::openapi::openapi_json())
+}
+
+/// The TRACE event schema, rendered from the payload structs' required members.
+fn trace_event_schema(_current: &str) -> Result<String> {
+    let schema = cra_carp::events::trace_event_schema();
+    Ok(serde_json::to_string_pretty(&schema)? + "\n")
 }
 
 #[cfg(test)]

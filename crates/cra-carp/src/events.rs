@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use cra_trace::{Payload, PreparedDraft, Span};
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::eval::{CounterEntry, CountersSnapshot};
 use crate::explain::{Explain, Outcome};
@@ -35,6 +36,7 @@ pub struct RequestReceived<'a> {
 
 impl Payload for RequestReceived<'_> {
     const EVENT_TYPE: &'static str = "carp.request.received";
+    const REQUIRED: &'static [&'static str] = &["request_id", "operation", "goal"];
 }
 
 impl<'a> RequestReceived<'a> {
@@ -83,6 +85,7 @@ pub struct RefusedRequestReceived<'a> {
 
 impl Payload for RefusedRequestReceived<'_> {
     const EVENT_TYPE: &'static str = "carp.request.received";
+    const REQUIRED: &'static [&'static str] = &["request_id", "operation", "goal"];
 }
 
 /// `carp.request.rejected`: the refusal's token and message.
@@ -117,6 +120,7 @@ pub struct PolicyEvaluated<'a> {
 
 impl Payload for PolicyEvaluated<'_> {
     const EVENT_TYPE: &'static str = "policy.evaluated";
+    const REQUIRED: &'static [&'static str] = &["policy_id", "result"];
 }
 
 /// `context.injected`: a context block's identity and the hash of its content.
@@ -140,6 +144,7 @@ pub struct ContextInjected<'a> {
 
 impl Payload for ContextInjected<'_> {
     const EVENT_TYPE: &'static str = "context.injected";
+    const REQUIRED: &'static [&'static str] = &["block_id", "source", "token_count"];
 }
 
 /// `approval.requested`: the approval and the actions it gates.
@@ -175,6 +180,12 @@ pub struct ResolutionCompleted<'a> {
 
 impl Payload for ResolutionCompleted<'_> {
     const EVENT_TYPE: &'static str = "carp.resolution.completed";
+    const REQUIRED: &'static [&'static str] = &[
+        "resolution_id",
+        "decision_type",
+        "allowed_count",
+        "denied_count",
+    ];
 }
 
 impl<'a> ResolutionCompleted<'a> {
@@ -318,6 +329,7 @@ pub struct ActionRequested<'a> {
 
 impl Payload for ActionRequested<'_> {
     const EVENT_TYPE: &'static str = "action.requested";
+    const REQUIRED: &'static [&'static str] = &["action_id", "parameters_hash"];
 }
 
 /// `action.denied`: an execute refused, by a rule or a policy, or pending approval.
@@ -340,6 +352,7 @@ pub struct ActionDenied<'a> {
 
 impl Payload for ActionDenied<'_> {
     const EVENT_TYPE: &'static str = "action.denied";
+    const REQUIRED: &'static [&'static str] = &["action_id", "reason", "policy_id"];
 }
 
 /// `policy.violated`: the rule an execute broke.
@@ -386,6 +399,7 @@ impl<'a> PolicyViolated<'a> {
 
 impl Payload for PolicyViolated<'_> {
     const EVENT_TYPE: &'static str = "policy.violated";
+    const REQUIRED: &'static [&'static str] = &["policy_id", "violation_type", "details"];
 }
 
 /// `action.approved`: an execute cleared to run (its approval, when one gated it).
@@ -405,6 +419,7 @@ pub struct ActionApproved<'a> {
 
 impl Payload for ActionApproved<'_> {
     const EVENT_TYPE: &'static str = "action.approved";
+    const REQUIRED: &'static [&'static str] = &["action_id", "resolution_id"];
 }
 
 /// `action.executed`: the executor succeeded.
@@ -426,6 +441,7 @@ pub struct ActionExecuted<'a> {
 
 impl Payload for ActionExecuted<'_> {
     const EVENT_TYPE: &'static str = "action.executed";
+    const REQUIRED: &'static [&'static str] = &["action_id", "execution_id", "duration_ms"];
 }
 
 /// `action.failed`: the executor failed.
@@ -449,6 +465,7 @@ pub struct ActionFailed<'a> {
 
 impl Payload for ActionFailed<'_> {
     const EVENT_TYPE: &'static str = "action.failed";
+    const REQUIRED: &'static [&'static str] = &["action_id", "error_code", "error_message"];
 }
 
 impl<'a> ActionFailed<'a> {
@@ -544,6 +561,7 @@ impl<'a> SessionStarted<'a> {
 
 impl Payload for SessionStarted<'_> {
     const EVENT_TYPE: &'static str = "session.started";
+    const REQUIRED: &'static [&'static str] = &["agent_id", "goal"];
 }
 
 /// `session.ended`: the last event of a session's chain.
@@ -564,6 +582,7 @@ pub struct SessionEnded<'a> {
 
 impl Payload for SessionEnded<'_> {
     const EVENT_TYPE: &'static str = "session.ended";
+    const REQUIRED: &'static [&'static str] = &["reason", "duration_ms"];
 }
 
 /// An operator's decision on a pending approval: the payload of [`ApprovalGranted`] and
@@ -602,13 +621,113 @@ impl Payload for ApprovalRejected<'_> {
     const EVENT_TYPE: &'static str = "approval.rejected";
 }
 
+/// The event types of TRACE §4.3 this runtime emits, each with the payload members §4.3 requires
+/// of it, read from the payload structs ([`Payload::REQUIRED`]), in `event_type` order.
+pub fn spec_event_types() -> Vec<(&'static str, &'static [&'static str])> {
+    fn of<P: Payload>() -> (&'static str, &'static [&'static str]) {
+        (P::EVENT_TYPE, P::REQUIRED)
+    }
+    let mut types = vec![
+        of::<SessionStarted<'static>>(),
+        of::<SessionEnded<'static>>(),
+        of::<RequestReceived<'static>>(),
+        of::<RefusedRequestReceived<'static>>(),
+        of::<ResolutionCompleted<'static>>(),
+        of::<ActionRequested<'static>>(),
+        of::<ActionApproved<'static>>(),
+        of::<ActionDenied<'static>>(),
+        of::<ActionExecuted<'static>>(),
+        of::<ActionFailed<'static>>(),
+        of::<PolicyEvaluated<'static>>(),
+        of::<PolicyViolated<'static>>(),
+        of::<ContextInjected<'static>>(),
+    ];
+    types.sort_unstable();
+    types.dedup();
+    types
+}
+
+/// The TRACE event envelope's members (§4.2), every one required.
+const ENVELOPE: [&str; 12] = [
+    "trace_version",
+    "event_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "session_id",
+    "sequence",
+    "timestamp",
+    "event_type",
+    "payload",
+    "event_hash",
+    "previous_event_hash",
+];
+
+/// `schemas/trace-event.schema.json` (`cargo xtask codegen` writes it): the §4.2 envelope, and
+/// for each event type of [`spec_event_types`] the payload members §4.3 requires. It checks
+/// presence, as §4.3 does; a member may be `null` where our decisions say so (a goal-less
+/// request's `goal`, a refusal no policy made). Unknown event types and members are allowed.
+pub fn trace_event_schema() -> Value {
+    let hash = serde_json::json!({"type": "string", "pattern": "^[0-9a-f]{64}$"});
+    let text = serde_json::json!({"type": "string"});
+    let per_type: Vec<Value> = spec_event_types()
+        .into_iter()
+        .map(|(event_type, required)| {
+            serde_json::json!({
+                "if": {"properties": {"event_type": {"const": event_type}}},
+                "then": {"properties": {"payload": {"required": required}}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://cra.invalid/schemas/trace-event.schema.json",
+        "title": "TRACE/1.0 event",
+        "description": "One event of a TRACE chain (§4.2) and, for each event type of §4.3 the runtime emits, the payload members §4.3 requires. Generated from the payload structs of cra_carp::events by `cargo xtask codegen`; do not edit.",
+        "type": "object",
+        "required": ENVELOPE,
+        "properties": {
+            "trace_version": {"const": "1.0"},
+            "event_id": text,
+            "trace_id": text,
+            "span_id": text,
+            "parent_span_id": {"type": ["string", "null"]},
+            "session_id": text,
+            "sequence": {"type": "integer", "minimum": 0},
+            "timestamp": text,
+            "event_type": text,
+            "payload": {"type": "object"},
+            "event_hash": hash,
+            "previous_event_hash": hash,
+        },
+        "allOf": per_type,
+    })
+}
+
+/// Every way `event` (a whole TRACE event) breaks [`trace_event_schema`], one line each with
+/// its JSON pointer; empty when it conforms.
+pub fn event_schema_errors(event: &Value) -> Vec<String> {
+    static SCHEMA: std::sync::OnceLock<Result<jsonschema::Validator, String>> =
+        std::sync::OnceLock::new();
+    let compiled = SCHEMA.get_or_init(|| {
+        jsonschema::validator_for(&trace_event_schema()).map_err(|e| e.to_string())
+    });
+    match compiled {
+        Ok(v) => v
+            .iter_errors(event)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect(),
+        Err(e) => vec![format!("the event schema does not compile: {e}")],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Each typed payload writes the canonical text of the `json!` value it replaced, so stored
     //! events and their hashes are what they were before the payloads were typed.
 
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
 
     /// A resolution with what a canonical writer can get wrong: non-ASCII text, escapes,
     /// floats spelled several ways, keys out of order, unknown extras.
@@ -967,9 +1086,63 @@ mod tests {
         );
     }
 
+    /// An event of `event_type` whose payload holds `members`.
+    fn event_with(event_type: &str, members: &[&str]) -> Value {
+        let payload: serde_json::Map<String, Value> = members
+            .iter()
+            .map(|m| ((*m).to_owned(), json!("x")))
+            .collect();
+        json!({
+            "trace_version": "1.0", "event_id": "e", "trace_id": "t", "span_id": "s",
+            "parent_span_id": null, "session_id": "ss", "sequence": 0,
+            "timestamp": "2026-01-01T00:00:00.000000Z", "event_type": event_type,
+            "payload": payload, "event_hash": "0".repeat(64), "previous_event_hash": "0".repeat(64),
+        })
+    }
+
+    /// Each required member of each §4.3 type, and each envelope member, once missing, makes the
+    /// event invalid; with all of them it is valid, and an unknown type needs no payload member.
+    #[test]
+    fn the_event_schema_refuses_each_missing_required_member() {
+        let types = spec_event_types();
+        assert!(types.len() >= 12, "{types:?}");
+        for (event_type, required) in &types {
+            assert!(!required.is_empty(), "{event_type} requires members");
+            let whole = event_with(event_type, required);
+            assert_eq!(
+                event_schema_errors(&whole),
+                Vec::<String>::new(),
+                "{event_type}"
+            );
+            for member in *required {
+                let mut missing = whole.clone();
+                missing["payload"].as_object_mut().unwrap().remove(*member);
+                let errors = event_schema_errors(&missing);
+                assert!(!errors.is_empty(), "{event_type} without `{member}` passed");
+            }
+        }
+        let whole = event_with("relay.package.deposited", &[]);
+        assert!(event_schema_errors(&whole).is_empty());
+        for member in ENVELOPE {
+            let mut missing = whole.clone();
+            missing.as_object_mut().unwrap().remove(member);
+            assert!(
+                !event_schema_errors(&missing).is_empty(),
+                "no `{member}` passed"
+            );
+        }
+    }
+
     /// `payload`'s event: its type, written as text, the canonical form of `value`, and the
     /// same value through the plain-draft form.
     fn same<P: Payload>(payload: &P, value: &Value) {
+        for member in P::REQUIRED {
+            assert!(
+                value.get(member).is_some(),
+                "{} requires `{member}` (TRACE 4.3)",
+                P::EVENT_TYPE
+            );
+        }
         let event = SPAN.event(payload);
         assert!(event.draft.payload.is_null(), "written as text");
         assert_eq!(event.draft.event_type, P::EVENT_TYPE);

@@ -15,6 +15,10 @@ use crate::{EventDraft, PreparedDraft};
 pub trait Payload: Serialize {
     /// The event's `event_type`.
     const EVENT_TYPE: &'static str;
+    /// The payload members TRACE §4.3 requires of this event type (none for a type of the
+    /// runtime's own). The generated event schema (`schemas/trace-event.schema.json`) requires
+    /// them, and each payload's test shows its struct writes them.
+    const REQUIRED: &'static [&'static str] = &[];
 }
 
 /// Where an operation's events go: its trace, its span and the span it continues.

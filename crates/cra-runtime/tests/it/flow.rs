@@ -276,6 +276,11 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
         want.push(t.into());
     }
     assert_eq!(types, want);
+    // Every event has the envelope and the payload members TRACE 4.3 requires of its type.
+    for e in s.events(&sid).await {
+        let errors = cra_carp::events::event_schema_errors(&e);
+        assert!(errors.is_empty(), "{}: {errors:?}", e["event_type"]);
+    }
 
     // The chain fetched over HTTP verifies with the Appendix B Python code.
     assert_eq!(

@@ -294,5 +294,10 @@ async fn a_session_end_records_its_duration_on_the_injected_clock() {
     let ended = events.last().unwrap();
     assert_eq!(ended.event_type, "session.ended");
     assert_eq!(ended.payload["duration_ms"], 1500);
+    for e in &events {
+        let value = serde_json::to_value(e).unwrap();
+        let errors = cra_carp::events::event_schema_errors(&value);
+        assert!(errors.is_empty(), "{}: {errors:?}", e.event_type);
+    }
     assert_eq!(ended.payload["reason"], "ended by request");
 }

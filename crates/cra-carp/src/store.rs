@@ -519,6 +519,16 @@ pub enum ResolveLogError {
     Chain(#[from] cra_trace::store::ChainStoreError),
 }
 
+/// What recording a resolve did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// The state is recorded and these events appended, durable.
+    Appended(Vec<cra_trace::TraceEvent>),
+    /// The session had already seen the request id (a duplicate sent concurrently): nothing was
+    /// recorded or appended.
+    Duplicate,
+}
+
 /// Records a resolve and appends its TRACE events to the session's chain.
 ///
 /// A backend whose writes go through one transaction per batch (redb) does both in the
@@ -526,49 +536,42 @@ pub enum ResolveLogError {
 /// append of the batch, and the state and the events are stored together or not at all.
 /// [`RecordThenAppend`] does them one after the other for any pair of stores.
 pub trait ResolveLog: Send + Sync {
-    /// Records `record` and appends `drafts` to `record.session_id`'s chain; returns the sealed
-    /// events, durable when it returns. `Ok(None)` when the session had already seen the
-    /// request id (a duplicate sent concurrently): nothing is recorded or appended then.
-    fn record_and_append(
-        &self,
-        record: &ResolveRecord,
-        drafts: Vec<cra_trace::EventDraft>,
-    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError>;
-
-    /// As [`ResolveLog::record_and_append`], telling `done` the outcome (exactly once) instead
-    /// of returning it: a store that queues the work for a committer returns once it is queued
-    /// and calls `done` when it is durable. The default does the work, then calls `done`. It may
-    /// block either way: call it where blocking is allowed.
+    /// Records `record` and appends `drafts` (payloads prepared, some perhaps as canonical text
+    /// only: [`cra_trace::PreparedDraft::from_canonical`]) to `record.session_id`'s chain, and
+    /// tells `done` the outcome, exactly once, when it is durable. A store that queues the work
+    /// for a committer returns once it is queued; another does the work, then calls `done`. It
+    /// may block either way: call it where blocking is allowed.
     fn record_and_append_then(
-        &self,
-        record: &ResolveRecord,
-        drafts: Vec<cra_trace::EventDraft>,
-        done: ResolveDone,
-    ) {
-        done(self.record_and_append(record, drafts));
-    }
-
-    /// As [`ResolveLog::record_and_append_then`] with drafts already prepared (payloads
-    /// canonicalised, some perhaps written as canonical text only:
-    /// [`cra_trace::PreparedDraft::from_canonical`]). The default turns them back into plain
-    /// drafts; a store that seals prepared drafts itself takes them as they are.
-    fn record_and_append_prepared_then(
         &self,
         record: &ResolveRecord,
         drafts: Vec<cra_trace::PreparedDraft>,
         done: ResolveDone,
-    ) {
+    );
+
+    /// [`ResolveLog::record_and_append_then`], waiting for the outcome, with plain drafts.
+    fn record_and_append(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::EventDraft>,
+    ) -> Result<Recorded, ResolveLogError> {
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
         let drafts = drafts
             .into_iter()
-            .map(cra_trace::PreparedDraft::into_draft)
+            .map(cra_trace::PreparedDraft::new)
             .collect();
+        let done: ResolveDone = Box::new(move |outcome| {
+            let _ = reply.send(outcome);
+        });
         self.record_and_append_then(record, drafts, done);
+        answer.recv().unwrap_or_else(|_| {
+            let gone = "the store dropped the resolve without answering; it may be shutting down";
+            Err(cra_trace::store::ChainStoreError::Unavailable(gone.into()).into())
+        })
     }
 }
 
 /// Told the outcome of [`ResolveLog::record_and_append_then`].
-pub type ResolveDone =
-    Box<dyn FnOnce(Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError>) + Send>;
+pub type ResolveDone = Box<dyn FnOnce(Result<Recorded, ResolveLogError>) + Send>;
 
 /// [`ResolveLog`] over two stores: [`CarpStore::record_resolve`], then the chain append. If the
 /// append fails, the recorded state stays (its resolution is then usable without its events
@@ -590,11 +593,22 @@ impl fmt::Debug for RecordThenAppend {
 }
 
 impl ResolveLog for RecordThenAppend {
-    fn record_and_append(
+    fn record_and_append_then(
         &self,
         record: &ResolveRecord,
-        drafts: Vec<cra_trace::EventDraft>,
-    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, ResolveLogError> {
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: ResolveDone,
+    ) {
+        done(self.record_then_append(record, drafts));
+    }
+}
+
+impl RecordThenAppend {
+    fn record_then_append(
+        &self,
+        record: &ResolveRecord,
+        drafts: Vec<cra_trace::PreparedDraft>,
+    ) -> Result<Recorded, ResolveLogError> {
         let fresh = self.carp.record_resolve(
             &record.session_id,
             &record.request_id,
@@ -602,8 +616,14 @@ impl ResolveLog for RecordThenAppend {
             record.approval.as_ref(),
         )?;
         if !fresh {
-            return Ok(None);
+            return Ok(Recorded::Duplicate);
         }
-        Ok(Some(self.chains.append(&record.session_id, drafts)?))
+        let drafts = drafts
+            .into_iter()
+            .map(cra_trace::PreparedDraft::into_draft)
+            .collect();
+        Ok(Recorded::Appended(
+            self.chains.append(&record.session_id, drafts)?,
+        ))
     }
 }

@@ -315,7 +315,7 @@ impl Runtime {
         owner: &str,
         record: cra_carp::store::ResolveRecord,
         drafts: Vec<cra_trace::PreparedDraft>,
-    ) -> Result<Option<Vec<TraceEvent>>, ApiError> {
+    ) -> Result<cra_carp::store::Recorded, ApiError> {
         // The canonical texts of payload-less drafts, by their place in the append.
         let texts: Vec<(usize, String)> = drafts
             .iter()
@@ -329,7 +329,7 @@ impl Runtime {
         // redb queues the state with the events; PostgreSQL writes the state first (a network
         // round trip), so there it runs on the blocking pool.
         self.quick("the resolve's append task failed", move || {
-            resolves.record_and_append_prepared_then(
+            resolves.record_and_append_then(
                 &record,
                 drafts,
                 Box::new(move |r| {
@@ -347,7 +347,7 @@ impl Runtime {
                     ApiError::new(Token::Unavailable, e.to_string())
                 }
             })?;
-        if let Some(events) = &appended {
+        if let cra_carp::store::Recorded::Appended(events) = &appended {
             self.metrics.add_events(events.len() as u64);
             let first = events.first().map_or(0, |e| e.sequence);
             self.hub.publish_with(&sid, owner, events, &|e| {

@@ -25,7 +25,7 @@ use cra_carp::events::{
     validate_events,
 };
 use cra_carp::index::AtlasSet;
-use cra_carp::store::{ResolveRecord, SessionRecord, StoredResolution};
+use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StoredResolution};
 use cra_carp::types::{
     CarpRequest, ExecuteResponse, ExecuteStatus, Execution, Operation, Resolution,
 };
@@ -256,7 +256,7 @@ async fn record_resolve(
         canonical.as_deref(),
     );
     let agent = &request.requester.agent_id;
-    if rt.append_resolve(agent, record, events).await?.is_none() {
+    if rt.append_resolve(agent, record, events).await? == Recorded::Duplicate {
         // A duplicate that raced past the read check: refused, and nothing of it was written.
         let e = cra_carp::validate::check_request_id_new(request, false)
             .err()

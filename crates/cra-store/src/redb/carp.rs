@@ -25,7 +25,7 @@ use ::redb::{
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
-    Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord,
+    Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, Recorded,
     SessionRecord, StoredResolution,
 };
 use serde::Serialize;
@@ -255,28 +255,7 @@ impl<'txn> ResolveTables<'txn> {
 }
 
 impl cra_carp::store::ResolveLog for RedbStore {
-    fn record_and_append(
-        &self,
-        record: &cra_carp::store::ResolveRecord,
-        drafts: Vec<cra_trace::EventDraft>,
-    ) -> Result<Option<Vec<cra_trace::TraceEvent>>, cra_carp::store::ResolveLogError> {
-        crate::collector::wait_for(|done| self.record_and_append_then(record, drafts, done))
-    }
-
     fn record_and_append_then(
-        &self,
-        record: &cra_carp::store::ResolveRecord,
-        drafts: Vec<cra_trace::EventDraft>,
-        done: cra_carp::store::ResolveDone,
-    ) {
-        let drafts = drafts
-            .into_iter()
-            .map(cra_trace::PreparedDraft::new)
-            .collect();
-        self.record_and_append_prepared_then(record, drafts, done);
-    }
-
-    fn record_and_append_prepared_then(
         &self,
         record: &cra_carp::store::ResolveRecord,
         drafts: Vec<cra_trace::PreparedDraft>,
@@ -295,13 +274,15 @@ impl cra_carp::store::ResolveLog for RedbStore {
             &record.session_id,
             drafts,
             Some(encoded),
-            // An empty answer: the request id was already used and nothing was written.
+            // The committer answers a used request id with no events: nothing was written.
             Box::new(move |outcome| {
-                done(
-                    outcome
-                        .map(|events| (!events.is_empty()).then_some(events))
-                        .map_err(Into::into),
-                );
+                done(outcome.map_err(Into::into).map(|events| {
+                    if events.is_empty() {
+                        Recorded::Duplicate
+                    } else {
+                        Recorded::Appended(events)
+                    }
+                }));
             }),
         );
     }

@@ -6,7 +6,8 @@
 use std::sync::{Arc, Barrier};
 
 use cra_carp::store::{
-    CarpStore, RecordThenAppend, ResolveLog, ResolveLogError, ResolveRecord, StoredResolution,
+    CarpStore, RecordThenAppend, Recorded, ResolveLog, ResolveLogError, ResolveRecord,
+    StoredResolution,
 };
 use cra_carp::store_contract::{sample_approval, sample_resolution};
 use cra_store::testing::{TestSchema, postgres_url};
@@ -78,11 +79,13 @@ fn events(u: &Under) -> Vec<cra_trace::TraceEvent> {
 #[test]
 fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
     for u in under("resolve_log_basic") {
-        let first = u
+        let recorded = u
             .log
             .record_and_append(&record("r1", "res-1", Some("a1")), vec![note(0), note(1)])
-            .unwrap()
-            .unwrap_or_else(|| panic!("{}: a new request id was refused", u.name));
+            .unwrap();
+        let Recorded::Appended(first) = recorded else {
+            panic!("{}: a new request id was refused", u.name)
+        };
         assert_eq!(first.len(), 2, "{}", u.name);
         assert!(u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
         assert_eq!(
@@ -105,7 +108,12 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
             .log
             .record_and_append(&record("r1", "res-2", Some("a2")), vec![note(2)])
             .unwrap();
-        assert!(again.is_none(), "{}: a duplicate was recorded", u.name);
+        assert_eq!(
+            again,
+            Recorded::Duplicate,
+            "{}: a duplicate was recorded",
+            u.name
+        );
         assert_eq!(u.carp.get_resolution("res-2").unwrap(), None, "{}", u.name);
         assert_eq!(u.carp.get_approval("a2").unwrap(), None, "{}", u.name);
         let stored = events(&u);
@@ -132,7 +140,7 @@ fn racing_duplicates_record_once() {
                     barrier.wait();
                     log.record_and_append(&record("r1", &format!("res-{i}"), None), vec![note(0)])
                         .unwrap()
-                        .is_some()
+                        != Recorded::Duplicate
                 })
             })
             .collect();

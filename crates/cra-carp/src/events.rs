@@ -780,7 +780,7 @@ mod tests {
         let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
         let completed = ResolutionCompleted::new(&r, false);
         let spliced = completed.event_around(&SPAN, Some(&canonical));
-        assert!(spliced.draft.payload.is_null(), "written as text");
+        assert!(spliced.is_text_only(), "written as text");
         assert_eq!(spliced.draft.event_type, "carp.resolution.completed");
         let expected = cra_wire::canonical::trace_canonical(&value);
         assert_eq!(spliced.canonical_payload(), expected);
@@ -820,7 +820,7 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         assert!(cra_wire::canonical::trace::trace_canonical_from_str(&text).is_err());
         let prepared = ResolutionCompleted::new(&r, false).event_around(&SPAN, None);
-        assert!(!prepared.draft.payload.is_null(), "made from the value");
+        assert!(!prepared.is_text_only(), "made from the value");
         assert_eq!(
             prepared.draft.payload["resolution_id"],
             r.resolution_id.as_str()
@@ -1144,7 +1144,7 @@ mod tests {
             );
         }
         let event = SPAN.event(payload);
-        assert!(event.draft.payload.is_null(), "written as text");
+        assert!(event.is_text_only(), "written as text");
         assert_eq!(event.draft.event_type, P::EVENT_TYPE);
         let expected = cra_wire::canonical::trace_canonical(value);
         assert_eq!(event.canonical_payload(), expected);

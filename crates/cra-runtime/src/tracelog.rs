@@ -320,7 +320,7 @@ impl Runtime {
         let texts: Vec<(usize, String)> = drafts
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.draft.payload.is_null())
+            .filter(|(_, d)| d.is_text_only())
             .map(|(i, d)| (i, d.canonical_payload().to_owned()))
             .collect();
         let resolves = self.backends.resolves.clone();

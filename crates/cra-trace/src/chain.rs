@@ -110,6 +110,9 @@ pub struct PreparedDraft {
     /// event keeps the payload as its producer wrote it (key order, number spelling), so what an
     /// append acknowledges and what a later read returns are the same value.
     wire: Option<String>,
+    /// The producer gave only the canonical text ([`PreparedDraft::from_canonical`]):
+    /// `draft.payload` holds nothing and is not read.
+    text_only: bool,
 }
 
 impl PreparedDraft {
@@ -127,6 +130,7 @@ impl PreparedDraft {
             draft,
             canonical,
             wire,
+            text_only: false,
         }
     }
 
@@ -143,14 +147,21 @@ impl PreparedDraft {
             draft,
             canonical,
             wire: None,
+            text_only: true,
         }
+    }
+
+    /// Whether the producer gave only the payload's canonical text, so `draft.payload` holds
+    /// nothing ([`PreparedDraft::from_canonical`]).
+    pub fn is_text_only(&self) -> bool {
+        self.text_only
     }
 
     /// The draft with its payload as a value, parsed from the canonical text when the producer
     /// gave only that ([`PreparedDraft::from_canonical`]): for stores that seal plain drafts.
     pub fn into_draft(self) -> EventDraft {
         let mut draft = self.draft;
-        if draft.payload.is_null() && self.canonical != "null" {
+        if self.text_only {
             // The canonical text is JSON by construction; were it not, the payload stays null
             // and the sealed event does not verify, which its verification reports.
             draft.payload = serde_json::from_str(&self.canonical).unwrap_or(Value::Null);

@@ -647,22 +647,6 @@ pub fn spec_event_types() -> Vec<(&'static str, &'static [&'static str])> {
     types
 }
 
-/// The TRACE event envelope's members (§4.2), every one required.
-const ENVELOPE: [&str; 12] = [
-    "trace_version",
-    "event_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "session_id",
-    "sequence",
-    "timestamp",
-    "event_type",
-    "payload",
-    "event_hash",
-    "previous_event_hash",
-];
-
 /// `schemas/trace-event.schema.json` (`cargo xtask codegen` writes it): the §4.2 envelope, and
 /// for each event type of [`spec_event_types`] the payload members §4.3 requires. It checks
 /// presence, as §4.3 does; a member may be `null` where our decisions say so (a goal-less
@@ -685,7 +669,7 @@ pub fn trace_event_schema() -> Value {
         "title": "TRACE/1.0 event",
         "description": "One event of a TRACE chain (§4.2) and, for each event type of §4.3 the runtime emits, the payload members §4.3 requires. Generated from the payload structs of cra_carp::events by `cargo xtask codegen`; do not edit.",
         "type": "object",
-        "required": ENVELOPE,
+        "required": cra_trace::event::ENVELOPE_FIELDS,
         "properties": {
             "trace_version": {"const": "1.0"},
             "event_id": text,
@@ -1123,7 +1107,7 @@ mod tests {
         }
         let whole = event_with("relay.package.deposited", &[]);
         assert!(event_schema_errors(&whole).is_empty());
-        for member in ENVELOPE {
+        for member in cra_trace::event::ENVELOPE_FIELDS {
             let mut missing = whole.clone();
             missing.as_object_mut().unwrap().remove(member);
             assert!(

@@ -6,6 +6,22 @@ use serde_json::{Map, Value};
 /// The only `trace_version` this crate writes.
 pub const TRACE_VERSION: &str = "1.0";
 
+/// The twelve envelope members of §4.2, in the order §4.2 lists them; every one is required.
+pub const ENVELOPE_FIELDS: [&str; 12] = [
+    "trace_version",
+    "event_id",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "session_id",
+    "sequence",
+    "timestamp",
+    "event_type",
+    "payload",
+    "event_hash",
+    "previous_event_hash",
+];
+
 /// One TRACE event. Field order follows §4.2; `parent_span_id` is always serialised (as `null`
 /// when absent) and unknown top-level fields are kept in `extra`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

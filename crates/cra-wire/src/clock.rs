@@ -128,6 +128,16 @@ pub fn is_wire_timestamp(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Whole milliseconds, truncated; a clock that went back gives 0, never a wrapped number.
+    #[test]
+    fn millis_between_truncates_and_never_goes_negative() {
+        let t0 = parse_rfc3339("2026-03-02T10:00:00Z").unwrap();
+        let later = t0 + Duration::microseconds(1_500_999);
+        assert_eq!(millis_between(t0, later), 1500);
+        assert_eq!(millis_between(later, t0), 0);
+        assert_eq!(millis_between(t0, t0), 0);
+    }
+
     #[test]
     fn wire_form_has_six_fraction_digits_and_z() {
         let t = parse_rfc3339("2024-12-28T13:00:00.000123+01:00").unwrap();

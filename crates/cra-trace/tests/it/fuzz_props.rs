@@ -110,20 +110,7 @@ fn chain() -> impl Strategy<Value = Vec<String>> {
     )
 }
 
-const FIELDS: &[&str] = &[
-    "trace_version",
-    "event_id",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "session_id",
-    "sequence",
-    "timestamp",
-    "event_type",
-    "payload",
-    "event_hash",
-    "previous_event_hash",
-];
+const FIELDS: &[&str] = &cra_trace::event::ENVELOPE_FIELDS;
 
 /// Values a damaged field may take.
 fn replacement() -> impl Strategy<Value = Value> {

@@ -340,6 +340,69 @@ def generate(fx, R, DATA):
        dict(exe(2, "other.thing", {}), with_trace=True), {"trace": {"$contains": [{"event_type": "action.denied", "payload": {"action_id": "other.thing"}}]}},
        setup=dict(XS, steps=[res_step]))
 
+    # Every answer to an admitted execute is an execute response (CARP §3.5; specs/http.md):
+    # a refusal too, with status denied or pending_approval and its token in error.code.
+    XR = X + ["specs/http.md: execute responses"]
+
+    def refused(status, code, **error):
+        return {"carp_version": "1.0", "status": status, "execution_id": {"$any": "string"}, "request_id": {"$any": "string"},
+                "resolution_id": {"$any": "string"}, "timestamp": {"$any": "string"}, "trace_id": {"$any": "string"},
+                "result": {"$absent": True}, "error": dict({"code": code, "message": {"$any": "string"}}, **error)}
+    fx("execute-response-denied-not-allowed", "cra", "execute", "cra-full", "An action outside allowed_actions is answered with an execute response of status denied",
+       XR + ["CRA §3.6.5"], "execute", exe(2, "other.thing", {}),
+       {"error": "action_not_allowed", "status": 403, "response": dict(refused("denied", "action_not_allowed", details={"policy_id": "default_deny"}), request_id=rid(2))},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-response-denied-unknown-resolution", "cra", "execute", "cra-full", "An unknown resolution is answered with an execute response of status denied naming it",
+       XR + ["CRA §3.6.4"], "execute", exe(2, "resource.get", {"id": "r"}, resolution=rid(999)),
+       {"error": "resolution_not_found", "status": 404, "response": dict(refused("denied", "resolution_not_found"), resolution_id=rid(999))}, setup=XS)
+    fx("execute-response-denied-parameters", "cra", "execute", "cra-full", "Parameters failing parameters_schema: an execute response of status denied, the field named in error.details",
+       XR + ["CRA §3.6.6"], "execute", exe(2, "resource.get", {"id": 5}),
+       {"error": "invalid_parameters", "status": 400,
+        "response": refused("denied", "invalid_parameters", details={"errors": {"$contains": [{"pointer": "/execution/parameters/id"}]}})},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-response-pending-approval", "cra", "execute", "cra-full", "An approval-gated action before approval: an execute response of status pending_approval",
+       XR + ["errata: grants"], "execute", exe(2, "resource.delete", {}),
+       {"error": "approval_pending", "status": 409, "response": refused("pending_approval", "approval_pending")},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-response-denied-rate-limit", "cra", "execute", "cra-full", "Past max_calls: an execute response of status denied naming the rate-limit policy",
+       XR + ["errata: rate limit", "CRA §8.2"], "execute", exe(4, "api.call", {}),
+       {"error": "rate_limit_exceeded", "status": 429, "response": refused("denied", "rate_limit_exceeded", details={"policy_id": "rl"})},
+       setup=dict(XS, steps=[res_step, {"operation": "execute", "args": exe(2, "api.call", {})}, {"operation": "execute", "args": exe(3, "api.call", {})}]))
+    fx("execute-response-denied-budget", "cra", "execute", "cra-full", "An exhausted budget: an execute response of status denied naming the budget policy",
+       XR + ["errata: budget"], "execute", exe(3, "pay.send", {}),
+       {"error": "budget_exhausted", "status": 429, "response": refused("denied", "budget_exhausted", details={"policy_id": "bud"})},
+       setup=dict(XS, steps=[res_step, {"operation": "execute", "args": exe(2, "pay.send", {})}]))
+    fx("execute-response-denied-expired", "cra", "execute", "cra-full", "A resolution past its ttl: an execute response of status denied",
+       XR + ["CRA §3.6.4"], "execute", late, {"error": "resolution_expired", "status": 409, "response": refused("denied", "resolution_expired")},
+       setup=dict(XS, steps=[res_step]), at_seconds=3601,
+       notes="The execute happens 3601 s after setup.now, past ttl_seconds (3600).")
+    fx("execute-response-success-shape", "cra", "execute", "cra-full", "A successful execute: status success, a result, no error",
+       XR, "execute", exe(2, "resource.get", {"id": "r1"}),
+       {"carp_version": "1.0", "status": "success", "result": {"$any": "object"}, "error": {"$absent": True}, "request_id": rid(2),
+        "execution_id": {"$any": "string"}, "resolution_id": {"$any": "string"}, "timestamp": {"$any": "string"}, "trace_id": {"$any": "string"}},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-pending-recorded-as-pending", "cra", "execute", "cra-full", "An execute awaiting approval is recorded as action.pending_approval, naming the approval",
+       XR + ["errata: audit contract", "CRA §4.3.3"], "execute", dict(exe(2, "resource.delete", {}), with_trace=True),
+       {"trace": {"$contains": [{"event_type": "action.requested", "payload": {"action_id": "resource.delete"}},
+                                {"event_type": "action.pending_approval",
+                                 "payload": {"action_id": "resource.delete", "approval_id": {"$any": "string"}, "error": "approval_pending",
+                                             "resolution_id": {"$any": "string"}, "execution_id": {"$any": "string"}}}]},
+        "trace_valid": True},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-pending-not-recorded-as-denied", "cra", "execute", "cra-full", "An execute awaiting approval is not recorded as a denial or a violation",
+       XR + ["errata: audit contract"], "execute", dict(exe(2, "resource.delete", {}), with_trace=True),
+       {"trace": {"$none": {"event_type": {"$prefix": "action.denied"}}}, "trace_valid": True},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-pending-no-violation", "cra", "execute", "cra-full", "Waiting for an approval breaks no rule: no policy.violated is recorded",
+       XR + ["errata: audit contract", "CRA §4.3.4"], "execute", dict(exe(2, "resource.delete", {}), with_trace=True),
+       {"trace": {"$none": {"event_type": "policy.violated"}}},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-denied-response-names-recorded-execution", "cra", "execute", "cra-full", "A refused execute's response names the execution id its action.denied records",
+       XR + ["errata: audit contract"], "execute", dict(exe(2, "other.thing", {}), with_trace=True),
+       {"response": {"status": "denied", "execution_id": {"$any": "string"}},
+        "trace": {"$contains": [{"event_type": "action.denied", "payload": {"action_id": "other.thing", "policy_id": "default_deny"}}]}},
+       setup=dict(XS, steps=[res_step]))
+
     # A resolution is usable only in the session it was made in (specs/carp.md, rule 4).
     SESSION2 = "0190f5d2-8a4e-7b3c-9d1e-5e5510000002"
     two = dict(XS, sessions=[{"session_id": SESSION, "agent_id": AGENT, "goal": "conformance"},

@@ -61,6 +61,43 @@ fn refusal_details(e: &CarpError) -> Option<Value> {
     (!details.is_empty()).then_some(Value::Object(details))
 }
 
+/// The execute response (§3.5) that refuses `request` with `refusal` under `execution_id`:
+/// status `pending_approval` for `approval_pending`, else `denied`, the refusal's token, message
+/// and details (its field errors, the refusing policy) in `error`. A refusal is still an execute
+/// response; only its transport status differs.
+pub fn refusal_response(
+    request: &CarpRequest,
+    execution_id: String,
+    trace_id: String,
+    timestamp: String,
+    refusal: Option<&CarpError>,
+) -> ExecuteResponse {
+    let status = match refusal {
+        Some(e) if e.token == Token::ApprovalPending => ExecuteStatus::PendingApproval,
+        _ => ExecuteStatus::Denied,
+    };
+    ExecuteResponse {
+        carp_version: CARP_VERSION.to_owned(),
+        execution_id,
+        request_id: request.request_id.clone(),
+        resolution_id: request
+            .execution
+            .as_ref()
+            .map(|x| x.resolution_id.clone())
+            .unwrap_or_default(),
+        timestamp,
+        status,
+        result: None,
+        error: refusal.map(|e| ExecuteError {
+            code: e.token.as_str().to_owned(),
+            message: e.message.clone(),
+            details: refusal_details(e),
+        }),
+        trace_id,
+        extra: Map::new(),
+    }
+}
+
 fn store_err(e: CarpStoreError) -> CarpError {
     CarpError::new(Token::Unavailable, e.to_string())
 }
@@ -367,22 +404,29 @@ impl Carp {
         status: ExecuteStatus,
         error: Option<&CarpError>,
     ) -> ExecuteResponse {
-        ExecuteResponse {
-            carp_version: CARP_VERSION.to_owned(),
-            execution_id: self.ids.new_id(),
-            request_id: request.request_id.clone(),
-            resolution_id: resolution_id.to_owned(),
-            timestamp: format_timestamp(self.clock.now()),
-            status,
-            result: None,
-            error: error.map(|e| ExecuteError {
-                code: e.token.as_str().to_owned(),
-                message: e.message.clone(),
-                details: refusal_details(e),
-            }),
-            trace_id: trace_id.to_owned(),
-            extra: Map::new(),
-        }
+        let mut response = refusal_response(
+            request,
+            self.ids.new_id(),
+            trace_id.to_owned(),
+            format_timestamp(self.clock.now()),
+            error,
+        );
+        response.resolution_id = resolution_id.to_owned();
+        response.status = status;
+        response
+    }
+
+    /// The execute response refusing `request` with `refusal`, as [`Carp::execute`]'s `Err`
+    /// would be answered: status `denied` (`pending_approval` for `approval_pending`), a fresh
+    /// execution id and trace id, this engine's clock.
+    pub fn refused(&self, request: &CarpRequest, refusal: &CarpError) -> ExecuteResponse {
+        refusal_response(
+            request,
+            self.ids.new_id(),
+            self.ids.new_id(),
+            format_timestamp(self.clock.now()),
+            Some(refusal),
+        )
     }
 
     /// Runs every check of an execute request and, when it may run, consumes its rate-limit and

@@ -332,7 +332,31 @@ impl Payload for ActionRequested<'_> {
     const REQUIRED: &'static [&'static str] = &["action_id", "parameters_hash"];
 }
 
-/// `action.denied`: an execute refused, by a rule or a policy, or pending approval.
+/// `action.pending_approval`: an execute of an approval-gated action whose approval is not
+/// decided yet. Nothing ran and nothing was charged; the agent retries once it is granted
+/// (CARP §3.5 status `pending_approval`; a runtime event type, errata "Which events").
+#[derive(Debug, Serialize)]
+pub struct ActionPendingApproval<'a> {
+    /// The execution.
+    pub execution_id: &'a str,
+    /// The action.
+    pub action_id: &'a str,
+    /// The resolution it executes under.
+    pub resolution_id: &'a str,
+    /// The approval it waits for.
+    pub approval_id: Option<&'a str>,
+    /// Always `approval_pending`, the token the agent was answered.
+    pub error: &'a str,
+    /// The answer's message.
+    pub reason: &'a str,
+}
+
+impl Payload for ActionPendingApproval<'_> {
+    const EVENT_TYPE: &'static str = "action.pending_approval";
+    const REQUIRED: &'static [&'static str] = &["action_id", "resolution_id", "approval_id"];
+}
+
+/// `action.denied`: an execute refused, by a rule or a policy.
 #[derive(Debug, Serialize)]
 pub struct ActionDenied<'a> {
     /// The execution.

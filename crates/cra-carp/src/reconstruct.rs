@@ -7,7 +7,8 @@
 //! * every **resolution** (`carp.resolution.completed` carries the full resolution): decision,
 //!   allowed and denied actions, its approval, its expiry (`timestamp + ttl_seconds`);
 //! * every **execution** (`action.requested` opens one; `action.approved` means it was cleared
-//!   and its limits consumed; `action.executed` / `action.failed` / `action.denied` end it;
+//!   and its limits consumed; `action.executed` / `action.failed` / `action.denied` /
+//!   `action.pending_approval` end it;
 //!   `action.deduplicated` counts a repeated idempotency key answered from the first response);
 //! * every **approval**: issued with a `requires_approval` resolution (also announced by
 //!   `approval.requested`), decided by `approval.granted` / `approval.rejected`;
@@ -50,7 +51,8 @@ pub enum ExecutionStatus {
     Error,
     /// Refused (`action.denied`, any token but `approval_pending`).
     Denied,
-    /// Waiting for an approval (`action.denied` with `approval_pending`).
+    /// Waiting for an approval (`action.pending_approval`; older chains: `action.denied` with
+    /// `approval_pending`).
     PendingApproval,
 }
 
@@ -388,6 +390,7 @@ pub fn reconstruct(events: &[TraceEvent]) -> SessionState {
             | "action.executed"
             | "action.failed"
             | "action.denied"
+            | "action.pending_approval"
             | "action.deduplicated" => {
                 let Some(id) = text(p, "execution_id") else {
                     issue(&mut st, format!("{} without `execution_id`", e.event_type));
@@ -425,7 +428,13 @@ pub fn reconstruct(events: &[TraceEvent]) -> SessionState {
                             .and_then(Value::as_str)
                             .map(str::to_owned);
                     }
+                    "action.pending_approval" => {
+                        x.status = ExecutionStatus::PendingApproval;
+                        x.error = text(p, "error");
+                    }
                     "action.denied" => {
+                        // Chains written before `action.pending_approval` recorded a pending
+                        // approval as a denial with its token.
                         let token = text(p, "error");
                         x.status = if token.as_deref() == Some("approval_pending") {
                             ExecutionStatus::PendingApproval

@@ -10,6 +10,7 @@
 //!   `{"$prefix": "sha256:"}`, `{"$present": true}`, `{"$absent": true}`,
 //!   `{"$unordered": [...]}` (same length, each element matched by a distinct actual element),
 //!   `{"$contains": [...]}` (each element matched by a distinct actual element, others ignored),
+//!   `{"$none": pattern}` (an array no element of which matches the pattern),
 //!   `{"$range": [lo, hi]}` (inclusive number range), `{"$len": n}` (array, object or string
 //!   length), `{"$eq": value}` (exact equality, no partial matching), `{"$instant": "<RFC 3339>"}`
 //!   (a timestamp naming the same instant, however rendered); `$regex` is not offered on purpose
@@ -25,6 +26,7 @@ pub const MATCHERS: &[&str] = &[
     "$absent",
     "$unordered",
     "$contains",
+    "$none",
     "$range",
     "$len",
     "$eq",
@@ -272,6 +274,21 @@ fn apply(m: &str, arg: &Value, actual: Option<&Value>, ptr: &str, out: &mut Vec<
                 mismatch(out, ptr, format!("{what} {}", short(arg)), actual);
             }
         }
+        "$none" => {
+            let Some(have) = actual.and_then(Value::as_array) else {
+                mismatch(out, ptr, format!("an array with no {}", short(arg)), actual);
+                return;
+            };
+            if let Some(i) = have.iter().position(|a| matches(arg, a)) {
+                let at = format!("{ptr}/{i}");
+                mismatch(
+                    out,
+                    &at,
+                    format!("no element matching {}", short(arg)),
+                    have.get(i),
+                );
+            }
+        }
         _ => mismatch(out, ptr, format!("a known matcher, not {m}"), actual),
     }
 }
@@ -324,5 +341,16 @@ mod tests {
         let m = match_value(&json!({"d": {"x": false}}), &actual);
         assert_eq!(m.len(), 1);
         assert_eq!(m[0].pointer, "/d/x");
+    }
+
+    #[test]
+    fn none_refuses_an_array_holding_a_matching_element_and_names_it() {
+        let actual = json!({"events": [{"t": "a", "n": 1}, {"t": "b", "n": 2}]});
+        assert!(matches(&json!({"events": {"$none": {"t": "c"}}}), &actual));
+        let m = match_value(&json!({"events": {"$none": {"t": "b"}}}), &actual);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0].pointer, "/events/1");
+        // Not an array: no claim about its elements holds.
+        assert!(!matches(&json!({"n": {"$none": 1}}), &json!({"n": 1})));
     }
 }

@@ -4,8 +4,9 @@
 //! `cra trace verify --lifecycle`), one code per rule:
 //! * [`Code::NotStarted`]: the first event is `session.started`;
 //! * [`Code::AfterEnd`]: nothing follows `session.ended`;
-//! * [`Code::UnmatchedAction`]: every `action.executed`, `action.failed` and `action.denied`
-//!   answers an earlier `action.requested` with the same `payload.execution_id`;
+//! * [`Code::UnmatchedAction`]: every `action.executed`, `action.failed`, `action.denied` and
+//!   `action.pending_approval` answers an earlier `action.requested` with the same
+//!   `payload.execution_id`;
 //! * [`Code::UnmatchedResolution`]: every `carp.resolution.completed` answers an earlier
 //!   `carp.request.received` with the same `trace_id`;
 //! * [`Code::TimeRegression`]: timestamps never go backwards (compared as instants; a timestamp
@@ -102,19 +103,23 @@ impl LifecycleChecker {
                     self.requested.insert(id.clone());
                 }
             }
-            "action.executed" | "action.failed" | "action.denied" => match &facts.execution_id {
-                Some(id) if self.requested.contains(id) => {}
-                Some(id) => finding(
-                    Code::UnmatchedAction,
-                    format!(
-                        "{t} for execution_id {id}, which no earlier action.requested announced"
+            "action.executed" | "action.failed" | "action.denied" | "action.pending_approval" => {
+                match &facts.execution_id {
+                    Some(id) if self.requested.contains(id) => {}
+                    Some(id) => finding(
+                        Code::UnmatchedAction,
+                        format!(
+                            "{t} for execution_id {id}, which no earlier action.requested announced"
+                        ),
                     ),
-                ),
-                None => finding(
-                    Code::UnmatchedAction,
-                    format!("{t} has no string payload.execution_id to match an action.requested"),
-                ),
-            },
+                    None => finding(
+                        Code::UnmatchedAction,
+                        format!(
+                            "{t} has no string payload.execution_id to match an action.requested"
+                        ),
+                    ),
+                }
+            }
             "carp.request.received" => {
                 self.received.insert(facts.trace_id.clone());
             }

@@ -623,3 +623,29 @@ fn stored_resolution_keeps_everything_but_the_context_blocks() {
     without.context_blocks.clear();
     assert_eq!(stored.resolution, without);
 }
+
+/// CARP 3.5: a refusal is still an execute response. `Carp::refused` answers the request with
+/// status `denied` and the token, message and details in `error`; `approval_pending` with
+/// status `pending_approval`.
+#[test]
+fn a_refusal_is_an_execute_response_naming_its_token() {
+    let w = World::new();
+    let res = w
+        .resolve(w.resolve_req("com.example.ops", "deploy to production"))
+        .unwrap();
+    let req = w.exec_req(&res.resolution_id, "no.such.action", json!({}), None);
+    let refusal = w.execute(req.clone()).unwrap_err();
+    let parsed = parse_request(&req).unwrap();
+    let response = w.carp.refused(&parsed, &refusal);
+    assert_eq!(response.status, ExecuteStatus::Denied);
+    assert_eq!(response.request_id, parsed.request_id);
+    assert_eq!(response.resolution_id, res.resolution_id);
+    assert!(response.result.is_none());
+    let error = response.error.expect("a refusal names its token");
+    assert_eq!(error.code, refusal.token.as_str());
+    assert_eq!(error.message, refusal.message);
+
+    let pending = cra_carp::validate::CarpError::new(cra_wire::Token::ApprovalPending, "wait");
+    let waiting = w.carp.refused(&parsed, &pending);
+    assert_eq!(waiting.status, ExecuteStatus::PendingApproval);
+}

@@ -107,8 +107,8 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub all: bool,
     /// Also check the session lifecycle: the first event is session.started, nothing follows
-    /// session.ended, every action.executed|failed|denied answers an earlier action.requested
-    /// (same payload.execution_id), every carp.resolution.completed an earlier
+    /// session.ended, every action.executed|failed|denied|pending_approval answers an earlier
+    /// action.requested (same payload.execution_id), every carp.resolution.completed an earlier
     /// carp.request.received (same trace_id), and timestamps never go backwards. Codes:
     /// lifecycle_not_started, lifecycle_after_end, lifecycle_unmatched_action,
     /// lifecycle_unmatched_resolution, lifecycle_time_regression.

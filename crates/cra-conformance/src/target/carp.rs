@@ -150,7 +150,14 @@ impl CarpWorld {
                         _ => v,
                     }
                 }
-                Err(e) => error(&e),
+                Err(e) => {
+                    // Refused before an execution existed: still answered as a `denied`
+                    // response (§3.5), as the runtime answers an admitted request.
+                    let response = self.carp.refused(&request, &e);
+                    let mut v = error(&e);
+                    v["response"] = serde_json::to_value(response).unwrap_or(Value::Null);
+                    v
+                }
             },
         })
     }

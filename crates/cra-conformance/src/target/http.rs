@@ -200,7 +200,8 @@ impl HttpTarget {
     }
 
     /// Calls a route; a missing route is `not_implemented`; an error status is folded into the
-    /// answer as `status` beside the server's error body.
+    /// answer as `status` beside the server's error body (or, for a refusing execute response,
+    /// beside its `error.code`, the response kept as `response`).
     fn route(&self, method: Method, path: &str, body: Option<&Value>) -> Result<Value, Fail> {
         self.route_as(method, path, body, None)
     }
@@ -227,15 +228,30 @@ impl HttpTarget {
         };
         // A missing route: 405, 501 `not_implemented`, or a 404 whose body is not one of the
         // protocol's specific not-found tokens (no body, or the generic `not_found`).
-        let generic_404 = status == 404
-            && matches!(
-                value.get("error").and_then(Value::as_str),
-                None | Some("not_found")
-            );
+        // (An execute response names its token in `error.code`.)
+        let token = value
+            .get("error")
+            .and_then(Value::as_str)
+            .or_else(|| value.pointer("/error/code").and_then(Value::as_str));
+        let generic_404 = status == 404 && matches!(token, None | Some("not_found"));
         if status == 405 || generic_404 {
             return Err(Fail::NotImplemented(format!(
                 "{method} {path} is not offered"
             )));
+        }
+        // A refusing execute response (CARP §3.5): the fixtures' refusal form (its error's
+        // token, message and details), the response beside it, as the in-process target answers.
+        if status >= 400
+            && let Some(code) = value.pointer("/error/code").and_then(Value::as_str)
+        {
+            let mut v = json!({"error": code, "status": status});
+            for k in ["message", "details"] {
+                if let Some(x) = value.pointer(&format!("/error/{k}")) {
+                    v[k] = x.clone();
+                }
+            }
+            v["response"] = value;
+            return Ok(v);
         }
         if status >= 400 {
             let mut v = match value {
@@ -356,8 +372,11 @@ impl HttpTarget {
                     None,
                 )?;
                 let valid = verified.get("valid").cloned().unwrap_or(Value::Null);
+                // `response` is the execute response itself, also when it refused (the
+                // refusal form keeps it under `response`).
+                let response = answer.get("response").cloned().unwrap_or(answer.clone());
                 Ok(
-                    json!({"resolution": answer.clone(), "response": answer, "trace": trace, "trace_valid": valid}),
+                    json!({"resolution": answer, "response": response, "trace": trace, "trace_valid": valid}),
                 )
             }
             "http" => {

@@ -4,9 +4,10 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderValue;
 use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use cra_carp::types::{ExecuteResponse, ExecuteStatus};
 use cra_wire::Token;
 use serde::Deserialize;
 
@@ -64,20 +65,35 @@ pub async fn resolve(
     })
 }
 
-/// Executes an allowed action.
+/// Executes an allowed action. An admitted request is always answered with an execute response;
+/// a refusal (`denied`, `pending_approval`) carries its token's status. A request that is not
+/// admitted (malformed, another agent's, no active session) gets the error body.
 #[utoipa::path(post, path = "/v1/execute", tag = "carp",
     request_body(content = Object, description = "A CARP/1.0 execute request (schemas/carp-execute-request.schema.json)"),
-    responses((status = 200, description = "The execute response (schemas/carp-execute-response.schema.json)", body = Object),
-              (status = 400, body = crate::openapi::ErrorBodySchema),
-              (status = 403, body = crate::openapi::ErrorBodySchema),
-              (status = 404, body = crate::openapi::ErrorBodySchema),
-              (status = 409, body = crate::openapi::ErrorBodySchema),
-              (status = 429, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, description = "The execute response, status `success` or `error` (schemas/carp-execute-response.schema.json)", body = Object),
+              (status = 400, description = "Not a CARP execute request (error body), or an execute response refusing its parameters", body = Object),
+              (status = 403, description = "An execute response refusing the action (`denied`), or the error body for another agent's request", body = Object),
+              (status = 404, description = "An execute response naming an unknown resolution, or the error body for an unknown session", body = Object),
+              (status = 409, description = "An execute response: `pending_approval`, or `denied` for an expired resolution or a repeated key in flight", body = Object),
+              (status = 429, description = "An execute response: `denied` by a rate limit or budget", body = Object)))]
 pub async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
     let response = service::execute(&state, &actor, &body).await?;
-    Ok(Json(response).into_response())
+    Ok((execute_status(&response), Json(response)).into_response())
+}
+
+/// The HTTP status of an execute response: 200 when the action ran (`success` or `error`), the
+/// refusal token's status when it did not (403 for a token this build does not know).
+fn execute_status(response: &ExecuteResponse) -> StatusCode {
+    let refused = match response.status {
+        ExecuteStatus::Success | ExecuteStatus::Error => return StatusCode::OK,
+        ExecuteStatus::Denied | ExecuteStatus::PendingApproval => response.error.as_ref(),
+    };
+    let status = refused
+        .and_then(|e| Token::parse(&e.code))
+        .map_or(403, Token::http_status);
+    StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN)
 }

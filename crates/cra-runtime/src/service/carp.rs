@@ -7,7 +7,9 @@
 //! requester (`identity_mismatch`, nothing stored: an actor cannot write into another's chain);
 //! the session exists, belongs to the requester and is active (nothing stored: there is no chain
 //! to write to). Everything after that is a well-formed request in a session the caller owns: a
-//! refusal by a protocol rule is answered with its token *and* recorded.
+//! refusal by a protocol rule is answered with its token *and* recorded. An admitted execute is
+//! always answered with an execute response (§3.5): a refusal is one with status `denied` (or
+//! `pending_approval`), its token in `error.code`, under the execution id its events name.
 //!
 //! Ids: one `trace_id` per resolve (the resolution's); the resolve's events share the span
 //! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
@@ -17,12 +19,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use cra_carp::engine::{Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve};
+use cra_carp::engine::{
+    Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve, refusal_response,
+};
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionRequested, PolicyViolated, RefusedRequestReceived, RequestRejected, resolve_events,
-    validate_events,
+    ActionPendingApproval, ActionRequested, PolicyViolated, RefusedRequestReceived,
+    RequestRejected, resolve_events, validate_events,
 };
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StoredResolution};
@@ -313,8 +317,10 @@ async fn record_validate(
 }
 
 /// Executes the CARP execute request `body` for `actor`: the engine's checks and charges, the
-/// executor, and the outcome, each recorded in the session's chain as it happens. Refusals,
-/// denials and pending approvals are `Err` with their token.
+/// executor, and the outcome, each recorded in the session's chain as it happens. Once the
+/// request is admitted, every answer is an execute response: refusals and denials with status
+/// `denied`, an approval not yet granted with `pending_approval`. `Err` is a request that was not
+/// admitted (no execution exists for it) or the runtime's own failure.
 pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<ExecuteResponse> {
     let Admitted { request, session } = admit(rt, actor, body, Operation::Execute).await?;
     let Some(exec) = request.execution.clone() else {
@@ -338,6 +344,9 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
     let carp = engine(rt, atlases.set.clone()).with_session(session);
     let req = request.clone();
     let outcome = run_blocking("the execute task failed", move || carp.execute(&req)).await?;
+    let approval_id = stored
+        .as_ref()
+        .and_then(|s| s.resolution.decision.approval_id.as_deref());
     let call = Call {
         rt,
         parameters_hash: parameters_hash(&exec.parameters),
@@ -345,9 +354,10 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         exec: &exec,
         trace_id: &trace_id,
         parent: parent.as_deref(),
+        approval_id,
     };
     match outcome {
-        Err(e) => Err(call.refused(e).await),
+        Err(e) => call.refused(e).await,
         Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
         Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
     }
@@ -373,6 +383,8 @@ struct Call<'a> {
     parameters_hash: String,
     trace_id: &'a str,
     parent: Option<&'a str>,
+    /// The resolution's approval, when it issued one.
+    approval_id: Option<&'a str>,
 }
 
 impl Call<'_> {
@@ -432,56 +444,78 @@ impl Call<'_> {
         v
     }
 
-    /// A request the engine refused by a rule: recorded under a new execution id, then
-    /// answered with its refusal.
-    async fn refused(&self, refusal: CarpError) -> ApiError {
-        let policy_id = refusal.policy_id.clone();
-        let err = ApiError::from(refusal);
-        if !err.token().is_some_and(is_recorded_refusal) {
-            return err;
-        }
-        let execution_id = self.rt.ids.new_id();
-        // A repeat of a running execution's key is refused, but it breaks no rule.
-        let violated = err.token() != Some(Token::ExecutionInProgress);
-        let refusal = Refusal {
-            token: &err.body.error,
-            message: &err.body.message,
-            policy_id: policy_id.as_deref(),
-        };
-        let drafts = self.denied(&execution_id, refusal, violated);
-        if let Err(e) = self.append(drafts).await {
-            return e;
-        }
-        self.rt.metrics.record_execution("refused");
-        err
+    /// `action.requested` and `action.pending_approval`: the approval is not decided yet.
+    fn pending(&self, execution_id: &str, message: &str) -> Vec<EventDraft> {
+        let span = self.span(execution_id);
+        vec![
+            self.requested(execution_id),
+            span.draft_of(&ActionPendingApproval {
+                execution_id,
+                action_id: &self.exec.action_id,
+                resolution_id: &self.exec.resolution_id,
+                approval_id: self.approval_id,
+                error: Token::ApprovalPending.as_str(),
+                reason: message,
+            }),
+        ]
     }
 
-    /// Answered without running: denied or pending approval (a refusal), or the first response
-    /// of a repeated idempotency key.
+    /// A request the engine refused by a rule: recorded under a new execution id, then
+    /// answered as a `denied` execute response naming it.
+    async fn refused(&self, refusal: CarpError) -> ApiResult<ExecuteResponse> {
+        let token = refusal.token;
+        if !is_recorded_refusal(token) {
+            return Err(ApiError::from(refusal));
+        }
+        let execution_id = self.rt.ids.new_id();
+        let timestamp = cra_wire::clock::format_timestamp(self.rt.clock.now());
+        let response = refusal_response(
+            self.request,
+            execution_id,
+            self.trace_id.to_owned(),
+            timestamp,
+            Some(&refusal),
+        );
+        // A repeat of a running execution's key is refused, but it breaks no rule.
+        let violated = token != Token::ExecutionInProgress;
+        let recorded = Refusal {
+            token: token.as_str(),
+            message: &refusal.message,
+            policy_id: refusal.policy_id.as_deref(),
+        };
+        self.append(self.denied(&response.execution_id, recorded, violated))
+            .await?;
+        self.rt.metrics.record_execution("refused");
+        Ok(response)
+    }
+
+    /// Answered without running: denied or pending approval, or the first response of a
+    /// repeated idempotency key.
     async fn answered(&self, resp: ExecuteResponse) -> ApiResult<ExecuteResponse> {
         let execution_id = resp.execution_id.as_str();
-        if let ExecuteStatus::Denied | ExecuteStatus::PendingApproval = resp.status {
-            let (token, message) = resp.error.as_ref().map_or(("forbidden", "denied"), |e| {
-                (e.code.as_str(), e.message.as_str())
-            });
-            let details = resp.error.as_ref().and_then(|e| e.details.as_ref());
-            let policy_id = details.and_then(|d| d.get("policy_id")?.as_str());
-            let violated = resp.status == ExecuteStatus::Denied;
-            let refusal = Refusal {
-                token,
-                message,
-                policy_id,
-            };
-            self.append(self.denied(execution_id, refusal, violated))
-                .await?;
-            let label = if violated {
-                "denied"
-            } else {
-                "pending_approval"
-            };
-            self.rt.metrics.record_execution(label);
-            let t = Token::parse(token).unwrap_or(Token::Forbidden);
-            return Err(ApiError::new(t, message));
+        let (token, message) = resp.error.as_ref().map_or(("forbidden", "denied"), |e| {
+            (e.code.as_str(), e.message.as_str())
+        });
+        match resp.status {
+            ExecuteStatus::PendingApproval => {
+                self.append(self.pending(execution_id, message)).await?;
+                self.rt.metrics.record_execution("pending_approval");
+                return Ok(resp);
+            }
+            ExecuteStatus::Denied => {
+                let details = resp.error.as_ref().and_then(|e| e.details.as_ref());
+                let policy_id = details.and_then(|d| d.get("policy_id")?.as_str());
+                let refusal = Refusal {
+                    token,
+                    message,
+                    policy_id,
+                };
+                self.append(self.denied(execution_id, refusal, true))
+                    .await?;
+                self.rt.metrics.record_execution("denied");
+                return Ok(resp);
+            }
+            ExecuteStatus::Success | ExecuteStatus::Error => {}
         }
         // A repeated idempotency key: the first response, not run again.
         let span_id = self.rt.ids.new_id();
@@ -503,8 +537,8 @@ impl Call<'_> {
         stored: Option<&StoredResolution>,
     ) -> ApiResult<ExecuteResponse> {
         let execution_id = cleared.execution_id.clone();
-        let approval_id = stored
-            .and_then(|s| s.resolution.decision.approval_id.as_deref())
+        let approval_id = self
+            .approval_id
             .filter(|_| cleared.action.requires_confirmation);
         let approved = self.span(&execution_id).draft_of(&ActionApproved {
             execution_id: &execution_id,

@@ -341,7 +341,7 @@ async fn first_uses_race(s: &TestServer, exec: &HeldExecutor) {
         "the executor ran for the second use too"
     );
     let second = second_done.unwrap();
-    crate::support::assert_error(&second, 409, "execution_in_progress");
+    crate::support::assert_refused(&second, 409, "execution_in_progress");
     let (st, third) = s
         .post(
             Some(MAINT),

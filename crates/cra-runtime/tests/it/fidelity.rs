@@ -199,9 +199,9 @@ async fn a_resolution_is_usable_only_in_its_own_session() {
     };
 
     let got = s.post(Some(AGENT), "/v1/execute", &elsewhere()).await;
-    assert_error(&got, 403, "session_mismatch");
+    assert_refused(&got, 403, "session_mismatch");
     assert_eq!(
-        got.1["details"]["errors"][0]["pointer"],
+        got.1["error"]["details"]["errors"][0]["pointer"],
         "/execution/resolution_id"
     );
     let (st, _) = s
@@ -209,7 +209,7 @@ async fn a_resolution_is_usable_only_in_its_own_session() {
         .await;
     assert_eq!(st, 204);
     let got = s.post(Some(AGENT), "/v1/execute", &elsewhere()).await;
-    assert_error(&got, 403, "session_mismatch");
+    assert_refused(&got, 403, "session_mismatch");
     assert_eq!(calls.load(Ordering::SeqCst), 0, "no executor ran");
 
     // Both refusals are recorded in the session that asked, as refused attempts.
@@ -339,7 +339,7 @@ async fn validate_is_a_recorded_dry_run() {
         "repo.get",
         params,
     );
-    assert_error(
+    assert_refused(
         &s.post(Some(MAINT), "/v1/execute", &exec).await,
         404,
         "resolution_not_found",

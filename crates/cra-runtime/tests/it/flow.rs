@@ -118,7 +118,7 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
             ),
         )
         .await;
-    assert_error(&r, 403, "action_not_allowed");
+    assert_refused(&r, 403, "action_not_allowed");
     let types = s.event_types(&sid).await;
     assert_eq!(
         &types[before..],
@@ -156,12 +156,19 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
             ),
         )
         .await;
-    assert_error(&r, 409, "approval_pending");
+    assert_refused(&r, 409, "approval_pending");
     let types = s.event_types(&sid).await;
     assert_eq!(
         &types[types.len() - 2..],
-        ["action.requested", "action.denied"]
+        ["action.requested", "action.pending_approval"],
+        "a pending approval is recorded as such, not as a denial"
     );
+    let pending = s.events(&sid).await.pop().unwrap();
+    assert_eq!(
+        pending["payload"]["approval_id"],
+        res["decision"]["approval_id"]
+    );
+    assert_eq!(pending["payload"]["execution_id"], r.1["execution_id"]);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 
     // The operator sees and grants it; agents may not.
@@ -266,7 +273,7 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
         "action.denied",
         "policy.violated",
         "action.requested",
-        "action.denied",
+        "action.pending_approval",
         "approval.granted",
         "action.requested",
         "action.approved",

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use cra_carp::types::ExecuteStatus;
 use cra_runtime::AppState;
 use cra_runtime::auth::Actor;
 use cra_runtime::service::carp as service;
@@ -123,8 +124,10 @@ async fn a_validate_records_a_dry_run_and_stores_nothing() {
         "repo.get",
         json!({"owner": "octo", "repo": "hello"}),
     );
-    let err = service::execute(&state, &actor, &exec).await.unwrap_err();
-    assert_eq!(err.token(), Some(Token::ResolutionNotFound), "{err}");
+    let refused = service::execute(&state, &actor, &exec).await.unwrap();
+    assert_eq!(refused.status, ExecuteStatus::Denied);
+    let error = refused.error.expect("a refusal names its token");
+    assert_eq!(error.code, Token::ResolutionNotFound.as_str());
 }
 
 /// An allowed execute runs its executor (here not configured: a recorded failure, not a
@@ -300,4 +303,65 @@ async fn a_session_end_records_its_duration_on_the_injected_clock() {
         assert!(errors.is_empty(), "{}: {errors:?}", e.event_type);
     }
     assert_eq!(ended.payload["reason"], "ended by request");
+}
+
+/// `action.executed.duration_ms` is the executor's time on the injected clock (CRA §4.3.3): an
+/// executor that takes 1,500 ms of it is recorded as 1500.
+#[tokio::test]
+async fn an_execution_records_its_executor_duration_on_the_injected_clock() {
+    let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let moved = clock.clone();
+    let app = axum::Router::new().route(
+        "/exec",
+        axum::routing::post(move || {
+            let clock = moved.clone();
+            async move {
+                clock.advance(time::Duration::milliseconds(1500));
+                axum::Json(json!({"ok": true}))
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, _) = test_config(dir.path());
+    let executor = cra_runtime::config::HttpExecutorConfig {
+        url: format!("http://{addr}/exec"),
+        timeout_ms: 10_000,
+    };
+    config.executors.insert("github".into(), executor);
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+    let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
+    let actor = state
+        .auth
+        .authenticate(Some(&format!("Bearer {MAINT}")))
+        .unwrap();
+    let engine = service::engine(&state, state.atlases().set.clone());
+    let sid = engine
+        .open_session(&actor.id, None, None)
+        .unwrap()
+        .session_id;
+    let body = resolve_request(&actor.id, &sid, &rid(), &[]);
+    let resolution = service::resolve(&state, &actor, &body, false)
+        .await
+        .unwrap()
+        .resolution;
+    let parameters = json!({"owner": "octo", "repo": "hello"});
+    let exec = execute_request(
+        &actor.id,
+        &sid,
+        &rid(),
+        &resolution.resolution_id,
+        "repo.get",
+        parameters,
+    );
+    let response = service::execute(&state, &actor, &exec).await.unwrap();
+    assert_eq!(response.status, ExecuteStatus::Success, "{response:?}");
+    let events = chain(&state, &sid).await;
+    let executed = events.last().unwrap();
+    assert_eq!(executed.event_type, "action.executed");
+    assert_eq!(executed.payload["duration_ms"], 1500);
 }

@@ -206,6 +206,30 @@ pub fn assert_error(got: &(u16, Value), status: u16, token: &str) {
     assert!(got.1["message"].is_string(), "message; body {}", got.1);
 }
 
+/// Asserts an execute refusal (CARP §3.5): HTTP `status`, and the body an execute response of
+/// status `denied` (or `pending_approval` for `approval_pending`) with `token` in `error.code`.
+pub fn assert_refused(got: &(u16, Value), status: u16, token: &str) {
+    let want = if token == "approval_pending" {
+        "pending_approval"
+    } else {
+        "denied"
+    };
+    assert_eq!(got.0, status, "status; body {}", got.1);
+    assert_eq!(got.1["status"], want, "execute status; body {}", got.1);
+    assert_eq!(got.1["error"]["code"], token, "token; body {}", got.1);
+    assert!(
+        got.1["error"]["message"].is_string(),
+        "message; body {}",
+        got.1
+    );
+    assert!(
+        got.1["execution_id"].is_string(),
+        "execution_id; body {}",
+        got.1
+    );
+    assert_eq!(got.1["carp_version"], "1.0", "carp_version; body {}", got.1);
+}
+
 impl TestServer {
     /// Opens a session for `agent_id` with `key`; returns its id.
     pub async fn open_session(&self, key: &str, agent_id: &str) -> String {

@@ -262,10 +262,12 @@ impl Live {
             Some("ci-4"),
             None,
         );
-        assert_eq!(over.1["error"], "budget_exhausted", "{}", over.1);
+        assert_eq!(over.1["error"]["code"], "budget_exhausted", "{}", over.1);
+        assert_eq!(over.1["status"], "denied", "{}", over.1);
         // Not allowed by its resolution: refused by a rule.
         let drop = self.execute(&sid, &deny, "db.drop", json!({}), Some("drop-1"), None);
-        assert_eq!(drop.1["error"], "action_not_allowed", "{}", drop.1);
+        assert_eq!(drop.1["error"]["code"], "action_not_allowed", "{}", drop.1);
+        assert_eq!(drop.1["status"], "denied", "{}", drop.1);
         // Before the approval: pending.
         let early = self.execute(
             &sid,
@@ -275,7 +277,8 @@ impl Live {
             Some("deploy-1"),
             None,
         );
-        assert_eq!(early.1["error"], "approval_pending", "{}", early.1);
+        assert_eq!(early.1["error"]["code"], "approval_pending", "{}", early.1);
+        assert_eq!(early.1["status"], "pending_approval", "{}", early.1);
 
         self.tick();
         let (st, body) = self.call(

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cra_carp::CarpStore;
 use cra_carp::store::{RecordThenAppend, ResolveLog};
-use cra_store::{PgStore, RedbStore, StateDurability, StoreConfig};
+use cra_store::{PgStore, RedbStore, RetentionStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use cra_wire::{Clock, IdGenerator};
 
@@ -24,6 +24,8 @@ pub struct Backends {
     pub resolves: Arc<dyn ResolveLog>,
     /// Relay projects, packages, facts.
     pub relay: Arc<dyn cra_relay::RelayStore>,
+    /// The chains again, with whole-chain removal: what retention runs on.
+    pub retention: Arc<dyn RetentionStore>,
     /// `redb` or `postgres`.
     pub kind: &'static str,
     /// Whether reads and queued appends return without waiting on a network or on another
@@ -63,6 +65,7 @@ pub fn open(
             let chains: Arc<dyn ChainStore> = Arc::new(pg.clone());
             let carp: Arc<dyn CarpStore> = Arc::new(pg.clone());
             Ok(Backends {
+                retention: Arc::new(pg.clone()),
                 relay: Arc::new(cra_store::relay::PgRelay::new(pg)),
                 resolves: Arc::new(RecordThenAppend {
                     carp: carp.clone(),
@@ -77,6 +80,7 @@ pub fn open(
         None => {
             let redb = RedbStore::open_with(&config.data, store_config)?;
             Ok(Backends {
+                retention: Arc::new(redb.clone()),
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
                 resolves: Arc::new(redb.clone()),

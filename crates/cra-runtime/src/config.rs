@@ -84,6 +84,32 @@ fn default_executor_timeout_ms() -> u64 {
     10_000
 }
 
+/// Retention (TRACE §4.6): `[retention] days = N` keeps an ended session N days after its last
+/// event, then `cra serve` removes it (recorded first in the operator audit chain). Absent:
+/// everything is kept.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    /// Days an ended session is kept after its last event; at least 1 (TRACE §4.6: never under
+    /// 24 hours; 30 recommended).
+    pub days: u32,
+    /// Seconds between two runs of the scheduled job (the first runs at start); at least 60.
+    #[serde(default = "default_retention_interval_seconds")]
+    pub interval_seconds: u64,
+}
+
+fn default_retention_interval_seconds() -> u64 {
+    3600
+}
+
+impl RetentionConfig {
+    /// The policy: [`RetentionConfig::days`] days; fewer than one is refused, naming the key.
+    pub fn policy(&self) -> Result<cra_store::RetentionPolicy, ConfigError> {
+        cra_store::RetentionPolicy::days(self.days)
+            .map_err(|e| ConfigError::Invalid(format!("`retention.days` = {}: {e}", self.days)))
+    }
+}
+
 /// Everything `cra serve` can be told.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -126,6 +152,8 @@ pub struct RuntimeConfig {
     /// stable ids. Absent: `local` on the embedded store (one process owns a data directory); on
     /// PostgreSQL a new id per start, whose executions cut off by a crash stay open.
     pub replica_id: Option<String>,
+    /// Retention of ended sessions (`[retention]`); absent, nothing is ever removed.
+    pub retention: Option<RetentionConfig>,
 }
 
 impl Default for RuntimeConfig {
@@ -148,6 +176,7 @@ impl Default for RuntimeConfig {
             executors: BTreeMap::new(),
             test_clock: false,
             replica_id: None,
+            retention: None,
         }
     }
 }
@@ -212,6 +241,15 @@ impl RuntimeConfig {
                 "`limits.stream_queue` must be at least 1".into(),
             ));
         }
+        if let Some(r) = &self.retention {
+            r.policy()?;
+            if r.interval_seconds < 60 {
+                return Err(ConfigError::Invalid(format!(
+                    "`retention.interval_seconds` = {} is under 60; retention runs at most once a minute",
+                    r.interval_seconds
+                )));
+            }
+        }
         for (name, ex) in &self.executors {
             if !(ex.url.starts_with("http://") || ex.url.starts_with("https://")) {
                 return Err(ConfigError::Invalid(format!(
@@ -260,9 +298,17 @@ secret = "s"
 [executors.deploy]
 url = "http://127.0.0.1:9/deploy"
 timeout_ms = 50
+[retention]
+days = 30
 "#,
         )
         .unwrap();
+        let retention = c.retention.as_ref().unwrap();
+        assert_eq!(retention.interval_seconds, 3600);
+        assert_eq!(
+            retention.policy().unwrap().max_age(),
+            time::Duration::days(30)
+        );
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(c.redb_cache_mib, 8);
         assert_eq!(RuntimeConfig::default().redb_cache_mib, 64);
@@ -281,5 +327,20 @@ timeout_ms = 50
             ..RuntimeConfig::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("addr"));
+    }
+
+    #[test]
+    fn a_retention_under_a_day_or_a_minute_is_refused_by_name() {
+        let c = RuntimeConfig::from_toml("[retention]\ndays = 0").unwrap();
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("retention.days")
+        );
+        let c = RuntimeConfig::from_toml("[retention]\ndays = 1\ninterval_seconds = 5").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("retention.interval_seconds"), "{e}");
+        assert!(RuntimeConfig::from_toml("[retention]\nday = 3").is_err());
     }
 }

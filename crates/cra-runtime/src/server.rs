@@ -177,9 +177,19 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// The shared state (tests read counters and stores through it).
     pub state: AppState,
+    /// The outcome of the scheduled retention's latest run (`None` before the first, and
+    /// always without `[retention]`); a test awaits a run on it.
+    pub retention_runs: RetentionRuns,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<std::io::Result<()>>,
+    /// The scheduled retention, stopped with the server.
+    retention: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// Where the scheduled retention reports each run.
+pub type RetentionRuns = tokio::sync::watch::Receiver<
+    Option<crate::error::ApiResult<crate::service::retention::RetentionRun>>,
+>;
 
 impl RunningServer {
     /// Stops accepting, lets in-flight requests finish, and waits.
@@ -200,7 +210,16 @@ impl RunningServer {
     /// PostgreSQL backend's connections are synchronous clients that must not be dropped on an
     /// async worker (their drop blocks on a runtime of their own).
     async fn finish(self) -> std::io::Result<()> {
-        let RunningServer { state, task, .. } = self;
+        let RunningServer {
+            state,
+            task,
+            retention,
+            ..
+        } = self;
+        if let Some(job) = retention {
+            job.abort();
+            let _ = job.await;
+        }
         let result = match task.await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
@@ -226,6 +245,19 @@ pub async fn start(
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
+    let (runs, retention_runs) = tokio::sync::watch::channel(None);
+    let retention = match &state.config.retention {
+        Some(r) => {
+            let job = crate::service::retention::scheduled(
+                state.0.clone(),
+                r.policy()?,
+                std::time::Duration::from_secs(r.interval_seconds),
+                runs,
+            );
+            Some(tokio::spawn(job))
+        }
+        None => None,
+    };
     let (tx, rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let signal = async move {
@@ -245,8 +277,10 @@ pub async fn start(
     Ok(RunningServer {
         addr: bound,
         state,
+        retention_runs,
         shutdown: Some(tx),
         task,
+        retention,
     })
 }
 

@@ -39,7 +39,7 @@ pub use collector::MAX_BATCH_APPENDS;
 pub use error::BackendError;
 pub use pg::PgStore;
 pub use redb::RedbStore;
-pub use retention::{RetentionPolicy, RetentionReport, SessionRemoval};
+pub use retention::{RetentionPolicy, RetentionReport, RetentionStore, SessionRemoval};
 
 /// When a write to the CARP state (sessions, request ids, resolutions, executions, counters,
 /// approvals) is on disk.

@@ -19,8 +19,9 @@ use time::Duration;
 
 use crate::{PgStore, RedbStore};
 
-/// The session id of the operator audit chain.
-pub const OPERATOR_AUDIT_SESSION: &str = "cra-operator-audit";
+/// The session id of the operator audit chain: `cra_trace::event::derived_session_id` of
+/// `cra/operator-audit`, a UUID as TRACE §4.2 requires of every session id.
+pub const OPERATOR_AUDIT_SESSION: &str = "00000000-0000-797a-98f2-f77010d9d02c";
 /// The agent of the operator audit chain.
 pub const OPERATOR_AGENT: &str = "cra-operator";
 /// The event type recording a retention run.
@@ -149,6 +150,31 @@ impl SessionRemoval for PgStore {
     }
 }
 
+/// A chain store that can also remove whole chains: what retention runs on (both backends).
+pub trait RetentionStore: ChainStore + SessionRemoval {}
+
+impl<T: ChainStore + SessionRemoval + ?Sized> RetentionStore for T {}
+
+/// The cutoff of `policy` at `clock`'s now (wire form), and the sessions it makes eligible:
+/// ended, not the operator audit chain, last event before the cutoff. Changes nothing (what a
+/// dry run reports).
+pub fn eligible_sessions<S>(
+    store: &S,
+    policy: &RetentionPolicy,
+    clock: &dyn Clock,
+) -> Result<(String, Vec<SessionSummary>), ChainStoreError>
+where
+    S: ChainStore + ?Sized,
+{
+    let cutoff = format_timestamp(clock.now() - policy.max_age);
+    let expired = store
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.ended && s.session_id != OPERATOR_AUDIT_SESSION && s.last_timestamp < cutoff)
+        .collect();
+    Ok((cutoff, expired))
+}
+
 /// Applies `policy` at `clock`'s now: records, then removes, every ended session whose last
 /// event is older than the policy allows.
 pub fn apply_retention<S>(
@@ -160,12 +186,7 @@ pub fn apply_retention<S>(
 where
     S: ChainStore + SessionRemoval + ?Sized,
 {
-    let cutoff = format_timestamp(clock.now() - policy.max_age);
-    let expired: Vec<SessionSummary> = store
-        .sessions()?
-        .into_iter()
-        .filter(|s| s.ended && s.session_id != OPERATOR_AUDIT_SESSION && s.last_timestamp < cutoff)
-        .collect();
+    let (cutoff, expired) = eligible_sessions(store, policy, clock)?;
     if expired.is_empty() {
         return Ok(RetentionReport {
             cutoff,
@@ -197,4 +218,16 @@ where
         removed,
         audit_event,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operator_audit_session_is_the_uuid_derived_from_its_name() {
+        let derived = cra_trace::event::derived_session_id("cra/operator-audit");
+        assert_eq!(OPERATOR_AUDIT_SESSION, derived);
+        assert!(cra_wire::id::is_canonical_uuid(OPERATOR_AUDIT_SESSION));
+    }
 }

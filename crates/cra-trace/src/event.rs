@@ -2,9 +2,30 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
 
 /// The only `trace_version` this crate writes.
 pub const TRACE_VERSION: &str = "1.0";
+
+/// The session id of a chain no client opens (an audit chain), derived from its `name` so that
+/// every replica computes the same id without shared state: a UUID (§4.2) with version 7 and
+/// the RFC 9562 variant bits, a zero time field, and its other bits from SHA-256(`name`).
+pub fn derived_session_id(name: &str) -> String {
+    let h = Sha256::digest(name.as_bytes());
+    let mut b = [0u8; 16];
+    b[6..].copy_from_slice(&h[..10]);
+    b[6] = 0x70 | (b[6] & 0x0f);
+    b[8] = 0x80 | (b[8] & 0x3f);
+    let x = hex::encode(b);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &x[..8],
+        &x[8..12],
+        &x[12..16],
+        &x[16..20],
+        &x[20..]
+    )
+}
 
 /// The twelve envelope members of §4.2, in the order §4.2 lists them; every one is required.
 pub const ENVELOPE_FIELDS: [&str; 12] = [

@@ -12,4 +12,5 @@ pub mod trace_diff;
 pub mod trace_export;
 pub mod trace_io;
 pub mod trace_replay;
+pub mod trace_retention;
 pub mod trace_state;

@@ -96,6 +96,18 @@ pub enum TraceCommand {
     /// Exit status: 0 exported, 1 could not run.
     #[command(verbatim_doc_comment)]
     Export(crate::cmd::trace_export::ExportArgs),
+    /// Remove ended sessions older than a retention policy, recording each removal first.
+    ///
+    /// TRACE §4.6: every session whose chain has ended and whose last event is more than
+    /// --days days old is named in an operator.retention.applied event of the operator audit
+    /// chain, then removed whole (with its CARP records). Open sessions are never removed.
+    /// --dry-run lists them and changes nothing. A server does this itself on a schedule with
+    /// `[retention] days = N` in its configuration; this command is for a stopped server's
+    /// --data DIR (default ./cra-data) or a --postgres URL.
+    ///
+    /// Exit status: 0 applied or listed, 1 could not run (--days 0, no store).
+    #[command(verbatim_doc_comment)]
+    Retention(crate::cmd::trace_retention::RetentionArgs),
 }
 
 /// Arguments of `cra trace verify`.
@@ -171,6 +183,11 @@ pub fn run(cmd: TraceCommand) -> Exit {
                 terminal,
             )
         }
+        TraceCommand::Retention(args) => crate::cmd::trace_retention::retention(
+            &args,
+            &mut io::stdout().lock(),
+            &mut io::stderr().lock(),
+        ),
         TraceCommand::Verify(args) => {
             let stdout = io::stdout();
             let stderr = io::stderr();

@@ -1,7 +1,7 @@
 //! What the `cra trace` commands share: reading a `.trace.jsonl` (a file or standard input) into
 //! events, reporting a failure to run (the standard error body on standard output under
 //! `-o json`, a sentence on standard error always), and opening a store read-only-in-spirit
-//! (a redb data directory or a PostgreSQL schema) for `state` and `export`.
+//! (a redb data directory or a PostgreSQL schema) for `state`, `export` and `retention`.
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use cra_carp::CarpStore;
-use cra_store::{PgStore, RedbStore};
+use cra_store::{PgStore, RedbStore, RetentionStore};
 use cra_trace::TraceEvent;
 use cra_trace::store::ChainStore;
 use cra_wire::{ErrorBody, Token};
@@ -114,6 +114,8 @@ pub struct OpenedStore {
     pub chains: Arc<dyn ChainStore>,
     /// CARP records.
     pub carp: Arc<dyn CarpStore>,
+    /// The chains again, with whole-chain removal (`cra trace retention`).
+    pub retention: Arc<dyn RetentionStore>,
 }
 
 impl std::fmt::Debug for OpenedStore {
@@ -141,6 +143,7 @@ impl StoreArgs {
                 kind: "postgres",
                 location: format!("schema {}", self.postgres_schema),
                 chains: Arc::new(pg.clone()),
+                retention: Arc::new(pg.clone()),
                 carp: Arc::new(pg),
             }));
         }
@@ -163,6 +166,7 @@ impl StoreArgs {
             kind: "redb",
             location: dir.display().to_string(),
             chains: Arc::new(redb.clone()),
+            retention: Arc::new(redb.clone()),
             carp: Arc::new(redb),
         }))
     }

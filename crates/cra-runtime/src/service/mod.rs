@@ -14,6 +14,7 @@
 //! * [`approvals`]: the pending approvals and their decisions.
 //! * [`atlases`]: the atlases in force: list, read, install one, replace the set.
 //! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
+//! * [`retention`]: the configured retention of ended sessions, applied and recorded.
 //!
 //! Nothing here knows HTTP: a tidy test (`crates/cra-tidy`) fails the build when a file of this
 //! module names an HTTP crate.
@@ -22,4 +23,5 @@ pub mod approvals;
 pub mod atlases;
 pub mod carp;
 pub mod relay;
+pub mod retention;
 pub mod sessions;

@@ -25,7 +25,6 @@ use cra_trace::{EventDraft, Payload, Span};
 use cra_wire::Token;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use self::events::{
     FactAsserted, FactInvalidated, ImportCounts, PackageDeposited, PackageFlagged, PackageReviewed,
@@ -40,12 +39,7 @@ use crate::state::Runtime;
 /// whose other bits come from SHA-256(`cra/project-audit/` + project id), so every replica
 /// derives the same id without shared state.
 pub fn project_audit_session(project_id: &str) -> String {
-    let h = Sha256::digest(format!("cra/project-audit/{project_id}").as_bytes());
-    let mut b = [0u8; 16];
-    b[6..].copy_from_slice(&h[..10]);
-    b[6] = 0x70 | (b[6] & 0x0f);
-    b[8] = 0x80 | (b[8] & 0x3f);
-    uuid::Uuid::from_bytes(b).hyphenated().to_string()
+    cra_trace::event::derived_session_id(&format!("cra/project-audit/{project_id}"))
 }
 
 /// The agent id of a project's audit chain.

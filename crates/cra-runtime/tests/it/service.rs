@@ -365,3 +365,86 @@ async fn an_execution_records_its_executor_duration_on_the_injected_clock() {
     assert_eq!(executed.event_type, "action.executed");
     assert_eq!(executed.payload["duration_ms"], 1500);
 }
+
+/// A runtime whose configuration keeps ended sessions one day ([retention] days = 1), the
+/// maintainer bot's actor, a session it opened and ended at T0, and the runtime's clock.
+async fn runtime_with_an_ended_session()
+-> (AppState, Actor, String, tempfile::TempDir, Arc<FixedClock>) {
+    use cra_runtime::service::sessions::{CreateSession, end, open};
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, _) = test_config(dir.path());
+    config.retention = Some(cra_runtime::config::RetentionConfig {
+        days: 1,
+        interval_seconds: 3600,
+    });
+    let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+    let (state, _) = cra_runtime::build_runtime(config, clock.clone(), ids).unwrap();
+    let actor = state
+        .auth
+        .authenticate(Some(&format!("Bearer {MAINT}")))
+        .unwrap();
+    let input = CreateSession {
+        agent_id: actor.id.clone(),
+        goal: "kept a day".into(),
+        project_id: None,
+        parent_session_id: None,
+    };
+    let sid = open(&state, &actor, input).await.unwrap().session_id;
+    end(&state, &actor, &sid).await.unwrap();
+    (state, actor, sid, dir, clock)
+}
+
+/// TRACE 4.6: retention removes a whole ended session once its last event is older than the
+/// policy, and records the removal first in the operator audit chain; within the policy it
+/// keeps it, and an open session is never removed.
+#[tokio::test]
+async fn retention_removes_an_expired_ended_session_and_records_it() {
+    use cra_runtime::service::retention::apply;
+    use cra_store::retention::{OPERATOR_AUDIT_SESSION, RETENTION_EVENT};
+    let (state, actor, sid, _dir, clock) = runtime_with_an_ended_session().await;
+    let engine = service::engine(&state, state.atlases().set.clone());
+    let open = engine
+        .open_session(&actor.id, None, None)
+        .unwrap()
+        .session_id;
+    let policy = cra_store::RetentionPolicy::days(1).unwrap();
+
+    clock.advance(time::Duration::hours(23));
+    let early = apply(&state, policy).await.unwrap();
+    assert!(early.removed.is_empty(), "kept within its day: {early:?}");
+    assert!(!chain(&state, &sid).await.is_empty());
+
+    clock.advance(time::Duration::hours(2));
+    let run = apply(&state, policy).await.unwrap();
+    assert_eq!(run.removed, [sid.as_str()], "only the ended session goes");
+    assert!(chain(&state, &sid).await.is_empty());
+    let audit = chain(&state, OPERATOR_AUDIT_SESSION).await;
+    let recorded = audit.last().unwrap();
+    assert_eq!(recorded.event_type, RETENTION_EVENT);
+    assert_eq!(recorded.payload["sessions"][0]["session_id"], sid.as_str());
+    assert!(cra_trace::verify::verify_events(&audit, true).is_valid());
+    assert!(state.session_record(&open).await.is_ok(), "open: kept");
+}
+
+/// `cra serve` with `[retention]` applies it when it starts (and then every interval): a
+/// session that ended two days before the start is gone after the first run.
+#[tokio::test]
+async fn a_server_with_retention_configured_applies_it_at_start() {
+    let (state, _actor, sid, _dir, clock) = runtime_with_an_ended_session().await;
+    clock.advance(time::Duration::days(2));
+    let server = cra_runtime::start(state.clone(), std::future::pending())
+        .await
+        .unwrap();
+    let mut runs = server.retention_runs.clone();
+    let run = runs
+        .wait_for(Option::is_some)
+        .await
+        .unwrap()
+        .clone()
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.removed, [sid.as_str()]);
+    assert!(chain(&state, &sid).await.is_empty());
+    server.shutdown().await.unwrap();
+}

@@ -1,4 +1,4 @@
-//! `cra trace export | state | replay | diff`: the library functions on a real session (redb,
+//! `cra trace export | state | replay | diff | retention`: the library functions on a real session (redb,
 //! and PostgreSQL when `CRA_TEST_POSTGRES_URL` is set), their refusals, and the binary.
 
 use std::path::{Path, PathBuf};
@@ -39,6 +39,9 @@ fn run(cmd: TraceCommand, stdin: &[u8]) -> (Exit, String, String) {
         }
         TraceCommand::Verify(a) => {
             cra_cli::cmd::trace::verify(&a, stdin, &mut out, &mut err, false)
+        }
+        TraceCommand::Retention(a) => {
+            cra_cli::cmd::trace_retention::retention(&a, &mut out, &mut err)
         }
         TraceCommand::Tail(_) => panic!("not here"),
     };
@@ -592,4 +595,64 @@ fn the_binary_runs_diff_and_explains_every_command() {
         assert!(help.contains(needle), "{cmd}: {help}");
         assert!(help.contains("Exit status"), "{cmd}: {help}");
     }
+}
+
+/// `cra trace retention` on a stopped server's data directory, at an injected clock: a dry run
+/// lists the ended session and changes nothing; the run records it in the operator audit chain,
+/// removes it, and the audit chain verifies; `--days 0` is refused with exit 1.
+#[test]
+fn retention_lists_then_removes_an_ended_session_and_records_it() {
+    use cra_cli::cmd::trace_retention::run as apply;
+    let mut live = Live::start(None);
+    let facts = live.drive();
+    live.stop();
+    let data = live.data.clone();
+    let args = |extra: &[&str]| {
+        let mut v = vec!["retention", "--days", "30", "--data", s(&data)];
+        v.extend_from_slice(extra);
+        match parse(&v) {
+            TraceCommand::Retention(a) => a,
+            _ => unreachable!("a retention command"),
+        }
+    };
+    let clock = cra_wire::FixedClock::parse("2026-04-15T00:00:00Z").unwrap();
+    let ids = cra_wire::SequentialIds::new(1_776_211_200_000, 9);
+
+    let dry = apply(&args(&["--dry-run"]), &clock, &ids).unwrap();
+    assert!(dry.dry_run);
+    let listed: Vec<&str> = dry.sessions.iter().map(|x| x.session_id.as_str()).collect();
+    assert_eq!(listed, [facts.session.as_str()]);
+    assert!(dry.recorded.is_none());
+    let (exit, out, _) = cli(&["export", "--session", &facts.session, "--data", s(&data)]);
+    assert_eq!(exit, Exit::Success, "a dry run removes nothing: {out}");
+
+    let done = apply(&args(&[]), &clock, &ids).unwrap();
+    assert_eq!(done.sessions.len(), 1);
+    assert!(done.recorded.is_some(), "the removal is recorded");
+    let (exit, _, err) = cli(&["export", "--session", &facts.session, "--data", s(&data)]);
+    assert_eq!(exit, Exit::CouldNotRun, "removed: {err}");
+    let audit = cra_store::retention::OPERATOR_AUDIT_SESSION;
+    let file = live.dir.path().join("audit.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        audit,
+        "--data",
+        s(&data),
+        "-o",
+        s(&file),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let (exit, out, _) = cli(&["verify", "--lifecycle", "-o", "json", s(&file)]);
+    assert_eq!(exit, Exit::Success, "{out}");
+    let recorded = read_events(&file).pop().unwrap();
+    assert_eq!(recorded.event_type, "operator.retention.applied");
+    assert_eq!(
+        recorded.payload["sessions"][0]["session_id"],
+        facts.session.as_str()
+    );
+
+    let (exit, out, err) = cli(&["retention", "--days", "0", "--data", s(&data), "-o", "json"]);
+    assert_eq!(exit, Exit::CouldNotRun, "{err}");
+    assert_eq!(json(&out)["error"], "invalid_request", "{out}");
 }

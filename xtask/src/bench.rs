@@ -1,7 +1,8 @@
 //! `cargo xtask bench [--quick]`: runs the benchmarks with their same-run baselines, writes
 //! `bench/results/latest.json` and renders `bench/RESULTS.md` (the full run; `--quick` writes
-//! `bench/results/quick.json` and `bench/results/RESULTS-quick.md` instead, so a smoke run never
-//! overwrites the committed full results).
+//! `bench/results/quick.json` and `bench/results/RESULTS-quick.md` instead, so a short run never
+//! overwrites the committed full results). `--smoke` is CI's check that everything still runs,
+//! measuring nothing (`smoke.rs`).
 //!
 //! What runs (each as a subprocess, one at a time; every build goes to `bench/target`):
 //! * CARP: `bench/policy-compare` (a separate manifest): cra-carp resolve vs cedar-policy and
@@ -33,7 +34,7 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 /// Criterion benches run, in this order.
-const CRITERION: &[(&str, &str, &str, bool)] = &[
+pub(crate) const CRITERION: &[(&str, &str, &str, bool)] = &[
     // (package, bench, area, run in quick mode)
     ("cra-carp", "resolve", "carp", true),
     ("cra-store", "append", "durable_append", true),
@@ -53,6 +54,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     std::env::set_current_dir(&root)?;
     if args.iter().any(|a| a == "--render") {
         return render_again(quick);
+    }
+    if args.iter().any(|a| a == "--smoke") {
+        return crate::smoke::run();
     }
     let started = Instant::now();
     let mut steps: Vec<Value> = Vec::new();
@@ -180,12 +184,12 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
-fn cargo() -> Command {
+pub(crate) fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
 }
 
 /// Runs `cmd` with its stderr (progress lines) passed through live, returning its stdout.
-fn output(cmd: &mut Command) -> anyhow::Result<String> {
+pub(crate) fn output(cmd: &mut Command) -> anyhow::Result<String> {
     let out = cmd
         .stderr(Stdio::inherit())
         .output()
@@ -196,7 +200,7 @@ fn output(cmd: &mut Command) -> anyhow::Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
-fn status(cmd: &mut Command) -> anyhow::Result<()> {
+pub(crate) fn status(cmd: &mut Command) -> anyhow::Result<()> {
     let s = cmd
         .status()
         .with_context(|| format!("cannot start {cmd:?}"))?;

@@ -4,12 +4,14 @@
 //!   stale. Generated today: the token table in `specs/errors.md` (from `cra_wire::Token`).
 //! * `bench [--quick] [--render]`: benchmarks with same-run baselines -> `bench/results/latest.json`,
 //!   `bench/RESULTS.md` (`--render`: only render the report again from the last results).
+//!   `bench --smoke` (CI): every benchmark once, debug build, shared target, nothing written.
 //! * `soak [--minutes N] [--skip-storage]`: the long storage soak (64 x 10,000 appends on one
 //!   session, 500 kill -9 cycles), then the server crash soak for N minutes on both backends
 //!   (see `soak.rs`).
 
 mod bench;
 mod codegen;
+mod smoke;
 mod soak;
 
 use std::process::ExitCode;
@@ -22,7 +24,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!(
-                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale\n  bench [--quick] [--render]\n                      benchmarks with same-run baselines (--render: report only)\n  soak [--minutes N] [--skip-storage]\n                      storage soak, then N minutes (default 10) of server crash soak"
+                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale\n  bench [--quick] [--render]\n                      benchmarks with same-run baselines (--render: report only)\n  bench --smoke       every benchmark once (debug build, shared target/): CI's check\n  soak [--minutes N] [--skip-storage]\n                      storage soak, then N minutes (default 10) of server crash soak"
             );
             Ok(())
         }

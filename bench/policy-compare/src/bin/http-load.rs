@@ -30,7 +30,7 @@
 //!   in-process ceiling of deliveries/s with no I/O, no JSON and no durability.
 //!
 //! Output: one JSON document on stdout. Usage:
-//! `http-load --cra PATH --atlas DIR --work DIR [--quick] [--runs N] [--seconds S]
+//! `http-load --cra PATH --atlas DIR --work DIR [--quick | --smoke] [--runs N] [--seconds S]
 //!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws]`
 
 use std::path::PathBuf;
@@ -110,6 +110,15 @@ fn parse_args() -> anyhow::Result<Options> {
                 o.runs = 1;
                 o.seconds = 1.5;
                 o.ws_seconds = 3.0;
+                o.ws_wait = 5;
+            }
+            // CI's smoke run against a debug build: every phase briefly, figures meaningless.
+            "--smoke" => {
+                o.runs = 1;
+                o.seconds = 0.3;
+                o.clients = vec![1, 4];
+                o.subscribers = vec![1, 10];
+                o.ws_seconds = 0.5;
                 o.ws_wait = 5;
             }
             other => bail!("unknown argument `{other}` (see the module documentation)"),

@@ -1,9 +1,10 @@
 //! `orient-growth`: Relay `orient` latency against the number of packages in the project.
 //!
-//! For each size (1,000, 10,000, 100,000 packages; `--quick`: 1,000 and 10,000) a fresh Relay
-//! over cra-relay's in-memory store (the `test-support` store: it measures the Relay operation's
-//! own cost, not a disk) gets that many distinct packages deposited through the real
-//! `Relay::deposit` (validation, content hash, transition rules), all inside orient's window;
+//! For each size (1,000, 10,000, 100,000 packages; `--quick`: 1,000 and 10,000; `--smoke`, for CI:
+//! 100 once) a fresh Relay over cra-relay's in-memory store (the `test-support` store: it
+//! measures the Relay operation's own cost, not a disk) gets that many distinct packages
+//! deposited through the real `Relay::deposit` (validation, content hash, transition rules), all
+//! inside orient's window;
 //! then `Relay::orient(project, None)` (§8.3: the project, its recent packages up to the cap,
 //! current facts, deduplicated open questions) is timed. Also timed: the Markdown briefing of the
 //! bundle.
@@ -53,12 +54,18 @@ fn time_runs(
 
 fn run() -> anyhow::Result<Value> {
     let quick = std::env::args().any(|a| a == "--quick");
-    let sizes: &[usize] = if quick {
+    // `--smoke` (CI, a debug build): one small size once, figures meaningless.
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let sizes: &[usize] = if smoke {
+        &[100]
+    } else if quick {
         &[1_000, 10_000]
     } else {
         &[1_000, 10_000, 100_000]
     };
-    let (runs, min_run) = if quick {
+    let (runs, min_run) = if smoke {
+        (1, Duration::ZERO)
+    } else if quick {
         (5, Duration::from_millis(20))
     } else {
         (11, Duration::from_millis(200))

@@ -28,7 +28,8 @@
 //! (still distinct) questions, and a slow engine's runs are capped by a time budget.
 //!
 //! Output: one JSON document on stdout (figures in microseconds per full resolve, min / median /
-//! max over the timed runs). `--quick` uses smaller sizes and fewer runs.
+//! max over the timed runs). `--quick` uses smaller sizes and fewer runs; `--smoke` (CI) runs one
+//! small size once to show the program still works.
 
 use std::collections::{BTreeMap, HashSet};
 use std::hint::black_box;
@@ -376,14 +377,20 @@ fn main() -> std::process::ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--smoke` (CI, a debug build): every step once on a small atlas, figures meaningless.
+    let smoke = std::env::args().any(|a| a == "--smoke");
     // (actions, benchmarked questions): Cedar's cost per resolve grows with actions x policies,
     // so the larger atlases get fewer (still distinct) questions.
-    let plan: &[(usize, usize)] = if quick {
+    let plan: &[(usize, usize)] = if smoke {
+        &[(10, 4)]
+    } else if quick {
         &[(10, 64), (100, 32), (1000, 2)]
     } else {
         &[(10, 256), (100, 128), (1000, 8), (10_000, 1)]
     };
-    let (runs, min_run, budget) = if quick {
+    let (runs, min_run, budget) = if smoke {
+        (1, Duration::ZERO, Duration::from_secs(1))
+    } else if quick {
         (5, Duration::from_millis(20), Duration::from_secs(3))
     } else {
         (11, Duration::from_millis(200), Duration::from_secs(30))
@@ -485,7 +492,7 @@ fn run() -> anyhow::Result<()> {
     let doc = json!({
         "cedar_policy_version": "4",
         "regorus_version": "0.14",
-        "mode": if quick { "quick" } else { "full" },
+        "mode": if smoke { "smoke" } else if quick { "quick" } else { "full" },
         "sizes": results,
     });
     println!("{}", serde_json::to_string_pretty(&doc)?);

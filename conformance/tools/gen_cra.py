@@ -557,6 +557,40 @@ def generate(fx, R, DATA):
        {"request": request(n=3)}, {"error": "session_inactive", "status": 403},
        setup=dict(S, steps=[{"operation": "http", "args": {"method": "DELETE", "path": "/v1/sessions/" + SESSION}}]))
 
+    # Atlases over HTTP: a published version never changes, and every change or refusal is an
+    # event of the operator audit chain (specs/http.md, "Atlases over HTTP").
+    AH = ["specs/http.md: atlases over HTTP", "CRA §6.3"]
+    OPERATOR_CHAIN = "00000000-0000-797a-98f2-f77010d9d02c"
+    in_force = S["atlases"][0]
+    other = copy.deepcopy(in_force)
+    other["manifest"]["description"] = "Other content under the same version"
+    newer = copy.deepcopy(other)
+    newer["manifest"]["version"] = "1.1.0"
+    aid = in_force["manifest"]["atlas_id"]
+    post = lambda body: {"operation": "http", "args": {"method": "POST", "path": "/v1/atlases", "body": body}}
+    chain = {"method": "GET", "path": "/v1/traces/" + OPERATOR_CHAIN}
+    fx("http-atlas-same-version-other-content", "cra", "http-errors", "cra-full", "POST of an atlas id and version in force with other content: 409 atlas_version_conflict",
+       AH, "http", post(other)["args"],
+       {"status": 409, "body": {"error": "atlas_version_conflict", "details": {"errors": {"$contains": [{"pointer": "/manifest/version"}]}}}}, setup=S)
+    fx("http-atlas-conflict-changes-nothing", "cra", "http-errors", "cra-full", "After a refused same-version POST the atlas in force is the one before",
+       AH, "http", {"method": "GET", "path": "/v1/atlases/" + aid},
+       {"status": 200, "body": {"version": "1.0.0", "description": in_force["manifest"]["description"]}}, setup=dict(S, steps=[post(other)]))
+    fx("http-atlas-new-version-replaces", "cra", "http-errors", "cra-full", "POST of a new version of an atlas in force replaces it and names the version replaced",
+       AH, "http", post(newer)["args"], {"status": 201, "body": {"atlas_id": aid, "version": "1.1.0", "replaced": {"version": "1.0.0"}, "unchanged": False}}, setup=S)
+    fx("http-atlas-identical-unchanged", "cra", "http-errors", "cra-full", "POST of the identical atlas again: 200 unchanged",
+       AH, "http", post(in_force)["args"], {"status": 200, "body": {"atlas_id": aid, "unchanged": True}}, setup=S)
+    fx("http-atlas-replacement-recorded", "cra", "http-errors", "cra-full", "An atlas replaced over HTTP is recorded in the operator audit chain: atlas.replaced with both versions and digests",
+       AH + ["errata: audit contract"], "http", chain,
+       {"status": 200, "body": {"$contains": [{"event_type": "atlas.replaced", "session_id": OPERATOR_CHAIN,
+                                               "payload": {"atlas_id": aid, "version": "1.1.0", "replaced_version": "1.0.0", "digest": {"$len": 64},
+                                                           "replaced_digest": {"$len": 64}, "actor": {"$any": "string"}, "source": "install"}}]}},
+       setup=dict(S, steps=[post(newer)]))
+    fx("http-atlas-refusal-recorded", "cra", "http-errors", "cra-full", "A refused atlas install is recorded in the operator audit chain as atlas.refused with its token",
+       AH + ["errata: audit contract"], "http", chain,
+       {"status": 200, "body": {"$contains": [{"event_type": "atlas.refused",
+                                               "payload": {"atlas_id": aid, "version": "1.0.0", "error": "atlas_version_conflict", "source": "install"}}]}},
+       setup=dict(S, steps=[post(other)]))
+
     # ------------------------------------------------------------ interop
     cases = json.load(open(os.path.join(DATA, "peer", "conformance-cases.json")))["cases"]
     I = ["CRA §7.2"]

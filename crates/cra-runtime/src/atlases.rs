@@ -409,15 +409,19 @@ impl Runtime {
     }
 
     /// Installs one validated atlas: it joins the set in force, replacing the atlas with the same
-    /// id (whatever its version, whether it came from a source or over HTTP). Installing the
-    /// identical atlas again changes nothing. Refused (nothing changes) when a dependency of the
-    /// resulting set does not resolve.
+    /// id at another version (whether it came from a source or over HTTP). Installing the
+    /// identical atlas again changes nothing. Refused (nothing changes) when the same id and
+    /// version are in force with other content (409 `atlas_version_conflict`: a published
+    /// version never changes) or a dependency of the resulting set does not resolve.
     pub fn install_atlas(&self, atlas: LoadedAtlas) -> Result<Installed, ApiError> {
         let id = atlas.id().to_owned();
         let out = self.change_atlases(|current| {
             let installed = match current.get(&id) {
                 Some(old) if old.digest == atlas.digest => {
                     return Ok::<_, ApiError>((None, Installed::Unchanged));
+                }
+                Some(old) if old.manifest.version == atlas.manifest.version => {
+                    return Err(version_conflict(old, &atlas));
                 }
                 Some(old) => Installed::Replaced {
                     version: old.manifest.version.clone(),
@@ -470,22 +474,29 @@ impl Runtime {
     }
 }
 
-/// Polls the sources once a second and reloads on change (for `--watch`).
+/// The refusal of `atlas` where `old`, the same id and version, is in force with other content.
+fn version_conflict(old: &LoadedAtlas, atlas: &LoadedAtlas) -> ApiError {
+    ApiError::field(
+        Token::AtlasVersionConflict,
+        "/manifest/version",
+        format!(
+            "atlas `{}` version {} is in force with digest {}, and this one has other content ({}); a published version never changes: raise the version, or replace the whole set with PUT /v1/atlases",
+            atlas.id(),
+            atlas.manifest.version,
+            old.digest,
+            atlas.digest
+        ),
+    )
+}
+
+/// Polls the sources once a second and reloads on change (for `--watch`); each reload's changes
+/// (or its refusal) are recorded in the operator audit chain ([`Watcher::poll_recorded`]).
 pub async fn watch(state: crate::state::AppState) {
     let mut watcher = Watcher::new(&state);
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        let (s, mut w) = (state.clone(), watcher);
-        watcher = match tokio::task::spawn_blocking(move || {
-            let _ = w.poll(&s);
-            w
-        })
-        .await
-        {
-            Ok(w) => w,
-            Err(_) => Watcher::new(&state),
-        };
+        watcher = watcher.poll_recorded(&state).await.0;
     }
 }
 
@@ -513,5 +524,30 @@ impl Watcher {
         }
         self.last = now;
         Some(state.reload_atlases())
+    }
+
+    /// One poll as the `--watch` task makes it: [`Watcher::poll`] on the blocking pool, then
+    /// the reload's changes (or its refusal) recorded in the operator audit chain. Returns the
+    /// watcher to poll with next (a fresh one if the poll panicked) and the poll's outcome.
+    pub async fn poll_recorded(
+        self,
+        state: &crate::state::AppState,
+    ) -> (Self, Option<Result<usize, String>>) {
+        let before = state.atlas_summaries();
+        let (s, mut w) = (state.clone(), self);
+        let polled = tokio::task::spawn_blocking(move || {
+            let outcome = w.poll(&s);
+            (w, outcome)
+        })
+        .await;
+        match polled {
+            Ok((w, outcome)) => {
+                if let Some(o) = &outcome {
+                    crate::service::atlases::record_reload(state, &before, o).await;
+                }
+                (w, outcome)
+            }
+            Err(_) => (Watcher::new(state), None),
+        }
     }
 }

@@ -43,6 +43,9 @@ pub struct Runtime {
     pub atlas_state: std::sync::RwLock<Arc<crate::atlases::AtlasState>>,
     /// The settable clock `clock` reads, when the server runs with `test_clock = true`.
     pub test_clock: Option<Arc<crate::conformance::TestClock>>,
+    /// Serialises this process's writes to the operator audit chain
+    /// ([`crate::service::operator`]).
+    pub operator_chain: tokio::sync::Mutex<()>,
 }
 
 impl Runtime {

@@ -26,12 +26,14 @@ pub async fn list(
 
 /// Installs one inline atlas `{"manifest": {...}, "files": {"context/x.md": "..."}}`, validated
 /// exactly as a directory holding those files. It joins the set in force, replacing the atlas
-/// with the same id whatever its version: 201. The identical atlas again: 200, nothing changes.
+/// with the same id at another version: 201. The identical atlas again: 200, nothing changes.
+/// The same id and version with other content: 409 `atlas_version_conflict`.
 #[utoipa::path(post, path = "/v1/atlases", tag = "atlases", request_body = Object,
     responses((status = 201, description = "Installed", body = InstalledAtlas),
               (status = 200, description = "Already in force, unchanged", body = InstalledAtlas),
               (status = 400, description = "invalid_request or invalid_atlas (every diagnostic, by pointer)", body = crate::openapi::ErrorBodySchema),
-              (status = 403, body = crate::openapi::ErrorBodySchema)))]
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 409, description = "atlas_version_conflict: this id and version are in force with other content", body = crate::openapi::ErrorBodySchema)))]
 pub async fn install(
     State(state): State<AppState>,
     Caller(actor): Caller,

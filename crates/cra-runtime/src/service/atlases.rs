@@ -1,16 +1,25 @@
 //! The atlases in force, as operations: list them, read one's manifest, install one inline
 //! atlas (authors and admins), replace the whole set (admins). Loading, validation and the
-//! atomic swap of generations are `crate::atlases`'; this module holds who may do what and what
-//! each operation answers.
+//! atomic swap of generations are `crate::atlases`'; this module holds who may do what, what
+//! each operation answers, and what it records: every install, replacement, removal and refusal
+//! of an atlas is an event of the operator audit chain ([`events`], [`super::operator`]),
+//! appended under that chain's lock after the change, so the chain's order is the changes'.
+
+pub mod events;
 
 use std::sync::Arc;
 
 use cra_atlas::LoadedAtlas;
+use cra_trace::EventDraft;
 use cra_wire::Token;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use self::events::{
+    AtlasChange, AtlasInstalled, AtlasRefused, AtlasRemoved, AtlasReplaced, AtlasSource,
+};
+use super::operator;
 use crate::atlases::{Installed, load_inline};
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
@@ -93,19 +102,27 @@ impl Runtime {
 
     /// Installs one inline atlas `{"manifest": {...}, "files": {"context/x.md": "..."}}`,
     /// validated exactly as a directory holding those files. It joins the set in force,
-    /// replacing the atlas with the same id whatever its version; the identical atlas again
-    /// changes nothing (`unchanged`). Authors and admins.
+    /// replacing the atlas with the same id at another version; the identical atlas again
+    /// changes nothing (`unchanged`); the same id and version with other content is 409
+    /// `atlas_version_conflict`. Authors and admins. The install, replacement or refusal is
+    /// recorded in the operator audit chain.
     pub async fn install_inline_atlas(
         self: &Arc<Self>,
         actor: &Actor,
         inline: Value,
     ) -> ApiResult<InstalledAtlas> {
         actor.require(&[Role::Author], "installing an atlas")?;
+        let chain = operator::lock(self).await?;
         let rt = Arc::clone(self);
-        run_blocking("installing the atlas failed", move || {
-            let atlas = load_inline(&inline, "")?;
+        let outcome = run_blocking("installing the atlas failed", move || {
+            // A refusal keeps the atlas it refused, when it loaded far enough to be known.
+            let atlas = load_inline(&inline, "").map_err(|e| Box::new((None, e)))?;
             let summary = AtlasSummary::of(&atlas);
-            let (replaced, unchanged) = match rt.install_atlas(atlas)? {
+            let installed = match rt.install_atlas(atlas) {
+                Ok(i) => i,
+                Err(e) => return Err(Box::new((Some(summary), e))),
+            };
+            let (replaced, unchanged) = match installed {
                 Installed::Added => (None, false),
                 Installed::Replaced { version, digest } => {
                     (Some(ReplacedAtlas { version, digest }), false)
@@ -118,13 +135,29 @@ impl Runtime {
                 unchanged,
             })
         })
-        .await?
+        .await?;
+        match outcome {
+            Ok(installed) => {
+                chain
+                    .append(self.installed_events(actor, &installed))
+                    .await?;
+                Ok(installed)
+            }
+            Err(refused) => {
+                let (known, refusal) = *refused;
+                let source = AtlasSource::Install;
+                let draft = self.refused_event(actor, source, known.as_ref(), &refusal);
+                chain.append(vec![draft]).await?;
+                Err(refusal)
+            }
+        }
     }
 
     /// Replaces the whole set in force with `{"atlases": [inline atlas, ...]}` (distinct ids;
     /// each validated as [`Runtime::install_inline_atlas`] does), atomically: either every atlas
     /// is valid and the new set is swapped in, or nothing changes. Admins only. Answers the set
-    /// now in force.
+    /// now in force. Each atlas the swap installed, replaced or removed (or the refusal) is
+    /// recorded in the operator audit chain.
     pub async fn replace_atlas_set(
         self: &Arc<Self>,
         actor: &Actor,
@@ -135,12 +168,148 @@ impl Runtime {
                 "replacing the whole atlas set needs the admin role; authors install one atlas with POST /v1/atlases",
             ));
         }
+        let chain = operator::lock(self).await?;
+        let before = self.atlas_summaries();
         let rt = Arc::clone(self);
-        run_blocking("replacing the atlases failed", move || {
+        let outcome = run_blocking("replacing the atlases failed", move || {
             rt.replace_atlases(load_set(&set)?)?;
             Ok(rt.atlas_summaries())
         })
-        .await?
+        .await?;
+        match outcome {
+            Ok(after) => {
+                let drafts =
+                    self.set_changed_events(&actor.id, AtlasSource::ReplaceSet, &before, &after);
+                chain.append(drafts).await?;
+                Ok(after)
+            }
+            Err(refusal) => {
+                let source = AtlasSource::ReplaceSet;
+                chain
+                    .append(vec![self.refused_event(actor, source, None, &refusal)])
+                    .await?;
+                Err(refusal)
+            }
+        }
+    }
+
+    /// The events of one install's outcome: nothing for an unchanged atlas.
+    fn installed_events(&self, actor: &Actor, installed: &InstalledAtlas) -> Vec<EventDraft> {
+        if installed.unchanged {
+            return Vec::new();
+        }
+        let a = &installed.atlas;
+        let atlas = change(a, &actor.id, AtlasSource::Install);
+        let draft = match &installed.replaced {
+            None => operator::draft(self, &AtlasInstalled(atlas)),
+            Some(old) => operator::draft(
+                self,
+                &AtlasReplaced {
+                    atlas,
+                    replaced_version: &old.version,
+                    replaced_digest: &old.digest,
+                },
+            ),
+        };
+        vec![draft]
+    }
+
+    /// `atlas.refused` for `refusal`, naming the atlas when it loaded far enough to be known.
+    fn refused_event(
+        &self,
+        actor: &Actor,
+        source: AtlasSource,
+        known: Option<&AtlasSummary>,
+        refusal: &ApiError,
+    ) -> EventDraft {
+        operator::draft(
+            self,
+            &AtlasRefused {
+                atlas_id: known.map(|a| a.atlas_id.as_str()),
+                version: known.map(|a| a.version.as_str()),
+                digest: known.map(|a| a.digest.as_str()),
+                actor: &actor.id,
+                source,
+                error: &refusal.body.error,
+                message: &refusal.body.message,
+            },
+        )
+    }
+
+    /// The events of a change of the whole set from `before` to `after`: each id new to the
+    /// set installed, each with another digest replaced, each gone removed.
+    pub fn set_changed_events(
+        &self,
+        actor: &str,
+        source: AtlasSource,
+        before: &[AtlasSummary],
+        after: &[AtlasSummary],
+    ) -> Vec<EventDraft> {
+        let mut drafts = Vec::new();
+        for a in after {
+            let atlas = change(a, actor, source);
+            match before.iter().find(|b| b.atlas_id == a.atlas_id) {
+                None => drafts.push(operator::draft(self, &AtlasInstalled(atlas))),
+                Some(old) if old.digest != a.digest => {
+                    let replaced = AtlasReplaced {
+                        atlas,
+                        replaced_version: &old.version,
+                        replaced_digest: &old.digest,
+                    };
+                    drafts.push(operator::draft(self, &replaced));
+                }
+                Some(_) => {}
+            }
+        }
+        for old in before {
+            if !after.iter().any(|a| a.atlas_id == old.atlas_id) {
+                let gone = AtlasRemoved(change(old, actor, source));
+                drafts.push(operator::draft(self, &gone));
+            }
+        }
+        drafts
+    }
+}
+
+/// The event members naming atlas `a`, changed by `actor` through `source`.
+fn change<'a>(a: &'a AtlasSummary, actor: &'a str, source: AtlasSource) -> AtlasChange<'a> {
+    AtlasChange {
+        atlas_id: &a.atlas_id,
+        version: &a.version,
+        digest: &a.digest,
+        actor,
+        source,
+    }
+}
+
+/// Records what a `--watch` reload did: the set's changes from `before`, or the refusal
+/// (`message`) that left the last good set in force. Failures to record are logged.
+pub async fn record_reload(rt: &Runtime, before: &[AtlasSummary], outcome: &Result<usize, String>) {
+    let actor = cra_store::retention::OPERATOR_AGENT;
+    let chain = match operator::lock(rt).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "the atlas reload could not be recorded");
+            return;
+        }
+    };
+    let drafts = match outcome {
+        Ok(_) => rt.set_changed_events(actor, AtlasSource::Watch, before, &rt.atlas_summaries()),
+        Err(message) => vec![operator::draft(
+            rt,
+            &AtlasRefused {
+                atlas_id: None,
+                version: None,
+                digest: None,
+                actor,
+                source: AtlasSource::Watch,
+                error: Token::InvalidAtlas.as_str(),
+                message,
+            },
+        )],
+    };
+    if let Err(e) = chain.append(drafts).await {
+        tracing::warn!(error = %e, "the atlas reload could not be recorded");
     }
 }
 

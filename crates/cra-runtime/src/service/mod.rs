@@ -15,6 +15,8 @@
 //! * [`atlases`]: the atlases in force: list, read, install one, replace the set.
 //! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
 //! * [`retention`]: the configured retention of ended sessions, applied and recorded.
+//! * [`operator`]: the operator audit chain, where atlas changes and retention runs are
+//!   recorded.
 //!
 //! Nothing here knows HTTP: a tidy test (`crates/cra-tidy`) fails the build when a file of this
 //! module names an HTTP crate.
@@ -22,6 +24,7 @@
 pub mod approvals;
 pub mod atlases;
 pub mod carp;
+pub mod operator;
 pub mod relay;
 pub mod retention;
 pub mod sessions;

@@ -26,6 +26,9 @@ pub struct RetentionRun {
 /// Applies `policy` once: records, then removes, every ended session whose last event is older
 /// than it keeps. The audit event goes to the live stream too.
 pub async fn apply(rt: &Runtime, policy: RetentionPolicy) -> ApiResult<RetentionRun> {
+    // Under the operator chain's lock, which also starts the chain (its record and
+    // `session.started`) the first time.
+    let _chain = super::operator::lock(rt).await?;
     let store = rt.backends.retention.clone();
     let clock = rt.clock.clone();
     let ids = rt.ids.clone();

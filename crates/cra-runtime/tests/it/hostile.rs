@@ -355,6 +355,8 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 /// whole Relay store, and the atlases in force (id and digest).
 #[derive(Debug, PartialEq)]
 struct Records {
+    /// Events of the operator audit chain other than its start and atlas refusals.
+    operator_changes: usize,
     chains: usize,
     events: u64,
     pending: usize,
@@ -362,10 +364,30 @@ struct Records {
     atlases: Vec<(String, String)>,
 }
 
+/// What a refusal may not change. The operator audit chain is counted apart: a refused atlas is
+/// recorded there (`atlas.refused`, after the chain's start), which is the record of the
+/// refusal, not a change; any other event there is a change.
 fn records(s: &TestServer) -> Records {
     let st = &s.server.as_ref().unwrap().state;
-    let chains = st.backends.chains.sessions().unwrap();
+    let audit = cra_store::retention::OPERATOR_AUDIT_SESSION;
+    let chains: Vec<_> = st
+        .backends
+        .chains
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.session_id != audit)
+        .collect();
+    let operator_changes = st
+        .backends
+        .chains
+        .read_range(audit, 0, u64::MAX)
+        .unwrap()
+        .iter()
+        .filter(|e| !matches!(e.event_type.as_str(), "session.started" | "atlas.refused"))
+        .count();
     Records {
+        operator_changes,
         chains: chains.len(),
         events: chains.iter().map(|c| c.head.next_sequence).sum(),
         pending: st.backends.carp.list_pending_approvals().unwrap().len(),

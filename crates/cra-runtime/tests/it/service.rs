@@ -242,8 +242,8 @@ async fn relay_writes_are_granted_and_recorded_without_http() {
 }
 
 /// Atlas installs through the service: an agent is refused and nothing changes; an author's
-/// changed atlas replaces the one in force with its id, and the same atlas again changes
-/// nothing.
+/// changed atlas at the same version is refused, at a new version it replaces the one in force
+/// with its id, and the same atlas again changes nothing.
 #[tokio::test]
 async fn atlas_installs_are_authorised_and_idempotent_without_http() {
     let (state, agent, _sid, _dir) = runtime();
@@ -263,6 +263,15 @@ async fn atlas_installs_are_authorised_and_idempotent_without_http() {
         .expect("the test configuration loads the example atlas");
     let mut inline = crate::system::inline_example("dev.cra.github-ops");
     inline["manifest"]["description"] = json!("changed by the service test");
+    // The same version with other content is refused: a published version never changes.
+    let conflict = state
+        .0
+        .install_inline_atlas(&author, inline.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(conflict.token(), Some(Token::AtlasVersionConflict));
+    assert_eq!(digests(), before, "a refused install changes nothing");
+    inline["manifest"]["version"] = json!("9.0.0");
     let refused = state
         .0
         .install_inline_atlas(&agent, inline.clone())

@@ -246,15 +246,69 @@ async fn an_inline_atlas_is_installed_replaced_and_validated_as_a_directory() {
     assert_eq!(again["unchanged"], true);
     assert_eq!(again["digest"], body["digest"]);
 
-    // Other content under the same id and version replaces it, and says what it replaced.
+    // Other content under the same id and version is refused: a published version never
+    // changes. The atlas in force stays.
     let mut changed = payments.clone();
     changed["manifest"]["description"] = json!("changed over HTTP");
+    let conflict = s.post(Some(AUTHOR), "/v1/atlases", &changed).await;
+    assert_error(&conflict, 409, "atlas_version_conflict");
+    assert_eq!(
+        conflict.1["details"]["errors"][0]["pointer"],
+        "/manifest/version"
+    );
+    let (_, manifest) = s.get(Some(AGENT), "/v1/atlases/com.example.payments").await;
+    assert_ne!(manifest["description"], "changed over HTTP");
+
+    // A new version replaces it, and says what it replaced.
+    changed["manifest"]["version"] = json!("1.1.0");
     let (st, replaced) = s.post(Some(AUTHOR), "/v1/atlases", &changed).await;
     assert_eq!(st, 201, "{replaced}");
     assert_eq!(replaced["replaced"]["digest"], body["digest"]);
     assert_eq!(replaced["replaced"]["version"], body["version"]);
     let (_, manifest) = s.get(Some(AGENT), "/v1/atlases/com.example.payments").await;
     assert_eq!(manifest["description"], "changed over HTTP");
+
+    // Each install, refusal and replacement is in the operator audit chain, which an auditor
+    // reads and which verifies; the unchanged install is not.
+    let audit = cra_store::retention::OPERATOR_AUDIT_SESSION;
+    let (st, chain) = s.get(Some(AUDITOR), &format!("/v1/traces/{audit}")).await;
+    assert_eq!(st, 200, "{chain}");
+    let events = chain.as_array().unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session.started",
+            "atlas.installed",
+            "atlas.refused",
+            "atlas.replaced"
+        ]
+    );
+    let (installed, refused, swapped) = (
+        &events[1]["payload"],
+        &events[2]["payload"],
+        &events[3]["payload"],
+    );
+    assert_eq!(installed["atlas_id"], "com.example.payments");
+    assert_eq!(installed["digest"], body["digest"]);
+    assert_eq!(installed["actor"], "alice");
+    assert_eq!(installed["source"], "install");
+    assert_eq!(refused["error"], "atlas_version_conflict");
+    assert_eq!(refused["version"], body["version"]);
+    assert_ne!(refused["digest"], body["digest"]);
+    assert_eq!(swapped["version"], "1.1.0");
+    assert_eq!(swapped["replaced_digest"], body["digest"]);
+    let (st, verdict) = s
+        .post(
+            Some(AUDITOR),
+            &format!("/v1/traces/{audit}/verify"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!((st, &verdict["valid"]), (200, &json!(true)), "{verdict}");
 
     // An installed atlas survives a reload of the configured sources.
     let state = &s.server.as_ref().unwrap().state;

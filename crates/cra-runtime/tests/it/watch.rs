@@ -67,20 +67,40 @@ async fn a_changed_atlas_is_reloaded_and_a_broken_one_keeps_the_last_good() {
     // Nothing changed: nothing reloads.
     assert_eq!(watcher.poll(&state), None);
 
-    // A valid change: the new version is in force, with a new digest.
+    // A valid change: the new version is in force, with a new digest, and the replacement is
+    // recorded in the operator audit chain.
     let manifest = atlas.join("atlas.json");
     set_version(&manifest, "1.2.0");
-    assert_eq!(watcher.poll(&state), Some(Ok(1)));
+    let (w, outcome) = watcher.poll_recorded(&state).await;
+    watcher = w;
+    assert_eq!(outcome, Some(Ok(1)));
     let (v1, d1) = version_in_force(&s).await;
     assert_eq!(v1, "1.2.0");
     assert_ne!(d1, d0);
+    let audit = cra_store::retention::OPERATOR_AUDIT_SESSION;
+    let recorded = s.events(audit).await.pop().unwrap();
+    assert_eq!(recorded["event_type"], "atlas.replaced");
+    let p = &recorded["payload"];
+    assert_eq!(
+        (&p["version"], &p["replaced_version"]),
+        (&"1.2.0".into(), &"1.1.0".into())
+    );
+    assert_eq!(
+        (&p["digest"], &p["source"]),
+        (&d1.clone().into(), &"watch".into())
+    );
 
     // A broken change: reported, and 1.2.0 stays in force; resolves keep working.
     let good = std::fs::read(&manifest).unwrap();
     std::fs::write(&manifest, b"{\"atlas_version\": \"1.0\", \"atlas_id\": ").unwrap();
-    let failed = watcher.poll(&state).expect("a change was seen");
+    let (w, failed) = watcher.poll_recorded(&state).await;
+    watcher = w;
+    let failed = failed.expect("a change was seen");
     assert!(failed.is_err(), "{failed:?}");
     assert_eq!(version_in_force(&s).await, (v1.clone(), d1.clone()));
+    let refused = s.events(audit).await.pop().unwrap();
+    assert_eq!(refused["event_type"], "atlas.refused");
+    assert_eq!(refused["payload"]["source"], "watch");
     let (status, metrics) = {
         let r = s
             .http

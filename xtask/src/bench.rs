@@ -56,7 +56,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         return render_again(quick);
     }
     if args.iter().any(|a| a == "--smoke") {
-        return crate::smoke::run();
+        return crate::smoke::run(args.iter().any(|a| a == "--build-only"));
     }
     let started = Instant::now();
     let mut steps: Vec<Value> = Vec::new();

@@ -24,7 +24,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("help" | "--help" | "-h") | None => {
             println!(
-                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale\n  bench [--quick] [--render]\n                      benchmarks with same-run baselines (--render: report only)\n  bench --smoke       every benchmark once (debug build, shared target/): CI's check\n  soak [--minutes N] [--skip-storage]\n                      storage soak, then N minutes (default 10) of server crash soak"
+                "usage: cargo xtask <command>\n\ncommands:\n  codegen [--check]   regenerate generated files; --check fails when one is stale\n  bench [--quick] [--render]\n                      benchmarks with same-run baselines (--render: report only)\n  bench --smoke [--build-only]\n                      every benchmark once (debug build, shared target/): CI's check\n  soak [--minutes N] [--skip-storage]\n                      storage soak, then N minutes (default 10) of server crash soak"
             );
             Ok(())
         }

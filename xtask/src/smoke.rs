@@ -2,13 +2,14 @@
 //! program runs once on small inputs, built in the debug profile into the shared target
 //! directory (the one the tests use), so CI builds no second release tree. Its figures mean
 //! nothing and are not written anywhere; `cargo xtask bench [--quick]` measures.
+//! `--smoke --build-only` compiles what the steps run and stops.
 //!
 //! What runs: the `bench/policy-compare` programs with `--smoke` (the engines' agreement check
 //! included), a 1,000-event synthetic session through `verify-limit`, cra-trace's `verify_file`
 //! and the Appendix B Python verifier, `http-load` against the debug `cra` for HTTP and
 //! WebSocket, and every criterion bench in criterion's test mode (each benchmark once, through
-//! one `cargo test --workspace --bench ...`). A failed step does not stop the others; the command fails at the end
-//! naming every failed step.
+//! one `cargo test --workspace --bench ...`). A failed step does not stop the others; the
+//! command fails at the end naming every failed step.
 
 use std::process::Command;
 use std::time::Instant;
@@ -23,9 +24,14 @@ fn target_dir() -> String {
     std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".to_owned())
 }
 
-/// Entry point (the working directory is the workspace root).
-pub fn run() -> anyhow::Result<()> {
+/// Entry point (the working directory is the workspace root). `build_only` compiles what the
+/// steps run and stops (CI compiles everything in one phase, then runs).
+pub fn run(build_only: bool) -> anyhow::Result<()> {
     let target = target_dir();
+    if build_only {
+        build(&target)?;
+        return status(criterion_cmd().arg("--no-run"));
+    }
     let started = Instant::now();
     let mut failed = Vec::new();
     let mut step = |name: &str, r: anyhow::Result<()>| {
@@ -129,12 +135,17 @@ fn trace_verify(target: &str) -> anyhow::Result<()> {
 /// over the workspace: a per-package run would resolve features apart from the tests' build
 /// and compile the dependencies again.
 fn criterion() -> anyhow::Result<()> {
+    status(&mut criterion_cmd())
+}
+
+/// `cargo test --workspace --bench ...` over every criterion bench.
+fn criterion_cmd() -> Command {
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--locked", "--quiet"]);
     for &(_, bench, _, _) in CRITERION {
         cmd.args(["--bench", bench]);
     }
-    status(&mut cmd)
+    cmd
 }
 
 /// `http-load --smoke` against the debug `cra`: `only` is `http` or `ws`.

@@ -285,6 +285,19 @@ fn mutations_make_the_named_fixtures_fail() {
             &["execute-resolution-of-another-session"],
         ),
         (
+            Mutation::RefusalAsErrorBody,
+            "execute",
+            &[
+                "execute-response-denied-not-allowed",
+                "execute-response-denied-unknown-resolution",
+                "execute-response-denied-parameters",
+                "execute-response-denied-expired",
+                "execute-response-denied-rate-limit",
+                "execute-response-denied-budget",
+                "execute-response-pending-approval",
+            ],
+        ),
+        (
             Mutation::SupersessionNotClosing,
             "facts-supersession",
             &["fact-supersede-closes-old"],

@@ -23,6 +23,9 @@ pub enum CarpMutation {
     /// An execute may use a resolution made in another session of the same agent, as cra did
     /// before issue 22 item 5.
     ResolutionAnySession,
+    /// An execute refusal is answered with the error body alone, no execute response, as cra
+    /// did before issue 22 item 9.
+    RefusalAsErrorBody,
 }
 
 /// One case's CARP world.
@@ -129,7 +132,7 @@ impl CarpWorld {
                 }
                 Err(e) => error(&e),
             },
-            _ => match self.carp.execute(&request) {
+            _ => self.answer_refusal(match self.carp.execute(&request) {
                 Ok(ExecuteOutcome::Run(cleared)) => {
                     let result = cleared.parameters.clone();
                     match self.carp.finish_execution(cleared, Ok(result)) {
@@ -158,8 +161,21 @@ impl CarpWorld {
                     v["response"] = serde_json::to_value(response).unwrap_or(Value::Null);
                     v
                 }
-            },
+            }),
         })
+    }
+
+    /// An execute refusal as answered: with its execute response, unless the
+    /// [`CarpMutation::RefusalAsErrorBody`] defect drops it.
+    fn answer_refusal(&self, mut answer: Value) -> Value {
+        let refused = answer.get("error").is_some_and(Value::is_string);
+        if refused
+            && self.mutation == Some(CarpMutation::RefusalAsErrorBody)
+            && let Some(o) = answer.as_object_mut()
+        {
+            o.remove("response");
+        }
+        answer
     }
 
     /// Applies the request-side defects: unknown capabilities dropped, or an execute moved into
@@ -250,9 +266,9 @@ impl CarpWorld {
                 CarpMutation::DenyNotBeatingAllow => {
                     pid != "default_deny" && cra_atlas::pattern::matches_any(&allows, aid)
                 }
-                CarpMutation::UnknownCapabilitiesDropped | CarpMutation::ResolutionAnySession => {
-                    false
-                }
+                CarpMutation::UnknownCapabilitiesDropped
+                | CarpMutation::ResolutionAnySession
+                | CarpMutation::RefusalAsErrorBody => false,
             }
         });
         if let Some(a) = res.get_mut("allowed_actions").and_then(Value::as_array_mut) {

@@ -44,6 +44,8 @@ pub enum Mutation {
     UnknownCapabilitiesDropped,
     /// A resolution executes in any session of its agent.
     ResolutionAnySession,
+    /// An execute refusal is answered with the error body alone (no execute response).
+    RefusalAsErrorBody,
 }
 
 /// The in-process implementation.
@@ -294,6 +296,7 @@ impl InProcess {
                     Some(CarpMutation::UnknownCapabilitiesDropped)
                 }
                 Some(Mutation::ResolutionAnySession) => Some(CarpMutation::ResolutionAnySession),
+                Some(Mutation::RefusalAsErrorBody) => Some(CarpMutation::RefusalAsErrorBody),
                 _ => None,
             };
             Some(CarpWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)

@@ -501,6 +501,8 @@ def gen_relay_ops():
         ("bad-actor-type", "set", ("created_by", {"id": "x", "type": "alien"}), "/created_by/type"),
         ("missing-project-id", "drop", "project_id", "/project_id"),
         ("bad-created-at", "set", ("created_at", "yesterday"), "/created_at"),
+        ("created-at-not-utc", "set", ("created_at", "2026-04-18T22:00:00+02:00"), "/created_at"),
+        ("created-at-no-zone", "set", ("created_at", "2026-04-18T20:00:00"), "/created_at"),
         ("significance-out-of-range", "set", ("significance", 11), "/significance"),
         ("deliverable-without-path", "set", ("deliverables", [{"type": "md"}]), "/deliverables/0/path"),
         ("tags-not-strings", "set", ("tags", [1]), "/tags/0"),

@@ -166,18 +166,46 @@ impl Relay {
         snippets: Option<usize>,
         window_days: Option<u32>,
     ) -> Result<DigestBundle, RelayError> {
-        let window_days = window_days.unwrap_or(DEFAULT_WINDOW_DAYS);
-        let max_snippets = snippets.unwrap_or(DEFAULT_SNIPPETS);
         let projects = match project_id {
             Some(id) => vec![self.project(id)?],
             None => self.projects()?,
         };
+        self.digest_over(&projects, project_id, focus, snippets, window_days)
+    }
+
+    /// §8.4 orchestrate without a project, over the projects `project_ids` names: every project
+    /// the caller may read (errata), which the caller's grants decide outside this crate.
+    pub fn orchestrate_among(
+        &self,
+        project_ids: &[String],
+        focus: Option<&str>,
+        snippets: Option<usize>,
+        window_days: Option<u32>,
+    ) -> Result<DigestBundle, RelayError> {
+        let projects = project_ids
+            .iter()
+            .map(|id| self.project(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.digest_over(&projects, None, focus, snippets, window_days)
+    }
+
+    /// The digest of `projects`; `project_id` is the one project asked for, if one was.
+    fn digest_over(
+        &self,
+        projects: &[Project],
+        project_id: Option<&str>,
+        focus: Option<&str>,
+        snippets: Option<usize>,
+        window_days: Option<u32>,
+    ) -> Result<DigestBundle, RelayError> {
+        let window_days = window_days.unwrap_or(DEFAULT_WINDOW_DAYS);
+        let max_snippets = snippets.unwrap_or(DEFAULT_SNIPPETS);
         let mut activity = Activity::default();
         let mut all_facts: Vec<FactRecord> = Vec::new();
         let mut questions: Vec<String> = Vec::new();
         let mut window_packages: Vec<StoredPackage> = Vec::new();
         let mut counts = Vec::new();
-        for project in &projects {
+        for project in projects {
             let pulled = self.list(&project.project_id, &PackageFilter::default())?;
             let recent: Vec<StoredPackage> = pulled
                 .packages

@@ -76,11 +76,17 @@ pub fn validate_package(value: &Value) -> Result<Package, Vec<FieldError>> {
     }
     v.enum_field("review_type", &["none", "human", "agent"], false, true);
     match obj.get("created_at") {
-        Some(Value::String(s)) => {
-            if let Err(e) = parse_rfc3339(s) {
-                v.err("/created_at", e.to_string());
-            }
-        }
+        Some(Value::String(s)) => match parse_rfc3339(s) {
+            Err(e) => v.err("/created_at", e.to_string()),
+            // An instant with another offset names the moment, but a package states it in UTC
+            // (`Z` or `+00:00`): readers compare these strings. (The parser reads every offset
+            // into UTC, so the text is what is checked.)
+            Ok(_) if !(s.ends_with(['Z', 'z']) || s.ends_with("+00:00")) => v.err(
+                "/created_at",
+                format!("created_at must be stated in UTC, ending in `Z`: `{s}` is not"),
+            ),
+            Ok(_) => {}
+        },
         Some(_) => v.err(
             "/created_at",
             "created_at must be an RFC 3339 UTC timestamp string",

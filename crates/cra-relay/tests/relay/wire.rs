@@ -84,7 +84,7 @@ fn latest_with_filters_lists_newest_first_and_checks_its_times() {
     deposit(
         &r,
         "pkg_c",
-        json!({"topic": "search", "package_type": "milestone", "created_at": "2026-03-01T00:00:00+01:00"}),
+        json!({"topic": "search", "package_type": "milestone", "created_at": "2026-02-28T23:00:00Z"}),
     );
     let ids = |q: SearchQuery| -> Vec<String> {
         r.pull_latest_matching(&q)
@@ -116,7 +116,8 @@ fn latest_with_filters_lists_newest_first_and_checks_its_times() {
         ids(q(&|q| q.package_type = Some("milestone".into()))),
         ["pkg_c"]
     );
-    // Times in any RFC 3339 form; the +01:00 package was created at 23:00 UTC the day before.
+    // Query times in any RFC 3339 form (a package's own `created_at` is always UTC); `until`
+    // is exclusive, so the package created at exactly 23:00 UTC is not before it.
     assert_eq!(
         ids(q(&|q| q.until = Some("2026-02-28T23:00:00Z".into()))),
         ["pkg_b", "pkg_a"]
@@ -232,4 +233,27 @@ fn a_bundle_carries_the_export_files_byte_for_byte() {
     let err = parse(&unbundle(tampered.as_bytes()).unwrap()).unwrap_err();
     assert_eq!(err.token(), cra_wire::Token::IntegrityError);
     assert!(err.to_string().contains("pkg_000001"), "{err}");
+}
+
+/// A package states `created_at` in UTC: another offset, or none, is refused at `/created_at`
+/// and nothing is stored (issue 22 B.13).
+#[test]
+fn a_created_at_not_in_utc_is_refused() {
+    let (r, _) = testkit::relay(Arc::new(MemoryStore::new()));
+    r.create_project(PROJECT, "Relay dev").unwrap();
+    for at in [
+        "2026-03-01T00:00:00+01:00",
+        "2026-03-01T00:00:00",
+        "2026-03-01T00:00:00-00:30",
+    ] {
+        let mut p = testkit::package("pkg_tz", "complete");
+        p["created_at"] = json!(at);
+        let e = r.deposit(PROJECT, &jordan(), &p).unwrap_err();
+        assert!(format!("{e:?}").contains("/created_at"), "{at}: {e:?}");
+    }
+    for at in ["2026-03-01T00:00:00Z", "2026-03-01T00:00:00.250+00:00"] {
+        let mut p = testkit::package(&format!("pkg_{}", at.len()), "complete");
+        p["created_at"] = json!(at);
+        r.deposit(PROJECT, &jordan(), &p).unwrap();
+    }
 }

@@ -578,8 +578,9 @@ impl Runtime {
         self.relay_call(move |r| r.orient(&pid, window_days)).await
     }
 
-    /// §8.4 orchestrate, of one project or (for readers of every project: auditors, operators,
-    /// admins) of all of them.
+    /// §8.4 orchestrate, of one project (its readers), or without one of every project the
+    /// caller may read (Relay errata): all of them for auditors, operators and admins, the
+    /// projects it created or is a member of for anyone else (none: an empty digest).
     pub async fn orchestrate(
         &self,
         actor: &Actor,
@@ -587,17 +588,27 @@ impl Runtime {
         focus: Option<String>,
         snippets: Option<usize>,
     ) -> ApiResult<digest::DigestBundle> {
-        match &project_id {
-            Some(p) => self.require_project(actor, p, false).await?,
-            None => actor.require(
-                &[Role::Auditor, Role::Operator],
-                "orchestrating across every project",
-            )?,
-        }
-        self.relay_call(move |r| {
-            r.orchestrate(project_id.as_deref(), focus.as_deref(), snippets, None)
-        })
-        .await
+        let Some(project_id) = project_id else {
+            // Without a project: every project the caller may read (Relay errata).
+            let mut readable = Vec::new();
+            for p in self.relay_call(|r| r.projects()).await? {
+                if self
+                    .require_project(actor, &p.project_id, false)
+                    .await
+                    .is_ok()
+                {
+                    readable.push(p.project_id);
+                }
+            }
+            return self
+                .relay_call(move |r| {
+                    r.orchestrate_among(&readable, focus.as_deref(), snippets, None)
+                })
+                .await;
+        };
+        self.require_project(actor, &project_id, false).await?;
+        self.relay_call(move |r| r.orchestrate(Some(&project_id), focus.as_deref(), snippets, None))
+            .await
     }
 
     /// Export (§10.3) of every project or of one, as the NDJSON bundle

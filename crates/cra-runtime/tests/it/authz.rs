@@ -475,11 +475,12 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
             got.1
         );
     }
-    assert_error(
-        &s.get(Some(AGENT2), "/v1/orchestrate").await,
-        403,
-        "forbidden",
-    );
+    // Orchestrate without a project covers every project the caller may read (Relay
+    // errata): for the intruder, none of them.
+    let (st, digest) = s.get(Some(AGENT2), "/v1/orchestrate").await;
+    assert_eq!(st, 200, "{digest}");
+    assert_eq!(digest["projects"], json!([]), "{digest}");
+    assert_eq!(digest["activity"]["packages"], 0, "{digest}");
     assert_eq!(s.events(&audit).await.len(), audit_len);
     assert_eq!(s.get(Some(ADMIN), "/v1/packages/pkg_g2").await.0, 404);
     let (_, facts) = s
@@ -506,6 +507,16 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
         let got = call(AGENT, method, path, body).await;
         assert_eq!(got.0, want, "member {method} {path}: {}", got.1);
     }
+    // The member's orchestrate without a project covers the project it may read.
+    let (st, digest) = s.get(Some(AGENT), "/v1/orchestrate").await;
+    assert_eq!(st, 200, "{digest}");
+    let covered: Vec<&str> = digest["projects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["project_id"].as_str())
+        .collect();
+    assert!(covered.contains(&"proj-g"), "{digest}");
     s.stop().await;
 }
 

@@ -43,6 +43,16 @@ pub(crate) const CRITERION: &[(&str, &str, &str, bool)] = &[
     ("cra-atlas", "atlas", "atlas", false),
 ];
 
+/// The cra-trace examples the TRACE benchmarks run, as cargo arguments.
+pub(crate) const TRACE_EXAMPLES: [&str; 6] = [
+    "-p",
+    "cra-trace",
+    "--example",
+    "gen_trace",
+    "--example",
+    "verify_file",
+];
+
 /// Every build of this command goes to its own target dir, so it never waits on the lock of the
 /// shared `target/` (and the comparison crates never mix with the workspace's).
 const TARGET: &str = "bench/target";
@@ -250,14 +260,7 @@ fn build_workspace(cli: bool) -> anyhow::Result<()> {
     if cli {
         cmd.args(["-p", "cra-cli", "--bin", "cra"]);
     }
-    cmd.args([
-        "-p",
-        "cra-trace",
-        "--example",
-        "gen_trace",
-        "--example",
-        "verify_file",
-    ]);
+    cmd.args(TRACE_EXAMPLES);
     status(&mut cmd)
 }
 

@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::bench::{CRITERION, cargo, output, status};
+use crate::bench::{CRITERION, TRACE_EXAMPLES, cargo, output, status};
 
 /// The shared target directory, as cargo itself chooses it.
 fn target_dir() -> String {
@@ -79,21 +79,13 @@ fn build(target: &str) -> anyhow::Result<()> {
         target,
         "--bins",
     ]))?;
-    status(cargo().args([
-        "build",
-        "--locked",
-        "--quiet",
-        "-p",
-        "cra-cli",
-        "--bin",
-        "cra",
-        "-p",
-        "cra-trace",
-        "--example",
-        "gen_trace",
-        "--example",
-        "verify_file",
-    ]))
+    status(
+        cargo()
+            .args([
+                "build", "--locked", "--quiet", "-p", "cra-cli", "--bin", "cra",
+            ])
+            .args(TRACE_EXAMPLES),
+    )
 }
 
 /// Runs `target/debug/<program> args` and checks that it printed one JSON document.

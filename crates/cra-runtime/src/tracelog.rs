@@ -273,6 +273,13 @@ pub fn chain_error(e: ChainStoreError) -> ApiError {
 }
 
 impl Runtime {
+    /// `payload` as an event on a fresh trace and a root span of its own: a write no resolve
+    /// or execute carries (Relay writes, operator events).
+    pub fn root_draft<P: cra_trace::Payload>(&self, payload: &P) -> EventDraft {
+        let (trace_id, span_id) = (self.ids.new_id(), self.ids.new_id());
+        cra_trace::Span::root(&trace_id, &span_id).draft_of(payload)
+    }
+
     /// Appends `drafts` to `session_id`'s chain (owned by `owner`), durably, then publishes them.
     pub async fn append_events(
         &self,

@@ -24,6 +24,8 @@ use crate::{PgStore, RedbStore};
 pub const OPERATOR_AUDIT_SESSION: &str = "00000000-0000-797a-98f2-f77010d9d02c";
 /// The agent of the operator audit chain.
 pub const OPERATOR_AGENT: &str = "cra-operator";
+/// What the operator audit chain's `session.started` says it is for.
+pub const OPERATOR_GOAL: &str = "operator audit chain";
 /// The event type recording a retention run.
 pub const RETENTION_EVENT: &str = RetentionApplied::EVENT_TYPE;
 /// The shortest retention any policy may have.
@@ -197,7 +199,7 @@ where
     let trace_id = ids.new_id();
     let mut drafts = Vec::new();
     if store.session(OPERATOR_AUDIT_SESSION)?.is_none() {
-        let started = SessionStarted::unattended(OPERATOR_AGENT, "operator audit chain");
+        let started = SessionStarted::unattended(OPERATOR_AGENT, OPERATOR_GOAL);
         drafts.push(Span::root(&trace_id, &ids.new_id()).draft_of(&started));
     }
     let applied = RetentionApplied {

@@ -10,14 +10,11 @@
 
 use cra_carp::events::SessionStarted;
 use cra_carp::store::SessionRecord;
-use cra_store::retention::{OPERATOR_AGENT, OPERATOR_AUDIT_SESSION};
-use cra_trace::{EventDraft, Payload, Span, TraceEvent};
+use cra_store::retention::{OPERATOR_AGENT, OPERATOR_AUDIT_SESSION, OPERATOR_GOAL};
+use cra_trace::{EventDraft, Payload, TraceEvent};
 
 use crate::error::ApiResult;
 use crate::state::Runtime;
-
-/// What the chain's `session.started` says it is for.
-const GOAL: &str = "operator audit chain";
 
 /// Holds the operator chain's lock: appends through it are serialised in this process, and the
 /// chain exists (record and `session.started`) once it is taken.
@@ -54,7 +51,7 @@ pub async fn lock(rt: &Runtime) -> ApiResult<OperatorChain<'_>> {
         .await?
         .map_err(crate::tracelog::chain_error)?;
     if head.is_none() {
-        let started = SessionStarted::unattended(OPERATOR_AGENT, GOAL);
+        let started = SessionStarted::unattended(OPERATOR_AGENT, OPERATOR_GOAL);
         rt.append_events(
             OPERATOR_AUDIT_SESSION,
             OPERATOR_AGENT,
@@ -67,8 +64,7 @@ pub async fn lock(rt: &Runtime) -> ApiResult<OperatorChain<'_>> {
 
 /// One operator event, on a fresh trace and root span of its own.
 pub fn draft<P: Payload>(rt: &Runtime, payload: &P) -> EventDraft {
-    let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
-    Span::root(&trace_id, &span_id).draft_of(payload)
+    rt.root_draft(payload)
 }
 
 impl OperatorChain<'_> {

@@ -266,8 +266,7 @@ impl Runtime {
 
     /// A Relay write's event, on a span of its own.
     fn relay_draft<P: Payload>(&self, payload: &P) -> EventDraft {
-        let (t, s) = (self.ids.new_id(), self.ids.new_id());
-        Span::root(&t, &s).draft_of(payload)
+        self.root_draft(payload)
     }
 
     /// Starts the audit chain of a project: `session.started`, then `relay.project.created`

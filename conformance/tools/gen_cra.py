@@ -444,6 +444,72 @@ def generate(fx, R, DATA):
             "trace_valid": True},
            setup=dict(EA, steps=[step]))
 
+    # The resolution cache (TRACE §4.3.2 carp.resolution.cached; specs/carp.md "The resolution
+    # cache"): an identical resolve inside the ttl is answered by the earlier resolution, under its
+    # id, recorded in its trace; anything that can change the answer gives a fresh one.
+    CA = ["CRA §4.3.2", "specs/carp.md: the resolution cache"]
+    first = {"operation": "resolve", "args": {"request": request(n=1)}}
+    cached_event = {"event_type": "carp.resolution.cached",
+                    "payload": {"resolution_id": {"$same": "/resolution/resolution_id"}, "cache_hit": True}}
+    no_cache = {"$none": {"event_type": "carp.resolution.cached"}}
+    fx("resolve-cache-identical-answered-again", "cra", "resolve", "cra-full",
+       "An identical resolve inside the ttl is answered by the earlier resolution and recorded as carp.resolution.cached",
+       CA, "resolve", {"request": request(n=2), "with_trace": True},
+       {"resolution": {"request_id": rid(1)},
+        "trace": {"$contains": [{"event_type": "carp.resolution.completed", "payload": {"resolution_id": {"$same": "/resolution/resolution_id"}}},
+                                cached_event]},
+        "trace_valid": True},
+       setup=dict(S, steps=[first]))
+    fx("resolve-cache-recorded-in-resolution-trace", "cra", "resolve", "cra-full",
+       "A cache hit is recorded in the earlier resolution's trace, in a span under the resolution's span",
+       CA + ["CRA §4.2"], "resolve", {"request": request(n=2), "with_trace": True},
+       {"trace": {"$contains": [{"event_type": "carp.request.received", "trace_id": {"$same": "/resolution/trace_id"},
+                                 "parent_span_id": {"$same": "/resolution/resolution_id"}, "payload": {"request_id": rid(2)}},
+                                dict(cached_event, trace_id={"$same": "/resolution/trace_id"},
+                                     parent_span_id={"$same": "/resolution/resolution_id"})]}},
+       setup=dict(S, steps=[first]))
+    fx("resolve-cache-other-goal-fresh", "cra", "resolve", "cra-full",
+       "A request that differs in its task is resolved afresh, not answered from the cache",
+       CA, "resolve", {"request": request(n=2, goal="Do other work"), "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache}, setup=dict(S, steps=[first]))
+    fx("resolve-cache-other-context-fresh", "cra", "resolve", "cra-full",
+       "A request that differs in its context is resolved afresh",
+       CA, "resolve", {"request": dict(request(n=2), context={"ticket": "T-1"}), "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache}, setup=dict(S, steps=[first]))
+    fx("resolve-cache-past-ttl-fresh", "cra", "resolve", "cra-full",
+       "Past the earlier resolution's ttl an identical resolve is a fresh resolution",
+       CA, "resolve", {"request": request(n=2, ts="2026-01-15T11:00:01.000000Z"), "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache}, setup=dict(S, steps=[first]), at_seconds=3601,
+       notes="The second resolve happens 3601 s after setup.now, past ttl_seconds (3600).")
+    fx("resolve-cache-validate-never-cached", "cra", "resolve", "cra-full",
+       "A dry run (validate) is never answered from the cache",
+       CA + ["CRA §3.2"], "resolve", {"request": request(n=2, op="validate"), "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache}, setup=dict(S, steps=[first]))
+    fx("resolve-cache-validate-never-answers", "cra", "resolve", "cra-full",
+       "A resolve after an identical dry run is a fresh resolution: a dry run's id is never answered",
+       CA + ["CRA §3.2"], "resolve", {"request": request(n=2), "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache},
+       setup=dict(S, steps=[{"operation": "resolve", "args": {"request": request(n=1, op="validate")}}]))
+    other = request(n=2)
+    other["requester"]["session_id"] = SESSION2
+    fx("resolve-cache-other-session-fresh", "cra", "resolve", "cra-full",
+       "An identical request in another session of the same agent is resolved afresh",
+       CA, "resolve", {"request": other, "with_trace": True},
+       {"resolution": {"request_id": rid(2)}, "trace": no_cache}, setup=dict(two, atlases=S["atlases"], steps=[first]))
+    charged = copy.deepcopy(res_step)
+    fx("resolve-cache-counter-charged-fresh", "cra", "resolve", "cra-full",
+       "An execute that charged a rate limit the resolve reads makes the next identical resolve fresh",
+       CA + ["errata: rate limit"], "resolve", {"request": request(n=3), "with_trace": True},
+       {"resolution": {"request_id": rid(3)}, "trace": no_cache},
+       setup=dict(XS, steps=[charged, {"operation": "execute", "args": exe(2, "api.call", {})}]))
+    fx("resolve-cache-pending-approval-answered-again", "cra", "resolve", "cra-full",
+       "While its approval is pending, an identical resolve is answered with the same approval",
+       CA + ["errata: grants"], "resolve", {"request": request(n=2), "with_trace": True},
+       {"resolution": {"request_id": rid(1), "decision": {"type": "requires_approval"}},
+        "trace": {"$contains": [{"event_type": "approval.requested", "payload": {"approval_id": {"$same": "/resolution/decision/approval_id"}}},
+                                cached_event]}},
+       setup=dict(XS, steps=[res_step]))
+
     # ------------------------------------------------------------ replay
     RP = ["CRA §4.5", "CRA §7.2.4", "errata: replay inputs"]
     fx("replay-deterministic", "cra", "replay", "carp-core", "Replaying a session's trace with the same atlases reproduces every resolution", RP, "replay",
@@ -457,6 +523,9 @@ def generate(fx, R, DATA):
     fx("replay-divergence-detected", "cra", "replay", "carp-core", "Replay against a changed atlas reports the divergent action", RP, "replay",
        {"session_id": SESSION, "atlases": [changed]}, {"identical": False, "divergences": {"$contains": [{"action_id": "resource.list"}]}},
        setup=dict(S, steps=[{"operation": "resolve", "args": {"request": request()}}]))
+    fx("replay-with-cache-hits", "cra", "replay", "carp-core", "A session whose resolves were answered from the cache replays identical, each request compared",
+       RP + ["CRA §4.3.2"], "replay", {"session_id": SESSION}, {"identical": True, "resolutions": 3},
+       setup=dict(S, steps=[{"operation": "resolve", "args": {"request": request(n=i)}} for i in (1, 2, 3)]))
     fx("replay-empty-session", "cra", "replay", "carp-core", "A session without resolutions replays trivially", RP, "replay",
        {"session_id": SESSION}, {"identical": True, "resolutions": 0}, setup=S)
     fx("replay-unknown-session", "cra", "replay", "carp-core", "Replay of an unknown session: session_not_found", RP, "replay",

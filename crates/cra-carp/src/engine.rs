@@ -11,6 +11,7 @@ use cra_wire::clock::format_timestamp;
 use cra_wire::{Clock, IdGenerator, Token};
 use serde_json::{Map, Value};
 
+use crate::cache::{ResolutionCache, cache_key, same_outcome};
 use crate::eval::{
     CountersSnapshot, ExplainLevel, ResolveOptions, resolve_with_origins, seconds_to_us,
     unix_micros,
@@ -138,6 +139,9 @@ pub struct PreparedResolve {
     pub counters: CountersSnapshot,
     /// What to record; `None` for a validate request, which records nothing.
     pub record: Option<ResolveRecord>,
+    /// Whether `resolution` is an earlier resolution answered again ([`crate::cache`]): its
+    /// record holds the request id only, and it is recorded as `carp.resolution.cached`.
+    pub cache_hit: bool,
 }
 
 /// The CARP engine over a store, an atlas set, a clock and an id generator.
@@ -150,6 +154,7 @@ pub struct Carp {
     config: CarpConfig,
     owner: String,
     session: Option<SessionRecord>,
+    cache: Option<Arc<ResolutionCache>>,
 }
 
 /// The lease owner of a [`Carp`] not given one ([`Carp::with_owner`]).
@@ -172,7 +177,15 @@ impl Carp {
             config,
             owner: DEFAULT_LEASE_OWNER.to_owned(),
             session: None,
+            cache: None,
         }
+    }
+
+    /// The same, answering identical resolves from `cache` ([`crate::cache`]).
+    #[must_use]
+    pub fn with_cache(mut self, cache: Arc<ResolutionCache>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     /// The same, with the requester's session as its caller already read it: the checks of a
@@ -189,6 +202,11 @@ impl Carp {
     pub fn with_owner(mut self, owner: &str) -> Self {
         owner.clone_into(&mut self.owner);
         self
+    }
+
+    /// The store it works over.
+    pub fn store(&self) -> Arc<dyn CarpStore> {
+        self.store.clone()
     }
 
     /// The atlas set in force.
@@ -294,15 +312,7 @@ impl Carp {
     ) -> Result<(Resolution, CountersSnapshot), CarpError> {
         let prepared = self.prepare_resolve(request, ExplainLevel::full_if(explain), trace_id)?;
         if let Some(record) = &prepared.record {
-            let fresh = self
-                .store
-                .record_resolve(
-                    &record.session_id,
-                    &record.request_id,
-                    &record.resolution,
-                    record.approval.as_ref(),
-                )
-                .map_err(store_err)?;
+            let fresh = record.record_in(self.store.as_ref()).map_err(store_err)?;
             // A duplicate that raced past the check: refused, and nothing was written.
             check_request_id_new(request, fresh)?;
         }
@@ -347,6 +357,26 @@ impl Carp {
                 resolution: res,
                 counters,
                 record: None,
+                cache_hit: false,
+            });
+        }
+        let cache = self.cache.as_ref().map(|c| {
+            let key = cache_key(request, &self.atlases.digests(), &counters);
+            (c, key)
+        });
+        if let Some((c, key)) = &cache
+            && let Some(earlier) = self.cached(c, key, request, &res, now)?
+        {
+            return Ok(PreparedResolve {
+                resolution: earlier,
+                counters,
+                record: Some(ResolveRecord {
+                    session_id: request.requester.session_id.clone(),
+                    request_id: request.request_id.clone(),
+                    resolution: None,
+                    approval: None,
+                }),
+                cache_hit: true,
             });
         }
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
@@ -372,10 +402,14 @@ impl Carp {
             }),
             _ => None,
         };
+        if let Some((c, key)) = cache {
+            let id = res.resolution_id.clone();
+            c.insert(key, id, expires_at_us, unix_micros(now));
+        }
         let record = ResolveRecord {
             session_id: request.requester.session_id.clone(),
             request_id: request.request_id.clone(),
-            resolution: StoredResolution {
+            resolution: Some(StoredResolution {
                 resolution: stored,
                 session_id: request.requester.session_id.clone(),
                 agent_id: request.requester.agent_id.clone(),
@@ -386,14 +420,57 @@ impl Carp {
                     .zip(origins)
                     .map(|(a, o)| (a.action_id.to_string(), o))
                     .collect(),
-            },
+            }),
             approval,
         };
         Ok(PreparedResolve {
             resolution: res,
             counters,
             record: Some(record),
+            cache_hit: false,
         })
+    }
+
+    /// The earlier resolution that answers `request` again, if one stands ([`crate::cache`]):
+    /// cached under `key`, stored in the requester's session for its agent, unexpired at `now`,
+    /// its approval (if any) still pending, and deciding what `fresh` decides. It is answered with
+    /// `fresh`'s context blocks (the stored form keeps none; the request and atlases, hence the
+    /// blocks, are the same) and `fresh`'s explanation.
+    fn cached(
+        &self,
+        cache: &ResolutionCache,
+        key: &str,
+        request: &CarpRequest,
+        fresh: &Resolution,
+        now: time::OffsetDateTime,
+    ) -> Result<Option<Resolution>, CarpError> {
+        let now_us = unix_micros(now);
+        let Some(id) = cache.get(key, now_us) else {
+            return Ok(None);
+        };
+        let Some(stored) = self.store.get_resolution(&id).map_err(store_err)? else {
+            return Ok(None);
+        };
+        let stands = stored.session_id == request.requester.session_id
+            && stored.agent_id == request.requester.agent_id
+            && stored.expires_at_us > now_us;
+        if !stands || !same_outcome(fresh, &stored) {
+            return Ok(None);
+        }
+        if let Some(approval_id) = &stored.resolution.decision.approval_id {
+            let pending = self
+                .store
+                .get_approval(approval_id)
+                .map_err(store_err)?
+                .is_some_and(|a| a.status == ApprovalStatus::Pending && a.expires_at_us > now_us);
+            if !pending {
+                return Ok(None);
+            }
+        }
+        let mut answer = stored.resolution;
+        answer.context_blocks.clone_from(&fresh.context_blocks);
+        answer.explain.clone_from(&fresh.explain);
+        Ok(Some(answer))
     }
 
     fn answer(

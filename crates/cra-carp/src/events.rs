@@ -188,6 +188,22 @@ impl Payload for ResolutionCompleted<'_> {
     ];
 }
 
+/// `carp.resolution.cached`: a resolve answered by an earlier resolution of the session
+/// ([`crate::cache`]), named by its id; `cache_hit` is always `true` (a miss is an ordinary
+/// `carp.resolution.completed`).
+#[derive(Debug, Serialize)]
+pub struct ResolutionCached<'a> {
+    /// The earlier resolution, answered again.
+    pub resolution_id: &'a str,
+    /// Whether the resolution came from the cache: `true`.
+    pub cache_hit: bool,
+}
+
+impl Payload for ResolutionCached<'_> {
+    const EVENT_TYPE: &'static str = "carp.resolution.cached";
+    const REQUIRED: &'static [&'static str] = &["resolution_id", "cache_hit"];
+}
+
 impl<'a> ResolutionCompleted<'a> {
     /// The completion of `resolution`; `dry_run` for a validate's.
     pub fn new(resolution: &'a Resolution, dry_run: bool) -> Self {
@@ -292,6 +308,27 @@ pub fn resolve_events(
     }
     events.push(ResolutionCompleted::new(resolution, false).event_around(span, canonical));
     events
+}
+
+/// The events of a resolve answered by the earlier resolution `resolution_id` ([`crate::cache`]),
+/// in `span` (the earlier resolution's trace, a span of its own under the resolution's):
+/// `carp.request.received`, with the digests and counters it was judged by, and
+/// `carp.resolution.cached`. Replay re-resolves the request and compares the outcome with the
+/// resolution that trace completed.
+pub fn cached_events(
+    span: &Span<'_>,
+    request: &CarpRequest,
+    atlas_digests: &BTreeMap<String, String>,
+    counters: &CountersSnapshot,
+    resolution_id: &str,
+) -> Vec<PreparedDraft> {
+    vec![
+        span.event(&RequestReceived::new(request, atlas_digests, counters)),
+        span.event(&ResolutionCached {
+            resolution_id,
+            cache_hit: true,
+        }),
+    ]
 }
 
 /// The events of a `validate` request (a dry run), in `span`: `carp.request.received` and one
@@ -657,6 +694,7 @@ pub fn spec_event_types() -> Vec<(&'static str, &'static [&'static str])> {
         of::<RequestReceived<'static>>(),
         of::<RefusedRequestReceived<'static>>(),
         of::<ResolutionCompleted<'static>>(),
+        of::<ResolutionCached<'static>>(),
         of::<ActionRequested<'static>>(),
         of::<ActionApproved<'static>>(),
         of::<ActionDenied<'static>>(),

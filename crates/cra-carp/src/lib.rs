@@ -7,6 +7,7 @@
 //! * [`validate`]: request shape (JSON Schema, every bad member with its pointer) and the §3.6
 //!   rules, one token each.
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
+//! * [`cache`]: which earlier resolution answers an identical resolve again.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation.
 //! * [`engine`]: the operations over a store, recording nothing (the runtime's governance core,
@@ -19,6 +20,7 @@
 //! * `memory` and `store_contract` (feature `test-support`): an in-memory store and the
 //!   behaviour every store must show.
 
+pub mod cache;
 pub mod engine;
 pub mod eval;
 pub mod events;

@@ -10,6 +10,8 @@
 //! * Atlases: [`replay`] uses one given set for every request; [`replay_library`] picks, for each
 //!   request, the supplied atlas whose digest the request recorded (several versions of one atlas
 //!   may be supplied), and says in [`ReplayCase::atlas_notes`] where that was not possible.
+//! * A request an earlier resolution answered again (its span recorded `carp.resolution.cached`)
+//!   sits in that resolution's trace and is compared with it, request id aside.
 //!
 //! Also here: the audit events one resolve emits ([`resolve_drafts`], made by
 //! [`crate::events`] as the runtime makes them), so `cra resolve --record` writes the traces the
@@ -37,6 +39,8 @@ use cra_trace::Span;
 pub const REQUEST_RECEIVED: &str = "carp.request.received";
 /// Event type carrying the full resolution.
 pub const RESOLUTION_COMPLETED: &str = "carp.resolution.completed";
+/// Event type of a resolve answered by an earlier resolution ([`crate::cache`]).
+pub const RESOLUTION_CACHED: &str = "carp.resolution.cached";
 
 /// Members ignored when comparing resolutions: generated ids and instants (plus every
 /// constraint's `parameters/approval_id`, see [`ignored`]).
@@ -251,6 +255,16 @@ fn recorded_resolutions(events: &[TraceEvent]) -> BTreeMap<&str, &Value> {
     recorded
 }
 
+/// The spans of the requests an earlier resolution answered again (`carp.resolution.cached`):
+/// their recorded resolution was made for another request, whose id it carries.
+fn answered_again(events: &[TraceEvent]) -> BTreeSet<&str> {
+    events
+        .iter()
+        .filter(|e| e.event_type == RESOLUTION_CACHED)
+        .map(|e| e.span_id.as_str())
+        .collect()
+}
+
 fn recorded_digests(event: &TraceEvent) -> Option<BTreeMap<String, String>> {
     let d = event
         .payload
@@ -276,6 +290,7 @@ pub fn replay_with(
     options: &ReplayOptions,
 ) -> Vec<ReplayCase> {
     let recorded = recorded_resolutions(events);
+    let again = answered_again(events);
     let digests = atlases.digests();
     events
         .iter()
@@ -313,6 +328,7 @@ pub fn replay_with(
             replay_one(
                 e,
                 recorded.get(e.trace_id.as_str()).copied(),
+                again.contains(e.span_id.as_str()),
                 Ok(atlases),
                 notes,
                 options,
@@ -334,6 +350,7 @@ pub fn replay_library(
     options: &ReplayOptions,
 ) -> Vec<ReplayCase> {
     let recorded = recorded_resolutions(events);
+    let again = answered_again(events);
     let mut sets: HashMap<Vec<usize>, Result<Arc<AtlasSet>, String>> = HashMap::new();
     events
         .iter()
@@ -357,6 +374,7 @@ pub fn replay_library(
             replay_one(
                 e,
                 recorded.get(e.trace_id.as_str()).copied(),
+                again.contains(e.span_id.as_str()),
                 set,
                 notes,
                 options,
@@ -417,9 +435,13 @@ fn choose_atlases(
     (chosen, notes)
 }
 
+/// Replays one request. `answered_again`: the request was answered by an earlier resolution
+/// (its span recorded `carp.resolution.cached`), so `recorded` names the request that made it
+/// and the request ids are not compared.
 fn replay_one(
     event: &TraceEvent,
     recorded: Option<&Value>,
+    answered_again: bool,
     atlases: Result<&AtlasSet, String>,
     atlas_notes: Vec<AtlasNote>,
     options: &ReplayOptions,
@@ -513,6 +535,9 @@ fn replay_one(
                 }
             }
         }
+    }
+    if answered_again && let Some(id) = recorded.get("request_id").and_then(Value::as_str) {
+        id.clone_into(&mut res.request_id);
     }
     let replayed = match serde_json::to_value(&res) {
         Ok(v) => v,

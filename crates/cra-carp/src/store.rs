@@ -502,10 +502,27 @@ pub struct ResolveRecord {
     pub session_id: String,
     /// The request's id, unique per session.
     pub request_id: String,
-    /// The resolution as stored (without `explain`).
-    pub resolution: StoredResolution,
+    /// The resolution as stored (without `explain`); `None` when an earlier resolution answers
+    /// the request again ([`crate::cache`]): only the request id is recorded.
+    pub resolution: Option<StoredResolution>,
     /// The pending approval, when the decision is `requires_approval`.
     pub approval: Option<ApprovalRecord>,
+}
+
+impl ResolveRecord {
+    /// Records this in `store`: with [`CarpStore::record_resolve`], or, for a request answered
+    /// by an earlier resolution, its request id alone. `false` when the request id was used.
+    pub fn record_in(&self, store: &dyn CarpStore) -> Result<bool, CarpStoreError> {
+        match &self.resolution {
+            Some(r) => store.record_resolve(
+                &self.session_id,
+                &self.request_id,
+                r,
+                self.approval.as_ref(),
+            ),
+            None => store.insert_request_id(&self.session_id, &self.request_id),
+        }
+    }
 }
 
 /// Why [`ResolveLog::record_and_append`] failed.
@@ -609,12 +626,7 @@ impl RecordThenAppend {
         record: &ResolveRecord,
         drafts: Vec<cra_trace::PreparedDraft>,
     ) -> Result<Recorded, ResolveLogError> {
-        let fresh = self.carp.record_resolve(
-            &record.session_id,
-            &record.request_id,
-            &record.resolution,
-            record.approval.as_ref(),
-        )?;
+        let fresh = record.record_in(self.carp.as_ref())?;
         if !fresh {
             return Ok(Recorded::Duplicate);
         }

@@ -13,7 +13,9 @@
 //!   `{"$none": pattern}` (an array no element of which matches the pattern),
 //!   `{"$range": [lo, hi]}` (inclusive number range), `{"$len": n}` (array, object or string
 //!   length), `{"$eq": value}` (exact equality, no partial matching), `{"$instant": "<RFC 3339>"}`
-//!   (a timestamp naming the same instant, however rendered); `$regex` is not offered on purpose
+//!   (a timestamp naming the same instant, however rendered), `{"$same": "/pointer"}` (exactly the
+//!   value at that pointer of the whole answer: two places of one answer agree, as a cached
+//!   resolution's id and the id its trace completed); `$regex` is not offered on purpose
 //!   (fixtures stay readable).
 
 use serde_json::Value;
@@ -31,6 +33,7 @@ pub const MATCHERS: &[&str] = &[
     "$len",
     "$eq",
     "$instant",
+    "$same",
 ];
 
 /// One difference between expected and actual.
@@ -62,8 +65,29 @@ impl std::fmt::Display for Mismatch {
 /// Matches `actual` against the pattern `expected`; returns every difference (empty = match).
 pub fn match_value(expected: &Value, actual: &Value) -> Vec<Mismatch> {
     let mut out = Vec::new();
-    walk(expected, Some(actual), "", &mut out);
+    walk(&bind_same(expected, actual), Some(actual), "", &mut out);
     out
+}
+
+/// `expected` with every `{"$same": "/pointer"}` whose pointer names a value of `root` replaced
+/// by `{"$eq": that value}`; one naming nothing stays, and fails where it is matched.
+fn bind_same(expected: &Value, root: &Value) -> Value {
+    match expected {
+        Value::Object(o) => {
+            if let Some(("$same", arg)) = matcher_of(expected)
+                && let Some(v) = arg.as_str().and_then(|p| root.pointer(p))
+            {
+                return serde_json::json!({"$eq": v});
+            }
+            let bound = o
+                .iter()
+                .map(|(k, v)| (k.clone(), bind_same(v, root)))
+                .collect();
+            Value::Object(bound)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(|v| bind_same(v, root)).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Whether the pattern matches.
@@ -215,6 +239,15 @@ fn apply(m: &str, arg: &Value, actual: Option<&Value>, ptr: &str, out: &mut Vec<
                 mismatch(out, ptr, format!("the instant {arg}"), actual);
             }
         }
+        "$same" => {
+            let at = arg.as_str().unwrap_or_default();
+            mismatch(
+                out,
+                ptr,
+                format!("the value at {at}, which the answer lacks"),
+                actual,
+            );
+        }
         "$eq" => {
             if actual != Some(arg) {
                 mismatch(out, ptr, format!("exactly {}", short(arg)), actual);
@@ -315,6 +348,17 @@ fn assign(want: &[Value], have: &[Value], used: &mut [bool]) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn same_matches_the_value_at_another_place_of_the_answer() {
+        let actual = json!({"id": "r1", "events": [{"of": "r1"}, {"of": "r2"}]});
+        assert!(matches(&json!({"id": {"$same": "/events/0/of"}}), &actual));
+        let wrong = match_value(&json!({"id": {"$same": "/events/1/of"}}), &actual);
+        assert_eq!(wrong.len(), 1, "{wrong:?}");
+        assert_eq!(wrong[0].pointer, "/id");
+        let nowhere = match_value(&json!({"id": {"$same": "/nothing"}}), &actual);
+        assert!(nowhere[0].expected.contains("/nothing"), "{nowhere:?}");
+    }
 
     #[test]
     fn partial_objects_and_matchers() {

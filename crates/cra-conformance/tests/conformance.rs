@@ -298,6 +298,15 @@ fn mutations_make_the_named_fixtures_fail() {
             ],
         ),
         (
+            Mutation::ResolutionCacheOff,
+            "resolve",
+            &[
+                "resolve-cache-identical-answered-again",
+                "resolve-cache-recorded-in-resolution-trace",
+                "resolve-cache-pending-approval-answered-again",
+            ],
+        ),
+        (
             Mutation::SupersessionNotClosing,
             "facts-supersession",
             &["fact-supersede-closes-old"],

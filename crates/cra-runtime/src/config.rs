@@ -137,6 +137,9 @@ pub struct RuntimeConfig {
     pub api_keys: Option<PathBuf>,
     /// Default resolution lifetime.
     pub resolution_ttl_seconds: u64,
+    /// How many resolutions the resolution cache remembers (`0` turns it off: every resolve is a
+    /// fresh resolution; `specs/carp.md`, "The resolution cache").
+    pub resolution_cache_entries: usize,
     /// Largest accepted difference between a request's timestamp and the runtime clock.
     pub clock_skew_seconds: u64,
     /// Request limits.
@@ -170,6 +173,7 @@ impl Default for RuntimeConfig {
             log_format: LogFormat::Text,
             api_keys: None,
             resolution_ttl_seconds: 3600,
+            resolution_cache_entries: 10_000,
             clock_skew_seconds: 300,
             limits: Limits::default(),
             jwt: None,

@@ -23,6 +23,8 @@ pub struct Metrics {
     pub rate_limited: AtomicU64,
     /// Atlas reloads that failed (the last good version stays in force).
     pub atlas_reload_failures: AtomicU64,
+    /// Resolves answered by an earlier resolution (`carp.resolution.cached`).
+    pub resolution_cache_hits: AtomicU64,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
@@ -47,6 +49,11 @@ impl Metrics {
     /// Counts one resolution with `decision`.
     pub fn record_resolution(&self, decision: &str) {
         bump(&self.resolutions, decision);
+    }
+
+    /// Counts one resolve answered by an earlier resolution.
+    pub fn record_resolution_cache_hit(&self) {
+        self.resolution_cache_hits.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one execution with `status`.
@@ -123,6 +130,11 @@ impl Metrics {
                 "cra_atlas_reload_failures_total",
                 "Atlas reloads that failed (the last good version stayed in force).",
                 &self.atlas_reload_failures,
+            ),
+            (
+                "cra_resolution_cache_hits_total",
+                "Resolves answered by an earlier identical resolution (carp.resolution.cached).",
+                &self.resolution_cache_hits,
             ),
         ] {
             let _ = writeln!(

@@ -46,6 +46,9 @@ pub struct Runtime {
     /// Serialises this process's writes to the operator audit chain
     /// ([`crate::service::operator`]).
     pub operator_chain: tokio::sync::Mutex<()>,
+    /// Which earlier resolution answers an identical resolve ([`cra_carp::cache`]), sized by
+    /// `resolution_cache_entries`.
+    pub resolution_cache: Arc<cra_carp::cache::ResolutionCache>,
 }
 
 impl Runtime {

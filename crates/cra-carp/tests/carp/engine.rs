@@ -12,7 +12,7 @@ use cra_carp::validate::{parse_request, schemas, shape_errors};
 use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Value, json};
 
-use crate::table::{SESSION, table_atlases};
+use crate::table::{SESSION, table_atlases, table_engine};
 
 struct World {
     carp: Carp,
@@ -22,15 +22,7 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let clock = Arc::new(FixedClock::parse("2026-01-05T10:00:00Z").unwrap());
-        let carp = Carp::new(
-            Arc::new(MemoryStore::new()),
-            Arc::new(table_atlases()),
-            clock.clone(),
-            Arc::new(SequentialIds::new(1_767_607_200_000, 3)),
-            CarpConfig::default(),
-        );
-        carp.open_session("agent-1", Some(SESSION), None).unwrap();
+        let (carp, clock) = table_engine(3);
         Self {
             carp,
             clock,

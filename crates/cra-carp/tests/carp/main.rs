@@ -1,6 +1,7 @@
 //! The one integration-test binary of `cra-carp`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod cache;
 mod common;
 mod engine;
 mod fuzz_props;

@@ -46,6 +46,9 @@ pub enum Mutation {
     ResolutionAnySession,
     /// An execute refusal is answered with the error body alone (no execute response).
     RefusalAsErrorBody,
+    /// The runtime never answers a resolve with an earlier resolution (its resolution cache is
+    /// off), as cra did before issue 22 item 8. The one defect played through the runtime.
+    ResolutionCacheOff,
 }
 
 /// The in-process implementation.
@@ -319,7 +322,13 @@ impl InProcess {
             .and_then(Value::as_u64)
             .unwrap_or(1);
         let ids = Arc::new(cra_wire::SequentialIds::new(1_700_000_000_000, seed));
-        let transport = match RouterTransport::start(clock, ids) {
+        let cache_off = self.mutation == Some(Mutation::ResolutionCacheOff);
+        let tweak = |c: &mut cra_runtime::RuntimeConfig| {
+            if cache_off {
+                c.resolution_cache_entries = 0;
+            }
+        };
+        let transport = match RouterTransport::start(clock, ids, tweak) {
             Ok(t) => t,
             Err(e) => return Outcome::Errored(e),
         };
@@ -355,7 +364,10 @@ impl Target for InProcess {
             || steps.iter().any(|s| s.operation == "http")
             || fixture.input.operation == "http";
         if needs_runtime {
-            if self.mutation.is_some() {
+            if self
+                .mutation
+                .is_some_and(|m| m != Mutation::ResolutionCacheOff)
+            {
                 return Outcome::NotImplemented("mutants do not wrap the runtime".to_owned());
             }
             return self.play_in_runtime(fixture);

@@ -62,22 +62,25 @@ pub fn actor_keys_toml() -> String {
 }
 
 impl RouterTransport {
-    /// Starts a runtime with a test clock over `clock`, and the id generator.
+    /// Starts a runtime with a test clock over `clock`, and the id generator; `tweak` changes
+    /// its configuration (a planted defect: `resolution_cache_entries = 0`).
     pub fn start(
         clock: Arc<dyn cra_wire::Clock>,
         ids: Arc<dyn cra_wire::IdGenerator>,
+        tweak: impl FnOnce(&mut cra_runtime::RuntimeConfig),
     ) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("cannot make a directory: {e}"))?;
         let keys_path = dir.path().join("api-keys.toml");
         std::fs::write(&keys_path, actor_keys_toml()).map_err(|e| e.to_string())?;
         // The case's atlases arrive as they do over HTTP (`PUT /v1/atlases`), and the clock is
         // set as it is on a live server (`POST /v1/conformance/clock`).
-        let config = cra_runtime::RuntimeConfig {
+        let mut config = cra_runtime::RuntimeConfig {
             data: dir.path().join("data"),
             api_keys: Some(keys_path),
             test_clock: true,
             ..cra_runtime::RuntimeConfig::default()
         };
+        tweak(&mut config);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -26,7 +26,7 @@ use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
     ActionPendingApproval, ActionRequested, PolicyViolated, RefusedRequestReceived,
-    RequestRejected, resolve_events, validate_events,
+    RequestRejected, cached_events, resolve_events, validate_events,
 };
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StoredResolution};
@@ -53,14 +53,20 @@ pub fn engine(rt: &Runtime, atlases: Arc<AtlasSet>) -> Carp {
         max_skew_seconds: i64::try_from(rt.config.clock_skew_seconds).unwrap_or(300),
     };
     let owner = rt.config.replica_id.as_deref();
-    Carp::new(
+    let carp = Carp::new(
         rt.backends.carp.clone(),
         atlases,
         rt.clock.clone(),
         rt.ids.clone(),
         config,
     )
-    .with_owner(owner.unwrap_or(cra_carp::engine::DEFAULT_LEASE_OWNER))
+    .with_owner(owner.unwrap_or(cra_carp::engine::DEFAULT_LEASE_OWNER));
+    // A cache of no entries is none: no resolve pays for a key it could never find.
+    if rt.config.resolution_cache_entries == 0 {
+        carp
+    } else {
+        carp.with_cache(rt.resolution_cache.clone())
+    }
 }
 
 /// A request admitted: well-formed, from its requester, in a session it owns and may write to.
@@ -242,6 +248,7 @@ async fn record_resolve(
     let PreparedResolve {
         mut resolution,
         counters,
+        cache_hit,
         ..
     } = prepared;
     let explained = resolution.explain.take();
@@ -249,16 +256,34 @@ async fn record_resolve(
     // as it is, the completion event's `resolution`, so the bytes an agent receives are the
     // bytes its chain hashed.
     let canonical = resolution_text(&resolution);
-    let span = Span::root(trace_id, &resolution.resolution_id);
-    let events = resolve_events(
-        &span,
-        request,
-        digests,
-        &counters,
-        &resolution,
-        explained.as_ref(),
-        canonical.as_deref(),
-    );
+    let events = if cache_hit {
+        // An earlier resolution answered again: recorded in its trace, in a span of this
+        // request's own under the resolution's.
+        let span_id = rt.ids.new_id();
+        let span = Span {
+            trace_id: &resolution.trace_id,
+            span_id: &span_id,
+            parent: Some(&resolution.resolution_id),
+        };
+        cached_events(
+            &span,
+            request,
+            digests,
+            &counters,
+            &resolution.resolution_id,
+        )
+    } else {
+        let span = Span::root(trace_id, &resolution.resolution_id);
+        resolve_events(
+            &span,
+            request,
+            digests,
+            &counters,
+            &resolution,
+            explained.as_ref(),
+            canonical.as_deref(),
+        )
+    };
     let agent = &request.requester.agent_id;
     if rt.append_resolve(agent, record, events).await? == Recorded::Duplicate {
         // A duplicate that raced past the read check: refused, and nothing of it was written.
@@ -272,6 +297,9 @@ async fn record_resolve(
     }
     rt.metrics
         .record_resolution(resolution.decision.kind.as_str());
+    if cache_hit {
+        rt.metrics.record_resolution_cache_hit();
+    }
     if explain && explained.is_some() {
         resolution.explain = explained;
         return Ok(ResolveAnswer {

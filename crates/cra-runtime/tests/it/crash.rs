@@ -684,11 +684,22 @@ impl Checker<'_> {
             } => {
                 let rid = resolution["resolution_id"].clone();
                 let events = self.chain(session_id).await?;
-                let received = events.iter().any(|e| {
-                    e["event_type"] == "carp.request.received"
-                        && e["payload"]["request_id"] == request_id.as_str()
-                        && e["span_id"] == rid
-                });
+                // The request is recorded in the span that made the resolution, or, answered
+                // by an earlier one, in a span of its own that names it (`carp.resolution.cached`).
+                let received = events
+                    .iter()
+                    .find(|e| {
+                        e["event_type"] == "carp.request.received"
+                            && e["payload"]["request_id"] == request_id.as_str()
+                    })
+                    .is_some_and(|r| {
+                        r["span_id"] == rid
+                            || events.iter().any(|e| {
+                                e["event_type"] == "carp.resolution.cached"
+                                    && e["span_id"] == r["span_id"]
+                                    && e["payload"]["resolution_id"] == rid
+                            })
+                    });
                 let completed = events.iter().any(|e| {
                     e["event_type"] == "carp.resolution.completed"
                         && e["payload"]["resolution"] == *resolution

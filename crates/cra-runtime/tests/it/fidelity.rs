@@ -353,3 +353,71 @@ async fn validate_is_a_recorded_dry_run() {
     );
     s.stop().await;
 }
+
+/// B.8: an identical resolve inside the ttl is answered by the earlier resolution, under its id,
+/// and recorded in that resolution's trace as `carp.request.received` + `carp.resolution.cached`
+/// in a span of its own; every event meets the event schema, and the session replays identical.
+#[tokio::test]
+async fn an_identical_resolve_is_answered_from_the_cache_and_replays_identical() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let first = resolve_gated(&s, &sid).await;
+    let before = s.events(&sid).await.len();
+    let again = resolve_gated(&s, &sid).await;
+    assert_eq!(again, first, "the cached answer is the earlier resolution");
+
+    let events = s.events(&sid).await;
+    let added: Vec<&Value> = events[before..].iter().collect();
+    let types: Vec<&str> = added
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["carp.request.received", "carp.resolution.cached"]);
+    for e in &added {
+        assert_eq!(
+            e["trace_id"], first["trace_id"],
+            "in the resolution's trace"
+        );
+        assert_eq!(e["parent_span_id"], first["resolution_id"]);
+        assert_ne!(e["span_id"], first["resolution_id"], "a span of its own");
+    }
+    assert_eq!(
+        added[1]["payload"],
+        json!({"resolution_id": first["resolution_id"], "cache_hit": true})
+    );
+    for e in &events {
+        let errors = cra_carp::events::event_schema_errors(e);
+        assert!(errors.is_empty(), "{errors:?}\n{e}");
+    }
+    let (st, replay) = s
+        .post(
+            Some(MAINT),
+            "/v1/conformance/eval/replay",
+            &json!({"session_id": sid}),
+        )
+        .await;
+    assert_eq!(st, 200, "{replay}");
+    assert_eq!(replay["identical"], true, "{replay}");
+    assert_eq!(replay["resolutions"], 2, "{replay}");
+    let (st, approvals) = s.get(Some(OPERATOR), "/v1/approvals").await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        approvals.as_array().unwrap().len(),
+        1,
+        "one approval, not two"
+    );
+    s.stop().await;
+}
+
+/// B.8: with `resolution_cache_entries = 0` every resolve is a fresh resolution.
+#[tokio::test]
+async fn a_server_without_a_resolution_cache_resolves_every_request_afresh() {
+    let s = TestServer::start_with(|c| c.resolution_cache_entries = 0).await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let first = resolve_gated(&s, &sid).await;
+    let again = resolve_gated(&s, &sid).await;
+    assert_ne!(again["resolution_id"], first["resolution_id"]);
+    let types = s.event_types(&sid).await;
+    assert!(!types.iter().any(|t| t == "carp.resolution.cached"));
+    s.stop().await;
+}

@@ -138,8 +138,9 @@ impl RedbStore {
 pub(crate) struct EncodedResolve {
     session_id: String,
     request_id: String,
-    resolution_id: String,
-    resolution: Vec<u8>,
+    /// `(resolution id, record)`; `None` records the request id alone (a request an earlier
+    /// resolution answers again).
+    resolution: Option<(String, Vec<u8>)>,
     /// `(approval id, record, pending)`.
     approval: Option<(String, Vec<u8>, bool)>,
 }
@@ -148,14 +149,15 @@ impl EncodedResolve {
     pub(crate) fn new(
         session_id: &str,
         request_id: &str,
-        resolution: &StoredResolution,
+        resolution: Option<&StoredResolution>,
         approval: Option<&ApprovalRecord>,
     ) -> Result<Self, CarpError> {
         Ok(Self {
             session_id: session_id.to_owned(),
             request_id: request_id.to_owned(),
-            resolution_id: resolution.resolution.resolution_id.clone(),
-            resolution: encode(resolution)?,
+            resolution: resolution
+                .map(|r| encode(r).map(|bytes| (r.resolution.resolution_id.clone(), bytes)))
+                .transpose()?,
             approval: approval
                 .map(|a| {
                     encode(a).map(|bytes| {
@@ -199,14 +201,12 @@ pub(crate) fn apply_resolve(
     if t.ids.get(key).map_err(be)?.is_some() {
         return Ok(false);
     }
-    if t.resolutions
-        .get(r.resolution_id.as_str())
-        .map_err(be)?
-        .is_some()
+    if let Some((id, _)) = &r.resolution
+        && t.resolutions.get(id.as_str()).map_err(be)?.is_some()
     {
         return Err(CarpError::AlreadyExists {
             what: "resolution",
-            id: r.resolution_id.clone(),
+            id: id.clone(),
         });
     }
     if let Some((id, _, _)) = &r.approval
@@ -218,9 +218,11 @@ pub(crate) fn apply_resolve(
         });
     }
     t.ids.insert(key, ()).map_err(be)?;
-    t.resolutions
-        .insert(r.resolution_id.as_str(), r.resolution.as_slice())
-        .map_err(be)?;
+    if let Some((id, bytes)) = &r.resolution {
+        t.resolutions
+            .insert(id.as_str(), bytes.as_slice())
+            .map_err(be)?;
+    }
     if let Some((id, bytes, pending)) = &r.approval {
         t.approvals
             .insert(id.as_str(), bytes.as_slice())
@@ -264,7 +266,7 @@ impl cra_carp::store::ResolveLog for RedbStore {
         let encoded = match EncodedResolve::new(
             &record.session_id,
             &record.request_id,
-            &record.resolution,
+            record.resolution.as_ref(),
             record.approval.as_ref(),
         ) {
             Ok(e) => e,
@@ -544,7 +546,7 @@ impl CarpStore for RedbStore {
         resolution: &StoredResolution,
         approval: Option<&ApprovalRecord>,
     ) -> Result<bool, CarpError> {
-        let encoded = EncodedResolve::new(session_id, request_id, resolution, approval)?;
+        let encoded = EncodedResolve::new(session_id, request_id, Some(resolution), approval)?;
         self.carp_write(|txn| {
             let fresh = apply_resolve(&mut ResolveTables::open(txn)?, &encoded)?;
             Ok((fresh, fresh))

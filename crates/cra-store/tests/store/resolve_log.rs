@@ -61,19 +61,44 @@ fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> Reso
     ResolveRecord {
         session_id: "s1".to_owned(),
         request_id: request_id.to_owned(),
-        resolution: StoredResolution {
+        resolution: Some(StoredResolution {
             resolution: sample_resolution(resolution_id),
             session_id: "s1".to_owned(),
             agent_id: "agent-a".to_owned(),
             expires_at_us: 1_767_229_200_000_000,
             origins: Default::default(),
-        },
+        }),
         approval: approval.map(sample_approval),
     }
 }
 
 fn events(u: &Under) -> Vec<cra_trace::TraceEvent> {
     u.chains.read_range("s1", 0, u64::MAX).unwrap()
+}
+
+/// A request an earlier resolution answers again records its request id and its events, no
+/// resolution; its request id used again is a duplicate that writes nothing.
+#[test]
+fn a_request_answered_again_records_its_request_id_alone() {
+    for u in under("resolve_log_cached") {
+        u.log
+            .record_and_append(&record("r1", "res-1", None), vec![note(0)])
+            .unwrap();
+        let again = ResolveRecord {
+            resolution: None,
+            ..record("r2", "res-1", None)
+        };
+        let recorded = u.log.record_and_append(&again, vec![note(1)]).unwrap();
+        assert!(
+            matches!(recorded, Recorded::Appended(ref e) if e.len() == 1),
+            "{}: {recorded:?}",
+            u.name
+        );
+        assert!(u.carp.has_request_id("s1", "r2").unwrap(), "{}", u.name);
+        let repeat = u.log.record_and_append(&again, vec![note(2)]).unwrap();
+        assert_eq!(repeat, Recorded::Duplicate, "{}", u.name);
+        assert_eq!(events(&u).len(), 2, "{}", u.name);
+    }
 }
 
 #[test]
@@ -90,7 +115,7 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
         assert!(u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
         assert_eq!(
             u.carp.get_resolution("res-1").unwrap(),
-            Some(record("r1", "res-1", None).resolution),
+            record("r1", "res-1", None).resolution,
             "{}",
             u.name
         );

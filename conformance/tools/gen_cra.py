@@ -510,6 +510,50 @@ def generate(fx, R, DATA):
                                 cached_event]}},
        setup=dict(XS, steps=[res_step]))
 
+    # ------------------------------------------------------------ stream (WebSocket, CRA §6.4)
+    # One resolve in S writes session.started, carp.request.received, policy.evaluated for each of
+    # the 3 candidate actions, context.injected for each of the 3 packs, and the completion
+    # (sequences 0-8); ending the session appends session.ended (9), after which the server closes
+    # the stream with 1000 (specs/http.md: live streams).
+    ST = ["CRA §6.4", "CRA §7.1", "specs/http.md: live streams"]
+    chain = (["session.started", "carp.request.received"] + ["policy.evaluated"] * 3 + ["context.injected"] * 3
+             + ["carp.resolution.completed", "session.ended"])
+    end = {"operation": "http", "args": {"method": "DELETE", "path": "/v1/sessions/" + SESSION}}
+    fx("stream-session-exact-sequence", "cra", "stream", "cra-full",
+       "A session's stream sends every event once, in sequence order, then closes with 1000 after session.ended",
+       ST, "stream", {"session_id": SESSION, "end_session": True},
+       {"sequences": {"$eq": list(range(10))}, "event_types": {"$eq": chain}, "close": {"code": 1000}},
+       setup=dict(S, steps=[first]))
+    fx("stream-resume-since-seq-middle", "cra", "stream", "cra-full",
+       "A stream resumed with since_seq in the middle of the chain starts exactly there",
+       ST, "stream", {"session_id": SESSION, "since_seq": 5, "end_session": True},
+       {"sequences": {"$eq": [5, 6, 7, 8, 9]}, "event_types": {"$eq": chain[5:]}, "close": {"code": 1000}},
+       setup=dict(S, steps=[first]))
+    fx("stream-ended-session-replays-and-closes", "cra", "stream", "cra-full",
+       "The stream of an ended session replays the whole chain and closes with 1000",
+       ST, "stream", {"session_id": SESSION},
+       {"sequences": {"$eq": list(range(10))}, "event_types": {"$eq": chain}, "close": {"code": 1000}},
+       setup=dict(S, steps=[first, end]))
+    fx("stream-ended-session-resume-at-end", "cra", "stream", "cra-full",
+       "Resuming an ended session's stream at session.ended sends that event alone, then 1000",
+       ST, "stream", {"session_id": SESSION, "since_seq": 1},
+       {"sequences": {"$eq": [1]}, "event_types": {"$eq": ["session.ended"]}, "close": {"code": 1000}},
+       setup=dict(S, steps=[end]))
+    fx("stream-ended-session-past-end-closes", "cra", "stream", "cra-full",
+       "Resuming an ended session's stream past its last event sends nothing and closes with 1000",
+       ST, "stream", {"session_id": SESSION, "since_seq": 5},
+       {"sequences": {"$eq": []}, "close": {"code": 1000}}, setup=dict(S, steps=[end]))
+    fx("stream-open-session-stays-open", "cra", "stream", "cra-full",
+       "An open session's stream delivers what is recorded and stays open (the runner closes it)",
+       ST, "stream", {"session_id": SESSION, "limit": 1},
+       {"sequences": {"$eq": [0]}, "event_types": {"$eq": ["session.started"]}, "close": None}, setup=S)
+    fx("stream-unknown-session", "cra", "stream", "cra-full", "Streaming an unknown session is refused: 404 session_not_found",
+       ST, "stream", {"session_id": "0190f5d2-8a4e-7b3c-9d1e-5e5519999999"}, {"error": "session_not_found", "status": 404}, setup=S)
+    fx("stream-since-seq-invalid", "cra", "stream", "cra-full", "A since_seq that is not a non-negative integer is refused: 400 invalid_request",
+       ST, "stream", {"session_id": SESSION, "since_seq": "-1"}, {"error": "invalid_request", "status": 400}, setup=S)
+    fx("stream-session-id-not-uuid", "cra", "stream", "cra-full", "A session_id that is not a UUID is refused: 400 invalid_request",
+       ST + ["CRA §4.2"], "stream", {"session_id": "not-a-uuid"}, {"error": "invalid_request", "status": 400}, setup=S)
+
     # ------------------------------------------------------------ replay
     RP = ["CRA §4.5", "CRA §7.2.4", "errata: replay inputs"]
     fx("replay-deterministic", "cra", "replay", "carp-core", "Replaying a session's trace with the same atlases reproduces every resolution", RP, "replay",

@@ -31,6 +31,7 @@ pub const SURFACES: &[&str] = &[
     "export-roundtrip",
     "http-errors",
     "interop",
+    "stream",
 ];
 
 /// The abstract verbs an `input.operation` (or a setup step) may name.
@@ -54,6 +55,7 @@ pub const VERBS: &[&str] = &[
     "flag_for_review",
     "review",
     "export_import",
+    "stream",
     "http",
 ];
 

@@ -307,6 +307,14 @@ fn mutations_make_the_named_fixtures_fail() {
             ],
         ),
         (
+            Mutation::StreamResumesLate,
+            "stream",
+            &[
+                "stream-resume-since-seq-middle",
+                "stream-ended-session-resume-at-end",
+            ],
+        ),
+        (
             Mutation::SupersessionNotClosing,
             "facts-supersession",
             &["fact-supersede-closes-old"],

@@ -268,9 +268,9 @@ async fn session_stream(
     filter: StreamFilter,
     mut sub: Subscription,
 ) {
-    let owner = match state.session_record(&id).await {
-        Ok(r) => r.agent_id,
-        Err(_) => String::new(),
+    let (owner, ended_before) = match state.session_record(&id).await {
+        Ok(r) => (r.agent_id.clone(), !r.is_active()),
+        Err(_) => (String::new(), false),
     };
     let mut next = since;
     let mut ended = false;
@@ -297,6 +297,9 @@ async fn session_stream(
             return;
         }
     }
+    // A session that had ended before the replay has nothing more to come, even when the
+    // replay started past its `session.ended` (a resume at the end).
+    ended |= ended_before;
     // Follow live.
     loop {
         if ended {

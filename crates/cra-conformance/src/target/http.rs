@@ -17,6 +17,7 @@ use reqwest::blocking::Client;
 use serde_json::{Map, Value, json};
 
 use crate::fixture::Fixture;
+use crate::target::ws::{StreamRead, StreamRequest};
 use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_now, setup_steps};
 
 /// A server under test.
@@ -42,6 +43,8 @@ pub trait Transport: Send + Sync + std::fmt::Debug {
         token: Option<&str>,
         body: Option<String>,
     ) -> Result<(u16, String), String>;
+    /// Reads a WebSocket trace stream ([`crate::target::ws`]).
+    fn stream(&self, request: &StreamRequest) -> Result<StreamRead, String>;
 }
 
 /// Plain HTTP over TCP (no TLS).
@@ -78,6 +81,10 @@ impl Transport for Socket {
             .text()
             .map_err(|e| format!("{method} {url}: reading the body: {e}"))?;
         Ok((status, text))
+    }
+
+    fn stream(&self, request: &StreamRequest) -> Result<StreamRead, String> {
+        crate::target::ws::read_stream_blocking(&self.base, request)
     }
 }
 
@@ -226,44 +233,99 @@ impl HttpTarget {
                 self.call_with(method.clone(), path, body, Some(token))?
             }
         };
-        // A missing route: 405, 501 `not_implemented`, or a 404 whose body is not one of the
-        // protocol's specific not-found tokens (no body, or the generic `not_found`).
-        // (An execute response names its token in `error.code`.)
-        let token = value
-            .get("error")
-            .and_then(Value::as_str)
-            .or_else(|| value.pointer("/error/code").and_then(Value::as_str));
-        let generic_404 = status == 404 && matches!(token, None | Some("not_found"));
-        if status == 405 || generic_404 {
-            return Err(Fail::NotImplemented(format!(
-                "{method} {path} is not offered"
-            )));
-        }
-        // A refusing execute response (CARP §3.5): the fixtures' refusal form (its error's
-        // token, message and details), the response beside it, as the in-process target answers.
-        if status >= 400
-            && let Some(code) = value.pointer("/error/code").and_then(Value::as_str)
-        {
-            let mut v = json!({"error": code, "status": status});
-            for k in ["message", "details"] {
-                if let Some(x) = value.pointer(&format!("/error/{k}")) {
-                    v[k] = x.clone();
-                }
-            }
-            v["response"] = value;
-            return Ok(v);
-        }
-        if status >= 400 {
-            let mut v = match value {
-                Value::Object(o) => Value::Object(o),
-                other => json!({"error": "unknown", "body": other}),
-            };
-            v["status"] = json!(status);
-            return Ok(v);
-        }
-        Ok(value)
+        answer_of(&method, path, status, value)
     }
 
+    /// The `stream` verb: reads `GET /v1/traces/stream` for `session_id` (from `since_seq`),
+    /// ending the session once the stream is open when `end_session` is true, or stopping after
+    /// `limit` events. Answers the sequences and event types read, in order, and the server's
+    /// close frame (`null` when the runner closed first).
+    fn stream(&self, args: &Value) -> Result<Value, Fail> {
+        let session = args
+            .get("session_id")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut path = format!("/v1/traces/stream?session_id={}", enc(session));
+        if let Some(since) = args.get("since_seq") {
+            let since = since
+                .as_str()
+                .map_or_else(|| since.to_string(), str::to_owned);
+            path.push_str(&format!("&since_seq={}", enc(&since)));
+        }
+        let ends = args.get("end_session").and_then(Value::as_bool) == Some(true);
+        let request = StreamRequest {
+            path: path.clone(),
+            token: self.token.clone(),
+            end_path: ends.then(|| format!("/v1/sessions/{}", enc(session))),
+            limit: args
+                .get("limit")
+                .and_then(Value::as_u64)
+                .and_then(|l| usize::try_from(l).ok()),
+        };
+        let read = self.transport.stream(&request).map_err(Fail::Errored)?;
+        if read.status != 101 {
+            let text = read.body.unwrap_or_default();
+            let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return answer_of(&Method::GET, &path, read.status, value);
+        }
+        let mut sequences = Vec::new();
+        let mut types = Vec::new();
+        for m in &read.messages {
+            let event: Value = serde_json::from_str(m)
+                .map_err(|e| Fail::Errored(format!("a stream message is not JSON: {e}: {m}")))?;
+            sequences.push(event.get("sequence").cloned().unwrap_or(Value::Null));
+            types.push(event.get("event_type").cloned().unwrap_or(Value::Null));
+        }
+        let close = read
+            .close
+            .map(|(code, reason)| json!({"code": code, "reason": reason}));
+        Ok(json!({"sequences": sequences, "event_types": types, "close": close}))
+    }
+}
+
+/// A route's answer: a missing route is `not_implemented`; an error status is folded into the
+/// answer as `status` beside the server's error body (or, for a refusing execute response,
+/// beside its `error.code`, the response kept as `response`).
+fn answer_of(method: &Method, path: &str, status: u16, value: Value) -> Result<Value, Fail> {
+    // A missing route: 405, 501 `not_implemented`, or a 404 whose body is not one of the
+    // protocol's specific not-found tokens (no body, or the generic `not_found`).
+    // (An execute response names its token in `error.code`.)
+    let token = value
+        .get("error")
+        .and_then(Value::as_str)
+        .or_else(|| value.pointer("/error/code").and_then(Value::as_str));
+    let generic_404 = status == 404 && matches!(token, None | Some("not_found"));
+    if status == 405 || generic_404 {
+        return Err(Fail::NotImplemented(format!(
+            "{method} {path} is not offered"
+        )));
+    }
+    // A refusing execute response (CARP §3.5): the fixtures' refusal form (its error's
+    // token, message and details), the response beside it, as the in-process target answers.
+    if status >= 400
+        && let Some(code) = value.pointer("/error/code").and_then(Value::as_str)
+    {
+        let mut v = json!({"error": code, "status": status});
+        for k in ["message", "details"] {
+            if let Some(x) = value.pointer(&format!("/error/{k}")) {
+                v[k] = x.clone();
+            }
+        }
+        v["response"] = value;
+        return Ok(v);
+    }
+    if status >= 400 {
+        let mut v = match value {
+            Value::Object(o) => Value::Object(o),
+            other => json!({"error": "unknown", "body": other}),
+        };
+        v["status"] = json!(status);
+        return Ok(v);
+    }
+    Ok(value)
+}
+
+impl HttpTarget {
     fn perform(&self, op: &str, args: &Value) -> Result<Value, Fail> {
         let s = |k: &str| {
             args.get(k)
@@ -379,6 +441,7 @@ impl HttpTarget {
                     json!({"resolution": answer, "response": response, "trace": trace, "trace_valid": valid}),
                 )
             }
+            "stream" => self.stream(args),
             "http" => {
                 let method = Method::from_bytes(s("method").as_bytes())
                     .map_err(|e| Fail::Errored(format!("http verb: bad method: {e}")))?;

@@ -49,6 +49,8 @@ pub enum Mutation {
     /// The runtime never answers a resolve with an earlier resolution (its resolution cache is
     /// off), as cra did before issue 22 item 8. The one defect played through the runtime.
     ResolutionCacheOff,
+    /// A resumed trace stream starts one event past `since_seq` (played through the runtime).
+    StreamResumesLate,
 }
 
 /// The in-process implementation.
@@ -328,8 +330,9 @@ impl InProcess {
                 c.resolution_cache_entries = 0;
             }
         };
+        let late = u64::from(self.mutation == Some(Mutation::StreamResumesLate));
         let transport = match RouterTransport::start(clock, ids, tweak) {
-            Ok(t) => t,
+            Ok(t) => t.resuming_late(late),
             Err(e) => return Outcome::Errored(e),
         };
         let admin = Some(crate::target::runtime::token_of("admin"));
@@ -362,12 +365,11 @@ impl Target for InProcess {
         let needs_runtime = fixture.input.operation == "replay"
             || fixture.input.args.get("with_trace").is_some()
             || steps.iter().any(|s| s.operation == "http")
-            || fixture.input.operation == "http";
+            || fixture.input.operation == "http"
+            || fixture.input.operation == "stream";
         if needs_runtime {
-            if self
-                .mutation
-                .is_some_and(|m| m != Mutation::ResolutionCacheOff)
-            {
+            let through_runtime = [Mutation::ResolutionCacheOff, Mutation::StreamResumesLate];
+            if self.mutation.is_some_and(|m| !through_runtime.contains(&m)) {
                 return Outcome::NotImplemented("mutants do not wrap the runtime".to_owned());
             }
             return self.play_in_runtime(fixture);

@@ -11,6 +11,7 @@ pub mod http;
 pub mod inproc;
 pub mod relay;
 pub mod runtime;
+pub mod ws;
 
 use serde_json::{Map, Value, json};
 

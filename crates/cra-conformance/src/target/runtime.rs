@@ -36,6 +36,8 @@ pub struct RouterTransport {
     _dir: tempfile::TempDir,
     rt: tokio::runtime::Runtime,
     router: axum::Router,
+    /// A planted defect: streams resume this many events past the `since_seq` asked for.
+    resume_late: u64,
 }
 
 impl std::fmt::Debug for RouterTransport {
@@ -95,7 +97,16 @@ impl RouterTransport {
             _dir: dir,
             rt,
             router,
+            resume_late: 0,
         })
+    }
+
+    /// The same transport whose streams resume `n` events past the `since_seq` asked for: the
+    /// planted defect of a server that starts a resumed stream late.
+    #[must_use]
+    pub fn resuming_late(mut self, n: u64) -> Self {
+        self.resume_late = n;
+        self
     }
 
     /// The tokens of the fixture actors, for [`crate::target::http::HttpTarget::over`].
@@ -107,9 +118,48 @@ impl RouterTransport {
     }
 }
 
+/// `path` with its numeric `since_seq=N` made `N + by` (other paths unchanged).
+fn shift_since_seq(path: &str, by: u64) -> String {
+    let Some((head, tail)) = path.split_once("since_seq=") else {
+        return path.to_owned();
+    };
+    let (n, rest) = tail.split_at(tail.find('&').unwrap_or(tail.len()));
+    match n.parse::<u64>() {
+        Ok(n) => format!("{head}since_seq={}{rest}", n + by),
+        Err(_) => path.to_owned(),
+    }
+}
+
 impl Transport for RouterTransport {
     fn name(&self) -> String {
         "in-process runtime".to_owned()
+    }
+
+    /// A WebSocket needs a connection: the router is served on a loopback socket for the
+    /// stream's length, on this transport's runtime.
+    fn stream(
+        &self,
+        request: &crate::target::ws::StreamRequest,
+    ) -> Result<crate::target::ws::StreamRead, String> {
+        let router = self.router.clone();
+        let mut request = request.clone();
+        if self.resume_late > 0 {
+            request.path = shift_since_seq(&request.path, self.resume_late);
+        }
+        self.rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .map_err(|e| format!("cannot listen on loopback: {e}"))?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| format!("the loopback listener has no address: {e}"))?;
+            let server = tokio::spawn(async move {
+                let _ = axum::serve(listener, router.into_make_service()).await;
+            });
+            let read = crate::target::ws::read_stream(&format!("http://{addr}"), &request).await;
+            server.abort();
+            read
+        })
     }
 
     fn send(

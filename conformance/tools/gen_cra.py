@@ -598,7 +598,15 @@ def generate(fx, R, DATA):
             ("duplicate-action-id", "/actions/1/action_id", lambda m: m["actions"][1].update(action_id="resource.get")),
             ("bad-risk-tier", "/actions/0/risk_tier", lambda m: m["actions"][0].update(risk_tier="extreme")),
             ("missing-atlas-version", "/atlas_version", lambda m: m.pop("atlas_version")),
-            ("missing-name", "/name", lambda m: m.pop("name"))]
+            ("missing-name", "/name", lambda m: m.pop("name")),
+            # Budget units are whole numbers (specs/atlas.md): checked as the evaluator needs them.
+            ("budget-units-fractional", "/policies/1/parameters/max_units",
+             lambda m: m["policies"].append(pol("bud", "budget", ["*"], parameters={"max_units": 2.5}))),
+            ("budget-cost-fractional", "/policies/1/parameters/costs/resource.get",
+             lambda m: m["policies"].append(pol("bud", "budget", ["*"], parameters={"max_units": 3, "costs": {"resource.get": 0.5}}))),
+            ("time-window-empty", "/policies/1/conditions/time_window",
+             lambda m: m["policies"].append(pol("tw", "deny", ["resource.delete"], conditions={"time_window": {"start_hour": 9, "end_hour": 9}},
+                                                parameters={"reason": "never"})))]
     for name, ptr, f in abad:
         m = copy.deepcopy(good)
         f(m)

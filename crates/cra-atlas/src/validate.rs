@@ -467,11 +467,13 @@ fn conditions_checks(
     if let Some(w) = &c.time_window
         && w.start_hour == w.end_hour
     {
-        diags.push(Diagnostic::warning(
+        // An error, not a warning: the evaluator refuses such a window (an author who wrote
+        // 9 to 9 may have meant the whole day, which is 0 to 24), so it could never load.
+        diags.push(Diagnostic::error(
             "empty_time_window",
             file,
             format!("{pointer}/time_window"),
-            "start_hour equals end_hour, so the window never holds: widen it or remove it",
+            "start_hour equals end_hour, an empty window: use 0 and 24 for the whole day, or remove it",
         ));
     }
 }

@@ -577,7 +577,7 @@ impl CompiledAtlas {
                 priority: p.priority,
                 conditions: compile_conditions(
                     atlas_id,
-                    &format!("policy `{}`", p.policy_id),
+                    &crate::atlas_check::policy_owner(&p.policy_id),
                     p.conditions.as_ref(),
                 )?,
                 params: compile_params(atlas_id, p)?,
@@ -676,7 +676,7 @@ impl CompiledAtlas {
                 priority: p.priority,
                 conditions: compile_conditions(
                     atlas_id,
-                    &format!("context pack `{}`", p.pack_id),
+                    &crate::atlas_check::pack_owner(&p.pack_id),
                     p.conditions.as_ref(),
                 )?,
                 files,

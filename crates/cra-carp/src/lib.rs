@@ -4,6 +4,7 @@
 //! storage trait defined here ([`store::CarpStore`]).
 //!
 //! * [`types`]: the wire objects of spec §3.
+//! * [`atlas_check`]: the one atlas validator (every stage, the evaluator's included).
 //! * [`validate`]: request shape (JSON Schema, every bad member with its pointer) and the §3.6
 //!   rules, one token each.
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
@@ -20,6 +21,7 @@
 //! * `memory` and `store_contract` (feature `test-support`): an in-memory store and the
 //!   behaviour every store must show.
 
+pub mod atlas_check;
 pub mod cache;
 pub mod engine;
 pub mod eval;

@@ -83,15 +83,32 @@ pub fn sources(configured: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// Loads and compiles every source; any failure names the atlas and what is wrong.
+/// Loads and compiles every source, each through the one atlas validator
+/// (`cra_carp::atlas_check`), and resolves every dependency inside the set, as `cra atlas check`
+/// does; any failure names the atlas and what is wrong.
 pub fn load_all(sources: &[PathBuf]) -> Result<AtlasState, String> {
-    compose(sources.to_vec(), load_sources(sources)?, Vec::new())
+    resolved(compose(
+        sources.to_vec(),
+        load_sources(sources)?,
+        Vec::new(),
+    )?)
+}
+
+/// `state` when every dependency of its atlases resolves inside it; otherwise why not.
+fn resolved(state: AtlasState) -> Result<AtlasState, String> {
+    check_dependencies(&state.loaded, &|_| None).map_err(|e| {
+        let errors = e.body.details.map(|d| d.errors).unwrap_or_default();
+        let listed: Vec<String> = errors.into_iter().map(|f| f.message).collect();
+        format!("{} ({})", e.body.message, listed.join("; "))
+    })?;
+    Ok(state)
 }
 
 fn load_sources(sources: &[PathBuf]) -> Result<Vec<LoadedAtlas>, String> {
     let mut loaded = Vec::with_capacity(sources.len());
     for p in sources {
-        let a = cra_atlas::load(p).map_err(|e| format!("atlas {}: {e}", p.display()))?;
+        let a =
+            cra_carp::atlas_check::load(p).map_err(|e| format!("atlas {}: {e}", p.display()))?;
         loaded.push(a);
     }
     Ok(loaded)
@@ -230,14 +247,16 @@ pub fn inline_files(value: &Value, pointer: &str) -> Result<BTreeMap<String, Vec
 }
 
 /// Validates an inline atlas exactly as a directory load of the same files
-/// (`cra_atlas::load::from_files`). A refusal is 400 (`invalid_request` for the shape,
+/// (`cra_carp::atlas_check::from_files`). A refusal is 400 (`invalid_request` for the shape,
 /// `invalid_atlas` with one entry per error diagnostic, located in the request body).
 pub fn load_inline(value: &Value, pointer: &str) -> Result<LoadedAtlas, ApiError> {
     let files = inline_files(value, pointer)?;
-    cra_atlas::load::from_files(Path::new("(installed over HTTP)"), files).map_err(|e| match e {
-        LoadError::Invalid { diagnostics, .. } => invalid_atlas(&diagnostics, pointer),
-        other => ApiError::new(Token::InvalidAtlas, other.to_string()),
-    })
+    cra_carp::atlas_check::from_files(Path::new("(installed over HTTP)"), files).map_err(
+        |e| match e {
+            LoadError::Invalid { diagnostics, .. } => invalid_atlas(&diagnostics, pointer),
+            other => ApiError::new(Token::InvalidAtlas, other.to_string()),
+        },
+    )
 }
 
 /// The request-body pointer of a diagnostic: `atlas.json` is `{pointer}/manifest`, any other
@@ -389,7 +408,7 @@ impl Runtime {
                 .filter(|a| current.posted.contains(a.id()))
                 .cloned()
                 .collect();
-            let state = compose(current.sources.clone(), fresh, posted)?;
+            let state = resolved(compose(current.sources.clone(), fresh, posted)?)?;
             let n = state.loaded.len();
             Ok::<_, String>((Some(state), n))
         });

@@ -233,7 +233,7 @@ pub fn validate_request(args: &Value) -> Result<Value, ApiError> {
 /// holding only itself.
 pub fn load_atlas(args: &Value) -> Result<Value, ApiError> {
     let files = crate::atlases::inline_files(args, "")?;
-    let analysis = cra_atlas::validate::analyse(FsPath::new("(load_atlas)"), files);
+    let analysis = cra_carp::atlas_check::analyse(FsPath::new("(load_atlas)"), files);
     let dependency = analysis
         .atlas
         .as_ref()

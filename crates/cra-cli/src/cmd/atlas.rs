@@ -15,8 +15,8 @@ use cra_atlas::adapters::{self, Target};
 use cra_atlas::fmt::{format_value, kind_of_file};
 use cra_atlas::load::{self, LoadError, SourceKind};
 use cra_atlas::pack::pack_atlas;
-use cra_atlas::validate::analyse;
 use cra_atlas::{Diagnostic, LoadedAtlas, PolicyType, Registry, RiskTier, Severity};
+use cra_carp::atlas_check::analyse;
 use serde_json::{Value, json};
 
 use crate::exit::Exit;
@@ -146,10 +146,21 @@ fn init(dir: &Path, id: &str) -> Exit {
 }
 
 /// What checking one path produced.
-struct Checked {
-    path: PathBuf,
-    atlas: Option<LoadedAtlas>,
-    diagnostics: Vec<Diagnostic>,
+#[derive(Debug)]
+pub struct Checked {
+    /// The path checked.
+    pub path: PathBuf,
+    /// The atlas, when it is valid.
+    pub atlas: Option<LoadedAtlas>,
+    /// Every diagnostic (errors first; with `--strict` every one is an error).
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    /// Whether no diagnostic is an error.
+    pub fn is_valid(&self) -> bool {
+        !self.diagnostics.iter().any(Diagnostic::is_error)
+    }
 }
 
 /// Reads and analyses one path; `Err` means it could not be read at all.
@@ -216,27 +227,20 @@ fn check_one(path: &Path) -> Result<Checked, LoadError> {
     })
 }
 
-fn check(args: &CheckArgs) -> Exit {
+/// `cra atlas check` as a library function: every path checked through the one validator
+/// (`cra_carp::atlas_check`), then dependencies against every valid atlas given; `Err` names a
+/// path that could not be read at all.
+pub fn check_atlases(args: &CheckArgs) -> Result<Vec<Checked>, String> {
     let mut checked = Vec::new();
     for path in &args.paths {
-        match check_one(path) {
-            Ok(c) => checked.push(c),
-            Err(e) => {
-                eprintln!("cra atlas check: {e}");
-                return Exit::CouldNotRun;
-            }
-        }
+        checked.push(check_one(path).map_err(|e| e.to_string())?);
     }
     // Dependencies: resolve against every valid atlas given (checked or --with).
     let registry = Registry::new();
     for path in &args.with {
-        match load::load(path) {
-            Ok(a) => insert_ignoring_dependencies(&registry, &[a]),
-            Err(e) => {
-                eprintln!("cra atlas check: --with {}: {e}", path.display());
-                return Exit::CouldNotRun;
-            }
-        }
+        let a = cra_carp::atlas_check::load(path)
+            .map_err(|e| format!("--with {}: {e}", path.display()))?;
+        insert_ignoring_dependencies(&registry, &[a]);
     }
     for c in &mut checked {
         if let Some(a) = &c.atlas {
@@ -264,9 +268,18 @@ fn check(args: &CheckArgs) -> Exit {
             }
         }
     }
-    let ok = checked
-        .iter()
-        .all(|c| !c.diagnostics.iter().any(Diagnostic::is_error));
+    Ok(checked)
+}
+
+fn check(args: &CheckArgs) -> Exit {
+    let checked = match check_atlases(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cra atlas check: {e}");
+            return Exit::CouldNotRun;
+        }
+    };
+    let ok = checked.iter().all(Checked::is_valid);
     match args.output {
         OutputFormat::Text => {
             for c in &checked {
@@ -281,7 +294,7 @@ fn check(args: &CheckArgs) -> Exit {
                 "strict": args.strict,
                 "atlases": checked.iter().map(|c| json!({
                     "path": c.path.display().to_string(),
-                    "valid": !c.diagnostics.iter().any(Diagnostic::is_error),
+                    "valid": c.is_valid(),
                     "atlas_id": c.atlas.as_ref().map(|a| a.manifest.atlas_id.clone()),
                     "version": c.atlas.as_ref().map(|a| a.manifest.version.clone()),
                     "digest": c.atlas.as_ref().map(|a| a.digest.clone()),
@@ -380,7 +393,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
 
 /// Loads a valid atlas or reports why not (exit 3 invalid, 1 unreadable).
 fn load_valid(cmd: &str, path: &Path) -> Result<LoadedAtlas, Exit> {
-    match load::load(path) {
+    match cra_carp::atlas_check::load(path) {
         Ok(a) => Ok(a),
         Err(LoadError::Invalid { diagnostics, .. }) => {
             for d in diagnostics {

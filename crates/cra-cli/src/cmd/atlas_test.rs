@@ -87,7 +87,7 @@ pub fn run_tests(args: &TestArgs) -> Result<TestReport, Exit> {
     let mut paths = vec![args.dir.clone()];
     paths.extend(args.with.iter().cloned());
     let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas test")?;
-    let manifest = match cra_atlas::load(&args.dir) {
+    let manifest = match cra_carp::atlas_check::load(&args.dir) {
         Ok(a) => a.manifest,
         Err(e) => {
             eprintln!("cra atlas test: {e}");

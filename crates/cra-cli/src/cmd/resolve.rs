@@ -68,7 +68,7 @@ pub struct ResolveArgs {
 pub fn load_atlases(paths: &[PathBuf], who: &str) -> Result<AtlasSet, Exit> {
     let mut loaded = Vec::with_capacity(paths.len());
     for p in paths {
-        match cra_atlas::load(p) {
+        match cra_carp::atlas_check::load(p) {
             Ok(a) => loaded.push(a),
             Err(e) => {
                 eprintln!("{who}: {}: {e}", p.display());

@@ -114,7 +114,7 @@ pub fn replay(
     };
     let mut library = Vec::with_capacity(args.atlases.len());
     for p in &args.atlases {
-        match cra_atlas::load(p) {
+        match cra_carp::atlas_check::load(p) {
             Ok(a) => library.push(a),
             Err(e) => {
                 let io = matches!(e, cra_atlas::LoadError::Io { .. });

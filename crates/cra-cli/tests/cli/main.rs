@@ -7,6 +7,7 @@
 )]
 
 mod atlas;
+mod atlas_differential;
 mod relay;
 mod serve;
 mod trace;

@@ -654,20 +654,20 @@ impl Relay {
             .ok_or_else(|| RelayError::SessionNotFound(session_id.into()))
     }
 
-    /// Ends a session; only its own actor may.
+    /// Ends a session; only its own actor may. Ending an ended session returns it unchanged.
+    /// The end is one store write ([`RelayStore::end_session`]): a deposit recording itself in
+    /// the session at the same moment is kept.
     pub fn end_session(&self, session_id: &str, actor: &Actor) -> Result<Session, RelayError> {
-        let mut s = self.session(session_id)?;
+        let s = self.session(session_id)?;
         if s.actor_id != actor.id {
             return Err(RelayError::Unauthorized(format!(
                 "session {session_id} belongs to {}; only its actor may end it",
                 s.actor_id
             )));
         }
-        if s.ended_at.is_none() {
-            s.ended_at = Some(self.now());
-            self.store.put_session(&s)?;
-        }
-        Ok(s)
+        self.store
+            .end_session(session_id, &self.now())?
+            .ok_or_else(|| RelayError::SessionNotFound(session_id.into()))
     }
 }
 

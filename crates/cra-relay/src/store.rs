@@ -203,6 +203,13 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
     fn put_session(&self, session: &Session) -> Result<(), RelayStoreError>;
     /// One session.
     fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError>;
+    /// Ends a session at `ended_at` in one write, so a deposit recording itself in the session
+    /// meanwhile is never lost; an ended session is returned unchanged, an unknown one is `None`.
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<Option<Session>, RelayStoreError>;
 
     /// Whether [`RelayStore::search`] works.
     fn supports_search(&self) -> bool {

@@ -980,6 +980,16 @@ fn sessions_callsign_and_provenance(f: Factory<'_>) {
         ended.ended_at.as_deref(),
         Some("2026-04-18T20:00:00.000000Z")
     );
+    assert_eq!(
+        ended.packages_deposited,
+        ["pkg_s1"],
+        "the end kept the deposit"
+    );
+    assert_eq!(
+        r.end_session(&s.session_id, &jordan()).unwrap(),
+        ended,
+        "ending an ended session changes nothing"
+    );
     assert_eq!(token_of(r.session("sess_missing")), Token::SessionNotFound);
 }
 

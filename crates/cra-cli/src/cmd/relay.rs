@@ -113,6 +113,9 @@ pub enum RelayCommand {
         #[arg(long)]
         note: Option<String>,
     },
+    /// Start, show or end a Relay work session (§5.5).
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Export every project (or one), its packages, facts, sessions and review records to DIR
     /// (NDJSON + manifest).
     Export {
@@ -151,6 +154,34 @@ pub enum ProjectCommand {
     Unarchive {
         /// The project.
         project_id: String,
+    },
+}
+
+/// `cra relay session ...`: Relay work sessions (§5.5). A deposit names its session in
+/// `created_by.session_id`; the session lists the packages deposited in it.
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Start a session of the acting actor in a project (prints it, with its callsign).
+    Start {
+        /// The project.
+        #[arg(long)]
+        project: String,
+    },
+    /// Show a session and the packages deposited in it.
+    Show {
+        /// The session (`sess_...`).
+        session_id: String,
+        /// Its project.
+        #[arg(long)]
+        project: String,
+    },
+    /// End a session (only its own actor may).
+    End {
+        /// The session (`sess_...`).
+        session_id: String,
+        /// Its project.
+        #[arg(long)]
+        project: String,
     },
 }
 
@@ -324,6 +355,12 @@ trait Backend {
     fn facts(&self, project_id: &str, query: &FactQuery) -> Answer;
     fn flag(&self, package_id: &str, review_type: &str, note: Option<&str>) -> Answer;
     fn review(&self, package_id: &str, outcome: &str, note: Option<&str>) -> Answer;
+    /// The §5.5 session started for the acting actor.
+    fn start_session(&self, project_id: &str) -> Answer;
+    /// The session `session_id` of `project_id`.
+    fn session(&self, project_id: &str, session_id: &str) -> Answer;
+    /// The session, ended.
+    fn end_session(&self, project_id: &str, session_id: &str) -> Answer;
     /// Writes the export files into `dir`; answers the counts.
     fn export(&self, dir: &Path, project: Option<&str>) -> Answer;
     /// Imports an export directory; answers the counts.
@@ -425,6 +462,17 @@ fn dispatch(b: &dyn Backend, cmd: RelayCommand, stdin: &mut dyn Read) -> Result<
             outcome,
             note,
         } => b.review(&package_id, &outcome, note.as_deref())?,
+        RelayCommand::Session(s) => match s {
+            SessionCommand::Start { project } => b.start_session(&project)?,
+            SessionCommand::Show {
+                session_id,
+                project,
+            } => b.session(&project, &session_id)?,
+            SessionCommand::End {
+                session_id,
+                project,
+            } => b.end_session(&project, &session_id)?,
+        },
         RelayCommand::Export { dir, project } => b.export(&dir, project.as_deref())?,
         RelayCommand::Import { dir, members } => b.import(&dir, &members)?,
     }))

@@ -615,3 +615,68 @@ fn relay_commands_against_a_server() {
     );
     assert!(err.contains("--url"), "{err}");
 }
+
+/// `cra relay session start|show|end` (§5.5), locally and against a server: the same session
+/// shape either way; a deposit naming the session is listed in it; only its actor ends it.
+#[test]
+fn relay_sessions_from_the_command_line_in_both_modes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("local");
+    let p = "proj_sessions";
+    cra(&d, &["project", "create", p, "Sessions"], "");
+    let (e, out, err) = cra(
+        &d,
+        &["--actor", "jordan", "session", "start", "--project", p],
+        "",
+    );
+    assert_eq!(e, Exit::Success, "{err}");
+    let local = json(&out);
+    let sid = local["session_id"].as_str().unwrap().to_owned();
+    assert!(sid.starts_with("sess_"), "{local}");
+    let pkg = MINIMAL
+        .replace("proj_dev_relay", p)
+        .replace("\"session_id\":null", &format!("\"session_id\":\"{sid}\""));
+    let (e, _, err) = cra(&d, &["--actor", "jordan", "deposit", "-"], &pkg);
+    assert_eq!(e, Exit::Success, "{err}");
+    let (e, out, _) = cra(&d, &["session", "show", &sid, "--project", p], "");
+    assert_eq!(e, Exit::Success);
+    assert_eq!(
+        json(&out)["packages_deposited"],
+        serde_json::json!(["pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d"])
+    );
+    let (e, _, err) = cra(
+        &d,
+        &["--actor", "mallory", "session", "end", &sid, "--project", p],
+        "",
+    );
+    assert_eq!(e, Exit::Negative);
+    assert_eq!(json(&err)["error"], "unauthorized");
+    let (e, _, err) = cra(
+        &d,
+        &["session", "show", &sid, "--project", "proj_other"],
+        "",
+    );
+    assert_eq!(
+        (e, json(&err)["error"].clone()),
+        (Exit::Negative, "session_not_found".into())
+    );
+    let (e, out, _) = cra(
+        &d,
+        &["--actor", "jordan", "session", "end", &sid, "--project", p],
+        "",
+    );
+    assert_eq!(e, Exit::Success);
+    assert!(json(&out)["ended_at"].is_string());
+
+    let s = Server::start(&tmp.path().join("served"));
+    s.ok(&["project", "create", p, "Sessions"], "");
+    let remote = s.ok(&["session", "start", "--project", p], "");
+    let keys: Vec<&String> = remote.as_object().unwrap().keys().collect();
+    let local_keys: Vec<&String> = local.as_object().unwrap().keys().collect();
+    assert_eq!(keys, local_keys, "both modes print the same session shape");
+    let rsid = remote["session_id"].as_str().unwrap();
+    let shown = s.ok(&["session", "show", rsid, "--project", p], "");
+    assert_eq!(shown, remote);
+    let ended = s.ok(&["session", "end", rsid, "--project", p], "");
+    assert!(ended["ended_at"].is_string(), "{ended}");
+}

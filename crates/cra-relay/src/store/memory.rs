@@ -249,6 +249,19 @@ impl RelayStore for MemoryStore {
         Ok(self.lock().sessions.get(session_id).cloned())
     }
 
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<Option<Session>, RelayStoreError> {
+        let mut g = self.lock();
+        let Some(s) = g.sessions.get_mut(session_id) else {
+            return Ok(None);
+        };
+        s.ended_at.get_or_insert_with(|| ended_at.to_owned());
+        Ok(Some(s.clone()))
+    }
+
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
         let g = self.lock();
         let mut packages: Vec<&(u64, StoredPackage)> = g.packages.values().collect();

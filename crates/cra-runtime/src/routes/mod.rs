@@ -66,6 +66,18 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/projects/{project_id}/orient", get(relay::orient))
         .route(
+            "/v1/projects/{project_id}/sessions",
+            post(relay::start_session),
+        )
+        .route(
+            "/v1/projects/{project_id}/sessions/{session_id}",
+            get(relay::get_session),
+        )
+        .route(
+            "/v1/projects/{project_id}/sessions/{session_id}/end",
+            post(relay::end_session),
+        )
+        .route(
             "/v1/projects/{project_id}/export",
             get(relay::export_project),
         )

@@ -76,6 +76,51 @@ pub async fn unarchive(
     )?))
 }
 
+/// Starts a Relay work session (§5.5) of the caller in a project it may write to.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/sessions", tag = "relay",
+    params(("project_id" = String, Path, description = "The project")),
+    responses((status = 201, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn start_session(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path(pid): Path<String>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    let session = state.start_relay_session(&actor, &pid).await?;
+    Ok((StatusCode::CREATED, Json(render(&session)?)))
+}
+
+/// One Relay session of a project, with the packages deposited in it.
+#[utoipa::path(get, path = "/v1/projects/{project_id}/sessions/{session_id}", tag = "relay",
+    params(("project_id" = String, Path, description = "The project"),
+           ("session_id" = String, Path, description = "The Relay session (sess_...)")),
+    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path((pid, sid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(render(
+        &state.relay_session(&actor, &pid, &sid).await?,
+    )?))
+}
+
+/// Ends the caller's Relay session (only its own actor may).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/sessions/{session_id}/end", tag = "relay",
+    params(("project_id" = String, Path, description = "The project"),
+           ("session_id" = String, Path, description = "The Relay session (sess_...)")),
+    responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn end_session(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path((pid, sid)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(render(
+        &state.end_relay_session(&actor, &pid, &sid).await?,
+    )?))
+}
+
 /// §8.1 deposit.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/packages", tag = "relay",
     params(("project_id" = String, Path, description = "The project")),

@@ -19,7 +19,9 @@ use cra_relay::export::ExportError;
 use cra_relay::fact::{FactQuery, FactRecord};
 use cra_relay::ops::{Pulled, Relevant};
 use cra_relay::store::SearchQuery;
-use cra_relay::{Actor as RelayActor, ActorType as RelayActorType, Project, Relay, RelayError};
+use cra_relay::{
+    Actor as RelayActor, ActorType as RelayActorType, Project, Relay, RelayError, model::Session,
+};
 use cra_relay::{StoredPackage, digest};
 use cra_trace::{EventDraft, Payload, Span};
 use cra_wire::Token;
@@ -28,7 +30,8 @@ use serde_json::Value;
 
 use self::events::{
     FactAsserted, FactInvalidated, ImportCounts, PackageDeposited, PackageFlagged, PackageReviewed,
-    ProjectArchived, ProjectCreated, ProjectUnarchived, WrittenBy,
+    ProjectArchived, ProjectCreated, ProjectUnarchived, RelaySessionEnded, RelaySessionStarted,
+    WrittenBy,
 };
 use crate::auth::{Actor, ActorType, Role};
 use crate::error::{ApiError, ApiResult};
@@ -495,6 +498,74 @@ impl Runtime {
         };
         self.record_relay(actor, &pid, None, &event).await?;
         Ok(p)
+    }
+
+    /// Starts a Relay work session (§5.5) of `actor`, a writer of `project_id`, with a fresh
+    /// callsign; recorded as `relay.session.started` in the project's audit chain.
+    pub async fn start_relay_session(&self, actor: &Actor, project_id: &str) -> ApiResult<Session> {
+        self.require_project(actor, project_id, true).await?;
+        let (ra, pid) = (relay_actor(actor), project_id.to_owned());
+        let session = self.relay_call(move |r| r.start_session(&pid, &ra)).await?;
+        let event = RelaySessionStarted {
+            project_id,
+            session_id: &session.session_id,
+            callsign: session.callsign.as_deref(),
+            actor: actor.event_ref(),
+        };
+        self.record_relay(actor, project_id, None, &event).await?;
+        Ok(session)
+    }
+
+    /// The Relay session `session_id` of `project_id`, to a reader of the project (404
+    /// `session_not_found` when the project has no such session).
+    pub async fn relay_session(
+        &self,
+        actor: &Actor,
+        project_id: &str,
+        session_id: &str,
+    ) -> ApiResult<Session> {
+        self.require_project(actor, project_id, false).await?;
+        let id = session_id.to_owned();
+        let found = self.relay_call(move |r| r.session(&id)).await;
+        let missing = || {
+            ApiError::new(
+                Token::SessionNotFound,
+                format!(
+                    "project `{project_id}` has no Relay session `{session_id}`; start one with POST /v1/projects/{project_id}/sessions"
+                ),
+            )
+        };
+        match found {
+            Ok(s) if s.project_id == project_id => Ok(s),
+            Ok(_) => Err(missing()),
+            Err(e) if e.token() == Some(Token::SessionNotFound) => Err(missing()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends `actor`'s Relay session `session_id` of `project_id` (only its own actor may: 403
+    /// `unauthorized`); recorded as `relay.session.ended` with the packages deposited in it.
+    /// Ending an ended session answers it unchanged and records nothing.
+    pub async fn end_relay_session(
+        &self,
+        actor: &Actor,
+        project_id: &str,
+        session_id: &str,
+    ) -> ApiResult<Session> {
+        let before = self.relay_session(actor, project_id, session_id).await?;
+        self.require_project(actor, project_id, true).await?;
+        let (ra, id) = (relay_actor(actor), session_id.to_owned());
+        let ended = self.relay_call(move |r| r.end_session(&id, &ra)).await?;
+        if before.ended_at.is_none() {
+            let event = RelaySessionEnded {
+                project_id,
+                session_id,
+                packages_deposited: &ended.packages_deposited,
+                by: WrittenBy { id: &actor.id },
+            };
+            self.record_relay(actor, project_id, None, &event).await?;
+        }
+        Ok(ended)
     }
 
     /// §8.6 assert_fact of `fact` (the wire object) in `project_id`.

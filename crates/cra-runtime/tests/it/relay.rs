@@ -1042,3 +1042,91 @@ async fn export_and_import_over_http_round_trip_byte_identically() {
     a.stop().await;
     b.stop().await;
 }
+
+/// B.13: Relay sessions (§5.5) over HTTP. A writer starts one (a `sess_` id and a callsign), a
+/// deposit naming it in `created_by.session_id` is listed in it, readers see it, only its own
+/// actor ends it (once), and start and end are recorded in the project's audit chain.
+#[tokio::test]
+async fn relay_sessions_start_collect_deposits_and_end_by_their_actor_only() {
+    let s = TestServer::start().await;
+    let audit = {
+        let (st, p) = s
+            .post(
+                Some(MAINT),
+                "/v1/projects",
+                &json!({"project_id": "proj-s", "name": "S", "members": ["other-bot"]}),
+            )
+            .await;
+        assert_eq!(st, 201, "{p}");
+        p["audit_session_id"].as_str().unwrap().to_owned()
+    };
+    let (st, started) = s
+        .post(Some(MAINT), "/v1/projects/proj-s/sessions", &json!({}))
+        .await;
+    assert_eq!(st, 201, "{started}");
+    let sess = started["session_id"].as_str().unwrap().to_owned();
+    assert!(sess.starts_with("sess_") && sess.len() == 37, "{started}");
+    assert!(cra_relay::session::is_callsign(
+        started["callsign"].as_str().unwrap()
+    ));
+    assert_eq!(started["actor_id"], "maintainer-bot");
+    assert_eq!(started["ended_at"], Value::Null);
+
+    let (st, d) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-s/packages",
+            &package("pkg_s1", "proj-s", "maintainer-bot", Some(&sess)),
+        )
+        .await;
+    assert_eq!(st, 201, "{d}");
+    let path = format!("/v1/projects/proj-s/sessions/{sess}");
+    let (st, shown) = s.get(Some(AUDITOR), &path).await;
+    assert_eq!(st, 200, "{shown}");
+    assert_eq!(shown["packages_deposited"], json!(["pkg_s1"]));
+    assert_error(
+        &s.get(
+            Some(MAINT),
+            "/v1/projects/proj-s/sessions/sess_0000000000000000000000000000beef",
+        )
+        .await,
+        404,
+        "session_not_found",
+    );
+    assert_error(
+        &s.post(Some(AGENT), "/v1/projects/proj-s/sessions", &json!({}))
+            .await,
+        403,
+        "unauthorized",
+    );
+
+    let end = format!("{path}/end");
+    assert_error(
+        &s.post(Some(AGENT2), &end, &json!({})).await,
+        403,
+        "unauthorized",
+    );
+    let (st, ended) = s.post(Some(MAINT), &end, &json!({})).await;
+    assert_eq!(st, 200, "{ended}");
+    assert!(ended["ended_at"].is_string(), "{ended}");
+    assert_eq!(ended["packages_deposited"], json!(["pkg_s1"]));
+    let (st, again) = s.post(Some(MAINT), &end, &json!({})).await;
+    assert_eq!((st, &again), (200, &ended), "ending twice changes nothing");
+
+    let events = s.events(&audit).await;
+    let of = |t: &str| -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|e| e["event_type"] == t)
+            .map(|e| &e["payload"])
+            .collect()
+    };
+    let starts = of("relay.session.started");
+    assert_eq!(starts.len(), 1);
+    assert_eq!(starts[0]["session_id"], sess.as_str());
+    assert_eq!(starts[0]["callsign"], started["callsign"]);
+    let ends = of("relay.session.ended");
+    assert_eq!(ends.len(), 1, "the second end recorded nothing");
+    assert_eq!(ends[0]["packages_deposited"], json!(["pkg_s1"]));
+    s.stop().await;
+}

@@ -446,6 +446,32 @@ impl RelayStore for PgRelay {
         })
     }
 
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<Option<Session>, RelayStoreError> {
+        self.with_tx(|tx| {
+            let row = tx
+                .query_opt(
+                    "SELECT body FROM relay_sessions WHERE session_id = $1 FOR UPDATE",
+                    &[&session_id],
+                )
+                .map_err(be)?;
+            let Some(row) = row else { return Ok(None) };
+            let mut s: Session = dec(row.get::<_, &str>(0))?;
+            if s.ended_at.is_none() {
+                s.ended_at = Some(ended_at.to_owned());
+                tx.execute(
+                    "UPDATE relay_sessions SET body = $2 WHERE session_id = $1",
+                    &[&session_id, &enc(&s)?],
+                )
+                .map_err(be)?;
+            }
+            Ok(Some(s))
+        })
+    }
+
     fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let row = c

@@ -509,6 +509,34 @@ impl RelayStore for RedbRelay {
         tx.commit().map_err(be)
     }
 
+    fn end_session(
+        &self,
+        session_id: &str,
+        ended_at: &str,
+    ) -> Result<Option<Session>, RelayStoreError> {
+        let tx = self.db.begin_write().map_err(be)?;
+        let ended = {
+            let mut t = tx.open_table(SESSIONS).map_err(be)?;
+            let found: Option<Session> = t
+                .get(session_id)
+                .map_err(be)?
+                .map(|g| dec(g.value()))
+                .transpose()?;
+            match found {
+                None => None,
+                Some(mut s) => {
+                    if s.ended_at.is_none() {
+                        s.ended_at = Some(ended_at.to_owned());
+                        t.insert(session_id, enc(&s)?.as_slice()).map_err(be)?;
+                    }
+                    Some(s)
+                }
+            }
+        };
+        tx.commit().map_err(be)?;
+        Ok(ended)
+    }
+
     fn get_session(&self, session_id: &str) -> Result<Option<Session>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(SESSIONS).map_err(be)?;

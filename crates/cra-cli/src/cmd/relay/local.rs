@@ -46,6 +46,20 @@ impl Local {
         })
     }
 
+    /// The session `session_id` when it belongs to `project_id` (`session_not_found` otherwise,
+    /// as the server answers).
+    fn session_of(
+        &self,
+        project_id: &str,
+        session_id: &str,
+    ) -> Result<cra_relay::model::Session, Failure> {
+        match self.relay.session(session_id) {
+            Ok(s) if s.project_id == project_id => Ok(s),
+            Ok(_) => Err(cra_relay::RelayError::SessionNotFound(session_id.into()).into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn actor(&self) -> Result<&Actor, Failure> {
         self.actor.as_ref().ok_or_else(|| {
             Failure::CouldNotRun(
@@ -151,6 +165,21 @@ impl Backend for Local {
             .relay
             .review(package_id, outcome, note, actor)?
             .to_wire())
+    }
+
+    fn start_session(&self, project_id: &str) -> Answer {
+        let actor = self.actor()?;
+        to_json(&self.relay.start_session(project_id, actor)?)
+    }
+
+    fn session(&self, project_id: &str, session_id: &str) -> Answer {
+        to_json(&self.session_of(project_id, session_id)?)
+    }
+
+    fn end_session(&self, project_id: &str, session_id: &str) -> Answer {
+        let actor = self.actor()?;
+        self.session_of(project_id, session_id)?;
+        to_json(&self.relay.end_session(session_id, actor)?)
     }
 
     fn export(&self, dir: &Path, project: Option<&str>) -> Answer {

@@ -289,6 +289,28 @@ impl Backend for Remote {
             .1)
     }
 
+    fn start_session(&self, project_id: &str) -> Answer {
+        let path = format!("/v1/projects/{}/sessions", enc(project_id));
+        Ok(self.post(&path, &json!({}))?.1)
+    }
+
+    fn session(&self, project_id: &str, session_id: &str) -> Answer {
+        self.get(&format!(
+            "/v1/projects/{}/sessions/{}",
+            enc(project_id),
+            enc(session_id)
+        ))
+    }
+
+    fn end_session(&self, project_id: &str, session_id: &str) -> Answer {
+        let path = format!(
+            "/v1/projects/{}/sessions/{}/end",
+            enc(project_id),
+            enc(session_id)
+        );
+        Ok(self.post(&path, &json!({}))?.1)
+    }
+
     fn export(&self, dir: &Path, project: Option<&str>) -> Answer {
         let path = match project {
             Some(p) => format!("/v1/projects/{}/export", enc(p)),

@@ -195,6 +195,40 @@ impl Payload for FactInvalidated<'_> {
     const EVENT_TYPE: &'static str = "relay.fact.invalidated";
 }
 
+/// `relay.session.started`: an actor began a Relay work session (§5.5) in the project.
+#[derive(Debug, Serialize)]
+pub struct RelaySessionStarted<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The session (`sess_<32 hex>`).
+    pub session_id: &'a str,
+    /// Its callsign, the memorable name an operator asks about.
+    pub callsign: Option<&'a str>,
+    /// The actor working in it.
+    pub actor: ActorRef<'a>,
+}
+
+impl Payload for RelaySessionStarted<'_> {
+    const EVENT_TYPE: &'static str = "relay.session.started";
+}
+
+/// `relay.session.ended`: its actor ended a Relay work session, with what it deposited.
+#[derive(Debug, Serialize)]
+pub struct RelaySessionEnded<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The session.
+    pub session_id: &'a str,
+    /// The packages deposited in it.
+    pub packages_deposited: &'a [String],
+    /// Who ended it (its actor).
+    pub by: WrittenBy<'a>,
+}
+
+impl Payload for RelaySessionEnded<'_> {
+    const EVENT_TYPE: &'static str = "relay.session.ended";
+}
+
 #[cfg(test)]
 mod tests {
     use cra_trace::Span;

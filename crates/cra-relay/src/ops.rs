@@ -567,8 +567,15 @@ impl Relay {
         body: &Value,
     ) -> Result<FactRecord, RelayError> {
         let now = self.now();
-        let (fact, explicit) = parse_fact_input(project_id, actor, body, &now, &*self.ids)?;
+        let (mut fact, explicit) = parse_fact_input(project_id, actor, body, &now, &*self.ids)?;
         self.writable_project(project_id)?;
+        if let Some(source) = &fact.source_package_id {
+            let package = self.source_package(project_id, source)?;
+            let unstated = body.get("asserted_by").is_none_or(Value::is_null);
+            if unstated && attributed_to(&package, actor) {
+                fact.asserted_by.session_id = package.package.session_id().map(str::to_owned);
+            }
+        }
         let record = FactRecord {
             recorded_at: now.clone(),
             superseded_at: None,
@@ -581,6 +588,23 @@ impl Relay {
             },
             &|| self.now(),
         )?)
+    }
+
+    /// The package a fact names as its source: it must exist in the fact's project (404
+    /// `package_not_found` otherwise, and nothing is asserted).
+    fn source_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<StoredPackage, RelayError> {
+        self.store
+            .get_package(package_id)?
+            .filter(|p| p.package.project_id() == project_id)
+            .ok_or_else(|| {
+                RelayError::PackageNotFound(format!(
+                    "{package_id} (the fact's source_package_id) in project {project_id}"
+                ))
+            })
     }
 
     /// §8.7 invalidate_fact: closes the current fact(s) of (subject, predicate); returns how many.
@@ -669,6 +693,13 @@ impl Relay {
             .end_session(session_id, &self.now())?
             .ok_or_else(|| RelayError::SessionNotFound(session_id.into()))
     }
+}
+
+/// Whether `package` was created by `actor` (id and type), so that a fact asserted from it
+/// takes the package's `created_by` as its default `asserted_by` (§7.1), session included.
+fn attributed_to(package: &StoredPackage, actor: &Actor) -> bool {
+    package.package.created_by_id() == actor.id
+        && package.package.created_by_type() == Some(actor.actor_type)
 }
 
 /// An actor may only write as itself (specs/relay.md, "Attribution"): the `id` and, when the

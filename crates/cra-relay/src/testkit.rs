@@ -54,6 +54,7 @@ pub const SUITE: &[(&str, Case)] = &[
     ("l2_assert_supersedes_atomically", l2_assert_supersedes),
     ("l2_point_in_time_queries", l2_point_in_time_queries),
     ("l2_invalidate_counts", l2_invalidate_counts),
+    ("l2_fact_source_package", l2_fact_source_package),
     ("l2_concurrent_assert_16_threads", l2_concurrent_assert),
     (
         "l2_recorded_time_never_goes_back",
@@ -953,6 +954,35 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
         token_of(r.flag_for_review("pkg_c", "human", None, &jordan())),
         Token::InvalidTransition
     );
+}
+
+/// A fact's `source_package_id` must name a package of its project; with no `asserted_by`, a
+/// fact asserted by the package's own creator takes its `created_by` (session included, §7.1),
+/// and one asserted by anyone else is attributed to that caller, never to the package's author.
+fn l2_fact_source_package(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    let s = r.start_session(PROJECT, &jordan()).unwrap();
+    let mut p = package("pkg_src", "complete");
+    p["created_by"]["session_id"] = json!(s.session_id);
+    r.deposit(PROJECT, &jordan(), &p).unwrap();
+    let fact = |source: &str| json!({"subject": "dash", "predicate": "owner", "value": "ana", "source_package_id": source});
+    assert_eq!(
+        token_of(r.assert_fact(PROJECT, &jordan(), &fact("pkg_missing"))),
+        Token::PackageNotFound
+    );
+    assert!(
+        r.facts(PROJECT, &FactQuery::default()).unwrap().is_empty(),
+        "a refusal asserted nothing"
+    );
+    let own = r.assert_fact(PROJECT, &jordan(), &fact("pkg_src")).unwrap();
+    assert_eq!(own.fact.asserted_by.id, "jordan");
+    assert_eq!(
+        own.fact.asserted_by.session_id.as_deref(),
+        Some(s.session_id.as_str())
+    );
+    let other = r.assert_fact(PROJECT, &casey(), &fact("pkg_src")).unwrap();
+    assert_eq!(other.fact.asserted_by.id, "casey");
+    assert_eq!(other.fact.asserted_by.session_id, None);
 }
 
 fn sessions_callsign_and_provenance(f: Factory<'_>) {

@@ -60,6 +60,7 @@ suite_tests!(
     l2_assert_supersedes_atomically,
     l2_point_in_time_queries,
     l2_invalidate_counts,
+    l2_fact_source_package,
     l2_concurrent_assert_16_threads,
     l2_recorded_time_never_goes_back,
     l3_status_transitions,

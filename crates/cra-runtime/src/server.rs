@@ -189,6 +189,17 @@ pub struct RunningServer {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     /// The scheduled retention, stopped with the server.
     retention: Option<tokio::task::JoinHandle<()>>,
+    /// Closed once every connection's service is dropped ([`ServiceGuard`]).
+    services_gone: tokio::sync::mpsc::Receiver<()>,
+}
+
+/// Carried by every clone of the router (one per connection): the serving task can end while a
+/// connection's task is still dropping its service, and with it a handle on the state (so on
+/// the store). [`RunningServer::shutdown`] waits for the last guard, so that when it returns the
+/// store is closed as soon as the caller lets go of its own handles.
+#[derive(Clone)]
+struct ServiceGuard {
+    _open: tokio::sync::mpsc::Sender<()>,
 }
 
 /// Where the scheduled retention reports each run.
@@ -219,6 +230,7 @@ impl RunningServer {
             state,
             task,
             retention,
+            mut services_gone,
             ..
         } = self;
         if let Some(job) = retention {
@@ -229,6 +241,9 @@ impl RunningServer {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
         };
+        // No message is ever sent: this returns `None` once the last connection's service (and
+        // the state it holds) is dropped.
+        while services_gone.recv().await.is_some() {}
         let _ = tokio::task::spawn_blocking(move || drop(state)).await;
         result
     }
@@ -246,7 +261,8 @@ pub async fn start(
     let bound = listener
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
-    let app = routes::router(state.clone());
+    let (guard, services_gone) = tokio::sync::mpsc::channel(1);
+    let app = routes::router(state.clone()).layer(axum::Extension(ServiceGuard { _open: guard }));
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
@@ -286,6 +302,7 @@ pub async fn start(
         shutdown: Some(tx),
         task,
         retention,
+        services_gone,
     })
 }
 

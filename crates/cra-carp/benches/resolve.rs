@@ -1,7 +1,8 @@
 //! Resolve latency for atlases of 10, 100 and 1,000 actions. Each iteration resolves a distinct
 //! request (its own request id, agent, goal and risk tier, cycling through 1,024 prepared ones),
 //! so nothing can be cached between iterations. Besides criterion's estimates, prints p50 and
-//! p99 over 20,000 individually timed resolves per size.
+//! p99 over 20,000 individually timed resolves per size. `resolution_cache_key` measures the key
+//! the runtime's resolution cache computes on every resolve (`cra_carp::cache`).
 
 #![allow(clippy::expect_used)]
 
@@ -118,6 +119,17 @@ fn bench(c: &mut Criterion) {
         );
     }
     group.finish();
+    // What the runtime's resolution cache adds to every resolve it does not answer from the
+    // cache: the key (the request without its id and timestamp, the digests and the counters,
+    // canonicalised and hashed). Compare with `resolve/10_actions`, the cheapest resolve.
+    let digests = atlas(10).digests();
+    let mut i = 0usize;
+    c.bench_function("resolution_cache_key", |b| {
+        b.iter(|| {
+            i = (i + 1) % reqs.len();
+            black_box(cra_carp::cache::cache_key(&reqs[i], &digests, &counters))
+        })
+    });
 }
 
 criterion_group!(benches, bench);

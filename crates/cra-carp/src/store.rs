@@ -47,6 +47,18 @@ pub struct SessionRecord {
 }
 
 impl SessionRecord {
+    /// A session opened at `created_at` with no parent: a client's, or a chain the runtime keeps
+    /// itself (an operator or project audit chain, `agent_id` naming it).
+    pub fn opened(session_id: &str, agent_id: &str, created_at: String) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            agent_id: agent_id.to_owned(),
+            parent_session_id: None,
+            created_at,
+            ended_at: None,
+        }
+    }
+
     /// True until the session is ended.
     pub fn is_active(&self) -> bool {
         self.ended_at.is_none()

@@ -149,7 +149,7 @@ pub fn build_runtime(
         atlas_state: std::sync::RwLock::new(Arc::new(atlas_state)),
         test_clock,
         http: reqwest::Client::new(),
-        operator_chain: tokio::sync::Mutex::new(()),
+        operator_chain: tokio::sync::Mutex::new(false),
     };
     Ok((AppState(Arc::new(runtime)), notices))
 }

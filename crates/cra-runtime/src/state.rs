@@ -44,8 +44,8 @@ pub struct Runtime {
     /// The settable clock `clock` reads, when the server runs with `test_clock = true`.
     pub test_clock: Option<Arc<crate::conformance::TestClock>>,
     /// Serialises this process's writes to the operator audit chain
-    /// ([`crate::service::operator`]).
-    pub operator_chain: tokio::sync::Mutex<()>,
+    /// ([`crate::service::operator`]), and holds whether this process has seen it started.
+    pub operator_chain: tokio::sync::Mutex<bool>,
     /// Which earlier resolution answers an identical resolve ([`cra_carp::cache`]), sized by
     /// `resolution_cache_entries`.
     pub resolution_cache: Arc<cra_carp::cache::ResolutionCache>,

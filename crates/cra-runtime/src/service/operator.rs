@@ -20,7 +20,7 @@ use crate::state::Runtime;
 /// chain exists (record and `session.started`) once it is taken.
 pub struct OperatorChain<'a> {
     rt: &'a Runtime,
-    _guard: tokio::sync::MutexGuard<'a, ()>,
+    _guard: tokio::sync::MutexGuard<'a, bool>,
 }
 
 impl std::fmt::Debug for OperatorChain<'_> {
@@ -29,18 +29,18 @@ impl std::fmt::Debug for OperatorChain<'_> {
     }
 }
 
-/// Takes the operator chain's lock, starting the chain first if this deployment has none.
+/// Takes the operator chain's lock, starting the chain first if this deployment has none. Once
+/// this process has seen the chain started, later locks read nothing (the chain is never ended
+/// or removed).
 pub async fn lock(rt: &Runtime) -> ApiResult<OperatorChain<'_>> {
-    let guard = rt.operator_chain.lock().await;
+    let mut guard = rt.operator_chain.lock().await;
+    if *guard {
+        return Ok(OperatorChain { rt, _guard: guard });
+    }
     let key = OPERATOR_AUDIT_SESSION.to_owned();
     if rt.carp_read(move |s| s.get_session(&key)).await?.is_none() {
-        let record = SessionRecord {
-            session_id: OPERATOR_AUDIT_SESSION.to_owned(),
-            agent_id: OPERATOR_AGENT.to_owned(),
-            parent_session_id: None,
-            created_at: cra_wire::clock::format_timestamp(rt.clock.now()),
-            ended_at: None,
-        };
+        let now = cra_wire::clock::format_timestamp(rt.clock.now());
+        let record = SessionRecord::opened(OPERATOR_AUDIT_SESSION, OPERATOR_AGENT, now);
         rt.carp(move |s| s.create_session(&record)).await?;
     }
     let chains = rt.backends.chains.clone();
@@ -59,6 +59,7 @@ pub async fn lock(rt: &Runtime) -> ApiResult<OperatorChain<'_>> {
         )
         .await?;
     }
+    *guard = true;
     Ok(OperatorChain { rt, _guard: guard })
 }
 

@@ -285,13 +285,8 @@ impl Runtime {
         let project_id = project.project_id.as_str();
         let sid = project_audit_session(project_id);
         let owner = audit_agent(project_id);
-        let rec = cra_carp::store::SessionRecord {
-            session_id: sid.clone(),
-            agent_id: owner.clone(),
-            parent_session_id: None,
-            created_at: cra_wire::clock::format_timestamp(self.clock.now()),
-            ended_at: None,
-        };
+        let now = cra_wire::clock::format_timestamp(self.clock.now());
+        let rec = cra_carp::store::SessionRecord::opened(&sid, &owner, now);
         self.carp(move |s| s.create_session(&rec)).await?;
         let goal = format!("audit chain of project {project_id}");
         let callsign = callsign_for(&sid);

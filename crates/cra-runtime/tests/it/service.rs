@@ -25,18 +25,29 @@ fn runtime() -> (AppState, Actor, String, tempfile::TempDir) {
 
 /// As [`runtime`], with the runtime's clock, which a test may move.
 fn runtime_and_clock() -> (AppState, Actor, String, tempfile::TempDir, Arc<FixedClock>) {
-    let dir = tempfile::tempdir().unwrap();
-    let (config, _) = test_config(dir.path());
     let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let (state, actor, dir) = runtime_with(clock.clone(), |_| {});
+    let engine = service::engine(&state, state.atlases().set.clone());
+    let session = engine.open_session(&actor.id, None, None).unwrap();
+    (state, actor, session.session_id, dir, clock)
+}
+
+/// A runtime over a fresh data directory on `clock`, its test configuration changed by
+/// `tweak`, and the maintainer bot's actor.
+fn runtime_with(
+    clock: Arc<FixedClock>,
+    tweak: impl FnOnce(&mut cra_runtime::RuntimeConfig),
+) -> (AppState, Actor, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut config, _) = test_config(dir.path());
+    tweak(&mut config);
     let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
-    let (state, _) = cra_runtime::build_runtime(config, clock.clone(), ids).unwrap();
+    let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
     let actor = state
         .auth
         .authenticate(Some(&format!("Bearer {MAINT}")))
         .unwrap();
-    let engine = service::engine(&state, state.atlases().set.clone());
-    let session = engine.open_session(&actor.id, None, None).unwrap();
-    (state, actor, session.session_id, dir, clock)
+    (state, actor, dir)
 }
 
 async fn chain(state: &AppState, sid: &str) -> Vec<TraceEvent> {
@@ -335,19 +346,13 @@ async fn an_execution_records_its_executor_duration_on_the_injected_clock() {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let dir = tempfile::tempdir().unwrap();
-    let (mut config, _) = test_config(dir.path());
     let executor = cra_runtime::config::HttpExecutorConfig {
         url: format!("http://{addr}/exec"),
         timeout_ms: 10_000,
     };
-    config.executors.insert("github".into(), executor);
-    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
-    let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
-    let actor = state
-        .auth
-        .authenticate(Some(&format!("Bearer {MAINT}")))
-        .unwrap();
+    let (state, actor, _dir) = runtime_with(clock, |c| {
+        c.executors.insert("github".into(), executor);
+    });
     let engine = service::engine(&state, state.atlases().set.clone());
     let sid = engine
         .open_session(&actor.id, None, None)
@@ -380,19 +385,13 @@ async fn an_execution_records_its_executor_duration_on_the_injected_clock() {
 async fn runtime_with_an_ended_session()
 -> (AppState, Actor, String, tempfile::TempDir, Arc<FixedClock>) {
     use cra_runtime::service::sessions::{CreateSession, end, open};
-    let dir = tempfile::tempdir().unwrap();
-    let (mut config, _) = test_config(dir.path());
-    config.retention = Some(cra_runtime::config::RetentionConfig {
-        days: 1,
-        interval_seconds: 3600,
-    });
     let clock = Arc::new(FixedClock::parse(T0).unwrap());
-    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
-    let (state, _) = cra_runtime::build_runtime(config, clock.clone(), ids).unwrap();
-    let actor = state
-        .auth
-        .authenticate(Some(&format!("Bearer {MAINT}")))
-        .unwrap();
+    let (state, actor, dir) = runtime_with(clock.clone(), |c| {
+        c.retention = Some(cra_runtime::config::RetentionConfig {
+            days: 1,
+            interval_seconds: 3600,
+        });
+    });
     let input = CreateSession {
         agent_id: actor.id.clone(),
         goal: "kept a day".into(),

@@ -31,7 +31,9 @@
 //!
 //! Output: one JSON document on stdout. Usage:
 //! `http-load --cra PATH --atlas DIR --work DIR [--quick | --smoke] [--runs N] [--seconds S]
-//!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws]`
+//!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws]
+//!  [--server-config 'key = value']` (a top-level line added to the server's configuration, for
+//!  same-run A/B pairs such as `resolution_cache_entries = 0`)
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -68,6 +70,7 @@ struct Options {
     /// Seconds to wait, after the last emit, for deliveries still on their way.
     ws_wait: u64,
     only: Option<String>,
+    server_config: Vec<String>,
 }
 
 fn list(v: &str) -> anyhow::Result<Vec<usize>> {
@@ -92,6 +95,7 @@ fn parse_args() -> anyhow::Result<Options> {
         ws_seconds: 20.0,
         ws_wait: 20,
         only: None,
+        server_config: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -106,6 +110,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--subscribers" => o.subscribers = list(&val()?)?,
             "--ws-seconds" => o.ws_seconds = val()?.parse()?,
             "--only" => o.only = Some(val()?),
+            "--server-config" => o.server_config.push(val()?),
             "--quick" => {
                 o.runs = 1;
                 o.seconds = 1.5;
@@ -166,7 +171,8 @@ impl Server {
         std::fs::write(
             &config,
             format!(
-                "[limits]\nrequests_per_second = 0\n\n[executors.github]\nurl = \"{executor_url}\"\ntimeout_ms = 5000\n"
+                "{}\n[limits]\nrequests_per_second = 0\n\n[executors.github]\nurl = \"{executor_url}\"\ntimeout_ms = 5000\n",
+                o.server_config.join("\n")
             ),
         )?;
         let log = std::fs::File::create(dir.join("server.log"))?;

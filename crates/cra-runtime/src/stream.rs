@@ -268,9 +268,25 @@ async fn session_stream(
     filter: StreamFilter,
     mut sub: Subscription,
 ) {
-    let (owner, ended_before) = match state.session_record(&id).await {
-        Ok(r) => (r.agent_id.clone(), !r.is_active()),
-        Err(_) => (String::new(), false),
+    let owner = match state.session_record(&id).await {
+        Ok(r) => r.agent_id,
+        Err(_) => String::new(),
+    };
+    // Whether the chain already holds `session.ended`, read before the replay: then the replay
+    // reads everything the chain will ever hold. (The session record is not asked: it says
+    // ended before `session.ended` is appended, and an end landing during the replay is
+    // delivered by the subscription, taken before this.)
+    let ended_before = {
+        let (chains, sid) = (state.backends.chains.clone(), id.clone());
+        state
+            .quick("reading the chain's head failed", move || {
+                chains.session(&sid)
+            })
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .is_some_and(|h| h.ended)
     };
     let mut next = since;
     let mut ended = false;
@@ -297,8 +313,8 @@ async fn session_stream(
             return;
         }
     }
-    // A session that had ended before the replay has nothing more to come, even when the
-    // replay started past its `session.ended` (a resume at the end).
+    // A chain that had ended before the replay has nothing more to come, even when the replay
+    // started past its `session.ended` (a resume at the end).
     ended |= ended_before;
     // Follow live.
     loop {

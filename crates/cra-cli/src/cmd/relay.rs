@@ -188,7 +188,7 @@ pub enum SessionCommand {
 /// `cra relay pull` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct PullArgs {
-    /// The project (for --latest and --query).
+    /// The project (for --latest and --query; with --id, the project the package must be in).
     #[arg(long)]
     pub project: Option<String>,
     /// The latest packages.
@@ -340,7 +340,8 @@ trait Backend {
     fn set_archived(&self, project_id: &str, archived: bool) -> Answer;
     /// `{"created": bool, "package": <stored package>}`.
     fn deposit(&self, package: &Value) -> Answer;
-    fn pull_specific(&self, package_id: &str) -> Answer;
+    /// One package; with `project`, only that project's (`package_not_found` otherwise).
+    fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer;
     /// `{"packages", "quarantined"}`; filters of `query` apply, its text does not.
     fn pull_latest(&self, query: &SearchQuery, filtered: bool) -> Answer;
     /// `{"packages", "matches", "quarantined"}`.
@@ -480,12 +481,12 @@ fn dispatch(b: &dyn Backend, cmd: RelayCommand, stdin: &mut dyn Read) -> Result<
 
 fn pull(b: &dyn Backend, p: PullArgs) -> Answer {
     if let Some(id) = &p.id {
-        if p.has_filters() || p.project.is_some() {
+        if p.has_filters() {
             return Err(Failure::CouldNotRun(
-                "--id reads one package: it takes no --project or filters".into(),
+                "--id reads one package: it takes no filters (--project names its project)".into(),
             ));
         }
-        return b.pull_specific(id);
+        return b.pull_specific(id, p.project.as_deref());
     }
     let project = p
         .project

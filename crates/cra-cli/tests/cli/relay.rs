@@ -638,6 +638,14 @@ fn relay_sessions_from_the_command_line_in_both_modes() {
         .replace("\"session_id\":null", &format!("\"session_id\":\"{sid}\""));
     let (e, _, err) = cra(&d, &["--actor", "jordan", "deposit", "-"], &pkg);
     assert_eq!(e, Exit::Success, "{err}");
+    let id = "pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d";
+    let (e, _, err) = cra(&d, &["pull", "--id", id, "--project", p], "");
+    assert_eq!(e, Exit::Success, "{err}");
+    let (e, _, err) = cra(&d, &["pull", "--id", id, "--project", "proj_other"], "");
+    assert_eq!(
+        (e, json(&err)["error"].clone()),
+        (Exit::Negative, "package_not_found".into())
+    );
     let (e, out, _) = cra(&d, &["session", "show", &sid, "--project", p], "");
     assert_eq!(e, Exit::Success);
     assert_eq!(

@@ -278,16 +278,76 @@ pub async fn list_packages(
     Ok(Json(state.packages(&actor, &pid, listing).await?.to_wire()))
 }
 
+/// `?project_id=` on the package routes: the project the package must belong to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PackageScope {
+    /// The project; a package of another project is `package_not_found`.
+    #[serde(default)]
+    pub project_id: Option<String>,
+}
+
 /// §8.2 pull specific.
 #[utoipa::path(get, path = "/v1/packages/{package_id}", tag = "relay",
-    params(("package_id" = String, Path, description = "The package")),
+    params(("package_id" = String, Path, description = "The package"),
+           ("project_id" = Option<String>, Query, description = "Only in this project")),
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub async fn get_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
+    QueryParams(scope): QueryParams<PackageScope>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(state.package(&actor, &id).await?.to_wire()))
+    let scope = scope.project_id.as_deref();
+    Ok(Json(state.package(&actor, &id, scope).await?.to_wire()))
+}
+
+/// §8.2 pull specific, in a named project (404 `package_not_found` when it has no such package).
+#[utoipa::path(get, path = "/v1/projects/{project_id}/packages/{package_id}", tag = "relay",
+    params(("project_id" = String, Path, description = "The project"),
+           ("package_id" = String, Path, description = "The package")),
+    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn get_project_package(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path((pid, id)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        state.package(&actor, &id, Some(&pid)).await?.to_wire(),
+    ))
+}
+
+/// §8.5 flag_for_review, in a named project.
+#[utoipa::path(post, path = "/v1/projects/{project_id}/packages/{package_id}/flag", tag = "relay",
+    params(("project_id" = String, Path, description = "The project"),
+           ("package_id" = String, Path, description = "The package")), request_body = Object,
+    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn flag_project_package(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path((pid, id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Flag>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        state.flag(&actor, &id, Some(&pid), body).await?.to_wire(),
+    ))
+}
+
+/// Review of a flagged package, in a named project (the review gates of `review` apply).
+#[utoipa::path(post, path = "/v1/projects/{project_id}/packages/{package_id}/review", tag = "relay",
+    params(("project_id" = String, Path, description = "The project"),
+           ("package_id" = String, Path, description = "The package")), request_body = Object,
+    responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub async fn review_project_package(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path((pid, id)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Review>,
+) -> ApiResult<Json<Value>> {
+    Ok(Json(
+        state.review(&actor, &id, Some(&pid), body).await?.to_wire(),
+    ))
 }
 
 /// §8.5 flag_for_review.
@@ -300,7 +360,7 @@ pub async fn flag(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Flag>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(state.flag(&actor, &id, body).await?.to_wire()))
+    Ok(Json(state.flag(&actor, &id, None, body).await?.to_wire()))
 }
 
 /// Review of a flagged package. The reviewer is the authenticated actor: a `human` review is
@@ -317,7 +377,7 @@ pub async fn review(
     Path(id): Path<String>,
     JsonBody(body): JsonBody<Review>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(state.review(&actor, &id, body).await?.to_wire()))
+    Ok(Json(state.review(&actor, &id, None, body).await?.to_wire()))
 }
 
 /// §8.6 assert_fact.

@@ -233,13 +233,37 @@ impl Runtime {
     }
 
     /// The project of package `package_id`, once `actor` is known to be allowed to write to it
-    /// (404 for an unknown package, 403 without a grant).
-    async fn writable_package_project(&self, actor: &Actor, package_id: &str) -> ApiResult<String> {
-        let id = package_id.to_owned();
-        let current = self.relay_call(move |r| r.pull_specific(&id)).await?;
+    /// (404 for an unknown package, or one outside `scope` when a project is named; 403 without
+    /// a grant).
+    async fn writable_package_project(
+        &self,
+        actor: &Actor,
+        package_id: &str,
+        scope: Option<&str>,
+    ) -> ApiResult<String> {
+        let current = self.scoped_package(package_id, scope).await?;
         let pid = current.package.project_id().to_owned();
         self.require_project(actor, &pid, true).await?;
         Ok(pid)
+    }
+
+    /// Package `package_id`, which must belong to `scope` when a project is named (404
+    /// `package_not_found` otherwise: a project-scoped route never reaches another project's
+    /// package).
+    async fn scoped_package(
+        &self,
+        package_id: &str,
+        scope: Option<&str>,
+    ) -> ApiResult<StoredPackage> {
+        let id = package_id.to_owned();
+        let p = self.relay_call(move |r| r.pull_specific(&id)).await?;
+        match scope {
+            Some(project) if p.package.project_id() != project => Err(ApiError::new(
+                Token::PackageNotFound,
+                format!("project `{project}` has no package `{package_id}`"),
+            )),
+            _ => Ok(p),
+        }
     }
 
     /// Appends a Relay write's event: to `session_id`'s chain when it is an active session of
@@ -435,9 +459,13 @@ impl Runtime {
     }
 
     /// §8.2 pull specific, to a reader of the package's project.
-    pub async fn package(&self, actor: &Actor, package_id: &str) -> ApiResult<StoredPackage> {
-        let id = package_id.to_owned();
-        let p = self.relay_call(move |r| r.pull_specific(&id)).await?;
+    pub async fn package(
+        &self,
+        actor: &Actor,
+        package_id: &str,
+        scope: Option<&str>,
+    ) -> ApiResult<StoredPackage> {
+        let p = self.scoped_package(package_id, scope).await?;
         self.require_project(actor, p.package.project_id(), false)
             .await?;
         Ok(p)
@@ -448,9 +476,12 @@ impl Runtime {
         &self,
         actor: &Actor,
         package_id: &str,
+        scope: Option<&str>,
         flag: Flag,
     ) -> ApiResult<StoredPackage> {
-        let pid = self.writable_package_project(actor, package_id).await?;
+        let pid = self
+            .writable_package_project(actor, package_id, scope)
+            .await?;
         let (ra, id, f) = (relay_actor(actor), package_id.to_owned(), flag.clone());
         let p = self
             .relay_call(move |r| r.flag_for_review(&id, &f.review_type, f.note.as_deref(), &ra))
@@ -476,9 +507,12 @@ impl Runtime {
         &self,
         actor: &Actor,
         package_id: &str,
+        scope: Option<&str>,
         review: Review,
     ) -> ApiResult<StoredPackage> {
-        let pid = self.writable_package_project(actor, package_id).await?;
+        let pid = self
+            .writable_package_project(actor, package_id, scope)
+            .await?;
         let (ra, id, v) = (relay_actor(actor), package_id.to_owned(), review.clone());
         let p = self
             .relay_call(move |r| r.review(&id, &v.outcome, v.note.as_deref(), &ra))

@@ -1130,3 +1130,95 @@ async fn relay_sessions_start_collect_deposits_and_end_by_their_actor_only() {
     assert_eq!(ends[0]["packages_deposited"], json!(["pkg_s1"]));
     s.stop().await;
 }
+
+/// B.13: the project-scoped package routes (`/v1/projects/{p}/packages/{id}[/flag|/review]`)
+/// and `?project_id=` on `/v1/packages/{id}` reach a package only in the project named: another
+/// project's package is 404 `package_not_found`, and a refused flag changes and records nothing.
+#[tokio::test]
+async fn project_scoped_package_routes_reach_only_the_named_projects_packages() {
+    let s = TestServer::start().await;
+    let audit = new_project(&s, MAINT, "proj-x").await;
+    new_project(&s, MAINT, "proj-y").await;
+    let mut draft = package("pkg_x", "proj-x", "maintainer-bot", None);
+    draft["status"] = json!("draft");
+    let (st, d) = s
+        .post(Some(MAINT), "/v1/projects/proj-x/packages", &draft)
+        .await;
+    assert_eq!(st, 201, "{d}");
+
+    let (st, got) = s
+        .get(Some(MAINT), "/v1/projects/proj-x/packages/pkg_x")
+        .await;
+    assert_eq!(st, 200, "{got}");
+    assert_eq!(got["content_hash"], d["content_hash"]);
+    let (st, same) = s
+        .get(Some(MAINT), "/v1/packages/pkg_x?project_id=proj-x")
+        .await;
+    assert_eq!((st, &same), (200, &got));
+    for path in [
+        "/v1/projects/proj-y/packages/pkg_x",
+        "/v1/packages/pkg_x?project_id=proj-y",
+    ] {
+        assert_error(&s.get(Some(MAINT), path).await, 404, "package_not_found");
+    }
+    assert_error(
+        &s.get(Some(MAINT), "/v1/packages/pkg_x?project=proj-x")
+            .await,
+        400,
+        "invalid_request",
+    );
+
+    let recorded = s.event_types(&audit).await.len();
+    let flag = json!({"review_type": "human"});
+    assert_error(
+        &s.post(
+            Some(MAINT),
+            "/v1/projects/proj-y/packages/pkg_x/flag",
+            &flag,
+        )
+        .await,
+        404,
+        "package_not_found",
+    );
+    assert_eq!(
+        s.event_types(&audit).await.len(),
+        recorded,
+        "the refusal recorded nothing"
+    );
+    let (st, flagged) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/proj-x/packages/pkg_x/flag",
+            &flag,
+        )
+        .await;
+    assert_eq!(
+        (st, &flagged["status"]),
+        (200, &json!("awaiting_review")),
+        "{flagged}"
+    );
+    let review = json!({"outcome": "complete"});
+    assert_error(
+        &s.post(
+            Some(ADMIN),
+            "/v1/projects/proj-y/packages/pkg_x/review",
+            &review,
+        )
+        .await,
+        404,
+        "package_not_found",
+    );
+    let (st, reviewed) = s
+        .post(
+            Some(ADMIN),
+            "/v1/projects/proj-x/packages/pkg_x/review",
+            &review,
+        )
+        .await;
+    assert_eq!(
+        (st, &reviewed["status"]),
+        (200, &json!("complete")),
+        "{reviewed}"
+    );
+    s.stop().await;
+}

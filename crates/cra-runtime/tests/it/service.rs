@@ -226,7 +226,10 @@ async fn relay_writes_are_granted_and_recorded_without_http() {
         .await
         .unwrap_err();
     assert_eq!(refused.token(), Some(Token::Unauthorized));
-    assert!(state.package(&maint, "pkg_s").await.is_err(), "not stored");
+    assert!(
+        state.package(&maint, "pkg_s", None).await.is_err(),
+        "not stored"
+    );
     assert_eq!(chain(&state, &audit).await.len(), 2, "not recorded");
     let deposited = state.deposit(&maint, "proj-svc", package()).await.unwrap();
     assert!(deposited.created);

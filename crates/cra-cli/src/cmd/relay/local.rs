@@ -104,8 +104,15 @@ impl Backend for Local {
         Ok(json!({"created": d.created, "package": d.stored.to_wire()}))
     }
 
-    fn pull_specific(&self, package_id: &str) -> Answer {
-        Ok(self.relay.pull_specific(package_id)?.to_wire())
+    fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer {
+        let p = self.relay.pull_specific(package_id)?;
+        if let Some(project) = project
+            && p.package.project_id() != project
+        {
+            let missing = format!("{package_id} in project {project}");
+            return Err(cra_relay::RelayError::PackageNotFound(missing).into());
+        }
+        Ok(p.to_wire())
     }
 
     fn pull_latest(&self, query: &SearchQuery, filtered: bool) -> Answer {

@@ -198,8 +198,15 @@ impl Backend for Remote {
         Ok(json!({"created": status == 201, "package": stored}))
     }
 
-    fn pull_specific(&self, package_id: &str) -> Answer {
-        self.get(&format!("/v1/packages/{}", enc(package_id)))
+    fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer {
+        match project {
+            Some(p) => self.get(&format!(
+                "/v1/projects/{}/packages/{}",
+                enc(p),
+                enc(package_id)
+            )),
+            None => self.get(&format!("/v1/packages/{}", enc(package_id))),
+        }
     }
 
     fn pull_latest(&self, query: &SearchQuery, _filtered: bool) -> Answer {

@@ -45,7 +45,8 @@ pub use retention::{RetentionPolicy, RetentionReport, RetentionStore, SessionRem
 /// approvals) is on disk.
 ///
 /// TRACE appends are always durable before they are answered; this setting is only about the
-/// state writes beside them. See `specs/storage.md` ("What is flushed when").
+/// state writes beside them. See `docs/architecture.md`
+/// ("Internals: storage group commit").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StateDurability {
     /// Every state write is durable when the call returns (redb fsyncs the commit; PostgreSQL
@@ -82,7 +83,7 @@ pub struct StoreConfig {
 /// so that cache only grows: each new page is fresh memory the kernel must fault in and zero
 /// (about ten page faults per resolve on the committer, the one thread every append waits for).
 /// With a cache that is soon full, pages written past it are freed and their memory reused.
-/// `specs/storage.md` has the measurement.
+/// `docs/architecture.md` ("Internals: storage group commit") has the measurement.
 pub const DEFAULT_REDB_CACHE_BYTES: usize = 64 << 20;
 
 impl StoreConfig {

@@ -17,7 +17,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use cra_carp::engine::{
     Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve, refusal_response,
@@ -221,17 +220,10 @@ async fn refuse(rt: &Runtime, request: &CarpRequest, trace_id: &str, err: ApiErr
     }
 }
 
-/// The size of the last resolution text written, a little over: the next one is written into a
-/// string this large (resolutions of one deployment are much alike in size).
-static RESOLUTION_TEXT_HINT: AtomicUsize = AtomicUsize::new(4096);
-
 /// The resolution's TRACE canonical text, or `None` when it has none (its unknown extras repeat
 /// a member's name).
 fn resolution_text(resolution: &Resolution) -> Option<String> {
-    let hint = RESOLUTION_TEXT_HINT.load(Ordering::Relaxed).min(1 << 20);
-    let text = cra_wire::canonical::to_trace_canonical_sized(resolution, hint).ok()?;
-    RESOLUTION_TEXT_HINT.store(text.len() + text.len() / 8, Ordering::Relaxed);
-    Some(text)
+    cra_wire::canonical::to_trace_canonical(resolution).ok()
 }
 
 /// Records a resolve: its state (request id, resolution, approval) with its events, in one

@@ -204,11 +204,6 @@ impl Carp {
         self
     }
 
-    /// The store it works over.
-    pub fn store(&self) -> Arc<dyn CarpStore> {
-        self.store.clone()
-    }
-
     /// The atlas set in force.
     pub fn atlases(&self) -> &AtlasSet {
         &self.atlases
@@ -361,7 +356,7 @@ impl Carp {
             });
         }
         let cache = self.cache.as_ref().map(|c| {
-            let key = cache_key(request, &self.atlases.digests(), &counters);
+            let key = cache_key(request, self.atlases.digests(), &counters);
             (c, key)
         });
         if let Some((c, key)) = &cache

@@ -719,6 +719,8 @@ impl CompiledAtlas {
 pub struct AtlasSet {
     atlases: Vec<CompiledAtlas>,
     by_id: HashMap<String, usize>,
+    /// `{atlas_id: digest}`, made once with the set: every resolve records it.
+    digests: BTreeMap<String, String>,
 }
 
 impl AtlasSet {
@@ -733,7 +735,15 @@ impl AtlasSet {
                 });
             }
         }
-        Ok(Self { atlases, by_id })
+        let digests = atlases
+            .iter()
+            .map(|a| (a.atlas_id.to_string(), a.digest.clone()))
+            .collect();
+        Ok(Self {
+            atlases,
+            by_id,
+            digests,
+        })
     }
 
     /// Compiles and collects loaded atlases.
@@ -756,11 +766,8 @@ impl AtlasSet {
         self.by_id.get(atlas_id).map(|&i| &self.atlases[i])
     }
 
-    /// `{atlas_id: digest}` of every atlas, for `carp.request.received`.
-    pub fn digests(&self) -> BTreeMap<String, String> {
-        self.atlases
-            .iter()
-            .map(|a| (a.atlas_id.to_string(), a.digest.clone()))
-            .collect()
+    /// `{atlas_id: digest}` of every atlas, for `carp.request.received` (made with the set).
+    pub fn digests(&self) -> &BTreeMap<String, String> {
+        &self.digests
     }
 }

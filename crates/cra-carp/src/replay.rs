@@ -314,7 +314,7 @@ pub fn replay_with(
                             }),
                         }
                     }
-                    for (id, d) in &digests {
+                    for (id, d) in digests {
                         if !rec.contains_key(id) {
                             notes.push(AtlasNote::NotRecorded {
                                 atlas_id: id.clone(),

@@ -53,7 +53,7 @@ impl AtlasState {
     }
 
     /// `atlas_id -> digest` of every atlas in force.
-    pub fn digests(&self) -> std::collections::BTreeMap<String, String> {
+    pub fn digests(&self) -> &std::collections::BTreeMap<String, String> {
         self.set.digests()
     }
 }

@@ -131,9 +131,11 @@ pub fn build_runtime(
             clock.now().unix_timestamp_nanos() as u64,
         )),
     );
-    let resolution_cache = Arc::new(cra_carp::cache::ResolutionCache::new(
-        config.resolution_cache_entries,
-    ));
+    let resolution_cache = (config.resolution_cache_entries > 0).then(|| {
+        Arc::new(cra_carp::cache::ResolutionCache::new(
+            config.resolution_cache_entries,
+        ))
+    });
     let runtime = Runtime {
         relay,
         resolution_cache,

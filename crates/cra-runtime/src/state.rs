@@ -47,8 +47,8 @@ pub struct Runtime {
     /// ([`crate::service::operator`]), and holds whether this process has seen it started.
     pub operator_chain: tokio::sync::Mutex<bool>,
     /// Which earlier resolution answers an identical resolve ([`cra_carp::cache`]), sized by
-    /// `resolution_cache_entries`.
-    pub resolution_cache: Arc<cra_carp::cache::ResolutionCache>,
+    /// `resolution_cache_entries`; `None` when that is 0 (no resolve then computes a key).
+    pub resolution_cache: Option<Arc<cra_carp::cache::ResolutionCache>>,
 }
 
 impl Runtime {

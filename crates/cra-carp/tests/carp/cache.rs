@@ -17,16 +17,18 @@ use crate::table::{SESSION, table_engine};
 struct World {
     carp: Carp,
     clock: Arc<FixedClock>,
+    store: Arc<cra_carp::memory::MemoryStore>,
     n: std::cell::Cell<u32>,
 }
 
 impl World {
     fn new() -> Self {
-        let (carp, clock) = table_engine(7);
+        let (carp, clock, store) = table_engine(7);
         let carp = carp.with_cache(Arc::new(ResolutionCache::new(64)));
         Self {
             carp,
             clock,
+            store,
             n: std::cell::Cell::new(0),
         }
     }
@@ -52,17 +54,12 @@ impl World {
             .prepare_resolve(&request, ExplainLevel::Off, None)
             .unwrap();
         if let Some(record) = &prepared.record {
-            let store = self.carp_store();
             assert!(
-                record.record_in(store.as_ref()).unwrap(),
+                record.record_in(self.store.as_ref()).unwrap(),
                 "request id reused"
             );
         }
         prepared
-    }
-
-    fn carp_store(&self) -> Arc<dyn cra_carp::CarpStore> {
-        self.carp.store()
     }
 
     fn execute(&self, resolution_id: &str, action: &str) {

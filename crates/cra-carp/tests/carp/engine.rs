@@ -22,7 +22,7 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let (carp, clock) = table_engine(3);
+        let (carp, clock, _) = table_engine(3);
         Self {
             carp,
             clock,

@@ -381,7 +381,7 @@ fn a_validate_request_stores_nothing() {
         },
     )
     .unwrap();
-    let drafts = resolve_drafts(&request, &res, &set.digests(), &CountersSnapshot::empty());
+    let drafts = resolve_drafts(&request, &res, set.digests(), &CountersSnapshot::empty());
     let events = seal_session(
         crate::table::SESSION,
         &SessionStarted::unattended("agent-1", "reconstruct test"),

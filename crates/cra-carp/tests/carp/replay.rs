@@ -34,7 +34,7 @@ fn record(
             &opts,
         )
         .unwrap();
-        drafts.extend(resolve_drafts(&request, &res, &set.digests(), counters));
+        drafts.extend(resolve_drafts(&request, &res, set.digests(), counters));
     }
     seal_session(
         SESSION,

@@ -14,19 +14,27 @@ use crate::common::{at, atlas_set, fixture, ids, json};
 
 pub const SESSION: &str = "0190a000-0000-7000-8000-000000000001";
 
-/// The engine over a fresh in-memory store and [`table_atlases`], at 2026-01-05T10:00:00Z on the
-/// returned clock, with [`SESSION`] open for `agent-1`; ids seeded with `seed`.
-pub fn table_engine(seed: u64) -> (cra_carp::engine::Carp, std::sync::Arc<cra_wire::FixedClock>) {
+/// The engine over a fresh in-memory store (also returned) and [`table_atlases`], at
+/// 2026-01-05T10:00:00Z on the returned clock, with [`SESSION`] open for `agent-1`; ids seeded
+/// with `seed`.
+pub fn table_engine(
+    seed: u64,
+) -> (
+    cra_carp::engine::Carp,
+    std::sync::Arc<cra_wire::FixedClock>,
+    std::sync::Arc<cra_carp::memory::MemoryStore>,
+) {
     let clock = std::sync::Arc::new(cra_wire::FixedClock::parse("2026-01-05T10:00:00Z").unwrap());
+    let store = std::sync::Arc::new(cra_carp::memory::MemoryStore::new());
     let carp = cra_carp::engine::Carp::new(
-        std::sync::Arc::new(cra_carp::memory::MemoryStore::new()),
+        store.clone(),
         std::sync::Arc::new(table_atlases()),
         clock.clone(),
         std::sync::Arc::new(cra_wire::SequentialIds::new(1_767_607_200_000, seed)),
         cra_carp::engine::CarpConfig::default(),
     );
     carp.open_session("agent-1", Some(SESSION), None).unwrap();
-    (carp, clock)
+    (carp, clock, store)
 }
 
 /// The five table atlases, loaded through the real loader.

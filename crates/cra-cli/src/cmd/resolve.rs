@@ -179,7 +179,7 @@ pub fn run(args: ResolveArgs) -> Exit {
         }
     };
     if let Some(path) = &args.record {
-        let drafts = resolve_drafts(&request, &res, &set.digests(), &counters);
+        let drafts = resolve_drafts(&request, &res, set.digests(), &counters);
         let goal = request
             .task
             .as_ref()

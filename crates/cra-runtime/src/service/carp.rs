@@ -60,11 +60,9 @@ pub fn engine(rt: &Runtime, atlases: Arc<AtlasSet>) -> Carp {
         config,
     )
     .with_owner(owner.unwrap_or(cra_carp::engine::DEFAULT_LEASE_OWNER));
-    // A cache of no entries is none: no resolve pays for a key it could never find.
-    if rt.config.resolution_cache_entries == 0 {
-        carp
-    } else {
-        carp.with_cache(rt.resolution_cache.clone())
+    match &rt.resolution_cache {
+        Some(cache) => carp.with_cache(cache.clone()),
+        None => carp,
     }
 }
 
@@ -157,9 +155,9 @@ pub async fn resolve(
     let digests = atlases.digests();
     match prepared.record.take() {
         Some(record) => {
-            record_resolve(rt, &request, &trace_id, &digests, prepared, record, explain).await
+            record_resolve(rt, &request, &trace_id, digests, prepared, record, explain).await
         }
-        None => record_validate(rt, &request, &trace_id, &digests, prepared, explain).await,
+        None => record_validate(rt, &request, &trace_id, digests, prepared, explain).await,
     }
 }
 

@@ -554,6 +554,12 @@ impl Runtime {
         session_id: &str,
     ) -> ApiResult<Session> {
         self.require_project(actor, project_id, false).await?;
+        self.project_session(project_id, session_id).await
+    }
+
+    /// The Relay session `session_id` when it belongs to `project_id` (404 `session_not_found`
+    /// otherwise); the caller has checked the grants.
+    async fn project_session(&self, project_id: &str, session_id: &str) -> ApiResult<Session> {
         let id = session_id.to_owned();
         let found = self.relay_call(move |r| r.session(&id)).await;
         let missing = || {
@@ -581,8 +587,8 @@ impl Runtime {
         project_id: &str,
         session_id: &str,
     ) -> ApiResult<Session> {
-        let before = self.relay_session(actor, project_id, session_id).await?;
         self.require_project(actor, project_id, true).await?;
+        let before = self.project_session(project_id, session_id).await?;
         let (ra, id) = (relay_actor(actor), session_id.to_owned());
         let ended = self.relay_call(move |r| r.end_session(&id, &ra)).await?;
         if before.ended_at.is_none() {

@@ -570,6 +570,12 @@ def generate(fx, R, DATA):
     fx("replay-with-cache-hits", "cra", "replay", "carp-core", "A session whose resolves were answered from the cache replays identical, each request compared",
        RP + ["CRA §4.3.2"], "replay", {"session_id": SESSION}, {"identical": True, "resolutions": 3},
        setup=dict(S, steps=[{"operation": "resolve", "args": {"request": request(n=i)}} for i in (1, 2, 3)]))
+    fx("replay-with-exhausted-rate-limit", "cra", "replay", "carp-core",
+       "A resolve made while a rate limit was exhausted replays identical: the request records the counters it read",
+       RP + ["errata: rate limit"], "replay", {"session_id": SESSION}, {"identical": True, "resolutions": 2},
+       setup=dict(XS, steps=[res_step, {"operation": "execute", "args": exe(2, "api.call", {})},
+                             {"operation": "execute", "args": exe(3, "api.call", {})},
+                             {"operation": "resolve", "args": {"request": request(n=4)}}]))
     fx("replay-empty-session", "cra", "replay", "carp-core", "A session without resolutions replays trivially", RP, "replay",
        {"session_id": SESSION}, {"identical": True, "resolutions": 0}, setup=S)
     fx("replay-unknown-session", "cra", "replay", "carp-core", "Replay of an unknown session: session_not_found", RP, "replay",

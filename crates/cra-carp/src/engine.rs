@@ -316,7 +316,7 @@ impl Carp {
 
     /// Checks and evaluates a resolve (or validate) request without writing anything: the
     /// caller records [`PreparedResolve::record`] itself, with [`CarpStore::record_resolve`] or
-    /// together with the resolve's trace events ([`crate::store::ResolveLog`]), and must refuse
+    /// together with the resolve's trace events ([`crate::store::StateLog`]), and must refuse
     /// the request as a duplicate when that finds the request id already used.
     pub fn prepare_resolve(
         &self,

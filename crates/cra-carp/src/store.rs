@@ -504,7 +504,7 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError>;
 }
 
-// --- a resolve and its trace events as one unit ----------------------------------------------
+// --- a change of state and its trace events as one unit -------------------------------------
 
 /// What a resolve leaves in the store: its request id as used in the session, the resolution
 /// (for later execute requests) and, when it requires approval, its pending approval.
@@ -537,74 +537,168 @@ impl ResolveRecord {
     }
 }
 
-/// Why [`ResolveLog::record_and_append`] failed.
+/// A decision on a pending approval of `session_id`, as it is recorded
+/// ([`ApprovalRecord::decide`] applied inside the store's write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionRecord {
+    /// The approval's session: the chain its event goes to. An approval of another session is
+    /// refused as not found.
+    pub session_id: String,
+    /// The approval decided.
+    pub approval_id: String,
+    /// Grant or reject.
+    pub decision: ApprovalDecision,
+    /// Who decided.
+    pub decided_by: String,
+    /// Why.
+    pub note: Option<String>,
+    /// When (wire form).
+    pub decided_at: String,
+}
+
+impl DecisionRecord {
+    /// `approval` as this decision leaves it; the refusal when it cannot be decided (another
+    /// session's approval, or one decided before), as the chain error a store answers with.
+    pub fn apply_to(
+        &self,
+        mut approval: ApprovalRecord,
+    ) -> Result<ApprovalRecord, cra_trace::store::ChainStoreError> {
+        if approval.session_id != self.session_id {
+            return Err(self.not_found());
+        }
+        approval
+            .decide(
+                self.decision,
+                &self.decided_by,
+                self.note.as_deref(),
+                &self.decided_at,
+            )
+            .map_err(decision_refusal)?;
+        Ok(approval)
+    }
+
+    /// The refusal of a decision on an approval the store does not have.
+    pub fn not_found(&self) -> cra_trace::store::ChainStoreError {
+        decision_refusal(CarpStoreError::NotFound {
+            what: "approval",
+            id: self.approval_id.clone(),
+        })
+    }
+}
+
+/// A store's refusal of a decision, as the append carrying it is answered: `approval_not_found`
+/// (404) or, for an approval decided before, `already_exists` (409). Other failures are the
+/// store's and are answered unavailable.
+pub fn decision_refusal(e: CarpStoreError) -> cra_trace::store::ChainStoreError {
+    use cra_trace::store::ChainStoreError;
+    use cra_wire::Token;
+    match e {
+        CarpStoreError::NotFound { .. } => ChainStoreError::Refused {
+            token: Token::ApprovalNotFound,
+            message: e.to_string(),
+        },
+        CarpStoreError::AlreadyDecided { .. } => ChainStoreError::Refused {
+            token: Token::AlreadyExists,
+            message: e.to_string(),
+        },
+        other => ChainStoreError::Unavailable(other.to_string()),
+    }
+}
+
+/// A change of CARP state that is recorded together with the TRACE events that tell of it.
+#[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "moved once per resolve; a box would cost an allocation on the hot path"
+)]
+pub enum StateChange {
+    /// What a resolve leaves behind.
+    Resolve(ResolveRecord),
+    /// An approval decided.
+    Decide(DecisionRecord),
+}
+
+impl StateChange {
+    /// The session whose chain records the change.
+    pub fn session_id(&self) -> &str {
+        match self {
+            Self::Resolve(r) => &r.session_id,
+            Self::Decide(d) => &d.session_id,
+        }
+    }
+}
+
+/// Why [`StateLog::record_and_append`] failed. Nothing of the change or its events was written,
+/// except as [`RecordThenAppend`] says.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ResolveLogError {
+pub enum StateLogError {
     /// The CARP store refused or failed.
     #[error(transparent)]
     Store(#[from] CarpStoreError),
-    /// The chain refused the events or its store failed.
+    /// The chain refused the events (or, with [`cra_trace::store::ChainStoreError::Refused`],
+    /// the store refused the change in the append's transaction), or its store failed.
     #[error(transparent)]
     Chain(#[from] cra_trace::store::ChainStoreError),
 }
 
-/// What recording a resolve did.
+/// What recording a change did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Recorded {
     /// The state is recorded and these events appended, durable.
     Appended(Vec<cra_trace::TraceEvent>),
-    /// The session had already seen the request id (a duplicate sent concurrently): nothing was
-    /// recorded or appended.
+    /// The session had already seen the resolve's request id (a duplicate sent concurrently):
+    /// nothing was recorded or appended.
     Duplicate,
 }
 
-/// Records a resolve and appends its TRACE events to the session's chain.
+/// Records a change of state and appends the TRACE events that tell of it.
 ///
-/// A backend whose writes go through one transaction per batch (redb) does both in the
-/// collector's durable transaction: the resolve waits for the writer once, with every other
-/// append of the batch, and the state and the events are stored together or not at all.
-/// [`RecordThenAppend`] does them one after the other for any pair of stores.
-pub trait ResolveLog: Send + Sync {
-    /// Records `record` and appends `drafts` (payloads prepared, some perhaps as canonical text
-    /// only: [`cra_trace::PreparedDraft::from_canonical`]) to `record.session_id`'s chain, and
-    /// tells `done` the outcome, exactly once, when it is durable. A store that queues the work
-    /// for a committer returns once it is queued; another does the work, then calls `done`. It
-    /// may block either way: call it where blocking is allowed.
+/// A backend that can write both in one transaction does (redb for every change; PostgreSQL for
+/// decisions): the state and the events are stored together or not at all, and a chain that
+/// ended meanwhile refuses both. [`RecordThenAppend`] does them one after the other for any pair
+/// of stores.
+pub trait StateLog: Send + Sync {
+    /// Records `change` and appends `drafts` (payloads prepared, some perhaps as canonical text
+    /// only: [`cra_trace::PreparedDraft::from_canonical`]) to the chain of
+    /// `change.session_id()`, and tells `done` the outcome, exactly once, when it is durable. A
+    /// store that queues the work for a committer returns once it is queued; another does the
+    /// work, then calls `done`. It may block either way: call it where blocking is allowed.
     fn record_and_append_then(
         &self,
-        record: &ResolveRecord,
+        change: StateChange,
         drafts: Vec<cra_trace::PreparedDraft>,
-        done: ResolveDone,
+        done: StateDone,
     );
 
-    /// [`ResolveLog::record_and_append_then`], waiting for the outcome, with plain drafts.
+    /// [`StateLog::record_and_append_then`], waiting for the outcome, with plain drafts.
     fn record_and_append(
         &self,
-        record: &ResolveRecord,
+        change: StateChange,
         drafts: Vec<cra_trace::EventDraft>,
-    ) -> Result<Recorded, ResolveLogError> {
+    ) -> Result<Recorded, StateLogError> {
         let (reply, answer) = std::sync::mpsc::sync_channel(1);
         let drafts = drafts
             .into_iter()
             .map(cra_trace::PreparedDraft::new)
             .collect();
-        let done: ResolveDone = Box::new(move |outcome| {
+        let done: StateDone = Box::new(move |outcome| {
             let _ = reply.send(outcome);
         });
-        self.record_and_append_then(record, drafts, done);
+        self.record_and_append_then(change, drafts, done);
         answer.recv().unwrap_or_else(|_| {
-            let gone = "the store dropped the resolve without answering; it may be shutting down";
+            let gone = "the store dropped the change without answering; it may be shutting down";
             Err(cra_trace::store::ChainStoreError::Unavailable(gone.into()).into())
         })
     }
 }
 
-/// Told the outcome of [`ResolveLog::record_and_append_then`].
-pub type ResolveDone = Box<dyn FnOnce(Result<Recorded, ResolveLogError>) + Send>;
+/// Told the outcome of [`StateLog::record_and_append_then`].
+pub type StateDone = Box<dyn FnOnce(Result<Recorded, StateLogError>) + Send>;
 
-/// [`ResolveLog`] over two stores: [`CarpStore::record_resolve`], then the chain append. If the
-/// append fails, the recorded state stays (its resolution is then usable without its events
-/// having been recorded; the error is answered, so the caller was not told it succeeded).
+/// [`StateLog`] over two stores: the change, then the chain append. If the append fails, the
+/// recorded state stays (a resolution is then usable, a decision made, without its events; the
+/// error is answered, so the caller was not told it succeeded). For stores that cannot share a
+/// transaction; the runtime's backends use it only for PostgreSQL resolves.
 #[derive(Clone)]
 pub struct RecordThenAppend {
     /// Where the state goes.
@@ -621,33 +715,46 @@ impl fmt::Debug for RecordThenAppend {
     }
 }
 
-impl ResolveLog for RecordThenAppend {
+impl StateLog for RecordThenAppend {
     fn record_and_append_then(
         &self,
-        record: &ResolveRecord,
+        change: StateChange,
         drafts: Vec<cra_trace::PreparedDraft>,
-        done: ResolveDone,
+        done: StateDone,
     ) {
-        done(self.record_then_append(record, drafts));
+        done(self.record_then_append(&change, drafts));
     }
 }
 
 impl RecordThenAppend {
     fn record_then_append(
         &self,
-        record: &ResolveRecord,
+        change: &StateChange,
         drafts: Vec<cra_trace::PreparedDraft>,
-    ) -> Result<Recorded, ResolveLogError> {
-        let fresh = record.record_in(self.carp.as_ref())?;
-        if !fresh {
-            return Ok(Recorded::Duplicate);
+    ) -> Result<Recorded, StateLogError> {
+        match change {
+            StateChange::Resolve(record) => {
+                if !record.record_in(self.carp.as_ref())? {
+                    return Ok(Recorded::Duplicate);
+                }
+            }
+            StateChange::Decide(d) => {
+                let decided = self.carp.decide_approval(
+                    &d.approval_id,
+                    d.decision,
+                    &d.decided_by,
+                    d.note.as_deref(),
+                    &d.decided_at,
+                );
+                decided.map_err(decision_refusal)?;
+            }
         }
         let drafts = drafts
             .into_iter()
             .map(cra_trace::PreparedDraft::into_draft)
             .collect();
         Ok(Recorded::Appended(
-            self.chains.append(&record.session_id, drafts)?,
+            self.chains.append(change.session_id(), drafts)?,
         ))
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cra_carp::CarpStore;
-use cra_carp::store::{RecordThenAppend, ResolveLog};
+use cra_carp::store::StateLog;
 use cra_store::{PgStore, RedbStore, RetentionStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use cra_wire::{Clock, IdGenerator};
@@ -19,9 +19,9 @@ pub struct Backends {
     pub chains: Arc<dyn ChainStore>,
     /// CARP sessions, resolutions, executions, counters, approvals.
     pub carp: Arc<dyn CarpStore>,
-    /// A resolve's state with its events: one transaction on redb, one after the other on
-    /// PostgreSQL.
-    pub resolves: Arc<dyn ResolveLog>,
+    /// A change of CARP state with its events (resolves, approval decisions): one transaction
+    /// on redb; on PostgreSQL one transaction for decisions, one after the other for resolves.
+    pub state_log: Arc<dyn StateLog>,
     /// Relay projects, packages, facts.
     pub relay: Arc<dyn cra_relay::RelayStore>,
     /// The chains again, with whole-chain removal: what retention runs on.
@@ -66,11 +66,8 @@ pub fn open(
             let carp: Arc<dyn CarpStore> = Arc::new(pg.clone());
             Ok(Backends {
                 retention: Arc::new(pg.clone()),
+                state_log: Arc::new(pg.clone()),
                 relay: Arc::new(cra_store::relay::PgRelay::new(pg)),
-                resolves: Arc::new(RecordThenAppend {
-                    carp: carp.clone(),
-                    chains: chains.clone(),
-                }),
                 chains,
                 carp,
                 kind: "postgres",
@@ -83,7 +80,7 @@ pub fn open(
                 retention: Arc::new(redb.clone()),
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
-                resolves: Arc::new(redb.clone()),
+                state_log: Arc::new(redb.clone()),
                 carp: Arc::new(redb),
                 kind: "redb",
                 quick_reads: true,

@@ -311,7 +311,7 @@ impl Runtime {
         Ok(events)
     }
 
-    /// Records a resolve's state and appends its events ([`cra_carp::store::ResolveLog`]), then
+    /// Records a resolve's state and appends its events ([`cra_carp::store::StateLog`]), then
     /// publishes them as [`Runtime::append_events`] does. `Ok(None)`: the request id was already
     /// used in the session and nothing was written.
     ///
@@ -330,14 +330,14 @@ impl Runtime {
             .filter(|(_, d)| d.is_text_only())
             .map(|(i, d)| (i, d.canonical_payload().to_owned()))
             .collect();
-        let resolves = self.backends.resolves.clone();
+        let log = self.backends.state_log.clone();
         let sid = record.session_id.clone();
         let (done, outcome) = tokio::sync::oneshot::channel();
         // redb queues the state with the events; PostgreSQL writes the state first (a network
         // round trip), so there it runs on the blocking pool.
         self.quick("the resolve's append task failed", move || {
-            resolves.record_and_append_then(
-                &record,
+            log.record_and_append_then(
+                cra_carp::store::StateChange::Resolve(record),
                 drafts,
                 Box::new(move |r| {
                     let _ = done.send(r);
@@ -349,8 +349,8 @@ impl Runtime {
             .await
             .map_err(|e| ApiError::internal("the resolve's append was dropped", e))?
             .map_err(|e| match e {
-                cra_carp::store::ResolveLogError::Chain(e) => chain_error(e),
-                cra_carp::store::ResolveLogError::Store(e) => {
+                cra_carp::store::StateLogError::Chain(e) => chain_error(e),
+                cra_carp::store::StateLogError::Store(e) => {
                     ApiError::new(Token::Unavailable, e.to_string())
                 }
             })?;
@@ -365,6 +365,52 @@ impl Runtime {
             });
         }
         Ok(appended)
+    }
+
+    /// Decides an approval and appends the decision's events as one unit
+    /// ([`cra_carp::store::StateLog`]), then publishes them. A chain that has ended, or an
+    /// approval decided meanwhile, refuses both: nothing is written.
+    pub async fn append_decision(
+        &self,
+        owner: &str,
+        decision: cra_carp::store::DecisionRecord,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ApiError> {
+        let log = self.backends.state_log.clone();
+        let sid = decision.session_id.clone();
+        let drafts = drafts
+            .into_iter()
+            .map(cra_trace::PreparedDraft::new)
+            .collect();
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.quick("the decision's append task failed", move || {
+            log.record_and_append_then(
+                cra_carp::store::StateChange::Decide(decision),
+                drafts,
+                Box::new(move |r| {
+                    let _ = done.send(r);
+                }),
+            );
+        })
+        .await?;
+        let recorded = outcome
+            .await
+            .map_err(|e| ApiError::internal("the decision's append was dropped", e))?
+            .map_err(|e| match e {
+                cra_carp::store::StateLogError::Chain(e) => chain_error(e),
+                cra_carp::store::StateLogError::Store(e) => {
+                    crate::service::sessions::carp_store_error(e)
+                }
+            })?;
+        let cra_carp::store::Recorded::Appended(events) = recorded else {
+            return Err(ApiError::new(
+                Token::Unavailable,
+                "the store answered a decision as a duplicate resolve; nothing was decided",
+            ));
+        };
+        self.metrics.add_events(events.len() as u64);
+        self.hub.publish(&sid, owner, &events);
+        Ok(events)
     }
 
     /// Up to `limit` events after sequence `after` (from the start when `None`).

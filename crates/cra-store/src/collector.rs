@@ -9,6 +9,7 @@
 
 use std::thread::JoinHandle;
 
+use cra_carp::store::DecisionRecord;
 use cra_trace::store::ChainStoreError;
 use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use crossbeam_channel::{Receiver, Sender};
@@ -25,17 +26,22 @@ pub(crate) type Reply = cra_trace::store::AppendDone;
 
 /// One append waiting for a committer that seals it.
 pub(crate) struct Job {
-    pub session_id: String,
-    pub drafts: Vec<PreparedDraft>,
+    pub work: JobWork,
     pub reply: Reply,
 }
 
+/// What a [`Job`] asks its committer to write.
+pub(crate) struct JobWork {
+    pub session_id: String,
+    pub drafts: Vec<PreparedDraft>,
+    /// A decision written in the append's transaction before its events; when the store
+    /// refuses it, nothing of the append is written.
+    pub decision: Option<DecisionRecord>,
+}
+
 /// Splits a batch into the reply channels and the work, index for index.
-pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<(String, Vec<PreparedDraft>)>) {
-    batch
-        .into_iter()
-        .map(|job| (job.reply, (job.session_id, job.drafts)))
-        .unzip()
+pub(crate) fn split(batch: Vec<Job>) -> (Vec<Reply>, Vec<JobWork>) {
+    batch.into_iter().map(|job| (job.reply, job.work)).unzip()
 }
 
 /// Answers every appender of a batch once its transaction is over (see [`settle`]).
@@ -121,12 +127,27 @@ impl Collector<Job> {
     /// prepared (payloads canonicalised) here, on the appender's thread, so that the committer,
     /// which every append of the store goes through, only links hashes and writes.
     pub(crate) fn queue(&self, session_id: &str, drafts: Vec<EventDraft>, done: Reply) {
+        let drafts = drafts.into_iter().map(PreparedDraft::new).collect();
+        self.queue_prepared(session_id, drafts, None, done);
+    }
+
+    /// [`Collector::queue`] of prepared drafts, perhaps with a decision to write with them.
+    pub(crate) fn queue_prepared(
+        &self,
+        session_id: &str,
+        drafts: Vec<PreparedDraft>,
+        decision: Option<DecisionRecord>,
+        done: Reply,
+    ) {
         if let Err(e) = check_append(session_id, drafts.len()) {
             return done(Err(e));
         }
         let job = Job {
-            session_id: session_id.to_owned(),
-            drafts: drafts.into_iter().map(PreparedDraft::new).collect(),
+            work: JobWork {
+                session_id: session_id.to_owned(),
+                drafts,
+                decision,
+            },
             reply: done,
         };
         if let Err(job) = self.send(job) {

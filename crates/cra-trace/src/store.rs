@@ -82,6 +82,15 @@ pub enum ChainStoreError {
     /// The backend failed or could not be reached.
     #[error("the trace store is unavailable: {0}; nothing was written, retry later")]
     Unavailable(String),
+    /// The append carried a change of state that its store refused in the append's own
+    /// transaction (an approval decided meanwhile, say), so nothing of either was written.
+    #[error("{message}; nothing was written")]
+    Refused {
+        /// The wire token of the refusal.
+        token: Token,
+        /// What was refused and why.
+        message: String,
+    },
 }
 
 impl ChainStoreError {
@@ -92,6 +101,7 @@ impl ChainStoreError {
             Self::SessionEnded { .. } => Token::SessionInactive,
             Self::Corrupt { .. } => Token::IntegrityError,
             Self::Unavailable(_) => Token::Unavailable,
+            Self::Refused { token, .. } => *token,
         }
     }
 }

@@ -3,9 +3,10 @@
 //! `approval.rejected`).
 
 use cra_carp::events::{ApprovalDecided, ApprovalGranted, ApprovalRejected};
-use cra_carp::store::{ApprovalDecision, ApprovalRecord};
-use cra_trace::Span;
+use cra_carp::store::{ApprovalDecision, ApprovalRecord, DecisionRecord};
+use cra_trace::{EventDraft, Span};
 use cra_wire::Token;
+use cra_wire::clock::format_timestamp;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
@@ -50,30 +51,41 @@ pub async fn pending(rt: &Runtime, actor: &Actor) -> ApiResult<Vec<ApprovalRecor
     .await
 }
 
-/// Refuses a decision on an approval whose session has ended, before anything is written: the
-/// decision's event could not be recorded in the closed chain, and a refusal changes nothing.
-/// A pending approval lapses with its session (`specs/carp.md`, "Approvals"); an unknown
-/// approval is left to the decision itself to report (404).
-async fn check_session_open(state: &Runtime, approval_id: &str) -> ApiResult<()> {
+/// The approval `approval_id` while its session is open (404 `approval_not_found` without one).
+/// A decision on an approval whose session has ended is refused before anything is written: the
+/// decision's event could not be recorded in the closed chain, and a refusal changes nothing. A
+/// pending approval lapses with its session (`specs/carp.md`, "Approvals"). The store checks
+/// again when it writes the decision: a session that ends between this check and that write
+/// refuses the decision there ([`lapsed`]).
+async fn open_approval(state: &Runtime, approval_id: &str) -> ApiResult<ApprovalRecord> {
     let aid = approval_id.to_owned();
     let Some(approval) = state.carp_read(move |s| s.get_approval(&aid)).await? else {
-        return Ok(());
+        return Err(ApiError::new(
+            Token::ApprovalNotFound,
+            format!("no approval {approval_id}; list the pending ones with GET /v1/approvals"),
+        ));
     };
     let session = state.session_record(&approval.session_id).await?;
     if session.is_active() {
-        return Ok(());
+        return Ok(approval);
     }
-    Err(ApiError::new(
-        Token::SessionInactive,
-        format!(
-            "approval {approval_id} belongs to session {}, which has ended: its pending approvals lapsed with it and nothing was changed; the agent resolves again in a new session",
-            approval.session_id
-        ),
-    ))
+    Err(lapsed(&approval))
 }
 
-/// Grants or rejects approval `approval_id` (operators), once, and records the decision in its
-/// session's chain under the resolve's trace.
+/// The refusal of a decision on an approval whose session has ended.
+fn lapsed(approval: &ApprovalRecord) -> ApiError {
+    ApiError::new(
+        Token::SessionInactive,
+        format!(
+            "approval {} belongs to session {}, which has ended: its pending approvals lapsed with it and nothing was changed; the agent resolves again in a new session",
+            approval.approval_id, approval.session_id
+        ),
+    )
+}
+
+/// Grants or rejects approval `approval_id` (operators), once. The decision and its event
+/// (`approval.granted` / `approval.rejected`, in its session's chain under the resolve's trace)
+/// are written as one unit: both or neither.
 pub async fn decide(
     rt: &Runtime,
     actor: &Actor,
@@ -89,21 +101,46 @@ pub async fn decide(
             "at most 4096 bytes",
         ));
     }
-    let decision = match body.decision {
-        DecisionArg::Grant => ApprovalDecision::Grant,
-        DecisionArg::Reject => ApprovalDecision::Reject,
+    let approval = open_approval(rt, approval_id).await?;
+    let change = DecisionRecord {
+        session_id: approval.session_id.clone(),
+        approval_id: approval_id.to_owned(),
+        decision: match body.decision {
+            DecisionArg::Grant => ApprovalDecision::Grant,
+            DecisionArg::Reject => ApprovalDecision::Reject,
+        },
+        decided_by: actor.id.clone(),
+        note: body.note,
+        decided_at: format_timestamp(rt.clock.now()),
     };
-    check_session_open(rt, approval_id).await?;
-    let carp = crate::service::carp::engine(rt, rt.atlases().set.clone());
-    let (who, note, aid) = (actor.id.clone(), body.note, approval_id.to_owned());
-    let record = crate::error::run_blocking("the approval task failed", move || {
-        carp.decide_approval(&aid, decision, &who, note.as_deref())
-    })
-    .await?
-    .map_err(ApiError::from)?;
+    // What the store will write, if it still reads the approval pending; a decided one is
+    // refused here already (409), before anything is queued.
+    let record = change
+        .apply_to(approval.clone())
+        .map_err(crate::tracelog::chain_error)?;
+    let event = decision_event(rt, actor, &record, change.decision).await?;
+    rt.append_decision(&record.agent_id, change, vec![event])
+        .await
+        .map_err(|e| {
+            if e.token() == Some(Token::SessionInactive) {
+                lapsed(&approval)
+            } else {
+                e
+            }
+        })?;
+    Ok(record)
+}
+
+/// The event of `record`'s decision, on a span of its own under the resolution that asked.
+async fn decision_event(
+    rt: &Runtime,
+    actor: &Actor,
+    record: &ApprovalRecord,
+    decision: ApprovalDecision,
+) -> ApiResult<EventDraft> {
     let rid = record.resolution_id.clone();
     let trace_id = rt
-        .carp(move |s| s.get_resolution(&rid))
+        .carp_read(move |s| s.get_resolution(&rid))
         .await?
         .map_or_else(|| rt.ids.new_id(), |r| r.resolution.trace_id);
     let span_id = rt.ids.new_id();
@@ -120,11 +157,8 @@ pub async fn decide(
         note: record.note.as_deref(),
         decision,
     };
-    let event = match decision {
+    Ok(match decision {
         ApprovalDecision::Grant => span.draft_of(&ApprovalGranted(decided("grant"))),
         ApprovalDecision::Reject => span.draft_of(&ApprovalRejected(decided("reject"))),
-    };
-    rt.append_events(&record.session_id, &record.agent_id, vec![event])
-        .await?;
-    Ok(record)
+    })
 }

@@ -1,7 +1,8 @@
-//! Races of concurrent executes, each driven to its worst interleaving by a hook (no sleeps):
-//! a rate limit under concurrent executes (a gate in the CARP store), two first uses of one
-//! idempotency key (a gated executor), and two servers on one PostgreSQL schema whose clocks are
-//! 120 s apart sharing one quota.
+//! Races, each driven to its worst interleaving by a hook (no sleeps): a rate limit under
+//! concurrent executes (a gate in the CARP store), two first uses of one idempotency key (a
+//! gated executor), two servers on one PostgreSQL schema whose clocks are 120 s apart sharing
+//! one quota, and a session ending between a decision's check and its write (decisions held in
+//! the state log).
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -9,7 +10,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use cra_carp::CarpStore;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, CarpStoreError, Charge, ClaimOutcome, ConsumeOutcome,
-    ExecutionLease, ExecutionRecord, SessionRecord, StoredResolution,
+    ExecutionLease, ExecutionRecord, SessionRecord, StateChange, StateDone, StateLog,
+    StoredResolution,
 };
 use cra_runtime::{AppState, build_runtime, start};
 use cra_store::testing::{TestSchema, postgres_url};
@@ -443,4 +445,106 @@ async fn replicas_with_skewed_clocks_share_one_rate_limit_postgres() {
     tokio::task::spawn_blocking(move || drop(schema))
         .await
         .unwrap();
+}
+
+/// The runtime's state log, holding every decision until [`HeldDecisions::release`]: the hook
+/// that puts a session's end between a decision's check and its write. It holds without
+/// blocking (the runtime may call it on an async worker).
+struct HeldDecisions {
+    inner: Arc<dyn StateLog>,
+    held: Mutex<Vec<(StateChange, Vec<cra_trace::PreparedDraft>, StateDone)>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl StateLog for HeldDecisions {
+    fn record_and_append_then(
+        &self,
+        change: StateChange,
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: StateDone,
+    ) {
+        if matches!(change, StateChange::Decide(_)) {
+            self.held.lock().unwrap().push((change, drafts, done));
+            self.arrived.notify_one();
+        } else {
+            self.inner.record_and_append_then(change, drafts, done);
+        }
+    }
+}
+
+impl HeldDecisions {
+    /// Lets every held decision through to the store.
+    fn release(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap());
+        for (change, drafts, done) in held {
+            self.inner.record_and_append_then(change, drafts, done);
+        }
+    }
+}
+
+/// Issue 22 A.3/B.14: the session ends after a decision was checked (the session open, the
+/// approval pending) and before it is written. The decision is refused with 403
+/// `session_inactive` and changes nothing: the approval stays pending in the store and no
+/// decision event follows `session.ended`, which names the approval as lapsed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ending_before_a_decision_is_written_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, data) = crate::support::test_config(dir.path());
+    let clock = Arc::new(TickingClock::new());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+    let (mut state, _) = build_runtime(config, clock, ids).unwrap();
+    let rt = Arc::get_mut(&mut state.0).unwrap();
+    let held = Arc::new(HeldDecisions {
+        inner: rt.backends.state_log.clone(),
+        held: Mutex::new(Vec::new()),
+        arrived: tokio::sync::Notify::new(),
+    });
+    rt.backends.state_log = held.clone();
+    let carp = rt.backends.carp.clone();
+    let s = serve(state, dir, data).await;
+
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let req = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
+    let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
+    assert_eq!(st, 200, "{res}");
+    let approval_id = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let decision = {
+        let (http, url) = (
+            s.http.clone(),
+            s.url(&format!("/v1/approvals/{approval_id}")),
+        );
+        tokio::spawn(crate::support::send(
+            http.post(url)
+                .bearer_auth(crate::support::OPERATOR)
+                .json(&json!({"decision": "grant"})),
+        ))
+    };
+    held.arrived.notified().await;
+    let (st, body) = s.delete(Some(MAINT), &format!("/v1/sessions/{sid}")).await;
+    assert_eq!(st, 204, "{body}");
+    held.release();
+
+    let (st, body) = decision.await.unwrap();
+    assert_eq!(st, 403, "{body}");
+    assert_eq!(body["error"], "session_inactive", "{body}");
+    let stored = carp.get_approval(&approval_id).unwrap().unwrap();
+    assert_eq!(
+        stored.status,
+        cra_carp::store::ApprovalStatus::Pending,
+        "the refused decision changed the store"
+    );
+    let events = s.events(&sid).await;
+    let end = events.last().unwrap();
+    assert_eq!(
+        end["event_type"], "session.ended",
+        "a decision followed the end"
+    );
+    assert_eq!(end["payload"]["lapsed_approvals"], json!([approval_id]));
+    assert!(
+        !events.iter().any(
+            |e| e["event_type"] == "approval.granted" || e["event_type"] == "approval.rejected"
+        ),
+        "no decision event was written"
+    );
+    s.stop().await;
 }

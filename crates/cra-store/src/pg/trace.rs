@@ -22,7 +22,7 @@ use postgres::error::SqlState;
 use super::{PgStore, Pool};
 use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
-use crate::collector::{Answer, Job, answer_all, split};
+use crate::collector::{Answer, Job, JobWork, answer_all, split};
 
 fn unavailable(e: impl std::error::Error) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("postgres: {}", super::error_text(&e)))
@@ -76,14 +76,14 @@ fn sql(e: postgres::Error) -> Retry {
 fn try_batch(
     pool: &Pool,
     config: &StoreConfig,
-    work: &[(String, Vec<PreparedDraft>)],
+    work: &[JobWork],
     answers: &mut [Answer],
 ) -> Result<(), Retry> {
     let mut client = pool.get().map_err(|e| Retry::Fail(unavailable(e)))?;
     let mut tx = client.transaction().map_err(sql)?;
     let sessions: Vec<&str> = work
         .iter()
-        .map(|(s, _)| s.as_str())
+        .map(|w| w.session_id.as_str())
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -114,7 +114,8 @@ fn try_batch(
     let mut stamps: Vec<String> = Vec::new();
     let mut hashes: Vec<String> = Vec::new();
     let mut texts: Vec<String> = Vec::new();
-    for ((session_id, drafts), answer) in work.iter().zip(answers.iter_mut()) {
+    for (w, answer) in work.iter().zip(answers.iter_mut()) {
+        let (session_id, drafts) = (&w.session_id, &w.drafts);
         let Some(head) = heads.get(session_id).cloned() else {
             // Its head row was inserted (or found) above, then removed by retention before the
             // lock was taken: the batch is tried again, which inserts the row afresh.
@@ -125,6 +126,12 @@ fn try_batch(
         };
         if let Err(e) = check_batch(session_id, head.ended, drafts) {
             *answer = Some(Err(e));
+            continue;
+        }
+        if let Some(d) = &w.decision
+            && let Err(refusal) = decide_in(&mut tx, d)?
+        {
+            *answer = Some(Err(refusal));
             continue;
         }
         let (head, sealed, bodies) =
@@ -193,6 +200,41 @@ fn try_batch(
     Ok(())
 }
 
+/// Decides the approval `d` names inside the batch's transaction, after its chain has accepted
+/// the drafts: the row is locked, the decision applied to it as read, and written back. A
+/// refusal (no such approval, another session's, decided before) writes nothing.
+fn decide_in(
+    tx: &mut postgres::Transaction<'_>,
+    d: &cra_carp::store::DecisionRecord,
+) -> Result<Result<(), ChainStoreError>, Retry> {
+    let row = tx
+        .query_opt(
+            "SELECT body FROM carp_approvals WHERE approval_id = $1 FOR UPDATE",
+            &[&d.approval_id],
+        )
+        .map_err(sql)?;
+    let Some(row) = row else {
+        return Ok(Err(d.not_found()));
+    };
+    let found: cra_carp::store::ApprovalRecord = serde_json::from_str(row.get::<_, &str>(0))
+        .map_err(|e| Retry::Fail(unavailable_text(&e)))?;
+    let decided = match d.apply_to(found) {
+        Ok(decided) => decided,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let body = serde_json::to_string(&decided).map_err(|e| Retry::Fail(unavailable_text(&e)))?;
+    tx.execute(
+        "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
+        &[&d.approval_id, &decided.status.as_str(), &body],
+    )
+    .map_err(sql)?;
+    Ok(Ok(()))
+}
+
+fn unavailable_text(e: &impl std::fmt::Display) -> ChainStoreError {
+    ChainStoreError::Unavailable(format!("postgres: {e}"))
+}
+
 fn head_from_row(row: &Row) -> HeadRecord {
     HeadRecord {
         next_sequence: row.get::<_, i64>(0).unsigned_abs(),
@@ -233,6 +275,36 @@ impl PgStore {
                 decode_event(session_id, sequence, r.get::<_, &str>(1).as_bytes())
             })
             .collect()
+    }
+}
+
+/// Decisions ride with their event in the committer's transaction ([`decide_in`]); a resolve's
+/// state is written first, then its events ([`cra_carp::store::RecordThenAppend`]).
+impl cra_carp::store::StateLog for PgStore {
+    fn record_and_append_then(
+        &self,
+        change: cra_carp::store::StateChange,
+        drafts: Vec<PreparedDraft>,
+        done: cra_carp::store::StateDone,
+    ) {
+        use cra_carp::store::{RecordThenAppend, Recorded, StateChange};
+        match change {
+            StateChange::Decide(d) => {
+                let session_id = d.session_id.clone();
+                let reply: cra_trace::store::AppendDone = Box::new(move |outcome| {
+                    done(outcome.map(Recorded::Appended).map_err(Into::into));
+                });
+                self.collector()
+                    .queue_prepared(&session_id, drafts, Some(d), reply);
+            }
+            resolve @ StateChange::Resolve(_) => {
+                let pair = RecordThenAppend {
+                    carp: std::sync::Arc::new(self.clone()),
+                    chains: std::sync::Arc::new(self.clone()),
+                };
+                pair.record_and_append_then(resolve, drafts, done);
+            }
+        }
     }
 }
 

@@ -25,9 +25,10 @@ use ::redb::{
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
-    Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, Recorded,
-    SessionRecord, StoredResolution,
+    Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, DecisionRecord, ExecutionLease,
+    ExecutionRecord, Recorded, SessionRecord, StateChange, StoredResolution,
 };
+use cra_trace::store::ChainStoreError;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -180,13 +181,15 @@ impl EncodedResolve {
     }
 }
 
-/// Whether the resolve's session has already used its request id, as stored.
-pub(crate) fn request_id_stored(db: &Database, r: &EncodedResolve) -> Result<bool, CarpError> {
+/// Whether `session_id` has already used `request_id`, as stored.
+pub(crate) fn request_id_stored(
+    db: &Database,
+    session_id: &str,
+    request_id: &str,
+) -> Result<bool, CarpError> {
     let txn = db.begin_read().map_err(be)?;
     let t = txn.open_table(REQUEST_IDS).map_err(be)?;
-    Ok(t.get((r.session_id.as_str(), r.request_id.as_str()))
-        .map_err(be)?
-        .is_some())
+    Ok(t.get((session_id, request_id)).map_err(be)?.is_some())
 }
 
 /// Writes a resolve's state in `txn`: its request id, its resolution and its approval. Returns
@@ -256,24 +259,28 @@ impl<'txn> ResolveTables<'txn> {
     }
 }
 
-impl cra_carp::store::ResolveLog for RedbStore {
+impl cra_carp::store::StateLog for RedbStore {
     fn record_and_append_then(
         &self,
-        record: &cra_carp::store::ResolveRecord,
+        change: StateChange,
         drafts: Vec<cra_trace::PreparedDraft>,
-        done: cra_carp::store::ResolveDone,
+        done: cra_carp::store::StateDone,
     ) {
-        let encoded = match EncodedResolve::new(
-            &record.session_id,
-            &record.request_id,
-            record.resolution.as_ref(),
-            record.approval.as_ref(),
-        ) {
-            Ok(e) => e,
-            Err(e) => return done(Err(e.into())),
+        let session_id = change.session_id().to_owned();
+        let encoded = match change {
+            StateChange::Resolve(record) => match EncodedResolve::new(
+                &record.session_id,
+                &record.request_id,
+                record.resolution.as_ref(),
+                record.approval.as_ref(),
+            ) {
+                Ok(e) => EncodedChange::Resolve(e),
+                Err(e) => return done(Err(e.into())),
+            },
+            StateChange::Decide(d) => EncodedChange::Decide(d),
         };
         self.queue_append(
-            &record.session_id,
+            &session_id,
             drafts,
             Some(encoded),
             // The committer answers a used request id with no events: nothing was written.
@@ -288,6 +295,68 @@ impl cra_carp::store::ResolveLog for RedbStore {
             }),
         );
     }
+}
+
+/// A change of state riding with an append, written by the committer in the append's
+/// transaction just before its events.
+pub(crate) enum EncodedChange {
+    /// A resolve's state, encoded on the appender's thread.
+    Resolve(EncodedResolve),
+    /// A decision, applied to the approval as the transaction reads it.
+    Decide(DecisionRecord),
+}
+
+impl EncodedChange {
+    /// The request id of a resolve (the appender refuses one its session has used).
+    pub(crate) fn request_id(&self) -> Option<&str> {
+        match self {
+            Self::Resolve(r) => Some(r.request_id()),
+            Self::Decide(_) => None,
+        }
+    }
+}
+
+/// Writes `change` in the tables of the committer's transaction. `Ok(Ok(true))`: written;
+/// `Ok(Ok(false))`: a resolve whose request id was used, nothing written; `Ok(Err(refusal))`:
+/// refused, nothing written; `Err`: the transaction failed.
+pub(crate) fn apply_change(
+    t: &mut ResolveTables<'_>,
+    change: &EncodedChange,
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    match change {
+        EncodedChange::Resolve(r) => match apply_resolve(t, r) {
+            Ok(fresh) => Ok(Ok(fresh)),
+            Err(e @ CarpError::AlreadyExists { .. }) => {
+                Ok(Err(ChainStoreError::Unavailable(format!("redb: {e}"))))
+            }
+            Err(e) => Err(e),
+        },
+        EncodedChange::Decide(d) => apply_decision(t, d),
+    }
+}
+
+/// Decides the approval `d` names, as the transaction reads it: a refusal (not found, another
+/// session's, decided before) writes nothing.
+fn apply_decision(
+    t: &mut ResolveTables<'_>,
+    d: &DecisionRecord,
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    let found: Option<ApprovalRecord> = match t.approvals.get(d.approval_id.as_str()).map_err(be)? {
+        Some(bytes) => Some(decode("approval", bytes.value())?),
+        None => None,
+    };
+    let Some(found) = found else {
+        return Ok(Err(d.not_found()));
+    };
+    let decided = match d.apply_to(found) {
+        Ok(decided) => decided,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    t.approvals
+        .insert(d.approval_id.as_str(), encode(&decided)?.as_slice())
+        .map_err(be)?;
+    t.pending.remove(d.approval_id.as_str()).map_err(be)?;
+    Ok(Ok(true))
 }
 
 /// Inserts `id -> bytes` into `table` in `txn`; [`CarpError::AlreadyExists`] when `id` is taken.

@@ -27,11 +27,13 @@
 //! with LZ4 when it is large (`super::record`);
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 //!
-//! A resolve's state (request id, resolution, approval: `cra_carp::store::ResolveLog`) may ride
-//! with its events: the committer writes it in the same transaction just before the events, so
-//! the resolve waits for the single writer once, with the batch, and its state and events are
-//! stored together or not at all. The appender refuses a request id its session has used (stored,
-//! or on a resolve still queued) before sealing; the committer checks again in its transaction.
+//! A change of CARP state (`cra_carp::store::StateLog`: a resolve's request id, resolution and
+//! approval, or an approval's decision) may ride with its events: the committer writes it in the
+//! same transaction just before the events, so the change waits for the single writer once, with
+//! the batch, and the state and the events are stored together or not at all. A chain that has
+//! ended refuses both. The appender refuses a request id its session has used (stored, or on a
+//! resolve still queued) before sealing; the committer checks again in its transaction, and
+//! decides an approval only if that transaction reads it pending.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,7 +42,7 @@ use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinit
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent};
 
-use super::carp::EncodedResolve;
+use super::carp::EncodedChange;
 use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
@@ -67,10 +69,10 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
 pub(crate) struct Append {
     session_id: String,
     work: Work,
-    /// A resolve's state, written in the same transaction just before the events. When its
-    /// request id turns out to be used, the append is answered with no events and nothing of it
-    /// is written.
-    resolve: Option<EncodedResolve>,
+    /// A change of state, written in the same transaction just before the events. When it is
+    /// a resolve whose request id turns out to be used, the append is answered with no events;
+    /// when the store refuses it, with the refusal; either way nothing of it is written.
+    state: Option<EncodedChange>,
     slot: Arc<Slot>,
     reply: Reply,
 }
@@ -93,67 +95,82 @@ enum Work {
 struct Ticket {
     reply: Reply,
     slot: Arc<Slot>,
-    resolve: Option<EncodedResolve>,
+    state: Option<EncodedChange>,
 }
 
 impl RedbStore {
     /// Seals `drafts` onto `session_id`'s chain on this thread and queues them (see the module
     /// documentation); `done` is told the outcome once, when the append is durable or refused.
-    /// With `resolve`, a used request id is answered `Ok` with no events.
+    /// With a resolve's `state`, a used request id is answered `Ok` with no events.
     pub(crate) fn queue_append(
         &self,
         session_id: &str,
         drafts: Vec<PreparedDraft>,
-        resolve: Option<EncodedResolve>,
+        state: Option<EncodedChange>,
         done: Reply,
     ) {
         if let Err(e) = check_append(session_id, drafts.len()) {
             return done(Err(e));
         }
         let slot = self.heads().slot(session_id);
-        let mut state = slot.lock();
-        let work = match self.seal_onto_slot(&mut state, session_id, drafts, resolve.as_ref()) {
+        let request_id = state.as_ref().and_then(EncodedChange::request_id);
+        let mut slot_state = slot.lock();
+        let sealed = if matches!(state, Some(EncodedChange::Decide(_))) {
+            // A decision the committer refuses would leave every append sealed behind it
+            // unlinked ("send it again"); the committer seals it onto the head it reads instead,
+            // and the appends behind it wait for that head.
+            slot_state.head = None;
+            Ok(Some(Work::Drafts(drafts)))
+        } else {
+            self.seal_onto_slot(&mut slot_state, session_id, drafts, request_id)
+        };
+        let work = match sealed {
             Ok(Some(work)) => work,
             Ok(None) => {
-                drop(state);
+                drop(slot_state);
                 return done(Ok(Vec::new()));
             }
             Err(e) => {
-                drop(state);
+                drop(slot_state);
                 return done(Err(e));
             }
         };
-        if let Some(r) = &resolve {
-            state.requests.push(r.request_id().to_owned());
+        if let Some(id) = request_id {
+            slot_state.requests.push(id.to_owned());
         }
-        state.in_flight += 1;
+        slot_state.in_flight += 1;
         let append = Append {
             session_id: session_id.to_owned(),
             work,
-            resolve,
+            state,
             slot: slot.clone(),
             reply: done,
         };
         if let Err(append) = self.collector().send(append) {
-            state.in_flight -= 1;
-            if append.resolve.is_some() {
-                state.requests.pop();
+            slot_state.in_flight -= 1;
+            if append
+                .state
+                .as_ref()
+                .and_then(EncodedChange::request_id)
+                .is_some()
+            {
+                slot_state.requests.pop();
             }
-            state.head = None;
-            drop(state);
+            slot_state.head = None;
+            drop(slot_state);
             (append.reply)(Err(stopped()));
         }
     }
 
     /// The work of an append under its slot's lock: sealed onto the slot's head when it is known
-    /// (after the chain rules and, for a resolve, the request id are checked: `Ok(None)` when the
-    /// id is used), else the drafts.
+    /// (after the chain rules and, for a resolve, its `request_id` are checked: `Ok(None)` when
+    /// the id is used), else the drafts.
     fn seal_onto_slot(
         &self,
         state: &mut SlotState,
         session_id: &str,
         drafts: Vec<PreparedDraft>,
-        resolve: Option<&EncodedResolve>,
+        request_id: Option<&str>,
     ) -> Result<Option<Work>, ChainStoreError> {
         if state.head.is_none() && state.in_flight == 0 {
             // Nothing of the session is queued: the database has its whole chain.
@@ -163,9 +180,10 @@ impl RedbStore {
             return Ok(Some(Work::Drafts(drafts)));
         };
         check_batch(session_id, head.ended, &drafts)?;
-        if let Some(r) = resolve
-            && (state.requests.iter().any(|id| id == r.request_id())
-                || super::carp::request_id_stored(self.database(), r).map_err(unavailable)?)
+        if let Some(r) = request_id
+            && (state.requests.iter().any(|id| id == r)
+                || super::carp::request_id_stored(self.database(), session_id, r)
+                    .map_err(unavailable)?)
         {
             return Ok(None);
         }
@@ -212,7 +230,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
             let ticket = Ticket {
                 reply: a.reply,
                 slot: a.slot,
-                resolve: a.resolve,
+                state: a.state,
             };
             (ticket, (a.session_id, a.work))
         })
@@ -228,8 +246,8 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
             let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
             let mut heads = txn.open_table(HEADS).map_err(unavailable)?;
             let mut touched: HashMap<String, HeadRecord> = HashMap::new();
-            // Opened at the batch's first resolve, then shared by every resolve of the batch.
-            let mut resolve_tables: Option<super::carp::ResolveTables<'_>> = None;
+            // Opened at the batch's first change of state, then shared by every one of the batch.
+            let mut state_tables: Option<super::carp::ResolveTables<'_>> = None;
             for (i, (session_id, work)) in work.into_iter().enumerate() {
                 let head = match touched.get(&session_id) {
                     Some(head) => head.clone(),
@@ -256,26 +274,21 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                         }
                     }
                 }
-                if let Some(resolve) = &tickets[i].resolve {
-                    let tables = match &mut resolve_tables {
+                if let Some(change) = &tickets[i].state {
+                    let tables = match &mut state_tables {
                         Some(tables) => tables,
-                        None => resolve_tables
+                        None => state_tables
                             .insert(super::carp::ResolveTables::open(&txn).map_err(unavailable)?),
                     };
-                    match super::carp::apply_resolve(tables, resolve) {
+                    match super::carp::apply_change(tables, change).map_err(unavailable)? {
                         Ok(true) => {}
-                        // The request id was used: neither the state nor the events are written.
-                        Ok(false) => {
-                            answers[i] = Some(Ok(Vec::new()));
+                        // A used request id, or a refusal: neither the state nor the events are
+                        // written.
+                        refused => {
+                            answers[i] = Some(refused.map(|_| Vec::new()));
                             spoiled[i] = was_sealed;
                             continue;
                         }
-                        Err(e @ cra_carp::CarpStoreError::AlreadyExists { .. }) => {
-                            answers[i] = Some(Err(unavailable(e)));
-                            spoiled[i] = was_sealed;
-                            continue;
-                        }
-                        Err(e) => return Err(unavailable(e)),
                     }
                 }
                 let (head, first, record, sealed) = match work {
@@ -309,8 +322,8 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
         {
             let mut state = ticket.slot.lock();
             state.in_flight = state.in_flight.saturating_sub(1);
-            if let Some(r) = &ticket.resolve
-                && let Some(at) = state.requests.iter().position(|id| id == r.request_id())
+            if let Some(r) = ticket.state.as_ref().and_then(EncodedChange::request_id)
+                && let Some(at) = state.requests.iter().position(|id| id == r)
             {
                 state.requests.swap_remove(at);
             }
@@ -566,7 +579,7 @@ mod tests {
                         events,
                         record: pack(&bodies),
                     },
-                    resolve: None,
+                    state: None,
                     slot: slot.clone(),
                     reply,
                 }],

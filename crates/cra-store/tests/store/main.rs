@@ -11,6 +11,6 @@ mod chain;
 mod concurrency;
 mod crash;
 mod relay;
-mod resolve_log;
 mod retention;
 mod specific;
+mod state_log;

@@ -1,0 +1,403 @@
+//! `StateLog`: a change of CARP state and its events written as one unit. On redb both ride the
+//! collector's transaction (state and events together or not at all); on PostgreSQL a decision
+//! rides the committer's transaction too, and a resolve is recorded, then appended. Either way a
+//! duplicate request id writes nothing, also when the duplicates race; a decision is written
+//! once, never into a chain that has ended, also when the decisions race.
+
+use std::sync::{Arc, Barrier};
+
+use cra_carp::store::{
+    ApprovalDecision, ApprovalStatus, CarpStore, DecisionRecord, Recorded, ResolveRecord,
+    StateChange, StateLog, StateLogError, StoredResolution,
+};
+use cra_carp::store_contract::{sample_approval, sample_resolution};
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::{RedbStore, StoreConfig};
+use cra_trace::store::{ChainStore, ChainStoreError};
+use cra_wire::Token;
+
+use crate::backends::{check_chain, draft, note};
+
+/// A backend as the runtime holds it: the CARP store, the chains and the state log.
+struct Under {
+    name: &'static str,
+    carp: Arc<dyn CarpStore>,
+    chains: Arc<dyn ChainStore>,
+    log: Arc<dyn StateLog>,
+    _dir: Option<tempfile::TempDir>,
+    _schema: Option<TestSchema>,
+}
+
+fn under(test: &str) -> Vec<Under> {
+    let dir = tempfile::tempdir().unwrap();
+    let redb = RedbStore::open(dir.path()).unwrap();
+    let mut out = vec![Under {
+        name: "redb",
+        carp: Arc::new(redb.clone()),
+        chains: Arc::new(redb.clone()),
+        log: Arc::new(redb),
+        _dir: Some(dir),
+        _schema: None,
+    }];
+    if let Some(url) = postgres_url(test) {
+        let schema = TestSchema::new(&url, test);
+        let pg = schema.store(StoreConfig::default()).unwrap();
+        out.push(Under {
+            name: "postgres",
+            log: Arc::new(pg.clone()),
+            carp: Arc::new(pg.clone()),
+            chains: Arc::new(pg),
+            _dir: None,
+            _schema: Some(schema),
+        });
+    }
+    out
+}
+
+fn resolve(request_id: &str, resolution_id: &str, approval: Option<&str>) -> StateChange {
+    StateChange::Resolve(record(request_id, resolution_id, approval))
+}
+
+fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> ResolveRecord {
+    ResolveRecord {
+        session_id: "s1".to_owned(),
+        request_id: request_id.to_owned(),
+        resolution: Some(StoredResolution {
+            resolution: sample_resolution(resolution_id),
+            session_id: "s1".to_owned(),
+            agent_id: "agent-a".to_owned(),
+            expires_at_us: 1_767_229_200_000_000,
+            origins: Default::default(),
+        }),
+        approval: approval.map(sample_approval),
+    }
+}
+
+fn events(u: &Under) -> Vec<cra_trace::TraceEvent> {
+    u.chains.read_range("s1", 0, u64::MAX).unwrap()
+}
+
+/// A request an earlier resolution answers again records its request id and its events, no
+/// resolution; its request id used again is a duplicate that writes nothing.
+#[test]
+fn a_request_answered_again_records_its_request_id_alone() {
+    for u in under("resolve_log_cached") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .unwrap();
+        let again = ResolveRecord {
+            resolution: None,
+            ..record("r2", "res-1", None)
+        };
+        let again = StateChange::Resolve(again);
+        let recorded = u
+            .log
+            .record_and_append(again.clone(), vec![note(1)])
+            .unwrap();
+        assert!(
+            matches!(recorded, Recorded::Appended(ref e) if e.len() == 1),
+            "{}: {recorded:?}",
+            u.name
+        );
+        assert!(u.carp.has_request_id("s1", "r2").unwrap(), "{}", u.name);
+        let repeat = u.log.record_and_append(again, vec![note(2)]).unwrap();
+        assert_eq!(repeat, Recorded::Duplicate, "{}", u.name);
+        assert_eq!(events(&u).len(), 2, "{}", u.name);
+    }
+}
+
+#[test]
+fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
+    for u in under("resolve_log_basic") {
+        let recorded = u
+            .log
+            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0), note(1)])
+            .unwrap();
+        let Recorded::Appended(first) = recorded else {
+            panic!("{}: a new request id was refused", u.name)
+        };
+        assert_eq!(first.len(), 2, "{}", u.name);
+        assert!(u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
+        assert_eq!(
+            u.carp.get_resolution("res-1").unwrap(),
+            record("r1", "res-1", None).resolution,
+            "{}",
+            u.name
+        );
+        let pending: Vec<String> = u
+            .carp
+            .list_pending_approvals()
+            .unwrap()
+            .into_iter()
+            .map(|a| a.approval_id)
+            .collect();
+        assert_eq!(pending, ["a1"], "{}", u.name);
+
+        // The same request id again: refused, and neither its state nor its events are written.
+        let again = u
+            .log
+            .record_and_append(resolve("r1", "res-2", Some("a2")), vec![note(2)])
+            .unwrap();
+        assert_eq!(
+            again,
+            Recorded::Duplicate,
+            "{}: a duplicate was recorded",
+            u.name
+        );
+        assert_eq!(u.carp.get_resolution("res-2").unwrap(), None, "{}", u.name);
+        assert_eq!(u.carp.get_approval("a2").unwrap(), None, "{}", u.name);
+        let stored = events(&u);
+        assert_eq!(
+            stored.len(),
+            2,
+            "{}: the duplicate's events were appended",
+            u.name
+        );
+        check_chain("s1", &stored).unwrap();
+    }
+}
+
+#[test]
+fn racing_duplicates_record_once() {
+    const RACERS: usize = 8;
+    for u in under("resolve_log_race") {
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let handles: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let log = u.log.clone();
+                let barrier = barrier.clone();
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    log.record_and_append(resolve("r1", &format!("res-{i}"), None), vec![note(0)])
+                        .unwrap()
+                        != Recorded::Duplicate
+                })
+            })
+            .collect();
+        let won = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|w| *w)
+            .count();
+        assert_eq!(
+            won, 1,
+            "{}: {won} of {RACERS} duplicates were recorded",
+            u.name
+        );
+        let stored = events(&u);
+        assert_eq!(stored.len(), 1, "{}", u.name);
+        check_chain("s1", &stored).unwrap();
+        let resolutions = (0..RACERS)
+            .filter(|i| {
+                u.carp
+                    .get_resolution(&format!("res-{i}"))
+                    .unwrap()
+                    .is_some()
+            })
+            .count();
+        assert_eq!(resolutions, 1, "{}", u.name);
+    }
+}
+
+#[test]
+fn on_redb_a_refused_append_records_no_state() {
+    let u = under("resolve_log_refused").remove(0);
+    assert_eq!(u.name, "redb");
+    u.chains
+        .append("s1", vec![draft("session.ended", serde_json::json!({}))])
+        .unwrap();
+    let refused = u
+        .log
+        .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)]);
+    assert!(
+        matches!(
+            refused,
+            Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
+        ),
+        "{refused:?}"
+    );
+    assert!(!u.carp.has_request_id("s1", "r1").unwrap());
+    assert_eq!(u.carp.get_resolution("res-1").unwrap(), None);
+    assert_eq!(u.carp.get_approval("a1").unwrap(), None);
+    assert_eq!(events(&u).len(), 1);
+}
+
+fn decision(approval_id: &str, decision: ApprovalDecision, by: &str) -> StateChange {
+    StateChange::Decide(DecisionRecord {
+        session_id: "s1".to_owned(),
+        approval_id: approval_id.to_owned(),
+        decision,
+        decided_by: by.to_owned(),
+        note: Some("checked".to_owned()),
+        decided_at: "2026-01-01T00:00:05.000000Z".to_owned(),
+    })
+}
+
+/// The token of a refusal the store answered in the append's transaction.
+fn refused_with(outcome: &Result<Recorded, StateLogError>) -> Option<Token> {
+    match outcome {
+        Err(StateLogError::Chain(ChainStoreError::Refused { token, .. })) => Some(*token),
+        _ => None,
+    }
+}
+
+/// A decision is written with its event; a second one is refused in the store's transaction
+/// (409 `already_exists`) and writes nothing; so is one of another session's approval or of an
+/// approval the store does not have (404 `approval_not_found`).
+#[test]
+fn a_decision_is_recorded_with_its_event_once() {
+    for u in under("state_log_decision") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .unwrap();
+        let granted = u
+            .log
+            .record_and_append(decision("a1", ApprovalDecision::Grant, "op"), vec![note(1)])
+            .unwrap();
+        assert!(
+            matches!(granted, Recorded::Appended(ref e) if e.len() == 1),
+            "{}: {granted:?}",
+            u.name
+        );
+        let stored = u.carp.get_approval("a1").unwrap().unwrap();
+        assert_eq!(stored.status, ApprovalStatus::Granted, "{}", u.name);
+        assert_eq!(stored.decided_by.as_deref(), Some("op"), "{}", u.name);
+        assert!(
+            u.carp.list_pending_approvals().unwrap().is_empty(),
+            "{}",
+            u.name
+        );
+
+        let again = u.log.record_and_append(
+            decision("a1", ApprovalDecision::Reject, "op2"),
+            vec![note(2)],
+        );
+        assert_eq!(
+            refused_with(&again),
+            Some(Token::AlreadyExists),
+            "{}: {again:?}",
+            u.name
+        );
+        let unknown = u
+            .log
+            .record_and_append(decision("a9", ApprovalDecision::Grant, "op"), vec![note(2)]);
+        assert_eq!(
+            refused_with(&unknown),
+            Some(Token::ApprovalNotFound),
+            "{}",
+            u.name
+        );
+        let elsewhere = StateChange::Decide(DecisionRecord {
+            session_id: "s2".to_owned(),
+            ..match decision("a1", ApprovalDecision::Grant, "op") {
+                StateChange::Decide(d) => d,
+                StateChange::Resolve(_) => unreachable!(),
+            }
+        });
+        let elsewhere = u.log.record_and_append(elsewhere, vec![note(0)]);
+        assert_eq!(
+            refused_with(&elsewhere),
+            Some(Token::ApprovalNotFound),
+            "{}",
+            u.name
+        );
+        assert!(u.chains.session("s2").unwrap().is_none(), "{}", u.name);
+
+        assert_eq!(
+            u.carp.get_approval("a1").unwrap().unwrap(),
+            stored,
+            "{}",
+            u.name
+        );
+        let events = events(&u);
+        assert_eq!(events.len(), 2, "{}: a refused decision appended", u.name);
+        check_chain("s1", &events).unwrap();
+    }
+}
+
+/// The session ends (its chain closes) after the approval was read pending and before the
+/// decision is written: the decision is refused and the approval stays pending, on every
+/// backend.
+#[test]
+fn a_decision_into_an_ended_chain_changes_nothing() {
+    for u in under("state_log_decision_ended") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .unwrap();
+        u.chains
+            .append("s1", vec![draft("session.ended", serde_json::json!({}))])
+            .unwrap();
+        let refused = u
+            .log
+            .record_and_append(decision("a1", ApprovalDecision::Grant, "op"), vec![note(1)]);
+        assert!(
+            matches!(
+                refused,
+                Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
+            ),
+            "{}: {refused:?}",
+            u.name
+        );
+        let stored = u.carp.get_approval("a1").unwrap().unwrap();
+        assert_eq!(stored.status, ApprovalStatus::Pending, "{}", u.name);
+        assert_eq!(stored.decided_by, None, "{}", u.name);
+        assert_eq!(events(&u).len(), 2, "{}", u.name);
+    }
+}
+
+/// Eight operators decide one approval at once: one decision is written, with one event.
+#[test]
+fn racing_decisions_record_once() {
+    const RACERS: usize = 8;
+    for u in under("state_log_decision_race") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .unwrap();
+        let barrier = Arc::new(Barrier::new(RACERS));
+        let handles: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let (log, barrier) = (u.log.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    let d = if i % 2 == 0 {
+                        ApprovalDecision::Grant
+                    } else {
+                        ApprovalDecision::Reject
+                    };
+                    let outcome =
+                        log.record_and_append(decision("a1", d, &format!("op{i}")), vec![note(1)]);
+                    match outcome {
+                        Ok(_) => true,
+                        Err(e) => {
+                            assert_eq!(
+                                refused_with(&Err(e.clone())),
+                                Some(Token::AlreadyExists),
+                                "{e:?}"
+                            );
+                            false
+                        }
+                    }
+                })
+            })
+            .collect();
+        let won = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|w| *w)
+            .count();
+        assert_eq!(
+            won, 1,
+            "{}: {won} of {RACERS} decisions were recorded",
+            u.name
+        );
+        let stored = events(&u);
+        assert_eq!(stored.len(), 2, "{}", u.name);
+        check_chain("s1", &stored).unwrap();
+        assert_ne!(
+            u.carp.get_approval("a1").unwrap().unwrap().status,
+            ApprovalStatus::Pending,
+            "{}",
+            u.name
+        );
+    }
+}

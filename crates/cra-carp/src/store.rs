@@ -653,10 +653,9 @@ pub enum Recorded {
 
 /// Records a change of state and appends the TRACE events that tell of it.
 ///
-/// A backend that can write both in one transaction does (redb for every change; PostgreSQL for
-/// decisions): the state and the events are stored together or not at all, and a chain that
-/// ended meanwhile refuses both. [`RecordThenAppend`] does them one after the other for any pair
-/// of stores.
+/// Both backends of `cra-store` write both in the transaction that appends the events: the state
+/// and the events are stored together or not at all, and a chain that ended meanwhile refuses
+/// both. [`RecordThenAppend`] does them one after the other for any pair of stores.
 pub trait StateLog: Send + Sync {
     /// Records `change` and appends `drafts` (payloads prepared, some perhaps as canonical text
     /// only: [`cra_trace::PreparedDraft::from_canonical`]) to the chain of
@@ -698,7 +697,7 @@ pub type StateDone = Box<dyn FnOnce(Result<Recorded, StateLogError>) + Send>;
 /// [`StateLog`] over two stores: the change, then the chain append. If the append fails, the
 /// recorded state stays (a resolution is then usable, a decision made, without its events; the
 /// error is answered, so the caller was not told it succeeded). For stores that cannot share a
-/// transaction; the runtime's backends use it only for PostgreSQL resolves.
+/// transaction (the in-memory test store); the runtime's backends do not use it.
 #[derive(Clone)]
 pub struct RecordThenAppend {
     /// Where the state goes.

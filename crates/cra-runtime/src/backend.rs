@@ -20,7 +20,7 @@ pub struct Backends {
     /// CARP sessions, resolutions, executions, counters, approvals.
     pub carp: Arc<dyn CarpStore>,
     /// A change of CARP state with its events (resolves, approval decisions): one transaction
-    /// on redb; on PostgreSQL one transaction for decisions, one after the other for resolves.
+    /// on either backend.
     pub state_log: Arc<dyn StateLog>,
     /// Relay projects, packages, facts.
     pub relay: Arc<dyn cra_relay::RelayStore>,

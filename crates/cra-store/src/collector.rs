@@ -9,7 +9,7 @@
 
 use std::thread::JoinHandle;
 
-use cra_carp::store::DecisionRecord;
+use crate::pg::state::PgChange;
 use cra_trace::store::ChainStoreError;
 use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use crossbeam_channel::{Receiver, Sender};
@@ -34,9 +34,9 @@ pub(crate) struct Job {
 pub(crate) struct JobWork {
     pub session_id: String,
     pub drafts: Vec<PreparedDraft>,
-    /// A decision written in the append's transaction before its events; when the store
-    /// refuses it, nothing of the append is written.
-    pub decision: Option<DecisionRecord>,
+    /// A change of CARP state written in the append's transaction before its events; when
+    /// the store refuses it, nothing of the append is written.
+    pub state: Option<PgChange>,
 }
 
 /// Splits a batch into the reply channels and the work, index for index.
@@ -131,12 +131,13 @@ impl Collector<Job> {
         self.queue_prepared(session_id, drafts, None, done);
     }
 
-    /// [`Collector::queue`] of prepared drafts, perhaps with a decision to write with them.
+    /// [`Collector::queue`] of prepared drafts, perhaps with a change of state to write with
+    /// them.
     pub(crate) fn queue_prepared(
         &self,
         session_id: &str,
         drafts: Vec<PreparedDraft>,
-        decision: Option<DecisionRecord>,
+        state: Option<PgChange>,
         done: Reply,
     ) {
         if let Err(e) = check_append(session_id, drafts.len()) {
@@ -146,7 +147,7 @@ impl Collector<Job> {
             work: JobWork {
                 session_id: session_id.to_owned(),
                 drafts,
-                decision,
+                state,
             },
             reply: done,
         };

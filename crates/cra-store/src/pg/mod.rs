@@ -5,6 +5,7 @@
 
 mod carp;
 mod pool;
+pub(crate) mod state;
 pub(crate) mod trace;
 
 use std::collections::BTreeMap;

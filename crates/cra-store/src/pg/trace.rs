@@ -9,6 +9,10 @@
 //! primary key `(session_id, sequence)` is the backstop against a fork. `synchronous_commit` is
 //! on, so a commit returns once its WAL is flushed. A deadlock or serialisation failure (which
 //! the lock order should prevent) retries the whole batch; nothing of a failed try is kept.
+//!
+//! An append may carry a change of CARP state (`cra_carp::store::StateLog`): it is written in
+//! the batch's transaction once its chain has accepted the drafts and before its events
+//! (`super::state`), so the state and the events are committed together or not at all.
 
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, PreparedDraft, TraceEvent};
@@ -128,11 +132,15 @@ fn try_batch(
             *answer = Some(Err(e));
             continue;
         }
-        if let Some(d) = &w.decision
-            && let Err(refusal) = decide_in(&mut tx, d)?
-        {
-            *answer = Some(Err(refusal));
-            continue;
+        if let Some(change) = &w.state {
+            match change.apply(&mut tx).map_err(sql)? {
+                Ok(true) => {}
+                // A used request id (answered with no events) or a refusal: nothing written.
+                refused => {
+                    *answer = Some(refused.map(|_| Vec::new()));
+                    continue;
+                }
+            }
         }
         let (head, sealed, bodies) =
             seal_all(config, session_id, head, drafts.clone()).map_err(Retry::Fail)?;
@@ -200,41 +208,6 @@ fn try_batch(
     Ok(())
 }
 
-/// Decides the approval `d` names inside the batch's transaction, after its chain has accepted
-/// the drafts: the row is locked, the decision applied to it as read, and written back. A
-/// refusal (no such approval, another session's, decided before) writes nothing.
-fn decide_in(
-    tx: &mut postgres::Transaction<'_>,
-    d: &cra_carp::store::DecisionRecord,
-) -> Result<Result<(), ChainStoreError>, Retry> {
-    let row = tx
-        .query_opt(
-            "SELECT body FROM carp_approvals WHERE approval_id = $1 FOR UPDATE",
-            &[&d.approval_id],
-        )
-        .map_err(sql)?;
-    let Some(row) = row else {
-        return Ok(Err(d.not_found()));
-    };
-    let found: cra_carp::store::ApprovalRecord = serde_json::from_str(row.get::<_, &str>(0))
-        .map_err(|e| Retry::Fail(unavailable_text(&e)))?;
-    let decided = match d.apply_to(found) {
-        Ok(decided) => decided,
-        Err(refusal) => return Ok(Err(refusal)),
-    };
-    let body = serde_json::to_string(&decided).map_err(|e| Retry::Fail(unavailable_text(&e)))?;
-    tx.execute(
-        "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
-        &[&d.approval_id, &decided.status.as_str(), &body],
-    )
-    .map_err(sql)?;
-    Ok(Ok(()))
-}
-
-fn unavailable_text(e: &impl std::fmt::Display) -> ChainStoreError {
-    ChainStoreError::Unavailable(format!("postgres: {e}"))
-}
-
 fn head_from_row(row: &Row) -> HeadRecord {
     HeadRecord {
         next_sequence: row.get::<_, i64>(0).unsigned_abs(),
@@ -278,8 +251,8 @@ impl PgStore {
     }
 }
 
-/// Decisions ride with their event in the committer's transaction ([`decide_in`]); a resolve's
-/// state is written first, then its events ([`cra_carp::store::RecordThenAppend`]).
+/// Every change of state rides with its events in the committer's batch transaction
+/// ([`super::state`]).
 impl cra_carp::store::StateLog for PgStore {
     fn record_and_append_then(
         &self,
@@ -287,24 +260,24 @@ impl cra_carp::store::StateLog for PgStore {
         drafts: Vec<PreparedDraft>,
         done: cra_carp::store::StateDone,
     ) {
-        use cra_carp::store::{RecordThenAppend, Recorded, StateChange};
-        match change {
-            StateChange::Decide(d) => {
-                let session_id = d.session_id.clone();
-                let reply: cra_trace::store::AppendDone = Box::new(move |outcome| {
-                    done(outcome.map(Recorded::Appended).map_err(Into::into));
-                });
-                self.collector()
-                    .queue_prepared(&session_id, drafts, Some(d), reply);
-            }
-            resolve @ StateChange::Resolve(_) => {
-                let pair = RecordThenAppend {
-                    carp: std::sync::Arc::new(self.clone()),
-                    chains: std::sync::Arc::new(self.clone()),
-                };
-                pair.record_and_append_then(resolve, drafts, done);
-            }
-        }
+        use cra_carp::store::Recorded;
+        let session_id = change.session_id().to_owned();
+        let change = match super::state::PgChange::encode(change) {
+            Ok(change) => change,
+            Err(e) => return done(Err(e.into())),
+        };
+        // The committer answers a used request id with no events: nothing was written.
+        let reply: cra_trace::store::AppendDone = Box::new(move |outcome| {
+            done(outcome.map_err(Into::into).map(|events| {
+                if events.is_empty() {
+                    Recorded::Duplicate
+                } else {
+                    Recorded::Appended(events)
+                }
+            }));
+        });
+        self.collector()
+            .queue_prepared(&session_id, drafts, Some(change), reply);
     }
 }
 

@@ -1,8 +1,7 @@
-//! `StateLog`: a change of CARP state and its events written as one unit. On redb both ride the
-//! collector's transaction (state and events together or not at all); on PostgreSQL a decision
-//! rides the committer's transaction too, and a resolve is recorded, then appended. Either way a
-//! duplicate request id writes nothing, also when the duplicates race; a decision is written
-//! once, never into a chain that has ended, also when the decisions race.
+//! `StateLog`: a change of CARP state and its events written as one unit, in the committer's
+//! transaction on both backends (state and events together or not at all). A duplicate request
+//! id writes nothing, also when the duplicates race; a decision is written once, never into a
+//! chain that has ended, also when the decisions race.
 
 use std::sync::{Arc, Barrier};
 
@@ -199,27 +198,55 @@ fn racing_duplicates_record_once() {
     }
 }
 
+/// A resolve into a chain that has ended is refused with its state: no request id, resolution
+/// or approval is written, on every backend.
 #[test]
-fn on_redb_a_refused_append_records_no_state() {
-    let u = under("resolve_log_refused").remove(0);
-    assert_eq!(u.name, "redb");
-    u.chains
-        .append("s1", vec![draft("session.ended", serde_json::json!({}))])
-        .unwrap();
-    let refused = u
-        .log
-        .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)]);
-    assert!(
-        matches!(
-            refused,
-            Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
-        ),
-        "{refused:?}"
-    );
-    assert!(!u.carp.has_request_id("s1", "r1").unwrap());
-    assert_eq!(u.carp.get_resolution("res-1").unwrap(), None);
-    assert_eq!(u.carp.get_approval("a1").unwrap(), None);
-    assert_eq!(events(&u).len(), 1);
+fn a_refused_append_records_no_state() {
+    for u in under("state_log_refused") {
+        u.chains
+            .append("s1", vec![draft("session.ended", serde_json::json!({}))])
+            .unwrap();
+        let refused = u
+            .log
+            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)]);
+        assert!(
+            matches!(
+                refused,
+                Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
+            ),
+            "{}: {refused:?}",
+            u.name
+        );
+        assert!(!u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
+        assert_eq!(u.carp.get_resolution("res-1").unwrap(), None, "{}", u.name);
+        assert_eq!(u.carp.get_approval("a1").unwrap(), None, "{}", u.name);
+        assert_eq!(events(&u).len(), 1, "{}", u.name);
+    }
+}
+
+/// A resolve whose resolution id is taken is refused whole: its request id is not kept, so
+/// the same request sent again is not taken for a duplicate.
+#[test]
+fn a_resolve_whose_resolution_id_is_taken_writes_nothing() {
+    for u in under("state_log_taken") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .unwrap();
+        let taken = u
+            .log
+            .record_and_append(resolve("r2", "res-1", Some("a2")), vec![note(1)]);
+        assert!(
+            matches!(
+                taken,
+                Err(StateLogError::Chain(ChainStoreError::Unavailable(_)))
+            ),
+            "{}: {taken:?}",
+            u.name
+        );
+        assert!(!u.carp.has_request_id("s1", "r2").unwrap(), "{}", u.name);
+        assert_eq!(u.carp.get_approval("a2").unwrap(), None, "{}", u.name);
+        assert_eq!(events(&u).len(), 1, "{}", u.name);
+    }
 }
 
 fn decision(approval_id: &str, decision: ApprovalDecision, by: &str) -> StateChange {

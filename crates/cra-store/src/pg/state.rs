@@ -1,0 +1,210 @@
+//! Changes of CARP state written inside the committer's batch transaction, with the events that
+//! record them (`cra_carp::store::StateLog` on PostgreSQL): a resolve's request id, resolution
+//! and approval, or an approval's decision.
+//!
+//! A change is encoded on the appender's thread ([`PgChange::encode`]) so the committer, which
+//! every append of a batch waits for, only sends statements. A resolve is one statement (three
+//! data-modifying CTEs; the resolution and approval are inserted only when the request id is
+//! new). A decision locks the approval's row, applies the one transition to it as read, and
+//! writes it back. Either runs only after the chain has accepted the append's drafts, and a
+//! refusal writes nothing: the batch transaction goes on for the other appends.
+
+use cra_carp::store::{ApprovalRecord, ApprovalStatus, DecisionRecord, ResolveRecord, StateChange};
+use cra_trace::store::ChainStoreError;
+
+/// A change of state as the committer writes it.
+pub(crate) enum PgChange {
+    /// A resolve's state, its records already JSON.
+    Resolve(EncodedResolve),
+    /// A decision, applied to the approval as the transaction reads it.
+    Decide(DecisionRecord),
+}
+
+/// A resolve's state, encoded.
+pub(crate) struct EncodedResolve {
+    session_id: String,
+    request_id: String,
+    /// `(resolution id, its session, record)`; `None` records the request id alone.
+    resolution: Option<(String, String, String)>,
+    /// `(approval id, its session, status, record)`.
+    approval: Option<(String, String, &'static str, String)>,
+}
+
+/// What writing a change did: `Ok(true)` written, `Ok(false)` a resolve whose request id was
+/// used (nothing written), `Err` refused (nothing written).
+pub(crate) type Applied = Result<bool, ChainStoreError>;
+
+fn encode<T: serde::Serialize>(value: &T) -> Result<String, ChainStoreError> {
+    serde_json::to_string(value)
+        .map_err(|e| ChainStoreError::Unavailable(format!("cannot encode a CARP record: {e}")))
+}
+
+impl PgChange {
+    /// Encodes `change` (on the appender's thread).
+    pub(crate) fn encode(change: StateChange) -> Result<Self, ChainStoreError> {
+        Ok(match change {
+            StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(&r)?),
+            StateChange::Decide(d) => Self::Decide(d),
+        })
+    }
+
+    /// Writes the change in `tx`.
+    pub(crate) fn apply(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+    ) -> Result<Applied, postgres::Error> {
+        match self {
+            Self::Resolve(r) => r.apply(tx),
+            Self::Decide(d) => decide_in(tx, d),
+        }
+    }
+}
+
+impl EncodedResolve {
+    fn new(r: &ResolveRecord) -> Result<Self, ChainStoreError> {
+        let resolution = match &r.resolution {
+            Some(s) => Some((
+                s.resolution.resolution_id.clone(),
+                s.session_id.clone(),
+                encode(s)?,
+            )),
+            None => None,
+        };
+        let approval = match &r.approval {
+            Some(a) => Some((
+                a.approval_id.clone(),
+                a.session_id.clone(),
+                a.status.as_str(),
+                encode(a)?,
+            )),
+            None => None,
+        };
+        Ok(Self {
+            session_id: r.session_id.clone(),
+            request_id: r.request_id.clone(),
+            resolution,
+            approval,
+        })
+    }
+
+    fn apply(&self, tx: &mut postgres::Transaction<'_>) -> Result<Applied, postgres::Error> {
+        let Some((resolution_id, resolution_session, resolution)) = &self.resolution else {
+            let n = tx.execute(
+                "INSERT INTO carp_request_ids (session_id, request_id) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING",
+                &[&self.session_id, &self.request_id],
+            )?;
+            return Ok(Ok(n == 1));
+        };
+        let (approval_id, approval_session, status, approval) = match &self.approval {
+            Some((id, s, st, body)) => (Some(id), Some(s), Some(*st), Some(body)),
+            None => (None, None, None, None),
+        };
+        let row = tx.query_one(
+            "WITH rid AS (
+                 INSERT INTO carp_request_ids (session_id, request_id) VALUES ($1, $2)
+                 ON CONFLICT DO NOTHING RETURNING 1
+             ), res AS (
+                 INSERT INTO carp_resolutions (resolution_id, session_id, body)
+                 SELECT $3, $4, $5 WHERE EXISTS (SELECT 1 FROM rid)
+                 ON CONFLICT (resolution_id) DO NOTHING RETURNING 1
+             ), app AS (
+                 INSERT INTO carp_approvals (approval_id, session_id, status, body)
+                 SELECT $6, $7, $8, $9 WHERE $6::text IS NOT NULL AND EXISTS (SELECT 1 FROM rid)
+                 ON CONFLICT (approval_id) DO NOTHING RETURNING 1
+             )
+             SELECT (SELECT count(*) FROM rid), (SELECT count(*) FROM res),
+                    (SELECT count(*) FROM app)",
+            &[
+                &self.session_id,
+                &self.request_id,
+                resolution_id,
+                resolution_session,
+                resolution,
+                &approval_id,
+                &approval_session,
+                &status,
+                &approval,
+            ],
+        )?;
+        let (rid, res, app): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        if rid == 0 {
+            return Ok(Ok(false));
+        }
+        if res == 1 && app == i64::from(approval_id.is_some()) {
+            return Ok(Ok(true));
+        }
+        // A resolution or approval id was taken (ids are fresh UUIDs, so this is a bug's trace):
+        // what this statement inserted is taken back, and the append is refused.
+        self.undo(tx, res == 1, app == 1)?;
+        let (what, id) = if res == 1 {
+            ("approval", approval_id.cloned().unwrap_or_default())
+        } else {
+            ("resolution", resolution_id.clone())
+        };
+        Ok(Err(ChainStoreError::Unavailable(format!(
+            "postgres: {what} `{id}` already exists; nothing was written, resolve again"
+        ))))
+    }
+
+    /// Removes the rows [`EncodedResolve::apply`] inserted before it found an id taken.
+    fn undo(
+        &self,
+        tx: &mut postgres::Transaction<'_>,
+        resolution: bool,
+        approval: bool,
+    ) -> Result<(), postgres::Error> {
+        tx.execute(
+            "DELETE FROM carp_request_ids WHERE session_id = $1 AND request_id = $2",
+            &[&self.session_id, &self.request_id],
+        )?;
+        if let (true, Some((id, ..))) = (resolution, &self.resolution) {
+            tx.execute(
+                "DELETE FROM carp_resolutions WHERE resolution_id = $1",
+                &[id],
+            )?;
+        }
+        if let (true, Some((id, ..))) = (approval, &self.approval) {
+            tx.execute("DELETE FROM carp_approvals WHERE approval_id = $1", &[id])?;
+        }
+        Ok(())
+    }
+}
+
+/// Decides the approval `d` names: the row is locked, the decision applied to it as read, and
+/// written back. A refusal (no such approval, another session's, decided before) writes nothing.
+fn decide_in(
+    tx: &mut postgres::Transaction<'_>,
+    d: &DecisionRecord,
+) -> Result<Applied, postgres::Error> {
+    let row = tx.query_opt(
+        "SELECT body FROM carp_approvals WHERE approval_id = $1 FOR UPDATE",
+        &[&d.approval_id],
+    )?;
+    let Some(row) = row else {
+        return Ok(Err(d.not_found()));
+    };
+    let found: ApprovalRecord = match serde_json::from_str(row.get::<_, &str>(0)) {
+        Ok(found) => found,
+        Err(e) => {
+            return Ok(Err(ChainStoreError::Unavailable(format!(
+                "postgres: approval `{}` is stored unreadable ({e}); the database needs inspection",
+                d.approval_id
+            ))));
+        }
+    };
+    let decided = match d.apply_to(found) {
+        Ok(decided) => decided,
+        Err(refusal) => return Ok(Err(refusal)),
+    };
+    let body = match encode(&decided) {
+        Ok(body) => body,
+        Err(e) => return Ok(Err(e)),
+    };
+    debug_assert_ne!(decided.status, ApprovalStatus::Pending);
+    tx.execute(
+        "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
+        &[&d.approval_id, &decided.status.as_str(), &body],
+    )?;
+    Ok(Ok(true))
+}

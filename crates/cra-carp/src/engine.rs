@@ -103,7 +103,8 @@ fn store_err(e: CarpStoreError) -> CarpError {
     CarpError::new(Token::Unavailable, e.to_string())
 }
 
-/// An execution cleared to run: run the executor, then call [`Carp::finish_execution`].
+/// An execution cleared to run: run the executor, then call [`Carp::finish_execution`] (or
+/// record [`Carp::execution_record`] with its events).
 #[derive(Debug, Clone)]
 pub struct ClearedExecution {
     /// The new execution's id.
@@ -648,6 +649,20 @@ impl Carp {
         run: ClearedExecution,
         outcome: Result<Value, ExecuteError>,
     ) -> Result<ExecuteResponse, CarpError> {
+        let rec = self
+            .store
+            .record_execution(&self.execution_record(run, outcome))
+            .map_err(store_err)?;
+        Ok(rec.response)
+    }
+
+    /// The record of the executor's `outcome` for `run`, with its response stamped now, for a
+    /// caller that records it itself (with its events: [`crate::store::StateChange::Execute`]).
+    pub fn execution_record(
+        &self,
+        run: ClearedExecution,
+        outcome: Result<Value, ExecuteError>,
+    ) -> ExecutionRecord {
         let (status, result, error) = match outcome {
             Ok(v) => (ExecuteStatus::Success, Some(v), None),
             Err(e) => (ExecuteStatus::Error, None, Some(e)),
@@ -664,16 +679,12 @@ impl Carp {
             trace_id: run.trace_id,
             extra: Map::new(),
         };
-        let rec = self
-            .store
-            .record_execution(&ExecutionRecord {
-                execution_id: run.execution_id,
-                session_id: run.session_id,
-                idempotency_key: run.idempotency_key,
-                response,
-            })
-            .map_err(store_err)?;
-        Ok(rec.response)
+        ExecutionRecord {
+            execution_id: run.execution_id,
+            session_id: run.session_id,
+            idempotency_key: run.idempotency_key,
+            response,
+        }
     }
 
     /// Grants or rejects a pending approval once.

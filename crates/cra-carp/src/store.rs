@@ -616,6 +616,9 @@ pub enum StateChange {
     Resolve(ResolveRecord),
     /// An approval decided.
     Decide(DecisionRecord),
+    /// An execution's outcome recorded (insert-if-absent, its idempotency key kept for it) and
+    /// its lease released.
+    Execute(ExecutionRecord),
 }
 
 impl StateChange {
@@ -624,6 +627,7 @@ impl StateChange {
         match self {
             Self::Resolve(r) => &r.session_id,
             Self::Decide(d) => &d.session_id,
+            Self::Execute(e) => &e.session_id,
         }
     }
 }
@@ -746,6 +750,10 @@ impl RecordThenAppend {
                     &d.decided_at,
                 );
                 decided.map_err(decision_refusal)?;
+            }
+            StateChange::Execute(e) => {
+                self.carp.record_execution(e)?;
+                self.carp.release_execution(&e.execution_id)?;
             }
         }
         let drafts = drafts

@@ -72,7 +72,8 @@ pub fn sample_resolution(id: &str) -> Resolution {
     }
 }
 
-fn execution(id: &str, session_id: &str, key: Option<&str>) -> ExecutionRecord {
+/// An execution of `session_id` under `key`, with a successful response.
+pub fn sample_execution(id: &str, session_id: &str, key: Option<&str>) -> ExecutionRecord {
     ExecutionRecord {
         execution_id: id.to_owned(),
         session_id: session_id.to_owned(),
@@ -210,22 +211,22 @@ fn resolutions(s: &dyn CarpStore) {
 
 fn executions(s: &dyn CarpStore) {
     assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), None);
-    let first = execution("e1", "s1", Some("k"));
+    let first = sample_execution("e1", "s1", Some("k"));
     assert_eq!(s.record_execution(&first).unwrap(), first);
-    let second = execution("e2", "s1", Some("k"));
+    let second = sample_execution("e2", "s1", Some("k"));
     assert_eq!(
         s.record_execution(&second).unwrap(),
         first,
         "a repeated idempotency key returns the first execution"
     );
     assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), Some(first));
-    let other_session = execution("e3", "s2", Some("k"));
+    let other_session = sample_execution("e3", "s2", Some("k"));
     assert_eq!(
         s.record_execution(&other_session).unwrap(),
         other_session,
         "idempotency keys are per session"
     );
-    let no_key = execution("e4", "s1", None);
+    let no_key = sample_execution("e4", "s1", None);
     assert_eq!(s.record_execution(&no_key).unwrap(), no_key);
 }
 
@@ -563,7 +564,13 @@ fn consume_now_is_all_or_nothing(s: &dyn CarpStore) {
     assert_eq!(s.budget_spent("b", "agent:a").unwrap(), 2);
 }
 
-fn lease(execution_id: &str, owner: &str, session_id: &str, key: Option<&str>) -> ExecutionLease {
+/// The lease of execution `execution_id`, held by `owner`.
+pub fn sample_lease(
+    execution_id: &str,
+    owner: &str,
+    session_id: &str,
+    key: Option<&str>,
+) -> ExecutionLease {
     ExecutionLease {
         execution_id: execution_id.to_owned(),
         owner: owner.to_owned(),
@@ -590,12 +597,12 @@ fn lease_ids(s: &dyn CarpStore, owner: &str) -> Vec<String> {
 /// records nothing. Keys are per session, and claims without a key never conflict.
 fn a_claimed_key_is_in_flight_until_its_outcome_is_recorded(s: &dyn CarpStore) {
     assert_eq!(
-        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e1", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Claimed
     );
     assert_eq!(
-        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e2", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::InFlight {
             execution_id: "e1".to_owned()
@@ -603,7 +610,7 @@ fn a_claimed_key_is_in_flight_until_its_outcome_is_recorded(s: &dyn CarpStore) {
         "a second claim of a key whose execution has no outcome is in flight"
     );
     assert_eq!(
-        s.claim_execution(&lease("e3", "r2", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e3", "r2", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::InFlight {
             execution_id: "e1".to_owned()
@@ -622,14 +629,15 @@ fn a_claimed_key_is_in_flight_until_its_outcome_is_recorded(s: &dyn CarpStore) {
         "a claimed key has no execution yet"
     );
     assert_eq!(
-        s.claim_execution(&lease("e4", "r1", "s2", Some("k")))
+        s.claim_execution(&sample_lease("e4", "r1", "s2", Some("k")))
             .unwrap(),
         ClaimOutcome::Claimed,
         "idempotency keys are per session"
     );
     for id in ["e5", "e6"] {
         assert_eq!(
-            s.claim_execution(&lease(id, "r1", "s1", None)).unwrap(),
+            s.claim_execution(&sample_lease(id, "r1", "s1", None))
+                .unwrap(),
             ClaimOutcome::Claimed,
             "claims without a key never conflict"
         );
@@ -640,7 +648,7 @@ fn a_claimed_key_is_in_flight_until_its_outcome_is_recorded(s: &dyn CarpStore) {
 /// A claim released without an outcome (its charges were refused) gives its key back.
 fn releasing_an_unfinished_claim_frees_its_key(s: &dyn CarpStore) {
     assert_eq!(
-        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e1", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Claimed
     );
@@ -648,13 +656,13 @@ fn releasing_an_unfinished_claim_frees_its_key(s: &dyn CarpStore) {
     assert!(lease_ids(s, "r1").is_empty(), "release removes the lease");
     assert_eq!(s.get_execution_by_key("s1", "k").unwrap(), None);
     assert_eq!(
-        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e2", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Claimed,
         "the key of a released claim with no outcome can be claimed again"
     );
     assert_eq!(
-        s.claim_execution(&lease("e3", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e3", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::InFlight {
             execution_id: "e2".to_owned()
@@ -670,13 +678,13 @@ fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
     let clock = cra_wire::SystemClock;
     let once = [hourly("rl-claim", 1)];
     let (claim, consumed) = s
-        .claim_and_consume_now(&lease("e1", "r1", "s1", Some("k1")), &once, &clock)
+        .claim_and_consume_now(&sample_lease("e1", "r1", "s1", Some("k1")), &once, &clock)
         .unwrap();
     assert_eq!(claim, ClaimOutcome::Claimed);
     assert_eq!(consumed, Some(ConsumeOutcome::Consumed));
     assert_eq!(lease_ids(s, "r1"), ["e1"]);
     let (claim, consumed) = s
-        .claim_and_consume_now(&lease("e2", "r1", "s1", Some("k2")), &once, &clock)
+        .claim_and_consume_now(&sample_lease("e2", "r1", "s1", Some("k2")), &once, &clock)
         .unwrap();
     assert_eq!(claim, ClaimOutcome::Claimed);
     assert!(
@@ -689,13 +697,13 @@ fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
         "the refused claim left no lease"
     );
     assert_eq!(
-        s.claim_execution(&lease("e3", "r1", "s1", Some("k2")))
+        s.claim_execution(&sample_lease("e3", "r1", "s1", Some("k2")))
             .unwrap(),
         ClaimOutcome::Claimed,
         "nor its key's claim"
     );
     let (claim, consumed) = s
-        .claim_and_consume_now(&lease("e4", "r1", "s1", Some("k1")), &once, &clock)
+        .claim_and_consume_now(&sample_lease("e4", "r1", "s1", Some("k1")), &once, &clock)
         .unwrap();
     assert_eq!(
         claim,
@@ -715,11 +723,11 @@ fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
 /// recorded under the key.
 fn a_key_with_a_recorded_execution_answers_it_after_release(s: &dyn CarpStore) {
     assert_eq!(
-        s.claim_execution(&lease("e1", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e1", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Claimed
     );
-    let first = execution("e1", "s1", Some("k"));
+    let first = sample_execution("e1", "s1", Some("k"));
     assert_eq!(
         s.record_execution(&first).unwrap(),
         first,
@@ -730,7 +738,7 @@ fn a_key_with_a_recorded_execution_answers_it_after_release(s: &dyn CarpStore) {
         Some(first.clone())
     );
     assert_eq!(
-        s.claim_execution(&lease("e2", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e2", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Finished(Box::new(first.clone())),
         "a recorded outcome wins over the lease still held"
@@ -741,7 +749,7 @@ fn a_key_with_a_recorded_execution_answers_it_after_release(s: &dyn CarpStore) {
         "no lease was added by the refused claim"
     );
     assert_eq!(
-        s.claim_execution(&lease("e3", "r1", "s1", Some("k")))
+        s.claim_execution(&sample_lease("e3", "r1", "s1", Some("k")))
             .unwrap(),
         ClaimOutcome::Finished(Box::new(first.clone())),
         "releasing a finished execution's lease keeps its key"
@@ -753,9 +761,9 @@ fn a_key_with_a_recorded_execution_answers_it_after_release(s: &dyn CarpStore) {
 /// `leases_of(owner)` answers that owner's leases, whole and ordered by execution id, and no
 /// other owner's.
 fn leases_of_lists_exactly_the_owners_leases_in_id_order(s: &dyn CarpStore) {
-    let a2 = lease("0002", "replica-a", "s1", Some("k2"));
-    let a1 = lease("0001", "replica-a", "s2", None);
-    let b = lease("0003", "replica-b", "s1", Some("k3"));
+    let a2 = sample_lease("0002", "replica-a", "s1", Some("k2"));
+    let a1 = sample_lease("0001", "replica-a", "s2", None);
+    let b = sample_lease("0003", "replica-b", "s1", Some("k3"));
     for l in [&a2, &b, &a1] {
         assert_eq!(s.claim_execution(l).unwrap(), ClaimOutcome::Claimed);
     }
@@ -772,7 +780,8 @@ fn leases_of_lists_exactly_the_owners_leases_in_id_order(s: &dyn CarpStore) {
 fn release_removes_only_that_lease(s: &dyn CarpStore) {
     for id in ["e1", "e2"] {
         assert_eq!(
-            s.claim_execution(&lease(id, "r1", "s1", Some(id))).unwrap(),
+            s.claim_execution(&sample_lease(id, "r1", "s1", Some(id)))
+                .unwrap(),
             ClaimOutcome::Claimed
         );
     }
@@ -786,7 +795,7 @@ fn release_removes_only_that_lease(s: &dyn CarpStore) {
         "releasing an absent lease is a no-op"
     );
     assert_eq!(
-        s.claim_execution(&lease("e9", "r1", "s1", Some("e2")))
+        s.claim_execution(&sample_lease("e9", "r1", "s1", Some("e2")))
             .unwrap(),
         ClaimOutcome::InFlight {
             execution_id: "e2".to_owned()

@@ -147,15 +147,14 @@ pub fn close_interrupted(
 }
 
 impl Runtime {
-    /// Removes an execution's lease once its outcome append is settled: appended, or refused
-    /// because the chain has ended (a restart could not append it either). Any other failure
-    /// keeps the lease, so this instance's next start records the outcome as interrupted.
+    /// Settles an execution's lease once its outcome's write is over. Written, the outcome
+    /// released the lease in the same transaction. Refused because the chain has ended (a
+    /// restart could not append it either), the lease is removed here. Any other failure keeps
+    /// the lease, so this instance's next start records the outcome as interrupted.
     pub async fn settle_lease<T>(&self, execution_id: &str, appended: &Result<T, ApiError>) {
-        let settled = match appended {
-            Ok(_) => true,
-            Err(e) => e.token() == Some(Token::SessionInactive),
-        };
-        if settled {
+        if let Err(e) = appended
+            && e.token() == Some(Token::SessionInactive)
+        {
             self.release_lease(execution_id).await;
         }
     }

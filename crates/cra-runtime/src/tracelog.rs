@@ -367,25 +367,26 @@ impl Runtime {
         Ok(appended)
     }
 
-    /// Decides an approval and appends the decision's events as one unit
-    /// ([`cra_carp::store::StateLog`]), then publishes them. A chain that has ended, or an
-    /// approval decided meanwhile, refuses both: nothing is written.
-    pub async fn append_decision(
+    /// Records a change of state (a decision, an execution's outcome) and appends the events
+    /// that tell of it as one unit ([`cra_carp::store::StateLog`]), then publishes them. A chain
+    /// that has ended, or a change the store refuses (an approval decided meanwhile), refuses
+    /// both: nothing is written. Resolves go through [`Runtime::append_resolve`].
+    pub async fn append_change(
         &self,
         owner: &str,
-        decision: cra_carp::store::DecisionRecord,
+        change: cra_carp::store::StateChange,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ApiError> {
         let log = self.backends.state_log.clone();
-        let sid = decision.session_id.clone();
+        let sid = change.session_id().to_owned();
         let drafts = drafts
             .into_iter()
             .map(cra_trace::PreparedDraft::new)
             .collect();
         let (done, outcome) = tokio::sync::oneshot::channel();
-        self.quick("the decision's append task failed", move || {
+        self.quick("the state change's append task failed", move || {
             log.record_and_append_then(
-                cra_carp::store::StateChange::Decide(decision),
+                change,
                 drafts,
                 Box::new(move |r| {
                     let _ = done.send(r);
@@ -395,7 +396,7 @@ impl Runtime {
         .await?;
         let recorded = outcome
             .await
-            .map_err(|e| ApiError::internal("the decision's append was dropped", e))?
+            .map_err(|e| ApiError::internal("the state change's append was dropped", e))?
             .map_err(|e| match e {
                 cra_carp::store::StateLogError::Chain(e) => chain_error(e),
                 cra_carp::store::StateLogError::Store(e) => {
@@ -405,7 +406,7 @@ impl Runtime {
         let cra_carp::store::Recorded::Appended(events) = recorded else {
             return Err(ApiError::new(
                 Token::Unavailable,
-                "the store answered a decision as a duplicate resolve; nothing was decided",
+                "the store answered a change as a duplicate resolve; nothing was written",
             ));
         };
         self.metrics.add_events(events.len() as u64);

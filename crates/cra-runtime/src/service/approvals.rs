@@ -3,7 +3,7 @@
 //! `approval.rejected`).
 
 use cra_carp::events::{ApprovalDecided, ApprovalGranted, ApprovalRejected};
-use cra_carp::store::{ApprovalDecision, ApprovalRecord, DecisionRecord};
+use cra_carp::store::{ApprovalDecision, ApprovalRecord, DecisionRecord, StateChange};
 use cra_trace::{EventDraft, Span};
 use cra_wire::Token;
 use cra_wire::clock::format_timestamp;
@@ -119,7 +119,7 @@ pub async fn decide(
         .apply_to(approval.clone())
         .map_err(crate::tracelog::chain_error)?;
     let event = decision_event(rt, actor, &record, change.decision).await?;
-    rt.append_decision(&record.agent_id, change, vec![event])
+    rt.append_change(&record.agent_id, StateChange::Decide(change), vec![event])
         .await
         .map_err(|e| {
             if e.token() == Some(Token::SessionInactive) {

@@ -28,7 +28,7 @@ use cra_carp::events::{
     RequestRejected, cached_events, resolve_events, validate_events,
 };
 use cra_carp::index::AtlasSet;
-use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StoredResolution};
+use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StateChange, StoredResolution};
 use cra_carp::types::{
     CarpRequest, ExecuteResponse, ExecuteStatus, Execution, Operation, Resolution,
 };
@@ -586,19 +586,14 @@ impl Call<'_> {
             )
             .await;
         let duration_ms = millis_between(started, self.rt.clock.now());
-        let carp = engine(self.rt, atlases.set.clone());
-        let response = run_blocking("the execute task failed", move || {
-            carp.finish_execution(cleared, outcome)
-        })
-        .await?
-        .map_err(ApiError::from)?;
+        let record = engine(self.rt, atlases.set.clone()).execution_record(cleared, outcome);
+        let response = record.response.clone();
+        let event = self.outcome(&execution_id, executor.as_deref(), &response, duration_ms);
+        // The outcome, the lease's release and the event are one write.
+        let r = &self.request.requester;
         let appended = self
-            .append(vec![self.outcome(
-                &execution_id,
-                executor.as_deref(),
-                &response,
-                duration_ms,
-            )])
+            .rt
+            .append_change(&r.agent_id, StateChange::Execute(record), vec![event])
             .await;
         self.rt.settle_lease(&execution_id, &appended).await;
         appended?;

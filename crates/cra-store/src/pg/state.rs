@@ -6,10 +6,13 @@
 //! every append of a batch waits for, only sends statements. A resolve is one statement (three
 //! data-modifying CTEs; the resolution and approval are inserted only when the request id is
 //! new). A decision locks the approval's row, applies the one transition to it as read, and
-//! writes it back. Either runs only after the chain has accepted the append's drafts, and a
+//! writes it back. An execution's outcome is inserted and its lease removed in one statement.
+//! Each runs only after the chain has accepted the append's drafts, and a
 //! refusal writes nothing: the batch transaction goes on for the other appends.
 
-use cra_carp::store::{ApprovalRecord, ApprovalStatus, DecisionRecord, ResolveRecord, StateChange};
+use cra_carp::store::{
+    ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, StateChange,
+};
 use cra_trace::store::ChainStoreError;
 
 /// A change of state as the committer writes it.
@@ -18,6 +21,8 @@ pub(crate) enum PgChange {
     Resolve(EncodedResolve),
     /// A decision, applied to the approval as the transaction reads it.
     Decide(DecisionRecord),
+    /// An execution's outcome and its JSON.
+    Execute(ExecutionRecord, String),
 }
 
 /// A resolve's state, encoded.
@@ -45,6 +50,10 @@ impl PgChange {
         Ok(match change {
             StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(&r)?),
             StateChange::Decide(d) => Self::Decide(d),
+            StateChange::Execute(e) => {
+                let body = encode(&e)?;
+                Self::Execute(e, body)
+            }
         })
     }
 
@@ -56,6 +65,7 @@ impl PgChange {
         match self {
             Self::Resolve(r) => r.apply(tx),
             Self::Decide(d) => decide_in(tx, d),
+            Self::Execute(e, body) => execute_in(tx, e, body),
         }
     }
 }
@@ -207,4 +217,31 @@ fn decide_in(
         &[&d.approval_id, &decided.status.as_str(), &body],
     )?;
     Ok(Ok(true))
+}
+
+/// Records execution `e` (JSON `body`) and removes its lease, in one statement. An execution id
+/// or idempotency key already recorded refuses it and writes nothing.
+fn execute_in(
+    tx: &mut postgres::Transaction<'_>,
+    e: &ExecutionRecord,
+    body: &str,
+) -> Result<Applied, postgres::Error> {
+    let row = tx.query_one(
+        "WITH ex AS (
+             INSERT INTO carp_executions (execution_id, session_id, idempotency_key, body)
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING 1
+         ), gone AS (
+             DELETE FROM carp_execution_leases
+             WHERE execution_id = $1 AND EXISTS (SELECT 1 FROM ex) RETURNING 1
+         )
+         SELECT (SELECT count(*) FROM ex), (SELECT count(*) FROM gone)",
+        &[&e.execution_id, &e.session_id, &e.idempotency_key, &body],
+    )?;
+    if row.get::<_, i64>(0) == 1 {
+        return Ok(Ok(true));
+    }
+    Ok(Err(ChainStoreError::Unavailable(format!(
+        "postgres: execution `{}` or its idempotency key is already recorded; nothing was written",
+        e.execution_id
+    ))))
 }

@@ -278,6 +278,10 @@ impl cra_carp::store::StateLog for RedbStore {
                 Err(e) => return done(Err(e.into())),
             },
             StateChange::Decide(d) => EncodedChange::Decide(d),
+            StateChange::Execute(e) => match encode(&e) {
+                Ok(bytes) => EncodedChange::Execute(Box::new(e), bytes),
+                Err(err) => return done(Err(err.into())),
+            },
         };
         self.queue_append(
             &session_id,
@@ -304,6 +308,8 @@ pub(crate) enum EncodedChange {
     Resolve(EncodedResolve),
     /// A decision, applied to the approval as the transaction reads it.
     Decide(DecisionRecord),
+    /// An execution's outcome and its JSON, encoded on the appender's thread.
+    Execute(Box<ExecutionRecord>, Vec<u8>),
 }
 
 impl EncodedChange {
@@ -311,19 +317,22 @@ impl EncodedChange {
     pub(crate) fn request_id(&self) -> Option<&str> {
         match self {
             Self::Resolve(r) => Some(r.request_id()),
-            Self::Decide(_) => None,
+            Self::Decide(_) | Self::Execute(..) => None,
         }
     }
 }
 
-/// Writes `change` in the tables of the committer's transaction. `Ok(Ok(true))`: written;
-/// `Ok(Ok(false))`: a resolve whose request id was used, nothing written; `Ok(Err(refusal))`:
-/// refused, nothing written; `Err`: the transaction failed.
+/// Writes `change` in the committer's transaction `txn`, resolves and decisions through the
+/// tables `t` holds open there. `Ok(Ok(true))`: written; `Ok(Ok(false))`: a resolve whose
+/// request id was used, nothing written; `Ok(Err(refusal))`: refused, nothing written; `Err`:
+/// the transaction failed.
 pub(crate) fn apply_change(
+    txn: &WriteTransaction,
     t: &mut ResolveTables<'_>,
     change: &EncodedChange,
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
     match change {
+        EncodedChange::Execute(e, bytes) => apply_execution(txn, e, bytes),
         EncodedChange::Resolve(r) => match apply_resolve(t, r) {
             Ok(fresh) => Ok(Ok(fresh)),
             Err(e @ CarpError::AlreadyExists { .. }) => {
@@ -526,6 +535,77 @@ fn claim_in(
 
 /// Removes a lease in `txn`, with its key claim when no execution was recorded under it.
 /// Returns whether anything changed.
+/// Records `execution` (JSON `bytes`) in `txn`, claiming its idempotency key unless it claimed
+/// it with its lease. When the key names another execution, that one is returned with `false`
+/// and nothing is written.
+fn record_execution_in(
+    txn: &WriteTransaction,
+    execution: &ExecutionRecord,
+    bytes: &[u8],
+) -> Result<(ExecutionRecord, bool), CarpError> {
+    let mut executions = txn.open_table(EXECUTIONS).map_err(be)?;
+    if let Some(key) = execution.idempotency_key.as_deref() {
+        let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
+        let existing = keys
+            .get((execution.session_id.as_str(), key))
+            .map_err(be)?
+            .map(|id| id.value().to_owned());
+        // A key claimed by this very execution ([`CarpStore::claim_execution`]).
+        if let Some(id) = existing.filter(|id| *id != execution.execution_id) {
+            let found = executions.get(id.as_str()).map_err(be)?;
+            let Some(first) = found else {
+                return Err(CarpError::Corrupt(format!(
+                    "idempotency key `{key}` names a missing execution `{id}`"
+                )));
+            };
+            return Ok((decode("execution", first.value())?, false));
+        }
+        keys.insert(
+            (execution.session_id.as_str(), key),
+            execution.execution_id.as_str(),
+        )
+        .map_err(be)?;
+    }
+    if executions
+        .get(execution.execution_id.as_str())
+        .map_err(be)?
+        .is_some()
+    {
+        return Err(CarpError::AlreadyExists {
+            what: "execution",
+            id: execution.execution_id.clone(),
+        });
+    }
+    executions
+        .insert(execution.execution_id.as_str(), bytes)
+        .map_err(be)?;
+    Ok((execution.clone(), true))
+}
+
+/// Records an execution's outcome and releases its lease in `txn` (the committer's): a key
+/// recorded for another execution, or a taken execution id, is refused and nothing is written.
+fn apply_execution(
+    txn: &WriteTransaction,
+    execution: &ExecutionRecord,
+    bytes: &[u8],
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    match record_execution_in(txn, execution, bytes) {
+        Ok((_, true)) => {}
+        Ok((first, false)) => {
+            return Ok(Err(ChainStoreError::Unavailable(format!(
+                "redb: the idempotency key of execution `{}` is recorded for execution `{}`; nothing was written",
+                execution.execution_id, first.execution_id
+            ))));
+        }
+        Err(e @ CarpError::AlreadyExists { .. }) => {
+            return Ok(Err(ChainStoreError::Unavailable(format!("redb: {e}"))));
+        }
+        Err(e) => return Err(e),
+    }
+    release_in(txn, &execution.execution_id)?;
+    Ok(Ok(true))
+}
+
 fn release_in(txn: &WriteTransaction, execution_id: &str) -> Result<bool, CarpError> {
     let mut leases = txn.open_table(LEASES).map_err(be)?;
     let Some(bytes) = leases.remove(execution_id).map_err(be)? else {
@@ -656,45 +736,7 @@ impl CarpStore for RedbStore {
 
     fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, CarpError> {
         let bytes = encode(execution)?;
-        self.carp_write(|txn| {
-            let mut executions = txn.open_table(EXECUTIONS).map_err(be)?;
-            if let Some(key) = execution.idempotency_key.as_deref() {
-                let mut keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
-                let existing = keys
-                    .get((execution.session_id.as_str(), key))
-                    .map_err(be)?
-                    .map(|id| id.value().to_owned());
-                // A key claimed by this very execution ([`CarpStore::claim_execution`]).
-                if let Some(id) = existing.filter(|id| *id != execution.execution_id) {
-                    let found = executions.get(id.as_str()).map_err(be)?;
-                    let Some(first) = found else {
-                        return Err(CarpError::Corrupt(format!(
-                            "idempotency key `{key}` names a missing execution `{id}`"
-                        )));
-                    };
-                    return Ok((decode("execution", first.value())?, false));
-                }
-                keys.insert(
-                    (execution.session_id.as_str(), key),
-                    execution.execution_id.as_str(),
-                )
-                .map_err(be)?;
-            }
-            if executions
-                .get(execution.execution_id.as_str())
-                .map_err(be)?
-                .is_some()
-            {
-                return Err(CarpError::AlreadyExists {
-                    what: "execution",
-                    id: execution.execution_id.clone(),
-                });
-            }
-            executions
-                .insert(execution.execution_id.as_str(), bytes.as_slice())
-                .map_err(be)?;
-            Ok((execution.clone(), true))
-        })
+        self.carp_write(|txn| record_execution_in(txn, execution, &bytes))
     }
 
     fn rate_count(

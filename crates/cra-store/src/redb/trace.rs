@@ -116,9 +116,10 @@ impl RedbStore {
         let request_id = state.as_ref().and_then(EncodedChange::request_id);
         let mut slot_state = slot.lock();
         let sealed = if matches!(state, Some(EncodedChange::Decide(_))) {
-            // A decision the committer refuses would leave every append sealed behind it
-            // unlinked ("send it again"); the committer seals it onto the head it reads instead,
-            // and the appends behind it wait for that head.
+            // A decision the committer refuses (one decided meanwhile, not a rare failure)
+            // would leave every append sealed behind it unlinked ("send it again"); the
+            // committer seals it onto the head it reads instead, and the appends behind it
+            // wait for that head.
             slot_state.head = None;
             Ok(Some(Work::Drafts(drafts)))
         } else {
@@ -280,7 +281,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                         None => state_tables
                             .insert(super::carp::ResolveTables::open(&txn).map_err(unavailable)?),
                     };
-                    match super::carp::apply_change(tables, change).map_err(unavailable)? {
+                    match super::carp::apply_change(&txn, tables, change).map_err(unavailable)? {
                         Ok(true) => {}
                         // A used request id, or a refusal: neither the state nor the events are
                         // written.

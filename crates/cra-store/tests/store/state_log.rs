@@ -6,10 +6,12 @@
 use std::sync::{Arc, Barrier};
 
 use cra_carp::store::{
-    ApprovalDecision, ApprovalStatus, CarpStore, DecisionRecord, Recorded, ResolveRecord,
-    StateChange, StateLog, StateLogError, StoredResolution,
+    ApprovalDecision, ApprovalStatus, CarpStore, ClaimOutcome, DecisionRecord, Recorded,
+    ResolveRecord, StateChange, StateLog, StateLogError, StoredResolution,
 };
-use cra_carp::store_contract::{sample_approval, sample_resolution};
+use cra_carp::store_contract::{
+    sample_approval, sample_execution, sample_lease, sample_resolution,
+};
 use cra_store::testing::{TestSchema, postgres_url};
 use cra_store::{RedbStore, StoreConfig};
 use cra_trace::store::{ChainStore, ChainStoreError};
@@ -318,7 +320,7 @@ fn a_decision_is_recorded_with_its_event_once() {
             session_id: "s2".to_owned(),
             ..match decision("a1", ApprovalDecision::Grant, "op") {
                 StateChange::Decide(d) => d,
-                StateChange::Resolve(_) => unreachable!(),
+                _ => unreachable!(),
             }
         });
         let elsewhere = u.log.record_and_append(elsewhere, vec![note(0)]);
@@ -426,5 +428,74 @@ fn racing_decisions_record_once() {
             "{}",
             u.name
         );
+    }
+}
+
+/// An execution's outcome is recorded with its event and releases its lease in the same write;
+/// its idempotency key then answers it. Into a chain that has ended, nothing is written and the
+/// lease stays for the caller to settle.
+#[test]
+fn an_execution_outcome_is_recorded_with_its_event_and_releases_its_lease() {
+    for u in under("state_log_execute") {
+        for (id, sid) in [("e1", "s1"), ("e2", "s2")] {
+            let lease = sample_lease(id, "replica-a", sid, Some("key-1"));
+            assert_eq!(
+                u.carp.claim_execution(&lease).unwrap(),
+                ClaimOutcome::Claimed
+            );
+        }
+        let done = u.log.record_and_append(
+            StateChange::Execute(sample_execution("e1", "s1", Some("key-1"))),
+            vec![note(0)],
+        );
+        assert!(
+            matches!(done, Ok(Recorded::Appended(ref e)) if e.len() == 1),
+            "{}: {done:?}",
+            u.name
+        );
+        let first = u.carp.get_execution_by_key("s1", "key-1").unwrap();
+        assert_eq!(
+            first.map(|e| e.execution_id).as_deref(),
+            Some("e1"),
+            "{}",
+            u.name
+        );
+        assert!(
+            u.carp
+                .leases_of("replica-a")
+                .unwrap()
+                .iter()
+                .all(|l| l.execution_id != "e1")
+        );
+
+        u.chains
+            .append("s2", vec![draft("session.ended", serde_json::json!({}))])
+            .unwrap();
+        let refused = u.log.record_and_append(
+            StateChange::Execute(sample_execution("e2", "s2", Some("key-1"))),
+            vec![note(0)],
+        );
+        assert!(
+            matches!(
+                refused,
+                Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
+            ),
+            "{}: {refused:?}",
+            u.name
+        );
+        assert_eq!(
+            u.carp.get_execution_by_key("s2", "key-1").unwrap(),
+            None,
+            "{}",
+            u.name
+        );
+        let held: Vec<String> = u
+            .carp
+            .leases_of("replica-a")
+            .unwrap()
+            .into_iter()
+            .map(|l| l.execution_id)
+            .collect();
+        assert_eq!(held, ["e2"], "{}", u.name);
     }
 }

@@ -58,7 +58,7 @@ pub(crate) const TRACE_EXAMPLES: [&str; 6] = [
 const TARGET: &str = "bench/target";
 
 /// Entry point.
-pub fn run(args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let root = workspace_root()?;
     std::env::set_current_dir(&root)?;

@@ -30,7 +30,7 @@ const GENERATED: &[Generated] = &[
 
 /// Regenerates every file, or with `check` reports the stale ones and fails. `cargo test` runs
 /// the check (`generated_files_are_current`), so CI needs no step of its own for it.
-pub fn run(check: bool) -> Result<()> {
+pub(crate) fn run(check: bool) -> Result<()> {
     let root = workspace_root();
     let mut stale = Vec::new();
     for g in GENERATED {

@@ -26,7 +26,7 @@ fn target_dir() -> String {
 
 /// Entry point (the working directory is the workspace root). `build_only` compiles what the
 /// steps run and stops (CI compiles everything in one phase, then runs).
-pub fn run(build_only: bool) -> anyhow::Result<()> {
+pub(crate) fn run(build_only: bool) -> anyhow::Result<()> {
     let target = target_dir();
     if build_only {
         build(&target)?;

@@ -19,7 +19,7 @@ use anyhow::{Context, bail, ensure};
 
 /// Parsed arguments.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Args {
+pub(crate) struct Args {
     /// Minutes of server soak, split between the backends.
     pub minutes: f64,
     /// Skip the storage soak.
@@ -28,7 +28,7 @@ pub struct Args {
 
 impl Args {
     /// Reads `--minutes N` and `--skip-storage`.
-    pub fn parse(args: &[String]) -> anyhow::Result<Self> {
+    pub(crate) fn parse(args: &[String]) -> anyhow::Result<Self> {
         let mut out = Args {
             minutes: 10.0,
             skip_storage: false,
@@ -58,7 +58,7 @@ impl Args {
 
 /// One backend's figures, from the crash test's `CRASH-SUMMARY key=value ...` line.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// `redb` or `postgres`.
     pub backend: String,
     /// The run's seed.
@@ -83,7 +83,7 @@ pub struct Summary {
 
 impl Summary {
     /// Parses a summary line; `None` for any other line.
-    pub fn parse(line: &str) -> Option<Self> {
+    pub(crate) fn parse(line: &str) -> Option<Self> {
         // The test harness may print `test NAME ... ` on the same line first.
         let at = line.find("CRASH-SUMMARY ")?;
         let rest = &line[at + "CRASH-SUMMARY ".len()..];
@@ -110,7 +110,7 @@ impl Summary {
 }
 
 /// Runs the soak.
-pub fn run(args: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let args = Args::parse(args)?;
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     if !args.skip_storage {

@@ -44,7 +44,7 @@ impl std::fmt::Debug for Backends {
 }
 
 /// Opens the configured backend with the injected clock and ids.
-pub fn open(
+pub(crate) fn open(
     config: &RuntimeConfig,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,

@@ -125,7 +125,7 @@ pub type ApiResult<T> = Result<T, ApiError>;
 
 /// Runs blocking store or engine work (the storage traits are synchronous) off the async
 /// threads. A task that panicked or was cancelled becomes a 500 naming `what`.
-pub async fn run_blocking<T, F>(what: &'static str, f: F) -> ApiResult<T>
+pub(crate) async fn run_blocking<T, F>(what: &'static str, f: F) -> ApiResult<T>
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,

@@ -28,7 +28,7 @@ fn fail(code: &str, message: impl Into<String>) -> ExecuteError {
 }
 
 /// Reads an agent-reported outcome.
-pub fn reported_outcome(outcome: &Value) -> Result<Value, ExecuteError> {
+pub(crate) fn reported_outcome(outcome: &Value) -> Result<Value, ExecuteError> {
     match outcome.get("status").and_then(Value::as_str) {
         Some("success") => Ok(outcome.get("result").cloned().unwrap_or(Value::Null)),
         Some("error") => {
@@ -117,7 +117,7 @@ async fn run_http(
 /// atlas that offered the action names it), never another atlas's action of the same id. A
 /// resolution stored before origins were kept has none recorded; its action's executor is then
 /// the first loaded atlas's, as it was when that resolution was made.
-pub fn executor_of(
+pub(crate) fn executor_of(
     atlases: &AtlasState,
     stored: Option<&StoredResolution>,
     action_id: &str,

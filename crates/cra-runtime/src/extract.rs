@@ -24,7 +24,7 @@ pub struct JsonBody<T>(pub T);
 pub struct RawJson(pub Value);
 
 /// Escapes one reference token of a JSON pointer (RFC 6901).
-pub fn escape_pointer_token(token: &str) -> String {
+pub(crate) fn escape_pointer_token(token: &str) -> String {
     token.replace('~', "~0").replace('/', "~1")
 }
 
@@ -42,7 +42,7 @@ fn is_json_content_type(content_type: &str) -> bool {
 }
 
 /// Reads and strictly parses the body of `req`, refusing anything over `limit` bytes.
-pub async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiError> {
+pub(crate) async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiError> {
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -69,7 +69,7 @@ pub async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiErro
 
 /// Reads the whole body of `req`, refusing (413) anything over `limit` bytes: before reading
 /// when `Content-Length` declares more, else as soon as more arrives.
-pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -95,7 +95,7 @@ pub async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
 /// Refuses, before any route runs, a request whose path is not UTF-8 once percent-decoded (no
 /// route could read its parameters), with the one error body rather than the path extractor's
 /// plain-text answer.
-pub async fn require_utf8_path(req: Request, next: axum::middleware::Next) -> Response {
+pub(crate) async fn require_utf8_path(req: Request, next: axum::middleware::Next) -> Response {
     if std::str::from_utf8(&percent_decode_bytes(req.uri().path(), false)).is_err() {
         return ApiError::new(
             Token::InvalidRequest,
@@ -126,7 +126,7 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// Strictly parses a body already read.
-pub fn parse_body_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn parse_body_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::field(
             Token::InvalidRequest,
@@ -148,7 +148,7 @@ pub fn parse_body_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// Deserialises `value` into `T`, reporting the JSON pointer of the first offending value.
-pub fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
+pub(crate) fn from_value<T: DeserializeOwned>(value: Value) -> Result<T, ApiError> {
     if !value.is_object() {
         return Err(ApiError::field(
             Token::InvalidRequest,
@@ -189,7 +189,7 @@ fn missing_field_name(message: &str) -> Option<&str> {
 }
 
 /// "a string", "an array", ... for messages.
-pub fn json_kind(v: &Value) -> &'static str {
+pub(crate) fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -228,7 +228,7 @@ impl FromRequest<AppState> for RawJson {
 /// Query parameters deserialised into `T`; a bad query is a 400 `invalid_request` naming the
 /// parameter.
 #[derive(Debug)]
-pub struct QueryParams<T>(pub T);
+pub(crate) struct QueryParams<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
     type Rejection = ApiError;
@@ -258,7 +258,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 }
 
 /// Decodes an `application/x-www-form-urlencoded` query (last occurrence of a name wins).
-pub fn parse_query(query: &str) -> Vec<(String, String)> {
+pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
     query
         .split('&')
         .filter(|p| !p.is_empty())

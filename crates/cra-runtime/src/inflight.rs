@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::state::Runtime;
 
 /// The error code of an execution whose server stopped while it ran.
-pub const INTERRUPTED: &str = "executor_interrupted";
+pub(crate) const INTERRUPTED: &str = "executor_interrupted";
 
 /// Events read per page when looking for an execution's events at start.
 const PAGE: usize = 1024;

@@ -3,38 +3,42 @@
 //!
 //! * [`config`]: `cra serve` configuration (TOML + flags).
 //! * [`auth`]: API keys and JWTs to actors with roles.
-//! * [`error`], [`extract`]: the one error body and the extractors that produce it.
-//! * [`ratelimit`], [`metrics`]: per-key limits and Prometheus counters.
-//! * [`routes`]: the HTTP API; [`openapi`]: its generated description.
+//! * `error`, `extract`: the one error body and the extractors that produce it.
+//! * `ratelimit`, `metrics`: per-key limits and Prometheus counters.
+//! * `routes`: the HTTP API; [`openapi`]: its generated description.
 //! * [`server`]: start-up, binding and graceful shutdown; [`state`]: the shared [`Runtime`];
-//!   [`backend`]: the store behind each trait.
+//!   `backend`: the store behind each trait.
 //! * [`service`]: the governance core, one typed operation per use, with no HTTP in it.
 //! * [`atlases`]: the atlases in force, swapped whole on reload or install.
-//! * [`executor`]: the executors allowed actions run through; [`inflight`]: an execution's
+//! * `executor`: the executors allowed actions run through; `inflight`: an execution's
 //!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
-//! * [`tracelog`]: TRACE appends and the live fan-out; [`stream`]: the WebSocket streams.
+//! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
 
 pub mod atlases;
 pub mod auth;
-pub mod backend;
+mod backend;
 pub mod config;
 pub mod conformance;
-pub mod error;
-pub mod executor;
-pub mod extract;
-pub mod inflight;
-pub mod metrics;
+mod error;
+mod executor;
+mod extract;
+mod inflight;
+mod metrics;
 pub mod openapi;
-pub mod ratelimit;
-pub mod routes;
+mod ratelimit;
+mod routes;
 pub mod server;
 pub mod service;
 pub mod state;
-pub mod stream;
-pub mod tracelog;
+mod stream;
+mod tracelog;
 
+pub use backend::Backends;
 pub use config::RuntimeConfig;
 pub use error::{ApiError, ApiResult};
+pub use inflight::close_interrupted;
+pub use routes::router;
 pub use server::{RunningServer, StartNotice, build_runtime, start};
 pub use state::{AppState, Runtime};
+pub use stream::CLOSE_SLOW_CONSUMER;

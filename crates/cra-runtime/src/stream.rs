@@ -33,7 +33,7 @@ pub const CLOSE_SLOW_CONSUMER: u16 = 4008;
 /// Query of `GET /v1/traces/stream`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct StreamQuery {
+pub(crate) struct StreamQuery {
     /// The session to follow.
     #[serde(default)]
     pub session_id: Option<String>,
@@ -70,7 +70,7 @@ enum Mode {
     responses((status = 101, description = "WebSocket of TRACE events"),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
-pub async fn stream(
+pub(crate) async fn stream(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<StreamQuery>,
@@ -419,9 +419,6 @@ async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscriptio
         }
     }
 }
-
-/// For [`ApiResult`] users that need the type in scope.
-pub type StreamResult = ApiResult<Response>;
 
 #[cfg(test)]
 mod tests {

@@ -56,7 +56,7 @@ impl StreamFilter {
 }
 
 /// The decision an event's payload carries, if any.
-pub fn event_decision(payload: &Value) -> Option<&str> {
+pub(crate) fn event_decision(payload: &Value) -> Option<&str> {
     match payload.get("decision") {
         Some(Value::String(s)) => Some(s),
         Some(Value::Object(o)) => o.get("type").and_then(Value::as_str),
@@ -265,7 +265,7 @@ impl Hub {
 }
 
 /// A chain-store failure as an HTTP refusal.
-pub fn chain_error(e: ChainStoreError) -> ApiError {
+pub(crate) fn chain_error(e: ChainStoreError) -> ApiError {
     match e.token() {
         Token::Unavailable | Token::IntegrityError => ApiError::new(e.token(), e.to_string()),
         t => ApiError::new(t, e.to_string()),

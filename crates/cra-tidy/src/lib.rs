@@ -307,6 +307,36 @@ pub fn crate_level_allows(path: &str, text: &str) -> Vec<Violation> {
         .collect()
 }
 
+/// Rule 4, continued. Invariant: the workspace's lints keep `unreachable_pub` (an item is
+/// `pub(crate)` unless its crate's root exports it) and every member (`(path, manifest text)`)
+/// takes the workspace's lints with `[lints] workspace = true`.
+pub fn workspace_lints(root: &str, members: &[(&str, &str)]) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let kept = root
+        .lines()
+        .any(|l| l.trim_start().starts_with("unreachable_pub") && !l.contains("allow"));
+    if !kept {
+        found.push(Violation::new(
+            "Cargo.toml",
+            "`[workspace.lints.rust]` must set `unreachable_pub = \"warn\"`: items are \
+             `pub(crate)` unless the crate's root exports them",
+        ));
+    }
+    for (path, manifest) in members {
+        let lines: Vec<&str> = manifest.lines().map(str::trim).collect();
+        let inherits = lines
+            .windows(2)
+            .any(|w| w[0] == "[lints]" && w[1].replace(' ', "") == "workspace=true");
+        if !inherits {
+            found.push(Violation::new(
+                *path,
+                "add `[lints]` with `workspace = true`, so the workspace's lints apply here",
+            ));
+        }
+    }
+    found
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rule 5: the README's layout table
 

@@ -236,6 +236,42 @@ fn a_crate_level_allow_is_reported() {
     );
 }
 
+#[test]
+fn every_member_keeps_the_workspace_lints() {
+    let root_manifest = read(&root().join("Cargo.toml"));
+    let members: Vec<(String, String)> = member_dirs()
+        .into_iter()
+        .map(|d| d.join("Cargo.toml"))
+        .map(|p| (relative(&p), read(&p)))
+        .collect();
+    let pairs: Vec<(&str, &str)> = members
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    assert_kept(
+        "unreachable_pub kept; every member takes the workspace lints",
+        workspace_lints(&root_manifest, &pairs),
+    );
+}
+
+#[test]
+fn a_dropped_lint_or_a_member_without_the_workspace_lints_is_reported() {
+    let root_manifest = "[workspace.lints.rust]\nunsafe_code = \"forbid\"\n";
+    let members = [
+        (
+            "crates/a/Cargo.toml",
+            "[package]\nname = \"a\"\n[lints]\nworkspace = true\n",
+        ),
+        ("crates/b/Cargo.toml", "[package]\nname = \"b\"\n"),
+    ];
+    let found = workspace_lints(root_manifest, &members);
+    assert_reported(&found, "Cargo.toml", "unreachable_pub");
+    assert_reported(&found, "crates/b/Cargo.toml", "workspace = true");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    let allowed = "[workspace.lints.rust]\nunreachable_pub = \"allow\"\n";
+    assert_eq!(workspace_lints(allowed, &members[..1]).len(), 1);
+}
+
 // Rule 5
 
 #[test]

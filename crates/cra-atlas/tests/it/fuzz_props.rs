@@ -16,9 +16,17 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Map, Value, json};
 
 #[path = "../../../../fuzz/src/atlas.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod manifest_oracle;
 
 #[path = "../../../../fuzz/src/archive.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod archive_oracle;
 
 fn junk() -> impl Strategy<Value = Value> {

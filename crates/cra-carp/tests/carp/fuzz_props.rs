@@ -16,9 +16,17 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Map, Value, json};
 
 #[path = "../../../../fuzz/src/carp.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod oracles;
 
 #[path = "../../../../fuzz/src/atlas.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod atlas_oracles;
 
 fn junk() -> impl Strategy<Value = Value> {

@@ -12,12 +12,12 @@ use serde_json::{Value, json};
 
 use crate::common::{at, atlas_set, fixture, ids, json};
 
-pub const SESSION: &str = "0190a000-0000-7000-8000-000000000001";
+pub(crate) const SESSION: &str = "0190a000-0000-7000-8000-000000000001";
 
 /// The engine over a fresh in-memory store (also returned) and [`table_atlases`], at
 /// 2026-01-05T10:00:00Z on the returned clock, with [`SESSION`] open for `agent-1`; ids seeded
 /// with `seed`.
-pub fn table_engine(
+pub(crate) fn table_engine(
     seed: u64,
 ) -> (
     cra_carp::engine::Carp,
@@ -38,7 +38,7 @@ pub fn table_engine(
 }
 
 /// The five table atlases, loaded through the real loader.
-pub fn table_atlases() -> AtlasSet {
+pub(crate) fn table_atlases() -> AtlasSet {
     let dirs: Vec<PathBuf> = ["support", "ops", "empty", "priority", "priority-reversed"]
         .iter()
         .map(|n| fixture(&format!("table/atlases/{n}")))
@@ -47,7 +47,7 @@ pub fn table_atlases() -> AtlasSet {
 }
 
 /// A full CARP request from a case's short form.
-pub fn full_request(short: &Value, now: &str) -> Value {
+pub(crate) fn full_request(short: &Value, now: &str) -> Value {
     let mut task = json!({"goal": short["goal"]});
     for k in ["risk_tier", "context_hints", "required_capabilities"] {
         if let Some(v) = short.get(k) {
@@ -68,7 +68,7 @@ pub fn full_request(short: &Value, now: &str) -> Value {
     r
 }
 
-pub fn case_files() -> Vec<PathBuf> {
+pub(crate) fn case_files() -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(fixture("table/cases"))
         .unwrap()
         .map(|e| e.unwrap().path())

@@ -99,7 +99,7 @@ fn inline(dir: &Path) -> Option<Value> {
 }
 
 /// The codes of an `invalid_atlas` refusal's field errors (`<code>: <message>`).
-fn refusal_codes(e: &cra_runtime::error::ApiError) -> BTreeSet<String> {
+fn refusal_codes(e: &cra_runtime::ApiError) -> BTreeSet<String> {
     e.body
         .details
         .as_ref()

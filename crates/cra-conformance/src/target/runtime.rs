@@ -91,7 +91,7 @@ impl RouterTransport {
             let _guard = rt.enter();
             let (state, _) = cra_runtime::build_runtime(config, clock, ids)
                 .map_err(|e| format!("the runtime did not start: {e}"))?;
-            cra_runtime::routes::router(state)
+            cra_runtime::router(state)
         };
         Ok(Self {
             _dir: dir,

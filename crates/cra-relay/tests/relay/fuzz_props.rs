@@ -25,6 +25,10 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Value, json};
 
 #[path = "../../../../fuzz/src/relay.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod oracles;
 
 fn junk() -> impl Strategy<Value = Value> {

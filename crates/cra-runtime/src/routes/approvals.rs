@@ -18,7 +18,7 @@ use crate::state::AppState;
 /// `GET /v1/approvals` query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// Only `pending` is listed.
     #[serde(default)]
     pub status: Option<String>,
@@ -29,7 +29,7 @@ pub struct ListQuery {
     params(("status" = Option<String>, Query, description = "`pending` (the default)")),
     responses((status = 200, description = "Pending approvals", body = [Object]),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ListQuery>,
@@ -51,7 +51,7 @@ pub async fn list(
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema),
               (status = 409, body = crate::openapi::ErrorBodySchema)))]
-pub async fn decide(
+pub(crate) async fn decide(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,

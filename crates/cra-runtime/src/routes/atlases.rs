@@ -17,7 +17,7 @@ use crate::state::AppState;
 /// Every atlas in force.
 #[utoipa::path(get, path = "/v1/atlases", tag = "atlases",
     responses((status = 200, body = [AtlasSummary])))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Caller(_actor): Caller,
 ) -> Json<Vec<AtlasSummary>> {
@@ -34,7 +34,7 @@ pub async fn list(
               (status = 400, description = "invalid_request or invalid_atlas (every diagnostic, by pointer)", body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 409, description = "atlas_version_conflict: this id and version are in force with other content", body = crate::openapi::ErrorBodySchema)))]
-pub async fn install(
+pub(crate) async fn install(
     State(state): State<AppState>,
     Caller(actor): Caller,
     RawJson(body): RawJson,
@@ -55,7 +55,7 @@ pub async fn install(
     responses((status = 200, description = "The set now in force", body = [AtlasSummary]),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
-pub async fn replace(
+pub(crate) async fn replace(
     State(state): State<AppState>,
     Caller(actor): Caller,
     RawJson(body): RawJson,
@@ -68,7 +68,7 @@ pub async fn replace(
     params(("atlas_id" = String, Path, description = "The atlas id")),
     responses((status = 200, description = "The manifest", body = Object),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Caller(_actor): Caller,
     Path(id): Path<String>,

@@ -20,7 +20,7 @@ use crate::state::AppState;
 /// `?explain=true` attaches the evaluation's explanation to the answer.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ResolveQuery {
+pub(crate) struct ResolveQuery {
     /// `true` or `false`.
     #[serde(default)]
     pub explain: Option<String>,
@@ -48,7 +48,7 @@ impl ResolveQuery {
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema),
               (status = 409, body = crate::openapi::ErrorBodySchema)))]
-pub async fn resolve(
+pub(crate) async fn resolve(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ResolveQuery>,
@@ -76,7 +76,7 @@ pub async fn resolve(
               (status = 404, description = "An execute response naming an unknown resolution, or the error body for an unknown session", body = Object),
               (status = 409, description = "An execute response: `pending_approval`, or `denied` for an expired resolution or a repeated key in flight", body = Object),
               (status = 429, description = "An execute response: `denied` by a rate limit or budget", body = Object)))]
-pub async fn execute(
+pub(crate) async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,
     RawJson(body): RawJson,

@@ -1,13 +1,13 @@
 //! The HTTP routes, one module per area, and the router that assembles them with the auth,
 //! rate-limit and metrics layers.
 
-pub mod approvals;
-pub mod atlases;
-pub mod carp;
-pub mod relay;
-pub mod sessions;
-pub mod system;
-pub mod traces;
+pub(crate) mod approvals;
+pub(crate) mod atlases;
+pub(crate) mod carp;
+pub(crate) mod relay;
+pub(crate) mod sessions;
+pub(crate) mod system;
+pub(crate) mod traces;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};

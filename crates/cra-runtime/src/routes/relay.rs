@@ -24,7 +24,7 @@ use crate::state::AppState;
 /// Creates a project and its audit chain.
 #[utoipa::path(post, path = "/v1/projects", tag = "relay", request_body = Object,
     responses((status = 201, body = Object), (status = 409, body = crate::openapi::ErrorBodySchema)))]
-pub async fn create_project(
+pub(crate) async fn create_project(
     State(state): State<AppState>,
     Caller(actor): Caller,
     JsonBody(body): JsonBody<CreateProject>,
@@ -42,7 +42,7 @@ fn render<T: serde::Serialize>(value: &T) -> ApiResult<Value> {
 #[utoipa::path(get, path = "/v1/projects/{project_id}", tag = "relay",
     params(("project_id" = String, Path, description = "The project")),
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get_project(
+pub(crate) async fn get_project(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -53,7 +53,7 @@ pub async fn get_project(
 /// Archives a project (writes refused until unarchived).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/archive", tag = "relay",
     params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = Object)))]
-pub async fn archive(
+pub(crate) async fn archive(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -66,7 +66,7 @@ pub async fn archive(
 /// Unarchives a project.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/unarchive", tag = "relay",
     params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = Object)))]
-pub async fn unarchive(
+pub(crate) async fn unarchive(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -81,7 +81,7 @@ pub async fn unarchive(
     params(("project_id" = String, Path, description = "The project")),
     responses((status = 201, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn start_session(
+pub(crate) async fn start_session(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -95,7 +95,7 @@ pub async fn start_session(
     params(("project_id" = String, Path, description = "The project"),
            ("session_id" = String, Path, description = "The Relay session (sess_...)")),
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get_session(
+pub(crate) async fn get_session(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path((pid, sid)): Path<(String, String)>,
@@ -111,7 +111,7 @@ pub async fn get_session(
            ("session_id" = String, Path, description = "The Relay session (sess_...)")),
     responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn end_session(
+pub(crate) async fn end_session(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path((pid, sid)): Path<(String, String)>,
@@ -127,7 +127,7 @@ pub async fn end_session(
     request_body(content = Object, description = "A context package"),
     responses((status = 201, description = "Stored", body = Object), (status = 200, description = "Identical package already stored", body = Object),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema)))]
-pub async fn deposit(
+pub(crate) async fn deposit(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -145,7 +145,7 @@ pub async fn deposit(
 /// Query of package listings.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     /// `latest` (default) or `relevant`.
     #[serde(default)]
     pub mode: Option<String>,
@@ -268,7 +268,7 @@ fn parse_usize(name: &str, v: &Option<String>) -> ApiResult<Option<usize>> {
            ("since" = Option<String>, Query, description = "created_at at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "created_at before (RFC 3339)")),
     responses((status = 200, description = "{packages, quarantined} (+ matches for relevant)", body = Object),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 501, body = crate::openapi::ErrorBodySchema)))]
-pub async fn list_packages(
+pub(crate) async fn list_packages(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -281,7 +281,7 @@ pub async fn list_packages(
 /// `?project_id=` on the package routes: the project the package must belong to.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PackageScope {
+pub(crate) struct PackageScope {
     /// The project; a package of another project is `package_not_found`.
     #[serde(default)]
     pub project_id: Option<String>,
@@ -292,7 +292,7 @@ pub struct PackageScope {
     params(("package_id" = String, Path, description = "The package"),
            ("project_id" = Option<String>, Query, description = "Only in this project")),
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get_package(
+pub(crate) async fn get_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
@@ -307,7 +307,7 @@ pub async fn get_package(
     params(("project_id" = String, Path, description = "The project"),
            ("package_id" = String, Path, description = "The package")),
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get_project_package(
+pub(crate) async fn get_project_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path((pid, id)): Path<(String, String)>,
@@ -322,7 +322,7 @@ pub async fn get_project_package(
     params(("project_id" = String, Path, description = "The project"),
            ("package_id" = String, Path, description = "The package")), request_body = Object,
     responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn flag_project_package(
+pub(crate) async fn flag_project_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path((pid, id)): Path<(String, String)>,
@@ -339,7 +339,7 @@ pub async fn flag_project_package(
            ("package_id" = String, Path, description = "The package")), request_body = Object,
     responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn review_project_package(
+pub(crate) async fn review_project_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path((pid, id)): Path<(String, String)>,
@@ -354,7 +354,7 @@ pub async fn review_project_package(
 #[utoipa::path(post, path = "/v1/packages/{package_id}/flag", tag = "relay",
     params(("package_id" = String, Path, description = "The package")), request_body = Object,
     responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema)))]
-pub async fn flag(
+pub(crate) async fn flag(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
@@ -371,7 +371,7 @@ pub async fn flag(
     params(("package_id" = String, Path, description = "The package")), request_body = Object,
     responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, description = "`unauthorized` (no grant) or `review_not_allowed` (review gate)", body = crate::openapi::ErrorBodySchema)))]
-pub async fn review(
+pub(crate) async fn review(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
@@ -384,7 +384,7 @@ pub async fn review(
 #[utoipa::path(post, path = "/v1/projects/{project_id}/facts", tag = "relay",
     params(("project_id" = String, Path, description = "The project")), request_body = Object,
     responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema)))]
-pub async fn assert_fact(
+pub(crate) async fn assert_fact(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -397,7 +397,7 @@ pub async fn assert_fact(
 /// Fact query parameters.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FactParams {
+pub(crate) struct FactParams {
     /// Subject.
     #[serde(default)]
     pub subject: Option<String>,
@@ -423,7 +423,7 @@ pub struct FactParams {
            ("predicate" = Option<String>, Query, description = "Predicate"), ("as_of" = Option<String>, Query, description = "Valid time"),
            ("recorded_as_of" = Option<String>, Query, description = "Transaction time"), ("history" = Option<bool>, Query, description = "Every row")),
     responses((status = 200, body = [Object])))]
-pub async fn facts(
+pub(crate) async fn facts(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -465,7 +465,7 @@ pub async fn facts(
 /// Invalidate query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct InvalidateParams {
+pub(crate) struct InvalidateParams {
     /// Subject.
     pub subject: String,
     /// Predicate.
@@ -476,7 +476,7 @@ pub struct InvalidateParams {
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/facts", tag = "relay",
     params(("project_id" = String, Path, description = "The project"), ("subject" = String, Query, description = "Subject"), ("predicate" = String, Query, description = "Predicate")),
     responses((status = 200, body = Object)))]
-pub async fn invalidate_fact(
+pub(crate) async fn invalidate_fact(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -491,7 +491,7 @@ pub async fn invalidate_fact(
 /// Orient query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OrientParams {
+pub(crate) struct OrientParams {
     /// Window in days (default 14).
     #[serde(default)]
     pub window_days: Option<String>,
@@ -501,7 +501,7 @@ pub struct OrientParams {
 }
 
 /// The media type of the orient briefing.
-pub const MARKDOWN: &str = "text/markdown; charset=utf-8";
+pub(crate) const MARKDOWN: &str = "text/markdown; charset=utf-8";
 
 /// §8.3 orient: the OrientationBundle, or with `format=markdown` the same as a Markdown
 /// briefing an agent can paste into its system prompt.
@@ -510,7 +510,7 @@ pub const MARKDOWN: &str = "text/markdown; charset=utf-8";
            ("format" = Option<String>, Query, description = "json (default) | markdown")),
     responses((status = 200, description = "The OrientationBundle (JSON) or the briefing (text/markdown)", body = Object),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn orient(
+pub(crate) async fn orient(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -539,7 +539,7 @@ pub async fn orient(
 /// Orchestrate query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct OrchestrateParams {
+pub(crate) struct OrchestrateParams {
     /// One project (absent: every project the caller may read).
     #[serde(default)]
     pub project: Option<String>,
@@ -556,7 +556,7 @@ pub struct OrchestrateParams {
 #[utoipa::path(get, path = "/v1/orchestrate", tag = "relay",
     params(("project" = Option<String>, Query, description = "The project"), ("focus" = Option<String>, Query, description = "Focus"), ("snippets" = Option<u32>, Query, description = "Snippets")),
     responses((status = 200, body = Object)))]
-pub async fn orchestrate(
+pub(crate) async fn orchestrate(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<OrchestrateParams>,
@@ -571,7 +571,7 @@ pub async fn orchestrate(
 /// The largest import bundle accepted, in bytes. Import is admin-only and restores a whole
 /// store, so it is not bound by `limits.max_body_bytes` (a store of 10,000 packages exports
 /// to tens of megabytes).
-pub const IMPORT_MAX_BYTES: usize = 512 * 1024 * 1024;
+pub(crate) const IMPORT_MAX_BYTES: usize = 512 * 1024 * 1024;
 
 /// The export bundle as a response.
 fn bundle_response(bundle: Vec<u8>) -> Response {
@@ -588,7 +588,7 @@ fn bundle_response(bundle: Vec<u8>) -> Response {
 #[utoipa::path(get, path = "/v1/export", tag = "relay",
     responses((status = 200, description = "The bundle (application/x-ndjson)", body = String),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
-pub async fn export_all(
+pub(crate) async fn export_all(
     State(state): State<AppState>,
     Caller(actor): Caller,
 ) -> ApiResult<Response> {
@@ -601,7 +601,7 @@ pub async fn export_all(
     params(("project_id" = String, Path, description = "The project")),
     responses((status = 200, description = "The bundle (application/x-ndjson)", body = String),
               (status = 403, body = crate::openapi::ErrorBodySchema), (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn export_project(
+pub(crate) async fn export_project(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(pid): Path<String>,
@@ -612,7 +612,7 @@ pub async fn export_project(
 /// Import query.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ImportParams {
+pub(crate) struct ImportParams {
     /// Actors (comma-separated) granted every imported project besides the importing admin.
     #[serde(default)]
     pub members: Option<String>,
@@ -629,7 +629,7 @@ pub struct ImportParams {
     responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema),
               (status = 413, body = crate::openapi::ErrorBodySchema), (status = 415, body = crate::openapi::ErrorBodySchema)))]
-pub async fn import(
+pub(crate) async fn import(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ImportParams>,

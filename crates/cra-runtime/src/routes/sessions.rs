@@ -17,7 +17,7 @@ use crate::state::AppState;
     responses((status = 201, body = SessionView),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
-pub async fn create(
+pub(crate) async fn create(
     State(state): State<AppState>,
     Caller(actor): Caller,
     JsonBody(req): JsonBody<CreateSession>,
@@ -32,7 +32,7 @@ pub async fn create(
     responses((status = 200, body = SessionView),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
@@ -46,7 +46,7 @@ pub async fn get(
     responses((status = 204, description = "Ended"),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn end(
+pub(crate) async fn end(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,

@@ -15,7 +15,7 @@ use crate::state::AppState;
 
 /// `GET /v1/health`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Health {
+pub(crate) struct Health {
     /// `ok` when the server answers and its store is open.
     pub status: String,
     /// The implementation version.
@@ -31,7 +31,7 @@ pub struct Health {
 /// Liveness and what is loaded.
 #[utoipa::path(get, path = "/v1/health", tag = "system",
     responses((status = 200, description = "The server is up", body = Health)))]
-pub async fn health(State(state): State<AppState>) -> Json<Health> {
+pub(crate) async fn health(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -43,7 +43,7 @@ pub async fn health(State(state): State<AppState>) -> Json<Health> {
 
 /// The Relay conformance descriptor.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Conformance {
+pub(crate) struct Conformance {
     /// `0.1`.
     pub protocol_version: String,
     /// `L0`..`L3`.
@@ -59,7 +59,7 @@ pub struct Conformance {
 
 /// Optional Relay capabilities.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ConformanceCapabilities {
+pub(crate) struct ConformanceCapabilities {
     /// Keyword + vector fusion.
     pub hybrid_search: bool,
     /// Vector search.
@@ -72,7 +72,7 @@ pub struct ConformanceCapabilities {
 
 /// Implementation name and version.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct Implementation {
+pub(crate) struct Implementation {
     /// `cra`.
     pub name: String,
     /// The crate version.
@@ -82,7 +82,7 @@ pub struct Implementation {
 /// The Relay conformance descriptor (Relay §10).
 #[utoipa::path(get, path = "/v1/conformance", tag = "system",
     responses((status = 200, description = "What this deployment implements", body = Conformance)))]
-pub async fn conformance(State(_state): State<AppState>) -> Json<Conformance> {
+pub(crate) async fn conformance(State(_state): State<AppState>) -> Json<Conformance> {
     Json(Conformance {
         protocol_version: "0.1".into(),
         conformance_level: "L3".into(),
@@ -106,7 +106,7 @@ pub async fn conformance(State(_state): State<AppState>) -> Json<Conformance> {
 #[utoipa::path(get, path = "/metrics", tag = "system",
     responses((status = 200, description = "Prometheus text", content_type = "text/plain"),
               (status = 403, description = "Not an operator", body = crate::openapi::ErrorBodySchema)))]
-pub async fn metrics(
+pub(crate) async fn metrics(
     State(state): State<AppState>,
     Caller(actor): Caller,
 ) -> ApiResult<impl IntoResponse> {

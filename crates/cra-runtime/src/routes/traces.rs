@@ -16,11 +16,11 @@ use crate::service::sessions::{can_read, readable_session};
 use crate::state::AppState;
 
 /// The JSON Lines media type of a `.trace.jsonl` export.
-pub const NDJSON: &str = "application/x-ndjson";
+pub(crate) const NDJSON: &str = "application/x-ndjson";
 
 /// One chain in the list of `GET /v1/traces`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ChainListing {
+pub(crate) struct ChainListing {
     /// The session whose chain it is.
     pub session_id: String,
     /// The session's agent.
@@ -42,7 +42,7 @@ pub struct ChainListing {
 #[utoipa::path(get, path = "/v1/traces", tag = "traces",
     responses((status = 200, description = "The readable chains", body = [ChainListing]),
               (status = 401, body = crate::openapi::ErrorBodySchema)))]
-pub async fn list(
+pub(crate) async fn list(
     State(state): State<AppState>,
     Caller(actor): Caller,
 ) -> ApiResult<Json<Vec<ChainListing>>> {
@@ -86,7 +86,7 @@ pub async fn list(
     responses((status = 200, description = "The events (JSON array, or JSON Lines with Accept: application/x-ndjson)", body = [Object]),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn get(
+pub(crate) async fn get(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
@@ -113,7 +113,7 @@ pub async fn get(
 
 /// The first failure of a verification.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct VerifyFinding {
+pub(crate) struct VerifyFinding {
     /// The sequence where the chain first fails.
     pub sequence: u64,
     /// `sequence_gap`, `chain_broken`, `invalid_genesis`, `hash_mismatch`, `malformed_event`, or
@@ -129,7 +129,7 @@ pub struct VerifyFinding {
 
 /// The verification result.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct VerifyResult {
+pub(crate) struct VerifyResult {
     /// The session.
     pub session_id: String,
     /// Whether every event verified.
@@ -146,7 +146,7 @@ pub struct VerifyResult {
     responses((status = 200, body = VerifyResult),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
-pub async fn verify(
+pub(crate) async fn verify(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,

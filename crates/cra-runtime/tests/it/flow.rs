@@ -301,7 +301,7 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
 }
 
 /// Fetches the JSONL export and runs `tools/appendix_b.py verify` on it.
-pub async fn verify_with_python(s: &TestServer, sid: &str) {
+pub(crate) async fn verify_with_python(s: &TestServer, sid: &str) {
     let text = s
         .http
         .get(s.url(&format!("/v1/traces/{sid}")))

@@ -287,9 +287,7 @@ fn recovery_releases_unapproved_and_ended_leases_without_events() {
     }
     let clock = FixedClock::parse(T0).unwrap();
     let atlases = cra_runtime::atlases::AtlasState::empty();
-    let closed =
-        cra_runtime::inflight::close_interrupted(&store, &store, &atlases, &clock, "local")
-            .unwrap();
+    let closed = cra_runtime::close_interrupted(&store, &store, &atlases, &clock, "local").unwrap();
     assert_eq!(closed, 0, "no outcome event could or should be written");
     assert!(
         store.leases_of("local").unwrap().is_empty(),

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-pub fn package(id: &str, project: &str, agent: &str, session: Option<&str>) -> Value {
+pub(crate) fn package(id: &str, project: &str, agent: &str, session: Option<&str>) -> Value {
     json!({
         "package_id": id,
         "project_id": project,

@@ -11,7 +11,7 @@ use crate::support::*;
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-pub async fn connect(s: &TestServer, key: &str, query: &str) -> Ws {
+pub(crate) async fn connect(s: &TestServer, key: &str, query: &str) -> Ws {
     let mut req = s.ws_url(query).into_client_request().unwrap();
     req.headers_mut()
         .insert("authorization", format!("Bearer {key}").parse().unwrap());
@@ -20,7 +20,7 @@ pub async fn connect(s: &TestServer, key: &str, query: &str) -> Ws {
 }
 
 /// Next event message (or the close frame as Err(code, reason)).
-pub async fn next_event(ws: &mut Ws) -> Result<Value, (u16, String)> {
+pub(crate) async fn next_event(ws: &mut Ws) -> Result<Value, (u16, String)> {
     loop {
         match ws.next().await {
             Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(t.as_str()).unwrap()),
@@ -132,7 +132,7 @@ async fn a_slow_consumer_is_closed_with_a_resume_point() {
             Err(close) => break close,
         }
     };
-    assert_eq!(code, cra_runtime::stream::CLOSE_SLOW_CONSUMER);
+    assert_eq!(code, cra_runtime::CLOSE_SLOW_CONSUMER);
     assert!(reason.contains(&format!("since_seq={next}")), "{reason}");
     let mut ws = connect(&s, AGENT, &format!("session_id={sid}&since_seq={next}")).await;
     for want in next..=10u64 {

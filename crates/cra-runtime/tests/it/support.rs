@@ -10,15 +10,15 @@ use cra_wire::{FixedClock, SequentialIds};
 use serde_json::Value;
 
 /// One key per role, plus a second agent.
-pub const ADMIN: &str = "admin-key-000000000000";
-pub const AGENT: &str = "agent-key-000000000000";
-pub const AGENT2: &str = "agent2-key-00000000000";
-pub const AUTHOR: &str = "author-key-00000000000";
-pub const AUDITOR: &str = "auditor-key-0000000000";
-pub const OPERATOR: &str = "operator-key-000000000";
-pub const MAINT: &str = "maint-key-000000000000";
+pub(crate) const ADMIN: &str = "admin-key-000000000000";
+pub(crate) const AGENT: &str = "agent-key-000000000000";
+pub(crate) const AGENT2: &str = "agent2-key-00000000000";
+pub(crate) const AUTHOR: &str = "author-key-00000000000";
+pub(crate) const AUDITOR: &str = "auditor-key-0000000000";
+pub(crate) const OPERATOR: &str = "operator-key-000000000";
+pub(crate) const MAINT: &str = "maint-key-000000000000";
 
-pub const KEYS_TOML: &str = r#"
+pub(crate) const KEYS_TOML: &str = r#"
 [[keys]]
 token = "admin-key-000000000000"
 actor_id = "root"
@@ -64,7 +64,7 @@ roles = ["operator"]
 
 /// The test configuration over `dir`: the test keys written there, its `data` directory, no
 /// per-key rate limit, the `dev.cra.github-ops` atlas. Returns it with the data directory.
-pub fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
+pub(crate) fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
     let keys = dir.join("keys.toml");
     std::fs::write(&keys, KEYS_TOML).unwrap();
     let data = dir.join("data");
@@ -83,7 +83,7 @@ pub fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
 }
 
 /// A running server and what a test needs to talk to it.
-pub struct TestServer {
+pub(crate) struct TestServer {
     pub server: Option<RunningServer>,
     pub base: String,
     pub http: reqwest::Client,
@@ -93,11 +93,11 @@ pub struct TestServer {
 }
 
 /// The test clock's start.
-pub const T0: &str = "2026-03-02T10:00:00Z";
+pub(crate) const T0: &str = "2026-03-02T10:00:00Z";
 
 impl TestServer {
     /// A server with the test keys and `tweak` applied to the default configuration.
-    pub async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
+    pub(crate) async fn start_with(tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
         Self::start_over(tempfile::tempdir().unwrap(), 42, tweak).await
     }
 
@@ -125,16 +125,16 @@ impl TestServer {
     }
 
     /// A server with the default test configuration.
-    pub async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         Self::start_with(|_| {}).await
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
 
     /// GET with `key` (or none).
-    pub async fn get(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, key: Option<&str>, path: &str) -> (u16, Value) {
         let mut rb = self.http.get(self.url(path));
         if let Some(k) = key {
             rb = rb.bearer_auth(k);
@@ -143,13 +143,13 @@ impl TestServer {
     }
 
     /// POST a JSON value with `key`.
-    pub async fn post(&self, key: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, key: Option<&str>, path: &str, body: &Value) -> (u16, Value) {
         self.post_raw(key, path, "application/json", body.to_string().into_bytes())
             .await
     }
 
     /// POST raw bytes with a content type.
-    pub async fn post_raw(
+    pub(crate) async fn post_raw(
         &self,
         key: Option<&str>,
         path: &str,
@@ -168,7 +168,7 @@ impl TestServer {
     }
 
     /// DELETE with `key`.
-    pub async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
+    pub(crate) async fn delete(&self, key: Option<&str>, path: &str) -> (u16, Value) {
         let mut rb = self.http.delete(self.url(path));
         if let Some(k) = key {
             rb = rb.bearer_auth(k);
@@ -177,7 +177,7 @@ impl TestServer {
     }
 
     /// Graceful stop.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(s) = self.server.take() {
             s.shutdown().await.unwrap();
         }
@@ -185,7 +185,7 @@ impl TestServer {
 }
 
 /// Sends and returns (status, body as JSON or as a string value).
-pub async fn send(rb: reqwest::RequestBuilder) -> (u16, Value) {
+pub(crate) async fn send(rb: reqwest::RequestBuilder) -> (u16, Value) {
     let resp = rb.send().await.unwrap();
     let status = resp.status().as_u16();
     let bytes = resp.bytes().await.unwrap();
@@ -200,7 +200,7 @@ pub async fn send(rb: reqwest::RequestBuilder) -> (u16, Value) {
 
 /// Asserts an error answer: status, token, and that the body has the one error shape.
 #[track_caller]
-pub fn assert_error(got: &(u16, Value), status: u16, token: &str) {
+pub(crate) fn assert_error(got: &(u16, Value), status: u16, token: &str) {
     assert_eq!(got.0, status, "status; body {}", got.1);
     assert_eq!(got.1["error"], token, "token; body {}", got.1);
     assert!(got.1["message"].is_string(), "message; body {}", got.1);
@@ -208,7 +208,7 @@ pub fn assert_error(got: &(u16, Value), status: u16, token: &str) {
 
 /// Asserts an execute refusal (CARP §3.5): HTTP `status`, and the body an execute response of
 /// status `denied` (or `pending_approval` for `approval_pending`) with `token` in `error.code`.
-pub fn assert_refused(got: &(u16, Value), status: u16, token: &str) {
+pub(crate) fn assert_refused(got: &(u16, Value), status: u16, token: &str) {
     let want = if token == "approval_pending" {
         "pending_approval"
     } else {
@@ -232,7 +232,7 @@ pub fn assert_refused(got: &(u16, Value), status: u16, token: &str) {
 
 impl TestServer {
     /// Opens a session for `agent_id` with `key`; returns its id.
-    pub async fn open_session(&self, key: &str, agent_id: &str) -> String {
+    pub(crate) async fn open_session(&self, key: &str, agent_id: &str) -> String {
         let (st, body) = self
             .post(
                 Some(key),
@@ -245,7 +245,7 @@ impl TestServer {
     }
 
     /// The session's events over HTTP (as the admin).
-    pub async fn events(&self, session_id: &str) -> Vec<Value> {
+    pub(crate) async fn events(&self, session_id: &str) -> Vec<Value> {
         let (st, body) = self
             .get(Some(ADMIN), &format!("/v1/traces/{session_id}"))
             .await;
@@ -254,7 +254,7 @@ impl TestServer {
     }
 
     /// The event types of the session's chain.
-    pub async fn event_types(&self, session_id: &str) -> Vec<String> {
+    pub(crate) async fn event_types(&self, session_id: &str) -> Vec<String> {
         self.events(session_id)
             .await
             .iter()
@@ -263,7 +263,7 @@ impl TestServer {
     }
 
     /// Number of events in every chain (the "record count" of the TRACE store).
-    pub fn total_events(&self) -> u64 {
+    pub(crate) fn total_events(&self) -> u64 {
         let state = &self.server.as_ref().unwrap().state;
         state
             .backends
@@ -276,7 +276,7 @@ impl TestServer {
     }
 
     /// WebSocket URL of a stream query.
-    pub fn ws_url(&self, query: &str) -> String {
+    pub(crate) fn ws_url(&self, query: &str) -> String {
         format!(
             "{}/v1/traces/stream?{query}",
             self.base.replacen("http://", "ws://", 1)
@@ -285,7 +285,12 @@ impl TestServer {
 }
 
 /// A CARP resolve request at the test clock's time.
-pub fn resolve_request(agent: &str, session: &str, request_id: &str, caps: &[&str]) -> Value {
+pub(crate) fn resolve_request(
+    agent: &str,
+    session: &str,
+    request_id: &str,
+    caps: &[&str],
+) -> Value {
     serde_json::json!({
         "carp_version": "1.0",
         "request_id": request_id,
@@ -298,7 +303,7 @@ pub fn resolve_request(agent: &str, session: &str, request_id: &str, caps: &[&st
 }
 
 /// A CARP execute request at the test clock's time.
-pub fn execute_request(
+pub(crate) fn execute_request(
     agent: &str,
     session: &str,
     request_id: &str,
@@ -317,13 +322,13 @@ pub fn execute_request(
 }
 
 /// A fresh request id (UUIDv7).
-pub fn rid() -> String {
+pub(crate) fn rid() -> String {
     uuid::Uuid::now_v7().hyphenated().to_string()
 }
 
 /// A local HTTP endpoint standing in for an operator-configured executor: answers
 /// `{"ok": true, "action_id": ..., "parameters": ...}` and counts calls.
-pub async fn executor_endpoint() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+pub(crate) async fn executor_endpoint() -> (String, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     use axum::routing::post;
     let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let c = calls.clone();
@@ -346,7 +351,8 @@ pub async fn executor_endpoint() -> (String, std::sync::Arc<std::sync::atomic::A
 }
 
 /// A server whose `http:github` executor is a local endpoint.
-pub async fn start_with_executor() -> (TestServer, std::sync::Arc<std::sync::atomic::AtomicU64>) {
+pub(crate) async fn start_with_executor()
+-> (TestServer, std::sync::Arc<std::sync::atomic::AtomicU64>) {
     let (url, calls) = executor_endpoint().await;
     let s = TestServer::start_with(move |c| {
         c.executors.insert(
@@ -364,7 +370,7 @@ pub async fn start_with_executor() -> (TestServer, std::sync::Arc<std::sync::ato
 impl TestServer {
     /// Graceful stop that keeps the data directory and hands it back (for direct edits of the
     /// store, then [`TestServer::start_in`]).
-    pub async fn stop_keep(mut self) -> tempfile::TempDir {
+    pub(crate) async fn stop_keep(mut self) -> tempfile::TempDir {
         if let Some(s) = self.server.take() {
             s.shutdown().await.unwrap();
         }
@@ -372,13 +378,16 @@ impl TestServer {
     }
 
     /// A server with the test keys over an existing directory (one from [`TestServer::stop_keep`]).
-    pub async fn start_in(dir: tempfile::TempDir, tweak: impl FnOnce(&mut RuntimeConfig)) -> Self {
+    pub(crate) async fn start_in(
+        dir: tempfile::TempDir,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Self {
         // Ids of a restarted server must not repeat the first one's.
         Self::start_over(dir, 43, tweak).await
     }
 
     /// A session's chain exported as `.trace.jsonl` (NDJSON) over HTTP, as the admin.
-    pub async fn export_ndjson(&self, session_id: &str) -> Vec<u8> {
+    pub(crate) async fn export_ndjson(&self, session_id: &str) -> Vec<u8> {
         let resp = self
             .http
             .get(self.url(&format!("/v1/traces/{session_id}")))
@@ -393,7 +402,7 @@ impl TestServer {
 }
 
 /// Runs `python3 tools/appendix_b.py verify - --json` on `ndjson`; returns its JSON answer.
-pub fn appendix_b_verify(ndjson: &[u8]) -> Value {
+pub(crate) fn appendix_b_verify(ndjson: &[u8]) -> Value {
     use std::io::Write as _;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/appendix_b.py");
     let mut child = std::process::Command::new("python3")
@@ -410,7 +419,7 @@ pub fn appendix_b_verify(ndjson: &[u8]) -> Value {
 impl TestServer {
     /// Like [`TestServer::start_with`], but builds the runtime on a blocking thread: the
     /// PostgreSQL backend's synchronous client cannot connect from inside the async runtime.
-    pub async fn start_blocking_with(
+    pub(crate) async fn start_blocking_with(
         tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
     ) -> Self {
         Self::start_blocking_seeded(42, tweak).await
@@ -418,7 +427,7 @@ impl TestServer {
 
     /// Like [`TestServer::start_blocking_with`], with ids from `id_seed` (two servers sharing one
     /// PostgreSQL schema need different ones).
-    pub async fn start_blocking_seeded(
+    pub(crate) async fn start_blocking_seeded(
         id_seed: u64,
         tweak: impl FnOnce(&mut RuntimeConfig) + Send + 'static,
     ) -> Self {
@@ -446,7 +455,7 @@ impl TestServer {
 
     /// Graceful stop whose last reference to the stores is dropped on a blocking thread (the
     /// PostgreSQL client closes its connections synchronously).
-    pub async fn stop_blocking(mut self) {
+    pub(crate) async fn stop_blocking(mut self) {
         if let Some(s) = self.server.take() {
             let state = s.state.clone();
             s.shutdown().await.unwrap();

@@ -153,7 +153,7 @@ async fn first_start_without_keys_creates_a_private_admin_key() {
 }
 
 /// An example atlas of the repository as an inline atlas `{manifest, files}` (every file read).
-pub fn inline_example(name: &str) -> Value {
+pub(crate) fn inline_example(name: &str) -> Value {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../atlases")
         .join(name);

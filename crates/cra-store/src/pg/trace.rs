@@ -252,7 +252,7 @@ impl PgStore {
 }
 
 /// Every change of state rides with its events in the committer's batch transaction
-/// ([`super::state`]).
+/// (`pg/state.rs`).
 impl cra_carp::store::StateLog for PgStore {
     fn record_and_append_then(
         &self,

@@ -10,11 +10,14 @@ use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Value, json};
 
 /// A store under test, whichever backend.
-pub trait TestStore: ChainStore + SessionRemoval + cra_carp::store::CarpStore {}
+pub(crate) trait TestStore:
+    ChainStore + SessionRemoval + cra_carp::store::CarpStore
+{
+}
 impl<T: ChainStore + SessionRemoval + cra_carp::store::CarpStore> TestStore for T {}
 
 /// A fresh store and what keeps its storage alive.
-pub struct Fresh {
+pub(crate) struct Fresh {
     pub name: &'static str,
     pub store: Arc<dyn TestStore>,
     _guard: Guard,
@@ -27,7 +30,7 @@ enum Guard {
 }
 
 /// One fresh redb store and, when configured, one fresh PostgreSQL store, both with `config`.
-pub fn backends(test: &str, config: impl Fn() -> StoreConfig) -> Vec<Fresh> {
+pub(crate) fn backends(test: &str, config: impl Fn() -> StoreConfig) -> Vec<Fresh> {
     let dir = tempfile::tempdir().unwrap();
     let redb = RedbStore::open_with(dir.path().join("data"), config()).unwrap();
     let mut out = vec![Fresh {
@@ -48,7 +51,7 @@ pub fn backends(test: &str, config: impl Fn() -> StoreConfig) -> Vec<Fresh> {
 }
 
 /// A clock frozen at a known instant and deterministic ids.
-pub fn fixed() -> (Arc<FixedClock>, StoreConfig) {
+pub(crate) fn fixed() -> (Arc<FixedClock>, StoreConfig) {
     let clock = Arc::new(FixedClock::parse("2026-03-01T12:00:00Z").unwrap());
     let config = StoreConfig::new(
         clock.clone(),
@@ -57,7 +60,7 @@ pub fn fixed() -> (Arc<FixedClock>, StoreConfig) {
     (clock, config)
 }
 
-pub fn draft(event_type: &str, payload: Value) -> EventDraft {
+pub(crate) fn draft(event_type: &str, payload: Value) -> EventDraft {
     EventDraft {
         trace_id: "0196b5a0-0000-7000-8000-000000000001".into(),
         span_id: "0196b5a0-0000-7000-8000-000000000002".into(),
@@ -67,13 +70,13 @@ pub fn draft(event_type: &str, payload: Value) -> EventDraft {
     }
 }
 
-pub fn note(n: u64) -> EventDraft {
+pub(crate) fn note(n: u64) -> EventDraft {
     draft("test.note", json!({ "n": n }))
 }
 
 /// Checks `events` form the whole chain of `session`: sequences 0..N, hashes recompute, links
 /// hold, timestamps never go back. Returns a description of the first break.
-pub fn check_chain(session: &str, events: &[TraceEvent]) -> Result<(), String> {
+pub(crate) fn check_chain(session: &str, events: &[TraceEvent]) -> Result<(), String> {
     let mut previous = GENESIS_PREVIOUS_HASH.to_owned();
     let mut last_time = String::new();
     for (i, e) in events.iter().enumerate() {
@@ -100,7 +103,7 @@ pub fn check_chain(session: &str, events: &[TraceEvent]) -> Result<(), String> {
 }
 
 /// Reads and checks a whole chain, returning its length.
-pub fn verify_stored(store: &dyn TestStore, session: &str) -> Result<u64, String> {
+pub(crate) fn verify_stored(store: &dyn TestStore, session: &str) -> Result<u64, String> {
     let events = store
         .read_range(session, 0, u64::MAX)
         .map_err(|e| e.to_string())?;

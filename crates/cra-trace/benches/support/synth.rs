@@ -7,14 +7,14 @@ use cra_trace::{ChainHead, EventDraft, TraceEvent, seal};
 use serde_json::{Value, json};
 
 /// splitmix64: a tiny deterministic generator (the seed is printed by the callers).
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -22,15 +22,15 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
-    pub fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+    pub(crate) fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
         items[self.below(items.len() as u64) as usize]
     }
 
-    pub fn float(&mut self) -> f64 {
+    pub(crate) fn float(&mut self) -> f64 {
         let mantissa = (self.next() >> 11) as f64 / (1u64 << 53) as f64;
         let exp = self.below(24) as i32 - 12;
         mantissa * 10f64.powi(exp)
@@ -135,7 +135,7 @@ fn payload(rng: &mut Rng, i: u64) -> (String, Value) {
 }
 
 /// Calls `sink` with each of `n` events of one valid session chain, in order.
-pub fn session(seed: u64, n: u64, mut sink: impl FnMut(&TraceEvent)) {
+pub(crate) fn session(seed: u64, n: u64, mut sink: impl FnMut(&TraceEvent)) {
     let mut rng = Rng::new(seed);
     let session_id = uuid(&mut rng);
     let trace_id = uuid(&mut rng);
@@ -173,7 +173,7 @@ pub fn session(seed: u64, n: u64, mut sink: impl FnMut(&TraceEvent)) {
 
 /// `n` events of one valid session as JSONL.
 #[allow(dead_code)]
-pub fn session_jsonl(seed: u64, n: u64) -> Vec<u8> {
+pub(crate) fn session_jsonl(seed: u64, n: u64) -> Vec<u8> {
     let mut out = Vec::new();
     session(seed, n, |e| {
         out.extend_from_slice(serde_json::to_string(e).unwrap_or_default().as_bytes());

@@ -16,6 +16,10 @@ use proptest::test_runner::FileFailurePersistence;
 use serde_json::{Map, Value, json};
 
 #[path = "../../../../fuzz/src/trace.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod oracles;
 
 const TYPES: &[&str] = &[

@@ -7,7 +7,7 @@ use cra_trace::{
 use serde_json::Value;
 
 /// A valid chain of `payloads.len()` events, as JSONL (one event per line, `\n`-terminated).
-pub fn chain(payloads: Vec<Value>) -> (Vec<TraceEvent>, String) {
+pub(crate) fn chain(payloads: Vec<Value>) -> (Vec<TraceEvent>, String) {
     let mut head = ChainHead::genesis();
     let mut events = Vec::new();
     for (i, payload) in payloads.into_iter().enumerate() {
@@ -42,12 +42,12 @@ pub fn chain(payloads: Vec<Value>) -> (Vec<TraceEvent>, String) {
 
 /// Verifies `text` with the streaming verifier (sequential and parallel, with chunk sizes that
 /// cut lines) and the reference; asserts they agree and returns the reference report.
-pub fn verify_all_ways(text: &[u8], all_errors: bool) -> Report {
+pub(crate) fn verify_all_ways(text: &[u8], all_errors: bool) -> Report {
     verify_all_ways_with(text, all_errors, false)
 }
 
 /// [`verify_all_ways`], optionally with the lifecycle rules.
-pub fn verify_all_ways_with(text: &[u8], all_errors: bool, lifecycle: bool) -> Report {
+pub(crate) fn verify_all_ways_with(text: &[u8], all_errors: bool, lifecycle: bool) -> Report {
     let reference = verify_text_reference_with(
         text,
         &VerifyOptions {

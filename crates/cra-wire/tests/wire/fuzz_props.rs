@@ -13,11 +13,15 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
 #[path = "../../../../fuzz/src/json.rs"]
+#[allow(
+    unreachable_pub,
+    reason = "the fuzz crate's public harnesses, shared with this test"
+)]
 mod oracles;
 
 /// A JSON document before it is spelled out.
 #[derive(Debug, Clone)]
-pub enum Doc {
+pub(crate) enum Doc {
     Null,
     Bool(bool),
     /// Number text, RFC 8259 grammar.
@@ -75,7 +79,7 @@ fn key() -> impl Strategy<Value = String> {
 }
 
 /// Documents of every shape, at most a few levels deep.
-pub fn doc() -> impl Strategy<Value = Doc> {
+pub(crate) fn doc() -> impl Strategy<Value = Doc> {
     let leaf = prop_oneof![
         Just(Doc::Null),
         any::<bool>().prop_map(Doc::Bool),
@@ -91,10 +95,10 @@ pub fn doc() -> impl Strategy<Value = Doc> {
 }
 
 /// A tiny deterministic generator for spelling choices (the seed comes from proptest).
-pub struct Spelling(u64);
+pub(crate) struct Spelling(u64);
 
 impl Spelling {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed | 1)
     }
 
@@ -154,7 +158,7 @@ impl Spelling {
     }
 
     /// Writes `d` as JSON text with varied (but valid) spelling.
-    pub fn write(&mut self, d: &Doc, out: &mut String) {
+    pub(crate) fn write(&mut self, d: &Doc, out: &mut String) {
         self.ws(out);
         match d {
             Doc::Null => out.push_str("null"),
@@ -194,7 +198,7 @@ impl Spelling {
 
 /// One edit of a text's bytes.
 #[derive(Debug, Clone)]
-pub enum Mutation {
+pub(crate) enum Mutation {
     Delete(usize),
     Insert(usize, u8),
     Duplicate(usize, usize),
@@ -204,7 +208,7 @@ pub enum Mutation {
 /// Bytes that matter to a JSON reader, for insertions.
 const INTERESTING: &[u8] = b"{}[],:\"\\ 0123456789eE.+-tfnu\x00\x1f\x7f\xc3\xa9\xff\xed\xa0";
 
-pub fn mutation() -> impl Strategy<Value = Mutation> {
+pub(crate) fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         any::<usize>().prop_map(Mutation::Delete),
         (any::<usize>(), prop::sample::select(INTERESTING))
@@ -215,7 +219,7 @@ pub fn mutation() -> impl Strategy<Value = Mutation> {
 }
 
 /// Applies `edits` to `bytes` (positions taken modulo the current length).
-pub fn mutate(mut bytes: Vec<u8>, edits: &[Mutation]) -> Vec<u8> {
+pub(crate) fn mutate(mut bytes: Vec<u8>, edits: &[Mutation]) -> Vec<u8> {
     for m in edits {
         let len = bytes.len();
         match *m {
@@ -237,7 +241,7 @@ pub fn mutate(mut bytes: Vec<u8>, edits: &[Mutation]) -> Vec<u8> {
 }
 
 /// A document spelled out as text.
-pub fn spelled() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn spelled() -> impl Strategy<Value = Vec<u8>> {
     (doc(), any::<u64>()).prop_map(|(d, seed)| {
         let mut out = String::new();
         Spelling::new(seed).write(&d, &mut out);
@@ -247,7 +251,7 @@ pub fn spelled() -> impl Strategy<Value = Vec<u8>> {
 
 /// Structured near-valid JSON text: a spelled document, then (in about half the cases) a few
 /// mutations; or nesting within a few levels of the depth limit.
-pub fn json_input() -> impl Strategy<Value = Vec<u8>> {
+pub(crate) fn json_input() -> impl Strategy<Value = Vec<u8>> {
     let mutated = (spelled(), prop::collection::vec(mutation(), 1..4))
         .prop_map(|(b, edits): (Vec<u8>, Vec<Mutation>)| mutate(b, &edits));
     let deep = (120usize..136, any::<bool>(), doc()).prop_map(|(n, objects, inner)| {

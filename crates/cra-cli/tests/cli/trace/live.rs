@@ -11,8 +11,8 @@ use cra_runtime::{RunningServer, build_runtime, start};
 use cra_wire::{FixedClock, SequentialIds};
 use serde_json::{Value, json};
 
-pub const AGENT: &str = "agent-key-000000000000";
-pub const OPERATOR: &str = "operator-key-000000000";
+pub(super) const AGENT: &str = "agent-key-000000000000";
+pub(super) const OPERATOR: &str = "operator-key-000000000";
 
 const KEYS: &str = r#"
 [[keys]]
@@ -29,12 +29,12 @@ roles = ["operator"]
 "#;
 
 /// The fixture atlas of these tests.
-pub fn atlas_dir() -> PathBuf {
+pub(super) fn atlas_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas")
 }
 
 /// A running server on a fresh data directory (or PostgreSQL schema).
-pub struct Live {
+pub(super) struct Live {
     rt: tokio::runtime::Runtime,
     server: Option<RunningServer>,
     pub base: String,
@@ -48,7 +48,7 @@ pub struct Live {
 
 /// What the drive produced.
 #[derive(Debug, Default)]
-pub struct Facts {
+pub(super) struct Facts {
     pub session: String,
     pub allow: String,
     pub deny: String,
@@ -59,7 +59,7 @@ pub struct Facts {
 
 impl Live {
     /// Starts a server; `postgres` = (url, schema) uses PostgreSQL instead of redb.
-    pub fn start(postgres: Option<(&str, &str)>) -> Self {
+    pub(super) fn start(postgres: Option<(&str, &str)>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys.toml");
         std::fs::write(&keys, KEYS).unwrap();
@@ -102,7 +102,7 @@ impl Live {
     /// Stops the server and closes its store. The last handle on the state is dropped here,
     /// outside the async runtime: the PostgreSQL client blocks when it closes, which panics on
     /// an async thread.
-    pub fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         if let Some(s) = self.server.take() {
             let state = s.state.clone();
             self.rt.block_on(s.shutdown()).unwrap();
@@ -190,7 +190,7 @@ impl Live {
     }
 
     /// Drives the whole session and ends it.
-    pub fn drive(&mut self) -> Facts {
+    pub(super) fn drive(&mut self) -> Facts {
         self.tick();
         let (st, body) = self.call(
             "POST",

@@ -330,24 +330,11 @@ impl Runtime {
             .filter(|(_, d)| d.is_text_only())
             .map(|(i, d)| (i, d.canonical_payload().to_owned()))
             .collect();
-        let log = self.backends.state_log.clone();
         let sid = record.session_id.clone();
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        // redb queues the state with the events; PostgreSQL writes the state first (a network
-        // round trip), so there it runs on the blocking pool.
-        self.quick("the resolve's append task failed", move || {
-            log.record_and_append_then(
-                cra_carp::store::StateChange::Resolve(record),
-                drafts,
-                Box::new(move |r| {
-                    let _ = done.send(r);
-                }),
-            );
-        })
-        .await?;
-        let appended = outcome
-            .await
-            .map_err(|e| ApiError::internal("the resolve's append was dropped", e))?
+        let change = cra_carp::store::StateChange::Resolve(record);
+        let appended = self
+            .record_change(change, drafts)
+            .await?
             .map_err(|e| match e {
                 cra_carp::store::StateLogError::Chain(e) => chain_error(e),
                 cra_carp::store::StateLogError::Store(e) => {
@@ -377,26 +364,14 @@ impl Runtime {
         change: cra_carp::store::StateChange,
         drafts: Vec<EventDraft>,
     ) -> Result<Vec<TraceEvent>, ApiError> {
-        let log = self.backends.state_log.clone();
         let sid = change.session_id().to_owned();
         let drafts = drafts
             .into_iter()
             .map(cra_trace::PreparedDraft::new)
             .collect();
-        let (done, outcome) = tokio::sync::oneshot::channel();
-        self.quick("the state change's append task failed", move || {
-            log.record_and_append_then(
-                change,
-                drafts,
-                Box::new(move |r| {
-                    let _ = done.send(r);
-                }),
-            );
-        })
-        .await?;
-        let recorded = outcome
-            .await
-            .map_err(|e| ApiError::internal("the state change's append was dropped", e))?
+        let recorded = self
+            .record_change(change, drafts)
+            .await?
             .map_err(|e| match e {
                 cra_carp::store::StateLogError::Chain(e) => chain_error(e),
                 cra_carp::store::StateLogError::Store(e) => {
@@ -412,6 +387,31 @@ impl Runtime {
         self.metrics.add_events(events.len() as u64);
         self.hub.publish(&sid, owner, &events);
         Ok(events)
+    }
+
+    /// Hands `change` and its drafts to the state log and waits for the durable outcome. Queueing
+    /// only encodes the change and hands it to a committer (on both backends), so the wait for
+    /// the commit is not on any thread.
+    async fn record_change(
+        &self,
+        change: cra_carp::store::StateChange,
+        drafts: Vec<cra_trace::PreparedDraft>,
+    ) -> Result<Result<cra_carp::store::Recorded, cra_carp::store::StateLogError>, ApiError> {
+        let log = self.backends.state_log.clone();
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        self.quick("the state log task failed", move || {
+            log.record_and_append_then(
+                change,
+                drafts,
+                Box::new(move |r| {
+                    let _ = done.send(r);
+                }),
+            );
+        })
+        .await?;
+        outcome
+            .await
+            .map_err(|e| ApiError::internal("the state log dropped a change unanswered", e))
     }
 
     /// Up to `limit` events after sequence `after` (from the start when `None`).

@@ -533,8 +533,6 @@ fn claim_in(
     Ok((ClaimOutcome::Claimed, true))
 }
 
-/// Removes a lease in `txn`, with its key claim when no execution was recorded under it.
-/// Returns whether anything changed.
 /// Records `execution` (JSON `bytes`) in `txn`, claiming its idempotency key unless it claimed
 /// it with its lease. When the key names another execution, that one is returned with `false`
 /// and nothing is written.
@@ -606,6 +604,8 @@ fn apply_execution(
     Ok(Ok(true))
 }
 
+/// Removes a lease in `txn`, with its key claim when no execution was recorded under it.
+/// Returns whether anything changed.
 fn release_in(txn: &WriteTransaction, execution_id: &str) -> Result<bool, CarpError> {
     let mut leases = txn.open_table(LEASES).map_err(be)?;
     let Some(bytes) = leases.remove(execution_id).map_err(be)? else {

@@ -74,6 +74,26 @@ fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> Reso
     }
 }
 
+/// Runs `attempt(log, i)` for `i` in `0..n` on `n` threads released together by a barrier;
+/// returns how many attempts said they won.
+fn race(n: usize, log: &Arc<dyn StateLog>, attempt: fn(&dyn StateLog, usize) -> bool) -> usize {
+    let barrier = Arc::new(Barrier::new(n));
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let (log, barrier) = (log.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                attempt(log.as_ref(), i)
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|won| *won)
+        .count()
+}
+
 fn events(u: &Under) -> Vec<cra_trace::TraceEvent> {
     u.chains.read_range("s1", 0, u64::MAX).unwrap()
 }
@@ -162,24 +182,11 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
 fn racing_duplicates_record_once() {
     const RACERS: usize = 8;
     for u in under("resolve_log_race") {
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let handles: Vec<_> = (0..RACERS)
-            .map(|i| {
-                let log = u.log.clone();
-                let barrier = barrier.clone();
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    log.record_and_append(resolve("r1", &format!("res-{i}"), None), vec![note(0)])
-                        .unwrap()
-                        != Recorded::Duplicate
-                })
-            })
-            .collect();
-        let won = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|w| *w)
-            .count();
+        let won = race(RACERS, &u.log, |log, i| {
+            log.record_and_append(resolve("r1", &format!("res-{i}"), None), vec![note(0)])
+                .unwrap()
+                != Recorded::Duplicate
+        });
         assert_eq!(
             won, 1,
             "{}: {won} of {RACERS} duplicates were recorded",
@@ -382,38 +389,21 @@ fn racing_decisions_record_once() {
         u.log
             .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
             .unwrap();
-        let barrier = Arc::new(Barrier::new(RACERS));
-        let handles: Vec<_> = (0..RACERS)
-            .map(|i| {
-                let (log, barrier) = (u.log.clone(), barrier.clone());
-                std::thread::spawn(move || {
-                    barrier.wait();
-                    let d = if i % 2 == 0 {
-                        ApprovalDecision::Grant
-                    } else {
-                        ApprovalDecision::Reject
-                    };
-                    let outcome =
-                        log.record_and_append(decision("a1", d, &format!("op{i}")), vec![note(1)]);
-                    match outcome {
-                        Ok(_) => true,
-                        Err(e) => {
-                            assert_eq!(
-                                refused_with(&Err(e.clone())),
-                                Some(Token::AlreadyExists),
-                                "{e:?}"
-                            );
-                            false
-                        }
-                    }
-                })
-            })
-            .collect();
-        let won = handles
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|w| *w)
-            .count();
+        let won = race(RACERS, &u.log, |log, i| {
+            let d = if i % 2 == 0 {
+                ApprovalDecision::Grant
+            } else {
+                ApprovalDecision::Reject
+            };
+            let outcome =
+                log.record_and_append(decision("a1", d, &format!("op{i}")), vec![note(1)]);
+            let lost = refused_with(&outcome);
+            assert!(
+                outcome.is_ok() || lost == Some(Token::AlreadyExists),
+                "{outcome:?}"
+            );
+            outcome.is_ok()
+        });
         assert_eq!(
             won, 1,
             "{}: {won} of {RACERS} decisions were recorded",

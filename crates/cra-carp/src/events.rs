@@ -9,7 +9,6 @@
 //! written as `null`, as the specification's examples have it.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use cra_trace::{Payload, PreparedDraft, Span};
 use serde::Serialize;
@@ -220,51 +219,13 @@ impl<'a> ResolutionCompleted<'a> {
             dry_run: dry_run.then_some(true),
         }
     }
-
-    /// The event, its payload written as canonical text around `canonical`, the resolution's
-    /// own canonical form (the bytes the agent is answered with): the resolution is serialised
-    /// once per resolve. Members in key order, each as the canonical writer writes it. Without
-    /// a canonical form (its unknown extras repeat a member's name) the payload goes through
-    /// [`Span::event`].
-    pub fn event_around(&self, span: &Span<'_>, canonical: Option<&str>) -> PreparedDraft {
-        match canonical {
-            Some(text) if self.dry_run.is_none() => {
-                span.event_from_canonical::<Self>(self.text_around(text))
-            }
-            _ => span.event(self),
-        }
-    }
-
-    fn text_around(&self, canonical: &str) -> String {
-        use cra_wire::canonical::trace::write_ascii_string;
-        let mut out = String::with_capacity(canonical.len() + 256);
-        let _ = write!(
-            out,
-            r#"{{"allowed_count":{},"context_block_count":{},"decision":"#,
-            self.allowed_count, self.context_block_count
-        );
-        write_ascii_string(self.decision, &mut out);
-        out.push_str(r#","decision_type":"#);
-        write_ascii_string(self.decision_type, &mut out);
-        let _ = write!(
-            out,
-            r#","denied_count":{},"resolution":"#,
-            self.denied_count
-        );
-        out.push_str(canonical);
-        out.push_str(r#","resolution_id":"#);
-        write_ascii_string(self.resolution_id, &mut out);
-        let _ = write!(out, r#","ttl_seconds":{}}}"#, self.ttl_seconds);
-        out
-    }
 }
 
 /// The events of a recorded resolve, in order, all in `span` (the resolution's trace and id):
 /// `carp.request.received` (with the atlas digests and the counters the evaluation read), one
 /// `policy.evaluated` per candidate action of `explained`, one `context.injected` per block, an
-/// `approval.requested` when the resolution opened an approval, and the completion, written
-/// around the resolution's canonical text `canonical` when given
-/// ([`ResolutionCompleted::event_around`]). `resolution` is the recorded one (no `explain`).
+/// `approval.requested` when the resolution opened an approval, and the completion.
+/// `resolution` is the recorded one (no `explain`).
 pub fn resolve_events(
     span: &Span<'_>,
     request: &CarpRequest,
@@ -272,7 +233,6 @@ pub fn resolve_events(
     counters: &CountersSnapshot,
     resolution: &Resolution,
     explained: Option<&Explain>,
-    canonical: Option<&str>,
 ) -> Vec<PreparedDraft> {
     let mut events = Vec::with_capacity(16);
     events.push(span.event(&RequestReceived::new(request, atlas_digests, counters)));
@@ -306,7 +266,7 @@ pub fn resolve_events(
             actions: gated.map(|a| a.action_id.as_str()).collect(),
         }));
     }
-    events.push(ResolutionCompleted::new(resolution, false).event_around(span, canonical));
+    events.push(span.event(&ResolutionCompleted::new(resolution, false)));
     events
 }
 
@@ -817,22 +777,17 @@ mod tests {
         parent: Some("p"),
     };
 
-    /// The text spliced around the resolution's canonical form is the canonical form of the
-    /// completion value, and the same text the payload's serde path writes.
+    /// The completion's payload is the canonical form of its value; parsed back (what live
+    /// subscribers get), it is the same value.
     #[test]
     fn completion_text_is_the_canonical_form_of_the_value() {
         let r = resolution();
         let value = completion_value(&r);
-        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
-        let completed = ResolutionCompleted::new(&r, false);
-        let spliced = completed.event_around(&SPAN, Some(&canonical));
-        assert!(spliced.is_text_only(), "written as text");
-        assert_eq!(spliced.draft.event_type, "carp.resolution.completed");
+        let event = SPAN.event(&ResolutionCompleted::new(&r, false));
+        assert_eq!(event.draft.event_type, "carp.resolution.completed");
         let expected = cra_wire::canonical::trace_canonical(&value);
-        assert_eq!(spliced.canonical_payload(), expected);
-        assert_eq!(SPAN.event(&completed).canonical_payload(), expected);
-        // Parsed back (what live subscribers get), it is the same value.
-        let back = spliced.into_draft();
+        assert_eq!(event.canonical_payload(), expected);
+        let back = event.into_draft();
         assert_eq!(
             back.payload,
             serde_json::from_str::<Value>(&expected).unwrap()
@@ -840,15 +795,13 @@ mod tests {
         assert_eq!(back.parent_span_id.as_deref(), Some("p"));
     }
 
-    /// A validate's completion is the resolve's with `dry_run: true`; a canonical text offered
-    /// for it is not spliced (the splice has no `dry_run`).
+    /// A validate's completion is the resolve's with `dry_run: true`.
     #[test]
     fn a_dry_run_completion_carries_its_mark() {
         let r = resolution();
         let mut value = completion_value(&r);
         value["dry_run"] = Value::Bool(true);
-        let canonical = cra_wire::canonical::to_trace_canonical(&r).unwrap();
-        let event = ResolutionCompleted::new(&r, true).event_around(&SPAN, Some(&canonical));
+        let event = SPAN.event(&ResolutionCompleted::new(&r, true));
         assert_eq!(
             event.canonical_payload(),
             cra_wire::canonical::trace_canonical(&value)
@@ -856,16 +809,13 @@ mod tests {
     }
 
     /// A resolution whose unknown extras repeat a member's name has no canonical form (duplicate
-    /// key), neither written from the value nor from its text: the event is then made from the
-    /// value, and still carries the payload.
+    /// key): the event is then made from the value, and still carries the payload.
     #[test]
     fn completion_falls_back_to_the_value_on_a_duplicate_member() {
         let mut r = resolution();
         r.extra.insert("trace_id".into(), json!("shadow"));
         assert!(cra_wire::canonical::to_trace_canonical(&r).is_err());
-        let text = serde_json::to_string(&r).unwrap();
-        assert!(cra_wire::canonical::trace::trace_canonical_from_str(&text).is_err());
-        let prepared = ResolutionCompleted::new(&r, false).event_around(&SPAN, None);
+        let prepared = SPAN.event(&ResolutionCompleted::new(&r, false));
         assert!(!prepared.is_text_only(), "made from the value");
         assert_eq!(
             prepared.draft.payload["resolution_id"],

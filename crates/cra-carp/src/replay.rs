@@ -77,7 +77,6 @@ pub fn resolve_drafts(
             counters,
             &recorded,
             explained,
-            None,
         )
     };
     events.into_iter().map(PreparedDraft::into_draft).collect()

@@ -53,10 +53,9 @@ impl<'a> Span<'a> {
         }
     }
 
-    /// The event of a `P` whose canonical text the caller wrote itself (the resolve's completion
-    /// splices the resolution's canonical bytes in; see `cra_carp::events`). The caller vouches
-    /// that `canonical` is the TRACE canonical form of a `P`.
-    pub fn event_from_canonical<P: Payload>(&self, canonical: String) -> PreparedDraft {
+    /// The event of a `P` whose canonical text is `canonical` (the TRACE canonical form of a
+    /// `P`, as [`Span::event`] writes it).
+    fn event_from_canonical<P: Payload>(&self, canonical: String) -> PreparedDraft {
         PreparedDraft::from_canonical(self.draft(P::EVENT_TYPE, Value::Null), canonical)
     }
 

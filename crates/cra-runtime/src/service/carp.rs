@@ -271,7 +271,6 @@ async fn record_resolve(
             &counters,
             &resolution,
             explained.as_ref(),
-            canonical.as_deref(),
         )
     };
     let agent = &request.requester.agent_id;

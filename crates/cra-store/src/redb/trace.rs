@@ -28,12 +28,13 @@
 //! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
 //!
 //! A change of CARP state (`cra_carp::store::StateLog`: a resolve's request id, resolution and
-//! approval, or an approval's decision) may ride with its events: the committer writes it in the
-//! same transaction just before the events, so the change waits for the single writer once, with
-//! the batch, and the state and the events are stored together or not at all. A chain that has
-//! ended refuses both. The appender refuses a request id its session has used (stored, or on a
-//! resolve still queued) before sealing; the committer checks again in its transaction, and
-//! decides an approval only if that transaction reads it pending.
+//! approval, an approval's decision, or an execution's outcome with its lease released) may ride
+//! with its events: the committer writes it in the same transaction just before the events, so
+//! the change waits for the single writer once, with the batch, and the state and the events are
+//! stored together or not at all. A chain that has ended refuses both. The appender refuses a
+//! request id its session has used (stored, or on a resolve still queued) before sealing; the
+//! committer checks again in its transaction, and decides an approval only if that transaction
+//! reads it pending.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -232,19 +232,20 @@ impl Runtime {
         ))
     }
 
-    /// The project of package `package_id`, once `actor` is known to be allowed to write to it
-    /// (404 for an unknown package, or one outside `scope` when a project is named; 403 without
-    /// a grant).
-    async fn writable_package_project(
+    /// Package `package_id` (in `scope` when a project is named), once `actor` is known to be
+    /// granted reads of its project, or with `write` writes (404 for an unknown package, or one
+    /// outside `scope`; 403 without a grant).
+    async fn granted_package(
         &self,
         actor: &Actor,
         package_id: &str,
         scope: Option<&str>,
-    ) -> ApiResult<String> {
-        let current = self.scoped_package(package_id, scope).await?;
-        let pid = current.package.project_id().to_owned();
-        self.require_project(actor, &pid, true).await?;
-        Ok(pid)
+        write: bool,
+    ) -> ApiResult<StoredPackage> {
+        let p = self.scoped_package(package_id, scope).await?;
+        self.require_project(actor, p.package.project_id(), write)
+            .await?;
+        Ok(p)
     }
 
     /// Package `package_id`, which must belong to `scope` when a project is named (404
@@ -465,10 +466,7 @@ impl Runtime {
         package_id: &str,
         scope: Option<&str>,
     ) -> ApiResult<StoredPackage> {
-        let p = self.scoped_package(package_id, scope).await?;
-        self.require_project(actor, p.package.project_id(), false)
-            .await?;
-        Ok(p)
+        self.granted_package(actor, package_id, scope, false).await
     }
 
     /// §8.5 flag_for_review, by a writer of the package's project.
@@ -479,9 +477,8 @@ impl Runtime {
         scope: Option<&str>,
         flag: Flag,
     ) -> ApiResult<StoredPackage> {
-        let pid = self
-            .writable_package_project(actor, package_id, scope)
-            .await?;
+        let current = self.granted_package(actor, package_id, scope, true).await?;
+        let pid = current.package.project_id().to_owned();
         let (ra, id, f) = (relay_actor(actor), package_id.to_owned(), flag.clone());
         let p = self
             .relay_call(move |r| r.flag_for_review(&id, &f.review_type, f.note.as_deref(), &ra))
@@ -510,9 +507,8 @@ impl Runtime {
         scope: Option<&str>,
         review: Review,
     ) -> ApiResult<StoredPackage> {
-        let pid = self
-            .writable_package_project(actor, package_id, scope)
-            .await?;
+        let current = self.granted_package(actor, package_id, scope, true).await?;
+        let pid = current.package.project_id().to_owned();
         let (ra, id, v) = (relay_actor(actor), package_id.to_owned(), review.clone());
         let p = self
             .relay_call(move |r| r.review(&id, &v.outcome, v.note.as_deref(), &ra))

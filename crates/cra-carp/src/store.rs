@@ -605,7 +605,31 @@ pub fn decision_refusal(e: CarpStoreError) -> cra_trace::store::ChainStoreError 
     }
 }
 
-/// A change of CARP state that is recorded together with the TRACE events that tell of it.
+/// The events an outbox entry held (a Relay write's: `cra_relay::store::OutboxEntry`), appended
+/// to `session_id`'s chain as the entry is removed, in one transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settlement {
+    /// The chain the events go to.
+    pub session_id: String,
+    /// The entry removed.
+    pub outbox_key: String,
+}
+
+impl Settlement {
+    /// The refusal of a settlement whose entry is gone: another appender (a replica rolling the
+    /// outbox forward at its start) appended its events and removed it first.
+    pub fn settled_before(&self) -> cra_trace::store::ChainStoreError {
+        cra_trace::store::ChainStoreError::Refused {
+            token: cra_wire::Token::AlreadyExists,
+            message: format!(
+                "outbox entry `{}` was settled before; its events are in the chain",
+                self.outbox_key
+            ),
+        }
+    }
+}
+
+/// A change of state that is recorded together with the TRACE events that tell of it.
 #[derive(Debug, Clone, PartialEq)]
 #[expect(
     clippy::large_enum_variant,
@@ -619,6 +643,9 @@ pub enum StateChange {
     /// An execution's outcome recorded (insert-if-absent, its idempotency key kept for it) and
     /// its lease released.
     Execute(ExecutionRecord),
+    /// An outbox entry's events appended and the entry removed; refused with
+    /// [`Settlement::settled_before`] when the entry is gone.
+    Settle(Settlement),
 }
 
 impl StateChange {
@@ -628,6 +655,7 @@ impl StateChange {
             Self::Resolve(r) => &r.session_id,
             Self::Decide(d) => &d.session_id,
             Self::Execute(e) => &e.session_id,
+            Self::Settle(s) => &s.session_id,
         }
     }
 }
@@ -754,6 +782,14 @@ impl RecordThenAppend {
             StateChange::Execute(e) => {
                 self.carp.record_execution(e)?;
                 self.carp.release_execution(&e.execution_id)?;
+            }
+            StateChange::Settle(_) => {
+                return Err(cra_trace::store::ChainStoreError::Unavailable(
+                    "these stores do not share a transaction, so an outbox entry cannot be \
+                     settled with its append; use a cra-store backend"
+                        .into(),
+                )
+                .into());
             }
         }
         let drafts = drafts

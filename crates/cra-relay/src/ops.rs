@@ -150,6 +150,15 @@ impl Relay {
         &self.store
     }
 
+    /// This service with every store write also storing `outbox`'s entries for what it changed
+    /// ([`RelayStore::with_outbox`]).
+    pub fn with_outbox(&self, outbox: Arc<dyn crate::store::Outbox>) -> Self {
+        Self {
+            store: self.store.with_outbox(outbox),
+            ..self.clone()
+        }
+    }
+
     /// The current time in wire form.
     pub fn now(&self) -> String {
         format_timestamp(self.clock.now())

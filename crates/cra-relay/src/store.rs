@@ -9,6 +9,7 @@
 pub mod memory;
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::fact::{FactQuery, FactRecord, NewFact, SupersessionError};
 use crate::model::{Project, ReviewRecord, Session, Status, StoredPackage};
@@ -131,6 +132,45 @@ pub struct Snapshot {
     pub reviews: Vec<ReviewRecord>,
 }
 
+// --- the audit outbox ----------------------------------------------------------------------
+
+/// An entry of the audit outbox: the TRACE events a write owes its chain. It is stored in the
+/// write's own transaction, so a change is never stored without the events that tell of it; the
+/// transaction that appends the events removes it (`cra_carp::store::StateChange::Settle`), and
+/// whatever a crash left between the two is appended at the next start. Its body is the
+/// writer's (the runtime's JSON); the store keeps it as text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEntry {
+    /// Unique; the removal names it.
+    pub key: String,
+    /// What to append, in the writer's encoding.
+    pub body: String,
+}
+
+/// What a write changed, as its [`Outbox`] is told inside the write's transaction. A write that
+/// changed nothing (a package already stored, a session already ended) tells nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum Written<'a> {
+    /// A project created, archived or unarchived.
+    Project(&'a Project),
+    /// A package inserted, or replaced by a flag or a review.
+    Package(&'a StoredPackage),
+    /// A fact inserted (superseding the current one, if any).
+    Fact(&'a FactRecord),
+    /// The current facts of a (subject, predicate) closed: how many.
+    Invalidated(usize),
+    /// A session started or ended.
+    Session(&'a Session),
+    /// An import restored.
+    Restored(&'a Snapshot),
+}
+
+/// Turns a write's change into the outbox entries stored with it.
+pub trait Outbox: Send + Sync {
+    /// The entries `written` owes; none for a change that owes no event.
+    fn entries(&self, written: Written<'_>) -> Result<Vec<OutboxEntry>, RelayStoreError>;
+}
+
 /// The storage Relay needs.
 pub trait RelayStore: Send + Sync + fmt::Debug {
     /// Creates a project; [`RelayStoreError::AlreadyExists`] if the id is taken.
@@ -220,6 +260,13 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         let _ = query;
         Err(RelayStoreError::SearchUnsupported)
     }
+
+    /// This store, with every write made through it also storing, in the write's transaction,
+    /// the entries `outbox` makes of what the write changed. Quarantining a package (a read
+    /// that found it tampered) tells the outbox nothing.
+    fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore>;
+    /// The outbox entries not yet removed, by key.
+    fn outbox(&self) -> Result<Vec<OutboxEntry>, RelayStoreError>;
 
     /// Everything, in export order (see [`Snapshot`]).
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError>;

@@ -119,6 +119,17 @@ pub fn build_runtime(
         )));
     }
     config.replica_id = Some(owner);
+    let rolled = crate::service::relay::outbox::roll_forward(
+        backends.relay.as_ref(),
+        backends.carp.as_ref(),
+        backends.state_log.as_ref(),
+    )
+    .map_err(|e| StartError::Other(e.to_string()))?;
+    if rolled > 0 {
+        notices.push(StartNotice::Info(format!(
+            "appended the events of {rolled} Relay write(s) the last stop cut off before their append"
+        )));
+    }
     notices.push(StartNotice::Info(match &config.postgres {
         Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
         None => format!("store: redb in {}", config.data.display()),

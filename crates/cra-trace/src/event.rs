@@ -78,7 +78,8 @@ pub struct TraceEvent {
 }
 
 /// What a producer supplies; the chain supplies the rest (id, time, sequence, hashes).
-#[derive(Debug, Clone, PartialEq)]
+/// Serialisable so a draft can wait in an outbox (a Relay write's events) before its append.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EventDraft {
     /// Groups the events of one CARP operation.
     pub trace_id: String,

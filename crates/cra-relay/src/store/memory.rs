@@ -2,9 +2,12 @@
 //! critical section, so multi-row changes are atomic). Never used by the product.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use super::{InsertOutcome, PackageFilter, RelayStore, RelayStoreError, Snapshot};
+use super::{
+    InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, Snapshot,
+    Written,
+};
 use crate::fact::{self, FactQuery, FactRecord, NewFact};
 use crate::model::{Project, ReviewRecord, Session, StoredPackage};
 
@@ -16,6 +19,7 @@ struct Inner {
     reviews: Vec<ReviewRecord>,
     facts: Vec<FactRecord>,
     sessions: BTreeMap<String, Session>,
+    outbox: BTreeMap<String, String>,
 }
 
 impl Inner {
@@ -30,10 +34,18 @@ impl Inner {
     }
 }
 
-/// See the module documentation.
-#[derive(Debug, Default)]
+/// See the module documentation. A store made by [`RelayStore::with_outbox`] shares the maps
+/// of the one it was made from.
+#[derive(Default)]
 pub struct MemoryStore {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    outbox: Option<Arc<dyn Outbox>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
 }
 
 impl MemoryStore {
@@ -44,6 +56,17 @@ impl MemoryStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores the outbox entries of `written` in `g`; called before the change itself, so a
+    /// failure changes nothing.
+    fn owe(&self, g: &mut Inner, written: Written<'_>) -> Result<(), RelayStoreError> {
+        if let Some(outbox) = &self.outbox {
+            for OutboxEntry { key, body } in outbox.entries(written)? {
+                g.outbox.insert(key, body);
+            }
+        }
+        Ok(())
     }
 
     /// Test hook: overwrites a stored package's object without touching its hash (tampering).
@@ -64,6 +87,7 @@ impl RelayStore for MemoryStore {
                 project.project_id
             )));
         }
+        self.owe(&mut g, Written::Project(project))?;
         g.projects
             .insert(project.project_id.clone(), project.clone());
         Ok(())
@@ -83,12 +107,15 @@ impl RelayStore for MemoryStore {
         archived_at: Option<&str>,
     ) -> Result<Project, RelayStoreError> {
         let mut g = self.lock();
-        let p = g
+        let mut p = g
             .projects
-            .get_mut(project_id)
+            .get(project_id)
+            .cloned()
             .ok_or_else(|| RelayStoreError::NotFound(format!("project {project_id}")))?;
         p.archived_at = archived_at.map(str::to_owned);
-        Ok(p.clone())
+        self.owe(&mut g, Written::Project(&p))?;
+        g.projects.insert(project_id.to_owned(), p.clone());
+        Ok(p)
     }
 
     fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
@@ -97,6 +124,7 @@ impl RelayStore for MemoryStore {
         if let Some((_, existing)) = g.packages.get(&id) {
             return Ok(InsertOutcome::Existing(existing.clone()));
         }
+        self.owe(&mut g, Written::Package(package))?;
         let seq = g.next_seq;
         g.next_seq += 1;
         g.packages.insert(id.clone(), (seq, package.clone()));
@@ -140,14 +168,18 @@ impl RelayStore for MemoryStore {
     ) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         let id = updated.package.package_id();
-        let entry = g
+        let stored_hash = g
             .packages
-            .get_mut(id)
+            .get(id)
+            .map(|e| e.1.content_hash.clone())
             .ok_or_else(|| RelayStoreError::NotFound(format!("package {id}")))?;
-        if entry.1.content_hash != expected_hash {
+        if stored_hash != expected_hash {
             return Err(RelayStoreError::Conflict(format!("package {id}")));
         }
-        entry.1 = updated.clone();
+        self.owe(&mut g, Written::Package(updated))?;
+        if let Some(entry) = g.packages.get_mut(id) {
+            entry.1 = updated.clone();
+        }
         g.reviews.push(review.clone());
         Ok(())
     }
@@ -193,6 +225,7 @@ impl RelayStore for MemoryStore {
         });
         let current = idx.map(|i| g.facts[i].clone());
         let (closed, inserted) = fact::supersede(current.as_ref(), new, now)?;
+        self.owe(&mut g, Written::Fact(&inserted))?;
         if let (Some(i), Some(c)) = (idx, closed) {
             g.facts[i] = c;
         }
@@ -210,15 +243,17 @@ impl RelayStore for MemoryStore {
         let mut g = self.lock();
         let now = g.stamp(project_id, &now());
         let now = now.as_str();
-        let mut n = 0;
-        for r in g.facts.iter_mut() {
-            if r.is_current()
+        let closing = |r: &FactRecord| {
+            r.is_current()
                 && r.fact.project_id == project_id
                 && r.fact.subject == subject
                 && r.fact.predicate == predicate
-            {
+        };
+        let n = g.facts.iter().filter(|r| closing(r)).count();
+        self.owe(&mut g, Written::Invalidated(n))?;
+        for r in g.facts.iter_mut() {
+            if closing(r) {
                 *r = fact::invalidate(r, now);
-                n += 1;
             }
         }
         Ok(n)
@@ -239,8 +274,9 @@ impl RelayStore for MemoryStore {
     }
 
     fn put_session(&self, session: &Session) -> Result<(), RelayStoreError> {
-        self.lock()
-            .sessions
+        let mut g = self.lock();
+        self.owe(&mut g, Written::Session(session))?;
+        g.sessions
             .insert(session.session_id.clone(), session.clone());
         Ok(())
     }
@@ -255,11 +291,34 @@ impl RelayStore for MemoryStore {
         ended_at: &str,
     ) -> Result<Option<Session>, RelayStoreError> {
         let mut g = self.lock();
-        let Some(s) = g.sessions.get_mut(session_id) else {
+        let Some(mut s) = g.sessions.get(session_id).cloned() else {
             return Ok(None);
         };
-        s.ended_at.get_or_insert_with(|| ended_at.to_owned());
-        Ok(Some(s.clone()))
+        if s.ended_at.is_none() {
+            s.ended_at = Some(ended_at.to_owned());
+            self.owe(&mut g, Written::Session(&s))?;
+            g.sessions.insert(session_id.to_owned(), s.clone());
+        }
+        Ok(Some(s))
+    }
+
+    fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
+        Arc::new(Self {
+            inner: self.inner.clone(),
+            outbox: Some(outbox),
+        })
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxEntry>, RelayStoreError> {
+        Ok(self
+            .lock()
+            .outbox
+            .iter()
+            .map(|(key, body)| OutboxEntry {
+                key: key.clone(),
+                body: body.clone(),
+            })
+            .collect())
     }
 
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
@@ -285,6 +344,7 @@ impl RelayStore for MemoryStore {
                 "data in the target store (import needs an empty store)".into(),
             ));
         }
+        self.owe(&mut g, Written::Restored(snapshot))?;
         for p in &snapshot.projects {
             g.projects.insert(p.project_id.clone(), p.clone());
         }

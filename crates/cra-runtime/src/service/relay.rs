@@ -11,28 +11,33 @@
 //! Every write is a TRACE event: in the chain of `created_by.session_id` when that names an
 //! active session of the same agent, otherwise in the project's audit chain, a session like any
 //! other whose agent is `project:<project_id>` and whose id is derived from the project id
-//! ([`project_audit_session`]).
+//! ([`project_audit_session`]). The store keeps a write's events with the change, in its
+//! transaction, until they are appended (the `outbox` module), so no change goes unaudited.
 
 pub mod events;
+pub(crate) mod outbox;
 
 use cra_relay::export::ExportError;
 use cra_relay::fact::{FactQuery, FactRecord};
 use cra_relay::ops::{Pulled, Relevant};
 use cra_relay::store::SearchQuery;
+use cra_relay::store::Written;
 use cra_relay::{
     Actor as RelayActor, ActorType as RelayActorType, Project, Relay, RelayError, model::Session,
 };
 use cra_relay::{StoredPackage, digest};
-use cra_trace::{EventDraft, Payload, Span};
+use cra_trace::{Payload, Span, TraceEvent};
 use cra_wire::Token;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::sync::Arc;
 
 use self::events::{
     FactAsserted, FactInvalidated, ImportCounts, PackageDeposited, PackageFlagged, PackageReviewed,
     ProjectArchived, ProjectCreated, ProjectUnarchived, RelaySessionEnded, RelaySessionStarted,
     WrittenBy,
 };
+use self::outbox::{Chain, Owed, Plan, Planner};
 use crate::auth::{Actor, ActorType, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::service::sessions::{callsign_for, check_id_field};
@@ -267,56 +272,101 @@ impl Runtime {
         }
     }
 
-    /// Appends a Relay write's event: to `session_id`'s chain when it is an active session of
-    /// `actor`, else to the project's audit chain. Returns the session id written to.
-    async fn record_relay<P: Payload>(
+    /// The chain a Relay write of `actor` goes to: `session_id`'s when that is an active CARP
+    /// session of `actor`, else the project's audit chain.
+    async fn relay_chain(
         &self,
         actor: &Actor,
         project_id: &str,
         session_id: Option<&str>,
-        payload: &P,
-    ) -> ApiResult<String> {
-        let draft = self.relay_draft(payload);
+    ) -> Chain {
         if let Some(sid) = session_id
             && cra_wire::id::is_canonical_uuid(sid)
             && let Ok(rec) = self.session_record(sid).await
             && rec.agent_id == actor.id
             && rec.is_active()
         {
-            self.append_events(sid, &actor.id, vec![draft]).await?;
-            return Ok(sid.to_owned());
+            return Chain {
+                session_id: sid.to_owned(),
+                owner: actor.id.clone(),
+                project_id: project_id.to_owned(),
+            };
         }
-        let sid = project_audit_session(project_id);
-        self.append_events(&sid, &audit_agent(project_id), vec![draft])
-            .await?;
-        Ok(sid)
+        Chain::audit(project_id)
     }
 
-    /// A Relay write's event, on a span of its own.
-    fn relay_draft<P: Payload>(&self, payload: &P) -> EventDraft {
-        self.root_draft(payload)
-    }
-
-    /// Starts the audit chain of a project: `session.started`, then `relay.project.created`
-    /// with the creator and members (the grants [`Runtime::project_grants`] reads) and, for an
-    /// imported project, what the import brought. Returns the chain's session id.
-    async fn open_audit_chain(
+    /// Runs the Relay write `op` with `plan` naming the events each of its changes owes: the
+    /// store keeps them with the change (the `outbox` module), and they are appended and published
+    /// before this returns. A failure to append them is answered (the change is made; its
+    /// events wait in the outbox for the next start).
+    async fn relay_write<T, E>(
         &self,
-        project: &Project,
+        plan: Plan,
+        op: impl FnOnce(Relay) -> Result<T, E> + Send + 'static,
+    ) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        E: Into<ApiError> + Send + 'static,
+    {
+        let planner = Arc::new(Planner::new(self.ids.clone(), plan));
+        let outbox: Arc<dyn cra_relay::store::Outbox> = planner.clone();
+        let relay = self.relay.with_outbox(outbox);
+        let done = crate::error::run_blocking("a relay task failed", move || op(relay))
+            .await
+            .and_then(|r| r.map_err(Into::into));
+        let settled = self.settle_owed(planner.take()).await;
+        let value = done?;
+        settled?;
+        Ok(value)
+    }
+
+    /// Appends the events of outbox entries this server just made, removing the entries, and
+    /// publishes them.
+    async fn settle_owed(&self, owed: Vec<(String, Owed)>) -> ApiResult<()> {
+        if owed.is_empty() {
+            return Ok(());
+        }
+        let (carp, log) = (self.backends.carp.clone(), self.backends.state_log.clone());
+        let settled = crate::error::run_blocking("an outbox settlement failed", move || {
+            owed.into_iter()
+                .map(|(key, owed)| outbox::settle(carp.as_ref(), log.as_ref(), &key, owed))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?
+        .map_err(|e| match e {
+            cra_carp::store::StateLogError::Chain(e) => crate::tracelog::chain_error(e),
+            cra_carp::store::StateLogError::Store(e) => {
+                crate::service::sessions::carp_store_error(e)
+            }
+        })?;
+        for s in settled {
+            self.publish_settled(&s.chain, &s.events);
+        }
+        Ok(())
+    }
+
+    fn publish_settled(&self, chain: &Chain, events: &[TraceEvent]) {
+        self.metrics.add_events(events.len() as u64);
+        self.hub.publish(&chain.session_id, &chain.owner, events);
+    }
+
+    /// The events that open the audit chain of `project`: `session.started`, then
+    /// `relay.project.created` with the creator and members (the grants
+    /// [`Runtime::project_grants`] reads) and, for an imported project, what the import brought.
+    fn audit_opening(
+        ids: &dyn cra_wire::IdGenerator,
+        opened_at: &str,
+        project: &cra_relay::Project,
         creator: &Actor,
         members: &[String],
         imported: Option<ImportCounts>,
-    ) -> ApiResult<String> {
+    ) -> Owed {
         let project_id = project.project_id.as_str();
-        let sid = project_audit_session(project_id);
-        let owner = audit_agent(project_id);
-        let now = cra_wire::clock::format_timestamp(self.clock.now());
-        let rec = cra_carp::store::SessionRecord::opened(&sid, &owner, now);
-        self.carp(move |s| s.create_session(&rec)).await?;
+        let chain = Chain::audit(project_id);
         let goal = format!("audit chain of project {project_id}");
-        let callsign = callsign_for(&sid);
+        let callsign = callsign_for(&chain.session_id);
         let started = cra_carp::events::SessionStarted {
-            agent_id: &owner,
+            agent_id: &chain.owner,
             actor: Some(creator.event_ref()),
             goal: &goal,
             project_id: Some(project_id),
@@ -330,11 +380,19 @@ impl Runtime {
             members,
             imported,
         };
-        let (t, s) = (self.ids.new_id(), self.ids.new_id());
+        let (t, s) = (ids.new_id(), ids.new_id());
         let span = Span::root(&t, &s);
         let drafts = vec![span.draft_of(&started), span.draft_of(&created)];
-        self.append_events(&sid, &owner, drafts).await?;
-        Ok(sid)
+        let opens = cra_carp::store::SessionRecord::opened(
+            &chain.session_id,
+            &chain.owner,
+            opened_at.to_owned(),
+        );
+        Owed {
+            chain,
+            opens: Some(opens),
+            drafts,
+        }
     }
 
     /// Creates a project and its audit chain, `actor` its creator.
@@ -351,16 +409,26 @@ impl Runtime {
         for (i, m) in input.members.iter().enumerate() {
             check_id_field(&format!("/members/{i}"), m)?;
         }
+        let (ids, creator, members) = (self.ids.clone(), actor.clone(), input.members.clone());
+        let opened_at = cra_wire::clock::format_timestamp(self.clock.now());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Project(p) => vec![Self::audit_opening(
+                ids.as_ref(),
+                &opened_at,
+                p,
+                &creator,
+                &members,
+                None,
+            )],
+            _ => Vec::new(),
+        });
         let (pid, name) = (input.project_id.clone(), input.name.clone());
         let project = self
-            .relay_call(move |r| r.create_project(&pid, &name))
-            .await?;
-        let audit_session_id = self
-            .open_audit_chain(&project, actor, &input.members, None)
+            .relay_write(plan, move |r| r.create_project(&pid, &name))
             .await?;
         Ok(CreatedProject {
+            audit_session_id: project_audit_session(&project.project_id),
             project,
-            audit_session_id,
         })
     }
 
@@ -379,25 +447,28 @@ impl Runtime {
         archived: bool,
     ) -> ApiResult<Project> {
         self.require_project(actor, project_id, true).await?;
-        let pid = project_id.to_owned();
-        let project = self
-            .relay_call(move |r| {
-                if archived {
-                    r.archive(&pid)
+        let (ids, by) = (self.ids.clone(), actor.id.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Project(p) => {
+                let (project_id, by) = (p.project_id.as_str(), WrittenBy { id: &by });
+                let chain = Chain::audit(project_id);
+                vec![if archived {
+                    Owed::event(chain, ids.as_ref(), &ProjectArchived { project_id, by })
                 } else {
-                    r.unarchive(&pid)
-                }
-            })
-            .await?;
-        let by = WrittenBy { id: &actor.id };
-        if archived {
-            let event = ProjectArchived { project_id, by };
-            self.record_relay(actor, project_id, None, &event).await?;
-        } else {
-            let event = ProjectUnarchived { project_id, by };
-            self.record_relay(actor, project_id, None, &event).await?;
-        }
-        Ok(project)
+                    Owed::event(chain, ids.as_ref(), &ProjectUnarchived { project_id, by })
+                }]
+            }
+            _ => Vec::new(),
+        });
+        let pid = project_id.to_owned();
+        self.relay_write(plan, move |r| {
+            if archived {
+                r.archive(&pid)
+            } else {
+                r.unarchive(&pid)
+            }
+        })
+        .await
     }
 
     /// §8.1 deposit of `package` (the wire object) into `project_id`. An identical package
@@ -409,23 +480,28 @@ impl Runtime {
         package: Value,
     ) -> ApiResult<cra_relay::ops::Deposited> {
         self.require_project(actor, project_id, true).await?;
+        let session = package
+            .get("created_by")
+            .and_then(|c| c.get("session_id"))
+            .and_then(Value::as_str);
+        let chain = self.relay_chain(actor, project_id, session).await;
+        let (ids, creator) = (self.ids.clone(), actor.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Package(p) => {
+                let event = PackageDeposited {
+                    project_id: &chain.project_id,
+                    package_id: p.package.package_id(),
+                    content_hash: &p.content_hash,
+                    created_by: creator.event_ref(),
+                };
+                vec![Owed::event(chain.clone(), ids.as_ref(), &event)]
+            }
+            _ => Vec::new(),
+        });
         let ra = relay_actor(actor);
         let pid = project_id.to_owned();
-        let d = self
-            .relay_call(move |r| r.deposit(&pid, &ra, &package))
-            .await?;
-        if d.created {
-            let event = PackageDeposited {
-                project_id,
-                package_id: d.stored.package.package_id(),
-                content_hash: &d.stored.content_hash,
-                created_by: actor.event_ref(),
-            };
-            let session = d.stored.package.session_id();
-            self.record_relay(actor, project_id, session, &event)
-                .await?;
-        }
-        Ok(d)
+        self.relay_write(plan, move |r| r.deposit(&pid, &ra, &package))
+            .await
     }
 
     /// §8.2 pull (latest, relevant) and the awaiting-review listing, to a reader of the project.
@@ -478,22 +554,30 @@ impl Runtime {
         flag: Flag,
     ) -> ApiResult<StoredPackage> {
         let current = self.granted_package(actor, package_id, scope, true).await?;
-        let pid = current.package.project_id().to_owned();
-        let (ra, id, f) = (relay_actor(actor), package_id.to_owned(), flag.clone());
-        let p = self
-            .relay_call(move |r| r.flag_for_review(&id, &f.review_type, f.note.as_deref(), &ra))
-            .await?;
-        let event = PackageFlagged {
-            project_id: &pid,
-            package_id,
-            review_type: &flag.review_type,
-            note: flag.note.as_deref(),
-            content_hash: &p.content_hash,
-            by: WrittenBy { id: &actor.id },
-        };
-        self.record_relay(actor, &pid, p.package.session_id(), &event)
-            .await?;
-        Ok(p)
+        let pid = current.package.project_id();
+        let chain = self
+            .relay_chain(actor, pid, current.package.session_id())
+            .await;
+        let (ids, by, f) = (self.ids.clone(), actor.id.clone(), flag.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Package(p) => {
+                let event = PackageFlagged {
+                    project_id: &chain.project_id,
+                    package_id: p.package.package_id(),
+                    review_type: &f.review_type,
+                    note: f.note.as_deref(),
+                    content_hash: &p.content_hash,
+                    by: WrittenBy { id: &by },
+                };
+                vec![Owed::event(chain.clone(), ids.as_ref(), &event)]
+            }
+            _ => Vec::new(),
+        });
+        let (ra, id) = (relay_actor(actor), package_id.to_owned());
+        self.relay_write(plan, move |r| {
+            r.flag_for_review(&id, &flag.review_type, flag.note.as_deref(), &ra)
+        })
+        .await
     }
 
     /// Review of a flagged package. The reviewer is `actor`: a `human` review is closed only by a
@@ -508,37 +592,53 @@ impl Runtime {
         review: Review,
     ) -> ApiResult<StoredPackage> {
         let current = self.granted_package(actor, package_id, scope, true).await?;
-        let pid = current.package.project_id().to_owned();
-        let (ra, id, v) = (relay_actor(actor), package_id.to_owned(), review.clone());
-        let p = self
-            .relay_call(move |r| r.review(&id, &v.outcome, v.note.as_deref(), &ra))
-            .await?;
-        let event = PackageReviewed {
-            project_id: &pid,
-            package_id,
-            outcome: &review.outcome,
-            note: review.note.as_deref(),
-            content_hash: &p.content_hash,
-            reviewer: actor.event_ref(),
-        };
-        self.record_relay(actor, &pid, None, &event).await?;
-        Ok(p)
+        let chain = Chain::audit(current.package.project_id());
+        let (ids, reviewer, v) = (self.ids.clone(), actor.clone(), review.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Package(p) => {
+                let event = PackageReviewed {
+                    project_id: &chain.project_id,
+                    package_id: p.package.package_id(),
+                    outcome: &v.outcome,
+                    note: v.note.as_deref(),
+                    content_hash: &p.content_hash,
+                    reviewer: reviewer.event_ref(),
+                };
+                vec![Owed::event(chain.clone(), ids.as_ref(), &event)]
+            }
+            _ => Vec::new(),
+        });
+        let (ra, id) = (relay_actor(actor), package_id.to_owned());
+        self.relay_write(plan, move |r| {
+            r.review(&id, &review.outcome, review.note.as_deref(), &ra)
+        })
+        .await
     }
 
     /// Starts a Relay work session (§5.5) of `actor`, a writer of `project_id`, with a fresh
     /// callsign; recorded as `relay.session.started` in the project's audit chain.
     pub async fn start_relay_session(&self, actor: &Actor, project_id: &str) -> ApiResult<Session> {
         self.require_project(actor, project_id, true).await?;
+        let (ids, starter) = (self.ids.clone(), actor.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Session(s) => {
+                let event = RelaySessionStarted {
+                    project_id: &s.project_id,
+                    session_id: &s.session_id,
+                    callsign: s.callsign.as_deref(),
+                    actor: starter.event_ref(),
+                };
+                vec![Owed::event(
+                    Chain::audit(&s.project_id),
+                    ids.as_ref(),
+                    &event,
+                )]
+            }
+            _ => Vec::new(),
+        });
         let (ra, pid) = (relay_actor(actor), project_id.to_owned());
-        let session = self.relay_call(move |r| r.start_session(&pid, &ra)).await?;
-        let event = RelaySessionStarted {
-            project_id,
-            session_id: &session.session_id,
-            callsign: session.callsign.as_deref(),
-            actor: actor.event_ref(),
-        };
-        self.record_relay(actor, project_id, None, &event).await?;
-        Ok(session)
+        self.relay_write(plan, move |r| r.start_session(&pid, &ra))
+            .await
     }
 
     /// The Relay session `session_id` of `project_id`, to a reader of the project (404
@@ -584,19 +684,28 @@ impl Runtime {
         session_id: &str,
     ) -> ApiResult<Session> {
         self.require_project(actor, project_id, true).await?;
-        let before = self.project_session(project_id, session_id).await?;
+        self.project_session(project_id, session_id).await?;
+        let (ids, by) = (self.ids.clone(), actor.id.clone());
+        // The store tells of the end only when this call ended the session.
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Session(s) => {
+                let event = RelaySessionEnded {
+                    project_id: &s.project_id,
+                    session_id: &s.session_id,
+                    packages_deposited: &s.packages_deposited,
+                    by: WrittenBy { id: &by },
+                };
+                vec![Owed::event(
+                    Chain::audit(&s.project_id),
+                    ids.as_ref(),
+                    &event,
+                )]
+            }
+            _ => Vec::new(),
+        });
         let (ra, id) = (relay_actor(actor), session_id.to_owned());
-        let ended = self.relay_call(move |r| r.end_session(&id, &ra)).await?;
-        if before.ended_at.is_none() {
-            let event = RelaySessionEnded {
-                project_id,
-                session_id,
-                packages_deposited: &ended.packages_deposited,
-                by: WrittenBy { id: &actor.id },
-            };
-            self.record_relay(actor, project_id, None, &event).await?;
-        }
-        Ok(ended)
+        self.relay_write(plan, move |r| r.end_session(&id, &ra))
+            .await
     }
 
     /// §8.6 assert_fact of `fact` (the wire object) in `project_id`.
@@ -607,23 +716,24 @@ impl Runtime {
         fact: Value,
     ) -> ApiResult<FactRecord> {
         self.require_project(actor, project_id, true).await?;
+        let session = fact.get("session_id").and_then(Value::as_str);
+        let chain = self.relay_chain(actor, project_id, session).await;
+        let (ids, by) = (self.ids.clone(), actor.id.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Fact(rec) => {
+                let event = FactAsserted {
+                    project_id: &chain.project_id,
+                    fact: rec.to_wire(),
+                    by: WrittenBy { id: &by },
+                };
+                vec![Owed::event(chain.clone(), ids.as_ref(), &event)]
+            }
+            _ => Vec::new(),
+        });
         let ra = relay_actor(actor);
-        let session = fact
-            .get("session_id")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
         let pid = project_id.to_owned();
-        let rec = self
-            .relay_call(move |r| r.assert_fact(&pid, &ra, &fact))
-            .await?;
-        let event = FactAsserted {
-            project_id,
-            fact: rec.to_wire(),
-            by: WrittenBy { id: &actor.id },
-        };
-        self.record_relay(actor, project_id, session.as_deref(), &event)
-            .await?;
-        Ok(rec)
+        self.relay_write(plan, move |r| r.assert_fact(&pid, &ra, &fact))
+            .await
     }
 
     /// Current facts, point-in-time views or history, to a reader of the project.
@@ -653,18 +763,23 @@ impl Runtime {
             subject.to_owned(),
             predicate.to_owned(),
         );
-        let invalidated = self
-            .relay_call(move |r| r.invalidate_fact(&pid, &s, &p))
-            .await?;
-        let event = FactInvalidated {
-            project_id,
-            subject,
-            predicate,
-            invalidated,
-            by: WrittenBy { id: &actor.id },
-        };
-        self.record_relay(actor, project_id, None, &event).await?;
-        Ok(invalidated)
+        let (ids, by, chain) = (self.ids.clone(), actor.id.clone(), Chain::audit(project_id));
+        let (subj, pred) = (s.clone(), p.clone());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Invalidated(invalidated) => {
+                let event = FactInvalidated {
+                    project_id: &chain.project_id,
+                    subject: &subj,
+                    predicate: &pred,
+                    invalidated,
+                    by: WrittenBy { id: &by },
+                };
+                vec![Owed::event(chain.clone(), ids.as_ref(), &event)]
+            }
+            _ => Vec::new(),
+        });
+        self.relay_write(plan, move |r| r.invalidate_fact(&pid, &s, &p))
+            .await
     }
 
     /// §8.3 orient: the project's OrientationBundle over `window_days`.
@@ -762,16 +877,31 @@ impl Runtime {
                 ));
             }
         }
-        let store = self.relay.store().clone();
+        let (ids, creator, grants) = (self.ids.clone(), actor.clone(), members.clone());
+        let opened_at = cra_wire::clock::format_timestamp(self.clock.now());
+        let plan: Plan = Box::new(move |w: Written<'_>| match w {
+            Written::Restored(snap) => snap
+                .projects
+                .iter()
+                .map(|p| {
+                    let counts = ImportCounts::of(snap, &p.project_id);
+                    Self::audit_opening(
+                        ids.as_ref(),
+                        &opened_at,
+                        p,
+                        &creator,
+                        &grants,
+                        Some(counts),
+                    )
+                })
+                .collect(),
+            _ => Vec::new(),
+        });
         let snap = snapshot.clone();
-        crate::error::run_blocking("the import failed", move || store.restore(&snap))
-            .await?
-            .map_err(ExportError::Store)?;
-        for p in &snapshot.projects {
-            let counts = ImportCounts::of(&snapshot, &p.project_id);
-            self.open_audit_chain(p, actor, &members, Some(counts))
-                .await?;
-        }
+        self.relay_write(plan, move |r| {
+            r.store().restore(&snap).map_err(ExportError::Store)
+        })
+        .await?;
         Ok(Imported {
             imported: ImportTotals {
                 projects: snapshot.projects.len(),

@@ -15,7 +15,10 @@
 //! events each acknowledged request produced. Every fact history must be contiguous (no overlap,
 //! no hole), and every chain in the store is fetched as NDJSON over HTTP and verified by
 //! `tools/appendix_b.py` (the spec's algorithm in Python, independent of the Rust code) and by
-//! `POST /v1/traces/{id}/verify`.
+//! `POST /v1/traces/{id}/verify`. A chain may hold more events than its head said while the
+//! server was down only where the restart appended what the kill cut off: outcomes of
+//! interrupted executions, and the events of Relay writes left in the store's outbox
+//! (`recovered_relay_events` in the summary).
 //!
 //! Knobs (environment): `CRA_CRASH_SEED` repeats a run (the seed is printed), `CRA_CRASH_CYCLES`
 //! (default 50) or `CRA_CRASH_SECONDS` (run cycles until that much time has passed: the soak of
@@ -219,6 +222,8 @@ struct Figures {
     chains: u64,
     events: u64,
     fact_pairs: u64,
+    /// Events of Relay writes the kills cut off, appended by the next start.
+    recovered: u64,
 }
 
 struct Run {
@@ -909,9 +914,17 @@ print("CHAINS %d %d %d" % (chains, events, bad))
 sys.exit(2 if bad else 0)
 "#;
 
-/// Whether the events `from..to` of the NDJSON chain at `path` are all outcomes the restarted
-/// server recorded for executions cut off by the kill (and there is at least one).
-fn only_interrupted_after(path: &std::path::Path, from: u64, to: u64) -> bool {
+/// Whether the events `from..to` of the NDJSON chain at `path` are all what the restarted
+/// server appended before it served (and there is at least one): outcomes of executions cut
+/// off by the kill, and events of Relay writes whose append the kill cut off, each taken from
+/// `owed` (the event types the store's outbox held, over every chain: events owed to a session
+/// that has ended go to the project's audit chain).
+fn only_recovered_after(
+    path: &std::path::Path,
+    from: u64,
+    to: u64,
+    owed: &mut Vec<String>,
+) -> bool {
     let Ok(text) = std::fs::read_to_string(path) else {
         return false;
     };
@@ -926,9 +939,32 @@ fn only_interrupted_after(path: &std::path::Path, from: u64, to: u64) -> bool {
     to > from
         && extra.len() == to - from
         && extra.iter().all(|e| {
-            e["event_type"] == "action.failed"
-                && e["payload"]["error"]["code"] == "executor_interrupted"
+            let interrupted = e["event_type"] == "action.failed"
+                && e["payload"]["error"]["code"] == "executor_interrupted";
+            interrupted || take_owed(owed, e["event_type"].as_str().unwrap_or_default())
         })
+}
+
+fn take_owed(owed: &mut Vec<String>, event_type: &str) -> bool {
+    match owed.iter().position(|t| t == event_type) {
+        Some(i) => {
+            owed.swap_remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The event types the Relay outbox holds, every entry's drafts (read with the server down).
+fn owed_event_types(relay: &dyn cra_relay::RelayStore) -> Vec<String> {
+    let mut owed = Vec::new();
+    for entry in relay.outbox().unwrap() {
+        let body: Value = serde_json::from_str(&entry.body).unwrap();
+        for d in body["drafts"].as_array().unwrap() {
+            owed.push(d["event_type"].as_str().unwrap().to_owned());
+        }
+    }
+    owed
 }
 
 /// Every chain in the store (listed by opening the store while the server is down), fetched as
@@ -940,28 +976,36 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
         Store::Pg { url, schema } => (PathBuf::new(), Some((url.clone(), schema.clone()))),
     };
     // The synchronous stores are opened and closed on a blocking thread.
-    let heads: BTreeMap<String, u64> = tokio::task::spawn_blocking(move || {
-        let store: Box<dyn ChainStore> = match pg {
-            None => Box::new(cra_store::RedbStore::open(data).unwrap()),
-            Some((url, schema)) => Box::new(
-                cra_store::PgStore::connect_with(
-                    &url,
-                    &schema,
-                    cra_store::StoreConfig::default(),
-                    2,
-                )
-                .unwrap(),
-            ),
-        };
-        store
-            .sessions()
-            .unwrap()
-            .into_iter()
-            .map(|s| (s.session_id, s.head.next_sequence))
-            .collect()
-    })
-    .await
-    .unwrap();
+    let (heads, mut owed): (BTreeMap<String, u64>, Vec<String>) =
+        tokio::task::spawn_blocking(move || {
+            let (store, relay): (Box<dyn ChainStore>, Box<dyn cra_relay::RelayStore>) = match pg {
+                None => {
+                    let redb = cra_store::RedbStore::open(data).unwrap();
+                    let relay = cra_store::relay::RedbRelay::open(&redb).unwrap();
+                    (Box::new(redb), Box::new(relay))
+                }
+                Some((url, schema)) => {
+                    let pg = cra_store::PgStore::connect_with(
+                        &url,
+                        &schema,
+                        cra_store::StoreConfig::default(),
+                        2,
+                    )
+                    .unwrap();
+                    let relay = cra_store::relay::PgRelay::new(pg.clone());
+                    (Box::new(pg), Box::new(relay))
+                }
+            };
+            let heads = store
+                .sessions()
+                .unwrap()
+                .into_iter()
+                .map(|s| (s.session_id, s.head.next_sequence))
+                .collect();
+            (heads, owed_event_types(relay.as_ref()))
+        })
+        .await
+        .unwrap();
     run.start_server(next_cycle).await;
     let out = run.dir.path().join("chains");
     std::fs::create_dir_all(&out).unwrap();
@@ -1006,6 +1050,7 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
             String::from_utf8_lossy(&py.stderr)
         ));
     }
+    let owed_total = owed.len();
     for line in text.lines() {
         let parts: Vec<&str> = line.split(' ').collect();
         match parts.as_slice() {
@@ -1014,8 +1059,9 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
                 let want = heads.get(sid).copied().unwrap_or(u64::MAX);
                 let got = n.parse::<u64>().unwrap_or(u64::MAX);
                 // The restarted server closes the executions its kill cut off before it serves
-                // (`action.failed`, `executor_interrupted`): those may follow the stored head.
-                if got != want && !only_interrupted_after(&out.join(name), want, got) {
+                // (`action.failed`, `executor_interrupted`) and appends the events of Relay
+                // writes whose append it cut off: those may follow the stored head.
+                if got != want && !only_recovered_after(&out.join(name), want, got, &mut owed) {
                     return Err(format!(
                         "chain {sid}: {n} events verified, its head says {want}"
                     ));
@@ -1028,6 +1074,9 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
             _ => {}
         }
     }
+    // What is left was owed to chains the kill cut off before their first event (a project's
+    // audit chain), which the stored heads do not list.
+    run.figures.recovered += (owed_total - owed.len()) as u64;
     if run.figures.chains != heads.len() as u64 {
         return Err(format!(
             "python verified {} chains of {}",
@@ -1185,7 +1234,7 @@ async fn crash_run(backend: &'static str, store: Store) {
     all_lost.extend(lost);
     let f = &run.figures;
     let summary = format!(
-        "CRASH-SUMMARY backend={backend} seed={seed} cycles={} requests={} acked={} lost={} chains={} events={} fact_histories={} seconds={:.1}",
+        "CRASH-SUMMARY backend={backend} seed={seed} cycles={} requests={} acked={} lost={} chains={} events={} fact_histories={} recovered_relay_events={} seconds={:.1}",
         f.cycles,
         f.requests,
         f.acked,
@@ -1193,6 +1242,7 @@ async fn crash_run(backend: &'static str, store: Store) {
         f.chains,
         f.events,
         f.fact_pairs,
+        f.recovered,
         started.elapsed().as_secs_f64()
     );
     println!("{summary}");

@@ -10,6 +10,7 @@ mod fidelity;
 mod flow;
 mod hostile;
 mod inflight;
+mod outbox;
 mod relay;
 mod service;
 mod sessions;

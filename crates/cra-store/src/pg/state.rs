@@ -1,6 +1,7 @@
 //! Changes of CARP state written inside the committer's batch transaction, with the events that
 //! record them (`cra_carp::store::StateLog` on PostgreSQL): a resolve's request id, resolution
-//! and approval, or an approval's decision.
+//! and approval, an approval's decision, an execution's outcome, or the removal of the outbox
+//! entry whose events these are (a Relay write's).
 //!
 //! A change is encoded on the appender's thread ([`PgChange::encode`]) so the committer, which
 //! every append of a batch waits for, only sends statements. A resolve is one statement (three
@@ -11,7 +12,8 @@
 //! refusal writes nothing: the batch transaction goes on for the other appends.
 
 use cra_carp::store::{
-    ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, StateChange,
+    ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, Settlement,
+    StateChange,
 };
 use cra_trace::store::ChainStoreError;
 
@@ -23,6 +25,8 @@ pub(crate) enum PgChange {
     Decide(DecisionRecord),
     /// An execution's outcome and its JSON.
     Execute(ExecutionRecord, String),
+    /// An outbox entry to remove.
+    Settle(Settlement),
 }
 
 /// A resolve's state, encoded.
@@ -50,6 +54,7 @@ impl PgChange {
         Ok(match change {
             StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(&r)?),
             StateChange::Decide(d) => Self::Decide(d),
+            StateChange::Settle(s) => Self::Settle(s),
             StateChange::Execute(e) => {
                 let body = encode(&e)?;
                 Self::Execute(e, body)
@@ -66,8 +71,23 @@ impl PgChange {
             Self::Resolve(r) => r.apply(tx),
             Self::Decide(d) => decide_in(tx, d),
             Self::Execute(e, body) => execute_in(tx, e, body),
+            Self::Settle(s) => settle_in(tx, s),
         }
     }
+}
+
+/// Removes the outbox entry `s` names; refused, writing nothing, when it is gone (settled by
+/// another replica first: the row lock makes the second removal wait for the first to commit).
+fn settle_in(
+    tx: &mut postgres::Transaction<'_>,
+    s: &Settlement,
+) -> Result<Applied, postgres::Error> {
+    let n = tx.execute("DELETE FROM relay_outbox WHERE key = $1", &[&s.outbox_key])?;
+    Ok(if n == 1 {
+        Ok(true)
+    } else {
+        Err(s.settled_before())
+    })
 }
 
 impl EncodedResolve {

@@ -26,7 +26,7 @@ use cra_carp::eval::unix_micros;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
     Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, DecisionRecord, ExecutionLease,
-    ExecutionRecord, Recorded, SessionRecord, StateChange, StoredResolution,
+    ExecutionRecord, Recorded, SessionRecord, Settlement, StateChange, StoredResolution,
 };
 use cra_trace::store::ChainStoreError;
 use serde::Serialize;
@@ -278,6 +278,7 @@ impl cra_carp::store::StateLog for RedbStore {
                 Err(e) => return done(Err(e.into())),
             },
             StateChange::Decide(d) => EncodedChange::Decide(d),
+            StateChange::Settle(s) => EncodedChange::Settle(s),
             StateChange::Execute(e) => match encode(&e) {
                 Ok(bytes) => EncodedChange::Execute(Box::new(e), bytes),
                 Err(err) => return done(Err(err.into())),
@@ -310,6 +311,8 @@ pub(crate) enum EncodedChange {
     Decide(DecisionRecord),
     /// An execution's outcome and its JSON, encoded on the appender's thread.
     Execute(Box<ExecutionRecord>, Vec<u8>),
+    /// An outbox entry removed as its events are appended.
+    Settle(Settlement),
 }
 
 impl EncodedChange {
@@ -317,8 +320,16 @@ impl EncodedChange {
     pub(crate) fn request_id(&self) -> Option<&str> {
         match self {
             Self::Resolve(r) => Some(r.request_id()),
-            Self::Decide(_) | Self::Execute(..) => None,
+            Self::Decide(_) | Self::Execute(..) | Self::Settle(_) => None,
         }
+    }
+
+    /// Whether the committer refuses this change in the ordinary course (a decision on an
+    /// approval decided meanwhile, an outbox entry another replica settled), not only on a
+    /// bug's trace: its drafts are sealed by the committer onto the head it reads, so a refusal
+    /// leaves no append behind it sealed onto events that were never written.
+    pub(crate) fn refused_in_course(&self) -> bool {
+        matches!(self, Self::Decide(_) | Self::Settle(_))
     }
 }
 
@@ -341,7 +352,23 @@ pub(crate) fn apply_change(
             Err(e) => Err(e),
         },
         EncodedChange::Decide(d) => apply_decision(t, d),
+        EncodedChange::Settle(s) => apply_settlement(txn, s),
     }
+}
+
+/// Removes the outbox entry `s` names; refused, writing nothing, when it is gone (settled by
+/// another appender first).
+fn apply_settlement(
+    txn: &WriteTransaction,
+    s: &Settlement,
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    let mut outbox = txn.open_table(crate::relay::redb::OUTBOX).map_err(be)?;
+    let removed = outbox.remove(s.outbox_key.as_str()).map_err(be)?.is_some();
+    Ok(if removed {
+        Ok(true)
+    } else {
+        Err(s.settled_before())
+    })
 }
 
 /// Decides the approval `d` names, as the transaction reads it: a refusal (not found, another

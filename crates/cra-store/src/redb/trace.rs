@@ -116,11 +116,11 @@ impl RedbStore {
         let slot = self.heads().slot(session_id);
         let request_id = state.as_ref().and_then(EncodedChange::request_id);
         let mut slot_state = slot.lock();
-        let sealed = if matches!(state, Some(EncodedChange::Decide(_))) {
-            // A decision the committer refuses (one decided meanwhile, not a rare failure)
-            // would leave every append sealed behind it unlinked ("send it again"); the
-            // committer seals it onto the head it reads instead, and the appends behind it
-            // wait for that head.
+        let sealed = if state.as_ref().is_some_and(EncodedChange::refused_in_course) {
+            // A change the committer refuses in the ordinary course (a decision on an approval
+            // decided meanwhile, an outbox entry settled by another replica) would leave every
+            // append sealed behind it unlinked ("send it again"); the committer seals it onto
+            // the head it reads instead, and the appends behind it wait for that head.
             slot_state.head = None;
             Ok(Some(Work::Drafts(drafts)))
         } else {

@@ -5,12 +5,17 @@
 //! under the row lock of the project's `relay_fact_clock` row (`migrations/0010`), so it never
 //! goes backwards in commit order, whichever replica (and clock) writes. `pull` relevant uses
 //! PostgreSQL full-text search (`english` configuration, `ts_rank_cd`) over the same chunks the
-//! embedded backend indexes, best chunk per package.
+//! embedded backend indexes, best chunk per package. A write made through a store with an
+//! outbox ([`RelayStore::with_outbox`]) stores the outbox's entries in `relay_outbox`
+//! (`migrations/0011`) in its own transaction.
 
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
+use std::sync::Arc;
+
 use cra_relay::store::{
-    InsertOutcome, PackageFilter, RelayStore, RelayStoreError, SearchHit, SearchQuery, Snapshot,
+    InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, SearchHit,
+    SearchQuery, Snapshot, Written,
 };
 use postgres::Transaction;
 use serde_json::Value;
@@ -56,15 +61,42 @@ fn dec_package(
 const RESTORE_BATCH: usize = 2000;
 
 /// Relay over a PostgreSQL schema.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PgRelay {
     store: PgStore,
+    outbox: Option<Arc<dyn Outbox>>,
+}
+
+impl std::fmt::Debug for PgRelay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgRelay")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PgRelay {
     /// Relay in `store`'s schema (its migrations create the tables).
     pub fn new(store: PgStore) -> Self {
-        Self { store }
+        Self {
+            store,
+            outbox: None,
+        }
+    }
+
+    /// Stores the outbox entries of `written` in `tx`, the write's transaction.
+    fn owe(&self, tx: &mut Transaction<'_>, written: Written<'_>) -> Result<(), RelayStoreError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        for OutboxEntry { key, body } in outbox.entries(written)? {
+            tx.execute(
+                "INSERT INTO relay_outbox (key, body) VALUES ($1, $2)",
+                &[&key, &body],
+            )
+            .map_err(be)?;
+        }
+        Ok(())
     }
 
     fn with_tx<T>(
@@ -170,7 +202,7 @@ impl RelayStore for PgRelay {
             if n == 0 {
                 return Err(RelayStoreError::AlreadyExists(format!("project {}", project.project_id)));
             }
-            Ok(())
+            self.owe(tx, Written::Project(project))
         })
     }
 
@@ -216,6 +248,7 @@ impl RelayStore for PgRelay {
                 &[&project_id, &enc(&p)?],
             )
             .map_err(be)?;
+            self.owe(tx, Written::Project(&p))?;
             Ok(p)
         })
     }
@@ -242,6 +275,7 @@ impl RelayStore for PgRelay {
                         .map_err(be)?;
                 }
             }
+            self.owe(tx, Written::Package(package))?;
             Ok(InsertOutcome::Inserted)
         })
     }
@@ -308,7 +342,7 @@ impl RelayStore for PgRelay {
             Self::write_chunks(tx, updated)?;
             tx.execute("INSERT INTO relay_reviews (package_id, body) VALUES ($1, $2)", &[&id, &enc(review)?])
                 .map_err(be)?;
-            Ok(())
+            self.owe(tx, Written::Package(updated))
         })
     }
 
@@ -374,6 +408,7 @@ impl RelayStore for PgRelay {
                 &[&inserted.fact.fact_id, &project, &subject, &predicate, &enc(&inserted)?],
             )
             .map_err(be)?;
+            self.owe(tx, Written::Fact(&inserted))?;
             Ok(inserted)
         })
     }
@@ -404,6 +439,7 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             }
+            self.owe(tx, Written::Invalidated(rows.len()))?;
             Ok(rows.len())
         })
     }
@@ -442,7 +478,7 @@ impl RelayStore for PgRelay {
                 &[&session.session_id, &session.project_id, &enc(session)?],
             )
             .map_err(be)?;
-            Ok(())
+            self.owe(tx, Written::Session(session))
         })
     }
 
@@ -467,6 +503,7 @@ impl RelayStore for PgRelay {
                     &[&session_id, &enc(&s)?],
                 )
                 .map_err(be)?;
+                self.owe(tx, Written::Session(&s))?;
             }
             Ok(Some(s))
         })
@@ -648,7 +685,31 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             }
-            Ok(())
+            self.owe(tx, Written::Restored(snapshot))
         })
+    }
+
+    fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
+        Arc::new(Self {
+            store: self.store.clone(),
+            outbox: Some(outbox),
+        })
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxEntry>, RelayStoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT key, body FROM relay_outbox ORDER BY key COLLATE \"C\"",
+                &[],
+            )
+            .map_err(be)?;
+        Ok(rows
+            .iter()
+            .map(|r| OutboxEntry {
+                key: r.get(0),
+                body: r.get(1),
+            })
+            .collect())
     }
 }

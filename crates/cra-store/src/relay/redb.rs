@@ -7,12 +7,15 @@
 //! `relay_fact_current` (`project\0subject\0predicate` -> key of the current row),
 //! `relay_sessions` (session_id), `relay_meta` (counters), `relay_fact_clock` (project_id -> the
 //! latest recorded instant of its facts; created on open, and seeded from the stored rows the
-//! first time a project without a mark is written, so data written before it keeps working).
+//! first time a project without a mark is written, so data written before it keeps working),
+//! `relay_outbox` (key -> the events a write owes its chain, as text; emptied by the trace committer).
 //!
 //! redb serialises write transactions, so each multi-row change (insert-if-absent plus session
 //! append, compare-and-swap plus review record, supersession plus insert) is one atomic commit.
 
 use std::sync::{Arc, Mutex};
+
+use cra_relay::store::{Outbox, OutboxEntry, Written};
 
 use ::redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
@@ -35,6 +38,9 @@ const CURRENT: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fac
 const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_sessions");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
 const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_clock");
+/// The audit outbox: written by Relay writes, emptied by the trace committer's transaction that
+/// appends an entry's events (`crate::redb::carp`).
+pub(crate) const OUTBOX: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_outbox");
 
 fn be(e: impl std::fmt::Display) -> RelayStoreError {
     RelayStoreError::Backend(format!("redb: {e}"))
@@ -94,10 +100,12 @@ fn fact_key(r: &FactRecord) -> String {
     )
 }
 
-/// Relay over a shared redb database.
+/// Relay over a shared redb database. A store made by [`RelayStore::with_outbox`] shares the
+/// database and the search index of the one it was made from.
 pub struct RedbRelay {
     db: Arc<Database>,
-    index: Mutex<Option<ChunkIndex>>,
+    index: Arc<Mutex<Option<ChunkIndex>>>,
+    outbox: Option<Arc<dyn Outbox>>,
 }
 
 impl std::fmt::Debug for RedbRelay {
@@ -120,17 +128,39 @@ impl RedbRelay {
             tx.open_table(SESSIONS).map_err(be)?;
             tx.open_table(META).map_err(be)?;
             tx.open_table(FACT_CLOCK).map_err(be)?;
+            tx.open_table(OUTBOX).map_err(be)?;
         }
         tx.commit().map_err(be)?;
         Ok(Self {
             db,
-            index: Mutex::new(None),
+            index: Arc::new(Mutex::new(None)),
+            outbox: None,
         })
     }
 
     /// Relay over the database of an opened data directory.
     pub fn open(store: &crate::RedbStore) -> Result<Self, RelayStoreError> {
         Self::new(store.database().clone())
+    }
+
+    /// Stores the outbox entries of `written` in `tx`, the write's transaction.
+    fn owe(
+        &self,
+        tx: &::redb::WriteTransaction,
+        written: Written<'_>,
+    ) -> Result<(), RelayStoreError> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(());
+        };
+        let entries = outbox.entries(written)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut t = tx.open_table(OUTBOX).map_err(be)?;
+        for OutboxEntry { key, body } in &entries {
+            t.insert(key.as_str(), body.as_str()).map_err(be)?;
+        }
+        Ok(())
     }
 
     fn reindex(&self, packages: &[&StoredPackage]) -> Result<(), RelayStoreError> {
@@ -215,6 +245,7 @@ impl RelayStore for RedbRelay {
             t.insert(project.project_id.as_str(), enc(project)?.as_slice())
                 .map_err(be)?;
         }
+        self.owe(&tx, Written::Project(project))?;
         tx.commit().map_err(be)
     }
 
@@ -255,6 +286,7 @@ impl RelayStore for RedbRelay {
             t.insert(project_id, enc(&p)?.as_slice()).map_err(be)?;
             p
         };
+        self.owe(&tx, Written::Project(&project))?;
         tx.commit().map_err(be)?;
         Ok(project)
     }
@@ -289,6 +321,7 @@ impl RelayStore for RedbRelay {
                 }
             }
         }
+        self.owe(&tx, Written::Package(package))?;
         tx.commit().map_err(be)?;
         self.reindex(&[package])?;
         Ok(InsertOutcome::Inserted)
@@ -357,6 +390,7 @@ impl RelayStore for RedbRelay {
                 .insert((id, n), enc(review)?.as_slice())
                 .map_err(be)?;
         }
+        self.owe(&tx, Written::Package(updated))?;
         tx.commit().map_err(be)?;
         self.reindex(&[updated])
     }
@@ -426,6 +460,7 @@ impl RelayStore for RedbRelay {
             current.insert(prefix.as_str(), key.as_str()).map_err(be)?;
             inserted
         };
+        self.owe(&tx, Written::Fact(&inserted))?;
         tx.commit().map_err(be)?;
         Ok(inserted)
     }
@@ -469,6 +504,7 @@ impl RelayStore for RedbRelay {
                 None => 0,
             }
         };
+        self.owe(&tx, Written::Invalidated(n))?;
         tx.commit().map_err(be)?;
         Ok(n)
     }
@@ -506,6 +542,7 @@ impl RelayStore for RedbRelay {
             .map_err(be)?
             .insert(session.session_id.as_str(), enc(session)?.as_slice())
             .map_err(be)?;
+        self.owe(&tx, Written::Session(session))?;
         tx.commit().map_err(be)
     }
 
@@ -528,6 +565,7 @@ impl RelayStore for RedbRelay {
                     if s.ended_at.is_none() {
                         s.ended_at = Some(ended_at.to_owned());
                         t.insert(session_id, enc(&s)?.as_slice()).map_err(be)?;
+                        self.owe(&tx, Written::Session(&s))?;
                     }
                     Some(s)
                 }
@@ -565,6 +603,30 @@ impl RelayStore for RedbRelay {
         };
         drop(guard);
         hits(query, raw, |id| self.get_package(id))
+    }
+
+    fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
+        Arc::new(Self {
+            db: self.db.clone(),
+            index: self.index.clone(),
+            outbox: Some(outbox),
+        })
+    }
+
+    fn outbox(&self) -> Result<Vec<OutboxEntry>, RelayStoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let Some(t) = missing_ok(tx.open_table(OUTBOX))? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for row in t.iter().map_err(be)? {
+            let (k, v) = row.map_err(be)?;
+            out.push(OutboxEntry {
+                key: k.value().to_owned(),
+                body: v.value().to_owned(),
+            });
+        }
+        Ok(out)
     }
 
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
@@ -650,6 +712,7 @@ impl RelayStore for RedbRelay {
                     .map_err(be)?;
             }
         }
+        self.owe(&tx, Written::Restored(snapshot))?;
         tx.commit().map_err(be)?;
         let refs: Vec<&StoredPackage> = snapshot.packages.iter().collect();
         self.reindex(&refs)

@@ -1,17 +1,21 @@
 //! `StateLog`: a change of CARP state and its events written as one unit, in the committer's
 //! transaction on both backends (state and events together or not at all). A duplicate request
 //! id writes nothing, also when the duplicates race; a decision is written once, never into a
-//! chain that has ended, also when the decisions race.
+//! chain that has ended, also when the decisions race. A Relay write keeps the events it owes
+//! as an outbox entry in its own transaction, and settling the entry appends them and removes it
+//! in one, exactly once, also when settlements race.
 
 use std::sync::{Arc, Barrier};
 
 use cra_carp::store::{
     ApprovalDecision, ApprovalStatus, CarpStore, ClaimOutcome, DecisionRecord, Recorded,
-    ResolveRecord, StateChange, StateLog, StateLogError, StoredResolution,
+    ResolveRecord, Settlement, StateChange, StateLog, StateLogError, StoredResolution,
 };
 use cra_carp::store_contract::{
     sample_approval, sample_execution, sample_lease, sample_resolution,
 };
+use cra_relay::store::{Outbox, OutboxEntry, RelayStore, RelayStoreError, Written};
+use cra_store::relay::{PgRelay, RedbRelay};
 use cra_store::testing::{TestSchema, postgres_url};
 use cra_store::{RedbStore, StoreConfig};
 use cra_trace::store::{ChainStore, ChainStoreError};
@@ -25,6 +29,7 @@ struct Under {
     carp: Arc<dyn CarpStore>,
     chains: Arc<dyn ChainStore>,
     log: Arc<dyn StateLog>,
+    relay: Arc<dyn RelayStore>,
     _dir: Option<tempfile::TempDir>,
     _schema: Option<TestSchema>,
 }
@@ -36,6 +41,7 @@ fn under(test: &str) -> Vec<Under> {
         name: "redb",
         carp: Arc::new(redb.clone()),
         chains: Arc::new(redb.clone()),
+        relay: Arc::new(RedbRelay::open(&redb).unwrap()),
         log: Arc::new(redb),
         _dir: Some(dir),
         _schema: None,
@@ -47,7 +53,8 @@ fn under(test: &str) -> Vec<Under> {
             name: "postgres",
             log: Arc::new(pg.clone()),
             carp: Arc::new(pg.clone()),
-            chains: Arc::new(pg),
+            chains: Arc::new(pg.clone()),
+            relay: Arc::new(PgRelay::new(pg)),
             _dir: None,
             _schema: Some(schema),
         });
@@ -487,5 +494,143 @@ fn an_execution_outcome_is_recorded_with_its_event_and_releases_its_lease() {
             .map(|l| l.execution_id)
             .collect();
         assert_eq!(held, ["e2"], "{}", u.name);
+    }
+}
+
+// --- the audit outbox of Relay writes ---------------------------------------------------------
+
+/// An outbox owing one entry, `owed-<project>`, per project created or changed.
+struct PerProject;
+
+impl Outbox for PerProject {
+    fn entries(&self, written: Written<'_>) -> Result<Vec<OutboxEntry>, RelayStoreError> {
+        Ok(match written {
+            Written::Project(p) => vec![OutboxEntry {
+                key: format!("owed-{}", p.project_id),
+                body: format!("{{\"project\":\"{}\"}}", p.project_id),
+            }],
+            _ => Vec::new(),
+        })
+    }
+}
+
+/// An outbox that cannot make its entries.
+struct Broken;
+
+impl Outbox for Broken {
+    fn entries(&self, _: Written<'_>) -> Result<Vec<OutboxEntry>, RelayStoreError> {
+        Err(RelayStoreError::Backend("the outbox is broken".into()))
+    }
+}
+
+fn project(id: &str) -> cra_relay::Project {
+    cra_relay::Project {
+        project_id: id.to_owned(),
+        name: format!("project {id}"),
+        created_at: "2026-11-26T10:00:00.000000Z".to_owned(),
+        archived_at: None,
+    }
+}
+
+fn settle(log: &dyn StateLog, key: &str, n: u64) -> Result<Recorded, StateLogError> {
+    let change = StateChange::Settle(Settlement {
+        session_id: "s1".to_owned(),
+        outbox_key: key.to_owned(),
+    });
+    log.record_and_append(change, vec![note(n)])
+}
+
+/// A write made through a store with an outbox stores the outbox's entries in its own
+/// transaction; a refused write stores none, and a write through the plain store none either.
+#[test]
+fn a_relay_write_stores_its_outbox_entry_with_it() {
+    for u in under("outbox_write") {
+        let owed = u.relay.with_outbox(Arc::new(PerProject));
+        owed.create_project(&project("p1")).unwrap();
+        let entries = u.relay.outbox().unwrap();
+        assert_eq!(entries.len(), 1, "{}", u.name);
+        assert_eq!(entries[0].key, "owed-p1", "{}", u.name);
+        assert_eq!(entries[0].body, r#"{"project":"p1"}"#, "{}", u.name);
+
+        let again = owed.create_project(&project("p1"));
+        assert!(
+            matches!(again, Err(RelayStoreError::AlreadyExists(_))),
+            "{}: {again:?}",
+            u.name
+        );
+        u.relay.create_project(&project("p2")).unwrap();
+        assert_eq!(u.relay.outbox().unwrap().len(), 1, "{}", u.name);
+    }
+}
+
+/// A write whose outbox cannot make its entries is refused and changes nothing: a change is
+/// never stored without the events it owes.
+#[test]
+fn a_write_whose_outbox_fails_changes_nothing() {
+    for u in under("outbox_broken") {
+        let broken = u.relay.with_outbox(Arc::new(Broken));
+        let refused = broken.create_project(&project("p1"));
+        assert!(
+            matches!(refused, Err(RelayStoreError::Backend(_))),
+            "{}: {refused:?}",
+            u.name
+        );
+        assert_eq!(u.relay.get_project("p1").unwrap(), None, "{}", u.name);
+        assert!(u.relay.outbox().unwrap().is_empty(), "{}", u.name);
+    }
+}
+
+/// Settling an entry appends its events and removes it in one transaction; settling it again
+/// is refused (409 `already_exists`) and appends nothing.
+#[test]
+fn settling_an_outbox_entry_appends_its_events_and_removes_it_once() {
+    for u in under("outbox_settle") {
+        let owed = u.relay.with_outbox(Arc::new(PerProject));
+        owed.create_project(&project("p1")).unwrap();
+        let first = settle(u.log.as_ref(), "owed-p1", 0).unwrap();
+        assert!(
+            matches!(first, Recorded::Appended(ref e) if e.len() == 1),
+            "{}: {first:?}",
+            u.name
+        );
+        assert!(u.relay.outbox().unwrap().is_empty(), "{}", u.name);
+        let again = settle(u.log.as_ref(), "owed-p1", 1);
+        assert_eq!(
+            refused_with(&again),
+            Some(Token::AlreadyExists),
+            "{}: {again:?}",
+            u.name
+        );
+        let stored = events(&u);
+        assert_eq!(stored.len(), 1, "{}", u.name);
+        check_chain("s1", &stored).unwrap();
+        // An append behind the refused settlement links to the chain as stored.
+        u.chains.append("s1", vec![note(2)]).unwrap();
+        check_chain("s1", &events(&u)).unwrap();
+    }
+}
+
+/// Settlements of one entry racing (a request and replicas rolling the outbox forward at their
+/// start) append its events once.
+#[test]
+fn racing_settlements_append_once() {
+    const RACERS: usize = 8;
+    for u in under("outbox_settle_race") {
+        let owed = u.relay.with_outbox(Arc::new(PerProject));
+        owed.create_project(&project("p1")).unwrap();
+        let won = race(RACERS, &u.log, |log, i| {
+            let outcome = settle(log, "owed-p1", i as u64);
+            let lost = refused_with(&outcome);
+            assert!(
+                outcome.is_ok() || lost == Some(Token::AlreadyExists),
+                "{outcome:?}"
+            );
+            outcome.is_ok()
+        });
+        assert_eq!(won, 1, "{}: {won} of {RACERS} settlements appended", u.name);
+        let stored = events(&u);
+        assert_eq!(stored.len(), 1, "{}", u.name);
+        check_chain("s1", &stored).unwrap();
+        assert!(u.relay.outbox().unwrap().is_empty(), "{}", u.name);
     }
 }

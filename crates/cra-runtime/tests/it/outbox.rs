@@ -1,0 +1,176 @@
+//! Issue 22 B.14: no Relay change goes unaudited. A Relay write keeps the events it owes in the
+//! store with the change; a server that stops between the write and the append leaves them
+//! there, and the next start appends them, once, to the chain they were owed to (the project's
+//! audit chain when that session has ended meanwhile).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cra_carp::store::{StateChange, StateDone, StateLog};
+use cra_runtime::build_runtime;
+use cra_trace::store::ChainStoreError;
+use cra_wire::{FixedClock, SequentialIds};
+use serde_json::json;
+
+use crate::support::{ADMIN, MAINT, T0, TestServer};
+
+/// The runtime's state log, losing every outbox settlement while `cut` is set: the hook that
+/// stops a server between a Relay write and the append of its events.
+struct CutSettlements {
+    inner: Arc<dyn StateLog>,
+    cut: AtomicBool,
+}
+
+impl StateLog for CutSettlements {
+    fn record_and_append_then(
+        &self,
+        change: StateChange,
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: StateDone,
+    ) {
+        if matches!(change, StateChange::Settle(_)) && self.cut.load(Ordering::SeqCst) {
+            let gone = "the server stopped before the append (test hook)";
+            done(Err(ChainStoreError::Unavailable(gone.into()).into()));
+        } else {
+            self.inner.record_and_append_then(change, drafts, done);
+        }
+    }
+}
+
+async fn serve_cut() -> (TestServer, Arc<CutSettlements>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, data) = crate::support::test_config(dir.path());
+    let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+    let (mut state, _) = build_runtime(config, clock.clone(), ids).unwrap();
+    let rt = Arc::get_mut(&mut state.0).unwrap();
+    let hook = Arc::new(CutSettlements {
+        inner: rt.backends.state_log.clone(),
+        cut: AtomicBool::new(false),
+    });
+    rt.backends.state_log = hook.clone();
+    let server = cra_runtime::start(state, std::future::pending())
+        .await
+        .unwrap();
+    let s = TestServer {
+        base: format!("http://{}", server.addr),
+        server: Some(server),
+        http: reqwest::Client::new(),
+        clock,
+        _dir: dir,
+        data,
+    };
+    (s, hook)
+}
+
+fn audit(project_id: &str) -> String {
+    cra_runtime::service::relay::project_audit_session(project_id)
+}
+
+fn outbox_len(s: &TestServer) -> usize {
+    let rt = &s.server.as_ref().unwrap().state.0;
+    rt.backends.relay.outbox().unwrap().len()
+}
+
+/// A project created, a fact asserted and a package deposited (into an agent's session that then
+/// ends) while the server cannot append: each change is made and answered 503, its events wait
+/// in the outbox, and the next start appends them exactly once: the project's audit chain opens
+/// with its two events, the fact goes to the audit chain, and the deposit, owed to a session
+/// that has ended, goes to the audit chain too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start() {
+    let (s, hook) = serve_cut().await;
+    let (st, body) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects",
+            &json!({"project_id": "p-ok", "name": "Recorded"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+
+    hook.cut.store(true, Ordering::SeqCst);
+    let (st, body) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects",
+            &json!({"project_id": "p-cut", "name": "Cut off"}),
+        )
+        .await;
+    assert_eq!(
+        (st, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    let (st, body) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects/p-ok/facts",
+            &json!({"subject": "svc", "predicate": "owner", "value": "team-a"}),
+        )
+        .await;
+    assert_eq!(st, 503, "{body}");
+    let package = crate::relay::package("pkg_cut", "p-ok", "maintainer-bot", Some(&sid));
+    let (st, body) = s
+        .post(Some(MAINT), "/v1/projects/p-ok/packages", &package)
+        .await;
+    assert_eq!(st, 503, "{body}");
+    hook.cut.store(false, Ordering::SeqCst);
+    assert_eq!(outbox_len(&s), 3, "three changes wait for their events");
+    // Before the restart: the changes are stored, their events are not.
+    assert_eq!(
+        s.event_types(&audit("p-ok")).await,
+        ["session.started", "relay.project.created"]
+    );
+    assert!(
+        !s.event_types(&sid)
+            .await
+            .contains(&"relay.package.deposited".to_owned())
+    );
+    let (st, body) = s.delete(Some(MAINT), &format!("/v1/sessions/{sid}")).await;
+    assert_eq!(st, 204, "{body}");
+
+    drop(hook);
+    let dir = s.stop_keep().await;
+    let s = TestServer::start_in(dir, |_| {}).await;
+    assert_eq!(outbox_len(&s), 0, "the start appended every entry");
+    assert_eq!(
+        s.event_types(&audit("p-cut")).await,
+        ["session.started", "relay.project.created"]
+    );
+    let (st, body) = s.get(Some(MAINT), "/v1/projects/p-cut").await;
+    assert_eq!(st, 200, "the creator's grant is back: {body}");
+    let audit_ok = s.events(&audit("p-ok")).await;
+    let types: Vec<&str> = audit_ok
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "session.started",
+            "relay.project.created",
+            "relay.fact.asserted",
+            "relay.package.deposited"
+        ],
+        "each owed event once, the deposit moved off the ended session"
+    );
+    assert_eq!(audit_ok[3]["payload"]["package_id"], "pkg_cut");
+    let (st, verdict) = s
+        .post(
+            Some(ADMIN),
+            &format!("/v1/traces/{}/verify", audit("p-ok")),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(st, 200, "{verdict}");
+    assert_eq!(verdict["valid"], true, "{verdict}");
+    assert!(
+        !s.event_types(&sid)
+            .await
+            .contains(&"relay.package.deposited".to_owned()),
+        "nothing follows session.ended"
+    );
+    s.stop().await;
+}

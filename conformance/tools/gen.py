@@ -52,8 +52,8 @@ def isolate(fid, v):
         if isinstance(x, str):
             if x in HASHED:
                 return _content_hash(ren(HASHED[x]))
-            if x == "proj_conf":
-                return "proj_conf_" + tag
+            if x in ("proj_conf", "proj_conf_b"):
+                return x + "_" + tag
             if x.startswith("pkg_") or x == "my-own-id-42":
                 return x + "_" + tag
             if x.startswith("/v1/packages/pkg_"):
@@ -468,6 +468,66 @@ def fact(subject, predicate, value, valid_from, **kw):
 
 
 
+def gen_relay_package_ids():
+    """Relay §6: package_id is unique within its project, so two projects may hold one id (issue
+    22 B.13). The runner's token reads every project, so an unscoped route is ambiguous."""
+    PB = {"project_id": "proj_conf_b", "name": "Second"}
+    a = p_(70, status="draft")
+    b = p_(70, status="draft", project_id="proj_conf_b", title="The second project's package")
+    S1 = {"now": NOW, "id_seed": 1, "projects": [PROJ, PB], "packages": [a]}
+    S2 = dict(S1, packages=[a, b])
+    refs = ["Relay §6.1", "Relay §8.2", "specs/relay.md: HTTP wire shapes"]
+    fx("deposit-same-id-in-another-project", "relay", "deposit", "L1",
+       "A package id unique within its project is accepted although another project holds it",
+       ["Relay §6.1", "Relay §8.1"], "deposit", {"package": b},
+       {"package_id": b["package_id"], "project_id": "proj_conf_b", "content_hash": R.content_hash(b)}, setup=S1)
+    fx("deposit-same-id-in-another-project-idempotent", "relay", "deposit", "L1",
+       "Re-depositing the second project's package is idempotent there, the first project's untouched",
+       ["Relay §6.1", "errata: L1 idempotent deposit"], "deposit", {"package": b},
+       {"project_id": "proj_conf_b", "content_hash": R.content_hash(b), "error": {"$absent": True}}, setup=S2)
+    fx("pull-specific-ambiguous-id", "relay", "pull", "L0",
+       "pull specific of an id two readable projects hold, without a project: 409 ambiguous_package_id", refs,
+       "pull", {"mode": "specific", "package_id": a["package_id"]}, {"error": "ambiguous_package_id", "status": 409}, setup=S2)
+    fx("pull-specific-in-first-project", "relay", "pull", "L0",
+       "pull specific naming the project returns that project's package", refs,
+       "pull", {"mode": "specific", "package_id": a["package_id"], "project_id": "proj_conf"},
+       {"project_id": "proj_conf", "title": a["title"], "content_hash": R.content_hash(a)}, setup=S2)
+    fx("pull-specific-in-second-project", "relay", "pull", "L0",
+       "pull specific naming the other project returns its own package with the same id", refs,
+       "pull", {"mode": "specific", "package_id": b["package_id"], "project_id": "proj_conf_b"},
+       {"project_id": "proj_conf_b", "title": b["title"], "content_hash": R.content_hash(b)}, setup=S2)
+    fx("pull-specific-not-in-named-project", "relay", "pull", "L0",
+       "pull specific naming a project that does not hold the id: 404 package_not_found", refs,
+       "pull", {"mode": "specific", "package_id": a["package_id"], "project_id": "proj_conf_b"},
+       {"error": "package_not_found", "status": 404}, setup=S1)
+    fx("pull-specific-one-holder-unscoped", "relay", "pull", "L0",
+       "pull specific without a project when one project holds the id returns it", refs,
+       "pull", {"mode": "specific", "package_id": a["package_id"]},
+       {"project_id": "proj_conf", "content_hash": R.content_hash(a)}, setup=S1)
+    RV = ["Relay §5.3", "Relay §8.5", "Relay §6.1"]
+    fx("review-flag-ambiguous-id", "relay", "review", "L3",
+       "Flagging an id two projects hold, without a project: 409 ambiguous_package_id, nothing changes", RV,
+       "flag_for_review", {"package_id": a["package_id"], "review_type": "human"},
+       {"error": "ambiguous_package_id", "status": 409}, setup=S2)
+    flagged_b = dict(b, status="awaiting_review", review_type="human")
+    fx("review-flag-in-named-project", "relay", "review", "L3",
+       "Flagging in a named project flags that project's package only", RV,
+       "flag_for_review", {"package_id": b["package_id"], "project_id": "proj_conf_b", "review_type": "human"},
+       {"project_id": "proj_conf_b", "status": "awaiting_review", "content_hash": R.content_hash(flagged_b)}, setup=S2)
+    fx("review-flag-other-project-untouched", "relay", "review", "L3",
+       "A flag in one project leaves the other project's package with the same id as it was", RV,
+       "pull", {"mode": "specific", "package_id": a["package_id"], "project_id": "proj_conf"},
+       {"status": "draft", "content_hash": R.content_hash(a)},
+       setup=dict(S2, steps=[{"operation": "flag_for_review",
+                              "args": {"package_id": b["package_id"], "project_id": "proj_conf_b", "review_type": "human"}}]))
+    fx("review-complete-in-named-project", "relay", "review", "L3",
+       "A review in a named project completes that project's package", RV,
+       "review", {"package_id": b["package_id"], "project_id": "proj_conf_b", "outcome": "complete"},
+       {"project_id": "proj_conf_b", "status": "complete", "content_hash": R.content_hash(dict(flagged_b, status="complete"))},
+       setup=dict(S2, steps=[{"operation": "flag_for_review",
+                              "args": {"package_id": b["package_id"], "project_id": "proj_conf_b", "review_type": "human"}}]))
+
+
 def gen_relay_ops():
     S = {"now": NOW, "id_seed": 1, "projects": [PROJ]}
     D = ["Relay §8.1", "Relay §6"]
@@ -714,6 +774,7 @@ if __name__ == '__main__':
     gen_trace()
     gen_relay_wire()
     gen_relay_ops()
+    gen_relay_package_ids()
     import gen_cra  # noqa: E402
     gen_cra.generate(fx, R, DATA)
     total = sum(COUNT.values())

@@ -108,7 +108,7 @@ pub fn relay_package(data: &[u8]) {
                 }
                 Err(e) => panic!("an identical deposit was refused: {e}"),
             }
-            match r.pull_specific(first.stored.package.package_id()) {
+            match r.pull_specific(PROJECT, first.stored.package.package_id()) {
                 Ok(p) => assert_eq!(p.content_hash, hash),
                 Err(e) => panic!("a deposited package does not pull back: {e}"),
             }

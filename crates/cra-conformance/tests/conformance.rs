@@ -320,6 +320,20 @@ fn mutations_make_the_named_fixtures_fail() {
             &["fact-supersede-closes-old"],
         ),
         (
+            Mutation::PackageIdsGlobal,
+            "pull",
+            &[
+                "pull-specific-ambiguous-id",
+                "pull-specific-in-second-project",
+                "pull-specific-not-in-named-project",
+            ],
+        ),
+        (
+            Mutation::PackageIdsGlobal,
+            "review",
+            &["review-flag-ambiguous-id", "review-flag-in-named-project"],
+        ),
+        (
             Mutation::RelayNullsKept,
             "content-hash",
             &[

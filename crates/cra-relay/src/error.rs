@@ -20,6 +20,16 @@ pub enum RelayError {
         "package {0} already exists with different content; packages are immutable, deposit a new package with parent_package_id instead"
     )]
     DuplicatePackageId(String),
+    /// A package id held by several projects, asked for without naming one.
+    #[error(
+        "package id {package_id} names packages in projects {projects}; name the project (ids are unique within a project only)"
+    )]
+    AmbiguousPackageId {
+        /// The id.
+        package_id: String,
+        /// The projects holding it, comma-separated.
+        projects: String,
+    },
     /// Writes to an archived project.
     #[error("project {0} is archived; unarchive it before writing")]
     ProjectArchived(String),
@@ -128,6 +138,7 @@ impl RelayError {
         match self {
             RelayError::InvalidSchema { .. } => Token::InvalidSchema,
             RelayError::DuplicatePackageId(_) => Token::DuplicatePackageId,
+            RelayError::AmbiguousPackageId { .. } => Token::AmbiguousPackageId,
             RelayError::ProjectArchived(_) => Token::ProjectArchived,
             RelayError::IdentityMismatch { .. } => Token::IdentityMismatch,
             RelayError::ReviewNotAllowed { .. } => Token::ReviewNotAllowed,

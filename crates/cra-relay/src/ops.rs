@@ -327,7 +327,8 @@ impl Relay {
             Ok(()) => Ok(stored),
             Err(recomputed) => {
                 let id = stored.package.package_id().to_owned();
-                self.store.quarantine_package(&id, &recomputed)?;
+                self.store
+                    .quarantine_package(stored.package.project_id(), &id, &recomputed)?;
                 Err(RelayError::Integrity {
                     package_id: id,
                     stored: stored.content_hash,
@@ -337,13 +338,53 @@ impl Relay {
         }
     }
 
-    /// §8.2 pull `specific`.
-    pub fn pull_specific(&self, package_id: &str) -> Result<StoredPackage, RelayError> {
+    /// §8.2 pull `specific`: package `package_id` of `project_id` (ids are unique within a
+    /// project), verified.
+    pub fn pull_specific(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<StoredPackage, RelayError> {
         let stored = self
             .store
-            .get_package(package_id)?
-            .ok_or_else(|| RelayError::PackageNotFound(package_id.into()))?;
+            .get_package(project_id, package_id)?
+            .ok_or_else(|| {
+                RelayError::PackageNotFound(format!("{package_id} in project {project_id}"))
+            })?;
         self.verified(stored)
+    }
+
+    /// The project of package `package_id`: `project` when named, else the one project holding
+    /// that id ([`RelayError::PackageNotFound`] for none, [`RelayError::AmbiguousPackageId`]
+    /// for several).
+    pub fn locate_package(
+        &self,
+        project: Option<&str>,
+        package_id: &str,
+    ) -> Result<String, RelayError> {
+        if let Some(p) = project {
+            return Ok(p.to_owned());
+        }
+        let mut holders = self.projects_of_package(package_id)?;
+        match holders.len() {
+            0 => Err(RelayError::PackageNotFound(package_id.into())),
+            1 => Ok(holders.remove(0)),
+            _ => Err(RelayError::AmbiguousPackageId {
+                package_id: package_id.into(),
+                projects: holders.join(", "),
+            }),
+        }
+    }
+
+    /// The projects holding a package with id `package_id`, by project id (not verified: pull
+    /// the one wanted with [`Relay::pull_specific`]).
+    pub fn projects_of_package(&self, package_id: &str) -> Result<Vec<String>, RelayError> {
+        Ok(self
+            .store
+            .find_package(package_id)?
+            .into_iter()
+            .map(|p| p.package.project_id().to_owned())
+            .collect())
     }
 
     fn verify_all(&self, rows: Vec<StoredPackage>) -> Result<Pulled, RelayError> {
@@ -445,9 +486,11 @@ impl Relay {
 
     // ---- review ----------------------------------------------------------------------------
 
-    /// §8.5 flag_for_review: status -> `awaiting_review`, `review_type` -> `human` | `agent`.
+    /// §8.5 flag_for_review of package `package_id` of `project_id`: status ->
+    /// `awaiting_review`, `review_type` -> `human` | `agent`.
     pub fn flag_for_review(
         &self,
+        project_id: &str,
         package_id: &str,
         review_type: &str,
         note: Option<&str>,
@@ -461,7 +504,7 @@ impl Relay {
             ));
         }
         self.transition(
-            package_id,
+            (project_id, package_id),
             Status::AwaitingReview,
             Some(review_type),
             note,
@@ -487,9 +530,11 @@ impl Relay {
         Ok(())
     }
 
-    /// A reviewer's outcome: `complete` or `revision_requested` (L3).
+    /// A reviewer's outcome on package `package_id` of `project_id`: `complete` or
+    /// `revision_requested` (L3).
     pub fn review(
         &self,
+        project_id: &str,
         package_id: &str,
         outcome: &str,
         note: Option<&str>,
@@ -506,19 +551,19 @@ impl Relay {
                 ));
             }
         };
-        self.transition(package_id, to, None, note, actor, "review")
+        self.transition((project_id, package_id), to, None, note, actor, "review")
     }
 
     fn transition(
         &self,
-        package_id: &str,
+        (project_id, package_id): (&str, &str),
         to: Status,
         review_type: Option<&str>,
         note: Option<&str>,
         actor: &Actor,
         action: &str,
     ) -> Result<StoredPackage, RelayError> {
-        let current = self.pull_specific(package_id)?;
+        let current = self.pull_specific(project_id, package_id)?;
         self.writable_project(current.package.project_id())?;
         let from = current.package.status();
         if !from.can_become(to) {
@@ -561,8 +606,12 @@ impl Relay {
     }
 
     /// The review records of a package, oldest first.
-    pub fn reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayError> {
-        Ok(self.store.list_reviews(package_id)?)
+    pub fn reviews(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Vec<ReviewRecord>, RelayError> {
+        Ok(self.store.list_reviews(project_id, package_id)?)
     }
 
     // ---- facts -----------------------------------------------------------------------------
@@ -607,8 +656,7 @@ impl Relay {
         package_id: &str,
     ) -> Result<StoredPackage, RelayError> {
         self.store
-            .get_package(package_id)?
-            .filter(|p| p.package.project_id() == project_id)
+            .get_package(project_id, package_id)?
             .ok_or_else(|| {
                 RelayError::PackageNotFound(format!(
                     "{package_id} (the fact's source_package_id) in project {project_id}"

@@ -186,20 +186,29 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         archived_at: Option<&str>,
     ) -> Result<Project, RelayStoreError>;
 
-    /// Stores `package` unless its `package_id` exists, atomically. When the package names a
-    /// session (`created_by.session_id`) that exists, the id is appended to that session's
-    /// `packages_deposited` in the same transaction.
+    /// Stores `package` unless its project holds a package with its `package_id`, atomically
+    /// (ids are unique within a project, §6: another project may use the same id). When the
+    /// package names a session (`created_by.session_id`) that exists, the id is appended to that
+    /// session's `packages_deposited` in the same transaction.
     fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError>;
-    /// One package, as stored (not verified: [`crate::ops::Relay`] verifies).
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError>;
+    /// Package `package_id` of `project_id`, as stored (not verified: [`crate::ops::Relay`]
+    /// verifies).
+    fn get_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Option<StoredPackage>, RelayStoreError>;
+    /// Every project's package with id `package_id`, by project id, as stored.
+    fn find_package(&self, package_id: &str) -> Result<Vec<StoredPackage>, RelayStoreError>;
     /// A project's packages, newest deposit first.
     fn list_packages(
         &self,
         project_id: &str,
         filter: &PackageFilter,
     ) -> Result<Vec<StoredPackage>, RelayStoreError>;
-    /// Replaces a package whose stored hash is still `expected_hash` and records `review`, in one
-    /// transaction; [`RelayStoreError::Conflict`] when the hash moved.
+    /// Replaces the package of `updated`'s project and id whose stored hash is still
+    /// `expected_hash` and records `review`, in one transaction; [`RelayStoreError::Conflict`]
+    /// when the hash moved.
     fn update_package(
         &self,
         expected_hash: &str,
@@ -207,9 +216,18 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         review: &ReviewRecord,
     ) -> Result<(), RelayStoreError>;
     /// Marks a package as failing verification (kept for inspection, hidden from listings).
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError>;
+    fn quarantine_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+        reason: &str,
+    ) -> Result<(), RelayStoreError>;
     /// The review records of a package, oldest first.
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError>;
+    fn list_reviews(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Vec<ReviewRecord>, RelayStoreError>;
 
     /// Supersedes the current fact of (project, subject, predicate), if any, and inserts the new
     /// one, atomically (decided by [`crate::fact::supersede`]); returns the inserted row. `now`

@@ -41,6 +41,10 @@ pub const SUITE: &[(&str, Case)] = &[
     ),
     ("l1_idempotent_deposit", l1_idempotent_deposit),
     ("err_duplicate_package_id", err_duplicate_package_id),
+    (
+        "package_ids_are_unique_per_project",
+        package_ids_are_unique_per_project,
+    ),
     ("err_invalid_schema_pointers", err_invalid_schema_pointers),
     ("err_project_archived", err_project_archived),
     ("err_identity_mismatch", err_identity_mismatch),
@@ -158,7 +162,7 @@ fn l0_pull_specific_and_latest(f: Factory<'_>) {
         )
         .unwrap();
     }
-    let one = r.pull_specific("pkg_3").unwrap();
+    let one = r.pull_specific(PROJECT, "pkg_3").unwrap();
     assert_eq!(one.package.package_id(), "pkg_3");
     let latest = r.pull_latest(PROJECT, None).unwrap();
     let ids: Vec<&str> = latest
@@ -185,7 +189,7 @@ fn l0_unknown_fields_round_trip(f: Factory<'_>) {
     p["child_package_ids"] = json!(["a", "b"]);
     p["deliverables"] = json!([{"path": "docs/a.md", "type": "md", "x-extra": {"k": [1, 2]}}]);
     let d = r.deposit(PROJECT, &jordan(), &p).unwrap();
-    let back = r.pull_specific("pkg_x").unwrap().to_wire();
+    let back = r.pull_specific(PROJECT, "pkg_x").unwrap().to_wire();
     let mut expected = p.clone();
     expected["content_hash"] = json!(d.stored.content_hash);
     assert_eq!(back, expected, "every field, known or not, round-trips");
@@ -252,7 +256,9 @@ fn l1_deposit_hashes_match_vectors(f: Factory<'_>) {
                     v["content_hash"].as_str().unwrap(),
                     "{id}"
                 );
-                let read = r.pull_specific(d.stored.package.package_id()).unwrap();
+                let read = r
+                    .pull_specific(project, d.stored.package.package_id())
+                    .unwrap();
                 assert_eq!(
                     read.content_hash, d.stored.content_hash,
                     "{id}: verified on read"
@@ -295,7 +301,7 @@ fn err_duplicate_package_id(f: Factory<'_>) {
     assert_eq!(e.token(), Token::DuplicatePackageId);
     assert_eq!(e.http_status(), 409);
     assert_eq!(
-        r.pull_specific("pkg_dup").unwrap().package.title(),
+        r.pull_specific(PROJECT, "pkg_dup").unwrap().package.title(),
         "Package pkg_dup"
     );
 }
@@ -364,7 +370,7 @@ fn err_project_archived(f: Factory<'_>) {
         Token::ProjectArchived
     );
     assert_eq!(
-        token_of(r.flag_for_review("pkg_d", "human", None, &jordan())),
+        token_of(r.flag_for_review(PROJECT, "pkg_d", "human", None, &jordan())),
         Token::ProjectArchived
     );
     assert_eq!(
@@ -372,7 +378,7 @@ fn err_project_archived(f: Factory<'_>) {
         Token::ProjectArchived
     );
     // Reads still work; unarchive restores writes.
-    assert!(r.pull_specific("pkg_d").is_ok());
+    assert!(r.pull_specific(PROJECT, "pkg_d").is_ok());
     r.unarchive(PROJECT).unwrap();
     r.deposit(PROJECT, &jordan(), &package("pkg_1", "complete"))
         .unwrap();
@@ -390,7 +396,10 @@ fn err_identity_mismatch(f: Factory<'_>) {
         .assert_fact(PROJECT, &mallory, &json!({"subject":"s","predicate":"p","value":"v","asserted_by":{"id":"jordan","type":"human"}}))
         .unwrap_err();
     assert_eq!(e.token(), Token::IdentityMismatch);
-    assert_eq!(token_of(r.pull_specific("pkg_m")), Token::PackageNotFound);
+    assert_eq!(
+        token_of(r.pull_specific(PROJECT, "pkg_m")),
+        Token::PackageNotFound
+    );
     // The type is the authenticated actor's too: an agent key named jordan cannot deposit or
     // assert as the human jordan.
     let agent_jordan = Actor::new("jordan", ActorType::Agent);
@@ -402,7 +411,10 @@ fn err_identity_mismatch(f: Factory<'_>) {
         e.to_body().details.unwrap().errors[0].pointer,
         "/created_by/type"
     );
-    assert_eq!(token_of(r.pull_specific("pkg_m")), Token::PackageNotFound);
+    assert_eq!(
+        token_of(r.pull_specific(PROJECT, "pkg_m")),
+        Token::PackageNotFound
+    );
     let e = r
         .assert_fact(PROJECT, &agent_jordan, &json!({"subject":"s","predicate":"p","value":"v","asserted_by":{"id":"jordan","type":"human"}}))
         .unwrap_err();
@@ -421,20 +433,25 @@ fn l3_review_gates(f: Factory<'_>) {
     for (p, a) in [(package("pkg_h", "draft"), jordan()), (by_bot, bot.clone())] {
         r.deposit(PROJECT, &a, &p).unwrap();
     }
-    r.flag_for_review("pkg_h", "human", None, &jordan())
+    r.flag_for_review(PROJECT, "pkg_h", "human", None, &jordan())
         .unwrap();
-    r.flag_for_review("pkg_b", "agent", None, &bot).unwrap();
+    r.flag_for_review(PROJECT, "pkg_b", "agent", None, &bot)
+        .unwrap();
     let refused = |id: &str, who: &Actor| {
-        let before = r.pull_specific(id).unwrap();
-        let records = r.reviews(id).unwrap().len();
-        let e = r.review(id, "complete", None, who).unwrap_err();
+        let before = r.pull_specific(PROJECT, id).unwrap();
+        let records = r.reviews(PROJECT, id).unwrap().len();
+        let e = r.review(PROJECT, id, "complete", None, who).unwrap_err();
         assert_eq!(
             (e.token(), e.http_status()),
             (Token::ReviewNotAllowed, 403),
             "{id} by {who:?}"
         );
-        assert_eq!(r.pull_specific(id).unwrap(), before, "unchanged");
-        assert_eq!(r.reviews(id).unwrap().len(), records, "no review record");
+        assert_eq!(r.pull_specific(PROJECT, id).unwrap(), before, "unchanged");
+        assert_eq!(
+            r.reviews(PROJECT, id).unwrap().len(),
+            records,
+            "no review record"
+        );
     };
     // Human review: not the author, not an agent (not even one carrying a human's id).
     refused("pkg_h", &jordan());
@@ -445,46 +462,57 @@ fn l3_review_gates(f: Factory<'_>) {
     refused("pkg_b", &casey());
     // A human gate cannot be lowered by a non-human re-flag.
     let sent_back = r
-        .review("pkg_h", "revision_requested", None, &casey())
+        .review(PROJECT, "pkg_h", "revision_requested", None, &casey())
         .unwrap();
     assert_eq!(sent_back.package.review_type(), "human");
     assert_eq!(
-        token_of(r.flag_for_review("pkg_h", "agent", None, &bot)),
+        token_of(r.flag_for_review(PROJECT, "pkg_h", "agent", None, &bot)),
         Token::ReviewNotAllowed
     );
     refused("pkg_h", &reviewer());
-    r.flag_for_review("pkg_h", "human", None, &jordan())
+    r.flag_for_review(PROJECT, "pkg_h", "human", None, &jordan())
         .unwrap();
-    let done = r.review("pkg_h", "complete", None, &casey()).unwrap();
+    let done = r
+        .review(PROJECT, "pkg_h", "complete", None, &casey())
+        .unwrap();
     assert_eq!(done.package.status(), Status::Complete);
-    let done = r.review("pkg_b", "complete", None, &reviewer()).unwrap();
+    let done = r
+        .review(PROJECT, "pkg_b", "complete", None, &reviewer())
+        .unwrap();
     assert_eq!(done.package.status(), Status::Complete);
-    assert_eq!(r.reviews("pkg_b").unwrap()[1].actor, reviewer());
+    assert_eq!(r.reviews(PROJECT, "pkg_b").unwrap()[1].actor, reviewer());
     // A draft declared for human review is finished by a human reviewer too, not its author.
     let mut gated = package("pkg_g", "draft");
     gated["review_type"] = json!("human");
     r.deposit(PROJECT, &jordan(), &gated).unwrap();
     refused_draft(&r, "pkg_g");
-    r.review("pkg_g", "complete", None, &casey()).unwrap();
+    r.review(PROJECT, "pkg_g", "complete", None, &casey())
+        .unwrap();
     // Without a declared gate the author finishes their own draft.
     r.deposit(PROJECT, &jordan(), &package("pkg_d", "draft"))
         .unwrap();
-    r.review("pkg_d", "complete", None, &jordan()).unwrap();
+    r.review(PROJECT, "pkg_d", "complete", None, &jordan())
+        .unwrap();
 }
 
 fn refused_draft(r: &Relay, id: &str) {
-    let e = r.review(id, "complete", None, &jordan()).unwrap_err();
+    let e = r
+        .review(PROJECT, id, "complete", None, &jordan())
+        .unwrap_err();
     assert_eq!(e.token(), Token::ReviewNotAllowed);
-    assert_eq!(r.pull_specific(id).unwrap().package.status(), Status::Draft);
-    assert!(r.reviews(id).unwrap().is_empty());
+    assert_eq!(
+        r.pull_specific(PROJECT, id).unwrap().package.status(),
+        Status::Draft
+    );
+    assert!(r.reviews(PROJECT, id).unwrap().is_empty());
 }
 
 fn err_package_not_found(f: Factory<'_>) {
     let (r, _) = setup(f);
-    let e = r.pull_specific("pkg_nope").unwrap_err();
+    let e = r.pull_specific(PROJECT, "pkg_nope").unwrap_err();
     assert_eq!((e.token(), e.http_status()), (Token::PackageNotFound, 404));
     assert_eq!(
-        token_of(r.flag_for_review("pkg_nope", "human", None, &jordan())),
+        token_of(r.flag_for_review(PROJECT, "pkg_nope", "human", None, &jordan())),
         Token::PackageNotFound
     );
 }
@@ -555,12 +583,15 @@ fn err_integrity_quarantine(f: Factory<'_>) {
     let store2 = f();
     store2.restore(&snap).unwrap();
     let (r2, _) = relay(store2);
-    let e = r2.pull_specific("pkg_bad").unwrap_err();
+    let e = r2.pull_specific(PROJECT, "pkg_bad").unwrap_err();
     assert_eq!((e.token(), e.http_status()), (Token::IntegrityError, 409));
     assert!(e.to_string().contains("pkg_bad"));
     let listed = r2.pull_latest(PROJECT, None).unwrap();
     assert_eq!(listed.packages.len(), 1, "quarantined package hidden");
-    assert!(r2.pull_specific("pkg_bad").is_err(), "stays quarantined");
+    assert!(
+        r2.pull_specific(PROJECT, "pkg_bad").is_err(),
+        "stays quarantined"
+    );
     let all = r2.list(
         PROJECT,
         &PackageFilter {
@@ -862,23 +893,25 @@ fn l3_status_transitions(f: Factory<'_>) {
                 .unwrap();
             let result = match to {
                 Status::AwaitingReview => {
-                    r.flag_for_review(&id, "human", Some("please"), &reviewer())
+                    r.flag_for_review(PROJECT, &id, "human", Some("please"), &reviewer())
                 }
-                Status::Complete => r.review(&id, "complete", None, &reviewer()),
-                Status::RevisionRequested => r.review(&id, "revision_requested", None, &reviewer()),
+                Status::Complete => r.review(PROJECT, &id, "complete", None, &reviewer()),
+                Status::RevisionRequested => {
+                    r.review(PROJECT, &id, "revision_requested", None, &reviewer())
+                }
                 Status::Draft => {
                     // No operation moves a package back to draft.
                     assert!(!from.can_become(Status::Draft));
                     continue;
                 }
             };
-            let before = r.pull_specific(&id).unwrap();
+            let before = r.pull_specific(PROJECT, &id).unwrap();
             if from.can_become(to) {
                 let p = result.unwrap_or_else(|e| panic!("{from} -> {to}: {e}"));
                 assert_eq!(p.package.status(), to);
                 assert_eq!(before.package.status(), to);
                 assert_eq!(p.verify(), Ok(()), "re-hashed");
-                let rec = r.reviews(&id).unwrap();
+                let rec = r.reviews(PROJECT, &id).unwrap();
                 assert_eq!(rec.len(), 1);
                 assert_eq!((rec[0].from_status, rec[0].to_status), (from, to));
                 assert_eq!(rec[0].actor, reviewer());
@@ -890,7 +923,7 @@ fn l3_status_transitions(f: Factory<'_>) {
                     "{from} -> {to}"
                 );
                 assert_eq!(before.package.status(), from, "unchanged");
-                assert!(r.reviews(&id).unwrap().is_empty());
+                assert!(r.reviews(PROJECT, &id).unwrap().is_empty());
             }
         }
     }
@@ -904,7 +937,7 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
     r.deposit(PROJECT, &jordan(), &package("pkg_c", "complete"))
         .unwrap();
     let flagged = r
-        .flag_for_review("pkg_r", "agent", Some("check numbers"), &jordan())
+        .flag_for_review(PROJECT, "pkg_r", "agent", Some("check numbers"), &jordan())
         .unwrap();
     assert_eq!(flagged.package.review_type(), "agent");
     assert_ne!(
@@ -912,13 +945,14 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
         "re-hashed on transition"
     );
     assert_eq!(
-        token_of(r.flag_for_review("pkg_r", "robot", None, &jordan())),
+        token_of(r.flag_for_review(PROJECT, "pkg_r", "robot", None, &jordan())),
         Token::InvalidSchema
     );
     let waiting = r.awaiting_review(PROJECT).unwrap();
     assert_eq!(waiting.packages.len(), 1);
     assert_eq!(waiting.packages[0].package.package_id(), "pkg_r");
     r.review(
+        PROJECT,
         "pkg_r",
         "revision_requested",
         Some("fix table 2"),
@@ -926,11 +960,13 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
     )
     .unwrap();
     assert!(r.awaiting_review(PROJECT).unwrap().packages.is_empty());
-    r.flag_for_review("pkg_r", "human", None, &jordan())
+    r.flag_for_review(PROJECT, "pkg_r", "human", None, &jordan())
         .unwrap();
-    let done = r.review("pkg_r", "complete", Some("ok"), &casey()).unwrap();
+    let done = r
+        .review(PROJECT, "pkg_r", "complete", Some("ok"), &casey())
+        .unwrap();
     assert_eq!(done.package.status(), Status::Complete);
-    let recs = r.reviews("pkg_r").unwrap();
+    let recs = r.reviews(PROJECT, "pkg_r").unwrap();
     let trail: Vec<(&str, Status)> = recs
         .iter()
         .map(|x| (x.actor.id.as_str(), x.to_status))
@@ -947,11 +983,11 @@ fn l3_flag_review_and_awaiting_list(f: Factory<'_>) {
     assert_eq!(recs[1].note.as_deref(), Some("fix table 2"));
     assert_eq!(recs[3].content_hash, done.content_hash);
     assert_eq!(
-        token_of(r.review("pkg_r", "revision_requested", None, &reviewer())),
+        token_of(r.review(PROJECT, "pkg_r", "revision_requested", None, &reviewer())),
         Token::InvalidTransition
     );
     assert_eq!(
-        token_of(r.flag_for_review("pkg_c", "human", None, &jordan())),
+        token_of(r.flag_for_review(PROJECT, "pkg_c", "human", None, &jordan())),
         Token::InvalidTransition
     );
 }
@@ -1023,6 +1059,104 @@ fn sessions_callsign_and_provenance(f: Factory<'_>) {
     assert_eq!(token_of(r.session("sess_missing")), Token::SessionNotFound);
 }
 
+/// §6: `package_id` is unique within its project, and any such id must be accepted, so another
+/// project may hold the same id. Each project's package is its own: pulled, listed, searched,
+/// reviewed and tampered with apart from the other's.
+fn package_ids_are_unique_per_project(f: Factory<'_>) {
+    let (r, _) = setup(f);
+    r.create_project("proj_b", "B").unwrap();
+    let mut a = package("pkg_same", "draft");
+    a["title"] = json!("the retrieval index in project A");
+    let mut b = package("pkg_same", "draft");
+    b["project_id"] = json!("proj_b");
+    b["title"] = json!("the billing export in project B");
+    let da = r.deposit(PROJECT, &jordan(), &a).unwrap();
+    let db = r.deposit("proj_b", &jordan(), &b).unwrap();
+    assert!(
+        da.created && db.created,
+        "the second project's id is accepted"
+    );
+    assert_ne!(da.stored.content_hash, db.stored.content_hash);
+    let again = r.deposit("proj_b", &jordan(), &b).unwrap();
+    assert!(!again.created, "idempotent within its own project");
+    let mut changed = b.clone();
+    changed["title"] = json!("changed");
+    assert_eq!(
+        token_of(r.deposit("proj_b", &jordan(), &changed)),
+        Token::DuplicatePackageId,
+        "still unique within the project"
+    );
+    assert_eq!(
+        r.pull_specific(PROJECT, "pkg_same")
+            .unwrap()
+            .package
+            .title(),
+        "the retrieval index in project A"
+    );
+    assert_eq!(
+        r.pull_specific("proj_b", "pkg_same")
+            .unwrap()
+            .package
+            .title(),
+        "the billing export in project B"
+    );
+    assert_eq!(
+        r.projects_of_package("pkg_same").unwrap(),
+        ["proj_b".to_owned(), PROJECT.to_owned()]
+    );
+    assert_eq!(r.pull_latest("proj_b", None).unwrap().packages.len(), 1);
+
+    r.flag_for_review("proj_b", "pkg_same", "human", None, &jordan())
+        .unwrap();
+    assert_eq!(
+        r.pull_specific(PROJECT, "pkg_same")
+            .unwrap()
+            .package
+            .status(),
+        Status::Draft,
+        "a flag in one project leaves the other's package alone"
+    );
+    assert!(r.reviews(PROJECT, "pkg_same").unwrap().is_empty());
+    assert_eq!(r.reviews("proj_b", "pkg_same").unwrap().len(), 1);
+    assert_eq!(r.awaiting_review(PROJECT).unwrap().packages.len(), 0);
+    assert_eq!(r.awaiting_review("proj_b").unwrap().packages.len(), 1);
+    if r.store().supports_search() {
+        let q = |project: &str| crate::store::SearchQuery {
+            project_id: project.to_owned(),
+            query: "billing export".to_owned(),
+            limit: 5,
+            ..Default::default()
+        };
+        let hits_b = r.search(&q("proj_b")).unwrap();
+        assert_eq!(hits_b.hits.len(), 1, "project B finds its own package");
+        assert_eq!(hits_b.hits[0].package.package.project_id(), "proj_b");
+        let hits_a = r.search(&q(PROJECT)).unwrap();
+        assert!(
+            hits_a
+                .hits
+                .iter()
+                .all(|h| h.package.package.project_id() == PROJECT),
+            "project A never sees project B's package"
+        );
+    }
+    let snapshot = r.store().snapshot().unwrap();
+    assert_eq!(
+        snapshot
+            .packages
+            .iter()
+            .filter(|p| p.package.package_id() == "pkg_same")
+            .count(),
+        2
+    );
+    let restored = f();
+    restored.restore(&snapshot).unwrap();
+    assert_eq!(restored.find_package("pkg_same").unwrap().len(), 2);
+    assert_eq!(
+        restored.list_reviews("proj_b", "pkg_same").unwrap().len(),
+        1
+    );
+}
+
 fn orchestrate_digest(f: Factory<'_>) {
     let (r, _) = setup(f);
     r.create_project("proj_b", "B").unwrap();
@@ -1088,8 +1222,14 @@ pub fn populate(r: &Relay, clock: &FixedClock, packages: usize, facts: usize) {
         }
         r.deposit(project, &jordan(), &p).unwrap();
         if i % 10 == 0 {
-            r.flag_for_review(&format!("pkg_{i:06}"), "human", Some("look"), &jordan())
-                .unwrap();
+            r.flag_for_review(
+                project,
+                &format!("pkg_{i:06}"),
+                "human",
+                Some("look"),
+                &jordan(),
+            )
+            .unwrap();
         }
     }
     for i in 0..facts {

@@ -50,6 +50,7 @@ suite_tests!(
     l1_deposit_hashes_match_vectors,
     l1_idempotent_deposit,
     err_duplicate_package_id,
+    package_ids_are_unique_per_project,
     err_invalid_schema_pointers,
     err_project_archived,
     err_identity_mismatch,

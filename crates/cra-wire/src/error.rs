@@ -163,6 +163,8 @@ tokens! {
     DuplicateRequestId = ("duplicate_request_id", 409),
     /// A package with this id and different content exists.
     DuplicatePackageId = ("duplicate_package_id", 409),
+    /// A package id names packages in several projects the caller may read; name the project.
+    AmbiguousPackageId = ("ambiguous_package_id", 409),
     /// An atlas with this id and version is in force with other content; a published version never changes.
     AtlasVersionConflict = ("atlas_version_conflict", 409),
     /// The resource already exists (e.g. a project id).

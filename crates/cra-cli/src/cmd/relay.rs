@@ -95,6 +95,9 @@ pub enum RelayCommand {
     Flag {
         /// The package.
         package_id: String,
+        /// Its project (needed when several projects hold a package with this id).
+        #[arg(long)]
+        project: Option<String>,
         /// Who reviews.
         #[arg(long, default_value = "human")]
         review_type: String,
@@ -106,6 +109,9 @@ pub enum RelayCommand {
     Review {
         /// The package.
         package_id: String,
+        /// Its project (needed when several projects hold a package with this id).
+        #[arg(long)]
+        project: Option<String>,
         /// The outcome.
         #[arg(long)]
         outcome: String,
@@ -354,8 +360,22 @@ trait Backend {
     fn invalidate_fact(&self, project_id: &str, subject: &str, predicate: &str) -> Answer;
     /// A JSON array of §7 facts.
     fn facts(&self, project_id: &str, query: &FactQuery) -> Answer;
-    fn flag(&self, package_id: &str, review_type: &str, note: Option<&str>) -> Answer;
-    fn review(&self, package_id: &str, outcome: &str, note: Option<&str>) -> Answer;
+    /// The package of `project` (or of the one project holding the id), flagged.
+    fn flag(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        review_type: &str,
+        note: Option<&str>,
+    ) -> Answer;
+    /// The package of `project` (or of the one project holding the id), reviewed.
+    fn review(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        outcome: &str,
+        note: Option<&str>,
+    ) -> Answer;
     /// The §5.5 session started for the acting actor.
     fn start_session(&self, project_id: &str) -> Answer;
     /// The session `session_id` of `project_id`.
@@ -455,14 +475,21 @@ fn dispatch(b: &dyn Backend, cmd: RelayCommand, stdin: &mut dyn Read) -> Result<
         RelayCommand::Facts(f) => facts(b, f)?,
         RelayCommand::Flag {
             package_id,
+            project,
             review_type,
             note,
-        } => b.flag(&package_id, &review_type, note.as_deref())?,
+        } => b.flag(
+            &package_id,
+            project.as_deref(),
+            &review_type,
+            note.as_deref(),
+        )?,
         RelayCommand::Review {
             package_id,
+            project,
             outcome,
             note,
-        } => b.review(&package_id, &outcome, note.as_deref())?,
+        } => b.review(&package_id, project.as_deref(), &outcome, note.as_deref())?,
         RelayCommand::Session(s) => match s {
             SessionCommand::Start { project } => b.start_session(&project)?,
             SessionCommand::Show {

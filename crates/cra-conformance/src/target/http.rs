@@ -351,7 +351,7 @@ impl HttpTarget {
             "pull" => {
                 let mode = s("mode");
                 let path = match mode.as_str() {
-                    "specific" => format!("/v1/packages/{}", enc(&s("package_id"))),
+                    "specific" => package_route(args, ""),
                     "awaiting_review" => {
                         format!("/v1/projects/{project}/packages?status=awaiting_review")
                     }
@@ -407,13 +407,13 @@ impl HttpTarget {
             }
             "flag_for_review" => self.route(
                 Method::POST,
-                &format!("/v1/packages/{}/flag", enc(&s("package_id"))),
-                Some(&strip(args, &["package_id"])),
+                &package_route(args, "/flag"),
+                Some(&strip(args, &["package_id", "project_id"])),
             ),
             "review" => self.route_as(
                 Method::POST,
-                &format!("/v1/packages/{}/review", enc(&s("package_id"))),
-                Some(&strip(args, &["package_id", "as"])),
+                &package_route(args, "/review"),
+                Some(&strip(args, &["package_id", "project_id", "as"])),
                 args.get("as").and_then(Value::as_str),
             ),
             "resolve" | "execute" => {
@@ -721,4 +721,14 @@ impl Target for HttpTarget {
             Err(Fail::Errored(m)) => Outcome::Errored(m),
         }
     }
+}
+
+/// `/v1/packages/{package_id}{suffix}`, scoped with `?project_id=` when the case names a project.
+fn package_route(args: &Value, suffix: &str) -> String {
+    let id = args.get("package_id").and_then(Value::as_str).unwrap_or("");
+    let mut path = format!("/v1/packages/{}{suffix}", enc(id));
+    if let Some(p) = args.get("project_id").and_then(Value::as_str) {
+        path.push_str(&format!("?project_id={}", enc(p)));
+    }
+    path
 }

@@ -36,6 +36,9 @@ pub enum Mutation {
     RelayNullsKept,
     /// Superseded facts are reported with `valid_to` still open.
     SupersessionNotClosing,
+    /// Package ids are taken as global: a package is the first project's holding the id, the
+    /// project named or not, as cra did before issue 22 item 13.
+    PackageIdsGlobal,
     /// Actions no policy granted are allowed.
     DefaultAllow,
     /// A deny does not beat an allow naming the same action.
@@ -287,8 +290,13 @@ impl InProcess {
                 || steps.iter().any(|s| verbs.contains(&s.operation.as_str()))
         };
         let relay = if uses(RELAY_VERBS) {
-            let m = (self.mutation == Some(Mutation::SupersessionNotClosing))
-                .then_some(RelayMutation::SupersessionNotClosing);
+            let m = match self.mutation {
+                Some(Mutation::SupersessionNotClosing) => {
+                    Some(RelayMutation::SupersessionNotClosing)
+                }
+                Some(Mutation::PackageIdsGlobal) => Some(RelayMutation::PackageIdsGlobal),
+                _ => None,
+            };
             Some(RelayWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)
         } else {
             None

@@ -16,6 +16,8 @@ use serde_json::{Map, Value, json};
 pub enum RelayMutation {
     /// Reads report superseded facts as still open (`valid_to` left null).
     SupersessionNotClosing,
+    /// A package is the first project's holding its id, whatever project is named.
+    PackageIdsGlobal,
 }
 
 /// One case's Relay world.
@@ -132,6 +134,15 @@ impl RelayWorld {
         &self.clock
     }
 
+    /// The project of package `id` (`project` when named, else the one project holding it).
+    fn locate(&self, project: Option<&str>, id: &str) -> Result<String, RelayError> {
+        if self.mutation == Some(RelayMutation::PackageIdsGlobal) {
+            let first = self.relay.projects_of_package(id)?.into_iter().next();
+            return first.ok_or_else(|| RelayError::PackageNotFound(id.into()));
+        }
+        self.relay.locate_package(project, id)
+    }
+
     /// Performs one Relay verb; `None` when `op` is not a Relay verb.
     pub fn perform(&self, op: &str, args: &Value) -> Option<Result<Value, String>> {
         let r = &self.relay;
@@ -160,7 +171,13 @@ impl RelayWorld {
                 )
             }
             "pull" => match s(args, "mode").unwrap_or("latest") {
-                "specific" => wire(r.pull_specific(s(args, "package_id").unwrap_or_default())),
+                "specific" => {
+                    let id = s(args, "package_id").unwrap_or_default();
+                    wire(
+                        self.locate(s(args, "project_id"), id)
+                            .and_then(|p| r.pull_specific(&p, id)),
+                    )
+                }
                 "relevant" => list(
                     r.pull_relevant(&SearchQuery {
                         project_id: project.to_owned(),
@@ -235,12 +252,18 @@ impl RelayWorld {
                     Err(e) => error(&e),
                 }
             }
-            "flag_for_review" => wire(r.flag_for_review(
-                s(args, "package_id").unwrap_or_default(),
-                s(args, "review_type").unwrap_or_default(),
-                s(args, "note"),
-                &me,
-            )),
+            "flag_for_review" => {
+                let id = s(args, "package_id").unwrap_or_default();
+                wire(self.locate(s(args, "project_id"), id).and_then(|p| {
+                    r.flag_for_review(
+                        &p,
+                        id,
+                        s(args, "review_type").unwrap_or_default(),
+                        s(args, "note"),
+                        &me,
+                    )
+                }))
+            }
             // The reviewer is the actor the case names (`as`, with that fixture actor's type),
             // else a human other than the fixtures' author (jordan), as over HTTP, where the
             // review is sent with the runner's admin token: a human review is never closed by
@@ -263,12 +286,16 @@ impl RelayWorld {
                         actor_type: ActorType::Human,
                     },
                 };
-                wire(r.review(
-                    s(args, "package_id").unwrap_or_default(),
-                    s(args, "outcome").unwrap_or_default(),
-                    s(args, "note"),
-                    &reviewer,
-                ))
+                let id = s(args, "package_id").unwrap_or_default();
+                wire(self.locate(s(args, "project_id"), id).and_then(|p| {
+                    r.review(
+                        &p,
+                        id,
+                        s(args, "outcome").unwrap_or_default(),
+                        s(args, "note"),
+                        &reviewer,
+                    )
+                }))
             }
             "export_import" => return Some(self.export_import(args)),
             _ => return None,

@@ -14,7 +14,8 @@ use crate::model::{Project, ReviewRecord, Session, StoredPackage};
 #[derive(Debug, Default)]
 struct Inner {
     projects: BTreeMap<String, Project>,
-    packages: BTreeMap<String, (u64, StoredPackage)>,
+    /// By (project_id, package_id).
+    packages: BTreeMap<(String, String), (u64, StoredPackage)>,
     next_seq: u64,
     reviews: Vec<ReviewRecord>,
     facts: Vec<FactRecord>,
@@ -32,6 +33,13 @@ impl Inner {
         );
         fact::recorded_instant(last.as_deref(), now)
     }
+}
+
+fn package_key(p: &StoredPackage) -> (String, String) {
+    (
+        p.package.project_id().to_owned(),
+        p.package.package_id().to_owned(),
+    )
 }
 
 /// See the module documentation. A store made by [`RelayStore::with_outbox`] shares the maps
@@ -72,7 +80,11 @@ impl MemoryStore {
     /// Test hook: overwrites a stored package's object without touching its hash (tampering).
     pub fn tamper(&self, package_id: &str, stored: StoredPackage) {
         let mut g = self.lock();
-        if let Some(entry) = g.packages.get_mut(package_id) {
+        let key = (
+            stored.package.project_id().to_owned(),
+            package_id.to_owned(),
+        );
+        if let Some(entry) = g.packages.get_mut(&key) {
             entry.1.package = stored.package;
         }
     }
@@ -121,13 +133,14 @@ impl RelayStore for MemoryStore {
     fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         let mut g = self.lock();
         let id = package.package.package_id().to_owned();
-        if let Some((_, existing)) = g.packages.get(&id) {
+        let key = package_key(package);
+        if let Some((_, existing)) = g.packages.get(&key) {
             return Ok(InsertOutcome::Existing(existing.clone()));
         }
         self.owe(&mut g, Written::Package(package))?;
         let seq = g.next_seq;
         g.next_seq += 1;
-        g.packages.insert(id.clone(), (seq, package.clone()));
+        g.packages.insert(key, (seq, package.clone()));
         if let Some(sid) = package.package.session_id()
             && let Some(s) = g.sessions.get_mut(sid)
         {
@@ -136,8 +149,23 @@ impl RelayStore for MemoryStore {
         Ok(InsertOutcome::Inserted)
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
-        Ok(self.lock().packages.get(package_id).map(|(_, p)| p.clone()))
+    fn get_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Option<StoredPackage>, RelayStoreError> {
+        let key = (project_id.to_owned(), package_id.to_owned());
+        Ok(self.lock().packages.get(&key).map(|(_, p)| p.clone()))
+    }
+
+    fn find_package(&self, package_id: &str) -> Result<Vec<StoredPackage>, RelayStoreError> {
+        Ok(self
+            .lock()
+            .packages
+            .iter()
+            .filter(|((_, id), _)| id == package_id)
+            .map(|(_, (_, p))| p.clone())
+            .collect())
     }
 
     fn list_packages(
@@ -168,38 +196,48 @@ impl RelayStore for MemoryStore {
     ) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         let id = updated.package.package_id();
+        let key = package_key(updated);
         let stored_hash = g
             .packages
-            .get(id)
+            .get(&key)
             .map(|e| e.1.content_hash.clone())
             .ok_or_else(|| RelayStoreError::NotFound(format!("package {id}")))?;
         if stored_hash != expected_hash {
             return Err(RelayStoreError::Conflict(format!("package {id}")));
         }
         self.owe(&mut g, Written::Package(updated))?;
-        if let Some(entry) = g.packages.get_mut(id) {
+        if let Some(entry) = g.packages.get_mut(&key) {
             entry.1 = updated.clone();
         }
         g.reviews.push(review.clone());
         Ok(())
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
+    fn quarantine_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+        reason: &str,
+    ) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
         let entry = g
             .packages
-            .get_mut(package_id)
+            .get_mut(&(project_id.to_owned(), package_id.to_owned()))
             .ok_or_else(|| RelayStoreError::NotFound(format!("package {package_id}")))?;
         entry.1.quarantined = Some(reason.to_owned());
         Ok(())
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
+    fn list_reviews(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Vec<ReviewRecord>, RelayStoreError> {
         Ok(self
             .lock()
             .reviews
             .iter()
-            .filter(|r| r.package_id == package_id)
+            .filter(|r| r.project_id == project_id && r.package_id == package_id)
             .cloned()
             .collect())
     }
@@ -351,8 +389,7 @@ impl RelayStore for MemoryStore {
         for p in &snapshot.packages {
             let seq = g.next_seq;
             g.next_seq += 1;
-            g.packages
-                .insert(p.package.package_id().to_owned(), (seq, p.clone()));
+            g.packages.insert(package_key(p), (seq, p.clone()));
         }
         g.facts = snapshot.facts.clone();
         for s in &snapshot.sessions {

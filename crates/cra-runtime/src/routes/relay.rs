@@ -278,7 +278,9 @@ pub(crate) async fn list_packages(
     Ok(Json(state.packages(&actor, &pid, listing).await?.to_wire()))
 }
 
-/// `?project_id=` on the package routes: the project the package must belong to.
+/// `?project_id=` on the package routes: the project the package must belong to. Without it, the
+/// package is that of the one project holding the id that the caller may use (409
+/// `ambiguous_package_id` when there are several).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct PackageScope {
@@ -291,7 +293,8 @@ pub(crate) struct PackageScope {
 #[utoipa::path(get, path = "/v1/packages/{package_id}", tag = "relay",
     params(("package_id" = String, Path, description = "The package"),
            ("project_id" = Option<String>, Query, description = "Only in this project")),
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema),
+              (status = 409, description = "`ambiguous_package_id`: several readable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -352,15 +355,19 @@ pub(crate) async fn review_project_package(
 
 /// §8.5 flag_for_review.
 #[utoipa::path(post, path = "/v1/packages/{package_id}/flag", tag = "relay",
-    params(("package_id" = String, Path, description = "The package")), request_body = Object,
-    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema)))]
+    params(("package_id" = String, Path, description = "The package"),
+           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = Object,
+    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 409, description = "`ambiguous_package_id`: several writable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn flag(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
+    QueryParams(scope): QueryParams<PackageScope>,
     JsonBody(body): JsonBody<Flag>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(state.flag(&actor, &id, None, body).await?.to_wire()))
+    let scope = scope.project_id.as_deref();
+    Ok(Json(state.flag(&actor, &id, scope, body).await?.to_wire()))
 }
 
 /// Review of a flagged package. The reviewer is the authenticated actor: a `human` review is
@@ -368,16 +375,22 @@ pub(crate) async fn flag(
 /// who is not; anyone else gets 403 `review_not_allowed` and nothing changes (specs/relay.md,
 /// "Review gates").
 #[utoipa::path(post, path = "/v1/packages/{package_id}/review", tag = "relay",
-    params(("package_id" = String, Path, description = "The package")), request_body = Object,
+    params(("package_id" = String, Path, description = "The package"),
+           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = Object,
     responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
-              (status = 403, description = "`unauthorized` (no grant) or `review_not_allowed` (review gate)", body = crate::openapi::ErrorBodySchema)))]
+              (status = 403, description = "`unauthorized` (no grant) or `review_not_allowed` (review gate)", body = crate::openapi::ErrorBodySchema),
+              (status = 409, description = "`ambiguous_package_id`: several writable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn review(
     State(state): State<AppState>,
     Caller(actor): Caller,
     Path(id): Path<String>,
+    QueryParams(scope): QueryParams<PackageScope>,
     JsonBody(body): JsonBody<Review>,
 ) -> ApiResult<Json<Value>> {
-    Ok(Json(state.review(&actor, &id, None, body).await?.to_wire()))
+    let scope = scope.project_id.as_deref();
+    Ok(Json(
+        state.review(&actor, &id, scope, body).await?.to_wire(),
+    ))
 }
 
 /// §8.6 assert_fact.

@@ -237,9 +237,11 @@ impl Runtime {
         ))
     }
 
-    /// Package `package_id` (in `scope` when a project is named), once `actor` is known to be
-    /// granted reads of its project, or with `write` writes (404 for an unknown package, or one
-    /// outside `scope`; 403 without a grant).
+    /// Package `package_id` of project `scope`, or, without one, of the one project holding
+    /// that id that `actor` may read (ids are unique per project only), once `actor` is known to
+    /// be granted reads of its project, or with `write` writes. 404 for an id no project holds
+    /// (or `scope` does not); 403 when every project holding it refuses the grant; 409
+    /// `ambiguous_package_id` when several projects `actor` may use hold it.
     async fn granted_package(
         &self,
         actor: &Actor,
@@ -247,28 +249,62 @@ impl Runtime {
         scope: Option<&str>,
         write: bool,
     ) -> ApiResult<StoredPackage> {
-        let p = self.scoped_package(package_id, scope).await?;
-        self.require_project(actor, p.package.project_id(), write)
-            .await?;
-        Ok(p)
+        let project = match scope {
+            Some(project) => project.to_owned(),
+            None => self.project_of_package(actor, package_id, write).await?,
+        };
+        self.require_project(actor, &project, write).await?;
+        let id = package_id.to_owned();
+        let found = self
+            .relay_call(move |r| r.pull_specific(&project, &id))
+            .await;
+        match (found, scope) {
+            (Err(e), Some(project)) if e.token() == Some(Token::PackageNotFound) => {
+                Err(ApiError::new(
+                    Token::PackageNotFound,
+                    format!("project `{project}` has no package `{package_id}`"),
+                ))
+            }
+            (found, _) => found,
+        }
     }
 
-    /// Package `package_id`, which must belong to `scope` when a project is named (404
-    /// `package_not_found` otherwise: a project-scoped route never reaches another project's
-    /// package).
-    async fn scoped_package(
+    /// The project of package `package_id` for a route that names none: the one project
+    /// holding the id that `actor` may use (see [`Runtime::granted_package`]).
+    async fn project_of_package(
         &self,
+        actor: &Actor,
         package_id: &str,
-        scope: Option<&str>,
-    ) -> ApiResult<StoredPackage> {
+        write: bool,
+    ) -> ApiResult<String> {
         let id = package_id.to_owned();
-        let p = self.relay_call(move |r| r.pull_specific(&id)).await?;
-        match scope {
-            Some(project) if p.package.project_id() != project => Err(ApiError::new(
+        let holders = self.relay_call(move |r| r.projects_of_package(&id)).await?;
+        let mut usable = Vec::new();
+        let mut refusal = None;
+        for project in holders {
+            match self.require_project(actor, &project, write).await {
+                Ok(()) => usable.push(project),
+                Err(e) => refusal = refusal.or(Some(e)),
+            }
+        }
+        match (usable.len(), refusal) {
+            (1, _) => Ok(usable.remove(0)),
+            (0, Some(refused)) => Err(refused),
+            (0, None) => Err(ApiError::new(
                 Token::PackageNotFound,
-                format!("project `{project}` has no package `{package_id}`"),
+                format!("no package `{package_id}`"),
             )),
-            _ => Ok(p),
+            _ => Err(ApiError::new(
+                Token::AmbiguousPackageId,
+                format!(
+                    "package id `{package_id}` names packages in projects {}; name one with ?project_id= or GET /v1/projects/{{project_id}}/packages/{package_id}",
+                    usable
+                        .iter()
+                        .map(|p| format!("`{p}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )),
         }
     }
 
@@ -554,9 +590,9 @@ impl Runtime {
         flag: Flag,
     ) -> ApiResult<StoredPackage> {
         let current = self.granted_package(actor, package_id, scope, true).await?;
-        let pid = current.package.project_id();
+        let pid = current.package.project_id().to_owned();
         let chain = self
-            .relay_chain(actor, pid, current.package.session_id())
+            .relay_chain(actor, &pid, current.package.session_id())
             .await;
         let (ids, by, f) = (self.ids.clone(), actor.id.clone(), flag.clone());
         let plan: Plan = Box::new(move |w: Written<'_>| match w {
@@ -575,7 +611,7 @@ impl Runtime {
         });
         let (ra, id) = (relay_actor(actor), package_id.to_owned());
         self.relay_write(plan, move |r| {
-            r.flag_for_review(&id, &flag.review_type, flag.note.as_deref(), &ra)
+            r.flag_for_review(&pid, &id, &flag.review_type, flag.note.as_deref(), &ra)
         })
         .await
     }
@@ -592,7 +628,8 @@ impl Runtime {
         review: Review,
     ) -> ApiResult<StoredPackage> {
         let current = self.granted_package(actor, package_id, scope, true).await?;
-        let chain = Chain::audit(current.package.project_id());
+        let pid = current.package.project_id().to_owned();
+        let chain = Chain::audit(&pid);
         let (ids, reviewer, v) = (self.ids.clone(), actor.clone(), review.clone());
         let plan: Plan = Box::new(move |w: Written<'_>| match w {
             Written::Package(p) => {
@@ -610,7 +647,7 @@ impl Runtime {
         });
         let (ra, id) = (relay_actor(actor), package_id.to_owned());
         self.relay_write(plan, move |r| {
-            r.review(&id, &review.outcome, review.note.as_deref(), &ra)
+            r.review(&pid, &id, &review.outcome, review.note.as_deref(), &ra)
         })
         .await
     }

@@ -1222,3 +1222,88 @@ async fn project_scoped_package_routes_reach_only_the_named_projects_packages() 
     );
     s.stop().await;
 }
+
+/// B.13: a package id unique within its project is accepted although another project uses it
+/// (Relay §6). Where the id exists in several projects the caller may read, the unscoped routes
+/// answer 409 `ambiguous_package_id` (naming the projects) and change nothing; `?project_id=`
+/// and the project-scoped routes reach each project's own package; a caller who may read only
+/// one of the projects reaches that one unscoped, and never learns of the other.
+#[tokio::test]
+async fn a_package_id_may_be_used_in_two_projects_and_unscoped_routes_name_the_ambiguity() {
+    let s = TestServer::start().await;
+    let audit_x = new_project(&s, MAINT, "proj-x").await;
+    new_project(&s, AGENT, "proj-z").await;
+    let mut x = package("pkg_same", "proj-x", "maintainer-bot", None);
+    x["status"] = json!("draft");
+    let mut z = package("pkg_same", "proj-z", "ops-bot", None);
+    z["status"] = json!("draft");
+    z["title"] = json!("the other project's package");
+    let (st, dx) = s
+        .post(Some(MAINT), "/v1/projects/proj-x/packages", &x)
+        .await;
+    assert_eq!(st, 201, "{dx}");
+    let (st, dz) = s
+        .post(Some(AGENT), "/v1/projects/proj-z/packages", &z)
+        .await;
+    assert_eq!(st, 201, "the second project's id is accepted: {dz}");
+    assert_ne!(dx["content_hash"], dz["content_hash"]);
+
+    // Each caller reads only its own project: the unscoped route is its package.
+    let (st, mine) = s.get(Some(MAINT), "/v1/packages/pkg_same").await;
+    assert_eq!((st, &mine["project_id"]), (200, &json!("proj-x")), "{mine}");
+    let (st, theirs) = s.get(Some(AGENT), "/v1/packages/pkg_same").await;
+    assert_eq!(
+        (st, &theirs["project_id"]),
+        (200, &json!("proj-z")),
+        "{theirs}"
+    );
+
+    // The admin reads both: unscoped is ambiguous, scoped is exact.
+    let (st, body) = s.get(Some(ADMIN), "/v1/packages/pkg_same").await;
+    assert_error(&(st, body.clone()), 409, "ambiguous_package_id");
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message.contains("`proj-x`") && message.contains("`proj-z`"),
+        "{message}"
+    );
+    for (path, project) in [
+        ("/v1/packages/pkg_same?project_id=proj-z", "proj-z"),
+        ("/v1/projects/proj-x/packages/pkg_same", "proj-x"),
+    ] {
+        let (st, got) = s.get(Some(ADMIN), path).await;
+        assert_eq!((st, &got["project_id"]), (200, &json!(project)), "{got}");
+    }
+
+    // An ambiguous flag changes and records nothing; a scoped one flags only its package.
+    let recorded = s.event_types(&audit_x).await.len();
+    let flag = json!({"review_type": "human"});
+    assert_error(
+        &s.post(Some(ADMIN), "/v1/packages/pkg_same/flag", &flag)
+            .await,
+        409,
+        "ambiguous_package_id",
+    );
+    assert_eq!(s.event_types(&audit_x).await.len(), recorded);
+    let (st, flagged) = s
+        .post(
+            Some(ADMIN),
+            "/v1/packages/pkg_same/flag?project_id=proj-x",
+            &flag,
+        )
+        .await;
+    assert_eq!(st, 200, "{flagged}");
+    let (_, x_now) = s
+        .get(Some(ADMIN), "/v1/projects/proj-x/packages/pkg_same")
+        .await;
+    let (_, z_now) = s
+        .get(Some(ADMIN), "/v1/projects/proj-z/packages/pkg_same")
+        .await;
+    assert_eq!(x_now["status"], "awaiting_review");
+    assert_eq!(
+        z_now["status"], "draft",
+        "the other project's package is untouched"
+    );
+    let types = s.event_types(&audit_x).await;
+    assert_eq!(types.last().unwrap(), "relay.package.flagged");
+    s.stop().await;
+}

@@ -112,8 +112,11 @@ impl PgRelay {
 
     fn write_chunks(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<(), RelayStoreError> {
         let id = p.package.package_id();
-        tx.execute("DELETE FROM relay_chunks WHERE package_id = $1", &[&id])
-            .map_err(be)?;
+        tx.execute(
+            "DELETE FROM relay_chunks WHERE project_id = $1 AND package_id = $2",
+            &[&p.package.project_id(), &id],
+        )
+        .map_err(be)?;
         if p.quarantined.is_some() {
             return Ok(());
         }
@@ -136,7 +139,7 @@ impl PgRelay {
         let n = tx
             .execute(
                 "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (package_id) DO NOTHING",
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, package_id) DO NOTHING",
                 &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body],
             )
             .map_err(be)?;
@@ -258,8 +261,8 @@ impl RelayStore for PgRelay {
             if !Self::insert_raw(tx, package)? {
                 let row = tx
                     .query_one(
-                        "SELECT body, content_hash, quarantined FROM relay_packages WHERE package_id = $1",
-                        &[&package.package.package_id()],
+                        "SELECT body, content_hash, quarantined FROM relay_packages WHERE project_id = $1 AND package_id = $2",
+                        &[&package.package.project_id(), &package.package.package_id()],
                     )
                     .map_err(be)?;
                 return Ok(InsertOutcome::Existing(dec_package(row.get(0), row.get(1), row.get(2))?));
@@ -280,16 +283,35 @@ impl RelayStore for PgRelay {
         })
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
+    fn get_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Option<StoredPackage>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let row = c
             .query_opt(
-                "SELECT body, content_hash, quarantined FROM relay_packages WHERE package_id = $1",
-                &[&package_id],
+                "SELECT body, content_hash, quarantined FROM relay_packages
+                  WHERE project_id = $1 AND package_id = $2",
+                &[&project_id, &package_id],
             )
             .map_err(be)?;
         row.map(|r| dec_package(r.get(0), r.get(1), r.get(2)))
             .transpose()
+    }
+
+    fn find_package(&self, package_id: &str) -> Result<Vec<StoredPackage>, RelayStoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let rows = c
+            .query(
+                "SELECT body, content_hash, quarantined FROM relay_packages
+                  WHERE package_id = $1 ORDER BY project_id COLLATE \"C\"",
+                &[&package_id],
+            )
+            .map_err(be)?;
+        rows.iter()
+            .map(|r| dec_package(r.get(0), r.get(1), r.get(2)))
+            .collect()
     }
 
     fn list_packages(
@@ -324,10 +346,13 @@ impl RelayStore for PgRelay {
         updated: &StoredPackage,
         review: &ReviewRecord,
     ) -> Result<(), RelayStoreError> {
-        let id = updated.package.package_id();
+        let (project, id) = (updated.package.project_id(), updated.package.package_id());
         self.with_tx(|tx| {
             let row = tx
-                .query_opt("SELECT content_hash FROM relay_packages WHERE package_id = $1 FOR UPDATE", &[&id])
+                .query_opt(
+                    "SELECT content_hash FROM relay_packages WHERE project_id = $1 AND package_id = $2 FOR UPDATE",
+                    &[&project, &id],
+                )
                 .map_err(be)?
                 .ok_or_else(|| RelayStoreError::NotFound(format!("package {id}")))?;
             if row.get::<_, &str>(0) != expected_hash {
@@ -335,43 +360,56 @@ impl RelayStore for PgRelay {
             }
             let body = enc(&Value::Object(updated.package.as_object().clone()))?;
             tx.execute(
-                "UPDATE relay_packages SET body = $2, content_hash = $3, quarantined = $4 WHERE package_id = $1",
-                &[&id, &body, &updated.content_hash, &updated.quarantined],
+                "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5
+                  WHERE project_id = $1 AND package_id = $2",
+                &[&project, &id, &body, &updated.content_hash, &updated.quarantined],
             )
             .map_err(be)?;
             Self::write_chunks(tx, updated)?;
-            tx.execute("INSERT INTO relay_reviews (package_id, body) VALUES ($1, $2)", &[&id, &enc(review)?])
+            tx.execute(
+                "INSERT INTO relay_reviews (project_id, package_id, body) VALUES ($1, $2, $3)",
+                &[&project, &id, &enc(review)?],
+            )
                 .map_err(be)?;
             self.owe(tx, Written::Package(updated))
         })
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
+    fn quarantine_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+        reason: &str,
+    ) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
             let n = tx
                 .execute(
-                    "UPDATE relay_packages SET quarantined = $2 WHERE package_id = $1",
-                    &[&package_id, &reason],
+                    "UPDATE relay_packages SET quarantined = $3 WHERE project_id = $1 AND package_id = $2",
+                    &[&project_id, &package_id, &reason],
                 )
                 .map_err(be)?;
             if n == 0 {
                 return Err(RelayStoreError::NotFound(format!("package {package_id}")));
             }
             tx.execute(
-                "DELETE FROM relay_chunks WHERE package_id = $1",
-                &[&package_id],
+                "DELETE FROM relay_chunks WHERE project_id = $1 AND package_id = $2",
+                &[&project_id, &package_id],
             )
             .map_err(be)?;
             Ok(())
         })
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
+    fn list_reviews(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Vec<ReviewRecord>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
         let rows = c
             .query(
-                "SELECT body FROM relay_reviews WHERE package_id = $1 ORDER BY id",
-                &[&package_id],
+                "SELECT body FROM relay_reviews WHERE project_id = $1 AND package_id = $2 ORDER BY id",
+                &[&project_id, &package_id],
             )
             .map_err(be)?;
         rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
@@ -562,7 +600,7 @@ impl RelayStore for PgRelay {
             }
         }
         drop(c);
-        super::search::hits(query, raw, |id| self.get_package(id))
+        super::search::hits(query, raw, |id| self.get_package(&query.project_id, id))
     }
 
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
@@ -676,12 +714,14 @@ impl RelayStore for PgRelay {
                 .map_err(be)?;
             }
             for batch in snapshot.reviews.chunks(RESTORE_BATCH) {
+                let projects: Vec<&str> = batch.iter().map(|r| r.project_id.as_str()).collect();
                 let ids: Vec<&str> = batch.iter().map(|r| r.package_id.as_str()).collect();
                 let bodies = batch.iter().map(enc).collect::<Result<Vec<String>, _>>()?;
                 tx.execute(
-                    "INSERT INTO relay_reviews (package_id, body)
-                     SELECT a, b FROM UNNEST($1::text[], $2::text[]) WITH ORDINALITY AS t(a, b, n) ORDER BY n",
-                    &[&ids, &bodies],
+                    "INSERT INTO relay_reviews (project_id, package_id, body)
+                     SELECT a, b, c FROM UNNEST($1::text[], $2::text[], $3::text[])
+                          WITH ORDINALITY AS t(a, b, c, n) ORDER BY n",
+                    &[&projects, &ids, &bodies],
                 )
                 .map_err(be)?;
             }

@@ -1,14 +1,17 @@
 //! [`RedbRelay`]: Relay's storage in the shared redb database of a data directory.
 //!
 //! Tables (all values are JSON bytes; numbers keep their exact text):
-//! `relay_projects` (project_id), `relay_packages` (package_id -> seq, hash, quarantine,
-//! object), `relay_package_order` ((project_id, seq) -> package_id), `relay_reviews`
-//! ((package_id, seq) -> record), `relay_facts` (`project\0subject\0predicate\0fact_id` -> row),
+//! `relay_projects` (project_id), `relay_packages` (`project_id\0package_id` -> seq, hash,
+//! quarantine, object: ids are unique per project), `relay_package_order` ((project_id, seq) ->
+//! package_id), `relay_reviews` ((`project_id\0package_id`, seq) -> record), `relay_facts` (`project\0subject\0predicate\0fact_id` -> row),
 //! `relay_fact_current` (`project\0subject\0predicate` -> key of the current row),
 //! `relay_sessions` (session_id), `relay_meta` (counters), `relay_fact_clock` (project_id -> the
 //! latest recorded instant of its facts; created on open, and seeded from the stored rows the
 //! first time a project without a mark is written, so data written before it keeps working),
 //! `relay_outbox` (key -> the events a write owes its chain, as text; emptied by the trace committer).
+//!
+//! Data written before ids were per project keyed packages and reviews by `package_id` alone;
+//! opening such a database rekeys them once, in one transaction ([`RedbRelay::new`]).
 //!
 //! redb serialises write transactions, so each multi-row change (insert-if-absent plus session
 //! append, compare-and-swap plus review record, supersession plus insert) is one atomic commit.
@@ -88,6 +91,58 @@ fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), RelayStoreError> {
     }
 }
 
+/// A package's key in `relay_packages` and `relay_reviews`: its project, NUL, its id.
+fn package_key(project_id: &str, package_id: &str) -> String {
+    format!("{project_id}\0{package_id}")
+}
+
+fn key_of(p: &StoredPackage) -> String {
+    package_key(p.package.project_id(), p.package.package_id())
+}
+
+/// Rekeys packages and reviews written under `package_id` alone (before ids were per project)
+/// under [`package_key`], once: `relay_meta` `package_keys` marks a database done.
+fn rekey_packages(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> {
+    let mut meta = tx.open_table(META).map_err(be)?;
+    if meta.get("package_keys").map_err(be)?.is_some() {
+        return Ok(());
+    }
+    let mut packages = tx.open_table(PACKAGES).map_err(be)?;
+    let mut old = Vec::new();
+    for row in packages.iter().map_err(be)? {
+        let (k, v) = row.map_err(be)?;
+        if !k.value().contains('\0') {
+            old.push((k.value().to_owned(), v.value().to_vec()));
+        }
+    }
+    for (id, bytes) in old {
+        let (_, p) = dec_package(&bytes)?;
+        packages.remove(id.as_str()).map_err(be)?;
+        packages
+            .insert(key_of(&p).as_str(), bytes.as_slice())
+            .map_err(be)?;
+    }
+    let mut reviews = tx.open_table(REVIEWS).map_err(be)?;
+    let mut moved = Vec::new();
+    for row in reviews.iter().map_err(be)? {
+        let (k, v) = row.map_err(be)?;
+        let (id, n) = k.value();
+        if !id.contains('\0') {
+            moved.push((id.to_owned(), n, v.value().to_vec()));
+        }
+    }
+    for (id, n, bytes) in moved {
+        let record: ReviewRecord = dec(&bytes)?;
+        reviews.remove((id.as_str(), n)).map_err(be)?;
+        let key = package_key(&record.project_id, &id);
+        reviews
+            .insert((key.as_str(), n), bytes.as_slice())
+            .map_err(be)?;
+    }
+    meta.insert("package_keys", 1).map_err(be)?;
+    Ok(())
+}
+
 fn fact_prefix(project: &str, subject: &str, predicate: &str) -> String {
     format!("{project}\0{subject}\0{predicate}")
 }
@@ -115,7 +170,7 @@ impl std::fmt::Debug for RedbRelay {
 }
 
 impl RedbRelay {
-    /// Relay's tables in `db` (created if missing).
+    /// Relay's tables in `db` (created if missing; packages of an earlier version rekeyed).
     pub fn new(db: Arc<Database>) -> Result<Self, RelayStoreError> {
         let tx = db.begin_write().map_err(be)?;
         {
@@ -130,6 +185,7 @@ impl RedbRelay {
             tx.open_table(FACT_CLOCK).map_err(be)?;
             tx.open_table(OUTBOX).map_err(be)?;
         }
+        rekey_packages(&tx)?;
         tx.commit().map_err(be)?;
         Ok(Self {
             db,
@@ -293,16 +349,17 @@ impl RelayStore for RedbRelay {
 
     fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         let id = package.package.package_id();
+        let key = key_of(package);
         let tx = self.db.begin_write().map_err(be)?;
         {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
-            if let Some(g) = t.get(id).map_err(be)? {
+            if let Some(g) = t.get(key.as_str()).map_err(be)? {
                 let (_, existing) = dec_package(g.value())?;
                 return Ok(InsertOutcome::Existing(existing));
             }
             let mut meta = tx.open_table(META).map_err(be)?;
             let seq = Self::next(&mut meta, "package_seq")?;
-            t.insert(id, enc_package(seq, package)?.as_slice())
+            t.insert(key.as_str(), enc_package(seq, package)?.as_slice())
                 .map_err(be)?;
             tx.open_table(ORDER)
                 .map_err(be)?
@@ -327,12 +384,33 @@ impl RelayStore for RedbRelay {
         Ok(InsertOutcome::Inserted)
     }
 
-    fn get_package(&self, package_id: &str) -> Result<Option<StoredPackage>, RelayStoreError> {
+    fn get_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Option<StoredPackage>, RelayStoreError> {
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(PACKAGES).map_err(be)?;
-        let g = t.get(package_id).map_err(be)?;
+        let g = t
+            .get(package_key(project_id, package_id).as_str())
+            .map_err(be)?;
         g.map(|g| dec_package(g.value()).map(|(_, p)| p))
             .transpose()
+    }
+
+    fn find_package(&self, package_id: &str) -> Result<Vec<StoredPackage>, RelayStoreError> {
+        let tx = self.db.begin_read().map_err(be)?;
+        let projects = tx.open_table(PROJECTS).map_err(be)?;
+        let t = tx.open_table(PACKAGES).map_err(be)?;
+        let mut out = Vec::new();
+        for row in projects.iter().map_err(be)? {
+            let (project, _) = row.map_err(be)?;
+            let key = package_key(project.value(), package_id);
+            if let Some(g) = t.get(key.as_str()).map_err(be)? {
+                out.push(dec_package(g.value())?.1);
+            }
+        }
+        Ok(out)
     }
 
     fn list_packages(
@@ -354,7 +432,8 @@ impl RelayStore for RedbRelay {
                 break;
             }
             let (_, id) = row.map_err(be)?;
-            if let Some(g) = t.get(id.value()).map_err(be)? {
+            let key = package_key(project_id, id.value());
+            if let Some(g) = t.get(key.as_str()).map_err(be)? {
                 let (_, p) = dec_package(g.value())?;
                 if filter.admits(&p) {
                     out.push(p);
@@ -371,23 +450,24 @@ impl RelayStore for RedbRelay {
         review: &ReviewRecord,
     ) -> Result<(), RelayStoreError> {
         let id = updated.package.package_id();
+        let key = key_of(updated);
         let tx = self.db.begin_write().map_err(be)?;
         {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
-            let (seq, current) = match t.get(id).map_err(be)? {
+            let (seq, current) = match t.get(key.as_str()).map_err(be)? {
                 Some(g) => dec_package(g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("package {id}"))),
             };
             if current.content_hash != expected_hash {
                 return Err(RelayStoreError::Conflict(format!("package {id}")));
             }
-            t.insert(id, enc_package(seq, updated)?.as_slice())
+            t.insert(key.as_str(), enc_package(seq, updated)?.as_slice())
                 .map_err(be)?;
             let mut meta = tx.open_table(META).map_err(be)?;
             let n = Self::next(&mut meta, "review_seq")?;
             tx.open_table(REVIEWS)
                 .map_err(be)?
-                .insert((id, n), enc(review)?.as_slice())
+                .insert((key.as_str(), n), enc(review)?.as_slice())
                 .map_err(be)?;
         }
         self.owe(&tx, Written::Package(updated))?;
@@ -395,16 +475,22 @@ impl RelayStore for RedbRelay {
         self.reindex(&[updated])
     }
 
-    fn quarantine_package(&self, package_id: &str, reason: &str) -> Result<(), RelayStoreError> {
+    fn quarantine_package(
+        &self,
+        project_id: &str,
+        package_id: &str,
+        reason: &str,
+    ) -> Result<(), RelayStoreError> {
+        let key = package_key(project_id, package_id);
         let tx = self.db.begin_write().map_err(be)?;
         let p = {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
-            let (seq, mut p) = match t.get(package_id).map_err(be)? {
+            let (seq, mut p) = match t.get(key.as_str()).map_err(be)? {
                 Some(g) => dec_package(g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("package {package_id}"))),
             };
             p.quarantined = Some(reason.to_owned());
-            t.insert(package_id, enc_package(seq, &p)?.as_slice())
+            t.insert(key.as_str(), enc_package(seq, &p)?.as_slice())
                 .map_err(be)?;
             p
         };
@@ -412,12 +498,17 @@ impl RelayStore for RedbRelay {
         self.reindex(&[&p])
     }
 
-    fn list_reviews(&self, package_id: &str) -> Result<Vec<ReviewRecord>, RelayStoreError> {
+    fn list_reviews(
+        &self,
+        project_id: &str,
+        package_id: &str,
+    ) -> Result<Vec<ReviewRecord>, RelayStoreError> {
+        let key = package_key(project_id, package_id);
         let tx = self.db.begin_read().map_err(be)?;
         let t = tx.open_table(REVIEWS).map_err(be)?;
         let mut out = Vec::new();
         for row in t
-            .range((package_id, 0u64)..=(package_id, u64::MAX))
+            .range((key.as_str(), 0u64)..=(key.as_str(), u64::MAX))
             .map_err(be)?
         {
             out.push(dec(row.map_err(be)?.1.value())?);
@@ -602,7 +693,7 @@ impl RelayStore for RedbRelay {
             None => Vec::new(),
         };
         drop(guard);
-        hits(query, raw, |id| self.get_package(id))
+        hits(query, raw, |id| self.get_package(&query.project_id, id))
     }
 
     fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
@@ -637,8 +728,9 @@ impl RelayStore for RedbRelay {
         }
         let packages = tx.open_table(PACKAGES).map_err(be)?;
         for row in tx.open_table(ORDER).map_err(be)?.iter().map_err(be)? {
-            let (_, id) = row.map_err(be)?;
-            if let Some(g) = packages.get(id.value()).map_err(be)? {
+            let (order, id) = row.map_err(be)?;
+            let key = package_key(order.value().0, id.value());
+            if let Some(g) = packages.get(key.as_str()).map_err(be)? {
                 snap.packages.push(dec_package(g.value())?.1);
             }
         }
@@ -685,7 +777,7 @@ impl RelayStore for RedbRelay {
                 let seq = Self::next(&mut meta, "package_seq")?;
                 let id = p.package.package_id();
                 packages
-                    .insert(id, enc_package(seq, p)?.as_slice())
+                    .insert(key_of(p).as_str(), enc_package(seq, p)?.as_slice())
                     .map_err(be)?;
                 order
                     .insert((p.package.project_id(), seq), id)
@@ -707,8 +799,9 @@ impl RelayStore for RedbRelay {
             }
             for r in &snapshot.reviews {
                 let n = Self::next(&mut meta, "review_seq")?;
+                let key = package_key(&r.project_id, &r.package_id);
                 reviews
-                    .insert((r.package_id.as_str(), n), enc(r)?.as_slice())
+                    .insert((key.as_str(), n), enc(r)?.as_slice())
                     .map_err(be)?;
             }
         }

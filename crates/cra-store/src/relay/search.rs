@@ -25,6 +25,8 @@ fn err(e: impl std::fmt::Display) -> RelayStoreError {
 }
 
 struct Fields {
+    /// `project_id` NUL `package_id`: a package's identity (ids are unique per project).
+    key: Field,
     package_id: Field,
     project_id: Field,
     field: Field,
@@ -57,6 +59,7 @@ impl ChunkIndex {
             )
             .set_stored();
         let fields = Fields {
+            key: b.add_text_field("key", STRING),
             package_id: b.add_text_field("package_id", STRING | STORED),
             project_id: b.add_text_field("project_id", STRING),
             field: b.add_text_field("field", STORED),
@@ -73,17 +76,20 @@ impl ChunkIndex {
         })
     }
 
-    /// Replaces the chunks of each package (delete by id, add its chunks), then commits once.
+    /// Replaces the chunks of each package (delete by project and id, add its chunks), then
+    /// commits once.
     pub fn upsert(&self, packages: &[&StoredPackage]) -> Result<(), RelayStoreError> {
         let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         for p in packages {
             let id = p.package.package_id();
-            w.delete_term(Term::from_field_text(self.fields.package_id, id));
+            let key = format!("{}\0{id}", p.package.project_id());
+            w.delete_term(Term::from_field_text(self.fields.key, &key));
             if p.quarantined.is_some() {
                 continue;
             }
             for (field, text) in cra_relay::search::chunks(&p.package) {
                 w.add_document(doc!(
+                    self.fields.key => key.as_str(),
                     self.fields.package_id => id,
                     self.fields.project_id => p.package.project_id(),
                     self.fields.field => field,
@@ -148,8 +154,8 @@ impl ChunkIndex {
     }
 }
 
-/// Turns index hits into [`SearchHit`]s: loads each package, applies the query's filters,
-/// truncates to `q.limit`.
+/// Turns index hits into [`SearchHit`]s: loads each package (of the query's project), applies
+/// the query's filters, truncates to `q.limit`.
 pub fn hits(
     q: &SearchQuery,
     raw: Vec<(String, f64, String, String)>,

@@ -100,6 +100,7 @@ relay_suite!(
     l1_deposit_hashes_match_vectors,
     l1_idempotent_deposit,
     err_duplicate_package_id,
+    package_ids_are_unique_per_project,
     err_invalid_schema_pointers,
     err_project_archived,
     err_identity_mismatch,
@@ -121,6 +122,93 @@ relay_suite!(
     export_import_round_trip,
     import_refuses_tampered_package,
 );
+
+// ---- upgrades ----------------------------------------------------------------------------------
+
+/// A redb database written before package ids were per project (packages and reviews keyed by
+/// `package_id` alone) is rekeyed when Relay opens it, once: its packages and reviews read back
+/// by (project, id), and a second project may then deposit the same id.
+#[test]
+fn redb_packages_of_an_earlier_version_are_rekeyed_by_project_on_open() {
+    use cra_relay::testkit::PROJECT;
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path()).unwrap();
+    let relay = cra_relay::Relay::new(
+        Arc::new(RedbRelay::open(&store).unwrap()),
+        Arc::new(cra_wire::FixedClock::parse("2026-03-02T10:00:00Z").unwrap()),
+        Arc::new(cra_wire::SequentialIds::new(1_772_445_600_000, 5)),
+        Arc::new(cra_relay::session::SeededCallsigns::new(5)),
+    );
+    let jordan = cra_relay::Actor::new("jordan", cra_relay::ActorType::Human);
+    relay.create_project(PROJECT, "dev").unwrap();
+    let mut old = testkit::package("pkg_old", "draft");
+    old["project_id"] = serde_json::json!(PROJECT);
+    relay.deposit(PROJECT, &jordan, &old).unwrap();
+    relay
+        .flag_for_review(PROJECT, "pkg_old", "agent", None, &jordan)
+        .unwrap();
+    let before = relay.pull_specific(PROJECT, "pkg_old").unwrap();
+    drop(relay);
+    earlier_version_keys(store.database());
+
+    let reopened = RedbRelay::open(&store).unwrap();
+    assert_eq!(
+        reopened.get_package(PROJECT, "pkg_old").unwrap(),
+        Some(before)
+    );
+    assert_eq!(reopened.list_reviews(PROJECT, "pkg_old").unwrap().len(), 1);
+    assert_eq!(reopened.find_package("pkg_old").unwrap().len(), 1);
+    drop(reopened);
+    let again = RedbRelay::open(&store).unwrap();
+    assert_eq!(
+        again.list_reviews(PROJECT, "pkg_old").unwrap().len(),
+        1,
+        "rekeyed once"
+    );
+}
+
+/// Rewrites `db`'s package and review keys in the form of the version before per-project ids,
+/// and removes the mark of the rekeying.
+fn earlier_version_keys(db: &redb::Database) {
+    use redb::{ReadableTable, TableDefinition};
+    const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
+    const REVIEWS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("relay_reviews");
+    const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
+    let tx = db.begin_write().unwrap();
+    {
+        let mut packages = tx.open_table(PACKAGES).unwrap();
+        let rows: Vec<(String, Vec<u8>)> = packages
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value().to_owned(), v.value().to_vec())
+            })
+            .collect();
+        for (key, bytes) in rows {
+            let (_, id) = key.split_once('\0').expect("a per-project key");
+            packages.remove(key.as_str()).unwrap();
+            packages.insert(id, bytes.as_slice()).unwrap();
+        }
+        let mut reviews = tx.open_table(REVIEWS).unwrap();
+        let rows: Vec<(String, u64, Vec<u8>)> = reviews
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                let (key, n) = k.value();
+                (key.to_owned(), n, v.value().to_vec())
+            })
+            .collect();
+        for (key, n, bytes) in rows {
+            let (_, id) = key.split_once('\0').expect("a per-project key");
+            reviews.remove((key.as_str(), n)).unwrap();
+            reviews.insert((id, n), bytes.as_slice()).unwrap();
+        }
+        tx.open_table(META).unwrap().remove("package_keys").unwrap();
+    }
+    tx.commit().unwrap();
+}
 
 // ---- search quality ------------------------------------------------------------------------
 

@@ -105,14 +105,8 @@ impl Backend for Local {
     }
 
     fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer {
-        let p = self.relay.pull_specific(package_id)?;
-        if let Some(project) = project
-            && p.package.project_id() != project
-        {
-            let missing = format!("{package_id} in project {project}");
-            return Err(cra_relay::RelayError::PackageNotFound(missing).into());
-        }
-        Ok(p.to_wire())
+        let project = self.relay.locate_package(project, package_id)?;
+        Ok(self.relay.pull_specific(&project, package_id)?.to_wire())
     }
 
     fn pull_latest(&self, query: &SearchQuery, filtered: bool) -> Answer {
@@ -158,19 +152,33 @@ impl Backend for Local {
         Ok(Value::Array(rows.iter().map(|r| r.to_wire()).collect()))
     }
 
-    fn flag(&self, package_id: &str, review_type: &str, note: Option<&str>) -> Answer {
+    fn flag(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        review_type: &str,
+        note: Option<&str>,
+    ) -> Answer {
         let actor = self.actor()?;
+        let project = self.relay.locate_package(project, package_id)?;
         Ok(self
             .relay
-            .flag_for_review(package_id, review_type, note, actor)?
+            .flag_for_review(&project, package_id, review_type, note, actor)?
             .to_wire())
     }
 
-    fn review(&self, package_id: &str, outcome: &str, note: Option<&str>) -> Answer {
+    fn review(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        outcome: &str,
+        note: Option<&str>,
+    ) -> Answer {
         let actor = self.actor()?;
+        let project = self.relay.locate_package(project, package_id)?;
         Ok(self
             .relay
-            .review(package_id, outcome, note, actor)?
+            .review(&project, package_id, outcome, note, actor)?
             .to_wire())
     }
 

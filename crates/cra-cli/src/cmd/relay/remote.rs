@@ -199,14 +199,7 @@ impl Backend for Remote {
     }
 
     fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer {
-        match project {
-            Some(p) => self.get(&format!(
-                "/v1/projects/{}/packages/{}",
-                enc(p),
-                enc(package_id)
-            )),
-            None => self.get(&format!("/v1/packages/{}", enc(package_id))),
-        }
+        self.get(&package_path(package_id, project, ""))
     }
 
     fn pull_latest(&self, query: &SearchQuery, _filtered: bool) -> Answer {
@@ -278,19 +271,31 @@ impl Backend for Remote {
         ))
     }
 
-    fn flag(&self, package_id: &str, review_type: &str, note: Option<&str>) -> Answer {
+    fn flag(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        review_type: &str,
+        note: Option<&str>,
+    ) -> Answer {
         Ok(self
             .post(
-                &format!("/v1/packages/{}/flag", enc(package_id)),
+                &package_path(package_id, project, "/flag"),
                 &json!({"review_type": review_type, "note": note}),
             )?
             .1)
     }
 
-    fn review(&self, package_id: &str, outcome: &str, note: Option<&str>) -> Answer {
+    fn review(
+        &self,
+        package_id: &str,
+        project: Option<&str>,
+        outcome: &str,
+        note: Option<&str>,
+    ) -> Answer {
         Ok(self
             .post(
-                &format!("/v1/packages/{}/review", enc(package_id)),
+                &package_path(package_id, project, "/review"),
                 &json!({"outcome": outcome, "note": note}),
             )?
             .1)
@@ -354,5 +359,19 @@ impl Backend for Remote {
                 .body(bundle(&files)),
         )?;
         Ok(summary("imported", dir, &snap))
+    }
+}
+
+/// The route of package `package_id` (`suffix`: "", "/flag", "/review"): project-scoped when
+/// `project` is named, else the unscoped route (409 `ambiguous_package_id` when several
+/// readable projects hold the id).
+fn package_path(package_id: &str, project: Option<&str>, suffix: &str) -> String {
+    match project {
+        Some(p) => format!(
+            "/v1/projects/{}/packages/{}{suffix}",
+            enc(p),
+            enc(package_id)
+        ),
+        None => format!("/v1/packages/{}{suffix}", enc(package_id)),
     }
 }

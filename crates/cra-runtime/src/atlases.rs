@@ -367,6 +367,13 @@ pub fn fingerprint(sources: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>
     out
 }
 
+/// A change of the atlas set: the generation it replaced and the one it swapped in.
+#[derive(Debug, Clone)]
+pub(crate) struct Swapped {
+    before: Arc<AtlasState>,
+    after: Arc<AtlasState>,
+}
+
 impl Runtime {
     /// The atlases in force now.
     pub fn atlases(&self) -> Arc<AtlasState> {
@@ -378,40 +385,59 @@ impl Runtime {
 
     /// Builds the next generation from the current one with `next` and swaps it in, unless
     /// another change landed meanwhile (then `next` runs again on that one), so concurrent
-    /// changes never lose each other. `next` answering `Ok(None)` changes nothing.
+    /// changes never lose each other. `next` answering `Ok(None)` changes nothing (no swap).
     fn change_atlases<T, E>(
         &self,
         next: impl Fn(&AtlasState) -> Result<(Option<AtlasState>, T), E>,
-    ) -> Result<T, E> {
+    ) -> Result<(T, Option<Swapped>), E> {
         loop {
             let current = self.atlases();
             let (state, out) = next(&current)?;
             let Some(state) = state else {
-                return Ok(out);
+                return Ok((out, None));
             };
             let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
             if Arc::ptr_eq(&guard, &current) {
-                *guard = Arc::new(state);
-                return Ok(out);
+                let after = Arc::new(state);
+                *guard = after.clone();
+                let swap = Swapped {
+                    before: current,
+                    after,
+                };
+                return Ok((out, Some(swap)));
             }
         }
+    }
+
+    /// Undoes `swap`, a change whose event could not be recorded, when nothing has changed the
+    /// set since (its generation is still in force); returns whether it did. A change is never
+    /// left in force unrecorded unless another change was built on it meanwhile.
+    pub(crate) fn undo_atlas_change(&self, swap: &Swapped) -> bool {
+        let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
+        if Arc::ptr_eq(&guard, &swap.after) {
+            *guard = swap.before.clone();
+            return true;
+        }
+        false
     }
 
     /// Reloads every source; on success swaps the new set in atomically, on failure keeps the
     /// current one and returns the reason. Atlases installed over HTTP stay in force.
     pub fn reload_atlases(&self) -> Result<usize, String> {
-        let result = self.change_atlases(|current| {
-            let fresh = load_sources(&current.sources)?;
-            let posted: Vec<LoadedAtlas> = current
-                .loaded
-                .iter()
-                .filter(|a| current.posted.contains(a.id()))
-                .cloned()
-                .collect();
-            let state = resolved(compose(current.sources.clone(), fresh, posted)?)?;
-            let n = state.loaded.len();
-            Ok::<_, String>((Some(state), n))
-        });
+        let result = self
+            .change_atlases(|current| {
+                let fresh = load_sources(&current.sources)?;
+                let posted: Vec<LoadedAtlas> = current
+                    .loaded
+                    .iter()
+                    .filter(|a| current.posted.contains(a.id()))
+                    .cloned()
+                    .collect();
+                let state = resolved(compose(current.sources.clone(), fresh, posted)?)?;
+                let n = state.loaded.len();
+                Ok::<_, String>((Some(state), n))
+            })
+            .map(|(n, _)| n);
         match result {
             Ok(n) => {
                 tracing::info!(atlases = n, "atlases reloaded");
@@ -431,8 +457,12 @@ impl Runtime {
     /// id at another version (whether it came from a source or over HTTP). Installing the
     /// identical atlas again changes nothing. Refused (nothing changes) when the same id and
     /// version are in force with other content (409 `atlas_version_conflict`: a published
-    /// version never changes) or a dependency of the resulting set does not resolve.
-    pub fn install_atlas(&self, atlas: LoadedAtlas) -> Result<Installed, ApiError> {
+    /// version never changes) or a dependency of the resulting set does not resolve. Answers the
+    /// change made, if any, for [`Runtime::undo_atlas_change`].
+    pub(crate) fn install_atlas(
+        &self,
+        atlas: LoadedAtlas,
+    ) -> Result<(Installed, Option<Swapped>), ApiError> {
         let id = atlas.id().to_owned();
         let out = self.change_atlases(|current| {
             let installed = match current.get(&id) {
@@ -466,7 +496,7 @@ impl Runtime {
             check_dependencies(&state.loaded, &|a| (a == id).then(String::new))?;
             Ok((Some(state), installed))
         })?;
-        if out != Installed::Unchanged {
+        if out.0 != Installed::Unchanged {
             tracing::info!(atlas = %id, digest = %atlas.digest, "atlas installed over HTTP");
         }
         Ok(out)
@@ -475,7 +505,8 @@ impl Runtime {
     /// Replaces the whole set in force with `atlases` (validated; distinct ids): the configured
     /// sources leave the set (and `--watch` has nothing left to reload) until the server
     /// restarts. Refused (nothing changes) when a dependency does not resolve inside the list.
-    pub fn replace_atlases(&self, atlases: Vec<LoadedAtlas>) -> Result<(), ApiError> {
+    /// Answers the change, for [`Runtime::undo_atlas_change`].
+    pub(crate) fn replace_atlases(&self, atlases: Vec<LoadedAtlas>) -> Result<Swapped, ApiError> {
         let index: BTreeMap<String, usize> = atlases
             .iter()
             .enumerate()
@@ -487,9 +518,13 @@ impl Runtime {
             index.get(a).map(|i| format!("/atlases/{i}"))
         })?;
         let ids: Vec<String> = state.loaded.iter().map(|a| a.id().to_owned()).collect();
-        *self.atlas_state.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(state);
+        let after = Arc::new(state);
+        let before = std::mem::replace(
+            &mut *self.atlas_state.write().unwrap_or_else(|p| p.into_inner()),
+            after.clone(),
+        );
         tracing::info!(atlases = ?ids, "atlas set replaced over HTTP");
-        Ok(())
+        Ok(Swapped { before, after })
     }
 }
 

@@ -3,7 +3,9 @@
 //! atomic swap of generations are `crate::atlases`'; this module holds who may do what, what
 //! each operation answers, and what it records: every install, replacement, removal and refusal
 //! of an atlas is an event of the operator audit chain ([`events`], [`super::operator`]),
-//! appended under that chain's lock after the change, so the chain's order is the changes'.
+//! appended under that chain's lock after the change, so the chain's order is the changes'. A
+//! change whose event cannot be appended is undone before the failure is answered: no install
+//! or replacement stays in force unrecorded.
 
 pub mod events;
 
@@ -118,7 +120,7 @@ impl Runtime {
             // A refusal keeps the atlas it refused, when it loaded far enough to be known.
             let atlas = load_inline(&inline, "").map_err(|e| Box::new((None, e)))?;
             let summary = AtlasSummary::of(&atlas);
-            let installed = match rt.install_atlas(atlas) {
+            let (installed, swap) = match rt.install_atlas(atlas) {
                 Ok(i) => i,
                 Err(e) => return Err(Box::new((Some(summary), e))),
             };
@@ -129,18 +131,19 @@ impl Runtime {
                 }
                 Installed::Unchanged => (None, true),
             };
-            Ok(InstalledAtlas {
+            let installed = InstalledAtlas {
                 atlas: summary,
                 replaced,
                 unchanged,
-            })
+            };
+            Ok((installed, swap))
         })
         .await?;
         match outcome {
-            Ok(installed) => {
-                chain
-                    .append(self.installed_events(actor, &installed))
-                    .await?;
+            Ok((installed, swap)) => {
+                let recorded = chain.append(self.installed_events(actor, &installed)).await;
+                self.undo_unrecorded(swap.as_ref(), &recorded);
+                recorded?;
                 Ok(installed)
             }
             Err(refused) => {
@@ -172,15 +175,17 @@ impl Runtime {
         let before = self.atlas_summaries();
         let rt = Arc::clone(self);
         let outcome = run_blocking("replacing the atlases failed", move || {
-            rt.replace_atlases(load_set(&set)?)?;
-            Ok(rt.atlas_summaries())
+            let swap = rt.replace_atlases(load_set(&set)?)?;
+            Ok((rt.atlas_summaries(), swap))
         })
         .await?;
         match outcome {
-            Ok(after) => {
+            Ok((after, swap)) => {
                 let drafts =
                     self.set_changed_events(&actor.id, AtlasSource::ReplaceSet, &before, &after);
-                chain.append(drafts).await?;
+                let recorded = chain.append(drafts).await;
+                self.undo_unrecorded(Some(&swap), &recorded);
+                recorded?;
                 Ok(after)
             }
             Err(refusal) => {
@@ -189,6 +194,17 @@ impl Runtime {
                     .append(vec![self.refused_event(actor, source, None, &refusal)])
                     .await?;
                 Err(refusal)
+            }
+        }
+    }
+
+    /// Undoes `swap` when its events were not `recorded` (the failure is then answered).
+    fn undo_unrecorded<T>(&self, swap: Option<&crate::atlases::Swapped>, recorded: &ApiResult<T>) {
+        if let (Some(swap), Err(e)) = (swap, recorded) {
+            if self.undo_atlas_change(swap) {
+                tracing::warn!(error = %e, "an atlas change could not be recorded and was undone");
+            } else {
+                tracing::error!(error = %e, "an atlas change could not be recorded, and a later change was built on it: it stays in force unrecorded");
             }
         }
     }

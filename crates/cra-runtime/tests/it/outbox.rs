@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use cra_carp::store::{StateChange, StateDone, StateLog};
-use cra_runtime::build_runtime;
 use cra_trace::store::ChainStoreError;
-use cra_wire::{FixedClock, SequentialIds};
 use serde_json::json;
 
-use crate::support::{ADMIN, MAINT, T0, TestServer};
+use crate::support::{ADMIN, MAINT, TestServer};
 
 /// The runtime's state log, losing every outbox settlement while `cut` is set: the hook that
 /// stops a server between a Relay write and the append of its events.
@@ -38,29 +36,17 @@ impl StateLog for CutSettlements {
 }
 
 async fn serve_cut() -> (TestServer, Arc<CutSettlements>) {
-    let dir = tempfile::tempdir().unwrap();
-    let (config, data) = crate::support::test_config(dir.path());
-    let clock = Arc::new(FixedClock::parse(T0).unwrap());
-    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
-    let (mut state, _) = build_runtime(config, clock.clone(), ids).unwrap();
-    let rt = Arc::get_mut(&mut state.0).unwrap();
-    let hook = Arc::new(CutSettlements {
-        inner: rt.backends.state_log.clone(),
-        cut: AtomicBool::new(false),
-    });
-    rt.backends.state_log = hook.clone();
-    let server = cra_runtime::start(state, std::future::pending())
-        .await
-        .unwrap();
-    let s = TestServer {
-        base: format!("http://{}", server.addr),
-        server: Some(server),
-        http: reqwest::Client::new(),
-        clock,
-        _dir: dir,
-        data,
-    };
-    (s, hook)
+    let mut hook = None;
+    let s = TestServer::start_hooked(|rt| {
+        let cut = Arc::new(CutSettlements {
+            inner: rt.backends.state_log.clone(),
+            cut: AtomicBool::new(false),
+        });
+        rt.backends.state_log = cut.clone();
+        hook = Some(cut);
+    })
+    .await;
+    (s, hook.unwrap())
 }
 
 fn audit(project_id: &str) -> String {

@@ -124,6 +124,26 @@ impl TestServer {
         }
     }
 
+    /// A server with the default test configuration whose runtime `hook` may change before it
+    /// serves: a test wraps one of its stores there to inject a failure or hold an operation.
+    pub(crate) async fn start_hooked(hook: impl FnOnce(&mut cra_runtime::Runtime)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (config, data) = test_config(dir.path());
+        let clock = Arc::new(FixedClock::parse(T0).unwrap());
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 42));
+        let (mut state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
+        hook(Arc::get_mut(&mut state.0).expect("a fresh runtime has one owner"));
+        let server = start(state, std::future::pending()).await.unwrap();
+        Self {
+            base: format!("http://{}", server.addr),
+            server: Some(server),
+            http: reqwest::Client::new(),
+            clock,
+            _dir: dir,
+            data,
+        }
+    }
+
     /// A server with the default test configuration.
     pub(crate) async fn start() -> Self {
         Self::start_with(|_| {}).await

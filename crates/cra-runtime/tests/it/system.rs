@@ -4,6 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cra_store::retention::OPERATOR_AUDIT_SESSION;
+use cra_trace::store::{AppendDone, ChainStore, ChainStoreError, SessionSummary};
+use cra_trace::{EventDraft, TraceEvent};
 
 use serde_json::{Value, json};
 
@@ -205,6 +210,132 @@ async fn atlas_ids(s: &TestServer) -> Vec<String> {
         .collect();
     ids.sort();
     ids
+}
+
+/// The chains, refusing every append to the operator audit chain while `down` is set: the store
+/// failing just as an atlas change is recorded.
+struct OperatorChainDown {
+    inner: std::sync::Arc<dyn ChainStore>,
+    down: AtomicBool,
+}
+
+impl OperatorChainDown {
+    fn refuses(&self, session_id: &str) -> bool {
+        self.down.load(Ordering::SeqCst) && session_id == OPERATOR_AUDIT_SESSION
+    }
+}
+
+impl ChainStore for OperatorChainDown {
+    fn append(
+        &self,
+        session_id: &str,
+        drafts: Vec<EventDraft>,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        if self.refuses(session_id) {
+            return Err(ChainStoreError::Unavailable(
+                "the store is down (test hook)".into(),
+            ));
+        }
+        self.inner.append(session_id, drafts)
+    }
+
+    fn append_then(&self, session_id: &str, drafts: Vec<EventDraft>, done: AppendDone) {
+        if self.refuses(session_id) {
+            return done(Err(ChainStoreError::Unavailable(
+                "the store is down (test hook)".into(),
+            )));
+        }
+        self.inner.append_then(session_id, drafts, done);
+    }
+
+    fn read_range(
+        &self,
+        session_id: &str,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        self.inner.read_range(session_id, from, to)
+    }
+
+    fn read_after(
+        &self,
+        session_id: &str,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<TraceEvent>, ChainStoreError> {
+        self.inner.read_after(session_id, after, limit)
+    }
+
+    fn session(&self, session_id: &str) -> Result<Option<SessionSummary>, ChainStoreError> {
+        self.inner.session(session_id)
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionSummary>, ChainStoreError> {
+        self.inner.sessions()
+    }
+}
+
+/// An install or a replacement whose event cannot be appended to the operator audit chain is
+/// undone before the failure is answered (503 `unavailable`): no atlas change stays in force
+/// unrecorded. Once the chain takes appends again, the same install goes through and is recorded.
+#[tokio::test]
+async fn an_atlas_change_that_cannot_be_recorded_is_undone() {
+    let mut hook = None;
+    let s = TestServer::start_hooked(|rt| {
+        let down = std::sync::Arc::new(OperatorChainDown {
+            inner: rt.backends.chains.clone(),
+            down: AtomicBool::new(false),
+        });
+        rt.backends.chains = down.clone();
+        hook = Some(down);
+    })
+    .await;
+    let down = hook.unwrap();
+    let before = atlas_ids(&s).await;
+    let payments = inline_example("com.example.payments");
+    // The first recorded change starts the operator chain (`session.started`): here a refusal.
+    let (st, body) = s
+        .post(
+            Some(AUTHOR),
+            "/v1/atlases",
+            &json!({"manifest": {}, "files": {}}),
+        )
+        .await;
+    assert_eq!(st, 400, "{body}");
+    assert_eq!(
+        s.event_types(OPERATOR_AUDIT_SESSION).await,
+        ["session.started", "atlas.refused"]
+    );
+
+    down.down.store(true, Ordering::SeqCst);
+    assert_error(
+        &s.post(Some(AUTHOR), "/v1/atlases", &payments).await,
+        503,
+        "unavailable",
+    );
+    assert_eq!(atlas_ids(&s).await, before, "the install was undone");
+    let set = json!({"atlases": [payments.clone()]});
+    assert_error(
+        &put(&s, ADMIN, "/v1/atlases", &set).await,
+        503,
+        "unavailable",
+    );
+    assert_eq!(atlas_ids(&s).await, before, "the replacement was undone");
+
+    down.down.store(false, Ordering::SeqCst);
+    let (st, body) = s.post(Some(AUTHOR), "/v1/atlases", &payments).await;
+    assert_eq!(st, 201, "{body}");
+    assert!(
+        atlas_ids(&s)
+            .await
+            .contains(&"com.example.payments".to_owned())
+    );
+    assert_eq!(
+        s.event_types(OPERATOR_AUDIT_SESSION).await,
+        ["session.started", "atlas.refused", "atlas.installed"],
+        "only the change in force is recorded"
+    );
+    s.stop().await;
 }
 
 #[tokio::test]

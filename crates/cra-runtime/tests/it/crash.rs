@@ -321,7 +321,9 @@ impl Run {
             .kill_on_drop(true);
         match &self.store {
             Store::Redb => command.env_remove(PG_URL_VAR).env_remove(PG_SCHEMA_VAR),
-            Store::Pg { url, schema } => command.env(PG_URL_VAR, url).env(PG_SCHEMA_VAR, schema),
+            Store::Pg { url, schema } => command
+                .env(PG_URL_VAR, child_url(url, schema))
+                .env(PG_SCHEMA_VAR, schema),
         };
         let mut child = command.spawn().unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -967,6 +969,17 @@ fn owed_event_types(relay: &dyn cra_relay::RelayStore) -> Vec<String> {
     owed
 }
 
+/// The PostgreSQL URL the server of schema `schema` connects with: its connections carry the
+/// application name [`child_application`], so the checks can wait for the last of them to end.
+fn child_url(url: &str, schema: &str) -> String {
+    let joint = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{joint}application_name={}", child_application(schema))
+}
+
+fn child_application(schema: &str) -> String {
+    format!("cra-crash-{schema}")
+}
+
 /// Every chain in the store (listed by opening the store while the server is down), fetched as
 /// NDJSON, verified by the Python Appendix B code and by the server's verify route; each must
 /// hold as many events as its stored head says.
@@ -992,6 +1005,17 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
                         2,
                     )
                     .unwrap();
+                    // A commit the killed server sent just before SIGKILL may still be landing:
+                    // end its connections and wait (inside PostgreSQL) until they are gone, so
+                    // what is read here is final.
+                    pg.client()
+                        .unwrap()
+                        .query(
+                            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+                              WHERE application_name = $1",
+                            &[&child_application(&schema)],
+                        )
+                        .unwrap();
                     let relay = cra_store::relay::PgRelay::new(pg.clone());
                     (Box::new(pg), Box::new(relay))
                 }
@@ -1062,8 +1086,14 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
                 // (`action.failed`, `executor_interrupted`) and appends the events of Relay
                 // writes whose append it cut off: those may follow the stored head.
                 if got != want && !only_recovered_after(&out.join(name), want, got, &mut owed) {
+                    let text = std::fs::read_to_string(out.join(name)).unwrap_or_default();
+                    let extra: Vec<String> = text
+                        .lines()
+                        .skip(usize::try_from(want).unwrap_or(usize::MAX))
+                        .map(|l| l.chars().take(400).collect())
+                        .collect();
                     return Err(format!(
-                        "chain {sid}: {n} events verified, its head says {want}"
+                        "chain {sid}: {n} events verified, its head says {want}; after it: {extra:#?}; the outbox owed {owed:?}"
                     ));
                 }
             }

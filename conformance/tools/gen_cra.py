@@ -340,6 +340,28 @@ def generate(fx, R, DATA):
        dict(exe(2, "other.thing", {}), with_trace=True), {"trace": {"$contains": [{"event_type": "action.denied", "payload": {"action_id": "other.thing"}}]}},
        setup=dict(XS, steps=[res_step]))
 
+    # The fields TRACE §4.3 requires of the events an execute records (issue 22 B.7).
+    PF = X + ["CRA §4.3.3", "CRA §4.3.4", "specs/trace.md: payload fields"]
+    fx("execute-payload-approved-names-its-resolution", "cra", "execute", "cra-full",
+       "action.approved names the resolution it was approved under (resolution_id)", PF, "execute",
+       dict(exe(2, "resource.get", {"id": "r1"}), with_trace=True),
+       {"trace": {"$contains": [{"event_type": "action.approved",
+                                 "payload": {"action_id": "resource.get", "resolution_id": {"$any": "string"}}}]}},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-payload-executed-duration", "cra", "execute", "cra-full",
+       "action.executed carries duration_ms, a whole number of milliseconds", PF, "execute",
+       dict(exe(2, "resource.get", {"id": "r1"}), with_trace=True),
+       {"trace": {"$contains": [{"event_type": "action.executed",
+                                 "payload": {"action_id": "resource.get", "duration_ms": {"$any": "integer"}}}]}},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-payload-violation-fields", "cra", "execute", "cra-full",
+       "A refused execute's policy.violated carries policy_id, violation_type and details", PF, "execute",
+       dict(exe(2, "other.thing", {}), with_trace=True),
+       {"trace": {"$contains": [{"event_type": "policy.violated",
+                                 "payload": {"policy_id": "default_deny", "violation_type": {"$any": "string"},
+                                             "details": {"$any": "string"}}}]}},
+       setup=dict(XS, steps=[res_step]))
+
     # Every answer to an admitted execute is an execute response (CARP §3.5; specs/http.md):
     # a refusal too, with status denied or pending_approval and its token in error.code.
     XR = X + ["specs/http.md: execute responses"]

@@ -320,6 +320,43 @@ fn mutations_make_the_named_fixtures_fail() {
             &["fact-supersede-closes-old"],
         ),
         (
+            Mutation::ValidateAsResolve,
+            "resolve",
+            &[
+                "resolve-cache-validate-never-answers",
+                "resolve-cache-validate-never-cached",
+            ],
+        ),
+        (
+            Mutation::PayloadFieldsDropped,
+            "execute",
+            &[
+                "execute-payload-approved-names-its-resolution",
+                "execute-payload-executed-duration",
+                "execute-payload-violation-fields",
+                "execute-denied-response-names-recorded-execution",
+            ],
+        ),
+        (
+            Mutation::ExecutorOfFirstAtlas,
+            "execute",
+            &["execute-executor-of-agent"],
+        ),
+        (
+            Mutation::AtlasConflictReplaces,
+            "http-errors",
+            &["http-atlas-conflict-changes-nothing"],
+        ),
+        (
+            Mutation::ReviewGateOff,
+            "review",
+            &[
+                "review-human-by-author-refused",
+                "review-human-by-agent-refused",
+                "review-human-by-author-changes-nothing",
+            ],
+        ),
+        (
             Mutation::PackageIdsGlobal,
             "pull",
             &[

@@ -17,7 +17,7 @@ use crate::fixture::{Fixture, Input};
 use crate::target::carp::{CarpMutation, CarpWorld};
 use crate::target::http::HttpTarget;
 use crate::target::relay::{RelayMutation, RelayWorld};
-use crate::target::runtime::RouterTransport;
+use crate::target::runtime::{RouterTransport, RuntimeDefect};
 use crate::target::{Outcome, Target, classify, resolve_step_refs, setup_now, setup_steps};
 
 /// A deliberate defect injected into the in-process target (teeth tests only).
@@ -54,6 +54,19 @@ pub enum Mutation {
     ResolutionCacheOff,
     /// A resumed trace stream starts one event past `since_seq` (played through the runtime).
     StreamResumesLate,
+    /// A `validate` is resolved as a `resolve` (played through the runtime).
+    ValidateAsResolve,
+    /// Event payloads lack TRACE §4.3's fields beyond the action (played through the runtime).
+    PayloadFieldsDropped,
+    /// An atlas posted under a version in force with other content replaces it (played through
+    /// the runtime).
+    AtlasConflictReplaces,
+    /// An action runs the executor of the first atlas declaring its id, not of the atlas the
+    /// resolution took it from (played through the runtime).
+    ExecutorOfFirstAtlas,
+    /// Review gates are not enforced: a review is made as a human who is not the author,
+    /// whoever asked, as cra did before issue 22 item 2.
+    ReviewGateOff,
 }
 
 /// The in-process implementation.
@@ -295,6 +308,7 @@ impl InProcess {
                     Some(RelayMutation::SupersessionNotClosing)
                 }
                 Some(Mutation::PackageIdsGlobal) => Some(RelayMutation::PackageIdsGlobal),
+                Some(Mutation::ReviewGateOff) => Some(RelayMutation::ReviewGateOff),
                 _ => None,
             };
             Some(RelayWorld::new(&fixture.setup, clock.clone(), seed, m).map_err(Fail::Errored)?)
@@ -338,9 +352,16 @@ impl InProcess {
                 c.resolution_cache_entries = 0;
             }
         };
-        let late = u64::from(self.mutation == Some(Mutation::StreamResumesLate));
+        let defect = match self.mutation {
+            Some(Mutation::StreamResumesLate) => Some(RuntimeDefect::ResumesLate),
+            Some(Mutation::ValidateAsResolve) => Some(RuntimeDefect::ValidateAsResolve),
+            Some(Mutation::PayloadFieldsDropped) => Some(RuntimeDefect::PayloadFieldsDropped),
+            Some(Mutation::AtlasConflictReplaces) => Some(RuntimeDefect::AtlasConflictReplaces),
+            Some(Mutation::ExecutorOfFirstAtlas) => Some(RuntimeDefect::ExecutorOfFirstAtlas),
+            _ => None,
+        };
         let transport = match RouterTransport::start(clock, ids, tweak) {
-            Ok(t) => t.resuming_late(late),
+            Ok(t) => t.with_defect(defect),
             Err(e) => return Outcome::Errored(e),
         };
         let admin = Some(crate::target::runtime::token_of("admin"));
@@ -376,7 +397,14 @@ impl Target for InProcess {
             || fixture.input.operation == "http"
             || fixture.input.operation == "stream";
         if needs_runtime {
-            let through_runtime = [Mutation::ResolutionCacheOff, Mutation::StreamResumesLate];
+            let through_runtime = [
+                Mutation::ResolutionCacheOff,
+                Mutation::StreamResumesLate,
+                Mutation::ValidateAsResolve,
+                Mutation::PayloadFieldsDropped,
+                Mutation::AtlasConflictReplaces,
+                Mutation::ExecutorOfFirstAtlas,
+            ];
             if self.mutation.is_some_and(|m| !through_runtime.contains(&m)) {
                 return Outcome::NotImplemented("mutants do not wrap the runtime".to_owned());
             }

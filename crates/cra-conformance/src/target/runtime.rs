@@ -31,13 +31,44 @@ pub fn actor_type_of(actor: &str) -> Option<&'static str> {
         .map(|(_, kind, _)| *kind)
 }
 
+/// A defect planted in the runtime reached through a [`RouterTransport`] (teeth tests only):
+/// the transport bends requests or answers the way a server with that defect would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimeDefect {
+    /// Streams resume one event past the `since_seq` asked for.
+    ResumesLate,
+    /// A `validate` request is resolved as a `resolve` (recorded, counted and cached as one),
+    /// as cra did before issue 22 item 10.
+    ValidateAsResolve,
+    /// Event payloads lack the fields TRACE §4.3 requires beyond the action (`duration_ms`,
+    /// `policy_id`, `violation_type`, `error_code`, `error_message`, the `resolution_id` of
+    /// `action.approved`), as cra's did before issue 22 item 7.
+    PayloadFieldsDropped,
+    /// An atlas posted with the id and version of one in force but other content replaces it,
+    /// as cra did before issue 22 item 12 (a published version then named two contents).
+    AtlasConflictReplaces,
+    /// An action is run by the executor of the first atlas in the set declaring its id, whatever
+    /// atlas the resolution took it from, as cra did before issue 22 item 1.
+    ExecutorOfFirstAtlas,
+}
+
+/// The payload fields [`RuntimeDefect::PayloadFieldsDropped`] leaves out of every event.
+const DROPPED_FIELDS: &[&str] = &[
+    "duration_ms",
+    "policy_id",
+    "violation_type",
+    "error_code",
+    "error_message",
+];
+
 /// A runtime reached through its router.
 pub struct RouterTransport {
     _dir: tempfile::TempDir,
     rt: tokio::runtime::Runtime,
     router: axum::Router,
-    /// A planted defect: streams resume this many events past the `since_seq` asked for.
-    resume_late: u64,
+    defect: Option<RuntimeDefect>,
+    /// The set the last `PUT /v1/atlases` put in force ([`RuntimeDefect::AtlasConflictReplaces`]).
+    last_set: std::sync::Mutex<Option<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for RouterTransport {
@@ -97,16 +128,56 @@ impl RouterTransport {
             _dir: dir,
             rt,
             router,
-            resume_late: 0,
+            defect: None,
+            last_set: std::sync::Mutex::new(None),
         })
     }
 
-    /// The same transport whose streams resume `n` events past the `since_seq` asked for: the
-    /// planted defect of a server that starts a resumed stream late.
+    /// The same transport with `defect` planted.
     #[must_use]
-    pub fn resuming_late(mut self, n: u64) -> Self {
-        self.resume_late = n;
+    pub fn with_defect(mut self, defect: Option<RuntimeDefect>) -> Self {
+        self.defect = defect;
         self
+    }
+
+    /// The request body as the defect bends it.
+    fn bent_request(&self, method: &str, path: &str, body: Option<String>) -> Option<String> {
+        if self.defect == Some(RuntimeDefect::ExecutorOfFirstAtlas)
+            && method == "PUT"
+            && path == "/v1/atlases"
+        {
+            let mut set: serde_json::Value = serde_json::from_str(body.as_deref()?).ok()?;
+            first_atlas_executors(&mut set);
+            return Some(set.to_string());
+        }
+        if self.defect != Some(RuntimeDefect::ValidateAsResolve)
+            || method != "POST"
+            || !path.starts_with("/v1/resolve")
+        {
+            return body;
+        }
+        let text = body?;
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(mut v) if v["operation"] == "validate" => {
+                v["operation"] = serde_json::Value::from("resolve");
+                Some(v.to_string())
+            }
+            _ => Some(text),
+        }
+    }
+
+    /// The answer's body as the defect bends it.
+    fn bent_answer(&self, path: &str, text: String) -> String {
+        if self.defect != Some(RuntimeDefect::PayloadFieldsDropped) || !path.starts_with("/v1/") {
+            return text;
+        }
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(mut v) => {
+                drop_payload_fields(&mut v);
+                v.to_string()
+            }
+            Err(_) => text,
+        }
     }
 
     /// The tokens of the fixture actors, for [`crate::target::http::HttpTarget::over`].
@@ -115,6 +186,63 @@ impl RouterTransport {
             .iter()
             .map(|(id, _, _)| ((*id).to_owned(), token_of(id)))
             .collect()
+    }
+}
+
+/// Gives every action of the atlas set `set` (`{"atlases": [...]}`) the executor (or none) of
+/// the first atlas declaring its id.
+fn first_atlas_executors(set: &mut serde_json::Value) {
+    let mut first: BTreeMap<String, Option<serde_json::Value>> = BTreeMap::new();
+    let Some(atlases) = set["atlases"].as_array_mut() else {
+        return;
+    };
+    for atlas in atlases {
+        let Some(actions) = atlas["manifest"]["actions"].as_array_mut() else {
+            continue;
+        };
+        for action in actions {
+            let Some(id) = action["action_id"].as_str().map(str::to_owned) else {
+                continue;
+            };
+            let Some(o) = action.as_object_mut() else {
+                continue;
+            };
+            match first.get(&id) {
+                None => {
+                    first.insert(id, o.get("executor").cloned());
+                }
+                Some(Some(executor)) => {
+                    o.insert("executor".to_owned(), executor.clone());
+                }
+                Some(None) => {
+                    o.remove("executor");
+                }
+            }
+        }
+    }
+}
+
+/// Removes [`DROPPED_FIELDS`] (and an `action.approved`'s `resolution_id`) from the payload of
+/// every event in `v`.
+fn drop_payload_fields(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_payload_fields),
+        serde_json::Value::Object(o) => {
+            let approved =
+                o.get("event_type").and_then(serde_json::Value::as_str) == Some("action.approved");
+            if let (true, Some(serde_json::Value::Object(p))) =
+                (o.contains_key("event_type"), o.get_mut("payload"))
+            {
+                for f in DROPPED_FIELDS {
+                    p.remove(*f);
+                }
+                if approved {
+                    p.remove("resolution_id");
+                }
+            }
+            o.values_mut().for_each(drop_payload_fields);
+        }
+        _ => {}
     }
 }
 
@@ -143,8 +271,8 @@ impl Transport for RouterTransport {
     ) -> Result<crate::target::ws::StreamRead, String> {
         let router = self.router.clone();
         let mut request = request.clone();
-        if self.resume_late > 0 {
-            request.path = shift_since_seq(&request.path, self.resume_late);
+        if self.defect == Some(RuntimeDefect::ResumesLate) {
+            request.path = shift_since_seq(&request.path, 1);
         }
         self.rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -163,6 +291,24 @@ impl Transport for RouterTransport {
     }
 
     fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<String>,
+    ) -> Result<(u16, String), String> {
+        let body = self.bent_request(method, path, body);
+        let answer = self.dispatch(method, path, token, body.clone())?;
+        if self.defect == Some(RuntimeDefect::AtlasConflictReplaces) {
+            return self.replace_on_conflict(method, path, token, body, answer);
+        }
+        Ok((answer.0, self.bent_answer(path, answer.1)))
+    }
+}
+
+impl RouterTransport {
+    /// One request through the router, as it is.
+    fn dispatch(
         &self,
         method: &str,
         path: &str,
@@ -191,5 +337,40 @@ impl Transport for RouterTransport {
                 .map_err(|e| format!("{method} {path}: reading the body: {e}"))?;
             Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
         })
+    }
+
+    /// [`RuntimeDefect::AtlasConflictReplaces`]: remembers the set a `PUT /v1/atlases` put in
+    /// force, and answers a `POST /v1/atlases` refused with `atlas_version_conflict` by putting
+    /// that set in force again with the posted atlas in place of the one with its id.
+    fn replace_on_conflict(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<String>,
+        answer: (u16, String),
+    ) -> Result<(u16, String), String> {
+        let parsed = body.as_deref().and_then(|b| serde_json::from_str(b).ok());
+        let mut set = self.last_set.lock().unwrap_or_else(|p| p.into_inner());
+        match (method, path, parsed) {
+            ("PUT", "/v1/atlases", Some(put)) if answer.0 == 200 => *set = Some(put),
+            ("POST", "/v1/atlases", Some(posted))
+                if answer.1.contains("\"atlas_version_conflict\"") =>
+            {
+                let Some(mut whole) = set.clone() else {
+                    return Ok(answer);
+                };
+                let id = posted["manifest"]["atlas_id"].clone();
+                if let Some(list) = whole["atlases"].as_array_mut() {
+                    list.retain(|a| a["manifest"]["atlas_id"] != id);
+                    list.push(posted);
+                }
+                drop(set);
+                let put = self.dispatch("PUT", "/v1/atlases", token, Some(whole.to_string()))?;
+                return Ok((201, put.1));
+            }
+            _ => {}
+        }
+        Ok(answer)
     }
 }

@@ -163,6 +163,9 @@ pub enum Written<'a> {
     Session(&'a Session),
     /// An import restored.
     Restored(&'a Snapshot),
+    /// A package quarantined: a read found its stored bytes no longer match its hash
+    /// (`quarantined` holds the hash recomputed).
+    Quarantined(&'a StoredPackage),
 }
 
 /// Turns a write's change into the outbox entries stored with it.
@@ -215,7 +218,8 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
         updated: &StoredPackage,
         review: &ReviewRecord,
     ) -> Result<(), RelayStoreError>;
-    /// Marks a package as failing verification (kept for inspection, hidden from listings).
+    /// Marks a package as failing verification (kept for inspection, hidden from listings);
+    /// `reason` is the hash recomputed. A package already quarantined is left as it is.
     fn quarantine_package(
         &self,
         project_id: &str,
@@ -280,8 +284,7 @@ pub trait RelayStore: Send + Sync + fmt::Debug {
     }
 
     /// This store, with every write made through it also storing, in the write's transaction,
-    /// the entries `outbox` makes of what the write changed. Quarantining a package (a read
-    /// that found it tampered) tells the outbox nothing.
+    /// the entries `outbox` makes of what the write changed.
     fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore>;
     /// The outbox entries not yet removed, by key.
     fn outbox(&self) -> Result<Vec<OutboxEntry>, RelayStoreError>;

@@ -220,11 +220,20 @@ impl RelayStore for MemoryStore {
         reason: &str,
     ) -> Result<(), RelayStoreError> {
         let mut g = self.lock();
-        let entry = g
+        let key = (project_id.to_owned(), package_id.to_owned());
+        let mut p = g
             .packages
-            .get_mut(&(project_id.to_owned(), package_id.to_owned()))
+            .get(&key)
+            .map(|e| e.1.clone())
             .ok_or_else(|| RelayStoreError::NotFound(format!("package {package_id}")))?;
-        entry.1.quarantined = Some(reason.to_owned());
+        if p.quarantined.is_some() {
+            return Ok(());
+        }
+        p.quarantined = Some(reason.to_owned());
+        self.owe(&mut g, Written::Quarantined(&p))?;
+        if let Some(entry) = g.packages.get_mut(&key) {
+            entry.1 = p;
+        }
         Ok(())
     }
 

@@ -160,3 +160,71 @@ async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start
     );
     s.stop().await;
 }
+
+/// A read that finds a package's stored bytes changed behind the server's back quarantines it
+/// (409 `integrity_error`), and that change is recorded too: `relay.package.quarantined` in the
+/// project's audit chain, once, naming the stored and the recomputed hash.
+#[tokio::test]
+async fn a_quarantine_found_by_a_read_is_recorded_once() {
+    let s = TestServer::start().await;
+    let (st, body) = s
+        .post(
+            Some(MAINT),
+            "/v1/projects",
+            &json!({"project_id": "p-tamper", "name": "Tampered"}),
+        )
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let package = crate::relay::package("pkg_t", "p-tamper", "maintainer-bot", None);
+    let (st, deposited) = s
+        .post(Some(MAINT), "/v1/projects/p-tamper/packages", &package)
+        .await;
+    assert_eq!(st, 201, "{deposited}");
+    let data = s.data.clone();
+    let dir = s.stop_keep().await;
+    retitle_stored_package(&data, "p-tamper", "pkg_t");
+
+    let s = TestServer::start_in(dir, |_| {}).await;
+    let path = "/v1/projects/p-tamper/packages/pkg_t";
+    for _ in 0..2 {
+        crate::support::assert_error(&s.get(Some(MAINT), path).await, 409, "integrity_error");
+    }
+    let events = s.events(&audit("p-tamper")).await;
+    let quarantines: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["event_type"] == "relay.package.quarantined")
+        .collect();
+    assert_eq!(quarantines.len(), 1, "recorded once: {events:#?}");
+    let payload = &quarantines[0]["payload"];
+    assert_eq!(payload["package_id"], "pkg_t");
+    assert_eq!(payload["content_hash"], deposited["content_hash"]);
+    assert!(
+        payload["recomputed"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+            && payload["recomputed"] != deposited["content_hash"],
+        "{payload}"
+    );
+    s.stop().await;
+}
+
+/// Changes the title of package `id` of `project` in the redb store of `data` (the server is
+/// stopped), keeping its stored content hash: tampering.
+fn retitle_stored_package(data: &std::path::Path, project: &str, id: &str) {
+    use redb::{ReadableTable, TableDefinition};
+    const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
+    let store = cra_store::RedbStore::open(data).unwrap();
+    let db = store.database();
+    let key = format!("{project}\0{id}");
+    let tx = db.begin_write().unwrap();
+    {
+        let mut t = tx.open_table(PACKAGES).unwrap();
+        let bytes = t.get(key.as_str()).unwrap().unwrap().value().to_vec();
+        let mut row: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        row["package"]["title"] = json!("changed behind the server's back");
+        t.insert(key.as_str(), serde_json::to_vec(&row).unwrap().as_slice())
+            .unwrap();
+    }
+    tx.commit().unwrap();
+}

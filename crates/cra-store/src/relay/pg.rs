@@ -382,15 +382,25 @@ impl RelayStore for PgRelay {
         reason: &str,
     ) -> Result<(), RelayStoreError> {
         self.with_tx(|tx| {
-            let n = tx
-                .execute(
-                    "UPDATE relay_packages SET quarantined = $3 WHERE project_id = $1 AND package_id = $2",
-                    &[&project_id, &package_id, &reason],
+            let row = tx
+                .query_opt(
+                    "SELECT body, content_hash, quarantined FROM relay_packages
+                      WHERE project_id = $1 AND package_id = $2 FOR UPDATE",
+                    &[&project_id, &package_id],
                 )
-                .map_err(be)?;
-            if n == 0 {
-                return Err(RelayStoreError::NotFound(format!("package {package_id}")));
+                .map_err(be)?
+                .ok_or_else(|| RelayStoreError::NotFound(format!("package {package_id}")))?;
+            let mut p = dec_package(row.get(0), row.get(1), row.get(2))?;
+            if p.quarantined.is_some() {
+                return Ok(());
             }
+            p.quarantined = Some(reason.to_owned());
+            tx.execute(
+                "UPDATE relay_packages SET quarantined = $3 WHERE project_id = $1 AND package_id = $2",
+                &[&project_id, &package_id, &reason],
+            )
+            .map_err(be)?;
+            self.owe(tx, Written::Quarantined(&p))?;
             tx.execute(
                 "DELETE FROM relay_chunks WHERE project_id = $1 AND package_id = $2",
                 &[&project_id, &package_id],

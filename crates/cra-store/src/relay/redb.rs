@@ -489,11 +489,15 @@ impl RelayStore for RedbRelay {
                 Some(g) => dec_package(g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("package {package_id}"))),
             };
+            if p.quarantined.is_some() {
+                return Ok(());
+            }
             p.quarantined = Some(reason.to_owned());
             t.insert(key.as_str(), enc_package(seq, &p)?.as_slice())
                 .map_err(be)?;
             p
         };
+        self.owe(&tx, Written::Quarantined(&p))?;
         tx.commit().map_err(be)?;
         self.reindex(&[&p])
     }

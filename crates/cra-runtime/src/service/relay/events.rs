@@ -119,6 +119,24 @@ impl Payload for PackageDeposited<'_> {
     const EVENT_TYPE: &'static str = "relay.package.deposited";
 }
 
+/// `relay.package.quarantined`: a read found a package's stored bytes no longer match its
+/// content hash; it is kept for inspection and answered 409 `integrity_error` from then on.
+#[derive(Debug, Serialize)]
+pub struct PackageQuarantined<'a> {
+    /// The project.
+    pub project_id: &'a str,
+    /// The package.
+    pub package_id: &'a str,
+    /// The content hash stored with it.
+    pub content_hash: &'a str,
+    /// The hash its stored bytes have now.
+    pub recomputed: &'a str,
+}
+
+impl Payload for PackageQuarantined<'_> {
+    const EVENT_TYPE: &'static str = "relay.package.quarantined";
+}
+
 /// `relay.package.flagged`: a package now waits for a review.
 #[derive(Debug, Serialize)]
 pub struct PackageFlagged<'a> {

@@ -26,6 +26,7 @@ use cra_trace::{EventDraft, Payload, Span, TraceEvent};
 use cra_wire::IdGenerator;
 use serde::{Deserialize, Serialize};
 
+use super::events::PackageQuarantined;
 use super::{audit_agent, project_audit_session};
 
 /// The chain a Relay write's events go to.
@@ -107,10 +108,34 @@ impl Planner {
     }
 }
 
+impl Planner {
+    /// What `written` owes: a quarantine, whatever the operation (a read finds the tampering),
+    /// its event in the project's audit chain; anything else, what the write's plan says.
+    fn owed(&self, written: Written<'_>) -> Vec<Owed> {
+        match written {
+            Written::Quarantined(p) => {
+                let project_id = p.package.project_id();
+                let event = PackageQuarantined {
+                    project_id,
+                    package_id: p.package.package_id(),
+                    content_hash: &p.content_hash,
+                    recomputed: p.quarantined.as_deref().unwrap_or_default(),
+                };
+                vec![Owed::event(
+                    Chain::audit(project_id),
+                    self.ids.as_ref(),
+                    &event,
+                )]
+            }
+            other => (self.plan)(other),
+        }
+    }
+}
+
 impl Outbox for Planner {
     fn entries(&self, written: Written<'_>) -> Result<Vec<OutboxEntry>, RelayStoreError> {
         let mut entries = Vec::new();
-        for owed in (self.plan)(written) {
+        for owed in self.owed(written) {
             let key = self.ids.new_id();
             let body = serde_json::to_string(&owed).map_err(|e| {
                 RelayStoreError::Backend(format!("cannot encode an outbox entry: {e}"))

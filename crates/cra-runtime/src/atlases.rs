@@ -140,7 +140,10 @@ fn compose(
 /// the manifest becomes `atlas.json` (its compact JSON text), each file its UTF-8 bytes. The
 /// shape, the paths (relative, printable ASCII, no `.`/`..` segments) and the size limits of a
 /// directory load are checked here; `pointer` locates the object in the request body.
-pub fn inline_files(value: &Value, pointer: &str) -> Result<BTreeMap<String, Vec<u8>>, ApiError> {
+pub(crate) fn inline_files(
+    value: &Value,
+    pointer: &str,
+) -> Result<BTreeMap<String, Vec<u8>>, ApiError> {
     let bad = |at: String, message: String| ApiError::field(Token::InvalidRequest, at, message);
     let obj = value.as_object().ok_or_else(|| {
         bad(
@@ -261,7 +264,7 @@ pub fn load_inline(value: &Value, pointer: &str) -> Result<LoadedAtlas, ApiError
 
 /// The request-body pointer of a diagnostic: `atlas.json` is `{pointer}/manifest`, any other
 /// file `{pointer}/files/<path>` (a pointer inside that file's text goes in the message).
-pub fn diagnostic_pointer(d: &Diagnostic, pointer: &str) -> String {
+pub(crate) fn diagnostic_pointer(d: &Diagnostic, pointer: &str) -> String {
     if d.file == cra_atlas::load::MANIFEST_FILE {
         format!("{pointer}/manifest{}", d.pointer)
     } else {
@@ -329,7 +332,7 @@ fn check_dependencies(
 
 /// What installing one atlas did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Installed {
+pub(crate) enum Installed {
     /// The atlas was not in force before.
     Added,
     /// It replaced the atlas with the same id: that atlas's version and digest.

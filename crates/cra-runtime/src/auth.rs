@@ -20,7 +20,7 @@ use crate::config::JwtConfig;
 use crate::error::ApiError;
 
 /// Name of the keys file created in the data directory on first start.
-pub const DEFAULT_KEYS_FILE: &str = "api-keys.toml";
+pub(crate) const DEFAULT_KEYS_FILE: &str = "api-keys.toml";
 
 /// What an actor may do (the five roles). `admin` implies every other role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -97,17 +97,17 @@ impl Actor {
     }
 
     /// True when the actor holds any of `roles` (or is admin).
-    pub fn has_any(&self, roles: &[Role]) -> bool {
+    pub(crate) fn has_any(&self, roles: &[Role]) -> bool {
         roles.iter().any(|r| self.has(*r))
     }
 
     /// May read every session and trace (auditor, operator, admin).
-    pub fn reads_all(&self) -> bool {
+    pub(crate) fn reads_all(&self) -> bool {
         self.has_any(&[Role::Auditor, Role::Operator])
     }
 
     /// Fails with 403 `forbidden` unless the actor holds one of `roles`.
-    pub fn require(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
+    pub(crate) fn require(&self, roles: &[Role], what: &str) -> Result<(), ApiError> {
         if self.has_any(roles) {
             Ok(())
         } else {
@@ -231,7 +231,7 @@ impl KeysFile {
     }
 
     /// Creates `path` (mode 0600) holding one new admin key, and returns the file.
-    pub fn create_admin(path: &Path) -> Result<Self, AuthSetupError> {
+    pub(crate) fn create_admin(path: &Path) -> Result<Self, AuthSetupError> {
         let io = |source| AuthSetupError::Io {
             path: path.to_owned(),
             source,

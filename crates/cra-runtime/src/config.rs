@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 /// The default listen address.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:8421";
+pub(crate) const DEFAULT_ADDR: &str = "127.0.0.1:8421";
 
 /// How the server logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -223,7 +223,7 @@ impl RuntimeConfig {
     }
 
     /// Parses configuration text.
-    pub fn from_toml(text: &str) -> Result<Self, String> {
+    pub(crate) fn from_toml(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string())
     }
 
@@ -266,7 +266,7 @@ impl RuntimeConfig {
     }
 
     /// The keys file in force.
-    pub fn api_keys_path(&self) -> PathBuf {
+    pub(crate) fn api_keys_path(&self) -> PathBuf {
         self.api_keys
             .clone()
             .unwrap_or_else(|| self.data.join(crate::auth::DEFAULT_KEYS_FILE))

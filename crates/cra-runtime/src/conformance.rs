@@ -5,7 +5,7 @@
 //! * Pure verbs ([`eval_pure`]): `canonical_trace`, `hash_event`, `verify_chain`,
 //!   `validate_request`, `load_atlas`, `relay_canonical`, `content_hash`. Any authenticated caller.
 //! * Verbs over the server's state: `replay` re-resolves a session's recorded requests
-//!   ([`replay_answer`]; the caller must be allowed to read the session) and `export_import`
+//!   (`replay_answer`; the caller must be allowed to read the session) and `export_import`
 //!   round-trips one Relay project through the export format ([`export_import`]; auditors,
 //!   operators, admins, or the project's creator and members). Neither writes anything.
 //! * [`TestClock`]: with `test_clock = true` (`cra serve --test-clock`) the server's injected
@@ -35,7 +35,7 @@ use crate::service::sessions::readable_session;
 use crate::state::AppState;
 
 /// The verbs `POST /v1/conformance/eval/{verb}` answers.
-pub const EVAL_VERBS: &[&str] = &[
+pub(crate) const EVAL_VERBS: &[&str] = &[
     "canonical_trace",
     "hash_event",
     "verify_chain",
@@ -289,7 +289,7 @@ pub fn content_hash(package: &Value) -> Result<Value, ApiError> {
 /// `{identical, resolutions, divergences}`: re-resolves the `carp.request.received` events of
 /// `events` against `atlases` (`cra_carp::replay`) and lists each divergence with the action it
 /// concerns.
-pub fn replay_answer(events: &[TraceEvent], atlases: &AtlasSet) -> Value {
+pub(crate) fn replay_answer(events: &[TraceEvent], atlases: &AtlasSet) -> Value {
     let cases = cra_carp::replay::replay(events, atlases);
     let mut divergences = Vec::new();
     for c in &cases {

@@ -9,7 +9,7 @@ use crate::routes;
 /// One problem with one field (documentation mirror of `cra_wire::FieldError`).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = FieldError)]
-pub struct FieldErrorSchema {
+pub(crate) struct FieldErrorSchema {
     /// JSON pointer of the offending value.
     pub pointer: String,
     /// What is wrong.
@@ -19,7 +19,7 @@ pub struct FieldErrorSchema {
 /// `details` of an error body.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = ErrorDetails)]
-pub struct ErrorDetailsSchema {
+pub(crate) struct ErrorDetailsSchema {
     /// Field-level problems.
     pub errors: Vec<FieldErrorSchema>,
 }
@@ -27,7 +27,7 @@ pub struct ErrorDetailsSchema {
 /// The one error body (documentation mirror of `cra_wire::ErrorBody`).
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(as = ErrorBody)]
-pub struct ErrorBodySchema {
+pub(crate) struct ErrorBodySchema {
     /// The token (see specs/errors.md).
     pub error: String,
     /// For people.

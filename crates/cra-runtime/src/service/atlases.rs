@@ -254,7 +254,7 @@ impl Runtime {
 
     /// The events of a change of the whole set from `before` to `after`: each id new to the
     /// set installed, each with another digest replaced, each gone removed.
-    pub fn set_changed_events(
+    pub(crate) fn set_changed_events(
         &self,
         actor: &str,
         source: AtlasSource,
@@ -300,7 +300,11 @@ fn change<'a>(a: &'a AtlasSummary, actor: &'a str, source: AtlasSource) -> Atlas
 
 /// Records what a `--watch` reload did: the set's changes from `before`, or the refusal
 /// (`message`) that left the last good set in force. Failures to record are logged.
-pub async fn record_reload(rt: &Runtime, before: &[AtlasSummary], outcome: &Result<usize, String>) {
+pub(crate) async fn record_reload(
+    rt: &Runtime,
+    before: &[AtlasSummary],
+    outcome: &Result<usize, String>,
+) {
     let actor = cra_store::retention::OPERATOR_AGENT;
     let chain = match operator::lock(rt).await {
         Ok(c) => c,

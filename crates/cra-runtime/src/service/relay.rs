@@ -193,7 +193,7 @@ impl Runtime {
     }
 
     /// The grants of `project_id`, read from its audit chain.
-    pub async fn project_grants(&self, project_id: &str) -> ApiResult<Grants> {
+    pub(crate) async fn project_grants(&self, project_id: &str) -> ApiResult<Grants> {
         let sid = project_audit_session(project_id);
         let first = self.read_events_after(&sid, Some(0), 1).await?;
         let p = first
@@ -218,7 +218,7 @@ impl Runtime {
 
     /// Refuses `actor` (403 `unauthorized`) unless granted reads, or with `write` writes, of
     /// `project_id` (404 `project_not_found` for an unknown project).
-    pub async fn require_project(
+    pub(crate) async fn require_project(
         &self,
         actor: &Actor,
         project_id: &str,

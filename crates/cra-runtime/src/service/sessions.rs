@@ -63,10 +63,10 @@ pub struct SessionView {
 /// The longest accepted agent id, goal and project id.
 pub const MAX_ID_LEN: usize = 128;
 /// The longest accepted goal.
-pub const MAX_GOAL_LEN: usize = 8192;
+pub(crate) const MAX_GOAL_LEN: usize = 8192;
 
 /// `adjective-noun` derived from the session id (SHA-256), so every replica names it the same.
-pub fn callsign_for(session_id: &str) -> String {
+pub(crate) fn callsign_for(session_id: &str) -> String {
     use cra_relay::session::{ADJECTIVES, NOUNS};
     let h = Sha256::digest(session_id.as_bytes());
     format!(
@@ -77,7 +77,7 @@ pub fn callsign_for(session_id: &str) -> String {
 }
 
 /// Checks an identifier field: non-empty, at most [`MAX_ID_LEN`] bytes, printable, no spaces.
-pub fn check_id_field(pointer: &str, value: &str) -> ApiResult<()> {
+pub(crate) fn check_id_field(pointer: &str, value: &str) -> ApiResult<()> {
     if value.is_empty() || value.len() > MAX_ID_LEN || !value.bytes().all(|b| b.is_ascii_graphic())
     {
         return Err(ApiError::field(
@@ -90,7 +90,7 @@ pub fn check_id_field(pointer: &str, value: &str) -> ApiResult<()> {
 }
 
 /// Checks a UUID field (canonical lowercase 8-4-4-4-12).
-pub fn check_uuid_field(pointer: &str, value: &str) -> ApiResult<()> {
+pub(crate) fn check_uuid_field(pointer: &str, value: &str) -> ApiResult<()> {
     if cra_wire::id::is_canonical_uuid(value) {
         Ok(())
     } else {
@@ -103,7 +103,7 @@ pub fn check_uuid_field(pointer: &str, value: &str) -> ApiResult<()> {
 }
 
 /// A CARP store failure as an HTTP refusal.
-pub fn carp_store_error(e: CarpStoreError) -> ApiError {
+pub(crate) fn carp_store_error(e: CarpStoreError) -> ApiError {
     match e {
         CarpStoreError::NotFound {
             what: "session",
@@ -151,7 +151,7 @@ impl Runtime {
     }
 
     /// A read of the CARP store, made where reads cost least ([`Runtime::quick`]).
-    pub async fn carp_read<T: Send + 'static>(
+    pub(crate) async fn carp_read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&dyn cra_carp::CarpStore) -> Result<T, CarpStoreError> + Send + 'static,
     ) -> ApiResult<T> {
@@ -176,12 +176,12 @@ impl Runtime {
 }
 
 /// May `actor` read `session` (owner, auditor, operator, admin)?
-pub fn can_read(actor: &Actor, session: &SessionRecord) -> bool {
+pub(crate) fn can_read(actor: &Actor, session: &SessionRecord) -> bool {
     actor.reads_all() || (actor.has(Role::Agent) && actor.id == session.agent_id)
 }
 
 /// Fails with 403 unless `actor` may read `session`.
-pub fn require_read(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
+pub(crate) fn require_read(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
     if can_read(actor, session) {
         Ok(())
     } else {
@@ -194,7 +194,7 @@ pub fn require_read(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
 
 /// The session `id` as `actor` may read it: a canonical UUID (400), an existing session (404),
 /// and a caller who owns it or audits (403).
-pub async fn readable_session(
+pub(crate) async fn readable_session(
     state: &Runtime,
     actor: &Actor,
     id: &str,
@@ -206,7 +206,7 @@ pub async fn readable_session(
 }
 
 /// Fails with 403 unless `actor` owns `session` (or is admin).
-pub fn require_owner(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
+pub(crate) fn require_owner(actor: &Actor, session: &SessionRecord) -> ApiResult<()> {
     if actor.has(Role::Admin) || (actor.has(Role::Agent) && actor.id == session.agent_id) {
         Ok(())
     } else {

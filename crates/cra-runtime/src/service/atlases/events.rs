@@ -8,7 +8,7 @@ use serde::Serialize;
 /// Through which door an atlas change came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AtlasSource {
+pub(crate) enum AtlasSource {
     /// `POST /v1/atlases`: one atlas installed.
     Install,
     /// `PUT /v1/atlases`: the whole set replaced.
@@ -19,7 +19,7 @@ pub enum AtlasSource {
 
 /// The atlas an event is about, and who changed it how.
 #[derive(Debug, Serialize)]
-pub struct AtlasChange<'a> {
+pub(crate) struct AtlasChange<'a> {
     /// Reverse-DNS id.
     pub atlas_id: &'a str,
     /// Semver.
@@ -34,7 +34,7 @@ pub struct AtlasChange<'a> {
 
 /// `atlas.installed`: an atlas id not in force before now is.
 #[derive(Debug, Serialize)]
-pub struct AtlasInstalled<'a>(pub AtlasChange<'a>);
+pub(crate) struct AtlasInstalled<'a>(pub AtlasChange<'a>);
 
 impl Payload for AtlasInstalled<'_> {
     const EVENT_TYPE: &'static str = "atlas.installed";
@@ -42,7 +42,7 @@ impl Payload for AtlasInstalled<'_> {
 
 /// `atlas.replaced`: the atlas with this id is now another version or content.
 #[derive(Debug, Serialize)]
-pub struct AtlasReplaced<'a> {
+pub(crate) struct AtlasReplaced<'a> {
     /// The atlas now in force.
     #[serde(flatten)]
     pub atlas: AtlasChange<'a>,
@@ -59,7 +59,7 @@ impl Payload for AtlasReplaced<'_> {
 /// `atlas.removed`: the atlas is no longer in force (a set replaced without it, or a source
 /// that no longer holds it).
 #[derive(Debug, Serialize)]
-pub struct AtlasRemoved<'a>(pub AtlasChange<'a>);
+pub(crate) struct AtlasRemoved<'a>(pub AtlasChange<'a>);
 
 impl Payload for AtlasRemoved<'_> {
     const EVENT_TYPE: &'static str = "atlas.removed";
@@ -68,7 +68,7 @@ impl Payload for AtlasRemoved<'_> {
 /// `atlas.refused`: a change that was refused; nothing changed. The atlas's id, version and
 /// digest when it loaded far enough to have them.
 #[derive(Debug, Serialize)]
-pub struct AtlasRefused<'a> {
+pub(crate) struct AtlasRefused<'a> {
     /// The refused atlas's id, if known.
     pub atlas_id: Option<&'a str>,
     /// Its version, if known.

@@ -17,7 +17,7 @@ pub struct WrittenBy<'a> {
 
 /// `relay.project.created`: event 1 of a project's audit chain, holding its grants.
 #[derive(Debug, Serialize)]
-pub struct ProjectCreated<'a> {
+pub(crate) struct ProjectCreated<'a> {
     /// The project.
     pub project_id: &'a str,
     /// Its display name.
@@ -37,7 +37,7 @@ impl Payload for ProjectCreated<'_> {
 
 /// How many records of each kind an import brought into one project.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct ImportCounts {
+pub(crate) struct ImportCounts {
     /// Packages.
     pub packages: usize,
     /// Fact rows.
@@ -50,7 +50,7 @@ pub struct ImportCounts {
 
 impl ImportCounts {
     /// The counts of `project_id`'s records in `snapshot`.
-    pub fn of(snapshot: &Snapshot, project_id: &str) -> Self {
+    pub(crate) fn of(snapshot: &Snapshot, project_id: &str) -> Self {
         Self {
             packages: snapshot
                 .packages
@@ -91,7 +91,7 @@ impl Payload for ProjectArchived<'_> {
 
 /// `relay.project.unarchived`: writes are accepted again.
 #[derive(Debug, Serialize)]
-pub struct ProjectUnarchived<'a> {
+pub(crate) struct ProjectUnarchived<'a> {
     /// The project.
     pub project_id: &'a str,
     /// Who unarchived it.
@@ -104,7 +104,7 @@ impl Payload for ProjectUnarchived<'_> {
 
 /// `relay.package.deposited`: a package was stored (an identical redeposit records nothing).
 #[derive(Debug, Serialize)]
-pub struct PackageDeposited<'a> {
+pub(crate) struct PackageDeposited<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The package.
@@ -122,7 +122,7 @@ impl Payload for PackageDeposited<'_> {
 /// `relay.package.quarantined`: a read found a package's stored bytes no longer match its
 /// content hash; it is kept for inspection and answered 409 `integrity_error` from then on.
 #[derive(Debug, Serialize)]
-pub struct PackageQuarantined<'a> {
+pub(crate) struct PackageQuarantined<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The package.
@@ -139,7 +139,7 @@ impl Payload for PackageQuarantined<'_> {
 
 /// `relay.package.flagged`: a package now waits for a review.
 #[derive(Debug, Serialize)]
-pub struct PackageFlagged<'a> {
+pub(crate) struct PackageFlagged<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The package.
@@ -160,7 +160,7 @@ impl Payload for PackageFlagged<'_> {
 
 /// `relay.package.reviewed`: a flagged package's review closed.
 #[derive(Debug, Serialize)]
-pub struct PackageReviewed<'a> {
+pub(crate) struct PackageReviewed<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The package.
@@ -181,7 +181,7 @@ impl Payload for PackageReviewed<'_> {
 
 /// `relay.fact.asserted`: a fact row was recorded.
 #[derive(Debug, Serialize)]
-pub struct FactAsserted<'a> {
+pub(crate) struct FactAsserted<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The fact's wire object (Relay §7, unknown members included).
@@ -196,7 +196,7 @@ impl Payload for FactAsserted<'_> {
 
 /// `relay.fact.invalidated`: the current rows of a subject and predicate were closed.
 #[derive(Debug, Serialize)]
-pub struct FactInvalidated<'a> {
+pub(crate) struct FactInvalidated<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The subject.
@@ -215,7 +215,7 @@ impl Payload for FactInvalidated<'_> {
 
 /// `relay.session.started`: an actor began a Relay work session (§5.5) in the project.
 #[derive(Debug, Serialize)]
-pub struct RelaySessionStarted<'a> {
+pub(crate) struct RelaySessionStarted<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The session (`sess_<32 hex>`).
@@ -232,7 +232,7 @@ impl Payload for RelaySessionStarted<'_> {
 
 /// `relay.session.ended`: its actor ended a Relay work session, with what it deposited.
 #[derive(Debug, Serialize)]
-pub struct RelaySessionEnded<'a> {
+pub(crate) struct RelaySessionEnded<'a> {
     /// The project.
     pub project_id: &'a str,
     /// The session.

@@ -272,12 +272,21 @@ pub(crate) fn chain_error(e: ChainStoreError) -> ApiError {
     }
 }
 
+/// `payload` as an event on a fresh trace and a root span of its own, both ids from `ids`: a
+/// write no resolve or execute carries (Relay writes, operator events).
+pub(crate) fn root_draft<P: cra_trace::Payload>(
+    ids: &dyn cra_wire::IdGenerator,
+    payload: &P,
+) -> EventDraft {
+    let (trace_id, span_id) = (ids.new_id(), ids.new_id());
+    cra_trace::Span::root(&trace_id, &span_id).draft_of(payload)
+}
+
 impl Runtime {
-    /// `payload` as an event on a fresh trace and a root span of its own: a write no resolve
-    /// or execute carries (Relay writes, operator events).
+    /// `payload` as an event on a fresh trace and a root span of its own, ids from this runtime:
+    /// a write no resolve or execute carries (Relay writes, operator events).
     pub fn root_draft<P: cra_trace::Payload>(&self, payload: &P) -> EventDraft {
-        let (trace_id, span_id) = (self.ids.new_id(), self.ids.new_id());
-        cra_trace::Span::root(&trace_id, &span_id).draft_of(payload)
+        root_draft(self.ids.as_ref(), payload)
     }
 
     /// Appends `drafts` to `session_id`'s chain (owned by `owner`), durably, then publishes them.

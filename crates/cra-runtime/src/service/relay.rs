@@ -251,11 +251,14 @@ impl Runtime {
         scope: Option<&str>,
         write: bool,
     ) -> ApiResult<StoredPackage> {
+        // `project_of_package` only answers a project whose grant it checked.
         let project = match scope {
-            Some(project) => project.to_owned(),
+            Some(project) => {
+                self.require_project(actor, project, write).await?;
+                project.to_owned()
+            }
             None => self.project_of_package(actor, package_id, write).await?,
         };
-        self.require_project(actor, &project, write).await?;
         let id = package_id.to_owned();
         let found = self
             .relay_call(move |r| r.pull_specific(&project, &id))
@@ -272,7 +275,8 @@ impl Runtime {
     }
 
     /// The project of package `package_id` for a route that names none: the one project
-    /// holding the id that `actor` may use (see [`Runtime::granted_package`]).
+    /// holding the id that `actor` is granted (reads, or with `write` writes) (see
+    /// [`Runtime::granted_package`]).
     async fn project_of_package(
         &self,
         actor: &Actor,

@@ -66,14 +66,7 @@ fn outbox_len(s: &TestServer) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start() {
     let (s, hook) = serve_cut().await;
-    let (st, body) = s
-        .post(
-            Some(MAINT),
-            "/v1/projects",
-            &json!({"project_id": "p-ok", "name": "Recorded"}),
-        )
-        .await;
-    assert_eq!(st, 201, "{body}");
+    crate::relay::new_project(&s, MAINT, "p-ok").await;
     let sid = s.open_session(MAINT, "maintainer-bot").await;
 
     hook.cut.store(true, Ordering::SeqCst);
@@ -127,13 +120,8 @@ async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start
     );
     let (st, body) = s.get(Some(MAINT), "/v1/projects/p-cut").await;
     assert_eq!(st, 200, "the creator's grant is back: {body}");
-    let audit_ok = s.events(&audit("p-ok")).await;
-    let types: Vec<&str> = audit_ok
-        .iter()
-        .map(|e| e["event_type"].as_str().unwrap())
-        .collect();
     assert_eq!(
-        types,
+        s.event_types(&audit("p-ok")).await,
         [
             "session.started",
             "relay.project.created",
@@ -142,6 +130,7 @@ async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start
         ],
         "each owed event once, the deposit moved off the ended session"
     );
+    let audit_ok = s.events(&audit("p-ok")).await;
     assert_eq!(audit_ok[3]["payload"]["package_id"], "pkg_cut");
     let (st, verdict) = s
         .post(
@@ -167,14 +156,7 @@ async fn relay_writes_cut_off_before_their_append_are_recorded_at_the_next_start
 #[tokio::test]
 async fn a_quarantine_found_by_a_read_is_recorded_once() {
     let s = TestServer::start().await;
-    let (st, body) = s
-        .post(
-            Some(MAINT),
-            "/v1/projects",
-            &json!({"project_id": "p-tamper", "name": "Tampered"}),
-        )
-        .await;
-    assert_eq!(st, 201, "{body}");
+    crate::relay::new_project(&s, MAINT, "p-tamper").await;
     let package = crate::relay::package("pkg_t", "p-tamper", "maintainer-bot", None);
     let (st, deposited) = s
         .post(Some(MAINT), "/v1/projects/p-tamper/packages", &package)
@@ -227,4 +209,53 @@ fn retitle_stored_package(data: &std::path::Path, project: &str, id: &str) {
             .unwrap();
     }
     tx.commit().unwrap();
+}
+
+/// An outbox that owes an entry this version cannot read (as a later version might write).
+struct Unreadable;
+
+impl cra_relay::store::Outbox for Unreadable {
+    fn entries(
+        &self,
+        _: cra_relay::store::Written<'_>,
+    ) -> Result<Vec<cra_relay::store::OutboxEntry>, cra_relay::store::RelayStoreError> {
+        Ok(vec![cra_relay::store::OutboxEntry {
+            key: "unreadable".into(),
+            body: "{\"from\": \"a later version\"}".into(),
+        }])
+    }
+}
+
+/// An outbox entry the start cannot read does not stop the server: it is logged and left in
+/// place, for a version that can read it.
+#[tokio::test]
+async fn an_outbox_entry_this_version_cannot_read_is_left_in_place() {
+    let s = TestServer::start().await;
+    let relay = s.server.as_ref().unwrap().state.0.backends.relay.clone();
+    let project = cra_relay::Project {
+        project_id: "p-later".into(),
+        name: "later".into(),
+        created_at: "2026-03-02T10:00:00Z".into(),
+        archived_at: None,
+    };
+    relay
+        .with_outbox(Arc::new(Unreadable))
+        .create_project(&project)
+        .unwrap();
+    drop(relay);
+    let dir = s.stop_keep().await;
+    let s = TestServer::start_in(dir, |_| {}).await;
+    let left = s
+        .server
+        .as_ref()
+        .unwrap()
+        .state
+        .0
+        .backends
+        .relay
+        .outbox()
+        .unwrap();
+    assert_eq!(left.len(), 1, "the entry stays");
+    assert_eq!(left[0].key, "unreadable");
+    s.stop().await;
 }

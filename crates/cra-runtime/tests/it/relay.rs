@@ -497,7 +497,8 @@ fn assert_wire_fact(f: &Value, extra: &[&str]) {
     assert_eq!(got, want, "{f}");
 }
 
-async fn new_project(s: &TestServer, key: &str, id: &str) -> String {
+/// Creates project `id` as `key`'s actor (201); answers its audit chain's session id.
+pub(crate) async fn new_project(s: &TestServer, key: &str, id: &str) -> String {
     let (st, p) = s
         .post(
             Some(key),

@@ -167,6 +167,117 @@ fn redb_packages_of_an_earlier_version_are_rekeyed_by_project_on_open() {
     );
 }
 
+/// A PostgreSQL schema written before package ids were per project (migrations up to 0011, a
+/// package, its search chunk and its review keyed by `package_id` alone) is migrated by 0012 when
+/// a store connects: the package, its review and its search hit read back by (project, id), and a
+/// second project may then deposit the same id.
+#[test]
+fn postgres_packages_of_an_earlier_version_are_rekeyed_by_migration_0012() {
+    use cra_relay::testkit::PROJECT;
+    let name = "postgres_packages_of_an_earlier_version_are_rekeyed_by_migration_0012";
+    let Some(url) = postgres_url(name) else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "rekey");
+    let mut old = testkit::package("pkg_old", "draft");
+    old["project_id"] = serde_json::json!(PROJECT);
+    let hash = cra_relay::model::content_hash_of(old.as_object().unwrap()).unwrap();
+    schema_before_0012(&url, schema.name(), &old, &hash);
+
+    let relay = PgRelay::new(schema.store(StoreConfig::default()).unwrap());
+    let stored = relay.get_package(PROJECT, "pkg_old").unwrap().unwrap();
+    assert_eq!(stored.content_hash, hash);
+    assert_eq!(relay.list_reviews(PROJECT, "pkg_old").unwrap().len(), 1);
+    let query = cra_relay::store::SearchQuery {
+        project_id: PROJECT.to_owned(),
+        query: "old package".to_owned(),
+        limit: 5,
+        ..Default::default()
+    };
+    assert_eq!(relay.search(&query).unwrap().len(), 1, "its chunk is found");
+    let r = cra_relay::Relay::new(
+        Arc::new(relay),
+        Arc::new(cra_wire::FixedClock::parse("2026-03-02T10:00:00Z").unwrap()),
+        Arc::new(cra_wire::SequentialIds::new(1_772_445_600_000, 5)),
+        Arc::new(cra_relay::session::SeededCallsigns::new(5)),
+    );
+    r.create_project("proj_b", "B").unwrap();
+    let mut again = testkit::package("pkg_old", "draft");
+    again["project_id"] = serde_json::json!("proj_b");
+    let jordan = cra_relay::Actor::new("jordan", cra_relay::ActorType::Human);
+    assert!(r.deposit("proj_b", &jordan, &again).unwrap().created);
+}
+
+/// Writes into schema `schema` what a server of the version before 0012 left: migrations 0001 to
+/// 0011 applied and recorded as `cra-store` records them, project [`testkit::PROJECT`], the
+/// package `old` (content hash `hash`) with one search chunk, and one review record.
+fn schema_before_0012(url: &str, schema: &str, old: &serde_json::Value, hash: &str) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema};
+             CREATE TABLE cra_migrations (version integer PRIMARY KEY, name text NOT NULL,
+                 checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());"
+        ))
+        .unwrap();
+    for path in files {
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let (number, rest) = file.split_once('_').unwrap();
+        let version: i32 = number.parse().unwrap();
+        if version >= 12 {
+            continue;
+        }
+        let sql = std::fs::read_to_string(&path).unwrap();
+        client.batch_execute(&sql).unwrap();
+        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
+        let name = rest.trim_end_matches(".sql");
+        client
+            .execute(
+                "INSERT INTO cra_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                &[&version, &name, &checksum],
+            )
+            .unwrap();
+    }
+    let project = serde_json::json!({"project_id": testkit::PROJECT, "name": "dev",
+        "created_at": "2026-03-02T10:00:00Z"});
+    let review = serde_json::json!({"package_id": "pkg_old", "project_id": testkit::PROJECT,
+        "action": "flag", "from_status": "draft", "to_status": "awaiting_review",
+        "review_type": "human", "actor": {"id": "jordan", "type": "human"},
+        "at": "2026-03-02T10:00:00Z", "content_hash": hash});
+    let (project_text, review_text) = (project.to_string(), review.to_string());
+    let old_text = serde_json::Value::Object(old.as_object().unwrap().clone()).to_string();
+    let p = testkit::PROJECT;
+    let rows: [(&str, Vec<&(dyn postgres::types::ToSql + Sync)>); 4] = [
+        (
+            "INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)",
+            vec![&p, &project_text],
+        ),
+        (
+            "INSERT INTO relay_packages (package_id, project_id, content_hash, body)
+             VALUES ('pkg_old', $1, $2, $3)",
+            vec![&p, &hash, &old_text],
+        ),
+        (
+            "INSERT INTO relay_chunks (package_id, project_id, ord, field, chunk)
+             VALUES ('pkg_old', $1, 0, 'title', 'the old package')",
+            vec![&p],
+        ),
+        (
+            "INSERT INTO relay_reviews (package_id, body) VALUES ('pkg_old', $1)",
+            vec![&review_text],
+        ),
+    ];
+    for (sql, params) in rows {
+        client.execute(sql, &params).unwrap();
+    }
+}
+
 /// Rewrites `db`'s package and review keys in the form of the version before per-project ids,
 /// and removes the mark of the rekeying.
 fn earlier_version_keys(db: &redb::Database) {

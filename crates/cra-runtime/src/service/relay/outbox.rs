@@ -22,7 +22,7 @@ use cra_carp::store::{
 use cra_relay::RelayStore;
 use cra_relay::store::{Outbox, OutboxEntry, RelayStoreError, Written};
 use cra_trace::store::ChainStoreError;
-use cra_trace::{EventDraft, Payload, Span, TraceEvent};
+use cra_trace::{EventDraft, Payload, TraceEvent};
 use cra_wire::IdGenerator;
 use serde::{Deserialize, Serialize};
 
@@ -72,11 +72,10 @@ pub(crate) struct Owed {
 impl Owed {
     /// One event, `payload`, on a fresh trace and a root span of its own.
     pub(crate) fn event<P: Payload>(chain: Chain, ids: &dyn IdGenerator, payload: &P) -> Self {
-        let (trace_id, span_id) = (ids.new_id(), ids.new_id());
         Self {
             chain,
             opens: None,
-            drafts: vec![Span::root(&trace_id, &span_id).draft_of(payload)],
+            drafts: vec![crate::tracelog::root_draft(ids, payload)],
         }
     }
 }

@@ -86,6 +86,19 @@ impl fmt::Debug for Actor {
 }
 
 impl Actor {
+    /// The person or script at this machine's shell, acting as `id` through a front door in
+    /// this process (the CLI's local mode). Whoever can open the data directory can change
+    /// anything in it, so the actor is an admin; the rules that name actors (who deposited a
+    /// package, who started a session, who may close a review) still apply to `id`.
+    pub fn local(id: impl Into<String>, actor_type: ActorType) -> Self {
+        Self {
+            id: id.into(),
+            actor_type,
+            roles: BTreeSet::from([Role::Admin]),
+            key_fingerprint: "local".to_owned(),
+        }
+    }
+
     /// The actor as TRACE events name it: its id and type.
     pub fn event_ref(&self) -> cra_carp::events::ActorRef<'_> {
         cra_carp::events::ActorRef::of(&self.id, self.actor_type.as_str())

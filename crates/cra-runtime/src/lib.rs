@@ -39,6 +39,6 @@ pub use config::RuntimeConfig;
 pub use error::{ApiError, ApiResult};
 pub use inflight::close_interrupted;
 pub use routes::router;
-pub use server::{RunningServer, StartNotice, build_runtime, start};
+pub use server::{RunningServer, StartNotice, build_runtime, open_local, start};
 pub use state::{AppState, Runtime};
 pub use stream::CLOSE_SLOW_CONSUMER;

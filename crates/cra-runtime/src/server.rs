@@ -35,6 +35,10 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
+    /// The store could not be opened (a running server holds the data directory, the database
+    /// is unreachable, a migration failed).
+    #[error("cannot open the store: {0}")]
+    Store(#[from] cra_store::BackendError),
     /// Anything else while opening stores or atlases.
     #[error("{0}")]
     Other(String),
@@ -49,7 +53,9 @@ pub enum StartNotice {
     Info(String),
 }
 
-/// Builds the shared runtime from `config`.
+/// Builds the shared runtime from `config`, as `cra serve` starts: keys, atlases, the store,
+/// and the start-up recovery of what the last stop cut off (interrupted executions, Relay
+/// events still owed).
 pub fn build_runtime(
     mut config: RuntimeConfig,
     clock: Arc<dyn Clock>,
@@ -79,14 +85,7 @@ pub fn build_runtime(
         KeysFile::load(&keys_path)?
     };
     let auth = Authenticator::new(&keys, config.jwt.as_ref())?;
-    let limiter = RateLimiter::new(
-        config.limits.requests_per_second,
-        config.limits.burst,
-        clock.clone(),
-    );
-    let started_at = cra_wire::clock::format_timestamp(clock.now());
-    let backends = crate::backend::open(&config, clock.clone(), ids.clone())
-        .map_err(|e| StartError::Other(format!("cannot open the store: {e}")))?;
+    let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
     let sources = crate::atlases::sources(&config.atlases);
     let atlas_state = crate::atlases::load_all(&sources).map_err(StartError::Other)?;
     notices.push(StartNotice::Info(format!(
@@ -119,6 +118,55 @@ pub fn build_runtime(
         )));
     }
     config.replica_id = Some(owner);
+    roll_relay_forward(&backends, &mut notices)?;
+    notices.push(StartNotice::Info(match &config.postgres {
+        Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
+        None => format!("store: redb in {}", config.data.display()),
+    }));
+    let parts = Parts {
+        auth,
+        backends,
+        atlas_state,
+        test_clock,
+    };
+    Ok((assemble(config, clock, ids, parts), notices))
+}
+
+/// A runtime on the data directory `data` for a front door in this process (the CLI's local
+/// mode): the same store, rules and events as `cra serve` on that directory, with no listener,
+/// no keys (the caller names its actor, [`crate::auth::Actor::local`]) and no atlases. It rolls
+/// forward the Relay events a stopped server still owed, as a start would; the executions a
+/// crash cut off are left to the next `cra serve`, which owns their leases.
+///
+/// A running server holds the directory: the answer is then [`StartError::Store`] with
+/// [`cra_store::BackendError::InUse`], which names that server's process.
+pub fn open_local(
+    data: &std::path::Path,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<(AppState, Vec<StartNotice>), StartError> {
+    let config = RuntimeConfig {
+        data: data.to_owned(),
+        ..RuntimeConfig::default()
+    };
+    let mut notices = Vec::new();
+    let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
+    roll_relay_forward(&backends, &mut notices)?;
+    let parts = Parts {
+        auth: Authenticator::new(&KeysFile::default(), None)?,
+        backends,
+        atlas_state: crate::atlases::AtlasState::empty(),
+        test_clock: None,
+    };
+    Ok((assemble(config, clock, ids, parts), notices))
+}
+
+/// Appends the events of the Relay writes the last stop cut off before their append (the
+/// outbox, `service/relay/outbox.rs`), and says how many.
+fn roll_relay_forward(
+    backends: &crate::Backends,
+    notices: &mut Vec<StartNotice>,
+) -> Result<(), StartError> {
     let rolled = crate::service::relay::outbox::roll_forward(
         backends.relay.as_ref(),
         backends.carp.as_ref(),
@@ -130,12 +178,31 @@ pub fn build_runtime(
             "appended the events of {rolled} Relay write(s) the last stop cut off before their append"
         )));
     }
-    notices.push(StartNotice::Info(match &config.postgres {
-        Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
-        None => format!("store: redb in {}", config.data.display()),
-    }));
+    Ok(())
+}
+
+/// What differs between the runtimes [`build_runtime`] and [`open_local`] put together.
+struct Parts {
+    auth: Authenticator,
+    backends: crate::Backends,
+    atlas_state: crate::atlases::AtlasState,
+    test_clock: Option<Arc<crate::conformance::TestClock>>,
+}
+
+/// The runtime of `config` over opened stores.
+fn assemble(
+    config: RuntimeConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    parts: Parts,
+) -> AppState {
+    let limiter = RateLimiter::new(
+        config.limits.requests_per_second,
+        config.limits.burst,
+        clock.clone(),
+    );
     let relay = cra_relay::Relay::new(
-        backends.relay.clone(),
+        parts.backends.relay.clone(),
         clock.clone(),
         ids.clone(),
         Arc::new(cra_relay::session::SeededCallsigns::new(
@@ -150,21 +217,21 @@ pub fn build_runtime(
     let runtime = Runtime {
         relay,
         resolution_cache,
+        started_at: cra_wire::clock::format_timestamp(clock.now()),
         config,
         clock,
         ids,
-        auth,
+        auth: parts.auth,
         limiter,
         metrics: Metrics::default(),
-        started_at,
-        backends,
+        backends: parts.backends,
         hub: Arc::new(crate::tracelog::Hub::default()),
-        atlas_state: std::sync::RwLock::new(Arc::new(atlas_state)),
-        test_clock,
+        atlas_state: std::sync::RwLock::new(Arc::new(parts.atlas_state)),
+        test_clock: parts.test_clock,
         http: reqwest::Client::new(),
         operator_chain: tokio::sync::Mutex::new(false),
     };
-    Ok((AppState(Arc::new(runtime)), notices))
+    AppState(Arc::new(runtime))
 }
 
 /// The lease owner of this instance: the configured `replica_id`, else `local` on the embedded

@@ -6,9 +6,12 @@
 //!   `CRA_TOKEN`), else the admin key the server wrote into its data directory (`--data`,
 //!   default `./cra-data`), as `cra trace tail` does. The acting actor is the token's actor;
 //!   `--actor` is not used.
-//! * **Local mode** otherwise: the embedded redb store in `--data` (`local`), acting as
-//!   `--actor`. A running server holds that directory; opening it then fails with an error that
-//!   names the server's process and says to use `--url`.
+//! * **Local mode** otherwise: the runtime's service layer in this process, over the embedded
+//!   store in `--data` (`local`), acting as `--actor` with the admin role. The rules and the
+//!   TRACE events are a server's: every write is recorded, so a server started later on the
+//!   directory serves and verifies it. Writes need `--actor`. A running server holds that
+//!   directory; opening it then fails with an error that names the server's process and says
+//!   to use `--url`.
 //!
 //! Both modes print the same JSON for the same operation (`orient --markdown` prints the
 //! briefing). A refused operation prints the wire error body on standard error and exits 2;
@@ -23,7 +26,8 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use cra_relay::fact::{FactQuery, FactView};
 use cra_relay::store::SearchQuery;
-use cra_relay::{Actor, ActorType, RelayError};
+use cra_relay::{RelayError, export};
+use cra_runtime::auth::ActorType;
 use cra_wire::{ErrorBody, Token};
 use serde_json::{Value, json};
 
@@ -396,6 +400,48 @@ fn summary(verb: &str, dir: &Path, snap: &cra_relay::store::Snapshot) -> Value {
            "sessions": snap.sessions.len(), "reviews": snap.reviews.len()})
 }
 
+/// The project a package is deposited into: its `project_id`. A package without one is
+/// refused with the checks a server would make (`invalid_schema`, every field error).
+fn deposit_project(package: &Value) -> Result<&str, Failure> {
+    match package.get("project_id").and_then(Value::as_str) {
+        Some(p) if !p.is_empty() => Ok(p),
+        _ => {
+            let mut errors = cra_relay::validate::validate_package(package)
+                .err()
+                .unwrap_or_default();
+            if errors.is_empty() {
+                errors.push(cra_wire::FieldError::new(
+                    "/project_id",
+                    "project_id must name the project to deposit into",
+                ));
+            }
+            Err(Failure::from(RelayError::InvalidSchema {
+                what: "package",
+                errors,
+            }))
+        }
+    }
+}
+
+/// Writes an export `bundle` into `dir`, checked as an import would check it before anything
+/// is written, and answers the counts.
+fn write_export(dir: &Path, bundle: &[u8]) -> Answer {
+    let files = export::unbundle(bundle)
+        .map_err(|e| Failure::CouldNotRun(format!("the export bundle is unreadable: {e}")))?;
+    let snap = export::parse(&files)
+        .map_err(|e| Failure::CouldNotRun(format!("the export does not verify: {e}")))?;
+    export::write_files(dir, &files).map_err(|e| Failure::CouldNotRun(e.to_string()))?;
+    Ok(summary("exported", dir, &snap))
+}
+
+/// The bundle of the export directory `dir`, every hash verified (a tampered file is refused
+/// before anything is sent or written), and the counts an import of it answers.
+fn import_files(dir: &Path) -> Result<(Vec<u8>, Value), Failure> {
+    let files = export::read_files(dir).map_err(|e| Failure::Refused(e.to_body()))?;
+    let snap = export::parse(&files).map_err(|e| Failure::Refused(e.to_body()))?;
+    Ok((export::bundle(&files), summary("imported", dir, &snap)))
+}
+
 /// Runs `cra relay` with the given streams (the binary and the tests both call this).
 pub fn execute(
     args: RelayArgs,
@@ -417,9 +463,9 @@ pub fn execute(
                         CliActorType::Agent => ActorType::Agent,
                         CliActorType::Script => ActorType::Script,
                     };
-                    Actor::new(id, t)
+                    (id, t)
                 });
-                Box::new(local::Local::open(&args.data, actor)?)
+                Box::new(local::Local::open(&args.data, actor, err)?)
             }
         };
         dispatch(&*backend, args.command, stdin)

@@ -36,7 +36,14 @@ fn relay_commands_end_to_end() {
     let d = tmp.path().join("data");
     let (e, _, _) = cra(
         &d,
-        &["project", "create", "proj_dev_relay", "Relay dev"],
+        &[
+            "--actor",
+            "jordan",
+            "project",
+            "create",
+            "proj_dev_relay",
+            "Relay dev",
+        ],
         "",
     );
     assert_eq!(e, Exit::Success);
@@ -229,7 +236,12 @@ fn relay_commands_end_to_end() {
     );
     let d2 = tmp.path().join("data2");
     assert_eq!(
-        cra(&d2, &["import", ex.to_str().unwrap()], "").0,
+        cra(
+            &d2,
+            &["--actor", "jordan", "import", ex.to_str().unwrap()],
+            ""
+        )
+        .0,
         Exit::Success
     );
     let ex2 = tmp.path().join("ex2");
@@ -253,7 +265,12 @@ fn relay_commands_end_to_end() {
     }
     // Importing again into a non-empty store is refused.
     assert_eq!(
-        cra(&d2, &["import", ex.to_str().unwrap()], "").0,
+        cra(
+            &d2,
+            &["--actor", "jordan", "import", ex.to_str().unwrap()],
+            ""
+        )
+        .0,
         Exit::Negative
     );
 }
@@ -379,7 +396,11 @@ fn relay_commands_against_a_server() {
     assert_eq!(s.ok(&["deposit", "-"], &first)["created"], false);
     // The same package deposited locally hashes and prints the same.
     let local = tmp.path().join("local");
-    cra(&local, &["project", "create", p, "Remote"], "");
+    cra(
+        &local,
+        &["--actor", "admin", "project", "create", p, "Remote"],
+        "",
+    );
     let (e, out, err) = cra(&local, &["--actor", "admin", "deposit", "-"], &first);
     assert_eq!(e, Exit::Success, "{err}");
     assert_eq!(
@@ -623,7 +644,11 @@ fn relay_sessions_from_the_command_line_in_both_modes() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path().join("local");
     let p = "proj_sessions";
-    cra(&d, &["project", "create", p, "Sessions"], "");
+    cra(
+        &d,
+        &["--actor", "jordan", "project", "create", p, "Sessions"],
+        "",
+    );
     let (e, out, err) = cra(
         &d,
         &["--actor", "jordan", "session", "start", "--project", p],
@@ -641,6 +666,20 @@ fn relay_sessions_from_the_command_line_in_both_modes() {
     let id = "pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d";
     let (e, _, err) = cra(&d, &["pull", "--id", id, "--project", p], "");
     assert_eq!(e, Exit::Success, "{err}");
+    // Another project that exists: the package is not in it (an unknown project would be
+    // `project_not_found`, as a server answers).
+    cra(
+        &d,
+        &[
+            "--actor",
+            "jordan",
+            "project",
+            "create",
+            "proj_other",
+            "Other",
+        ],
+        "",
+    );
     let (e, _, err) = cra(&d, &["pull", "--id", id, "--project", "proj_other"], "");
     assert_eq!(
         (e, json(&err)["error"].clone()),
@@ -687,4 +726,89 @@ fn relay_sessions_from_the_command_line_in_both_modes() {
     assert_eq!(shown, remote);
     let ended = s.ok(&["session", "end", rsid, "--project", p], "");
     assert!(ended["ended_at"].is_string(), "{ended}");
+}
+
+/// Local mode is a front door onto the service layer: every write is recorded in the project's
+/// audit chain with the change, so a server started later on the directory serves the project
+/// and its chain verifies. Reads without `--actor` work; writes without it do not.
+#[test]
+fn local_writes_are_recorded_and_a_later_server_serves_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("data");
+    let p = "proj_dev_relay";
+    let ok = |args: &[&str], stdin: &str| {
+        let (e, out, err) = cra(&d, args, stdin);
+        assert_eq!(e, Exit::Success, "cra relay {args:?}: {err}");
+        out
+    };
+    let (e, _, err) = cra(&d, &["project", "create", p, "Dev"], "");
+    assert_eq!(e, Exit::CouldNotRun, "a project needs a creator: {err}");
+    let created = json(&ok(
+        &["--actor", "jordan", "project", "create", p, "Dev"],
+        "",
+    ));
+    let audit = created["audit_session_id"].as_str().unwrap().to_owned();
+    ok(&["--actor", "jordan", "deposit", "-"], MINIMAL);
+    ok(
+        &[
+            "--actor",
+            "jordan",
+            "facts",
+            "assert",
+            "--project",
+            p,
+            "--subject",
+            "dash",
+            "--predicate",
+            "owner",
+            "--value",
+            "ana",
+        ],
+        "",
+    );
+    let session = json(&ok(
+        &["--actor", "jordan", "session", "start", "--project", p],
+        "",
+    ));
+    let sid = session["session_id"].as_str().unwrap();
+    ok(
+        &["--actor", "jordan", "session", "end", sid, "--project", p],
+        "",
+    );
+    ok(&["pull", "--latest", "--project", p], "");
+
+    let s = Server::start(&d);
+    let pulled = s.ok(
+        &["pull", "--id", "pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d"],
+        "",
+    );
+    assert_eq!(pulled["project_id"], p);
+    let token = cra_runtime::auth::local_admin_token(&d).unwrap();
+    let events: Vec<Value> = reqwest::blocking::Client::new()
+        .get(format!("{}/v1/traces/{audit}", s.url))
+        .bearer_auth(token)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "session.started",
+            "relay.project.created",
+            "relay.package.deposited",
+            "relay.fact.asserted",
+            "relay.session.started",
+            "relay.session.ended",
+        ],
+        "every local write is in the project's audit chain"
+    );
+    assert_eq!(events[1]["payload"]["created_by"]["id"], "jordan");
+    let text: String = events.iter().map(|e| format!("{e}\n")).collect();
+    let report = cra_trace::verify::verify_text_reference(text.as_bytes(), true);
+    assert!(report.is_valid(), "{:?}", report.findings);
 }

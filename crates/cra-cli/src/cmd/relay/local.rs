@@ -1,66 +1,100 @@
-//! `cra relay` local mode: the operations run in this process on the embedded redb store of a
-//! data directory, acting as `--actor`.
+//! `cra relay` local mode: a front door in this process onto the runtime's service layer
+//! ([`cra_runtime::service::relay`]) over the embedded store of a data directory, acting as
+//! `--actor`. The rules and the TRACE events are those of `cra serve`: a project created here
+//! has its audit chain, and every write is recorded in the same transaction as the change (the
+//! outbox), so a server started later on the directory serves and verifies it all.
+//!
+//! Who acts: `--actor ID` names the actor of writes (`created_by.id` of a deposit, the owner of
+//! a project, the reviewer). Whoever can open the data directory can change anything in it, so
+//! the local actor holds the admin role ([`Actor::local`]); reads without `--actor` act as
+//! `local`.
 
+use std::future::Future;
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
 use cra_relay::fact::FactQuery;
-use cra_relay::session::SeededCallsigns;
-use cra_relay::store::{RelayStore, SearchQuery};
-use cra_relay::{Actor, Relay};
-use cra_store::relay::RedbRelay;
-use cra_store::{BackendError, RedbStore};
+use cra_relay::store::SearchQuery;
+use cra_runtime::auth::{Actor, ActorType};
+use cra_runtime::server::StartError;
+use cra_runtime::service::relay::{CreateProject, Flag, PackageListing, Review};
+use cra_runtime::{ApiError, AppState};
+use cra_store::BackendError;
 use cra_wire::{SystemClock, UuidV7Ids};
 use serde_json::{Value, json};
 
-use super::{Answer, Backend, Failure, Output, summary};
+use super::{Answer, Backend, Failure, Output, deposit_project, import_files, write_export};
 
-/// The local store and the acting actor.
+/// The id reads act as when no `--actor` is named.
+const LOCAL_READER: &str = "local";
+
+/// The runtime on the local store, the executor its operations run on, and the acting actor.
 pub(super) struct Local {
-    relay: Relay,
+    // Declared first, so it is dropped (and the store closed) before the executor.
+    state: AppState,
+    executor: tokio::runtime::Runtime,
     actor: Option<Actor>,
+    reader: Actor,
+}
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
+        Failure::Refused(e.body)
+    }
 }
 
 impl Local {
-    /// Opens the data directory `dir`. A directory a running server holds is refused with a
-    /// message naming that server's process and pointing at server mode.
-    pub(super) fn open(dir: &Path, actor: Option<Actor>) -> Result<Self, Failure> {
-        let store = RedbStore::open(dir).map_err(|e| match e {
-            BackendError::InUse { path, holder } => Failure::CouldNotRun(format!(
-                "data directory {} is held by a running cra server ({holder}); talk to that \
-                 server instead: cra relay --url http://ADDR ... (or set CRA_URL), with the \
-                 address `cra serve` printed",
-                path.display()
-            )),
-            other => Failure::CouldNotRun(other.to_string()),
-        })?;
-        let relay = RedbRelay::open(&store).map_err(|e| Failure::CouldNotRun(e.to_string()))?;
+    /// Opens the data directory `dir` as `cra serve` would, without a listener. A directory a
+    /// running server holds is refused with a message naming that server's process and
+    /// pointing at server mode.
+    pub(super) fn open(
+        dir: &Path,
+        actor: Option<(String, ActorType)>,
+        notes: &mut dyn Write,
+    ) -> Result<Self, Failure> {
+        let executor = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::CouldNotRun(format!("cannot start the executor: {e}")))?;
+        let (state, notices) =
+            cra_runtime::open_local(dir, Arc::new(SystemClock), Arc::new(UuidV7Ids)).map_err(
+                |e| match e {
+                    StartError::Store(BackendError::InUse { path, holder }) => {
+                        Failure::CouldNotRun(format!(
+                            "data directory {} is held by a running cra server ({holder}); talk \
+                             to that server instead: cra relay --url http://ADDR ... (or set \
+                             CRA_URL), with the address `cra serve` printed",
+                            path.display()
+                        ))
+                    }
+                    other => Failure::CouldNotRun(other.to_string()),
+                },
+            )?;
+        for n in notices {
+            if let cra_runtime::StartNotice::Info(line) = n {
+                let _ = writeln!(notes, "cra relay: {line}");
+            }
+        }
+        let actor = actor.map(|(id, t)| Actor::local(id, t));
+        let reader = actor
+            .clone()
+            .unwrap_or_else(|| Actor::local(LOCAL_READER, ActorType::Human));
         Ok(Self {
-            relay: Relay::new(
-                Arc::new(relay) as Arc<dyn RelayStore>,
-                Arc::new(SystemClock),
-                Arc::new(UuidV7Ids),
-                Arc::new(SeededCallsigns::new(time_seed())),
-            ),
+            state,
+            executor,
             actor,
+            reader,
         })
     }
 
-    /// The session `session_id` when it belongs to `project_id` (`session_not_found` otherwise,
-    /// as the server answers).
-    fn session_of(
-        &self,
-        project_id: &str,
-        session_id: &str,
-    ) -> Result<cra_relay::model::Session, Failure> {
-        match self.relay.session(session_id) {
-            Ok(s) if s.project_id == project_id => Ok(s),
-            Ok(_) => Err(cra_relay::RelayError::SessionNotFound(session_id.into()).into()),
-            Err(e) => Err(e.into()),
-        }
+    /// Runs one service operation to its answer.
+    fn run<T>(&self, op: impl Future<Output = Result<T, ApiError>>) -> Result<T, Failure> {
+        Ok(self.executor.block_on(op)?)
     }
 
-    fn actor(&self) -> Result<&Actor, Failure> {
+    /// The actor of a write.
+    fn writer(&self) -> Result<&Actor, Failure> {
         self.actor.as_ref().ok_or_else(|| {
             Failure::CouldNotRun(
                 "this command writes: name the acting actor with --actor ID (or CRA_ACTOR)".into(),
@@ -69,58 +103,59 @@ impl Local {
     }
 }
 
-fn time_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-        ^ u64::from(std::process::id())
-}
-
 fn to_json<T: serde::Serialize>(t: &T) -> Answer {
     serde_json::to_value(t).map_err(|e| Failure::CouldNotRun(e.to_string()))
 }
 
 impl Backend for Local {
     fn create_project(&self, project_id: &str, name: &str) -> Answer {
-        to_json(&self.relay.create_project(project_id, name)?)
+        let input = CreateProject {
+            project_id: project_id.to_owned(),
+            name: name.to_owned(),
+            members: Vec::new(),
+        };
+        to_json(&self.run(self.state.create_project(self.writer()?, input))?)
     }
 
     fn set_archived(&self, project_id: &str, archived: bool) -> Answer {
-        to_json(&if archived {
-            self.relay.archive(project_id)?
-        } else {
-            self.relay.unarchive(project_id)?
-        })
+        let op = self
+            .state
+            .set_archived(self.writer()?, project_id, archived);
+        to_json(&self.run(op)?)
     }
 
     fn deposit(&self, package: &Value) -> Answer {
-        let actor = self.actor()?;
-        let project = package
-            .get("project_id")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let d = self.relay.deposit(project, actor, package)?;
+        let actor = self.writer()?;
+        let project = deposit_project(package)?;
+        let d = self.run(self.state.deposit(actor, project, package.clone()))?;
         Ok(json!({"created": d.created, "package": d.stored.to_wire()}))
     }
 
     fn pull_specific(&self, package_id: &str, project: Option<&str>) -> Answer {
-        let project = self.relay.locate_package(project, package_id)?;
-        Ok(self.relay.pull_specific(&project, package_id)?.to_wire())
+        let op = self.state.package(&self.reader, package_id, project);
+        Ok(self.run(op)?.to_wire())
     }
 
     fn pull_latest(&self, query: &SearchQuery, filtered: bool) -> Answer {
-        let pulled = if filtered {
-            self.relay.pull_latest_matching(query)?
+        let listing = if filtered {
+            PackageListing::LatestMatching(query.clone())
         } else {
-            self.relay
-                .pull_latest(&query.project_id, Some(query.limit))?
+            PackageListing::Latest {
+                limit: Some(query.limit),
+            }
         };
-        Ok(pulled.to_wire())
+        let op = self
+            .state
+            .packages(&self.reader, &query.project_id, listing);
+        Ok(self.run(op)?.to_wire())
     }
 
     fn pull_relevant(&self, query: &SearchQuery) -> Answer {
-        Ok(self.relay.search(query)?.to_wire())
+        let listing = PackageListing::Relevant(query.clone());
+        let op = self
+            .state
+            .packages(&self.reader, &query.project_id, listing);
+        Ok(self.run(op)?.to_wire())
     }
 
     fn orient(
@@ -129,7 +164,10 @@ impl Backend for Local {
         window_days: u32,
         markdown: bool,
     ) -> Result<Output, Failure> {
-        let bundle = self.relay.orient(project_id, Some(window_days))?;
+        let op = self
+            .state
+            .orient(&self.reader, project_id, Some(window_days));
+        let bundle = self.run(op)?;
         Ok(if markdown {
             Output::Text(cra_relay::digest::orientation_markdown(&bundle))
         } else {
@@ -138,17 +176,21 @@ impl Backend for Local {
     }
 
     fn assert_fact(&self, project_id: &str, body: &Value) -> Answer {
-        let actor = self.actor()?;
-        Ok(self.relay.assert_fact(project_id, actor, body)?.to_wire())
+        let op = self
+            .state
+            .assert_fact(self.writer()?, project_id, body.clone());
+        Ok(self.run(op)?.to_wire())
     }
 
     fn invalidate_fact(&self, project_id: &str, subject: &str, predicate: &str) -> Answer {
-        let n = self.relay.invalidate_fact(project_id, subject, predicate)?;
-        Ok(json!({ "invalidated": n }))
+        let op = self
+            .state
+            .invalidate_fact(self.writer()?, project_id, subject, predicate);
+        Ok(json!({ "invalidated": self.run(op)? }))
     }
 
     fn facts(&self, project_id: &str, query: &FactQuery) -> Answer {
-        let rows = self.relay.facts(project_id, query)?;
+        let rows = self.run(self.state.facts(&self.reader, project_id, query.clone()))?;
         Ok(Value::Array(rows.iter().map(|r| r.to_wire()).collect()))
     }
 
@@ -159,12 +201,12 @@ impl Backend for Local {
         review_type: &str,
         note: Option<&str>,
     ) -> Answer {
-        let actor = self.actor()?;
-        let project = self.relay.locate_package(project, package_id)?;
-        Ok(self
-            .relay
-            .flag_for_review(&project, package_id, review_type, note, actor)?
-            .to_wire())
+        let flag = Flag {
+            review_type: review_type.to_owned(),
+            note: note.map(str::to_owned),
+        };
+        let op = self.state.flag(self.writer()?, package_id, project, flag);
+        Ok(self.run(op)?.to_wire())
     }
 
     fn review(
@@ -174,50 +216,44 @@ impl Backend for Local {
         outcome: &str,
         note: Option<&str>,
     ) -> Answer {
-        let actor = self.actor()?;
-        let project = self.relay.locate_package(project, package_id)?;
-        Ok(self
-            .relay
-            .review(&project, package_id, outcome, note, actor)?
-            .to_wire())
+        let review = Review {
+            outcome: outcome.to_owned(),
+            note: note.map(str::to_owned),
+        };
+        let op = self
+            .state
+            .review(self.writer()?, package_id, project, review);
+        Ok(self.run(op)?.to_wire())
     }
 
     fn start_session(&self, project_id: &str) -> Answer {
-        let actor = self.actor()?;
-        to_json(&self.relay.start_session(project_id, actor)?)
+        let op = self.state.start_relay_session(self.writer()?, project_id);
+        to_json(&self.run(op)?)
     }
 
     fn session(&self, project_id: &str, session_id: &str) -> Answer {
-        to_json(&self.session_of(project_id, session_id)?)
+        let op = self
+            .state
+            .relay_session(&self.reader, project_id, session_id);
+        to_json(&self.run(op)?)
     }
 
     fn end_session(&self, project_id: &str, session_id: &str) -> Answer {
-        let actor = self.actor()?;
-        self.session_of(project_id, session_id)?;
-        to_json(&self.relay.end_session(session_id, actor)?)
+        let op = self
+            .state
+            .end_relay_session(self.writer()?, project_id, session_id);
+        to_json(&self.run(op)?)
     }
 
     fn export(&self, dir: &Path, project: Option<&str>) -> Answer {
-        let store = &**self.relay.store();
-        let snap = match project {
-            Some(p) => {
-                self.relay.project(p)?;
-                cra_relay::export::export_project_dir(store, p, dir)
-            }
-            None => cra_relay::export::export_dir(store, dir),
-        }
-        .map_err(|e| Failure::CouldNotRun(e.to_string()))?;
-        Ok(summary("exported", dir, &snap))
+        let op = self.state.export(&self.reader, project.map(str::to_owned));
+        write_export(dir, &self.run(op)?)
     }
 
     fn import(&self, dir: &Path, members: &[String]) -> Answer {
-        if !members.is_empty() {
-            return Err(Failure::CouldNotRun(
-                "--member grants access on a server; a local data directory has no grants".into(),
-            ));
-        }
-        let snap = cra_relay::export::import_dir(&**self.relay.store(), dir)
-            .map_err(|e| Failure::Refused(e.to_body()))?;
-        Ok(summary("imported", dir, &snap))
+        let actor = self.writer()?;
+        let (bundle, answer) = import_files(dir)?;
+        self.run(self.state.import(actor, members.to_vec(), bundle))?;
+        Ok(answer)
     }
 }

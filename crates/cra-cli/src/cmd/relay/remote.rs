@@ -7,8 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use cra_relay::RelayError;
-use cra_relay::export::{BUNDLE_MEDIA_TYPE, bundle, parse, read_files, unbundle, write_files};
+use cra_relay::export::BUNDLE_MEDIA_TYPE;
 use cra_relay::fact::{FactQuery, FactView};
 use cra_relay::store::SearchQuery;
 use cra_wire::ErrorBody;
@@ -17,7 +16,7 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 
-use super::{Answer, Backend, Failure, Output, summary};
+use super::{Answer, Backend, Failure, Output, deposit_project, import_files, write_export};
 
 /// How long one call may take (an export or import of a large store is one call).
 const TIMEOUT: Duration = Duration::from_secs(600);
@@ -173,25 +172,7 @@ impl Backend for Remote {
     }
 
     fn deposit(&self, package: &Value) -> Answer {
-        let project = match package.get("project_id").and_then(Value::as_str) {
-            Some(p) if !p.is_empty() => p,
-            // No project to post it to: the checks the server would make, made here.
-            _ => {
-                let mut errors = cra_relay::validate::validate_package(package)
-                    .err()
-                    .unwrap_or_default();
-                if errors.is_empty() {
-                    errors.push(cra_wire::FieldError::new(
-                        "/project_id",
-                        "project_id must name the project to deposit into",
-                    ));
-                }
-                return Err(Failure::from(RelayError::InvalidSchema {
-                    what: "package",
-                    errors,
-                }));
-            }
-        };
+        let project = deposit_project(package)?;
         let (status, stored) =
             self.post(&format!("/v1/projects/{}/packages", enc(project)), package)?;
         // 201: stored now; 200: an identical package was already stored (L1 idempotence).
@@ -335,20 +316,11 @@ impl Backend for Remote {
             )?
             .bytes()
             .map_err(|e| Failure::CouldNotRun(format!("the export broke off: {e}")))?;
-        // Checked as an import would check it before anything is written.
-        let files = unbundle(&bytes).map_err(|e| {
-            Failure::CouldNotRun(format!("the server's export bundle is unreadable: {e}"))
-        })?;
-        let snap = parse(&files).map_err(|e| {
-            Failure::CouldNotRun(format!("the server's export does not verify: {e}"))
-        })?;
-        write_files(dir, &files).map_err(|e| Failure::CouldNotRun(e.to_string()))?;
-        Ok(summary("exported", dir, &snap))
+        write_export(dir, &bytes)
     }
 
     fn import(&self, dir: &Path, members: &[String]) -> Answer {
-        let files = read_files(dir).map_err(|e| Failure::Refused(e.to_body()))?;
-        let snap = parse(&files).map_err(|e| Failure::Refused(e.to_body()))?;
+        let (body, answer) = import_files(dir)?;
         let path = with_query(
             "/v1/import",
             &[("members", Some(members.join(",")).filter(|m| !m.is_empty()))],
@@ -356,9 +328,9 @@ impl Backend for Remote {
         self.json(
             self.request(Method::POST, &path)
                 .header(CONTENT_TYPE, BUNDLE_MEDIA_TYPE)
-                .body(bundle(&files)),
+                .body(body),
         )?;
-        Ok(summary("imported", dir, &snap))
+        Ok(answer)
     }
 }
 

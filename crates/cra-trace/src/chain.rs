@@ -1,6 +1,7 @@
 //! The hash chain: the Appendix B preimage and hash, and sealing a draft onto a chain head.
 
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use crate::event::{EventDraft, TRACE_VERSION, TraceEvent};
@@ -219,11 +220,21 @@ impl From<EventDraft> for PreparedDraft {
     }
 }
 
-/// Appends `s` to `out` as a JSON string, as serde_json writes it. (A copy-as-is path for
-/// strings needing no escaping was removed in round 2: same-run pairs showed no gain.)
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    // Writing a `str` into a `Vec` cannot fail.
-    let _ = serde_json::to_writer(&mut *out, s);
+/// A stored event's JSON: the envelope in §4.2 order, the payload as its prepared text.
+#[derive(serde::Serialize)]
+struct StoredEnvelope<'a> {
+    trace_version: &'a str,
+    event_id: &'a str,
+    trace_id: &'a str,
+    span_id: &'a str,
+    parent_span_id: Option<&'a str>,
+    session_id: &'a str,
+    sequence: u64,
+    timestamp: &'a str,
+    event_type: &'a str,
+    payload: &'a RawValue,
+    event_hash: &'a str,
+    previous_event_hash: &'a str,
 }
 
 /// Seals a prepared draft onto `head`, as [`seal`] does, and also returns the event's stored JSON:
@@ -257,36 +268,26 @@ pub fn seal_prepared(
     }
     let event_hash = cra_wire::hash::digest_hex(&h.finalize().into());
 
-    let payload = prepared.wire_payload();
-    let mut wire = Vec::with_capacity(payload.len() + 420);
-    wire.extend_from_slice(br#"{"trace_version":"#);
-    push_json_str(&mut wire, TRACE_VERSION);
-    wire.extend_from_slice(br#","event_id":"#);
-    push_json_str(&mut wire, &event_id);
-    wire.extend_from_slice(br#","trace_id":"#);
-    push_json_str(&mut wire, &d.trace_id);
-    wire.extend_from_slice(br#","span_id":"#);
-    push_json_str(&mut wire, &d.span_id);
-    wire.extend_from_slice(br#","parent_span_id":"#);
-    match &d.parent_span_id {
-        Some(p) => push_json_str(&mut wire, p),
-        None => wire.extend_from_slice(b"null"),
-    }
-    wire.extend_from_slice(br#","session_id":"#);
-    push_json_str(&mut wire, session_id);
-    wire.extend_from_slice(br#","sequence":"#);
-    wire.extend_from_slice(sequence.as_bytes());
-    wire.extend_from_slice(br#","timestamp":"#);
-    push_json_str(&mut wire, &timestamp);
-    wire.extend_from_slice(br#","event_type":"#);
-    push_json_str(&mut wire, &d.event_type);
-    wire.extend_from_slice(br#","payload":"#);
-    wire.extend_from_slice(payload.as_bytes());
-    wire.extend_from_slice(br#","event_hash":"#);
-    push_json_str(&mut wire, &event_hash);
-    wire.extend_from_slice(br#","previous_event_hash":"#);
-    push_json_str(&mut wire, &head.head_hash);
-    wire.push(b'}');
+    // The payload text is JSON by construction (a canonical writer's output, or serde_json's);
+    // were it not, the stored event carries `null`, and its verification reports the mismatch.
+    let payload =
+        serde_json::from_str::<&RawValue>(prepared.wire_payload()).unwrap_or(RawValue::NULL);
+    let envelope = StoredEnvelope {
+        trace_version: TRACE_VERSION,
+        event_id: &event_id,
+        trace_id: &d.trace_id,
+        span_id: &d.span_id,
+        parent_span_id: d.parent_span_id.as_deref(),
+        session_id,
+        sequence: head.next_sequence,
+        timestamp: &timestamp,
+        event_type: &d.event_type,
+        payload,
+        event_hash: &event_hash,
+        previous_event_hash: &head.head_hash,
+    };
+    // Writing strings, an integer and a raw JSON text into a vector cannot fail.
+    let wire = serde_json::to_vec(&envelope).unwrap_or_default();
 
     let mut event = unsealed(prepared.draft, session_id, head, event_id, timestamp);
     event.event_hash = event_hash;
@@ -295,31 +296,8 @@ pub fn seal_prepared(
 
 #[cfg(test)]
 mod tests {
-    use super::{push_json_str, serialises_canonically};
+    use super::serialises_canonically;
     use serde_json::Value;
-
-    /// Every string is written as serde_json writes it.
-    #[test]
-    fn push_json_str_writes_what_serde_json_writes() {
-        for s in [
-            "",
-            "01a20f73-45ea-720b-bf21-23219480b08a",
-            "carp.request.received",
-            "a \"quoted\" word",
-            "back\\slash",
-            "line\nbreak\ttab\u{7}bell",
-            "del\u{7f}",
-            "caf\u{e9} \u{1f600}",
-        ] {
-            let mut out = Vec::new();
-            push_json_str(&mut out, s);
-            assert_eq!(
-                String::from_utf8(out).unwrap(),
-                serde_json::to_string(s).unwrap(),
-                "{s:?}"
-            );
-        }
-    }
 
     /// Payloads whose serde_json text is taken as canonical must really be; the others are the
     /// cases where the two writers differ (or may).

@@ -621,11 +621,12 @@ impl CompiledAtlas {
             actions.push(CompiledAction {
                 allowed: AllowedAction {
                     action_id: a.action_id.as_str().into(),
-                    // Copied into every resolution that allows the action: shared, not cloned.
-                    name: SharedStr::from(a.name.as_str()),
-                    description: SharedStr::from(a.description.as_str()),
-                    parameters_schema: SharedJson::from(a.parameters_schema.clone()),
-                    returns_schema: a.returns_schema.clone().map(SharedJson::from),
+                    // Written into every resolution that allows the action: each keeps its
+                    // canonical text (see `shared`).
+                    name: SharedStr::with_canonical(&a.name),
+                    description: SharedStr::with_canonical(&a.description),
+                    parameters_schema: SharedJson::with_canonical(a.parameters_schema.clone()),
+                    returns_schema: a.returns_schema.clone().map(SharedJson::with_canonical),
                     risk_tier: a.risk_tier,
                     requires_confirmation: false,
                     idempotent: a.idempotent,
@@ -664,9 +665,9 @@ impl CompiledAtlas {
                         file: f.clone(),
                     })?;
                 files.push(CompiledFile {
-                    block_id: SharedStr::from(format!("{atlas_id}/{}/{f}", p.pack_id)),
-                    content_type: SharedStr::from(content_type_of(f)),
-                    content: SharedStr::from(text.as_str()),
+                    block_id: SharedStr::with_canonical(&format!("{atlas_id}/{}/{f}", p.pack_id)),
+                    content_type: SharedStr::with_canonical(content_type_of(f)),
+                    content: SharedStr::with_canonical(text),
                     token_estimate: token_estimate(text),
                 });
             }

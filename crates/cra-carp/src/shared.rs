@@ -3,9 +3,10 @@
 //! counter increment, not a deep copy, which keeps a resolve at 100 actions within microseconds.
 //! On the wire they are plain strings and JSON values.
 //!
-//! (Until round 2 each also kept its TRACE canonical text, computed once, for the canonical
-//! writer to copy; same-run pairs showed no gain, so it was removed: `docs/architecture.md`, "The
-//! optimisation rule".)
+//! The compiled atlas also keeps the TRACE canonical text of each ([`SharedStr::with_canonical`],
+//! [`SharedJson::with_canonical`]), computed once, so that writing a resolution's canonical form
+//! copies those texts instead of escaping the same context files and walking the same schemas
+//! on every resolve. Other serializers see the plain values.
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -13,16 +14,46 @@ use std::hash::{Hash, Hasher};
 use std::ops::Deref;
 use std::sync::Arc;
 
+use cra_wire::canonical::CanonicalText;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+
+/// Serializes `value` through its kept canonical text when there is one (see the module
+/// documentation), as itself otherwise.
+fn serialize_kept<T, S>(
+    canonical: Option<&CanonicalText>,
+    value: &T,
+    s: S,
+) -> Result<S::Ok, S::Error>
+where
+    T: Serialize + ?Sized,
+    S: Serializer,
+{
+    match canonical {
+        Some(canonical) => canonical.serialize_value(value, s),
+        None => value.serialize(s),
+    }
+}
 
 /// Shared immutable text; serialises as a JSON string. Equality, order and hash are the text's.
 #[derive(Clone, Default)]
 pub struct SharedStr {
     text: Arc<str>,
+    /// The text's TRACE canonical form (quoted, escaped), when made with
+    /// [`SharedStr::with_canonical`].
+    canonical: Option<Arc<CanonicalText>>,
 }
 
 impl SharedStr {
+    /// Shared text that also keeps its TRACE canonical form, for text written into many
+    /// canonical payloads.
+    pub fn with_canonical(text: &str) -> Self {
+        Self {
+            text: Arc::from(text),
+            canonical: CanonicalText::of(text).ok().map(Arc::new),
+        }
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         &self.text
@@ -76,13 +107,19 @@ impl fmt::Display for SharedStr {
 
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
-        Self { text: Arc::from(s) }
+        Self {
+            text: Arc::from(s),
+            canonical: None,
+        }
     }
 }
 
 impl From<String> for SharedStr {
     fn from(s: String) -> Self {
-        Self { text: Arc::from(s) }
+        Self {
+            text: Arc::from(s),
+            canonical: None,
+        }
     }
 }
 
@@ -100,7 +137,7 @@ impl PartialEq<&str> for SharedStr {
 
 impl Serialize for SharedStr {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.text)
+        serialize_kept(self.canonical.as_deref(), &*self.text, s)
     }
 }
 
@@ -114,9 +151,21 @@ impl<'de> Deserialize<'de> for SharedStr {
 #[derive(Clone)]
 pub struct SharedJson {
     value: Arc<Value>,
+    /// The value's TRACE canonical text, when made with [`SharedJson::with_canonical`].
+    canonical: Option<Arc<CanonicalText>>,
 }
 
 impl SharedJson {
+    /// A shared value that also keeps its TRACE canonical text, for a value written into many
+    /// canonical payloads.
+    pub fn with_canonical(value: Value) -> Self {
+        let canonical = CanonicalText::of(&value).ok().map(Arc::new);
+        Self {
+            value: Arc::new(value),
+            canonical,
+        }
+    }
+
     /// The value.
     pub fn value(&self) -> &Value {
         &self.value
@@ -144,18 +193,66 @@ impl fmt::Debug for SharedJson {
 
 impl From<Value> for SharedJson {
     fn from(v: Value) -> Self {
-        Self { value: Arc::new(v) }
+        Self {
+            value: Arc::new(v),
+            canonical: None,
+        }
     }
 }
 
 impl Serialize for SharedJson {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.value.serialize(s)
+        serialize_kept(self.canonical.as_deref(), &*self.value, s)
     }
 }
 
 impl<'de> Deserialize<'de> for SharedJson {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Value::deserialize(d).map(Self::from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use cra_wire::canonical::{to_trace_canonical, trace_canonical};
+    use serde_json::json;
+
+    /// Text and JSON with their canonical forms kept write the bytes their plain values write,
+    /// canonically and in serde_json's text, and compare equal to plain copies.
+    #[test]
+    fn kept_canonical_forms_change_no_output() {
+        #[derive(Serialize)]
+        struct Doc {
+            text: SharedStr,
+            schema: SharedJson,
+            plain: SharedStr,
+        }
+        let text = "caf\u{e9} \"quoted\"\n\u{1f600}";
+        let schema =
+            json!({"type": "object", "required": ["z", "a"], "properties": {"\u{e9}": {}}});
+        let kept = Doc {
+            text: SharedStr::with_canonical(text),
+            schema: SharedJson::with_canonical(schema.clone()),
+            plain: SharedStr::with_canonical("id-1"),
+        };
+        let plain = Doc {
+            text: SharedStr::from(text),
+            schema: SharedJson::from(schema),
+            plain: SharedStr::from("id-1"),
+        };
+        let value = serde_json::to_value(&plain).unwrap();
+        assert_eq!(serde_json::to_value(&kept).unwrap(), value);
+        assert_eq!(
+            serde_json::to_string(&kept).unwrap(),
+            serde_json::to_string(&plain).unwrap()
+        );
+        assert_eq!(to_trace_canonical(&kept).unwrap(), trace_canonical(&value));
+        assert_eq!(kept.text, plain.text);
+        assert_eq!(kept.schema, plain.schema);
+        assert!(kept.text.canonical.is_some() && kept.schema.canonical.is_some());
+        assert!(plain.text.canonical.is_none() && plain.schema.canonical.is_none());
     }
 }

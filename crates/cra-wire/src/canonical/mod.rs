@@ -13,4 +13,6 @@ pub mod trace_ser;
 
 pub use relay::{CanonicalError, relay_canonical};
 pub use trace::{trace_canonical, write_trace_canonical};
-pub use trace_ser::{CanonicalSerError, to_trace_canonical, to_trace_canonical_sized};
+pub use trace_ser::{
+    CanonicalSerError, CanonicalText, to_trace_canonical, to_trace_canonical_sized,
+};

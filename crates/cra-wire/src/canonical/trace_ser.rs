@@ -9,7 +9,13 @@
 //! Where `to_value` would quietly keep one of two members with the same name (a struct whose
 //! flattened extras repeat a field), this refuses with [`CanonicalSerError`] instead, so that a
 //! caller can fall back to the tree path and its semantics.
+//!
+//! A value that is written again and again unchanged (an action's parameters schema, a context
+//! file's text: the same in every resolution of an atlas) can carry its canonical text, computed
+//! once, as a [`CanonicalText`]: the writer copies that text instead of writing the value again,
+//! and every other serializer sees the value as before.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 
 use serde::ser::{self, Serialize};
@@ -36,6 +42,87 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 /// This writer does not re-read JSON text: a value holding one is refused, and the caller takes
 /// the tree path, where `serde_json::to_value` parses it.
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// The name of the newtype a [`CanonicalText`] wraps its value in, by which the writer knows it.
+const PRECOMPUTED_TOKEN: &str = "$cra_wire::canonical::Precomputed";
+
+thread_local! {
+    /// Set by the writer just before it hands the value inside a [`PRECOMPUTED_TOKEN`] newtype
+    /// (always a [`Precomputed`]) its [`Splice`] serializer, and cleared by that value's first
+    /// step. serde tells a `Serialize` impl nothing about its serializer but
+    /// `is_human_readable`, so this is how a `Precomputed` learns that the serializer in its
+    /// hands is the writer's and it may give its text instead of its value: the flag is set and
+    /// taken with no other serialisation between, so no other serializer ever sees it set.
+    static SPLICING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The TRACE canonical text of a value, computed once ([`CanonicalText::of`]).
+///
+/// [`CanonicalText::serialize_value`] serializes the value it was made of: [`to_trace_canonical`]
+/// copies the text into its output instead of writing the value again, and every other
+/// serializer (serde_json's text, `to_value`, any other format) gets the value itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CanonicalText(Box<str>);
+
+impl CanonicalText {
+    /// The canonical text of `value`.
+    ///
+    /// # Errors
+    /// When `value` has no canonical form ([`to_trace_canonical`]).
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Result<Self, CanonicalSerError> {
+        to_trace_canonical(value).map(|text| Self(text.into_boxed_str()))
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Serializes `value`, which must be the value this text was made of (the caller keeps the
+    /// two together, immutable): as this text by [`to_trace_canonical`], as `value` by any other
+    /// serializer.
+    ///
+    /// # Errors
+    /// Those of `value`'s serialisation.
+    pub fn serialize_value<T, S>(&self, value: &T, serializer: S) -> Result<S::Ok, S::Error>
+    where
+        T: Serialize + ?Sized,
+        S: ser::Serializer,
+    {
+        serializer.serialize_newtype_struct(
+            PRECOMPUTED_TOKEN,
+            &Precomputed {
+                value,
+                text: &self.0,
+            },
+        )
+    }
+}
+
+/// A value and its canonical text, inside the [`PRECOMPUTED_TOKEN`] newtype.
+struct Precomputed<'a, T: ?Sized> {
+    value: &'a T,
+    text: &'a str,
+}
+
+impl<T: Serialize + ?Sized> Serialize for Precomputed<'_, T> {
+    fn serialize<S: ser::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if SPLICING.with(|flag| flag.replace(false)) {
+            serializer.serialize_str(self.text)
+        } else {
+            self.value.serialize(serializer)
+        }
+    }
+}
+
+/// The serializer the writer hands a [`Precomputed`]: it copies the text it is given as it is.
+struct Splice<'o> {
+    out: &'o mut String,
+}
+
+fn not_precomputed() -> CanonicalSerError {
+    CanonicalSerError("a precomputed canonical text was expected".into())
+}
 
 /// The TRACE-profile canonical form of `value` (the bytes [`super::trace_canonical`] gives for
 /// `serde_json::to_value(value)`).
@@ -200,11 +287,13 @@ impl<'a> ser::Serializer for Canon<'a> {
     ) -> Res {
         self.serialize_str(variant)
     }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        value: &T,
-    ) -> Res {
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, name: &'static str, value: &T) -> Res {
+        if name == PRECOMPUTED_TOKEN {
+            SPLICING.with(|flag| flag.set(true));
+            let written = value.serialize(Splice { out: self.out });
+            SPLICING.with(|flag| flag.set(false));
+            return written;
+        }
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -752,6 +841,16 @@ impl ser::Serializer for KeyInto<'_> {
         value: &T,
     ) -> Result<Key, CanonicalSerError> {
         value.serialize(self)
+    }
+}
+
+impl ser::Serializer for Splice<'_> {
+    refuse_rest!((), not_precomputed());
+    refuse_keys!((), not_precomputed());
+
+    fn serialize_str(self, v: &str) -> Res {
+        self.out.push_str(v);
+        Ok(())
     }
 }
 

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use cra_wire::canonical::to_trace_canonical;
 use cra_wire::canonical::trace::{trace_canonical, trace_canonical_from_str};
+use cra_wire::canonical::{CanonicalText, to_trace_canonical};
 use cra_wire::json::parse_strict;
 use serde::Serialize;
 use serde_json::json;
@@ -54,20 +54,28 @@ fn canonical_json_matches_python_byte_for_byte() {
         let input = case["input"].as_str().unwrap();
         let expected = case["expected"].as_str().unwrap();
         *per_category.entry(category.to_owned()).or_default() += 1;
-        let (tree, serialized) = match parse_strict(input.as_bytes()) {
+        let (tree, serialized, spliced) = match parse_strict(input.as_bytes()) {
             Ok(v) => (
                 trace_canonical(&v),
                 to_trace_canonical(&v).unwrap_or_else(|e| format!("<refused: {e}>")),
+                // The value's precomputed text, copied into an object between unsorted members.
+                to_trace_canonical(&Wrapped::new(v))
+                    .map(|s| unwrap_member(&s))
+                    .unwrap_or_else(|e| format!("<refused: {e}>")),
             ),
-            Err(e) => (format!("<refused: {e}>"), format!("<refused: {e}>")),
+            Err(e) => (
+                format!("<refused: {e}>"),
+                format!("<refused: {e}>"),
+                format!("<refused: {e}>"),
+            ),
         };
         let fast = match trace_canonical_from_str(input) {
             Ok(s) => s,
             Err(e) => format!("<refused: {e}>"),
         };
-        if tree != expected || fast != expected || serialized != tree {
+        if tree != expected || fast != expected || serialized != tree || spliced != tree {
             failures.push(format!(
-                "case {i} [{category}]\n  input:    {input:?}\n  python:   {expected}\n  tree:     {tree}\n  streaming:{fast}\n  serialized:{serialized}"
+                "case {i} [{category}]\n  input:    {input:?}\n  python:   {expected}\n  tree:     {tree}\n  streaming:{fast}\n  serialized:{serialized}\n  spliced:  {spliced}"
             ));
         }
     }
@@ -99,6 +107,145 @@ fn canonical_json_matches_python_byte_for_byte() {
             .cloned()
             .collect::<Vec<_>>()
             .join("\n")
+    );
+}
+
+/// A value carrying its precomputed canonical text, as the runtime's shared atlas texts do.
+struct Precomputed {
+    value: serde_json::Value,
+    text: CanonicalText,
+}
+
+impl Precomputed {
+    fn new(value: serde_json::Value) -> Self {
+        let text = CanonicalText::of(&value).unwrap();
+        Self { value, text }
+    }
+}
+
+impl Serialize for Precomputed {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.text.serialize_value(&self.value, s)
+    }
+}
+
+/// `Precomputed` as a member between others that arrive out of key order, so the writer reorders
+/// the object around the copied text.
+#[derive(Serialize)]
+struct Wrapped {
+    zz: u8,
+    #[serde(rename = "m")]
+    value: Precomputed,
+    aa: [u8; 0],
+}
+
+impl Wrapped {
+    fn new(value: serde_json::Value) -> Self {
+        Self {
+            zz: 1,
+            value: Precomputed::new(value),
+            aa: [],
+        }
+    }
+}
+
+/// The `m` member's text out of `Wrapped`'s canonical form `{"aa":[],"m":<text>,"zz":1}`.
+fn unwrap_member(text: &str) -> String {
+    text.strip_prefix(r#"{"aa":[],"m":"#)
+        .and_then(|t| t.strip_suffix(r#","zz":1}"#))
+        .map_or_else(|| format!("<not wrapped: {text}>"), str::to_owned)
+}
+
+/// The canonical writer copies a precomputed text; every other serializer (serde_json's text and
+/// `to_value`, before and after a canonical write, as a map key) sees the value.
+#[test]
+fn a_precomputed_text_is_copied_by_the_writer_and_invisible_elsewhere() {
+    let value = json!({"z": "caf\u{e9}\n", "a": [1.0, {"y": null, "b": true}]});
+    let wrapped = Wrapped::new(value.clone());
+    let plain = json!({"zz": 1, "m": value, "aa": []});
+    // The carrier's text is the value's canonical text, and the writer copies it.
+    assert_eq!(
+        wrapped.value.text.as_str(),
+        r#"{"a":[1.0,{"b":true,"y":null}],"z":"caf\u00e9\n"}"#
+    );
+    assert_eq!(
+        to_trace_canonical(&wrapped).unwrap(),
+        trace_canonical(&plain)
+    );
+    for _ in 0..2 {
+        assert_eq!(serde_json::to_value(&wrapped).unwrap(), plain);
+        let text = serde_json::to_string(&wrapped).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap(),
+            plain
+        );
+        to_trace_canonical(&wrapped).unwrap();
+    }
+    // The writer copies the text without serialising the value again; other serializers do.
+    struct Counted(std::cell::Cell<u32>);
+    impl Serialize for Counted {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.0.set(self.0.get() + 1);
+            s.serialize_str("counted")
+        }
+    }
+    let counted = Counted(std::cell::Cell::new(0));
+    let text = CanonicalText::of(&counted).unwrap();
+    struct Carrier<'a>(&'a Counted, &'a CanonicalText);
+    impl Serialize for Carrier<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.1.serialize_value(self.0, s)
+        }
+    }
+    let carrier = [Carrier(&counted, &text), Carrier(&counted, &text)];
+    assert_eq!(counted.0.get(), 1);
+    assert_eq!(
+        to_trace_canonical(&carrier).unwrap(),
+        r#"["counted","counted"]"#
+    );
+    assert_eq!(counted.0.get(), 1, "the writer serialised the value again");
+    assert_eq!(
+        serde_json::to_string(&carrier).unwrap(),
+        r#"["counted","counted"]"#
+    );
+    assert_eq!(counted.0.get(), 3);
+    // A copied text inside arrays and maps, several in one payload.
+    let many: Vec<_> = (0..3)
+        .map(|_| BTreeMap::from([("k", Precomputed::new(json!("\u{1f600}")))]))
+        .collect();
+    assert_eq!(
+        to_trace_canonical(&many).unwrap(),
+        r#"[{"k":"\ud83d\ude00"},{"k":"\ud83d\ude00"},{"k":"\ud83d\ude00"}]"#
+    );
+    // A precomputed string as a map key is the key's plain text.
+    struct Key(String, CanonicalText);
+    impl PartialEq for Key {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+    impl Eq for Key {}
+    impl PartialOrd for Key {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Key {
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            self.0.cmp(&other.0)
+        }
+    }
+    impl Serialize for Key {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            self.1.serialize_value(&self.0, s)
+        }
+    }
+    let key = |k: &str| Key(k.to_owned(), CanonicalText::of(k).unwrap());
+    let map = BTreeMap::from([(key("b\u{e9}"), 1), (key("a"), 2)]);
+    assert_eq!(to_trace_canonical(&map).unwrap(), r#"{"a":2,"b\u00e9":1}"#);
+    assert_eq!(
+        serde_json::to_string(&map).unwrap(),
+        "{\"a\":2,\"b\u{e9}\":1}"
     );
 }
 

@@ -428,6 +428,40 @@ pub(crate) struct FactParams {
     pub history: Option<String>,
 }
 
+impl FactParams {
+    /// The fact read these parameters ask for: at most one of `as_of`, `recorded_as_of` and
+    /// `history=true`.
+    fn query(&self) -> ApiResult<FactQuery> {
+        let history = match self.history.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(ApiError::new(
+                    Token::InvalidRequest,
+                    format!("query parameter `history`: `{other}` is not true or false"),
+                ));
+            }
+        };
+        let view = match (&self.as_of, &self.recorded_as_of, history) {
+            (None, None, false) => FactView::Current,
+            (Some(t), None, false) => FactView::AsOfValid(t.clone()),
+            (None, Some(t), false) => FactView::AsOfRecorded(t.clone()),
+            (None, None, true) => FactView::History,
+            _ => {
+                return Err(ApiError::new(
+                    Token::InvalidRequest,
+                    "give at most one of as_of, recorded_as_of, history=true",
+                ));
+            }
+        };
+        Ok(FactQuery {
+            subject: self.subject.clone(),
+            predicate: self.predicate.clone(),
+            view,
+        })
+    }
+}
+
 /// Current facts, point-in-time views, or history: a JSON array of §7 fact objects (the wire
 /// shape, unknown members included; the runtime's recorded and superseded times are not on the
 /// wire, `recorded_as_of` queries them), ordered by subject, predicate, valid_from.
@@ -442,34 +476,7 @@ pub(crate) async fn facts(
     Path(pid): Path<String>,
     QueryParams(q): QueryParams<FactParams>,
 ) -> ApiResult<Json<Value>> {
-    let history = match q.history.as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(ApiError::new(
-                Token::InvalidRequest,
-                format!("query parameter `history`: `{other}` is not true or false"),
-            ));
-        }
-    };
-    let view = match (&q.as_of, &q.recorded_as_of, history) {
-        (None, None, false) => FactView::Current,
-        (Some(t), None, false) => FactView::AsOfValid(t.clone()),
-        (None, Some(t), false) => FactView::AsOfRecorded(t.clone()),
-        (None, None, true) => FactView::History,
-        _ => {
-            return Err(ApiError::new(
-                Token::InvalidRequest,
-                "give at most one of as_of, recorded_as_of, history=true",
-            ));
-        }
-    };
-    let fq = FactQuery {
-        subject: q.subject.clone(),
-        predicate: q.predicate.clone(),
-        view,
-    };
-    let rows = state.facts(&actor, &pid, fq).await?;
+    let rows = state.facts(&actor, &pid, q.query()?).await?;
     Ok(Json(Value::Array(
         rows.iter().map(FactRecord::to_wire).collect(),
     )))
@@ -631,26 +638,25 @@ pub(crate) struct ImportParams {
     pub members: Option<String>,
 }
 
-/// Import (§10.3) of a bundle (`GET /v1/export`'s form, `Content-Type: application/x-ndjson`)
-/// into an empty Relay store. Every package hash and file digest is verified before anything
-/// is written (a tampered package: 409 `integrity_error` naming it, nothing imported); the
-/// restore is one transaction; each imported project then gets its audit chain with the
-/// importing admin as creator and `members` as members. Admin only.
-#[utoipa::path(post, path = "/v1/import", tag = "relay",
-    params(("members" = Option<String>, Query, description = "Comma-separated actors granted the imported projects")),
-    request_body(content = String, description = "An export bundle", content_type = "application/x-ndjson"),
-    responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
-              (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema),
-              (status = 413, body = crate::openapi::ErrorBodySchema), (status = 415, body = crate::openapi::ErrorBodySchema)))]
-pub(crate) async fn import(
-    State(state): State<AppState>,
-    Caller(actor): Caller,
-    QueryParams(q): QueryParams<ImportParams>,
-    req: axum::extract::Request,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    // Checked here as well as in the service, so that only an admin learns what the body
-    // should have been.
-    actor.require(&[Role::Admin], "importing Relay data")?;
+impl ImportParams {
+    /// The actors of `members`, comma-separated, blanks dropped.
+    fn member_list(&self) -> Vec<String> {
+        self.members
+            .as_deref()
+            .map(|m| {
+                m.split(',')
+                    .map(str::trim)
+                    .filter(|m| !m.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The body of an import: an export bundle (415 `unsupported_media_type` for any other
+/// `Content-Type`), at most `IMPORT_MAX_BYTES`.
+async fn bundle_body(req: axum::extract::Request) -> ApiResult<axum::body::Bytes> {
     let ct = req
         .headers()
         .get(CONTENT_TYPE)
@@ -672,18 +678,31 @@ pub(crate) async fn import(
             ),
         ));
     }
-    let members: Vec<String> = q
-        .members
-        .as_deref()
-        .map(|m| {
-            m.split(',')
-                .map(str::trim)
-                .filter(|m| !m.is_empty())
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    let bytes = crate::extract::read_body(req, IMPORT_MAX_BYTES).await?;
+    crate::extract::read_body(req, IMPORT_MAX_BYTES).await
+}
+
+/// Import (§10.3) of a bundle (`GET /v1/export`'s form, `Content-Type: application/x-ndjson`)
+/// into an empty Relay store. Every package hash and file digest is verified before anything
+/// is written (a tampered package: 409 `integrity_error` naming it, nothing imported); the
+/// restore is one transaction; each imported project then gets its audit chain with the
+/// importing admin as creator and `members` as members. Admin only.
+#[utoipa::path(post, path = "/v1/import", tag = "relay",
+    params(("members" = Option<String>, Query, description = "Comma-separated actors granted the imported projects")),
+    request_body(content = String, description = "An export bundle", content_type = "application/x-ndjson"),
+    responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema),
+              (status = 413, body = crate::openapi::ErrorBodySchema), (status = 415, body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn import(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    QueryParams(q): QueryParams<ImportParams>,
+    req: axum::extract::Request,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    // Checked here as well as in the service, so that only an admin learns what the body
+    // should have been.
+    actor.require(&[Role::Admin], "importing Relay data")?;
+    let members = q.member_list();
+    let bytes = bundle_body(req).await?;
     let imported = state.import(&actor, members, bytes).await?;
     Ok((StatusCode::CREATED, Json(render(&imported)?)))
 }

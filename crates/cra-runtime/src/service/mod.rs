@@ -14,6 +14,7 @@
 //! * [`approvals`]: the pending approvals and their decisions.
 //! * [`atlases`]: the atlases in force: list, read, install one, replace the set.
 //! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
+//! * [`traces`]: the chains a caller may read, one chain's events, a stored chain re-verified.
 //! * [`retention`]: the configured retention of ended sessions, applied and recorded.
 //! * [`operator`]: the operator audit chain, where atlas changes and retention runs are
 //!   recorded.
@@ -28,3 +29,4 @@ pub mod operator;
 pub mod relay;
 pub mod retention;
 pub mod sessions;
+pub mod traces;

@@ -43,6 +43,9 @@ pub enum Command {
     Relay(cmd::relay::RelayArgs),
     /// Resolve a CARP request in-process against atlases (no server needed).
     Resolve(cmd::resolve::ResolveArgs),
+    /// Serve a CARP session as MCP tools (stdio): agents act through cra's policies.
+    #[command(subcommand)]
+    Mcp(cmd::mcp::McpCommand),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -54,5 +57,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Relay(a) => cmd::relay::run(a),
         Command::Resolve(a) => cmd::resolve::run(a),
+        Command::Mcp(c) => cmd::mcp::run(c),
     }
 }

@@ -14,6 +14,7 @@
 //!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
 //! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
+//! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
 pub mod auth;
@@ -24,6 +25,7 @@ mod error;
 mod executor;
 mod extract;
 mod inflight;
+pub mod mcp;
 mod metrics;
 pub mod openapi;
 mod ratelimit;

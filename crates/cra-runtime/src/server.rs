@@ -133,8 +133,9 @@ pub fn build_runtime(
 }
 
 /// A runtime on the data directory `data` for a front door in this process (the CLI's local
-/// mode): the same store, rules and events as `cra serve` on that directory, with no listener,
-/// no keys (the caller names its actor, [`crate::auth::Actor::local`]) and no atlases. It rolls
+/// mode, `cra mcp serve`): the same store, rules and events as `cra serve` on that directory,
+/// with the atlases of `atlases` (none when empty), no listener, no executors but the built-in
+/// ones and no keys (the caller names its actor, [`crate::auth::Actor::local`]). It rolls
 /// forward the Relay events a stopped server still owed, as a start would; the executions a
 /// crash cut off are left to the next `cra serve`, which owns their leases.
 ///
@@ -142,12 +143,20 @@ pub fn build_runtime(
 /// [`cra_store::BackendError::InUse`], which names that server's process.
 pub fn open_local(
     data: &std::path::Path,
+    atlases: &[std::path::PathBuf],
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
     let config = RuntimeConfig {
         data: data.to_owned(),
+        atlases: atlases.to_vec(),
         ..RuntimeConfig::default()
+    };
+    // Only the atlases named: a front door never picks up `./atlases` on its own.
+    let atlas_state = if atlases.is_empty() {
+        crate::atlases::AtlasState::empty()
+    } else {
+        crate::atlases::load_all(atlases).map_err(StartError::Other)?
     };
     let mut notices = Vec::new();
     let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
@@ -155,7 +164,7 @@ pub fn open_local(
     let parts = Parts {
         auth: Authenticator::new(&KeysFile::default(), None)?,
         backends,
-        atlas_state: crate::atlases::AtlasState::empty(),
+        atlas_state,
         test_clock: None,
     };
     Ok((assemble(config, clock, ids, parts), notices))

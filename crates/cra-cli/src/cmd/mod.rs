@@ -3,6 +3,7 @@
 pub mod atlas;
 pub mod atlas_test;
 pub mod conformance;
+pub mod mcp;
 pub mod relay;
 pub mod resolve;
 pub mod serve;

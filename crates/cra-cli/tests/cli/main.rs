@@ -8,6 +8,7 @@
 
 mod atlas;
 mod atlas_differential;
+mod mcp;
 mod relay;
 mod serve;
 mod trace;

@@ -58,7 +58,7 @@ impl Local {
             .build()
             .map_err(|e| Failure::CouldNotRun(format!("cannot start the executor: {e}")))?;
         let (state, notices) =
-            cra_runtime::open_local(dir, Arc::new(SystemClock), Arc::new(UuidV7Ids)).map_err(
+            cra_runtime::open_local(dir, &[], Arc::new(SystemClock), Arc::new(UuidV7Ids)).map_err(
                 |e| match e {
                     StartError::Store(BackendError::InUse { path, holder }) => {
                         Failure::CouldNotRun(format!(

@@ -7,7 +7,9 @@
 //! decided and recorded exactly as over HTTP. A refusal, an executor failure and a pending
 //! approval are tool results with `isError: true` that name the token, the deciding policy and
 //! what to do; a tool name that names no atlas action is a protocol error, and nothing is
-//! recorded for it.
+//! recorded for it. The latest resolution's context blocks are resources
+//! (`cra://context/<block_id>`), whose text hashes to the `content_hash` that `context.injected`
+//! recorded.
 //!
 //! Served here over stdio (`cra mcp serve`); the session ends when the client goes away.
 
@@ -15,10 +17,11 @@ use std::sync::Arc;
 
 use cra_atlas::RiskTier;
 use cra_atlas::adapters::{action_id_of, tool_name};
-use cra_carp::types::{AllowedAction, ExecuteResponse, ExecuteStatus};
+use cra_carp::types::{AllowedAction, ContextBlock, ExecuteResponse, ExecuteStatus};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -49,12 +52,16 @@ impl std::fmt::Debug for McpSession {
     }
 }
 
-/// The resolution a tool list showed, and until when it may be executed under.
+/// The resolution a tool list showed, until when it may be executed under, and its context.
 #[derive(Debug, Clone)]
 struct Listed {
     resolution_id: String,
     expires_at: time::OffsetDateTime,
+    blocks: Vec<ContextBlock>,
 }
+
+/// The URI scheme and prefix of a context block as a resource.
+const CONTEXT_URI: &str = "cra://context/";
 
 impl McpSession {
     /// Opens a CARP session for `actor` (an agent acting as itself) with `goal`. The session's
@@ -104,12 +111,14 @@ impl McpSession {
             crate::service::carp::resolve(&self.rt, &self.actor, &self.resolve_body(), false)
                 .await?;
         let resolution = answer.resolution;
+        let now = self.rt.clock.now();
+        let ttl =
+            time::Duration::seconds(i64::try_from(resolution.ttl_seconds).unwrap_or(i64::MAX));
         let listed = Listed {
             resolution_id: resolution.resolution_id.clone(),
-            expires_at: self.rt.clock.now()
-                + time::Duration::seconds(
-                    i64::try_from(resolution.ttl_seconds).unwrap_or(i64::MAX),
-                ),
+            // An expiry past what time can hold counts as now: the next call resolves again.
+            expires_at: now.checked_add(ttl).unwrap_or(now),
+            blocks: resolution.context_blocks.clone(),
         };
         *self.latest.lock().await = Some(listed);
         resolution
@@ -142,6 +151,21 @@ impl McpSession {
         );
         let response = crate::service::carp::execute(&self.rt, &self.actor, &body).await?;
         Ok(Some(result_of(&response)))
+    }
+
+    /// The context blocks of the latest list's resolution (a list is made first when there is
+    /// none).
+    pub async fn context(&self) -> ApiResult<Vec<ContextBlock>> {
+        if self.latest.lock().await.is_none() {
+            self.tools().await?;
+        }
+        Ok(self
+            .latest
+            .lock()
+            .await
+            .as_ref()
+            .map(|l| l.blocks.clone())
+            .unwrap_or_default())
     }
 
     /// The latest list's resolution while it is valid, else a fresh one.
@@ -193,6 +217,36 @@ fn every_capability(rt: &AppState) -> Vec<String> {
         }
     }
     out
+}
+
+/// The resources of context blocks: `cra://context/<block_id>`, the block's content type.
+fn resources_of(blocks: &[ContextBlock]) -> Result<ListResourcesResult, serde_json::Error> {
+    let resources: Vec<Value> = blocks
+        .iter()
+        .map(|b| {
+            json!({
+                "uri": format!("{CONTEXT_URI}{}", b.block_id.as_str()),
+                "name": b.block_id.as_str(),
+                "mimeType": b.content_type.as_str(),
+                "description": format!("Context from {}", b.source.as_str()),
+            })
+        })
+        .collect();
+    serde_json::from_value(json!({ "resources": resources }))
+}
+
+/// The text of the block `uri` names, as a resource read; `None` when no block has that URI.
+fn read_of(
+    blocks: &[ContextBlock],
+    uri: &str,
+) -> Option<Result<ReadResourceResult, serde_json::Error>> {
+    let id = uri.strip_prefix(CONTEXT_URI)?;
+    let block = blocks.iter().find(|b| b.block_id.as_str() == id)?;
+    Some(serde_json::from_value(json!({"contents": [{
+        "uri": uri,
+        "mimeType": block.content_type.as_str(),
+        "text": block.content.as_str(),
+    }]})))
 }
 
 /// The MCP tool of an allowed action: the adapter's name and shape (`cra_atlas::adapters`). No
@@ -265,15 +319,61 @@ fn protocol_error(e: ApiError) -> ErrorData {
     )
 }
 
-impl ServerHandler for McpSession {
+/// Serves `session` over this process's standard input and output until the client closes
+/// its side or `stop` resolves, then ends the CARP session. A client that leaves (or a `stop`
+/// that comes) before the MCP handshake ends the session too.
+///
+/// # Errors
+/// When the transport fails other than by the client leaving, or the session cannot be ended
+/// (its `session.ended` is then not recorded: the message says why). The session is ended
+/// first in either case.
+pub async fn serve_stdio(
+    session: McpSession,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let session = Arc::new(session);
+    tokio::pin!(stop);
+    let served = tokio::select! {
+        started = Handler(session.clone()).serve(rmcp::transport::stdio()) => match started {
+            Ok(running) => {
+                let cancel = running.cancellation_token();
+                tokio::select! {
+                    _ = running.waiting() => {}
+                    () = &mut stop => cancel.cancel(),
+                }
+                Ok(())
+            }
+            // The client went away before (or during) the handshake: nothing to serve.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+            Err(e) => Err(format!("the MCP connection did not start: {e}")),
+        },
+        () = &mut stop => Ok(()),
+    };
+    let ended = session
+        .end()
+        .await
+        .map_err(|e| format!("the CARP session could not be ended: {}", e.body.message));
+    served.and(ended)
+}
+
+/// The MCP handler of a session, shared with the caller that ends the session.
+#[derive(Debug, Clone)]
+struct Handler(Arc<McpSession>);
+
+impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new("cra", env!("CARGO_PKG_VERSION")))
-            .with_instructions(format!(
-                "Governed by cra: CARP session {}. The tools are the actions its policies allow \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new("cra", env!("CARGO_PKG_VERSION")))
+        .with_instructions(format!(
+            "Governed by cra: CARP session {}. The tools are the actions its policies allow \
                  now; every call is decided and recorded in the session's TRACE chain.",
-                self.session_id
-            ))
+            self.0.session_id
+        ))
     }
 
     async fn list_tools(
@@ -281,7 +381,7 @@ impl ServerHandler for McpSession {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.tools().await.map_err(protocol_error)?;
+        let tools = self.0.tools().await.map_err(protocol_error)?;
         Ok(ListToolsResult::with_all_items(tools))
     }
 
@@ -291,7 +391,7 @@ impl ServerHandler for McpSession {
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        match self.call(&request.name, arguments).await {
+        match self.0.call(&request.name, arguments).await {
             Ok(Some(result)) => Ok(result.into()),
             Ok(None) => Err(ErrorData::invalid_params(
                 format!(
@@ -303,56 +403,32 @@ impl ServerHandler for McpSession {
             Err(e) => Err(protocol_error(e)),
         }
     }
-}
 
-/// Serves `session` over this process's standard input and output until the client closes
-/// its side or `stop` resolves, then ends the CARP session.
-///
-/// # Errors
-/// When the transport cannot start, or the session cannot be ended (its `session.ended` then
-/// is not recorded: the message says why).
-pub async fn serve_stdio(
-    session: McpSession,
-    stop: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
-    let session = Arc::new(session);
-    let running = SharedSession(session.clone())
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| format!("the MCP connection did not start: {e}"))?;
-    let cancel = running.cancellation_token();
-    tokio::select! {
-        _ = running.waiting() => {}
-        () = stop => cancel.cancel(),
-    }
-    session
-        .end()
-        .await
-        .map_err(|e| format!("the CARP session could not be ended: {}", e.body.message))
-}
-
-/// An [`McpSession`] shared between the transport and the caller that ends it.
-#[derive(Debug, Clone)]
-struct SharedSession(Arc<McpSession>);
-
-impl ServerHandler for SharedSession {
-    fn get_info(&self) -> ServerConfig {
-        self.0.get_info()
-    }
-
-    async fn list_tools(
+    async fn list_resources(
         &self,
-        request: Option<PaginatedRequestParams>,
-        context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        self.0.list_tools(request, context).await
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let blocks = self.0.context().await.map_err(protocol_error)?;
+        resources_of(&blocks).map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
-    async fn call_tool(
+    async fn read_resource(
         &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        self.0.call_tool(request, context).await
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let blocks = self.0.context().await.map_err(protocol_error)?;
+        match read_of(&blocks, &request.uri) {
+            Some(Ok(read)) => Ok(read.into()),
+            Some(Err(e)) => Err(ErrorData::internal_error(e.to_string(), None)),
+            None => Err(ErrorData::resource_not_found(
+                format!(
+                    "`{}` is not a context block of this session's latest resolution; list the resources (resources/list)",
+                    request.uri
+                ),
+                None,
+            )),
+        }
     }
 }

@@ -84,11 +84,40 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let session = McpSession::open(state, actor, args.goal, args.capabilities)
             .await
             .map_err(|e| format!("cannot open the CARP session: {}", e.body.message))?;
+        // Installed before the notice, so a signal sent once it is seen ends the session.
+        let stop = stop_signal()?;
         eprintln!(
             "cra mcp serve: CARP session {} for agent `{}`; serving MCP on standard input and output",
             session.session_id(),
             args.agent
         );
-        cra_runtime::mcp::serve_stdio(session, cra_runtime::server::shutdown_signal()).await
+        cra_runtime::mcp::serve_stdio(session, stop).await
+    })
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C); the handlers are installed when this returns.
+#[cfg(unix)]
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let handler = |kind: SignalKind| {
+        signal(kind).map_err(|e| format!("cannot install a signal handler: {e}"))
+    };
+    let (mut term, mut int) = (
+        handler(SignalKind::terminate())?,
+        handler(SignalKind::interrupt())?,
+    );
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}
+
+/// Resolves on Ctrl-C.
+#[cfg(not(unix))]
+fn stop_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
     })
 }

@@ -1,15 +1,16 @@
 //! `cra mcp serve` as an agent's MCP client sees it: the real binary over stdio, driven by
 //! rmcp's client (a peer we did not write). The tools are the actions the session's policies
 //! allow; calls run, wait for approval or are refused as over HTTP; a name that names no action
-//! is a protocol error; and when the client goes away the session ends, with every call in a
-//! chain that verifies.
+//! is a protocol error; the resolution's context blocks are resources whose text hashes to what
+//! `context.injected` recorded; and when the client goes away the session ends, with every call
+//! in a chain that verifies.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use cra_runtime::auth::{Actor, ActorType};
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ReadResourceRequestParams};
 use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
 use serde_json::{Value, json};
 
@@ -52,6 +53,29 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
         names,
         ["ci_rerun", "deploy_run", "doc_read"],
         "the allowed actions (db.drop is denied), named by the adapters' mapping"
+    );
+
+    let resources = client.list_all_resources().await.unwrap();
+    let uris: Vec<String> = resources.iter().map(|r| r.uri.clone()).collect();
+    assert_eq!(
+        uris,
+        ["cra://context/test.trace.ops/runbook/context/runbook.md"],
+        "the resolution's one context block"
+    );
+    let contents = serde_json::to_value(
+        client
+            .read_resource(ReadResourceRequestParams::new(uris[0].clone()))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let block_text = contents["contents"][0]["text"].as_str().unwrap().to_owned();
+    assert!(
+        client
+            .read_resource(ReadResourceRequestParams::new("cra://context/nope"))
+            .await
+            .is_err(),
+        "a URI that names no block is an error"
     );
 
     let read = client
@@ -127,6 +151,16 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
     ] {
         assert!(types.iter().any(|x| x == t), "{t} missing from {types:?}");
     }
+    let events = state.trace(&auditor, &id).await.unwrap();
+    let injected = events
+        .iter()
+        .find(|e| e.event_type == "context.injected")
+        .unwrap();
+    assert_eq!(
+        injected.payload["content_hash"].as_str().unwrap(),
+        cra_wire::hash::sha256_prefixed(block_text.as_bytes()),
+        "the resource's text is what the chain recorded as injected"
+    );
     let count = |t: &str| types.iter().filter(|x| *x == t).count();
     assert_eq!(
         count("action.requested"),
@@ -135,4 +169,84 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
     );
     let verified = state.verify_chain(&auditor, id).await.unwrap();
     assert!(verified.valid, "{verified:?}");
+}
+
+/// `cra mcp serve` on a fresh data directory, once it says it is serving (its signal handlers
+/// are installed by then); nothing has been sent on its standard input.
+#[cfg(unix)]
+fn serving(data: &Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(["mcp", "serve", "--agent", "bot", "--atlas"])
+        .arg(&atlas)
+        .arg("--data")
+        .arg(data)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("serving MCP") {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "the server stopped before serving"
+        );
+    }
+    child
+}
+
+/// Whether the one CARP session in `data` has ended (the server has exited).
+fn the_session_ended(data: &Path) -> bool {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (state, _) = cra_runtime::open_local(
+        data,
+        &[],
+        Arc::new(cra_wire::SystemClock),
+        Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = rt.block_on(state.chains(&auditor)).unwrap();
+    assert_eq!(chains.len(), 1);
+    chains[0].ended
+}
+
+/// SIGTERM ends the session, before any MCP message: `session.ended` is in the chain once the
+/// process has exited, and it exits 0.
+#[cfg(unix)]
+#[test]
+fn sigterm_ends_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut child = serving(&data);
+    let term = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(the_session_ended(&data));
+}
+
+/// A client that goes away before the MCP handshake (its end of input) ends the session too.
+#[cfg(unix)]
+#[test]
+fn a_client_leaving_before_the_handshake_ends_the_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut child = serving(&data);
+    drop(child.stdin.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(the_session_ended(&data));
 }

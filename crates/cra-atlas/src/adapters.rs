@@ -115,22 +115,79 @@ fn checked_name(a: &Action) -> Result<String, AdapterError> {
     Ok(name)
 }
 
-fn description(a: &Action) -> String {
-    if a.description.is_empty() {
-        a.name.clone()
+/// What an MCP tool is made of. An atlas's action (the `mcp` adapter file) and a resolution's
+/// allowed action (the runtime's MCP server, `cra_runtime::mcp`) both have these, so both make
+/// their tools with [`mcp_tool`].
+#[derive(Debug, Clone, Copy)]
+pub struct McpToolSource<'a> {
+    /// The action's display name (`title`).
+    pub name: &'a str,
+    /// Its description (the name when empty).
+    pub description: &'a str,
+    /// Its parameters schema (`inputSchema`).
+    pub parameters_schema: &'a Value,
+    /// `high` and `critical` are `destructiveHint`.
+    pub risk_tier: RiskTier,
+    /// `idempotentHint`.
+    pub idempotent: bool,
+    /// Whether it runs through an executor (`openWorldHint`); `None` leaves the hint out.
+    pub open_world: Option<bool>,
+    /// `outputSchema`, declared only when it is an object schema.
+    pub output_schema: Option<&'a Value>,
+}
+
+fn description_of<'a>(name: &'a str, description: &'a str) -> &'a str {
+    if description.is_empty() {
+        name
     } else {
-        a.description.clone()
+        description
     }
 }
 
-/// The parameters schema as a tool input schema: an object schema (`type: object` added when the
+fn description(a: &Action) -> &str {
+    description_of(&a.name, &a.description)
+}
+
+/// A parameters schema as a tool input schema: an object schema (`type: object` added when the
 /// author left it implicit).
-fn input_schema(a: &Action) -> Value {
-    let mut schema = a.parameters_schema.clone();
+fn input_schema_of(parameters_schema: &Value) -> Value {
+    let mut schema = parameters_schema.clone();
     if let Value::Object(map) = &mut schema {
         map.entry("type").or_insert_with(|| Value::from("object"));
     }
     schema
+}
+
+fn input_schema(a: &Action) -> Value {
+    input_schema_of(&a.parameters_schema)
+}
+
+/// The MCP tool (an item of a `tools/list` result) of `source`, named `name` ([`tool_name`]).
+pub fn mcp_tool(name: &str, source: &McpToolSource<'_>) -> Value {
+    let mut annotations = json!({
+        "title": source.name,
+        "destructiveHint": matches!(source.risk_tier, RiskTier::High | RiskTier::Critical),
+        "idempotentHint": source.idempotent,
+    });
+    if let (Some(open), Some(map)) = (source.open_world, annotations.as_object_mut()) {
+        map.insert("openWorldHint".into(), Value::Bool(open));
+    }
+    let mut t = json!({
+        "name": name,
+        "title": source.name,
+        "description": description_of(source.name, source.description),
+        "inputSchema": input_schema_of(source.parameters_schema),
+        "annotations": annotations,
+    });
+    if let (Some(out), Some(map)) = (
+        source
+            .output_schema
+            .filter(|s| s.get("type").and_then(Value::as_str) == Some("object")),
+        t.as_object_mut(),
+    ) {
+        map.insert("outputSchema".into(), out.clone());
+    }
+    t
 }
 
 fn tool(target: Target, a: &Action, name: String) -> Value {
@@ -155,29 +212,18 @@ fn tool(target: Target, a: &Action, name: String) -> Value {
             "description": description(a),
             "input_schema": input_schema(a),
         }),
-        Target::Mcp => {
-            let mut t = json!({
-                "name": name,
-                "title": a.name,
-                "description": description(a),
-                "inputSchema": input_schema(a),
-                "annotations": {
-                    "title": a.name,
-                    "destructiveHint": matches!(a.risk_tier, RiskTier::High | RiskTier::Critical),
-                    "idempotentHint": a.idempotent,
-                    "openWorldHint": a.executor.is_some(),
-                }
-            });
-            if let (Some(out), Some(map)) = (
-                a.returns_schema
-                    .as_ref()
-                    .filter(|s| s.get("type").and_then(Value::as_str) == Some("object")),
-                t.as_object_mut(),
-            ) {
-                map.insert("outputSchema".into(), out.clone());
-            }
-            t
-        }
+        Target::Mcp => mcp_tool(
+            &name,
+            &McpToolSource {
+                name: &a.name,
+                description: &a.description,
+                parameters_schema: &a.parameters_schema,
+                risk_tier: a.risk_tier,
+                idempotent: a.idempotent,
+                open_world: Some(a.executor.is_some()),
+                output_schema: a.returns_schema.as_ref(),
+            },
+        ),
     }
 }
 

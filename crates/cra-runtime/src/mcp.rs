@@ -15,8 +15,7 @@
 
 use std::sync::Arc;
 
-use cra_atlas::RiskTier;
-use cra_atlas::adapters::{action_id_of, tool_name};
+use cra_atlas::adapters::{McpToolSource, action_id_of, mcp_tool, tool_name};
 use cra_carp::types::{AllowedAction, ContextBlock, ExecuteResponse, ExecuteStatus};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -110,15 +109,15 @@ impl McpSession {
         let answer =
             crate::service::carp::resolve(&self.rt, &self.actor, &self.resolve_body(), false)
                 .await?;
-        let resolution = answer.resolution;
+        let mut resolution = answer.resolution;
         let now = self.rt.clock.now();
         let ttl =
             time::Duration::seconds(i64::try_from(resolution.ttl_seconds).unwrap_or(i64::MAX));
         let listed = Listed {
-            resolution_id: resolution.resolution_id.clone(),
+            resolution_id: std::mem::take(&mut resolution.resolution_id),
             // An expiry past what time can hold counts as now: the next call resolves again.
             expires_at: now.checked_add(ttl).unwrap_or(now),
-            blocks: resolution.context_blocks.clone(),
+            blocks: std::mem::take(&mut resolution.context_blocks),
         };
         *self.latest.lock().await = Some(listed);
         resolution
@@ -249,32 +248,21 @@ fn read_of(
     }]})))
 }
 
-/// The MCP tool of an allowed action: the adapter's name and shape (`cra_atlas::adapters`). No
-/// `outputSchema`: results are not validated against `returns_schema` (specs/mcp.md).
+/// The MCP tool of an allowed action, made as the atlas adapter makes it
+/// ([`cra_atlas::adapters::mcp_tool`]). No `openWorldHint` (the resolution does not carry the
+/// executor) and no `outputSchema`: results are not validated against `returns_schema`
+/// (specs/mcp.md).
 fn tool_of(a: &AllowedAction) -> Result<Tool, serde_json::Error> {
-    let mut schema = a.parameters_schema.value().clone();
-    match &mut schema {
-        Value::Object(map) => {
-            map.entry("type").or_insert_with(|| Value::from("object"));
-        }
-        _ => schema = json!({"type": "object"}),
-    }
-    let description = if a.description.is_empty() {
-        &a.name
-    } else {
-        &a.description
+    let source = McpToolSource {
+        name: a.name.as_str(),
+        description: a.description.as_str(),
+        parameters_schema: a.parameters_schema.value(),
+        risk_tier: a.risk_tier,
+        idempotent: a.idempotent,
+        open_world: None,
+        output_schema: None,
     };
-    serde_json::from_value(json!({
-        "name": tool_name(&a.action_id),
-        "title": a.name.as_str(),
-        "description": description.as_str(),
-        "inputSchema": schema,
-        "annotations": {
-            "title": a.name.as_str(),
-            "destructiveHint": matches!(a.risk_tier, RiskTier::High | RiskTier::Critical),
-            "idempotentHint": a.idempotent,
-        },
-    }))
+    serde_json::from_value(mcp_tool(&tool_name(&a.action_id), &source))
 }
 
 /// The tool result of an execute response: the result's JSON on success; otherwise an error
@@ -290,9 +278,6 @@ fn result_of(r: &ExecuteResponse) -> CallToolResult {
     let policy = details
         .and_then(|d| d.get("policy_id"))
         .and_then(Value::as_str);
-    let approval = details
-        .and_then(|d| d.get("approval_id"))
-        .and_then(Value::as_str);
     let mut text = format!("{code}: {message}");
     if let Some(p) = policy {
         text.push_str(&format!(" (policy `{p}`)"));
@@ -305,9 +290,6 @@ fn result_of(r: &ExecuteResponse) -> CallToolResult {
         ExecuteStatus::Error => " The action ran and its executor failed; see the message.",
         _ => "",
     });
-    if let Some(a) = approval {
-        text.push_str(&format!(" Approval: {a}."));
-    }
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 

@@ -80,12 +80,13 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 eprintln!("cra mcp serve: {line}");
             }
         }
+        // Installed before the session opens, so that no failure after the open leaves it open,
+        // and before the notice, so that a signal sent once the notice is seen is handled.
+        let stop = stop_signal()?;
         let actor = Actor::local(args.agent.clone(), ActorType::Agent);
         let session = McpSession::open(state, actor, args.goal, args.capabilities)
             .await
             .map_err(|e| format!("cannot open the CARP session: {}", e.body.message))?;
-        // Installed before the notice, so a signal sent once it is seen ends the session.
-        let stop = stop_signal()?;
         eprintln!(
             "cra mcp serve: CARP session {} for agent `{}`; serving MCP on standard input and output",
             session.session_id(),

@@ -777,6 +777,10 @@ fn local_writes_are_recorded_and_a_later_server_serves_them() {
     );
     ok(&["pull", "--latest", "--project", p], "");
 
+    assert!(
+        !d.join("api-keys.toml").exists(),
+        "local mode writes no keys file: the first server start writes its admin key"
+    );
     let s = Server::start(&d);
     let pulled = s.ok(
         &["pull", "--id", "pkg_1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d"],

@@ -84,6 +84,17 @@ fn default_executor_timeout_ms() -> u64 {
     10_000
 }
 
+/// `/mcp` (`[mcp]`, `specs/mcp.md`): which browser origins may call it. A request carrying an
+/// `Origin` header not listed here is answered 403; requests without one (not from a browser)
+/// pass. Empty (the default): no browser origin may call it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// Allowed origins, each with a scheme (`https://console.example.com:443`,
+    /// `http://localhost:*`).
+    pub allowed_origins: Vec<String>,
+}
+
 /// Retention (TRACE §4.6): `[retention] days = N` keeps an ended session N days after its last
 /// event, then `cra serve` removes it (recorded first in the operator audit chain). Absent:
 /// everything is kept.
@@ -157,6 +168,8 @@ pub struct RuntimeConfig {
     pub replica_id: Option<String>,
     /// Retention of ended sessions (`[retention]`); absent, nothing is ever removed.
     pub retention: Option<RetentionConfig>,
+    /// The MCP door `/mcp` (`[mcp]`).
+    pub mcp: McpConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -181,6 +194,7 @@ impl Default for RuntimeConfig {
             test_clock: false,
             replica_id: None,
             retention: None,
+            mcp: McpConfig::default(),
         }
     }
 }

@@ -111,12 +111,21 @@ impl IntoResponse for ApiError {
         });
         let status =
             StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
+        let mut response = (
             status,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
             body,
         )
-            .into_response()
+            .into_response();
+        // RFC 6750 §3: a 401 names the scheme the client should authenticate with (MCP clients
+        // rely on it to start their authorization flow).
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"cra\""),
+            );
+        }
+        response
     }
 }
 

@@ -239,6 +239,7 @@ fn assemble(
         test_clock: parts.test_clock,
         http: reqwest::Client::new(),
         operator_chain: tokio::sync::Mutex::new(false),
+        stopping: tokio_util::sync::CancellationToken::new(),
     };
     AppState(Arc::new(runtime))
 }
@@ -369,12 +370,14 @@ pub async fn start(
         None => None,
     };
     let (tx, rx) = oneshot::channel::<()>();
+    let stopping = state.stopping.clone();
     let task = tokio::spawn(async move {
         let signal = async move {
             tokio::select! {
                 _ = rx => {}
                 () = stop => {}
             }
+            stopping.cancel();
         };
         // TCP_NODELAY on every accepted connection: streams and small answers go out at once.
         let listener = listener.tap_io(|tcp| {
@@ -417,11 +420,14 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Installs the global log subscriber (`RUST_LOG` filters; default `info`). Keys never appear in
-/// log lines: requests are logged with the key's fingerprint only.
+/// Installs the global log subscriber (`RUST_LOG` filters; default `info`, with the MCP
+/// transport's own lines at `error`: it logs each connection and each client mistake, which cra
+/// answers and records itself). Keys never appear in log lines: requests are logged with the
+/// key's fingerprint only.
 pub fn init_logging(format: crate::config::LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -49,6 +49,9 @@ pub struct Runtime {
     /// Which earlier resolution answers an identical resolve ([`cra_carp::cache`]), sized by
     /// `resolution_cache_entries`; `None` when that is 0 (no resolve then computes a key).
     pub resolution_cache: Option<Arc<cra_carp::cache::ResolutionCache>>,
+    /// Cancelled when the server begins to stop: long-lived streams that would hold a graceful
+    /// shutdown open (`/mcp`'s) end on it.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl Runtime {

@@ -9,6 +9,7 @@
 mod atlas;
 mod atlas_differential;
 mod mcp;
+mod mcp_http;
 mod relay;
 mod serve;
 mod trace;

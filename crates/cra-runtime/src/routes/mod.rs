@@ -103,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/traces", get(traces::list))
         .route("/v1/traces/{session_id}", get(traces::get))
         .route("/v1/traces/{session_id}/verify", post(traces::verify))
+        .merge(crate::mcp::http::router(state.clone()))
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))

@@ -1,4 +1,4 @@
-//! The MCP front door (`specs/mcp.md`): one CARP session served as MCP tools.
+//! The MCP front door (`specs/mcp.md`): CARP sessions served as MCP tools.
 //!
 //! `tools/list` is a CARP resolve in the session; each allowed action is a tool, named and
 //! shaped as the atlas adapter's `mcp` target does it ([`cra_atlas::adapters::tool_name`]).
@@ -11,19 +11,20 @@
 //! (`cra://context/<block_id>`), whose text hashes to the `content_hash` that `context.injected`
 //! recorded.
 //!
-//! Served here over stdio (`cra mcp serve`); the session ends when the client goes away.
+//! Two transports serve the one [`handler`]: standard input and output ([`stdio`], `cra mcp
+//! serve`, one session for the process) and Streamable HTTP ([`http`], `/mcp` on `cra serve`,
+//! a session per MCP session or per `cra/session.open` handle).
 
-use std::sync::Arc;
+pub mod handler;
+pub mod http;
+pub mod stdio;
+
+pub use stdio::serve_stdio;
 
 use cra_atlas::adapters::{McpToolSource, action_id_of, mcp_tool, tool_name};
 use cra_carp::types::{AllowedAction, ContextBlock, ExecuteResponse, ExecuteStatus};
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig, Tool,
-};
-use rmcp::service::{RequestContext, RoleServer};
-use rmcp::{ErrorData, ServerHandler, ServiceExt};
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, ContentBlock, ListResourcesResult, ReadResourceResult, Tool};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
@@ -58,6 +59,9 @@ struct Listed {
     expires_at: time::OffsetDateTime,
     blocks: Vec<ContextBlock>,
 }
+
+/// The goal of a session opened without one.
+pub const DEFAULT_GOAL: &str = "MCP client";
 
 /// The URI scheme and prefix of a context block as a resource.
 const CONTEXT_URI: &str = "cra://context/";
@@ -94,9 +98,41 @@ impl McpSession {
         })
     }
 
+    /// Takes up the existing session `session_id` for `actor`, who must own it, while it is
+    /// active: 404 when there is none, 403 when it is another agent's or has ended.
+    /// Its resolves ask for every capability of the atlases in force.
+    pub async fn attach(rt: AppState, actor: Actor, session_id: &str) -> ApiResult<Self> {
+        let view = sessions::get(&rt, &actor, session_id).await?;
+        if view.agent_id != actor.id {
+            return Err(ApiError::forbidden(format!(
+                "session {session_id} belongs to another agent; open your own with cra/session.open"
+            )));
+        }
+        if view.status != "active" {
+            return Err(ApiError::new(
+                cra_wire::Token::SessionInactive,
+                format!("session {session_id} has ended; open a new one with cra/session.open"),
+            ));
+        }
+        let capabilities = every_capability(&rt);
+        Ok(Self {
+            rt,
+            actor,
+            session_id: view.session_id,
+            goal: view.goal.unwrap_or_else(|| DEFAULT_GOAL.to_owned()),
+            capabilities,
+            latest: Mutex::new(None),
+        })
+    }
+
     /// The CARP session's id.
     pub fn session_id(&self) -> &str {
         &self.session_id
+    }
+
+    /// The agent the session belongs to.
+    pub fn agent_id(&self) -> &str {
+        &self.actor.id
     }
 
     /// Ends the CARP session (`session.ended`, durable when this returns).
@@ -128,9 +164,15 @@ impl McpSession {
             .map_err(|e| ApiError::internal("an allowed action has no MCP tool form", e))
     }
 
-    /// Calls the tool `name` with `arguments`: a CARP execute of its action. `Ok(None)` when the
-    /// name names no action of the atlases in force (nothing is recorded).
-    pub async fn call(&self, name: &str, arguments: Value) -> ApiResult<Option<CallToolResult>> {
+    /// Calls the tool `name` with `arguments`: a CARP execute of its action, with the client's
+    /// `idempotency_key` when it gave one. `Ok(None)` when the name names no action of the
+    /// atlases in force (nothing is recorded).
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: Value,
+        idempotency_key: Option<String>,
+    ) -> ApiResult<Option<CallToolResult>> {
         let action_id = action_id_of(name);
         let known = self
             .rt
@@ -142,12 +184,13 @@ impl McpSession {
             return Ok(None);
         }
         let resolution_id = self.current_resolution().await?;
-        let body = self.request_body(
-            "execute",
-            json!({"execution": {
-                "resolution_id": resolution_id, "action_id": action_id, "parameters": arguments
-            }}),
-        );
+        let mut execution = json!({
+            "resolution_id": resolution_id, "action_id": action_id, "parameters": arguments
+        });
+        if let Some(key) = idempotency_key {
+            execution["idempotency_key"] = Value::String(key);
+        }
+        let body = self.request_body("execute", json!({ "execution": execution }));
         let response = crate::service::carp::execute(&self.rt, &self.actor, &body).await?;
         Ok(Some(result_of(&response)))
     }
@@ -219,7 +262,9 @@ fn every_capability(rt: &AppState) -> Vec<String> {
 }
 
 /// The resources of context blocks: `cra://context/<block_id>`, the block's content type.
-fn resources_of(blocks: &[ContextBlock]) -> Result<ListResourcesResult, serde_json::Error> {
+pub(crate) fn resources_of(
+    blocks: &[ContextBlock],
+) -> Result<ListResourcesResult, serde_json::Error> {
     let resources: Vec<Value> = blocks
         .iter()
         .map(|b| {
@@ -231,21 +276,24 @@ fn resources_of(blocks: &[ContextBlock]) -> Result<ListResourcesResult, serde_js
             })
         })
         .collect();
-    serde_json::from_value(json!({ "resources": resources }))
+    // `resultType` is what 2026-07-28 peers require; rmcp strips it for handshake-era peers.
+    serde_json::from_value(json!({ "resultType": "complete", "resources": resources }))
 }
 
 /// The text of the block `uri` names, as a resource read; `None` when no block has that URI.
-fn read_of(
+pub(crate) fn read_of(
     blocks: &[ContextBlock],
     uri: &str,
 ) -> Option<Result<ReadResourceResult, serde_json::Error>> {
     let id = uri.strip_prefix(CONTEXT_URI)?;
     let block = blocks.iter().find(|b| b.block_id.as_str() == id)?;
-    Some(serde_json::from_value(json!({"contents": [{
-        "uri": uri,
-        "mimeType": block.content_type.as_str(),
-        "text": block.content.as_str(),
-    }]})))
+    Some(serde_json::from_value(
+        json!({"resultType": "complete", "contents": [{
+            "uri": uri,
+            "mimeType": block.content_type.as_str(),
+            "text": block.content.as_str(),
+        }]}),
+    ))
 }
 
 /// The MCP tool of an allowed action, made as the atlas adapter makes it
@@ -293,124 +341,15 @@ fn result_of(r: &ExecuteResponse) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)])
 }
 
-/// A refusal of the service as a protocol error: the token and message, for the client.
-fn protocol_error(e: ApiError) -> ErrorData {
-    ErrorData::invalid_request(
-        format!("{}: {}", e.body.error, e.body.message),
-        serde_json::to_value(&e.body).ok(),
-    )
-}
-
-/// Serves `session` over this process's standard input and output until the client closes
-/// its side or `stop` resolves, then ends the CARP session. A client that leaves (or a `stop`
-/// that comes) before the MCP handshake ends the session too.
-///
-/// # Errors
-/// When the transport fails other than by the client leaving, or the session cannot be ended
-/// (its `session.ended` is then not recorded: the message says why). The session is ended
-/// first in either case.
-pub async fn serve_stdio(
-    session: McpSession,
-    stop: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
-    let session = Arc::new(session);
-    tokio::pin!(stop);
-    let served = tokio::select! {
-        started = Handler(session.clone()).serve(rmcp::transport::stdio()) => match started {
-            Ok(running) => {
-                let cancel = running.cancellation_token();
-                tokio::select! {
-                    _ = running.waiting() => {}
-                    () = &mut stop => cancel.cancel(),
-                }
-                Ok(())
-            }
-            // The client went away before (or during) the handshake: nothing to serve.
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
-            Err(e) => Err(format!("the MCP connection did not start: {e}")),
-        },
-        () = &mut stop => Ok(()),
-    };
-    let ended = session
-        .end()
-        .await
-        .map_err(|e| format!("the CARP session could not be ended: {}", e.body.message));
-    served.and(ended)
-}
-
-/// The MCP handler of a session, shared with the caller that ends the session.
-#[derive(Debug, Clone)]
-struct Handler(Arc<McpSession>);
-
-impl ServerHandler for Handler {
-    fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_resources()
-                .build(),
-        )
-        .with_server_info(Implementation::new("cra", env!("CARGO_PKG_VERSION")))
-        .with_instructions(format!(
-            "Governed by cra: CARP session {}. The tools are the actions its policies allow \
-                 now; every call is decided and recorded in the session's TRACE chain.",
-            self.0.session_id
-        ))
-    }
-
-    async fn list_tools(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListToolsResult, ErrorData> {
-        let tools = self.0.tools().await.map_err(protocol_error)?;
-        Ok(ListToolsResult::with_all_items(tools))
-    }
-
-    async fn call_tool(
-        &self,
-        request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
-        match self.0.call(&request.name, arguments).await {
-            Ok(Some(result)) => Ok(result.into()),
-            Ok(None) => Err(ErrorData::invalid_params(
-                format!(
-                    "no atlas action has the tool name `{}`; list the tools (tools/list) for the ones this session may call",
-                    request.name
-                ),
-                None,
-            )),
-            Err(e) => Err(protocol_error(e)),
-        }
-    }
-
-    async fn list_resources(
-        &self,
-        _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ListResourcesResult, ErrorData> {
-        let blocks = self.0.context().await.map_err(protocol_error)?;
-        resources_of(&blocks).map_err(|e| ErrorData::internal_error(e.to_string(), None))
-    }
-
-    async fn read_resource(
-        &self,
-        request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
-    ) -> Result<ReadResourceResponse, ErrorData> {
-        let blocks = self.0.context().await.map_err(protocol_error)?;
-        match read_of(&blocks, &request.uri) {
-            Some(Ok(read)) => Ok(read.into()),
-            Some(Err(e)) => Err(ErrorData::internal_error(e.to_string(), None)),
-            None => Err(ErrorData::resource_not_found(
-                format!(
-                    "`{}` is not a context block of this session's latest resolution; list the resources (resources/list)",
-                    request.uri
-                ),
-                None,
-            )),
-        }
+/// A refusal of the service as a protocol error carrying the refusal's body (token, message,
+/// pointer): a request the client got wrong is invalid params, a server fault an internal
+/// error, anything else (credentials, ownership, a missing session) an invalid request.
+pub(crate) fn protocol_error(e: ApiError) -> ErrorData {
+    let message = format!("{}: {}", e.body.error, e.body.message);
+    let data = serde_json::to_value(&e.body).ok();
+    match e.status() {
+        400 | 413 | 422 => ErrorData::invalid_params(message, data),
+        500.. => ErrorData::internal_error(message, data),
+        _ => ErrorData::invalid_request(message, data),
     }
 }

@@ -1,0 +1,306 @@
+//! `/mcp` on `cra serve` as MCP clients see it, driven by rmcp's client (a peer we did not
+//! write) in both protocol eras, and by raw HTTP for what a client should never send: the API's
+//! authentication (401 naming `Bearer`), `Origin` validation (403), the body limit (413),
+//! malformed JSON-RPC and unknown methods all change nothing, and a session is only its owner's.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cra_runtime::auth::{Actor, ActorType};
+use rmcp::model::{
+    CallToolRequestParams, ClientConfig, Implementation, ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+
+const AGENT: &str = "mcp-agent-key-00000000";
+const OTHER: &str = "mcp-other-key-00000000";
+const KEYS: &str = r#"
+[[keys]]
+token = "mcp-agent-key-00000000"
+actor_id = "bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "mcp-other-key-00000000"
+actor_id = "other-bot"
+actor_type = "agent"
+roles = ["agent"]
+"#;
+/// The body limit the server runs with here.
+const MAX_BODY: usize = 64 * 1024;
+
+/// A `cra serve` in this process over the trace fixture atlas, with the keys above.
+async fn serve(dir: &Path) -> cra_runtime::RunningServer {
+    std::fs::write(dir.join("keys.toml"), KEYS).unwrap();
+    let mut config = cra_runtime::config::RuntimeConfig {
+        addr: "127.0.0.1:0".into(),
+        data: dir.join("data"),
+        api_keys: Some(dir.join("keys.toml")),
+        atlases: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas")],
+        ..Default::default()
+    };
+    config.limits.requests_per_second = 0;
+    config.limits.max_body_bytes = MAX_BODY;
+    let (state, _) = cra_runtime::build_runtime(
+        config,
+        Arc::new(cra_wire::SystemClock),
+        Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    cra_runtime::start(state, std::future::pending())
+        .await
+        .unwrap()
+}
+
+/// An rmcp client of `url` with `key`: the `initialize` handshake (2025-11-25) when `version`
+/// is that era's, else `server/discover` and per-request metadata.
+async fn client(
+    url: &str,
+    key: &str,
+    version: ProtocolVersion,
+) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url).auth_header(key),
+    );
+    let mut config = ClientConfig::default();
+    config.client_info = Implementation::new("cra-test", "1");
+    let lifecycle = if version == ProtocolVersion::V_2025_11_25 {
+        config.protocol_version = version;
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![version],
+        }
+    };
+    config
+        .serve_with_lifecycle(transport, lifecycle)
+        .await
+        .unwrap()
+}
+
+fn call(name: &str, arguments: Value, session: Option<&str>) -> CallToolRequestParams {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
+    let mut params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+    if let Some(id) = session {
+        let mut meta = RequestMetaObject::default();
+        meta.0.0.insert("cra/session_id".into(), json!(id));
+        params.meta = Some(meta);
+    }
+    params
+}
+
+fn text_of(result: &rmcp::model::CallToolResult) -> String {
+    serde_json::to_value(&result.content).unwrap().to_string()
+}
+
+/// A raw JSON-RPC POST to `/mcp` in the stateless era.
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .body(body);
+    if let Some(k) = key {
+        request = request.bearer_auth(k);
+    }
+    request.send().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_http_serves_the_bearers_session_in_both_eras() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serve(tmp.path()).await;
+    let url = format!("http://{}/mcp", server.addr);
+
+    // 2025-11-25: `initialize` opens a CARP session for the bearer; leaving (DELETE) ends it.
+    let legacy = client(&url, AGENT, ProtocolVersion::V_2025_11_25).await;
+    let instructions = legacy.peer_info().unwrap().instructions.clone().unwrap();
+    let legacy_id = instructions
+        .split_whitespace()
+        .find(|w| w.len() == 37 && w.ends_with('.'))
+        .map(|w| w.trim_end_matches('.').to_owned())
+        .unwrap_or_else(|| panic!("the instructions name the CARP session: {instructions}"));
+    let mut names: Vec<String> = legacy
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ci_rerun", "deploy_run", "doc_read"]);
+    let read = legacy
+        .call_tool(call("doc_read", json!({"page": "intro"}), None))
+        .await
+        .unwrap();
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    legacy.cancel().await.unwrap();
+
+    // 2026-07-28: no MCP session; the CARP session is a handle from `cra/session.open`.
+    let stateless = client(&url, AGENT, ProtocolVersion::V_2026_07_28).await;
+    let listed = stateless.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["cra/session.end", "cra/session.open"],
+        "no session named yet"
+    );
+    let orphan = stateless
+        .call_tool(call("doc_read", json!({"page": "intro"}), None))
+        .await
+        .unwrap();
+    assert_eq!(orphan.is_error, Some(true));
+    assert!(text_of(&orphan).contains("cra/session.open"), "{orphan:?}");
+    let opened = stateless
+        .call_tool(call("cra/session.open", json!({"goal": "stateless"}), None))
+        .await
+        .unwrap();
+    let opened: Value = serde_json::from_str(
+        opened.content[0]
+            .as_text()
+            .map(|t| t.text.as_str())
+            .unwrap(),
+    )
+    .unwrap();
+    let handle = opened["session_id"].as_str().unwrap().to_owned();
+    let read = stateless
+        .call_tool(call("doc_read", json!({"page": "two"}), Some(&handle)))
+        .await
+        .unwrap();
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+
+    // Another agent's key cannot act in that session, and records nothing there.
+    let intruder = client(&url, OTHER, ProtocolVersion::V_2026_07_28).await;
+    let refused = intruder
+        .call_tool(call("doc_read", json!({"page": "x"}), Some(&handle)))
+        .await;
+    assert!(
+        refused.is_err_and(|e| e.to_string().contains("belongs to another agent")),
+        "only the session's owner acts in it"
+    );
+    intruder.cancel().await.unwrap();
+
+    let ended = stateless
+        .call_tool(call("cra/session.end", json!({}), Some(&handle)))
+        .await
+        .unwrap();
+    assert_ne!(ended.is_error, Some(true), "{ended:?}");
+    stateless.cancel().await.unwrap();
+
+    let state = server.state.clone();
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = state.chains(&auditor).await.unwrap();
+    assert_eq!(chains.len(), 2, "one session per era: {chains:?}");
+    for chain in &chains {
+        assert!(chain.ended, "{} was ended by its client", chain.session_id);
+        let events = state.trace(&auditor, &chain.session_id).await.unwrap();
+        let requested = events
+            .iter()
+            .filter(|e| e.event_type == "action.requested")
+            .count();
+        assert_eq!(requested, 1, "one call each, nothing from the intruder");
+        assert!(
+            state
+                .verify_chain(&auditor, chain.session_id.clone())
+                .await
+                .unwrap()
+                .valid
+        );
+    }
+    assert!(chains.iter().any(|c| c.session_id == legacy_id));
+    assert!(chains.iter().any(|c| c.session_id == handle));
+    drop(state);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_mcp_requests_get_protocol_errors_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serve(tmp.path()).await;
+    let url = format!("http://{}/mcp", server.addr);
+    let http = reqwest::Client::new();
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    });
+    let open = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "cra/session.open", "arguments": {}, "_meta": meta}})
+    .to_string();
+
+    let anonymous = post(&http, &url, None, open.clone()).await;
+    assert_eq!(anonymous.status(), 401);
+    let challenge = anonymous.headers()["www-authenticate"].to_str().unwrap();
+    assert!(challenge.starts_with("Bearer"), "{challenge}");
+
+    let foreign = http
+        .post(&url)
+        .bearer_auth(AGENT)
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(open.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403, "a browser origin nobody allowed");
+
+    let huge = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "cra/session.open", "arguments": {"goal": "x".repeat(MAX_BODY)}, "_meta": meta}});
+    let oversized = post(&http, &url, Some(AGENT), huge.to_string()).await;
+    assert_eq!(oversized.status(), 413, "arguments past the body limit");
+
+    let malformed = post(
+        &http,
+        &url,
+        Some(AGENT),
+        "{\"jsonrpc\": \"2.0\", \"id\": 3, ",
+    )
+    .await;
+    assert_eq!(malformed.status(), 400, "malformed JSON-RPC");
+    let error: Value = malformed.json().await.unwrap();
+    assert_eq!(
+        error["error"]["code"], -32700,
+        "a JSON-RPC parse error: {error}"
+    );
+
+    let unknown = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/delete_everything",
+        "params": {"_meta": meta}});
+    let answer = http
+        .post(&url)
+        .bearer_auth(AGENT)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/delete_everything")
+        .body(unknown.to_string())
+        .send()
+        .await
+        .unwrap();
+    let body = answer.text().await.unwrap();
+    assert!(
+        body.contains("-32601"),
+        "an unknown method is method-not-found: {body}"
+    );
+
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = server.state.chains(&auditor).await.unwrap();
+    assert!(
+        chains.is_empty(),
+        "no hostile request opened a session: {chains:?}"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""cra's MCP doors driven by the official MCP Python SDK (`mcp`, a peer we did not write).
+
+Four runs, one per transport and protocol era, each against the test atlas
+(`crates/cra-cli/tests/fixtures/trace/atlas`: `doc.read` allowed, `deploy.run` needs approval,
+`db.drop` denied):
+  stdio, 2025-11-25   `cra mcp serve` with `ClientSession.initialize()`
+  stdio, 2026-07-28   `cra mcp serve` with the stateless client (`server/discover`)
+  http,  2025-11-25   `/mcp` on `cra serve`, an MCP session holding the CARP session
+  http,  2026-07-28   `/mcp`, the session named by `cra/session.open` and `_meta["cra/session_id"]`
+
+In each run the client lists the tools (exactly the allowed actions), reads an allowed page,
+is refused a bad argument, the denied action and an unknown name, is told a deploy awaits
+approval, and reads the context block, whose SHA-256 it compares with the chain's
+`context.injected`. After the run, the session's chain is exported with `cra trace export`,
+verified with `tools/appendix_b.py`, and checked to hold an event for every call.
+
+Usage: tools/peers/mcp_peers.py --cra PATH/TO/cra [--keep DIR]
+Prints one line per check and a summary; exit 0 when every check held, 1 otherwise.
+"""
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import httpx2
+from mcp import Client, ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+ROOT = Path(__file__).resolve().parents[2]
+ATLAS = ROOT / "crates/cra-cli/tests/fixtures/trace/atlas"
+AGENT_KEY = "mcp-peer-agent-key-0000"
+OPERATOR_KEY = "mcp-peer-operator-key-0"
+KEYS = f"""
+[[keys]]
+token = "{AGENT_KEY}"
+actor_id = "bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "{OPERATOR_KEY}"
+actor_id = "oscar"
+actor_type = "human"
+roles = ["operator"]
+"""
+SESSION_IN_INSTRUCTIONS = re.compile(r"CARP session ([0-9a-f-]{36})")
+
+failures = 0
+passed = 0
+
+
+def check(run, what, ok, detail=""):
+    """Records one check and prints it."""
+    global failures, passed
+    if ok:
+        passed += 1
+        print(f"ok    {run}: {what}")
+    else:
+        failures += 1
+        print(f"FAIL  {run}: {what}" + (f"\n      {detail}" if detail else ""))
+
+
+def text_of(result):
+    return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def exercise(run, client, meta=None):
+    """The calls every run makes; returns the context block's text by URI. `meta` (the session
+    handle of the stateless era) goes on every request when given."""
+    kw = {"meta": meta} if meta else {}
+    tools = await client.list_tools(**kw)
+    names = sorted(t.name for t in tools.tools if not t.name.startswith("cra/"))
+    check(run, "tools/list is exactly the allowed actions", names == ["ci_rerun", "deploy_run", "doc_read"], names)
+    schema = next(t.input_schema for t in tools.tools if t.name == "doc_read")
+    check(run, "inputSchema is the action's parameters_schema", schema.get("required") == ["page"], schema)
+
+    read = await client.call_tool("doc_read", {"page": "intro"}, **kw)
+    check(run, "an allowed call runs", not read.is_error and json.loads(text_of(read)) == {"echo": {"page": "intro"}}, text_of(read))
+    bad = await client.call_tool("doc_read", {"page": 7}, **kw)
+    check(run, "a bad argument is an error result", bad.is_error and "invalid_parameters" in text_of(bad), text_of(bad))
+    deploy = await client.call_tool("deploy_run", {"version": "1.2.3"}, **kw)
+    check(run, "a gated call awaits approval", deploy.is_error and "approval" in text_of(deploy), text_of(deploy))
+    try:
+        denied = await client.call_tool("db_drop", {}, **kw)
+        check(run, "a denied action is refused naming its policy", denied.is_error and "deny-drop" in text_of(denied), text_of(denied))
+    except MCPError as e:
+        check(run, "a denied action is refused naming its policy", False, f"protocol error instead: {e}")
+    try:
+        await client.call_tool("no_such_tool", {}, **kw)
+        check(run, "an unknown tool name is a protocol error", False, "it answered")
+    except MCPError as e:
+        check(run, "an unknown tool name is a protocol error", "no atlas action" in str(e), str(e))
+
+    resources = await client.list_resources(**kw)
+    texts = {}
+    for r in resources.resources:
+        contents = await client.read_resource(str(r.uri), **kw)
+        texts[str(r.uri)] = contents.contents[0].text
+    check(run, "the resolution's context is readable", len(texts) == 1, list(texts))
+    return texts
+
+
+def chain_checks(run, chain_file, texts):
+    """The exported chain verifies with the Appendix B reference and records every call."""
+    verified = subprocess.run(
+        [sys.executable, str(ROOT / "tools/appendix_b.py"), "verify", str(chain_file)],
+        capture_output=True, text=True,
+    )
+    check(run, "the chain verifies with tools/appendix_b.py", verified.returncode == 0, verified.stdout + verified.stderr)
+    events = [json.loads(line) for line in chain_file.read_text().splitlines() if line.strip()]
+    kinds = [e["event_type"] for e in events]
+    # doc_read twice (one ran, one bad argument), deploy_run, db_drop; the unknown name records nothing.
+    check(run, "every call is an action.requested", kinds.count("action.requested") == 4, kinds)
+    check(run, "the allowed call's outcome is recorded", "action.executed" in kinds, kinds)
+    check(run, "the session ended", kinds[-1] == "session.ended", kinds[-1:])
+    recorded = {e["payload"].get("content_hash") for e in events if e["event_type"] == "context.injected"}
+    served = {"sha256:" + hashlib.sha256(t.encode()).hexdigest() for t in texts.values()}
+    check(run, "each resource hashes to what context.injected recorded", served and served <= recorded, (served, recorded))
+
+
+def export(cra, args, out):
+    subprocess.run([cra, "trace", "export", *args, "-o", str(out)], check=True, capture_output=True)
+
+
+async def stdio_run(cra, work, era):
+    run = f"stdio {era}"
+    data = work / f"stdio-{era}"
+    params = StdioServerParameters(
+        command=cra,
+        args=["mcp", "serve", "--agent", "bot", "--atlas", str(ATLAS), "--data", str(data)],
+    )
+    if era == "2025-11-25":
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write) as session:
+                init = await session.initialize()
+                check(run, "the handshake negotiates 2025-11-25", init.protocol_version == era, init.protocol_version)
+                session_id = SESSION_IN_INSTRUCTIONS.search(init.instructions or "").group(1)
+                texts = await exercise(run, session)
+    else:
+        async with Client(params, mode="auto") as client:
+            check(run, "discovery negotiates 2026-07-28", client.protocol_version == era, client.protocol_version)
+            session_id = SESSION_IN_INSTRUCTIONS.search(client.instructions or "").group(1)
+            texts = await exercise(run, client)
+    # The client has closed the server's input: the server ended the session and exited.
+    chain = work / f"{run.replace(' ', '-')}.trace.jsonl"
+    export(cra, ["--data", str(data), "--session", session_id], chain)
+    chain_checks(run, chain, texts)
+
+
+async def http_run(cra, work, url, era):
+    run = f"http {era}"
+    headers = {"Authorization": f"Bearer {AGENT_KEY}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+        unauthenticated = await http.post(url, headers={"Authorization": ""}, json={})
+        check(run, "no credentials: 401 naming Bearer", unauthenticated.status_code == 401
+              and unauthenticated.headers.get("www-authenticate", "").startswith("Bearer"), unauthenticated.headers)
+        if era == "2025-11-25":
+            async with Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+                check(run, "the handshake negotiates 2025-11-25", client.protocol_version == era, client.protocol_version)
+                session_id = SESSION_IN_INSTRUCTIONS.search(client.instructions or "").group(1)
+                texts = await exercise(run, client)
+            # Leaving sent DELETE /mcp, which ended the CARP session before it answered.
+        else:
+            async with Client(streamable_http_client(url, http_client=http), mode=era) as client:
+                listed = await client.list_tools()
+                check(run, "without a session only the session tools are listed",
+                      sorted(t.name for t in listed.tools) == ["cra/session.end", "cra/session.open"], listed.tools)
+                opened = await client.call_tool("cra/session.open", {"goal": "python peer"})
+                session_id = json.loads(text_of(opened))["session_id"]
+                meta = {"cra/session_id": session_id}
+                texts = await exercise(run, client, meta)
+                ended = await client.call_tool("cra/session.end", {}, meta=meta)
+                check(run, "cra/session.end ends the session", not ended.is_error, text_of(ended))
+    chain = work / f"{run.replace(' ', '-')}.trace.jsonl"
+    export(cra, ["--url", url.removesuffix("/mcp"), "--token", AGENT_KEY, "--session", session_id], chain)
+    chain_checks(run, chain, texts)
+
+
+def start_server(cra, work):
+    """`cra serve` on a free loopback port; returns the process and its base URL."""
+    (work / "keys.toml").write_text(KEYS)
+    server = subprocess.Popen(
+        [cra, "serve", "--addr", "127.0.0.1:0", "--data", str(work / "served"), "--atlas", str(ATLAS),
+         "--api-keys", str(work / "keys.toml")],
+        stdout=subprocess.PIPE, text=True,
+    )
+    for line in server.stdout:
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            # Keep draining its log, so that a full pipe never stops the server.
+            threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
+            return server, m.group(1)
+    raise SystemExit(f"cra serve did not start (exit {server.wait()})")
+
+
+async def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cra", required=True, help="the cra binary")
+    parser.add_argument("--keep", help="work in this directory and keep it")
+    args = parser.parse_args()
+    cra = os.path.abspath(args.cra)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="cra-mcp-peers-"))
+    work.mkdir(parents=True, exist_ok=True)
+    for era in ("2025-11-25", "2026-07-28"):
+        await stdio_run(cra, work, era)
+    server, base = start_server(cra, work)
+    try:
+        for era in ("2025-11-25", "2026-07-28"):
+            await http_run(cra, work, f"{base}/mcp", era)
+    finally:
+        server.terminate()
+        server.wait()
+    print(f"mcp peers (python mcp SDK): {passed} passed; {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -9,6 +9,16 @@ Four runs, one per transport and protocol era, each against the test atlas
   http,  2025-11-25   `/mcp` on `cra serve`, an MCP session holding the CARP session
   http,  2026-07-28   `/mcp`, the session named by `cra/session.open` and `_meta["cra/session_id"]`
 
+Then the filesystem MCP server (`@modelcontextprotocol/server-filesystem`, pinned in
+tools/peers/package-lock.json) over a temporary directory, governed two ways:
+  proxy               `cra atlas import-mcp --writes deny`, then `cra mcp proxy` over stdio:
+                      reads run and return the file, writes are refused and change nothing
+  executor            `cra atlas import-mcp --writes approve`, the server as an `mcp` executor
+                      of `cra serve`, through `/mcp`: a write waits for an operator, who grants
+                      it over the HTTP API, and the retried call writes the file once; an
+                      upstream killed during a call is `executor_crashed`, and the next call
+                      runs on a restarted one
+
 In each run the client lists the tools (exactly the allowed actions), reads an allowed page,
 is refused a bad argument, the denied action and an unknown name, is told a deploy awaits
 approval, and reads the context block, whose SHA-256 it compares with the chain's
@@ -55,6 +65,8 @@ actor_type = "human"
 roles = ["operator"]
 """
 SESSION_IN_INSTRUCTIONS = re.compile(r"CARP session ([0-9a-f-]{36})")
+APPROVAL_IN_TEXT = re.compile(r"approval ([0-9a-f-]{36})")
+FS_SERVER = ROOT / "tools/peers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
 failures = 0
 passed = 0
@@ -187,14 +199,135 @@ async def http_run(cra, work, url, era):
     chain_checks(run, chain, texts)
 
 
-def start_server(cra, work):
+def import_atlas(cra, work, files, writes):
+    """`cra atlas import-mcp` of the filesystem server over `files`; returns the atlas directory."""
+    out = work / f"fs-atlas-{writes}"
+    imported = subprocess.run(
+        [cra, "atlas", "import-mcp", "--upstream-cmd", f"node {FS_SERVER} {files}", "--name", "fs",
+         "--out", str(out), "--writes", writes, "-o", "json"],
+        capture_output=True, text=True,
+    )
+    summary = json.loads(imported.stdout or "{}")
+    tools = {a["tool"]: a["action_id"] for a in summary.get("actions", [])}
+    check(f"import-mcp {writes}", "one action per upstream tool, named by the written rule",
+          tools.get("read_text_file") == "fs.read.text.file" and tools.get("write_file") == "fs.write.file",
+          imported.stdout + imported.stderr)
+    return out
+
+
+async def proxy_run(cra, work):
+    run = "proxy filesystem"
+    files = work / "proxied-files"
+    files.mkdir()
+    (files / "notes.txt").write_text("the original\n")
+    atlas = import_atlas(cra, work, files, "deny")
+    data = work / "proxy-data"
+    params = StdioServerParameters(
+        command=cra,
+        args=["mcp", "proxy", "--atlas", str(atlas), "--agent", "bot", "--data", str(data),
+              "--upstream-cmd", f"node {FS_SERVER} {files}"],
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            session_id = SESSION_IN_INSTRUCTIONS.search(init.instructions or "").group(1)
+            names = {t.name for t in (await session.list_tools()).tools}
+            check(run, "tools keep their upstream names; writes are not listed",
+                  "read_text_file" in names and "write_file" not in names, sorted(names))
+            read = await session.call_tool("read_text_file", {"path": str(files / "notes.txt")})
+            check(run, "an allowed read returns the file", not read.is_error and text_of(read) == "the original\n", text_of(read))
+            written = await session.call_tool("write_file", {"path": str(files / "notes.txt"), "content": "overwritten"})
+            check(run, "a denied write is refused naming its policy", written.is_error and "deny-writes" in text_of(written), text_of(written))
+    check(run, "the refused write changed nothing", (files / "notes.txt").read_text() == "the original\n")
+    chain = work / "proxy-filesystem.trace.jsonl"
+    export(cra, ["--data", str(data), "--session", session_id], chain)
+    verified = subprocess.run([sys.executable, str(ROOT / "tools/appendix_b.py"), "verify", str(chain)], capture_output=True)
+    check(run, "the chain verifies with tools/appendix_b.py", verified.returncode == 0, verified.stdout)
+    kinds = [json.loads(line)["event_type"] for line in chain.read_text().splitlines()]
+    check(run, "both calls are in the chain", kinds.count("action.requested") == 2
+          and "action.executed" in kinds and "action.denied" in kinds, kinds)
+
+
+async def executor_run(cra, work):
+    run = "executor filesystem"
+    files = work / "served-files"
+    files.mkdir()
+    (files / "notes.txt").write_text("the original\n")
+    atlas = import_atlas(cra, work, files, "approve")
+    config = work / "fs-serve.toml"
+    config.write_text(f"""
+[executors.fs]
+kind = "mcp"
+command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
+""")
+    server, base = start_server(cra, work, "fs-served", atlas, config)
+    try:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {AGENT_KEY}"}, timeout=30) as http:
+            async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
+                session_id = SESSION_IN_INSTRUCTIONS.search(client.instructions or "").group(1)
+                target = str(files / "notes.txt")
+                read = await client.call_tool("fs_read_text_file", {"path": target})
+                check(run, "an allowed read returns the file", not read.is_error and text_of(read) == "the original\n", text_of(read))
+                arguments = {"path": target, "content": "approved content"}
+                pending = await client.call_tool("fs_write_file", arguments)
+                approval = APPROVAL_IN_TEXT.search(text_of(pending))
+                check(run, "a write waits for an operator", pending.is_error and approval is not None, text_of(pending))
+                check(run, "nothing is written before the grant", (files / "notes.txt").read_text() == "the original\n")
+                granted = await http.post(f"{base}/v1/approvals/{approval.group(1)}",
+                                          headers={"Authorization": f"Bearer {OPERATOR_KEY}"},
+                                          json={"decision": "grant", "note": "checked by the peer suite"})
+                check(run, "the operator grants it over the HTTP API", granted.status_code == 200, granted.text)
+                retried = await client.call_tool("fs_write_file", arguments)
+                check(run, "the retried call writes the file", not retried.is_error
+                      and (files / "notes.txt").read_text() == "approved content", text_of(retried))
+                await crash_during_a_call(run, client, server, files)
+        chain = work / "executor-filesystem.trace.jsonl"
+        export(cra, ["--url", base, "--token", AGENT_KEY, "--session", session_id], chain)
+    finally:
+        server.terminate()
+        server.wait()
+    verified = subprocess.run([sys.executable, str(ROOT / "tools/appendix_b.py"), "verify", str(chain)], capture_output=True)
+    check(run, "the chain verifies with tools/appendix_b.py", verified.returncode == 0, verified.stdout)
+    events = [json.loads(line) for line in chain.read_text().splitlines()]
+    kinds = [e["event_type"] for e in events]
+    writes = [e for e in events if e["event_type"] == "action.executed" and e["payload"].get("action_id") == "fs.write.file"]
+    failed = [e["payload"].get("error_code") for e in events if e["event_type"] == "action.failed"]
+    check(run, "every call is in the chain and the write ran once",
+          kinds.count("action.requested") == 5 and "approval.granted" in kinds and len(writes) == 1, kinds)
+    check(run, "the crash is recorded as action.failed executor_crashed", failed == ["executor_crashed"], failed)
+
+
+async def crash_during_a_call(run, client, server, files):
+    """Kills the upstream while it serves a call: the call is `executor_crashed`, and the next
+    call runs on a restarted upstream. The upstream is caught mid-call deterministically: it
+    reads a FIFO, and opening the FIFO's other end returns once it has."""
+    fifo = files / "blocking.fifo"
+    os.mkfifo(fifo)
+    call = asyncio.create_task(client.call_tool("fs_read_text_file", {"path": str(fifo)}))
+    writer = await asyncio.to_thread(os.open, fifo, os.O_WRONLY)
+    # The server's children, whichever of its threads started them: the upstream's node.
+    children = [pid for task in Path(f"/proc/{server.pid}/task").iterdir()
+                for pid in (task / "children").read_text().split()]
+    check(run, "the upstream runs as the server's child", len(children) == 1, children)
+    for pid in children:
+        os.kill(int(pid), 9)
+    crashed = await call
+    os.close(writer)
+    check(run, "an upstream killed during a call is executor_crashed",
+          crashed.is_error and "executor_crashed" in text_of(crashed), text_of(crashed))
+    again = await client.call_tool("fs_read_text_file", {"path": str(files / "notes.txt")})
+    check(run, "the next call runs on a restarted upstream", not again.is_error
+          and text_of(again) == "approved content", text_of(again))
+
+
+def start_server(cra, work, name="served", atlas=ATLAS, config=None):
     """`cra serve` on a free loopback port; returns the process and its base URL."""
     (work / "keys.toml").write_text(KEYS)
-    server = subprocess.Popen(
-        [cra, "serve", "--addr", "127.0.0.1:0", "--data", str(work / "served"), "--atlas", str(ATLAS),
-         "--api-keys", str(work / "keys.toml")],
-        stdout=subprocess.PIPE, text=True,
-    )
+    command = [cra, "serve", "--addr", "127.0.0.1:0", "--data", str(work / name), "--atlas", str(atlas),
+               "--api-keys", str(work / "keys.toml")]
+    if config:
+        command += ["--config", str(config)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     for line in server.stdout:
         m = re.search(r"listening on (http://\S+)", line)
         if m:
@@ -221,6 +354,8 @@ async def main():
     finally:
         server.terminate()
         server.wait()
+    await proxy_run(cra, work)
+    await executor_run(cra, work)
     print(f"mcp peers (python mcp SDK): {passed} passed; {failures} failed")
     return 1 if failures else 0
 

@@ -15,6 +15,7 @@ pub mod adapters;
 pub mod diag;
 pub mod fmt;
 pub mod load;
+pub mod mcp_import;
 pub mod model;
 pub mod pack;
 pub mod pattern;

@@ -69,15 +69,102 @@ pub struct JwtConfig {
     pub audience: Option<String>,
 }
 
-/// An operator-bound `http` executor: the atlas names the executor, the operator names the URL.
+/// An operator-bound executor: the atlas names the executor, the operator names where it is.
+/// `kind = "http"` (the default): parameters are POSTed as JSON to `url`. `kind = "mcp"`: the
+/// tools of the MCP server started by `command` (stdio) or reached at `url` (Streamable HTTP).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HttpExecutorConfig {
-    /// Where the parameters are POSTed as JSON.
+pub struct ExecutorConfig {
+    /// What the executor speaks.
+    #[serde(default)]
+    pub kind: ExecutorKind,
+    /// Where the parameters are POSTed as JSON (`http`), or the MCP server's URL (`mcp`).
+    #[serde(default)]
     pub url: String,
+    /// The MCP server to start, program then arguments (`mcp` only; instead of `url`).
+    #[serde(default)]
+    pub command: Vec<String>,
     /// How long to wait for the endpoint, in milliseconds.
     #[serde(default = "default_executor_timeout_ms")]
     pub timeout_ms: u64,
+    /// Most connections open at once to an MCP server (`mcp` only).
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+}
+
+/// The protocol an executor speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecutorKind {
+    /// A JSON POST per call.
+    #[default]
+    Http,
+    /// MCP tool calls.
+    Mcp,
+}
+
+impl ExecutorConfig {
+    /// An `http` executor at `url` with `timeout_ms`.
+    pub fn http(url: impl Into<String>, timeout_ms: u64) -> Self {
+        Self {
+            kind: ExecutorKind::Http,
+            url: url.into(),
+            command: Vec::new(),
+            timeout_ms,
+            pool_size: default_pool_size(),
+        }
+    }
+
+    /// An `mcp` executor that starts `command` (program, then arguments).
+    pub fn mcp_command(command: Vec<String>, timeout_ms: u64) -> Self {
+        Self {
+            kind: ExecutorKind::Mcp,
+            url: String::new(),
+            command,
+            timeout_ms,
+            pool_size: default_pool_size(),
+        }
+    }
+
+    /// An `mcp` executor at `url` (Streamable HTTP).
+    pub fn mcp_url(url: impl Into<String>, timeout_ms: u64) -> Self {
+        Self {
+            kind: ExecutorKind::Mcp,
+            ..Self::http(url, timeout_ms)
+        }
+    }
+
+    /// Why this executor cannot be used, naming it as `name`.
+    fn check(&self, name: &str) -> Result<(), ConfigError> {
+        let web = self.url.starts_with("http://") || self.url.starts_with("https://");
+        let problem = match self.kind {
+            ExecutorKind::Http if !self.command.is_empty() => {
+                Some("`command` is for kind = \"mcp\"; an http executor has a url".to_owned())
+            }
+            ExecutorKind::Http if !web => Some(format!(
+                "url `{}` must start with http:// or https://",
+                self.url
+            )),
+            ExecutorKind::Mcp if self.command.is_empty() == self.url.is_empty() => Some(
+                "an mcp executor has either a command (a program and its arguments) or a url"
+                    .to_owned(),
+            ),
+            ExecutorKind::Mcp if !self.url.is_empty() && !web => Some(format!(
+                "url `{}` must start with http:// or https://",
+                self.url
+            )),
+            _ if self.pool_size == 0 => Some("`pool_size` must be at least 1".to_owned()),
+            _ => None,
+        };
+        match problem {
+            Some(p) => Err(ConfigError::Invalid(format!("executor `{name}`: {p}"))),
+            None => Ok(()),
+        }
+    }
+}
+
+fn default_pool_size() -> usize {
+    2
 }
 
 fn default_executor_timeout_ms() -> u64 {
@@ -157,8 +244,9 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// Optional JWT verification.
     pub jwt: Option<JwtConfig>,
-    /// `http` executors by name (`[executors.NAME] url = ..., timeout_ms = ...`).
-    pub executors: BTreeMap<String, HttpExecutorConfig>,
+    /// Executors by name (`[executors.NAME] url = ..., timeout_ms = ...`; `kind = "mcp"` with a
+    /// `command` or `url` for an MCP server's tools).
+    pub executors: BTreeMap<String, ExecutorConfig>,
     /// Tests only: admins may set the clock with `POST /v1/conformance/clock`.
     pub test_clock: bool,
     /// This server instance's name, owner of the executions it runs: on restart it closes the
@@ -269,12 +357,7 @@ impl RuntimeConfig {
             }
         }
         for (name, ex) in &self.executors {
-            if !(ex.url.starts_with("http://") || ex.url.starts_with("https://")) {
-                return Err(ConfigError::Invalid(format!(
-                    "executor `{name}`: url `{}` must start with http:// or https://",
-                    ex.url
-                )));
-            }
+            ex.check(name)?;
         }
         Ok(addr)
     }
@@ -360,5 +443,40 @@ days = 30
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("retention.interval_seconds"), "{e}");
         assert!(RuntimeConfig::from_toml("[retention]\nday = 3").is_err());
+    }
+
+    #[test]
+    fn an_mcp_executor_has_a_command_or_a_url_and_says_which_is_missing() {
+        let c = RuntimeConfig::from_toml(
+            "[executors.fs]\nkind = \"mcp\"\ncommand = [\"node\", \"server.js\"]\n[mcp]\nallowed_origins = [\"https://console.example:443\"]",
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.executors["fs"].kind, ExecutorKind::Mcp);
+        assert_eq!(c.executors["fs"].pool_size, 2);
+        assert_eq!(c.mcp.allowed_origins, ["https://console.example:443"]);
+        for (toml, says) in [
+            ("kind = \"mcp\"", "either a command"),
+            (
+                "kind = \"mcp\"\ncommand = [\"x\"]\nurl = \"http://h\"",
+                "either a command",
+            ),
+            ("kind = \"mcp\"\nurl = \"ftp://h\"", "http://"),
+            (
+                "command = [\"x\"]\nurl = \"http://h\"",
+                "`command` is for kind = \"mcp\"",
+            ),
+            (
+                "kind = \"mcp\"\nurl = \"http://h\"\npool_size = 0",
+                "pool_size",
+            ),
+        ] {
+            let c = RuntimeConfig::from_toml(&format!("[executors.fs]\n{toml}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(
+                e.contains("executor `fs`") && e.contains(says),
+                "{toml}: {e}"
+            );
+        }
     }
 }

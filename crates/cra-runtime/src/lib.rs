@@ -10,7 +10,7 @@
 //!   `backend`: the store behind each trait.
 //! * [`service`]: the governance core, one typed operation per use, with no HTTP in it.
 //! * [`atlases`]: the atlases in force, swapped whole on reload or install.
-//! * `executor`: the executors allowed actions run through; `inflight`: an execution's
+//! * [`executor`]: the executors allowed actions run through; `inflight`: an execution's
 //!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
 //! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
@@ -22,7 +22,7 @@ mod backend;
 pub mod config;
 pub mod conformance;
 mod error;
-mod executor;
+pub mod executor;
 mod extract;
 mod inflight;
 pub mod mcp;
@@ -41,6 +41,6 @@ pub use config::RuntimeConfig;
 pub use error::{ApiError, ApiResult};
 pub use inflight::close_interrupted;
 pub use routes::router;
-pub use server::{RunningServer, StartNotice, build_runtime, open_local, start};
+pub use server::{RunningServer, StartNotice, build_runtime, open_local, open_local_with, start};
 pub use state::{AppState, Runtime};
 pub use stream::CLOSE_SLOW_CONSUMER;

@@ -3,6 +3,7 @@
 //! gracefully: in-flight requests finish (each one's events are durable before it is answered),
 //! then the stores are closed.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -147,11 +148,28 @@ pub fn open_local(
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
+    open_local_with(data, atlases, BTreeMap::new(), clock, ids)
+}
+
+/// [`open_local`] with `executors` bound as `[executors]` would bind them for `cra serve`
+/// (`cra mcp proxy` binds its upstream so).
+///
+/// # Errors
+/// As [`open_local`], and when an executor's configuration cannot be used.
+pub fn open_local_with(
+    data: &std::path::Path,
+    atlases: &[std::path::PathBuf],
+    executors: BTreeMap<String, crate::config::ExecutorConfig>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<(AppState, Vec<StartNotice>), StartError> {
     let config = RuntimeConfig {
         data: data.to_owned(),
         atlases: atlases.to_vec(),
+        executors,
         ..RuntimeConfig::default()
     };
+    config.validate()?;
     // Only the atlases named: a front door never picks up `./atlases` on its own.
     let atlas_state = if atlases.is_empty() {
         crate::atlases::AtlasState::empty()
@@ -223,6 +241,7 @@ fn assemble(
             config.resolution_cache_entries,
         ))
     });
+    let mcp = crate::executor::mcp::McpExecutors::from_config(&config.executors);
     let runtime = Runtime {
         relay,
         resolution_cache,
@@ -240,6 +259,7 @@ fn assemble(
         http: reqwest::Client::new(),
         operator_chain: tokio::sync::Mutex::new(false),
         stopping: tokio_util::sync::CancellationToken::new(),
+        mcp,
     };
     AppState(Arc::new(runtime))
 }

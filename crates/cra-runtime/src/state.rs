@@ -52,6 +52,8 @@ pub struct Runtime {
     /// Cancelled when the server begins to stop: long-lived streams that would hold a graceful
     /// shutdown open (`/mcp`'s) end on it.
     pub stopping: tokio_util::sync::CancellationToken,
+    /// The `mcp` executors' upstreams and their connection pools.
+    pub mcp: crate::executor::mcp::McpExecutors,
 }
 
 impl Runtime {

@@ -1,4 +1,5 @@
-//! `cra atlas ...`: tools for atlas authors (init, check, fmt, inspect, adapters, pack).
+//! `cra atlas ...`: tools for atlas authors (init, check, fmt, inspect, adapters, pack, test,
+//! import-mcp).
 //!
 //! Exit codes follow [`crate::exit`]: 0 success, 1 could not run (unreadable path, not an atlas,
 //! write failure), 2 a negative result (`fmt --check` or `adapters --check` found a file to
@@ -73,6 +74,9 @@ pub enum AtlasCommand {
     },
     /// Replay the atlas's tests/*.trace.jsonl against it (see `cra atlas test --help`).
     Test(crate::cmd::atlas_test::TestArgs),
+    /// Write an atlas governing an existing MCP server: one action per tool it lists.
+    #[command(name = "import-mcp")]
+    ImportMcp(crate::cmd::mcp::ImportArgs),
 }
 
 /// Arguments of `cra atlas check`.
@@ -112,6 +116,7 @@ pub fn run(cmd: AtlasCommand) -> Exit {
         } => adapters_cmd(&dir, &targets, check),
         AtlasCommand::Pack { dir, out } => pack(&dir, out.as_deref()),
         AtlasCommand::Test(args) => crate::cmd::atlas_test::run(args),
+        AtlasCommand::ImportMcp(args) => crate::cmd::mcp::import(&args),
     }
 }
 
@@ -123,26 +128,33 @@ fn init(dir: &Path, id: &str) -> Exit {
             return Exit::CouldNotRun;
         }
     };
-    if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
-        eprintln!(
-            "cra atlas init: {} exists and is not empty: choose a new directory",
-            dir.display()
-        );
+    if let Err(e) = write_new_atlas(dir, &files) {
+        eprintln!("cra atlas init: {e}");
         return Exit::CouldNotRun;
-    }
-    for (rel, text) in &files {
-        let path = dir.join(rel);
-        let written = path
-            .parent()
-            .map_or(Ok(()), fs::create_dir_all)
-            .and_then(|()| fs::write(&path, text));
-        if let Err(e) = written {
-            eprintln!("cra atlas init: could not write {}: {e}", path.display());
-            return Exit::CouldNotRun;
-        }
     }
     println!("created atlas {id} in {}", dir.display());
     Exit::Success
+}
+
+/// Writes `files` (relative path to text) into `dir`, which must not exist or be empty.
+///
+/// # Errors
+/// A sentence naming the directory or file that could not be used.
+pub(crate) fn write_new_atlas(dir: &Path, files: &BTreeMap<String, String>) -> Result<(), String> {
+    if fs::read_dir(dir).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(format!(
+            "{} exists and is not empty: choose a new directory",
+            dir.display()
+        ));
+    }
+    for (rel, text) in files {
+        let path = dir.join(rel);
+        path.parent()
+            .map_or(Ok(()), fs::create_dir_all)
+            .and_then(|()| fs::write(&path, text))
+            .map_err(|e| format!("could not write {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// What checking one path produced.

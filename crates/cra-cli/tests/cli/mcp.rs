@@ -250,3 +250,122 @@ fn a_client_leaving_before_the_handshake_ends_the_session() {
     assert!(status.success(), "{status}");
     assert!(the_session_ended(&data));
 }
+
+/// `cra atlas import-mcp` then `cra mcp proxy`, in front of an MCP server (here `cra mcp serve`
+/// itself, governed on its own): the imported atlas names every upstream tool by the written
+/// rule; edited to allow one tool, the proxy lists every tool under its upstream name, passes
+/// the allowed call's upstream result on as it is, and refuses the others, recording both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_mcp_and_proxy_govern_an_upstream_under_its_own_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+    let upstream = format!(
+        "{} mcp serve --agent upstream-bot --atlas {} --data {}",
+        env!("CARGO_BIN_EXE_cra"),
+        fixture.display(),
+        tmp.path().join("upstream-data").display()
+    );
+    let atlas = tmp.path().join("imported");
+    let imported = std::process::Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args([
+            "atlas",
+            "import-mcp",
+            "--name",
+            "ops",
+            "-o",
+            "json",
+            "--upstream-cmd",
+        ])
+        .arg(&upstream)
+        .arg("--out")
+        .arg(&atlas)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let summary: Value = serde_json::from_slice(&imported.stdout).unwrap();
+    let ids: Vec<&str> = summary["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["action_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ops.doc.read", "ops.ci.rerun", "ops.deploy.run"]);
+    // An author's edit: the one tool agents may call through the proxy.
+    std::fs::write(
+        atlas.join("policies/policies.json"),
+        r#"[{"policy_id": "allow-reads", "type": "allow", "actions": ["ops.doc.read"]}]"#,
+    )
+    .unwrap();
+
+    let data = tmp.path().join("proxy-data");
+    let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_cra")).configure(|c| {
+        c.args([
+            "mcp",
+            "proxy",
+            "--agent",
+            "bot",
+            "--upstream-cmd",
+            &upstream,
+        ])
+        .arg("--atlas")
+        .arg(&atlas)
+        .arg("--data")
+        .arg(&data);
+    });
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        ["doc_read"],
+        "the allowed tool, under its upstream name"
+    );
+    let read = client
+        .call_tool(call("doc_read", json!({"page": "intro"})))
+        .await
+        .unwrap();
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    assert_eq!(
+        text_of(&read),
+        json!([{"type": "text", "text": "{\"echo\":{\"page\":\"intro\"}}"}]).to_string(),
+        "the upstream's own result, passed on"
+    );
+    let deploy = client
+        .call_tool(call("deploy_run", json!({"version": "1"})))
+        .await
+        .unwrap();
+    assert_eq!(
+        deploy.is_error,
+        Some(true),
+        "not allowed by the edited atlas"
+    );
+    client.cancel().await.unwrap();
+
+    let (state, _) = cra_runtime::open_local(
+        &data,
+        &[],
+        Arc::new(cra_wire::SystemClock),
+        Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = state.chains(&auditor).await.unwrap();
+    let events = state.trace(&auditor, &chains[0].session_id).await.unwrap();
+    let executed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.event_type == "action.executed")
+        .map(|e| &e.payload)
+        .collect();
+    assert_eq!(executed.len(), 1, "the allowed call ran once");
+    assert_eq!(executed[0]["action_id"], "ops.doc.read");
+    let requested = events
+        .iter()
+        .filter(|e| e.event_type == "action.requested")
+        .count();
+    assert_eq!(requested, 2, "both calls are recorded");
+}

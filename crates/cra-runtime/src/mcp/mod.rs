@@ -40,7 +40,62 @@ pub struct McpSession {
     session_id: String,
     goal: String,
     capabilities: Vec<String>,
+    naming: Naming,
     latest: Mutex<Option<Listed>>,
+}
+
+/// How an action's tool is named.
+#[derive(Debug, Clone, Default)]
+pub enum Naming {
+    /// The atlas adapters' reversible mapping: every `.` of the action id a `_`.
+    #[default]
+    Adapter,
+    /// The upstream's own tool names (`cra mcp proxy`): each action that an `mcp:` executor runs
+    /// is listed under the name of the tool it runs, so that a client's configuration written
+    /// for the upstream keeps working.
+    Upstream {
+        /// Action id to tool name.
+        by_action: std::collections::HashMap<String, String>,
+    },
+}
+
+impl Naming {
+    /// The upstream naming of the `mcp:` actions of `atlases`.
+    pub fn upstream_of(atlases: &crate::atlases::AtlasState) -> Self {
+        let by_action = atlases
+            .loaded
+            .iter()
+            .flat_map(|a| &a.manifest.actions)
+            .filter_map(|a| {
+                let reference = a.executor.as_deref()?.strip_prefix("mcp:")?;
+                let (_, tool) = reference.split_once('/')?;
+                Some((a.action_id.clone(), tool.to_owned()))
+            })
+            .collect();
+        Self::Upstream { by_action }
+    }
+
+    /// The tool name of `action_id`.
+    fn tool(&self, action_id: &str) -> String {
+        match self {
+            Self::Adapter => tool_name(action_id),
+            Self::Upstream { by_action } => by_action
+                .get(action_id)
+                .cloned()
+                .unwrap_or_else(|| tool_name(action_id)),
+        }
+    }
+
+    /// The action id a tool name names (not necessarily an action that exists).
+    fn action(&self, tool: &str) -> String {
+        match self {
+            Self::Adapter => action_id_of(tool),
+            Self::Upstream { by_action } => by_action
+                .iter()
+                .find(|(_, t)| *t == tool)
+                .map_or_else(|| action_id_of(tool), |(a, _)| a.clone()),
+        }
+    }
 }
 
 impl std::fmt::Debug for McpSession {
@@ -94,6 +149,7 @@ impl McpSession {
             session_id: view.session_id,
             goal,
             capabilities,
+            naming: Naming::Adapter,
             latest: Mutex::new(None),
         })
     }
@@ -121,8 +177,16 @@ impl McpSession {
             session_id: view.session_id,
             goal: view.goal.unwrap_or_else(|| DEFAULT_GOAL.to_owned()),
             capabilities,
+            naming: Naming::Adapter,
             latest: Mutex::new(None),
         })
+    }
+
+    /// This session with its tools named by `naming`.
+    #[must_use]
+    pub fn named(mut self, naming: Naming) -> Self {
+        self.naming = naming;
+        self
     }
 
     /// The CARP session's id.
@@ -159,7 +223,7 @@ impl McpSession {
         resolution
             .allowed_actions
             .iter()
-            .map(tool_of)
+            .map(|a| tool_of(a, &self.naming))
             .collect::<Result<_, _>>()
             .map_err(|e| ApiError::internal("an allowed action has no MCP tool form", e))
     }
@@ -173,16 +237,16 @@ impl McpSession {
         arguments: Value,
         idempotency_key: Option<String>,
     ) -> ApiResult<Option<CallToolResult>> {
-        let action_id = action_id_of(name);
-        let known = self
-            .rt
-            .atlases()
-            .loaded
-            .iter()
-            .any(|a| a.manifest.actions.iter().any(|x| x.action_id == action_id));
-        if !known {
+        let action_id = self.naming.action(name);
+        let atlases = self.rt.atlases();
+        let Some(action) = atlases.loaded.iter().find_map(|a| a.action(&action_id)) else {
             return Ok(None);
-        }
+        };
+        let runs_a_tool = action
+            .executor
+            .as_deref()
+            .is_some_and(|e| e.starts_with("mcp:"));
+        drop(atlases);
         let resolution_id = self.current_resolution().await?;
         let mut execution = json!({
             "resolution_id": resolution_id, "action_id": action_id, "parameters": arguments
@@ -192,7 +256,7 @@ impl McpSession {
         }
         let body = self.request_body("execute", json!({ "execution": execution }));
         let response = crate::service::carp::execute(&self.rt, &self.actor, &body).await?;
-        Ok(Some(result_of(&response)))
+        Ok(Some(result_of(&response, runs_a_tool)))
     }
 
     /// The context blocks of the latest list's resolution (a list is made first when there is
@@ -300,7 +364,7 @@ pub(crate) fn read_of(
 /// ([`cra_atlas::adapters::mcp_tool`]). No `openWorldHint` (the resolution does not carry the
 /// executor) and no `outputSchema`: results are not validated against `returns_schema`
 /// (specs/mcp.md).
-fn tool_of(a: &AllowedAction) -> Result<Tool, serde_json::Error> {
+fn tool_of(a: &AllowedAction, naming: &Naming) -> Result<Tool, serde_json::Error> {
     let source = McpToolSource {
         name: a.name.as_str(),
         description: a.description.as_str(),
@@ -310,13 +374,21 @@ fn tool_of(a: &AllowedAction) -> Result<Tool, serde_json::Error> {
         open_world: None,
         output_schema: None,
     };
-    serde_json::from_value(mcp_tool(&tool_name(&a.action_id), &source))
+    serde_json::from_value(mcp_tool(&naming.tool(&a.action_id), &source))
 }
 
-/// The tool result of an execute response: the result's JSON on success; otherwise an error
-/// result naming the token, the deciding policy and what to do next.
-fn result_of(r: &ExecuteResponse) -> CallToolResult {
+/// The tool result of an execute response: on success the result's JSON (or, when
+/// `runs_a_tool`, the upstream tool's result itself); otherwise an error result naming the
+/// token, the deciding policy and what to do next.
+fn result_of(r: &ExecuteResponse, runs_a_tool: bool) -> CallToolResult {
     if r.status == ExecuteStatus::Success {
+        // An `mcp` executor's result is the upstream tool's own result: passed on as it is.
+        if runs_a_tool
+            && let Some(result) = r.result.as_ref()
+            && let Ok(upstream) = serde_json::from_value::<CallToolResult>(result.clone())
+        {
+            return upstream;
+        }
         let text = r.result.as_ref().map_or_else(String::new, Value::to_string);
         return CallToolResult::success(vec![ContentBlock::text(text)]);
     }

@@ -152,10 +152,7 @@ async fn every_bad_request_answers_its_token_and_changes_only_what_it_must() {
             c.limits.max_body_bytes = 16 * 1024;
             c.executors.insert(
                 "github".into(),
-                cra_runtime::config::HttpExecutorConfig {
-                    url,
-                    timeout_ms: 5000,
-                },
+                cra_runtime::config::ExecutorConfig::http(url, 5000),
             );
         })
         .await

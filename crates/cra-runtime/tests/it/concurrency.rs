@@ -218,10 +218,7 @@ pub(crate) fn with_executor(url: String) -> impl FnOnce(&mut cra_runtime::config
     move |c| {
         c.executors.insert(
             "github".into(),
-            cra_runtime::config::HttpExecutorConfig {
-                url,
-                timeout_ms: 60_000,
-            },
+            cra_runtime::config::ExecutorConfig::http(url, 60_000),
         );
     }
 }

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cra_runtime::config::{HttpExecutorConfig, RuntimeConfig};
+use cra_runtime::config::RuntimeConfig;
 use cra_runtime::{build_runtime, start};
 use cra_store::testing::{TestSchema, postgres_url};
 use cra_trace::store::ChainStore;
@@ -144,10 +144,7 @@ fn child_server() {
     }
     config.executors.insert(
         "github".into(),
-        HttpExecutorConfig {
-            url: std::env::var(EXECUTOR_VAR).unwrap(),
-            timeout_ms: 30_000,
-        },
+        cra_runtime::config::ExecutorConfig::http(std::env::var(EXECUTOR_VAR).unwrap(), 30_000),
     );
     let base = cycle_start(cycle);
     let clock = Arc::new(TickingClock {

@@ -79,10 +79,7 @@ async fn an_execute_runs_the_executor_of_the_atlas_its_resolution_chose() {
         for (name, url) in [("alpha", alpha_url), ("beta", beta_url)] {
             c.executors.insert(
                 name.into(),
-                cra_runtime::config::HttpExecutorConfig {
-                    url,
-                    timeout_ms: 5_000,
-                },
+                cra_runtime::config::ExecutorConfig::http(url, 5_000),
             );
         }
     })

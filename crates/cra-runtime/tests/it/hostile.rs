@@ -527,10 +527,7 @@ async fn setup() -> (TestServer, Ctx) {
         c.limits.max_body_bytes = BODY_LIMIT;
         c.executors.insert(
             "github".into(),
-            cra_runtime::config::HttpExecutorConfig {
-                url,
-                timeout_ms: 5_000,
-            },
+            cra_runtime::config::ExecutorConfig::http(url, 5_000),
         );
     })
     .await;

@@ -349,10 +349,7 @@ async fn an_execution_records_its_executor_duration_on_the_injected_clock() {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    let executor = cra_runtime::config::HttpExecutorConfig {
-        url: format!("http://{addr}/exec"),
-        timeout_ms: 10_000,
-    };
+    let executor = cra_runtime::config::ExecutorConfig::http(format!("http://{addr}/exec"), 10_000);
     let (state, actor, _dir) = runtime_with(clock, |c| {
         c.executors.insert("github".into(), executor);
     });

@@ -377,10 +377,7 @@ pub(crate) async fn start_with_executor()
     let s = TestServer::start_with(move |c| {
         c.executors.insert(
             "github".into(),
-            cra_runtime::config::HttpExecutorConfig {
-                url,
-                timeout_ms: 5_000,
-            },
+            cra_runtime::config::ExecutorConfig::http(url, 5_000),
         );
     })
     .await;

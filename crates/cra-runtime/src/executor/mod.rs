@@ -4,10 +4,14 @@
 //! * `builtin:echo`: answers `{"echo": parameters}` (tests and demos).
 //! * `http:<name>`: POSTs `{action_id, execution_id, parameters}` as JSON to the URL the
 //!   operator configured as `[executors.<name>]`, with its timeout; a 2xx JSON answer is the result.
+//! * `mcp:<name>/<tool>`: calls `<tool>` of the MCP server configured as `[executors.<name>]
+//!   kind = "mcp"` ([`mcp`]).
 //! * no executor: the agent performs the action itself. It may report the outcome inline as
 //!   `execution.outcome` = `{"status": "success", "result": ...}` or
 //!   `{"status": "error", "error": {"code", "message"}}`; without one the runtime records the
 //!   authorisation and answers `{"performed_by": "agent"}`.
+
+pub mod mcp;
 
 use std::time::Duration;
 
@@ -16,7 +20,7 @@ use cra_carp::types::ExecuteError;
 use serde_json::{Value, json};
 
 use crate::atlases::AtlasState;
-use crate::config::HttpExecutorConfig;
+use crate::config::ExecutorConfig;
 use crate::state::Runtime;
 
 fn fail(code: &str, message: impl Into<String>) -> ExecuteError {
@@ -59,7 +63,7 @@ pub(crate) fn reported_outcome(outcome: &Value) -> Result<Value, ExecuteError> {
 async fn run_http(
     client: &reqwest::Client,
     name: &str,
-    cfg: &HttpExecutorConfig,
+    cfg: &ExecutorConfig,
     action_id: &str,
     execution_id: &str,
     parameters: &Value,
@@ -148,22 +152,23 @@ impl Runtime {
                 None => Ok(json!({"performed_by": "agent"})),
             },
             Some("builtin:echo") => Ok(json!({"echo": parameters})),
+            Some(e) if e.starts_with("mcp:") => self.mcp.run(&e["mcp:".len()..], parameters).await,
             Some(e) => match e.strip_prefix("http:") {
                 Some(name) => match self.config.executors.get(name) {
-                    Some(cfg) => {
+                    Some(cfg) if cfg.kind == crate::config::ExecutorKind::Http => {
                         run_http(&self.http, name, cfg, action_id, execution_id, parameters).await
                     }
-                    None => Err(fail(
+                    _ => Err(fail(
                         "executor_not_configured",
                         format!(
-                            "no endpoint is configured for executor `{name}`; an operator adds [executors.{name}] url = ... to the runtime configuration"
+                            "no http endpoint is configured for executor `{name}`; an operator adds [executors.{name}] url = ... to the runtime configuration"
                         ),
                     )),
                 },
                 None => Err(fail(
                     "executor_unknown",
                     format!(
-                        "executor `{e}` is not one this runtime provides (builtin:echo, http:<name>)"
+                        "executor `{e}` is not one this runtime provides (builtin:echo, http:<name>, mcp:<name>/<tool>)"
                     ),
                 )),
             },

@@ -10,6 +10,7 @@
 //! * [`fmt`]: canonical formatting of atlas JSON files.
 //! * [`adapters`]: OpenAI, Anthropic and MCP tool descriptors generated from actions.
 //! * [`scaffold`]: the skeleton atlas `cra atlas init` writes.
+//! * [`mcp_import`]: the atlas `cra atlas import-mcp` writes for an MCP server cra did not write.
 
 pub mod adapters;
 pub mod diag;

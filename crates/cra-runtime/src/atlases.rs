@@ -407,6 +407,8 @@ impl Runtime {
                     before: current,
                     after,
                 };
+                drop(guard);
+                self.tool_lists_changed();
                 return Ok((out, Some(swap)));
             }
         }
@@ -419,6 +421,8 @@ impl Runtime {
         let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
         if Arc::ptr_eq(&guard, &swap.after) {
             *guard = swap.before.clone();
+            drop(guard);
+            self.tool_lists_changed();
             return true;
         }
         false
@@ -527,6 +531,7 @@ impl Runtime {
             after.clone(),
         );
         tracing::info!(atlases = ?ids, "atlas set replaced over HTTP");
+        self.tool_lists_changed();
         Ok(Swapped { before, after })
     }
 }

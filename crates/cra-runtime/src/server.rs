@@ -260,6 +260,7 @@ fn assemble(
         operator_chain: tokio::sync::Mutex::new(false),
         stopping: tokio_util::sync::CancellationToken::new(),
         mcp,
+        tool_lists: tokio::sync::watch::Sender::new(0),
     };
     AppState(Arc::new(runtime))
 }

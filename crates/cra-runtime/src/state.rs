@@ -54,9 +54,17 @@ pub struct Runtime {
     pub stopping: tokio_util::sync::CancellationToken,
     /// The `mcp` executors' upstreams and their connection pools.
     pub mcp: crate::executor::mcp::McpExecutors,
+    /// Bumped whenever what a resolve may allow changes (the atlases in force replaced, an
+    /// approval decided): MCP clients are told their tool list changed ([`crate::mcp`]).
+    pub tool_lists: tokio::sync::watch::Sender<u64>,
 }
 
 impl Runtime {
+    /// Says that what a resolve may allow has changed (`tool_lists`).
+    pub fn tool_lists_changed(&self) {
+        self.tool_lists.send_modify(|generation| *generation += 1);
+    }
+
     /// Runs a store read, or the queueing of an append, where it costs least: on the calling
     /// async worker when the backend's reads never wait ([`Backends::quick_reads`]: a hop to the
     /// blocking pool and back cost more than a redb read), otherwise on the blocking pool. Never

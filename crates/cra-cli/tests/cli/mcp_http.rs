@@ -17,7 +17,14 @@ use serde_json::{Value, json};
 
 const AGENT: &str = "mcp-agent-key-00000000";
 const OTHER: &str = "mcp-other-key-00000000";
+const ADMIN: &str = "mcp-admin-key-00000000";
 const KEYS: &str = r#"
+[[keys]]
+token = "mcp-admin-key-00000000"
+actor_id = "root"
+actor_type = "human"
+roles = ["admin"]
+
 [[keys]]
 token = "mcp-agent-key-00000000"
 actor_id = "bot"
@@ -58,7 +65,7 @@ async fn serve(dir: &Path) -> cra_runtime::RunningServer {
 
 /// An rmcp client of `url` with `key`: the `initialize` handshake (2025-11-25) when `version`
 /// is that era's, else `server/discover` and per-request metadata.
-async fn client(
+async fn client_of(
     url: &str,
     key: &str,
     version: ProtocolVersion,
@@ -125,7 +132,7 @@ async fn mcp_over_http_serves_the_bearers_session_in_both_eras() {
     let url = format!("http://{}/mcp", server.addr);
 
     // 2025-11-25: `initialize` opens a CARP session for the bearer; leaving (DELETE) ends it.
-    let legacy = client(&url, AGENT, ProtocolVersion::V_2025_11_25).await;
+    let legacy = client_of(&url, AGENT, ProtocolVersion::V_2025_11_25).await;
     let instructions = legacy.peer_info().unwrap().instructions.clone().unwrap();
     let legacy_id = instructions
         .split_whitespace()
@@ -149,7 +156,7 @@ async fn mcp_over_http_serves_the_bearers_session_in_both_eras() {
     legacy.cancel().await.unwrap();
 
     // 2026-07-28: no MCP session; the CARP session is a handle from `cra/session.open`.
-    let stateless = client(&url, AGENT, ProtocolVersion::V_2026_07_28).await;
+    let stateless = client_of(&url, AGENT, ProtocolVersion::V_2026_07_28).await;
     let listed = stateless.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = listed.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
@@ -183,7 +190,7 @@ async fn mcp_over_http_serves_the_bearers_session_in_both_eras() {
     assert_ne!(read.is_error, Some(true), "{read:?}");
 
     // Another agent's key cannot act in that session, and records nothing there.
-    let intruder = client(&url, OTHER, ProtocolVersion::V_2026_07_28).await;
+    let intruder = client_of(&url, OTHER, ProtocolVersion::V_2026_07_28).await;
     let refused = intruder
         .call_tool(call("doc_read", json!({"page": "x"}), Some(&handle)))
         .await;
@@ -302,5 +309,102 @@ async fn hostile_mcp_requests_get_protocol_errors_and_change_nothing() {
         chains.is_empty(),
         "no hostile request opened a session: {chains:?}"
     );
+    server.shutdown().await.unwrap();
+}
+
+/// A 2025-11-25 client that reports each `notifications/tools/list_changed`.
+struct Told(tokio::sync::mpsc::UnboundedSender<()>);
+
+impl rmcp::ClientHandler for Told {
+    async fn on_tool_list_changed(
+        &self,
+        _context: rmcp::service::NotificationContext<rmcp::RoleClient>,
+    ) {
+        let _ = self.0.send(());
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        let mut config = ClientConfig::default();
+        config.protocol_version = ProtocolVersion::V_2025_11_25;
+        config.client_info = Implementation::new("cra-test", "1");
+        config
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_is_told() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serve(tmp.path()).await;
+    let base = format!("http://{}", server.addr);
+    let (told, mut notices) = tokio::sync::mpsc::unbounded_channel();
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")).auth_header(AGENT),
+    );
+    let client = Told(told)
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await
+        .unwrap();
+    let names = |tools: Vec<rmcp::model::Tool>| {
+        let mut n: Vec<String> = tools.into_iter().map(|t| t.name.into_owned()).collect();
+        n.sort();
+        n
+    };
+    assert_eq!(
+        names(client.list_all_tools().await.unwrap()),
+        ["ci_rerun", "deploy_run", "doc_read"]
+    );
+    // A 2026-07-28 client subscribes instead (`subscriptions/listen`).
+    let stateless = client_of(&format!("{base}/mcp"), AGENT, ProtocolVersion::V_2026_07_28).await;
+    let mut subscription = stateless
+        .listen(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+        .await
+        .unwrap();
+
+    // An admin replaces the set in force: the same atlas, its allow policy now naming reads
+    // only (deploys stay listed: an approval policy still offers them).
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+    let mut manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("atlas.json")).unwrap()).unwrap();
+    manifest["version"] = json!("1.1.0");
+    manifest["policies"][0]["actions"] = json!(["doc.read"]);
+    let runbook = std::fs::read_to_string(dir.join("context/runbook.md")).unwrap();
+    let replaced = reqwest::Client::new()
+        .put(format!("{base}/v1/atlases"))
+        .bearer_auth(ADMIN)
+        .json(
+            &json!({"atlases": [{"manifest": manifest, "files": {"context/runbook.md": runbook}}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replaced.status(), 200, "{}", replaced.text().await.unwrap());
+
+    tokio::time::timeout(std::time::Duration::from_secs(10), notices.recv())
+        .await
+        .expect("the 2025-11-25 client is told within 10 s")
+        .unwrap();
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(10), subscription.next())
+        .await
+        .expect("the 2026-07-28 subscriber is told within 10 s")
+        .unwrap();
+    assert!(
+        matches!(
+            heard,
+            Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{heard:?}"
+    );
+    drop(subscription);
+    stateless.cancel().await.unwrap();
+    assert_eq!(
+        names(client.list_all_tools().await.unwrap()),
+        ["deploy_run", "doc_read"],
+        "ci.rerun is no longer allowed"
+    );
+    client.cancel().await.unwrap();
     server.shutdown().await.unwrap();
 }

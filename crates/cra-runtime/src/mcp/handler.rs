@@ -8,13 +8,14 @@
 
 use std::sync::Arc;
 
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     InitializeRequestParams, InitializeResult, ListResourcesResult, ListToolsResult,
     PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData, ServerHandler};
 use serde_json::{Map, Value, json};
 
@@ -132,6 +133,16 @@ impl Handler {
     }
 }
 
+impl Handler {
+    /// The runtime the handler serves.
+    fn runtime(&self) -> &crate::state::AppState {
+        match self {
+            Self::Stdio(s) => s.runtime(),
+            Self::Http(sessions) => sessions.runtime(),
+        }
+    }
+}
+
 /// The caller the HTTP authentication layer left on the request.
 fn request_actor(context: &RequestContext<RoleServer>) -> Result<Actor, ErrorData> {
     context
@@ -200,6 +211,7 @@ impl ServerHandler for Handler {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
+                .enable_tool_list_changed()
                 .enable_resources()
                 .build(),
         )
@@ -226,6 +238,7 @@ impl ServerHandler for Handler {
                 .open_for_mcp_session(actor, &key.0)
                 .await
                 .map_err(protocol_error)?;
+            session.notify_list_changes(context.peer.clone());
             let mut result = self.negotiate_initialize(&request)?;
             result.instructions = Some(format!(
                 "Governed by cra: CARP session {}. The tools are the actions its policies allow \
@@ -235,6 +248,32 @@ impl ServerHandler for Handler {
             return Ok(result);
         }
         self.negotiate_initialize(&request)
+    }
+
+    /// 2026-07-28 clients subscribe to tool-list changes (`subscriptions/listen`); nothing else
+    /// is offered.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        Some(accepted)
+    }
+
+    /// Tells the subscriber each time its tool list may have changed, until it cancels.
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        let mut changes = self.runtime().tool_lists.subscribe();
+        loop {
+            tokio::select! {
+                () = subscription.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() || subscription.sink().notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_tools(

@@ -131,6 +131,11 @@ fn require_own(actor: &Actor, session: &McpSession) -> ApiResult<()> {
 }
 
 impl McpSessions {
+    /// The runtime the sessions live in.
+    pub fn runtime(&self) -> &AppState {
+        &self.rt
+    }
+
     /// The session the handle `id` names, for `actor` (its owner).
     pub(crate) async fn named(&self, actor: Actor, id: &str) -> ApiResult<Arc<McpSession>> {
         let known = lock(&self.by_handle).get(id).cloned();

@@ -42,6 +42,8 @@ pub struct McpSession {
     capabilities: Vec<String>,
     naming: Naming,
     latest: Mutex<Option<Listed>>,
+    /// Cancelled when the session ends: its list-change notifier stops.
+    ended: tokio_util::sync::CancellationToken,
 }
 
 /// How an action's tool is named.
@@ -151,6 +153,7 @@ impl McpSession {
             capabilities,
             naming: Naming::Adapter,
             latest: Mutex::new(None),
+            ended: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -179,6 +182,7 @@ impl McpSession {
             capabilities,
             naming: Naming::Adapter,
             latest: Mutex::new(None),
+            ended: tokio_util::sync::CancellationToken::new(),
         })
     }
 
@@ -194,6 +198,11 @@ impl McpSession {
         &self.session_id
     }
 
+    /// The runtime the session lives in.
+    pub fn runtime(&self) -> &AppState {
+        &self.rt
+    }
+
     /// The agent the session belongs to.
     pub fn agent_id(&self) -> &str {
         &self.actor.id
@@ -201,7 +210,27 @@ impl McpSession {
 
     /// Ends the CARP session (`session.ended`, durable when this returns).
     pub async fn end(&self) -> ApiResult<()> {
+        self.ended.cancel();
         sessions::end(&self.rt, &self.actor, &self.session_id).await
+    }
+
+    /// Tells `peer` (a 2025-11-25 client of this session) each time its tool list may have
+    /// changed (`notifications/tools/list_changed`), until the session ends or the client goes.
+    pub fn notify_list_changes(&self, peer: rmcp::Peer<rmcp::RoleServer>) {
+        let mut changes = self.rt.tool_lists.subscribe();
+        let ended = self.ended.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = ended.cancelled() => return,
+                    changed = changes.changed() => {
+                        if changed.is_err() || peer.notify_tool_list_changed().await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
     }
 
     /// The tools this session may call now: one CARP resolve, whose allowed actions they are.

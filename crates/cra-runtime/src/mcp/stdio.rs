@@ -25,6 +25,7 @@ pub async fn serve_stdio(
     let served = tokio::select! {
         started = Handler::Stdio(session.clone()).serve(rmcp::transport::stdio()) => match started {
             Ok(running) => {
+                session.notify_list_changes(running.peer().clone());
                 let cancel = running.cancellation_token();
                 tokio::select! {
                     _ = running.waiting() => {}

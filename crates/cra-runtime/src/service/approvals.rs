@@ -128,6 +128,7 @@ pub async fn decide(
                 e
             }
         })?;
+    rt.tool_lists_changed();
     Ok(record)
 }
 

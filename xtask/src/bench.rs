@@ -15,6 +15,8 @@
 //! * HTTP and WebSocket: `http-load` against a `cra serve` release binary it starts on loopback
 //!   (resolve / execute / deposit at 1, 16, 64 clients; fan-out of one session emitting 100
 //!   events/s to 1, 100, 1,000 subscribers, beside a bare in-process broadcast);
+//! * MCP: `mcp-proxy`, a tool call of the filesystem MCP server (from `.ci/install`) through
+//!   `cra mcp proxy` and straight to it, alternating, p50 and p99 of each and what the proxy adds;
 //! * the crates' own criterion benches (`cargo bench -p <crate> --bench <name> -- --quick` in
 //!   quick mode), read back from `bench/target/criterion/**/new/{benchmark,sample}.json`:
 //!   per-iteration min / median / max over criterion's samples. `cra-store`'s `append` bench
@@ -56,6 +58,10 @@ pub(crate) const TRACE_EXAMPLES: [&str; 6] = [
 /// Every build of this command goes to its own target dir, so it never waits on the lock of the
 /// shared `target/` (and the comparison crates never mix with the workspace's).
 const TARGET: &str = "bench/target";
+/// The filesystem MCP server `.ci/install` puts under `tools/peers` (the proxy benchmark's
+/// upstream).
+pub(crate) const FS_SERVER: &str =
+    "tools/peers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js";
 
 /// Entry point.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
@@ -108,6 +114,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     step("orient_growth", orient_growth(quick), &mut steps);
     step("http", http_load(quick, "http"), &mut steps);
     step("websocket", http_load(quick, "ws"), &mut steps);
+    step("mcp_proxy", mcp_proxy(quick), &mut steps);
     for &(pkg, bench, area, in_quick) in CRITERION {
         if quick && !in_quick {
             continue;
@@ -426,6 +433,26 @@ fn http_load(quick: bool, only: &str) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&output(&mut cmd)?)?)
 }
 
+/// A `tools/call` through `cra mcp proxy` against the same call straight to the upstream
+/// (`bench/policy-compare/src/bin/mcp-proxy.rs`).
+fn mcp_proxy(quick: bool) -> anyhow::Result<Value> {
+    build_compare()?;
+    build_workspace(true)?;
+    let mut cmd = Command::new(format!("{TARGET}/release/mcp-proxy"));
+    cmd.args([
+        "--cra",
+        &format!("{TARGET}/release/cra"),
+        "--fs-server",
+        FS_SERVER,
+        "--work",
+        &format!("{TARGET}/bench/mcp-proxy"),
+    ]);
+    if quick {
+        cmd.args(["--calls", "500", "--runs", "1"]);
+    }
+    Ok(serde_json::from_str(&output(&mut cmd)?)?)
+}
+
 /// Runs one criterion bench and reads back every benchmark it wrote during this run.
 fn criterion_bench(
     pkg: &str,
@@ -653,6 +680,7 @@ fn render(doc: &Value) -> String {
             "orient_growth" => render_orient(&mut s, r, &mut growth),
             "http" => render_http(&mut s, r),
             "websocket" => render_ws(&mut s, r),
+            "mcp_proxy" => render_mcp_proxy(&mut s, r),
             _ => render_criterion(&mut s, name, r),
         }
     }
@@ -683,6 +711,36 @@ fn render(doc: &Value) -> String {
         let _ = writeln!(s);
     }
     s
+}
+
+fn render_mcp_proxy(s: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let ms = |v: &Value| f(v).map_or("?".to_owned(), |us| format!("{:.3} ms", us / 1000.0));
+    let _ = writeln!(
+        s,
+        "## MCP proxy: a tool call through `cra mcp proxy` vs straight to the upstream
+"
+    );
+    let _ = writeln!(
+        s,
+        "`read_text_file` of the filesystem MCP server, {} calls per path over {} runs, alternating; through the proxy every call is a durable CARP execute (`bench/policy-compare/src/bin/mcp-proxy.rs`). Target: at most 1 ms added at p50 and 3 ms at p99.\n",
+        r["calls_per_path"], r["runs"]
+    );
+    let _ = writeln!(s, "| path | p50 | p99 |");
+    let _ = writeln!(s, "|---|---:|---:|");
+    for (name, key) in [
+        ("straight to the upstream", "direct_us"),
+        ("through cra mcp proxy", "proxy_us"),
+        ("added by the proxy", "added_us"),
+    ] {
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} |",
+            ms(&r[key]["p50"]),
+            ms(&r[key]["p99"])
+        );
+    }
+    let _ = writeln!(s);
 }
 
 /// One row of the growth table: (size, median time) points.

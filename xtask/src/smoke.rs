@@ -7,7 +7,8 @@
 //! What runs: the `bench/policy-compare` programs with `--smoke` (the engines' agreement check
 //! included), a 1,000-event synthetic session through `verify-limit`, cra-trace's `verify_file`
 //! and the Appendix B Python verifier, `http-load` against the debug `cra` for HTTP and
-//! WebSocket, and every criterion bench in criterion's test mode (each benchmark once, through
+//! WebSocket, `mcp-proxy` for five calls each way (the filesystem MCP server from `.ci/install`),
+//! and every criterion bench in criterion's test mode (each benchmark once, through
 //! one `cargo test --workspace --bench ...`). A failed step does not stop the others; the
 //! command fails at the end naming every failed step.
 
@@ -17,7 +18,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use serde_json::Value;
 
-use crate::bench::{CRITERION, TRACE_EXAMPLES, cargo, output, status};
+use crate::bench::{CRITERION, FS_SERVER, TRACE_EXAMPLES, cargo, output, status};
 
 /// The shared target directory, as cargo itself chooses it.
 fn target_dir() -> String {
@@ -56,6 +57,22 @@ pub(crate) fn run(build_only: bool) -> anyhow::Result<()> {
     );
     step("http", http_load(&target, "http"));
     step("websocket", http_load(&target, "ws"));
+    step(
+        "mcp_proxy",
+        json_of(
+            &target,
+            "mcp-proxy",
+            &[
+                "--smoke",
+                "--cra",
+                &format!("{target}/debug/cra"),
+                "--fs-server",
+                FS_SERVER,
+                "--work",
+                &format!("{target}/bench-smoke/mcp-proxy"),
+            ],
+        ),
+    );
     step("criterion", criterion());
     if !failed.is_empty() {
         bail!("benchmark smoke steps failed: {}", failed.join(", "));

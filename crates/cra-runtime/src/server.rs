@@ -103,21 +103,13 @@ pub fn build_runtime(
         }
     )));
     let owner = replica_id(&config, ids.as_ref(), &mut notices);
-    let closed = crate::inflight::close_interrupted(
-        backends.carp.as_ref(),
-        backends.chains.as_ref(),
+    close_interrupted(
+        &backends,
         &atlas_state,
         clock.as_ref(),
         &owner,
-    )
-    .map_err(|e| StartError::Other(e.to_string()))?;
-    if closed > 0 {
-        notices.push(StartNotice::Info(format!(
-            "closed {closed} execution(s) cut off by the last stop as `{}` (action.failed, {}): check their target systems",
-            owner,
-            crate::inflight::INTERRUPTED
-        )));
-    }
+        &mut notices,
+    )?;
     config.replica_id = Some(owner);
     roll_relay_forward(&backends, &mut notices)?;
     notices.push(StartNotice::Info(match &config.postgres {
@@ -137,8 +129,10 @@ pub fn build_runtime(
 /// mode, `cra mcp serve`): the same store, rules and events as `cra serve` on that directory,
 /// with the atlases of `atlases` (none when empty), no listener, no executors but the built-in
 /// ones and no keys (the caller names its actor, [`crate::auth::Actor::local`]). It rolls
-/// forward the Relay events a stopped server still owed, as a start would; the executions a
-/// crash cut off are left to the next `cra serve`, which owns their leases.
+/// forward the Relay events a stopped server still owed, as a start would, and, when atlases
+/// are named, closes the executions the directory's last process left in flight (every process
+/// on an embedded store leases as `local`; closing one writes its executor, which only the
+/// atlases name).
 ///
 /// A running server holds the directory: the answer is then [`StartError::Store`] with
 /// [`cra_store::BackendError::InUse`], which names that server's process.
@@ -178,6 +172,19 @@ pub fn open_local_with(
     };
     let mut notices = Vec::new();
     let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
+    // Executions this directory's last process (a server or a front door, all `local` on the
+    // embedded store) left in flight are closed as a server's start closes them; their events
+    // name the executor, which only the atlases know, so a door without atlases leaves them.
+    if !atlases.is_empty() {
+        let owner = replica_id(&config, ids.as_ref(), &mut notices);
+        close_interrupted(
+            &backends,
+            &atlas_state,
+            clock.as_ref(),
+            &owner,
+            &mut notices,
+        )?;
+    }
     roll_relay_forward(&backends, &mut notices)?;
     let parts = Parts {
         auth: Authenticator::new(&KeysFile::default(), None)?,
@@ -186,6 +193,32 @@ pub fn open_local_with(
         test_clock: None,
     };
     Ok((assemble(config, clock, ids, parts), notices))
+}
+
+/// Closes the executions `owner` left in flight ([`crate::inflight::close_interrupted`]), and
+/// says how many when there were some.
+fn close_interrupted(
+    backends: &crate::Backends,
+    atlases: &crate::atlases::AtlasState,
+    clock: &dyn Clock,
+    owner: &str,
+    notices: &mut Vec<StartNotice>,
+) -> Result<(), StartError> {
+    let closed = crate::inflight::close_interrupted(
+        backends.carp.as_ref(),
+        backends.chains.as_ref(),
+        atlases,
+        clock,
+        owner,
+    )
+    .map_err(|e| StartError::Other(e.to_string()))?;
+    if closed > 0 {
+        notices.push(StartNotice::Info(format!(
+            "closed {closed} execution(s) cut off by the last stop as `{owner}` (action.failed, {}): check their target systems",
+            crate::inflight::INTERRUPTED
+        )));
+    }
+    Ok(())
 }
 
 /// Appends the events of the Relay writes the last stop cut off before their append (the

@@ -10,6 +10,7 @@ mod atlas;
 mod atlas_differential;
 mod mcp;
 mod mcp_http;
+mod readme;
 mod relay;
 mod serve;
 mod trace;

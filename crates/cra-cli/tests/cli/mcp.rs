@@ -21,6 +21,18 @@ fn call(name: &str, arguments: Value) -> CallToolRequestParams {
     CallToolRequestParams::new(name.to_owned()).with_arguments(arguments)
 }
 
+/// The runtime over `data` (the server has exited) and an auditor to read its chains.
+fn reader_of(data: &Path) -> (cra_runtime::AppState, Actor) {
+    let (state, _) = cra_runtime::open_local(
+        data,
+        &[],
+        Arc::new(cra_wire::SystemClock),
+        Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    (state, Actor::local("auditor", ActorType::Human))
+}
+
 fn text_of(result: &CallToolResult) -> String {
     serde_json::to_value(&result.content).unwrap().to_string()
 }
@@ -122,14 +134,7 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
     client.cancel().await.unwrap();
 
     // The client is gone and the server has exited: read its chain from the data directory.
-    let (state, _) = cra_runtime::open_local(
-        &data,
-        &[],
-        Arc::new(cra_wire::SystemClock),
-        Arc::new(cra_wire::UuidV7Ids),
-    )
-    .unwrap();
-    let auditor = Actor::local("auditor", ActorType::Human);
+    let (state, auditor) = reader_of(&data);
     let chains = state.chains(&auditor).await.unwrap();
     assert_eq!(chains.len(), 1, "one CARP session");
     assert!(chains[0].ended, "ending the client ended the session");
@@ -207,14 +212,7 @@ fn the_session_ended(data: &Path) -> bool {
         .enable_all()
         .build()
         .unwrap();
-    let (state, _) = cra_runtime::open_local(
-        data,
-        &[],
-        Arc::new(cra_wire::SystemClock),
-        Arc::new(cra_wire::UuidV7Ids),
-    )
-    .unwrap();
-    let auditor = Actor::local("auditor", ActorType::Human);
+    let (state, auditor) = reader_of(data);
     let chains = rt.block_on(state.chains(&auditor)).unwrap();
     assert_eq!(chains.len(), 1);
     chains[0].ended
@@ -346,14 +344,7 @@ async fn import_mcp_and_proxy_govern_an_upstream_under_its_own_names() {
     );
     client.cancel().await.unwrap();
 
-    let (state, _) = cra_runtime::open_local(
-        &data,
-        &[],
-        Arc::new(cra_wire::SystemClock),
-        Arc::new(cra_wire::UuidV7Ids),
-    )
-    .unwrap();
-    let auditor = Actor::local("auditor", ActorType::Human);
+    let (state, auditor) = reader_of(&data);
     let chains = state.chains(&auditor).await.unwrap();
     let events = state.trace(&auditor, &chains[0].session_id).await.unwrap();
     let executed: Vec<&Value> = events

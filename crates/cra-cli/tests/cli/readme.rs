@@ -1,0 +1,76 @@
+//! The README's five-minute first run, extracted and run verbatim: the commands of its first
+//! `sh` block after the heading "A five-minute first run", with the `cra` under test on the
+//! `PATH`, in an empty directory. It must reach an allowed execute and a verified chain, so the
+//! walk-through a new user follows stays true.
+
+use std::path::Path;
+use std::process::Command;
+
+/// The first ```` ```sh ```` block after the heading `heading` in `markdown`.
+fn first_sh_block_after<'a>(markdown: &'a str, heading: &str) -> &'a str {
+    let from = markdown
+        .find(heading)
+        .unwrap_or_else(|| panic!("the README has no heading `{heading}`"));
+    let rest = &markdown[from..];
+    // The block after the install block: the install command is for people, not for CI.
+    let mut blocks = rest.split("```sh\n").skip(1);
+    let _install = blocks.next().expect("an install block");
+    let walk = blocks.next().expect("the walk-through block");
+    &walk[..walk.find("```").expect("the block ends")]
+}
+
+#[cfg(unix)]
+#[test]
+fn the_readme_first_run_reaches_an_allowed_execute_and_a_verified_chain() {
+    use std::os::unix::process::CommandExt;
+
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let block = first_sh_block_after(&readme, "## A five-minute first run");
+    assert!(
+        block.contains("/v1/execute"),
+        "the block executes an action"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bin = Path::new(env!("CARGO_BIN_EXE_cra")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut child = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", block])
+        .current_dir(dir.path())
+        .env("PATH", path)
+        // Its own process group, so that a failing step's server is stopped below too.
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let group = child.id();
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    let status = child.wait().unwrap();
+    let _ = Command::new("kill")
+        .args(["-TERM", "--", &format!("-{group}")])
+        .status();
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap_or_default();
+    assert!(
+        status.success(),
+        "the walk-through failed ({status})\nstdout:\n{out}\nstderr:\n{err}\nserve.log:\n{log}"
+    );
+    assert!(out.contains("success"), "the execute succeeded:\n{out}");
+    assert!(out.contains("valid: "), "the chain verified:\n{out}");
+    let executed = std::fs::read_to_string(dir.path().join("executed.json")).unwrap();
+    let executed: serde_json::Value = serde_json::from_str(&executed).unwrap();
+    assert_eq!(
+        executed["result"],
+        serde_json::json!({"echo": {"message": "hello"}})
+    );
+}

@@ -2,7 +2,8 @@
 //!
 //! `serve` is an MCP server over standard input and output. It opens one CARP session for
 //! `--agent` on a local data directory, through the runtime's service layer (as `cra relay`
-//! local mode does), with the atlases of `--atlas`. `tools/list` answers the actions its
+//! local mode does), with the atlases of `--atlas`; with `--url URL --token T` it relays to that
+//! server's `/mcp` instead, where the session is the token's agent's. `tools/list` answers the actions its
 //! policies allow now; `tools/call` executes one, decided and recorded as over HTTP. Standard
 //! output carries JSON-RPC only; notices go to standard error. On end of input, SIGTERM or
 //! Ctrl-C the session ends (`session.ended` is durable before the process exits).
@@ -128,18 +129,25 @@ pub struct ProxyArgs {
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// The agent the session is for (its CARP requester).
-    #[arg(long)]
-    pub agent: String,
+    #[arg(long, required_unless_present = "url", conflicts_with = "url")]
+    pub agent: Option<String>,
     /// What the session is for (the resolves' goal).
     #[arg(long, default_value = cra_runtime::mcp::DEFAULT_GOAL)]
     pub goal: String,
     /// A capability the session's resolves ask for (repeatable; default: every capability of
     /// the atlases).
-    #[arg(long = "capability")]
+    #[arg(long = "capability", conflicts_with = "url")]
     pub capabilities: Vec<String>,
     /// An atlas directory or `.tar.gz` (repeatable).
-    #[arg(long = "atlas")]
+    #[arg(long = "atlas", conflicts_with = "url")]
     pub atlases: Vec<PathBuf>,
+    /// Relay to the `/mcp` of the cra server at this URL instead: the session is the token's
+    /// agent's, on the server, under its atlases.
+    #[arg(long, requires = "token")]
+    pub url: Option<String>,
+    /// The API key (or JWT) the server knows the agent by (with `--url`).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// The data directory (the embedded store; a running server must not hold it).
     #[arg(long, env = "CRA_DATA", default_value = "cra-data")]
     pub data: PathBuf,
@@ -161,6 +169,9 @@ pub fn run(command: McpCommand) -> Exit {
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
+    if let (Some(url), Some(token)) = (&args.url, &args.token) {
+        return bridge(url, token);
+    }
     if args.atlases.is_empty() {
         return Err("name the atlases the session is governed by: --atlas DIR (repeatable)".into());
     }
@@ -168,12 +179,25 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         data: args.data,
         atlases: args.atlases,
         executors: BTreeMap::new(),
-        agent: args.agent,
+        agent: args.agent.unwrap_or_default(),
         goal: args.goal,
         capabilities: args.capabilities,
         upstream_names: false,
     };
     session.serve("cra mcp serve")
+}
+
+/// `cra mcp serve --url`: standard input and output relayed to the server's `/mcp`.
+fn bridge(url: &str, token: &str) -> Result<(), String> {
+    let executor = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the executor: {e}"))?;
+    executor.block_on(async {
+        let stop = stop_signal()?;
+        eprintln!("cra mcp serve: relaying MCP on standard input and output to {url}/mcp");
+        cra_runtime::mcp::bridge_stdio(url, token, stop).await
+    })
 }
 
 fn proxy(args: ProxyArgs) -> Result<(), String> {

@@ -408,3 +408,56 @@ async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_
     client.cancel().await.unwrap();
     server.shutdown().await.unwrap();
 }
+
+/// `cra mcp serve --url --token`: a stdio client of the real binary acts in a session the
+/// server holds for the token's agent; leaving ends that session on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_with_url_relays_a_stdio_client_to_the_servers_session() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serve(tmp.path()).await;
+    let url = format!("http://{}", server.addr);
+    let command = tokio::process::Command::new(env!("CARGO_BIN_EXE_cra")).configure(|c| {
+        c.args(["mcp", "serve", "--url", &url, "--token", AGENT]);
+    });
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let instructions = client.peer_info().unwrap().instructions.clone().unwrap();
+    assert!(instructions.contains("CARP session"), "{instructions}");
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["ci_rerun", "deploy_run", "doc_read"]);
+    let read = client
+        .call_tool(call("doc_read", json!({"page": "relayed"}), None))
+        .await
+        .unwrap();
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    assert!(
+        client
+            .call_tool(call("no_such_tool", json!({}), None))
+            .await
+            .is_err(),
+        "the server's protocol error, relayed"
+    );
+    // Leaving waits for the relay to exit, which deletes its MCP session first.
+    client.cancel().await.unwrap();
+
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = server.state.chains(&auditor).await.unwrap();
+    assert_eq!(chains.len(), 1, "{chains:?}");
+    assert!(chains[0].ended, "leaving ended the session on the server");
+    let events = server
+        .state
+        .trace(&auditor, &chains[0].session_id)
+        .await
+        .unwrap();
+    assert_eq!(events[0].payload["agent_id"], "bot", "the token's agent");
+    server.shutdown().await.unwrap();
+}

@@ -13,13 +13,15 @@
 //!
 //! Two transports serve the one [`handler`]: standard input and output ([`stdio`], `cra mcp
 //! serve`, one session for the process) and Streamable HTTP ([`http`], `/mcp` on `cra serve`,
-//! a session per MCP session or per `cra/session.open` handle).
+//! a session per MCP session or per `cra/session.open` handle). `cra mcp serve --url` relays
+//! standard input and output to a server's `/mcp` instead (`bridge.rs`).
 
+mod bridge;
 pub mod handler;
 pub mod http;
 pub mod stdio;
 
-pub use stdio::serve_stdio;
+pub use stdio::{bridge_stdio, serve_stdio};
 
 use cra_atlas::adapters::{McpToolSource, action_id_of, mcp_tool, tool_name};
 use cra_carp::types::{AllowedAction, ContextBlock, ExecuteResponse, ExecuteStatus};

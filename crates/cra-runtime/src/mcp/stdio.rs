@@ -1,9 +1,13 @@
 //! `cra mcp serve`'s transport: one CARP session served over this process's standard input
-//! and output, ended when the client leaves or the process is told to stop.
+//! and output, ended when the client leaves or the process is told to stop. The session lives
+//! in this process ([`serve_stdio`]) or on a server, whose `/mcp` this process relays to
+//! ([`bridge_stdio`]).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
+use rmcp::service::ServerInitializeError;
 
 use super::McpSession;
 use super::handler::Handler;
@@ -18,14 +22,56 @@ use super::handler::Handler;
 /// first in either case.
 pub async fn serve_stdio(
     session: McpSession,
-    stop: impl std::future::Future<Output = ()>,
+    stop: impl Future<Output = ()>,
 ) -> Result<(), String> {
     let session = Arc::new(session);
+    let watched = session.clone();
+    let served = run_stdio(Handler::Stdio(session.clone()), stop, move |peer| {
+        watched.notify_list_changes(peer);
+    })
+    .await;
+    let ended = session
+        .end()
+        .await
+        .map_err(|e| format!("the CARP session could not be ended: {}", e.body.message));
+    served.and(ended)
+}
+
+/// Relays this process's standard input and output to the `/mcp` of the server at `url`, as
+/// the agent `token` names: the server opens the CARP session at the handshake, decides and
+/// records every call, and ends the session when this process leaves (its MCP session is
+/// deleted) on end of input or `stop`.
+///
+/// # Errors
+/// When the server cannot be reached or refuses the handshake (the message says why), or the
+/// standard transport fails other than by the client leaving.
+pub async fn bridge_stdio(
+    url: &str,
+    token: &str,
+    stop: impl Future<Output = ()>,
+) -> Result<(), String> {
+    let bridge = super::bridge::Bridge::connect(url, token).await?;
+    let notify = bridge.clone();
+    let served = run_stdio(bridge.clone(), stop, move |peer| {
+        notify.forward_changes(peer)
+    })
+    .await;
+    bridge.close().await;
+    served
+}
+
+/// Serves `handler` on standard input and output until the client leaves or `stop` resolves;
+/// `started` gets the client's peer once the handshake is done.
+async fn run_stdio<H: rmcp::ServerHandler>(
+    handler: H,
+    stop: impl Future<Output = ()>,
+    started: impl FnOnce(rmcp::Peer<rmcp::RoleServer>),
+) -> Result<(), String> {
     tokio::pin!(stop);
-    let served = tokio::select! {
-        started = Handler::Stdio(session.clone()).serve(rmcp::transport::stdio()) => match started {
+    tokio::select! {
+        serving = handler.serve(rmcp::transport::stdio()) => match serving {
             Ok(running) => {
-                session.notify_list_changes(running.peer().clone());
+                started(running.peer().clone());
                 let cancel = running.cancellation_token();
                 tokio::select! {
                     _ = running.waiting() => {}
@@ -34,14 +80,9 @@ pub async fn serve_stdio(
                 Ok(())
             }
             // The client went away before (or during) the handshake: nothing to serve.
-            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+            Err(ServerInitializeError::ConnectionClosed(_)) => Ok(()),
             Err(e) => Err(format!("the MCP connection did not start: {e}")),
         },
         () = &mut stop => Ok(()),
-    };
-    let ended = session
-        .end()
-        .await
-        .map_err(|e| format!("the CARP session could not be ended: {}", e.body.message));
-    served.and(ended)
+    }
 }

@@ -42,6 +42,11 @@ import threading
 from pathlib import Path
 
 import httpx2
+import mcp_types._v2025_11_25 as wire_2025
+import mcp_types._v2026_07_28 as wire_2026
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import ValidationError
 from mcp import Client, ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -65,6 +70,7 @@ actor_type = "human"
 roles = ["operator"]
 """
 SESSION_IN_INSTRUCTIONS = re.compile(r"CARP session ([0-9a-f-]{36})")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 APPROVAL_IN_TEXT = re.compile(r"approval ([0-9a-f-]{36})")
 FS_SERVER = ROOT / "tools/peers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
@@ -87,11 +93,35 @@ def text_of(result):
     return "".join(c.text for c in result.content if getattr(c, "type", "") == "text")
 
 
+def schema_checks(run, era, tools):
+    """The tool list validates against the MCP schema of its era (the official SDK's wire models,
+    generated from that schema), each inputSchema is a valid JSON Schema (2020-12), and each
+    action's tool name keeps to the characters MCP asks tool names to use."""
+    models = {"2025-11-25": wire_2025, "2026-07-28": wire_2026}[era]
+    wire = tools.model_dump(by_alias=True, exclude_none=True, mode="json")
+    try:
+        models.ListToolsResult.model_validate(wire)
+        check(run, f"tools/list validates against the {era} schema", True)
+    except ValidationError as e:
+        check(run, f"tools/list validates against the {era} schema", False, e)
+    bad = []
+    for tool in wire["tools"]:
+        try:
+            Draft202012Validator.check_schema(tool["inputSchema"])
+        except SchemaError as e:
+            bad.append((tool["name"], e.message))
+    check(run, "every inputSchema is a valid JSON Schema", not bad, bad)
+    names = [t["name"] for t in wire["tools"] if not t["name"].startswith("cra/")]
+    check(run, "action tool names use [A-Za-z0-9_.-], 1 to 128 of them",
+          all(TOOL_NAME.fullmatch(n) for n in names), names)
+
+
 async def exercise(run, client, meta=None):
     """The calls every run makes; returns the context block's text by URI. `meta` (the session
     handle of the stateless era) goes on every request when given."""
     kw = {"meta": meta} if meta else {}
     tools = await client.list_tools(**kw)
+    schema_checks(run, run.split()[-1], tools)
     names = sorted(t.name for t in tools.tools if not t.name.startswith("cra/"))
     check(run, "tools/list is exactly the allowed actions", names == ["ci_rerun", "deploy_run", "doc_read"], names)
     schema = next(t.input_schema for t in tools.tools if t.name == "doc_read")

@@ -360,3 +360,29 @@ async fn import_mcp_and_proxy_govern_an_upstream_under_its_own_names() {
         .count();
     assert_eq!(requested, 2, "both calls are recorded");
 }
+
+/// Every action of the example atlases has a tool name that maps back to it, and keeps to the
+/// characters MCP asks tool names to use (`[A-Za-z0-9_.-]`, 1 to 128).
+#[test]
+fn tool_names_round_trip_for_every_action_of_the_example_atlases() {
+    use cra_atlas::adapters::{action_id_of, tool_name};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let atlas = cra_atlas::load::load(&entry.unwrap().path()).unwrap();
+        for action in &atlas.manifest.actions {
+            let name = tool_name(&action.action_id);
+            assert_eq!(action_id_of(&name), action.action_id, "{name}");
+            assert!(
+                (1..=128).contains(&name.len())
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)),
+                "{name}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 10, "the example atlases have actions: {seen}");
+}

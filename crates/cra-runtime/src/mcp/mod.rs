@@ -251,10 +251,18 @@ impl McpSession {
             blocks: std::mem::take(&mut resolution.context_blocks),
         };
         *self.latest.lock().await = Some(listed);
+        let atlases = self.rt.atlases();
         resolution
             .allowed_actions
             .iter()
-            .map(|a| tool_of(a, &self.naming))
+            .map(|a| {
+                let executor = atlases
+                    .loaded
+                    .iter()
+                    .find_map(|x| x.action(&a.action_id))
+                    .and_then(|x| x.executor.as_deref());
+                tool_of(a, executor, &self.naming)
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| ApiError::internal("an allowed action has no MCP tool form", e))
     }
@@ -392,17 +400,21 @@ pub(crate) fn read_of(
 }
 
 /// The MCP tool of an allowed action, made as the atlas adapter makes it
-/// ([`cra_atlas::adapters::mcp_tool`]). No `openWorldHint` (the resolution does not carry the
-/// executor) and no `outputSchema`: results are not validated against `returns_schema`
-/// (specs/mcp.md).
-fn tool_of(a: &AllowedAction, naming: &Naming) -> Result<Tool, serde_json::Error> {
+/// ([`cra_atlas::adapters::mcp_tool`]): `openWorldHint` when the atlas names an `executor` for
+/// the action (as the adapter file says it), and no `outputSchema`, since results are not
+/// validated against `returns_schema` (specs/mcp.md).
+fn tool_of(
+    a: &AllowedAction,
+    executor: Option<&str>,
+    naming: &Naming,
+) -> Result<Tool, serde_json::Error> {
     let source = McpToolSource {
         name: a.name.as_str(),
         description: a.description.as_str(),
         parameters_schema: a.parameters_schema.value(),
         risk_tier: a.risk_tier,
         idempotent: a.idempotent,
-        open_world: None,
+        open_world: Some(executor.is_some()),
         output_schema: None,
     };
     serde_json::from_value(mcp_tool(&naming.tool(&a.action_id), &source))

@@ -49,7 +49,7 @@ pub struct McpSessions {
 }
 
 /// The `/mcp` route over `rt`'s runtime: Streamable HTTP in both MCP eras, its answers mended
-/// where the transport's differ from what MCP clients expect ([`as_mcp_expects`]).
+/// where the transport's differ from what MCP clients expect (`as_mcp_expects`).
 pub fn router<S: Clone + Send + Sync + 'static>(rt: AppState) -> axum::Router<S> {
     axum::Router::new()
         .route_service("/mcp", service(rt))

@@ -14,7 +14,8 @@ tools/peers/package-lock.json) over a temporary directory, governed two ways:
   proxy               `cra atlas import-mcp --writes deny`, then `cra mcp proxy` over stdio:
                       reads run and return the file, writes are refused and change nothing
   executor            `cra atlas import-mcp --writes approve`, the server as an `mcp` executor
-                      of `cra serve`, through `/mcp`: a write waits for an operator, who grants
+                      of `cra serve`, through `cra mcp proxy --url` (the README's client
+                      entry, upstream names kept): a write waits for an operator, who grants
                       it over the HTTP API, and the retried call writes the file once; an
                       upstream killed during a call is `executor_crashed`, and the next call
                       runs on a restarted one
@@ -291,15 +292,20 @@ kind = "mcp"
 command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
 """)
     server, base = start_server(cra, work, "fs-served", atlas, config)
+    # The client's entry of the README: `cra mcp proxy --url --token`, tools under their
+    # upstream names, the server running the upstream and deciding.
+    relay = StdioServerParameters(command=cra, args=["mcp", "proxy", "--url", base, "--token", AGENT_KEY])
     try:
-        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {AGENT_KEY}"}, timeout=30) as http:
-            async with Client(streamable_http_client(f"{base}/mcp", http_client=http), mode="legacy") as client:
+        async with httpx2.AsyncClient(timeout=30) as http:
+            async with Client(relay, mode="legacy") as client:
                 session_id = SESSION_IN_INSTRUCTIONS.search(client.instructions or "").group(1)
+                names = {t.name for t in (await client.list_tools()).tools}
+                check(run, "the proxy shows the upstream's tool names", {"read_text_file", "write_file"} <= names, sorted(names))
                 target = str(files / "notes.txt")
-                read = await client.call_tool("fs_read_text_file", {"path": target})
+                read = await client.call_tool("read_text_file", {"path": target})
                 check(run, "an allowed read returns the file", not read.is_error and text_of(read) == "the original\n", text_of(read))
                 arguments = {"path": target, "content": "approved content"}
-                pending = await client.call_tool("fs_write_file", arguments)
+                pending = await client.call_tool("write_file", arguments)
                 approval = APPROVAL_IN_TEXT.search(text_of(pending))
                 check(run, "a write waits for an operator", pending.is_error and approval is not None, text_of(pending))
                 check(run, "nothing is written before the grant", (files / "notes.txt").read_text() == "the original\n")
@@ -307,7 +313,7 @@ command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
                                           headers={"Authorization": f"Bearer {OPERATOR_KEY}"},
                                           json={"decision": "grant", "note": "checked by the peer suite"})
                 check(run, "the operator grants it over the HTTP API", granted.status_code == 200, granted.text)
-                retried = await client.call_tool("fs_write_file", arguments)
+                retried = await client.call_tool("write_file", arguments)
                 check(run, "the retried call writes the file", not retried.is_error
                       and (files / "notes.txt").read_text() == "approved content", text_of(retried))
                 await crash_during_a_call(run, client, server, files)
@@ -333,7 +339,7 @@ async def crash_during_a_call(run, client, server, files):
     reads a FIFO, and opening the FIFO's other end returns once it has."""
     fifo = files / "blocking.fifo"
     os.mkfifo(fifo)
-    call = asyncio.create_task(client.call_tool("fs_read_text_file", {"path": str(fifo)}))
+    call = asyncio.create_task(client.call_tool("read_text_file", {"path": str(fifo)}))
     writer = await asyncio.to_thread(os.open, fifo, os.O_WRONLY)
     # The server's children, whichever of its threads started them: the upstream's node.
     children = [pid for task in Path(f"/proc/{server.pid}/task").iterdir()
@@ -345,7 +351,7 @@ async def crash_during_a_call(run, client, server, files):
     os.close(writer)
     check(run, "an upstream killed during a call is executor_crashed",
           crashed.is_error and "executor_crashed" in text_of(crashed), text_of(crashed))
-    again = await client.call_tool("fs_read_text_file", {"path": str(files / "notes.txt")})
+    again = await client.call_tool("read_text_file", {"path": str(files / "notes.txt")})
     check(run, "the next call runs on a restarted upstream", not again.is_error
           and text_of(again) == "approved content", text_of(again))
 

@@ -10,7 +10,9 @@
 //!
 //! `proxy` is `serve` in front of an MCP server cra did not write (`--upstream-cmd` or
 //! `--upstream-url`): the atlas `import-mcp` wrote governs it, each tool is listed under its
-//! upstream name, and an allowed call runs on the upstream as the `mcp` executor runs it.
+//! upstream name, and an allowed call runs on the upstream as the `mcp` executor runs it. With
+//! `--url` it relays to a server that runs the upstream as its executor, where operators decide
+//! approvals, and still shows the upstream's names.
 //!
 //! Exit codes: 0 the session ended (or the atlas was written); 1 the command could not run (an
 //! unopenable data directory, a broken atlas, an unreachable upstream, a session that could not
@@ -25,6 +27,7 @@ use cra_atlas::mcp_import::{self, Writes};
 use cra_runtime::auth::{Actor, ActorType};
 use cra_runtime::config::ExecutorConfig;
 use cra_runtime::executor::mcp::Upstream;
+use cra_runtime::mcp::bridge::Renames;
 use cra_runtime::mcp::{McpSession, Naming};
 use cra_wire::{SystemClock, UuidV7Ids};
 
@@ -43,21 +46,21 @@ pub enum McpCommand {
 
 /// The upstream MCP server: a command to start, or a URL.
 #[derive(Debug, Clone, Args)]
-#[group(required = true, multiple = false)]
+#[group(multiple = false)]
 pub struct UpstreamArgs {
     /// The command that starts the upstream (program and arguments, split like a shell does
     /// with quotes; no variables or globs).
     #[arg(long = "upstream-cmd", value_name = "\"CMD ARGS\"")]
-    pub command: Option<String>,
+    pub upstream_cmd: Option<String>,
     /// The upstream's Streamable HTTP URL.
     #[arg(long = "upstream-url", value_name = "URL")]
-    pub url: Option<String>,
+    pub upstream_url: Option<String>,
 }
 
 impl UpstreamArgs {
     /// The upstream as an `mcp` executor's configuration.
     fn executor(&self) -> Result<ExecutorConfig, String> {
-        match (&self.command, &self.url) {
+        match (&self.upstream_cmd, &self.upstream_url) {
             (Some(c), _) => Ok(ExecutorConfig::mcp_command(
                 split_command(c)?,
                 UPSTREAM_TIMEOUT_MS,
@@ -110,11 +113,19 @@ pub enum WritesArg {
 #[derive(Debug, Clone, Args)]
 pub struct ProxyArgs {
     /// The atlas governing the upstream (written by `cra atlas import-mcp`, then edited).
-    #[arg(long)]
-    pub atlas: PathBuf,
+    #[arg(long, required_unless_present = "url", conflicts_with = "url")]
+    pub atlas: Option<PathBuf>,
     /// The agent the session is for (its CARP requester).
-    #[arg(long)]
-    pub agent: String,
+    #[arg(long, required_unless_present = "url", conflicts_with = "url")]
+    pub agent: Option<String>,
+    /// Relay to the `/mcp` of the cra server at this URL instead, which runs the upstream as
+    /// its `mcp` executor (so operators decide approvals there); tools keep their upstream
+    /// names.
+    #[arg(long, requires = "token")]
+    pub url: Option<String>,
+    /// The API key (or JWT) the server knows the agent by (with `--url`).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// What the session is for (the resolves' goal).
     #[arg(long, default_value = cra_runtime::mcp::DEFAULT_GOAL)]
     pub goal: String,
@@ -170,7 +181,7 @@ pub fn run(command: McpCommand) -> Exit {
 
 fn serve(args: ServeArgs) -> Result<(), String> {
     if let (Some(url), Some(token)) = (&args.url, &args.token) {
-        return bridge(url, token);
+        return bridge(url, token, false);
     }
     if args.atlases.is_empty() {
         return Err("name the atlases the session is governed by: --atlas DIR (repeatable)".into());
@@ -187,22 +198,41 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     session.serve("cra mcp serve")
 }
 
-/// `cra mcp serve --url`: standard input and output relayed to the server's `/mcp`.
-fn bridge(url: &str, token: &str) -> Result<(), String> {
+/// `cra mcp serve|proxy --url`: standard input and output relayed to the server's `/mcp`,
+/// tools under their upstream names when `upstream_names` (the proxy).
+fn bridge(url: &str, token: &str, upstream_names: bool) -> Result<(), String> {
     let executor = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the executor: {e}"))?;
     executor.block_on(async {
         let stop = stop_signal()?;
-        eprintln!("cra mcp serve: relaying MCP on standard input and output to {url}/mcp");
-        cra_runtime::mcp::bridge_stdio(url, token, stop).await
+        let renames = if upstream_names {
+            Renames::of_server(url, token).await?
+        } else {
+            Renames::default()
+        };
+        eprintln!("cra mcp: relaying MCP on standard input and output to {url}/mcp");
+        cra_runtime::mcp::bridge_stdio(url, token, renames, stop).await
     })
 }
 
 fn proxy(args: ProxyArgs) -> Result<(), String> {
-    let atlas = cra_atlas::load::load(&args.atlas)
-        .map_err(|e| format!("cannot load the atlas {}: {e}", args.atlas.display()))?;
+    let upstream_given =
+        args.upstream.upstream_cmd.is_some() || args.upstream.upstream_url.is_some();
+    if let (Some(url), Some(token)) = (&args.url, &args.token) {
+        if upstream_given {
+            return Err("with --url the server runs the upstream (its [executors] entry of kind \"mcp\"): drop --upstream-cmd and --upstream-url".into());
+        }
+        return bridge(url, token, true);
+    }
+    let (Some(atlas_dir), Some(agent)) = (args.atlas, args.agent) else {
+        return Err(
+            "name the atlas and the agent: --atlas DIR --agent ID (or --url and --token)".into(),
+        );
+    };
+    let atlas = cra_atlas::load::load(&atlas_dir)
+        .map_err(|e| format!("cannot load the atlas {}: {e}", atlas_dir.display()))?;
     let servers: std::collections::BTreeSet<&str> = atlas
         .manifest
         .actions
@@ -215,7 +245,7 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
         0 => {
             return Err(format!(
                 "no action of {} runs an MCP tool (executor mcp:<server>/<tool>); write the atlas with cra atlas import-mcp",
-                args.atlas.display()
+                atlas_dir.display()
             ));
         }
         _ => {
@@ -226,9 +256,9 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
     };
     let session = Session {
         data: args.data,
-        atlases: vec![args.atlas],
+        atlases: vec![atlas_dir],
         executors: BTreeMap::from([(server, args.upstream.executor()?)]),
-        agent: args.agent,
+        agent,
         goal: args.goal,
         capabilities: Vec::new(),
         upstream_names: true,

@@ -18,7 +18,14 @@ use serde_json::{Value, json};
 const AGENT: &str = "mcp-agent-key-00000000";
 const OTHER: &str = "mcp-other-key-00000000";
 const ADMIN: &str = "mcp-admin-key-00000000";
+const OPERATOR: &str = "mcp-operator-key-00000";
 const KEYS: &str = r#"
+[[keys]]
+token = "mcp-operator-key-00000"
+actor_id = "oscar"
+actor_type = "human"
+roles = ["operator"]
+
 [[keys]]
 token = "mcp-admin-key-00000000"
 actor_id = "root"
@@ -40,14 +47,29 @@ roles = ["agent"]
 /// The body limit the server runs with here.
 const MAX_BODY: usize = 64 * 1024;
 
+/// The trace fixture atlas.
+fn fixture() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas")
+}
+
 /// A `cra serve` in this process over the trace fixture atlas, with the keys above.
 async fn serve(dir: &Path) -> cra_runtime::RunningServer {
+    serve_with(dir, fixture(), std::collections::BTreeMap::new()).await
+}
+
+/// A `cra serve` in this process over `atlas` with `executors`, with the keys above.
+async fn serve_with(
+    dir: &Path,
+    atlas: std::path::PathBuf,
+    executors: std::collections::BTreeMap<String, cra_runtime::config::ExecutorConfig>,
+) -> cra_runtime::RunningServer {
     std::fs::write(dir.join("keys.toml"), KEYS).unwrap();
     let mut config = cra_runtime::config::RuntimeConfig {
         addr: "127.0.0.1:0".into(),
         data: dir.join("data"),
         api_keys: Some(dir.join("keys.toml")),
-        atlases: vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas")],
+        atlases: vec![atlas],
+        executors,
         ..Default::default()
     };
     config.limits.requests_per_second = 0;
@@ -459,5 +481,101 @@ async fn mcp_serve_with_url_relays_a_stdio_client_to_the_servers_session() {
         .await
         .unwrap();
     assert_eq!(events[0].payload["agent_id"], "bot", "the token's agent");
+    server.shutdown().await.unwrap();
+}
+
+/// `cra mcp proxy --url --token`: the server runs the upstream (here `cra mcp serve`, governed
+/// on its own) as its `mcp` executor under an atlas from `import-mcp --writes approve`; the
+/// proxy shows the upstream's tool names, a call waits for an operator, who grants it on the
+/// server, and the retried call returns the upstream's own result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxy_with_url_keeps_upstream_names_and_an_operator_approves_on_the_server() {
+    use rmcp::ServiceExt;
+    use rmcp::transport::{ConfigureCommandExt, TokioChildProcess};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cra = env!("CARGO_BIN_EXE_cra");
+    let upstream_data = tmp.path().join("upstream-data");
+    let upstream: Vec<String> = [cra, "mcp", "serve", "--agent", "upstream-bot", "--atlas"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([
+            fixture().display().to_string(),
+            "--data".into(),
+            upstream_data.display().to_string(),
+        ])
+        .collect();
+    let atlas = tmp.path().join("imported");
+    let imported = std::process::Command::new(cra)
+        .args([
+            "atlas",
+            "import-mcp",
+            "--name",
+            "ops",
+            "--writes",
+            "approve",
+        ])
+        .arg("--upstream-cmd")
+        .arg(upstream.join(" "))
+        .arg("--out")
+        .arg(&atlas)
+        .output()
+        .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let executors = std::collections::BTreeMap::from([(
+        "ops".to_owned(),
+        cra_runtime::config::ExecutorConfig::mcp_command(upstream, 30_000),
+    )]);
+    let server = serve_with(tmp.path(), atlas, executors).await;
+    let url = format!("http://{}", server.addr);
+
+    let command = tokio::process::Command::new(cra).configure(|c| {
+        c.args(["mcp", "proxy", "--url", &url, "--token", AGENT]);
+    });
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let mut names: Vec<String> = client
+        .list_all_tools()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["ci_rerun", "deploy_run", "doc_read"],
+        "the upstream's names, not the server's ops_doc_read"
+    );
+    let arguments = json!({"page": "approved"});
+    let pending = client
+        .call_tool(call("doc_read", arguments.clone(), None))
+        .await
+        .unwrap();
+    assert_eq!(pending.is_error, Some(true), "{pending:?}");
+    let text = text_of(&pending);
+    let approval = text
+        .split("approval ")
+        .nth(1)
+        .and_then(|t| t.get(..36))
+        .unwrap_or_else(|| panic!("names its approval: {text}"));
+    let granted = reqwest::Client::new()
+        .post(format!("{url}/v1/approvals/{approval}"))
+        .bearer_auth(OPERATOR)
+        .json(&json!({"decision": "grant"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(granted.status(), 200, "{}", granted.text().await.unwrap());
+    let ran = client
+        .call_tool(call("doc_read", arguments, None))
+        .await
+        .unwrap();
+    assert_ne!(ran.is_error, Some(true), "{ran:?}");
+    assert_eq!(
+        text_of(&ran),
+        json!([{"type": "text", "text": "{\"echo\":{\"page\":\"approved\"}}"}]).to_string(),
+        "the upstream's own result"
+    );
+    client.cancel().await.unwrap();
     server.shutdown().await.unwrap();
 }

@@ -1,7 +1,11 @@
-//! `cra mcp serve --url`: a stdio MCP server that relays to a cra server's `/mcp`. The server
-//! holds the CARP session (its `initialize` opens it for the token's agent; deleting the MCP
-//! session ends it), decides and records every call; this side forwards each request and
-//! answer as it is, and tells its client when the server says the tool list changed.
+//! `cra mcp serve --url` and `cra mcp proxy --url`: a stdio MCP server that relays to a cra
+//! server's `/mcp`. The server holds the CARP session (its `initialize` opens it for the
+//! token's agent; deleting the MCP session ends it), decides and records every call; this side
+//! forwards each request and answer as it is, and tells its client when the server says the
+//! tool list changed. As a proxy it shows the tools the server runs on an MCP upstream (`mcp:`
+//! executors) under the upstream's own names ([`Renames`]).
+
+use std::collections::HashMap;
 
 use std::sync::Arc;
 
@@ -25,6 +29,7 @@ pub(crate) struct Bridge(Arc<Inner>);
 
 struct Inner {
     server: Peer<RoleClient>,
+    renames: Renames,
     connection: Mutex<Option<RunningService<RoleClient, Listener>>>,
     info: ServerConfig,
     changed: Arc<Notify>,
@@ -66,7 +71,7 @@ fn relayed(e: ServiceError) -> ErrorData {
 impl Bridge {
     /// Connects to `url`'s `/mcp` as `token`'s agent, in the 2025-11-25 era (an MCP session,
     /// which holds the CARP session).
-    pub(crate) async fn connect(url: &str, token: &str) -> Result<Self, String> {
+    pub(crate) async fn connect(url: &str, token: &str, renames: Renames) -> Result<Self, String> {
         let endpoint = format!("{}/mcp", url.trim_end_matches('/'));
         let transport = StreamableHttpClientTransport::from_config(
             StreamableHttpClientTransportConfig::with_uri(endpoint.as_str()).auth_header(token),
@@ -90,6 +95,7 @@ impl Bridge {
         info.instructions = peer.and_then(|p| p.instructions.clone());
         Ok(Self(Arc::new(Inner {
             server: connection.peer().clone(),
+            renames,
             connection: Mutex::new(Some(connection)),
             info,
             changed,
@@ -127,14 +133,23 @@ impl ServerHandler for Bridge {
         request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        self.0.server.list_tools(request).await.map_err(relayed)
+        let mut listed = self.0.server.list_tools(request).await.map_err(relayed)?;
+        for tool in &mut listed.tools {
+            if let Some(upstream) = self.0.renames.to_upstream.get(tool.name.as_ref()) {
+                tool.name = upstream.clone().into();
+            }
+        }
+        Ok(listed)
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(name) = self.0.renames.to_server.get(request.name.as_ref()) {
+            request.name = name.clone().into();
+        }
         self.0
             .server
             .call_tool(request)
@@ -162,5 +177,74 @@ impl ServerHandler for Bridge {
             .await
             .map(Into::into)
             .map_err(relayed)
+    }
+}
+
+/// Tool names as a proxy shows them: each action the server runs on an MCP upstream
+/// (`mcp:<server>/<tool>`) under `<tool>`, and back. Empty: the server's names as they are.
+#[derive(Debug, Clone, Default)]
+pub struct Renames {
+    to_upstream: HashMap<String, String>,
+    to_server: HashMap<String, String>,
+}
+
+impl Renames {
+    /// The renames of the `mcp:` actions in the server's atlases (`GET /v1/atlases/{id}`).
+    ///
+    /// # Errors
+    /// When the server cannot be read, or two of its actions run upstream tools of one name.
+    pub async fn of_server(url: &str, token: &str) -> Result<Self, String> {
+        let base = url.trim_end_matches('/');
+        let http = reqwest::Client::new();
+        let get = |path: String| {
+            let request = http.get(format!("{base}{path}")).bearer_auth(token);
+            async move {
+                let answer = request
+                    .send()
+                    .await
+                    .map_err(|e| format!("{base}{path}: {e}"))?;
+                let answer = answer
+                    .error_for_status()
+                    .map_err(|e| format!("{base}{path}: {e}"))?;
+                answer
+                    .json::<serde_json::Value>()
+                    .await
+                    .map_err(|e| format!("{base}{path}: {e}"))
+            }
+        };
+        let mut renames = Self::default();
+        let summaries = get("/v1/atlases".to_owned()).await?;
+        for summary in summaries.as_array().into_iter().flatten() {
+            let id = summary["atlas_id"].as_str().unwrap_or_default();
+            let manifest = get(format!("/v1/atlases/{id}")).await?;
+            for action in manifest["actions"].as_array().into_iter().flatten() {
+                let (Some(action_id), Some(executor)) =
+                    (action["action_id"].as_str(), action["executor"].as_str())
+                else {
+                    continue;
+                };
+                if let Some((_, tool)) = executor
+                    .strip_prefix("mcp:")
+                    .and_then(|r| r.split_once('/'))
+                {
+                    renames.add(&cra_atlas::adapters::tool_name(action_id), tool)?;
+                }
+            }
+        }
+        Ok(renames)
+    }
+
+    fn add(&mut self, server_name: &str, upstream: &str) -> Result<(), String> {
+        if let Some(other) = self
+            .to_server
+            .insert(upstream.to_owned(), server_name.to_owned())
+        {
+            return Err(format!(
+                "the server's actions `{other}` and `{server_name}` both run an upstream tool named `{upstream}`; a proxy shows one tool per name"
+            ));
+        }
+        self.to_upstream
+            .insert(server_name.to_owned(), upstream.to_owned());
+        Ok(())
     }
 }

@@ -14,9 +14,9 @@
 //! Two transports serve the one [`handler`]: standard input and output ([`stdio`], `cra mcp
 //! serve`, one session for the process) and Streamable HTTP ([`http`], `/mcp` on `cra serve`,
 //! a session per MCP session or per `cra/session.open` handle). `cra mcp serve --url` relays
-//! standard input and output to a server's `/mcp` instead (`bridge.rs`).
+//! standard input and output to a server's `/mcp` instead ([`bridge`]).
 
-mod bridge;
+pub mod bridge;
 pub mod handler;
 pub mod http;
 pub mod stdio;

@@ -40,7 +40,8 @@ pub async fn serve_stdio(
 /// Relays this process's standard input and output to the `/mcp` of the server at `url`, as
 /// the agent `token` names: the server opens the CARP session at the handshake, decides and
 /// records every call, and ends the session when this process leaves (its MCP session is
-/// deleted) on end of input or `stop`.
+/// deleted) on end of input or `stop`. Tools are shown under `renames` (a proxy's upstream
+/// names), or as the server names them when it is empty.
 ///
 /// # Errors
 /// When the server cannot be reached or refuses the handshake (the message says why), or the
@@ -48,9 +49,10 @@ pub async fn serve_stdio(
 pub async fn bridge_stdio(
     url: &str,
     token: &str,
+    renames: super::bridge::Renames,
     stop: impl Future<Output = ()>,
 ) -> Result<(), String> {
-    let bridge = super::bridge::Bridge::connect(url, token).await?;
+    let bridge = super::bridge::Bridge::connect(url, token, renames).await?;
     let notify = bridge.clone();
     let served = run_stdio(bridge.clone(), stop, move |peer| {
         notify.forward_changes(peer)

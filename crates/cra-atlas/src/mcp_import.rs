@@ -119,7 +119,16 @@ pub fn action_id_for(server: &str, tool: &str) -> Result<String, ImportError> {
 
 /// The executor reference of `tool` on `server`.
 pub fn executor_ref(server: &str, tool: &str) -> String {
-    format!("mcp:{server}/{tool}")
+    format!("{EXECUTOR_PREFIX}{server}/{tool}")
+}
+
+/// What every `mcp` executor reference starts with.
+pub const EXECUTOR_PREFIX: &str = "mcp:";
+
+/// The server and tool an executor reference names (the inverse of [`executor_ref`]); `None`
+/// for a reference that is not `mcp:<server>/<tool>`.
+pub fn parse_executor_ref(executor: &str) -> Option<(&str, &str)> {
+    executor.strip_prefix(EXECUTOR_PREFIX)?.split_once('/')
 }
 
 /// The atlas files for `tools` of `server`, relative path to text.
@@ -272,6 +281,11 @@ mod tests {
             "auth.t2fa.check"
         );
         assert_eq!(action_id_for("fs", "__x__").unwrap(), "fs.x");
+        assert_eq!(
+            parse_executor_ref(&executor_ref("fs", "read/file")),
+            Some(("fs", "read/file"))
+        );
+        assert_eq!(parse_executor_ref("http:fs"), None);
         assert_eq!(
             action_id_for("fs", "--"),
             Err(ImportError::Unnameable("--".into()))

@@ -237,7 +237,7 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
         .manifest
         .actions
         .iter()
-        .filter_map(|a| a.executor.as_deref()?.strip_prefix("mcp:")?.split_once('/'))
+        .filter_map(|a| mcp_import::parse_executor_ref(a.executor.as_deref()?))
         .map(|(server, _)| server)
         .collect();
     let server = match servers.len() {

@@ -66,16 +66,16 @@ impl McpExecutors {
         self.by_name.get(name)
     }
 
-    /// Runs `reference` (`<name>/<tool>`, the part after `mcp:`) with `arguments`.
+    /// Runs the executor reference `reference` (`mcp:<name>/<tool>`) with `arguments`.
     pub(crate) async fn run(
         &self,
         reference: &str,
         arguments: &Value,
     ) -> Result<Value, ExecuteError> {
-        let Some((name, tool)) = reference.split_once('/') else {
+        let Some((name, tool)) = cra_atlas::mcp_import::parse_executor_ref(reference) else {
             return Err(fail(
                 "executor_unknown",
-                format!("`mcp:{reference}` names no tool: write mcp:<executor>/<tool>"),
+                format!("`{reference}` names no tool: write mcp:<executor>/<tool>"),
             ));
         };
         let Some(upstream) = self.get(name) else {
@@ -247,9 +247,7 @@ impl Upstream {
             )),
         }
     }
-}
 
-impl Upstream {
     /// The upstream's tools as an imported atlas describes them.
     ///
     /// # Errors

@@ -152,7 +152,9 @@ impl Runtime {
                 None => Ok(json!({"performed_by": "agent"})),
             },
             Some("builtin:echo") => Ok(json!({"echo": parameters})),
-            Some(e) if e.starts_with("mcp:") => self.mcp.run(&e["mcp:".len()..], parameters).await,
+            Some(e) if e.starts_with(cra_atlas::mcp_import::EXECUTOR_PREFIX) => {
+                self.mcp.run(e, parameters).await
+            }
             Some(e) => match e.strip_prefix("http:") {
                 Some(name) => match self.config.executors.get(name) {
                     Some(cfg) if cfg.kind == crate::config::ExecutorKind::Http => {

@@ -223,10 +223,7 @@ impl Renames {
                 else {
                     continue;
                 };
-                if let Some((_, tool)) = executor
-                    .strip_prefix("mcp:")
-                    .and_then(|r| r.split_once('/'))
-                {
+                if let Some((_, tool)) = cra_atlas::mcp_import::parse_executor_ref(executor) {
                     renames.add(&cra_atlas::adapters::tool_name(action_id), tool)?;
                 }
             }

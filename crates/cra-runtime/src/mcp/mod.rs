@@ -24,6 +24,7 @@ pub mod stdio;
 pub use stdio::{bridge_stdio, serve_stdio};
 
 use cra_atlas::adapters::{McpToolSource, action_id_of, mcp_tool, tool_name};
+use cra_atlas::mcp_import::parse_executor_ref;
 use cra_carp::types::{AllowedAction, ContextBlock, ExecuteResponse, ExecuteStatus};
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, ListResourcesResult, ReadResourceResult, Tool};
@@ -71,8 +72,7 @@ impl Naming {
             .iter()
             .flat_map(|a| &a.manifest.actions)
             .filter_map(|a| {
-                let reference = a.executor.as_deref()?.strip_prefix("mcp:")?;
-                let (_, tool) = reference.split_once('/')?;
+                let (_, tool) = parse_executor_ref(a.executor.as_deref()?)?;
                 Some((a.action_id.clone(), tool.to_owned()))
             })
             .collect();
@@ -284,7 +284,7 @@ impl McpSession {
         let runs_a_tool = action
             .executor
             .as_deref()
-            .is_some_and(|e| e.starts_with("mcp:"));
+            .is_some_and(|e| parse_executor_ref(e).is_some());
         drop(atlases);
         let resolution_id = self.current_resolution().await?;
         let mut execution = json!({

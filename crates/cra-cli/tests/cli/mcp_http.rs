@@ -124,6 +124,13 @@ fn call(name: &str, arguments: Value, session: Option<&str>) -> CallToolRequestP
     params
 }
 
+/// The names of `tools`, sorted.
+fn sorted_names(tools: Vec<rmcp::model::Tool>) -> Vec<String> {
+    let mut names: Vec<String> = tools.into_iter().map(|t| t.name.into_owned()).collect();
+    names.sort();
+    names
+}
+
 fn text_of(result: &rmcp::model::CallToolResult) -> String {
     serde_json::to_value(&result.content).unwrap().to_string()
 }
@@ -161,14 +168,7 @@ async fn mcp_over_http_serves_the_bearers_session_in_both_eras() {
         .find(|w| w.len() == 37 && w.ends_with('.'))
         .map(|w| w.trim_end_matches('.').to_owned())
         .unwrap_or_else(|| panic!("the instructions name the CARP session: {instructions}"));
-    let mut names: Vec<String> = legacy
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect();
-    names.sort();
+    let names = sorted_names(legacy.list_all_tools().await.unwrap());
     assert_eq!(names, ["ci_rerun", "deploy_run", "doc_read"]);
     let read = legacy
         .call_tool(call("doc_read", json!({"page": "intro"}), None))
@@ -366,13 +366,8 @@ async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_
         .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
         .await
         .unwrap();
-    let names = |tools: Vec<rmcp::model::Tool>| {
-        let mut n: Vec<String> = tools.into_iter().map(|t| t.name.into_owned()).collect();
-        n.sort();
-        n
-    };
     assert_eq!(
-        names(client.list_all_tools().await.unwrap()),
+        sorted_names(client.list_all_tools().await.unwrap()),
         ["ci_rerun", "deploy_run", "doc_read"]
     );
     // A 2026-07-28 client subscribes instead (`subscriptions/listen`).
@@ -423,7 +418,7 @@ async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_
     drop(subscription);
     stateless.cancel().await.unwrap();
     assert_eq!(
-        names(client.list_all_tools().await.unwrap()),
+        sorted_names(client.list_all_tools().await.unwrap()),
         ["deploy_run", "doc_read"],
         "ci.rerun is no longer allowed"
     );
@@ -447,14 +442,7 @@ async fn mcp_serve_with_url_relays_a_stdio_client_to_the_servers_session() {
     let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
     let instructions = client.peer_info().unwrap().instructions.clone().unwrap();
     assert!(instructions.contains("CARP session"), "{instructions}");
-    let mut names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect();
-    names.sort();
+    let names = sorted_names(client.list_all_tools().await.unwrap());
     assert_eq!(names, ["ci_rerun", "deploy_run", "doc_read"]);
     let read = client
         .call_tool(call("doc_read", json!({"page": "relayed"}), None))
@@ -533,14 +521,7 @@ async fn proxy_with_url_keeps_upstream_names_and_an_operator_approves_on_the_ser
         c.args(["mcp", "proxy", "--url", &url, "--token", AGENT]);
     });
     let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
-    let mut names: Vec<String> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.into_owned())
-        .collect();
-    names.sort();
+    let names = sorted_names(client.list_all_tools().await.unwrap());
     assert_eq!(
         names,
         ["ci_rerun", "deploy_run", "doc_read"],

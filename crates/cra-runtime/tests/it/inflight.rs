@@ -189,6 +189,44 @@ async fn execute_cut_off_by_kill_nine_is_closed_on_restart_redb() {
     again.kill().await;
 }
 
+/// A front door opening the directory with atlases (`open_local`, as `cra mcp serve|proxy` do)
+/// closes what a killed server left in flight, as that server's restart would: every process on
+/// an embedded store leases as `local`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_door_opening_the_directory_closes_what_a_killed_server_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = HeldExecutor::start().await;
+    let first = spawn(dir.path(), &exec.url, "local", 1, None).await;
+    let (sid, _, execution_id) = execute_in_flight(&first, &exec).await;
+    first.kill().await;
+
+    let atlas = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../atlases/dev.cra.github-ops"
+    ));
+    let (state, notices) = cra_runtime::open_local(
+        &dir.path().join("data"),
+        &[atlas],
+        Arc::new(FixedClock::parse(T0).unwrap()),
+        Arc::new(SequentialIds::new(1_772_445_600_000, 3)),
+    )
+    .unwrap();
+    assert!(
+        notices
+            .iter()
+            .any(|n| format!("{n:?}").contains("closed 1 execution")),
+        "{notices:?}"
+    );
+    let auditor = cra_runtime::auth::Actor::local("auditor", cra_runtime::auth::ActorType::Human);
+    let events = state.trace(&auditor, &sid).await.unwrap();
+    let last = events.last().unwrap();
+    assert_eq!(last.event_type, "action.failed");
+    assert_eq!(last.payload["execution_id"], execution_id.as_str());
+    assert_eq!(last.payload["error"]["code"], "executor_interrupted");
+    assert!(state.verify_chain(&auditor, sid).await.unwrap().valid);
+    assert_eq!(exec.calls.load(Ordering::SeqCst), 1, "nothing ran again");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_owner_closes_its_cut_off_execute_postgres() {
     let Some(url) = postgres_url("only_the_owner_closes_its_cut_off_execute_postgres") else {

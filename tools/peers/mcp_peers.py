@@ -17,8 +17,9 @@ tools/peers/package-lock.json) over a temporary directory, governed two ways:
                       of `cra serve`, through `cra mcp proxy --url` (the README's client
                       entry, upstream names kept): a write waits for an operator, who grants
                       it over the HTTP API, and the retried call writes the file once; an
-                      upstream killed during a call is `executor_crashed`, and the next call
-                      runs on a restarted one
+                      upstream killed during a call is `executor_crashed`, a call past the
+                      executor's timeout is `executor_timeout`, and each time the next call
+                      runs (on a restarted upstream after the crash)
 
 In each run the client lists the tools (exactly the allowed actions), reads an allowed page,
 is refused a bad argument, the denied action and an unknown name, is told a deploy awaits
@@ -72,6 +73,7 @@ roles = ["operator"]
 """
 SESSION_IN_INSTRUCTIONS = re.compile(r"CARP session ([0-9a-f-]{36})")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+CALL_TIMEOUT_MS = 2000
 APPROVAL_IN_TEXT = re.compile(r"approval ([0-9a-f-]{36})")
 FS_SERVER = ROOT / "tools/peers/node_modules/@modelcontextprotocol/server-filesystem/dist/index.js"
 
@@ -290,6 +292,7 @@ async def executor_run(cra, work):
 [executors.fs]
 kind = "mcp"
 command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
+timeout_ms = {CALL_TIMEOUT_MS}
 """)
     server, base = start_server(cra, work, "fs-served", atlas, config)
     # The client's entry of the README: `cra mcp proxy --url --token`, tools under their
@@ -317,6 +320,7 @@ command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
                 check(run, "the retried call writes the file", not retried.is_error
                       and (files / "notes.txt").read_text() == "approved content", text_of(retried))
                 await crash_during_a_call(run, client, server, files)
+                await timeout_of_a_call(run, client, files)
         chain = work / "executor-filesystem.trace.jsonl"
         export(cra, ["--url", base, "--token", AGENT_KEY, "--session", session_id], chain)
     finally:
@@ -329,8 +333,9 @@ command = ["node", {json.dumps(str(FS_SERVER))}, {json.dumps(str(files))}]
     writes = [e for e in events if e["event_type"] == "action.executed" and e["payload"].get("action_id") == "fs.write.file"]
     failed = [e["payload"].get("error_code") for e in events if e["event_type"] == "action.failed"]
     check(run, "every call is in the chain and the write ran once",
-          kinds.count("action.requested") == 5 and "approval.granted" in kinds and len(writes) == 1, kinds)
-    check(run, "the crash is recorded as action.failed executor_crashed", failed == ["executor_crashed"], failed)
+          kinds.count("action.requested") == 7 and "approval.granted" in kinds and len(writes) == 1, kinds)
+    check(run, "the crash and the timeout are recorded as action.failed",
+          failed == ["executor_crashed", "executor_timeout"], failed)
 
 
 async def crash_during_a_call(run, client, server, files):
@@ -354,6 +359,18 @@ async def crash_during_a_call(run, client, server, files):
     again = await client.call_tool("read_text_file", {"path": str(files / "notes.txt")})
     check(run, "the next call runs on a restarted upstream", not again.is_error
           and text_of(again) == "approved content", text_of(again))
+
+
+async def timeout_of_a_call(run, client, files):
+    """A call the upstream never finishes (it waits on a FIFO nobody opens) is
+    `executor_timeout` once the executor's `timeout_ms` has passed, and the next call runs."""
+    fifo = files / "never.fifo"
+    os.mkfifo(fifo)
+    stuck = await client.call_tool("read_text_file", {"path": str(fifo)})
+    check(run, f"a call past timeout_ms ({CALL_TIMEOUT_MS} ms) is executor_timeout",
+          stuck.is_error and "executor_timeout" in text_of(stuck), text_of(stuck))
+    again = await client.call_tool("read_text_file", {"path": str(files / "notes.txt")})
+    check(run, "the next call after a timeout runs", not again.is_error, text_of(again))
 
 
 def start_server(cra, work, name="served", atlas=ATLAS, config=None):

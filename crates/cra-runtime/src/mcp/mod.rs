@@ -315,17 +315,18 @@ impl McpSession {
 
     /// The latest list's resolution while it is valid, else a fresh one.
     async fn current_resolution(&self) -> ApiResult<String> {
-        let latest = self.latest.lock().await.clone();
-        match latest {
-            Some(l) if l.expires_at > self.rt.clock.now() => Ok(l.resolution_id),
-            _ => {
-                self.tools().await?;
-                let latest = self.latest.lock().await.clone();
-                latest
-                    .map(|l| l.resolution_id)
-                    .ok_or_else(|| ApiError::internal("resolve", "no resolution was kept"))
-            }
+        // Only the id is read: every call runs this, and the context blocks may be large.
+        let valid = |l: &Listed| l.expires_at > self.rt.clock.now();
+        if let Some(id) = self.latest.lock().await.as_ref().filter(|l| valid(l)) {
+            return Ok(id.resolution_id.clone());
         }
+        self.tools().await?;
+        self.latest
+            .lock()
+            .await
+            .as_ref()
+            .map(|l| l.resolution_id.clone())
+            .ok_or_else(|| ApiError::internal("resolve", "no resolution was kept"))
     }
 
     fn resolve_body(&self) -> Value {

@@ -14,11 +14,13 @@
 //! Two transports serve the one [`handler`]: standard input and output ([`stdio`], `cra mcp
 //! serve`, one session for the process) and Streamable HTTP ([`http`], `/mcp` on `cra serve`,
 //! a session per MCP session or per `cra/session.open` handle). `cra mcp serve --url` relays
-//! standard input and output to a server's `/mcp` instead ([`bridge`]).
+//! standard input and output to a server's `/mcp` instead ([`bridge`]). Over pipes, standard
+//! input and output are driven by the async workers ([`pipes`]).
 
 pub mod bridge;
 pub mod handler;
 pub mod http;
+pub mod pipes;
 pub mod stdio;
 
 pub use stdio::{bridge_stdio, serve_stdio};

@@ -71,7 +71,7 @@ async fn run_stdio<H: rmcp::ServerHandler>(
 ) -> Result<(), String> {
     tokio::pin!(stop);
     tokio::select! {
-        serving = handler.serve(rmcp::transport::stdio()) => match serving {
+        serving = handler.serve(super::pipes::standard_streams()) => match serving {
             Ok(running) => {
                 started(running.peer().clone());
                 let cancel = running.cancellation_token();

@@ -56,7 +56,10 @@ fn shared_with_stderr() -> bool {
             .and_then(|fd| std::fs::File::from(fd).metadata())
             .map(|m| (m.dev(), m.ino()))
     };
-    match (identity(io::stdout().as_fd()), identity(io::stderr().as_fd())) {
+    match (
+        identity(io::stdout().as_fd()),
+        identity(io::stderr().as_fd()),
+    ) {
         (Ok(out), Ok(err)) => out == err,
         // Unknown: assume the worst, and stay blocking.
         _ => true,

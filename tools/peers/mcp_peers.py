@@ -19,7 +19,8 @@ tools/peers/package-lock.json) over a temporary directory, governed two ways:
                       it over the HTTP API, and the retried call writes the file once; an
                       upstream killed during a call is `executor_crashed`, a call past the
                       executor's timeout is `executor_timeout`, and each time the next call
-                      runs (on a restarted upstream after the crash)
+                      runs (on a restarted upstream after the crash); no upstream outlives
+                      the server once it stops
 
 In each run the client lists the tools (exactly the allowed actions), reads an allowed page,
 is refused a bad argument, the denied action and an unknown name, is told a deploy awaits
@@ -324,8 +325,13 @@ timeout_ms = {CALL_TIMEOUT_MS}
         chain = work / "executor-filesystem.trace.jsonl"
         export(cra, ["--url", base, "--token", AGENT_KEY, "--session", session_id], chain)
     finally:
+        upstreams = children_of(server)
         server.terminate()
         server.wait()
+    # A stopping server stops what it started: an upstream left running would hold its files.
+    # Two at the end: the idle upstream, and the one a timed-out call left (still shutting down).
+    check(run, "no upstream outlives the server", len(upstreams) >= 1
+          and not any(Path(f"/proc/{pid}").exists() for pid in upstreams), upstreams)
     verified = subprocess.run([sys.executable, str(ROOT / "tools/appendix_b.py"), "verify", str(chain)], capture_output=True)
     check(run, "the chain verifies with tools/appendix_b.py", verified.returncode == 0, verified.stdout)
     events = [json.loads(line) for line in chain.read_text().splitlines()]
@@ -338,6 +344,13 @@ timeout_ms = {CALL_TIMEOUT_MS}
           failed == ["executor_crashed", "executor_timeout"], failed)
 
 
+def children_of(process):
+    """The process's children, whichever of its threads started them (the server's: the
+    upstream's node)."""
+    return [pid for task in Path(f"/proc/{process.pid}/task").iterdir()
+            for pid in (task / "children").read_text().split()]
+
+
 async def crash_during_a_call(run, client, server, files):
     """Kills the upstream while it serves a call: the call is `executor_crashed`, and the next
     call runs on a restarted upstream. The upstream is caught mid-call deterministically: it
@@ -346,9 +359,7 @@ async def crash_during_a_call(run, client, server, files):
     os.mkfifo(fifo)
     call = asyncio.create_task(client.call_tool("read_text_file", {"path": str(fifo)}))
     writer = await asyncio.to_thread(os.open, fifo, os.O_WRONLY)
-    # The server's children, whichever of its threads started them: the upstream's node.
-    children = [pid for task in Path(f"/proc/{server.pid}/task").iterdir()
-                for pid in (task / "children").read_text().split()]
+    children = children_of(server)
     check(run, "the upstream runs as the server's child", len(children) == 1, children)
     for pid in children:
         os.kill(int(pid), 9)

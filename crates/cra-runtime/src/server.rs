@@ -388,6 +388,7 @@ impl RunningServer {
         // No message is ever sent: this returns `None` once the last connection's service (and
         // the state it holds) is dropped.
         while services_gone.recv().await.is_some() {}
+        state.mcp.close().await;
         let _ = tokio::task::spawn_blocking(move || drop(state)).await;
         result
     }

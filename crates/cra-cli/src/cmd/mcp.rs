@@ -308,6 +308,7 @@ impl Session {
             // handled.
             let stop = stop_signal()?;
             let actor = Actor::local(self.agent.clone(), ActorType::Agent);
+            let runtime = state.clone();
             let session = McpSession::open(state, actor, self.goal, self.capabilities)
                 .await
                 .map_err(|e| format!("cannot open the CARP session: {}", e.body.message))?
@@ -317,7 +318,9 @@ impl Session {
                 session.session_id(),
                 self.agent
             );
-            cra_runtime::mcp::serve_stdio(session, stop).await
+            let served = cra_runtime::mcp::serve_stdio(session, stop).await;
+            runtime.mcp.close().await;
+            served
         })
     }
 }

@@ -39,7 +39,15 @@ pub struct Upstream {
     name: String,
     config: ExecutorConfig,
     idle: Mutex<Vec<Connection>>,
+    /// Connections given up on (a timed-out call), each being shut down by a task of its own;
+    /// [`McpExecutors::close`] waits for them.
+    retiring: Mutex<tokio::task::JoinSet<()>>,
     permits: Semaphore,
+}
+
+/// The value behind `mutex`, even when a panic poisoned it (each use leaves it whole).
+fn locked<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn fail(code: &str, message: impl Into<String>) -> ExecuteError {
@@ -64,6 +72,16 @@ impl McpExecutors {
     /// The executor `name`, when one is configured.
     pub fn get(&self, name: &str) -> Option<&Arc<Upstream>> {
         self.by_name.get(name)
+    }
+
+    /// Shuts every upstream down, as MCP's stdio shutdown asks: its input is closed, then it
+    /// is sent SIGTERM, then killed, each step after a wait of rmcp's (3 s). Waits for the idle
+    /// connections and for those already being retired. Called when the runtime stops, so that
+    /// no upstream outlives the process that started it: a connection merely dropped is shut
+    /// down by a task, which a stopping runtime never runs.
+    pub async fn close(&self) {
+        let shutdowns = self.by_name.values().map(|u| u.close());
+        futures::future::join_all(shutdowns).await;
     }
 
     /// Runs the executor reference `reference` (`mcp:<name>/<tool>`) with `arguments`.
@@ -98,6 +116,7 @@ impl Upstream {
             name: name.to_owned(),
             config,
             idle: Mutex::new(Vec::new()),
+            retiring: Mutex::new(tokio::task::JoinSet::new()),
             permits,
         }
     }
@@ -147,11 +166,7 @@ impl Upstream {
     /// An idle live connection, or a new one.
     async fn connection(&self) -> Result<Connection, ExecuteError> {
         loop {
-            let idle = self
-                .idle
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .pop();
+            let idle = locked(&self.idle).pop();
             match idle {
                 Some(c) if !c.is_closed() => return Ok(c),
                 Some(_) => {}
@@ -160,11 +175,27 @@ impl Upstream {
         }
     }
 
+    /// Shuts `connection` down in the background (see [`McpExecutors::close`]).
+    fn retire(&self, connection: Connection) {
+        let mut retiring = locked(&self.retiring);
+        // Forget the shutdowns already over, so that the set holds only those still running.
+        while retiring.try_join_next().is_some() {}
+        retiring.spawn(async move {
+            let _ = connection.cancel().await;
+        });
+    }
+
+    async fn close(&self) {
+        let idle = std::mem::take(&mut *locked(&self.idle));
+        for connection in idle {
+            self.retire(connection);
+        }
+        let retiring = std::mem::take(&mut *locked(&self.retiring));
+        retiring.join_all().await;
+    }
+
     fn put_back(&self, connection: Connection) {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(connection);
+        locked(&self.idle).push(connection);
     }
 
     /// Calls `tool` with `arguments` on a pooled connection.
@@ -186,6 +217,7 @@ impl Upstream {
         let result = match answer {
             // The connection may still be working on the call: it is not reused.
             Err(_) => {
+                self.retire(connection);
                 return Err(fail(
                     "executor_timeout",
                     format!(
@@ -202,6 +234,7 @@ impl Upstream {
                 ));
             }
             Ok(Err(e)) => {
+                self.retire(connection);
                 return Err(fail(
                     "executor_crashed",
                     format!(

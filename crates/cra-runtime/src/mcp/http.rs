@@ -29,8 +29,8 @@ use crate::auth::Actor;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
-/// How many sessions named by handle are kept in memory; past it the table is emptied (each is
-/// taken up again from the store when next named).
+/// How many sessions named by handle are kept in memory; past it the one named least recently
+/// is forgotten (it is taken up again from the store when next named, its list made anew).
 const MAX_NAMED: usize = 4096;
 
 /// The MCP session an `initialize` opens: the session manager leaves it on the request for the
@@ -45,7 +45,7 @@ pub struct McpSessions {
     rt: AppState,
     transport: LocalSessionManager,
     by_mcp_session: Mutex<HashMap<SessionId, Arc<McpSession>>>,
-    by_handle: Mutex<HashMap<String, Arc<McpSession>>>,
+    by_handle: Mutex<Recent<Arc<McpSession>>>,
 }
 
 /// The `/mcp` route over `rt`'s runtime: Streamable HTTP in both MCP eras, its answers mended
@@ -103,7 +103,7 @@ pub fn service(rt: AppState) -> StreamableHttpService<Handler, McpSessions> {
         rt,
         transport: LocalSessionManager::default(),
         by_mcp_session: Mutex::new(HashMap::new()),
-        by_handle: Mutex::new(HashMap::new()),
+        by_handle: Mutex::new(Recent::new(MAX_NAMED)),
     });
     let handlers = sessions.clone();
     StreamableHttpService::new(
@@ -114,6 +114,59 @@ pub fn service(rt: AppState) -> StreamableHttpService<Handler, McpSessions> {
 }
 
 /// Locks `m`, whose data stays consistent through a panicking holder (a map of shared sessions).
+/// A table of at most `capacity` entries that forgets the one used least recently to make room.
+#[derive(Debug)]
+struct Recent<T> {
+    capacity: usize,
+    /// Counts uses; an entry keeps the count of its latest.
+    uses: u64,
+    entries: HashMap<String, (T, u64)>,
+}
+
+impl<T: Clone> Recent<T> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            uses: 0,
+            entries: HashMap::new(),
+        }
+    }
+
+    fn used(&mut self) -> u64 {
+        self.uses += 1;
+        self.uses
+    }
+
+    /// The entry `key`, now the most recently used.
+    fn get(&mut self, key: &str) -> Option<T> {
+        let now = self.used();
+        let (value, used) = self.entries.get_mut(key)?;
+        *used = now;
+        Some(value.clone())
+    }
+
+    /// Keeps `value` as `key`, forgetting the least recently used entry when full. The scan
+    /// for it runs only when the table is full.
+    fn insert(&mut self, key: String, value: T) {
+        if self.entries.len() >= self.capacity && !self.entries.contains_key(&key) {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone());
+            if let Some(oldest) = oldest {
+                self.entries.remove(&oldest);
+            }
+        }
+        let now = self.used();
+        self.entries.insert(key, (value, now));
+    }
+
+    fn remove(&mut self, key: &str) {
+        self.entries.remove(key);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -138,7 +191,7 @@ impl McpSessions {
 
     /// The session the handle `id` names, for `actor` (its owner).
     pub(crate) async fn named(&self, actor: Actor, id: &str) -> ApiResult<Arc<McpSession>> {
-        let known = lock(&self.by_handle).get(id).cloned();
+        let known = lock(&self.by_handle).get(id);
         if let Some(session) = known {
             require_own(&actor, &session)?;
             return Ok(session);
@@ -167,11 +220,7 @@ impl McpSessions {
     }
 
     fn keep_named(&self, session: Arc<McpSession>) {
-        let mut named = lock(&self.by_handle);
-        if named.len() >= MAX_NAMED {
-            named.clear();
-        }
-        named.insert(session.session_id().to_owned(), session);
+        lock(&self.by_handle).insert(session.session_id().to_owned(), session);
     }
 
     /// Opens the CARP session of the MCP session `key`, for `actor` (its `initialize`).
@@ -270,5 +319,27 @@ impl SessionManager for McpSessions {
         last_event_id: String,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
         self.transport.resume(id, last_event_id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Recent;
+
+    #[test]
+    fn a_full_table_forgets_the_entry_named_least_recently() {
+        let mut table = Recent::new(2);
+        table.insert("a".to_owned(), 1);
+        table.insert("b".to_owned(), 2);
+        // Naming `a` makes `b` the least recently used.
+        assert_eq!(table.get("a"), Some(1));
+        table.insert("c".to_owned(), 3);
+        assert_eq!(table.get("b"), None, "b was used least recently");
+        assert_eq!((table.get("a"), table.get("c")), (Some(1), Some(3)));
+        // Keeping a known key again replaces it and forgets nothing.
+        table.insert("c".to_owned(), 4);
+        assert_eq!((table.get("a"), table.get("c")), (Some(1), Some(4)));
+        table.remove("a");
+        assert_eq!(table.get("a"), None);
     }
 }

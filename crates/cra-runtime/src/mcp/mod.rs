@@ -149,16 +149,7 @@ impl McpSession {
         } else {
             capabilities
         };
-        Ok(Self {
-            rt,
-            actor,
-            session_id: view.session_id,
-            goal,
-            capabilities,
-            naming: Naming::Adapter,
-            latest: Mutex::new(None),
-            ended: tokio_util::sync::CancellationToken::new(),
-        })
+        Ok(Self::served(rt, actor, view.session_id, goal, capabilities))
     }
 
     /// Takes up the existing session `session_id` for `actor`, who must own it, while it is
@@ -178,16 +169,28 @@ impl McpSession {
             ));
         }
         let capabilities = every_capability(&rt);
-        Ok(Self {
+        let goal = view.goal.unwrap_or_else(|| DEFAULT_GOAL.to_owned());
+        Ok(Self::served(rt, actor, view.session_id, goal, capabilities))
+    }
+
+    /// The session `session_id`, served under the adapters' names, with no list made yet.
+    fn served(
+        rt: AppState,
+        actor: Actor,
+        session_id: String,
+        goal: String,
+        capabilities: Vec<String>,
+    ) -> Self {
+        Self {
             rt,
             actor,
-            session_id: view.session_id,
-            goal: view.goal.unwrap_or_else(|| DEFAULT_GOAL.to_owned()),
+            session_id,
+            goal,
             capabilities,
             naming: Naming::Adapter,
             latest: Mutex::new(None),
             ended: tokio_util::sync::CancellationToken::new(),
-        })
+        }
     }
 
     /// This session with its tools named by `naming`.

@@ -27,6 +27,7 @@ pub type Input = Box<dyn AsyncRead + Send + Unpin>;
 pub type Output = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// This process's standard input and output for an MCP transport (see the module's text).
+/// Call it inside a tokio runtime with I/O enabled: a pipe is registered with its reactor.
 #[must_use]
 pub fn standard_streams() -> (Input, Output) {
     let input: Input = match duplicate(io::stdin().as_fd()).and_then(pipe::Receiver::from_owned_fd)

@@ -113,7 +113,6 @@ pub fn service(rt: AppState) -> StreamableHttpService<Handler, McpSessions> {
     )
 }
 
-/// Locks `m`, whose data stays consistent through a panicking holder (a map of shared sessions).
 /// A table of at most `capacity` entries that forgets the one used least recently to make room.
 #[derive(Debug)]
 struct Recent<T> {
@@ -167,6 +166,7 @@ impl<T: Clone> Recent<T> {
     }
 }
 
+/// Locks `m`, whose data stays consistent through a panicking holder (a map of shared sessions).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -43,6 +43,17 @@ pub struct Upstream {
     /// [`McpExecutors::close`] waits for them.
     retiring: Mutex<tokio::task::JoinSet<()>>,
     permits: Semaphore,
+    /// How many calls are waiting for a permit now (every permit is in use).
+    waiting: tokio::sync::watch::Sender<usize>,
+}
+
+/// One call counted in [`Upstream::waiting`] until dropped.
+struct Waiting<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 /// The value behind `mutex`, even when a panic poisoned it (each use leaves it whole).
@@ -118,6 +129,7 @@ impl Upstream {
             idle: Mutex::new(Vec::new()),
             retiring: Mutex::new(tokio::task::JoinSet::new()),
             permits,
+            waiting: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -175,6 +187,28 @@ impl Upstream {
         }
     }
 
+    /// A permit to use a connection: at most `pool_size` calls hold one at a time, the rest
+    /// wait (counted in [`Upstream::waiting`] while they do).
+    async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ExecuteError> {
+        let acquired = match self.permits.try_acquire() {
+            Err(tokio::sync::TryAcquireError::NoPermits) => {
+                self.waiting.send_modify(|n| *n += 1);
+                // Counted out however the wait ends, the caller's cancellation included.
+                let _counted = Waiting(&self.waiting);
+                self.permits.acquire().await
+            }
+            Ok(permit) => Ok(permit),
+            Err(tokio::sync::TryAcquireError::Closed) => self.permits.acquire().await,
+        };
+        acquired.map_err(|_| fail("executor_unavailable", "the executor is shutting down"))
+    }
+
+    /// How many calls are waiting for a free connection now: the pool's saturation, and what a
+    /// test of the bound waits on.
+    pub fn waiting(&self) -> tokio::sync::watch::Receiver<usize> {
+        self.waiting.subscribe()
+    }
+
     /// Shuts `connection` down in the background (see [`McpExecutors::close`]).
     fn retire(&self, connection: Connection) {
         let mut retiring = locked(&self.retiring);
@@ -206,11 +240,7 @@ impl Upstream {
                 "MCP tool arguments are a JSON object",
             ));
         };
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| fail("executor_unavailable", "the executor is shutting down"))?;
+        let _permit = self.permit().await?;
         let connection = self.connection().await?;
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         let answer = tokio::time::timeout(self.timeout(), connection.call_tool(params)).await;

@@ -10,6 +10,7 @@ mod fidelity;
 mod flow;
 mod hostile;
 mod inflight;
+mod mcp_pool;
 mod outbox;
 mod relay;
 mod service;

@@ -39,16 +39,23 @@ pub struct Upstream {
     name: String,
     config: ExecutorConfig,
     idle: Mutex<Vec<Connection>>,
-    /// Connections given up on (a timed-out call), each being shut down by a task of its own;
-    /// [`McpExecutors::close`] waits for them.
+    /// Connections given up on (a timed-out or crashed call), each being shut down by a task of
+    /// its own; [`McpExecutors::close`] waits for them.
     retiring: Mutex<tokio::task::JoinSet<()>>,
     permits: Semaphore,
     /// How many calls are waiting for a permit now (every permit is in use).
     waiting: tokio::sync::watch::Sender<usize>,
 }
 
-/// One call counted in [`Upstream::waiting`] until dropped.
+/// One call counted in [`Upstream::waiting`] from its making until dropped.
 struct Waiting<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl<'a> Waiting<'a> {
+    fn count(waiting: &'a tokio::sync::watch::Sender<usize>) -> Self {
+        waiting.send_modify(|n| *n += 1);
+        Self(waiting)
+    }
+}
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
@@ -192,15 +199,13 @@ impl Upstream {
     async fn permit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, ExecuteError> {
         let acquired = match self.permits.try_acquire() {
             Err(tokio::sync::TryAcquireError::NoPermits) => {
-                self.waiting.send_modify(|n| *n += 1);
                 // Counted out however the wait ends, the caller's cancellation included.
-                let _counted = Waiting(&self.waiting);
-                self.permits.acquire().await
+                let _counted = Waiting::count(&self.waiting);
+                self.permits.acquire().await.ok()
             }
-            Ok(permit) => Ok(permit),
-            Err(tokio::sync::TryAcquireError::Closed) => self.permits.acquire().await,
+            acquired => acquired.ok(),
         };
-        acquired.map_err(|_| fail("executor_unavailable", "the executor is shutting down"))
+        acquired.ok_or_else(|| fail("executor_unavailable", "the executor is shutting down"))
     }
 
     /// How many calls are waiting for a free connection now: the pool's saturation, and what a

@@ -261,12 +261,8 @@ impl McpSession {
             .allowed_actions
             .iter()
             .map(|a| {
-                let executor = atlases
-                    .loaded
-                    .iter()
-                    .find_map(|x| x.action(&a.action_id))
-                    .and_then(|x| x.executor.as_deref());
-                tool_of(a, executor, &self.naming)
+                let executor = crate::executor::executor_of(&atlases, None, &a.action_id);
+                tool_of(a, executor.as_deref(), &self.naming)
             })
             .collect::<Result<_, _>>()
             .map_err(|e| ApiError::internal("an allowed action has no MCP tool form", e))

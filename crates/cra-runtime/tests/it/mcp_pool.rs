@@ -94,20 +94,21 @@ async fn pool_size_one_makes_a_second_call_wait_for_the_first() {
         "the second call reached the upstream while the first held its only permit"
     );
 
-    release.add_permits(1);
-    let outcome = tokio::time::timeout(DEADLINE, first)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(outcome.is_ok(), "the first call ends: {outcome:?}");
+    release_one(&release, first, "the first call").await;
     tokio::time::timeout(DEADLINE, arrivals.recv())
         .await
         .expect("the second call runs once the first is over");
     assert_eq!(*upstream.waiting().borrow(), 0, "nothing waits any more");
+    release_one(&release, second, "the second call").await;
+}
+
+/// Lets the upstream finish one held call, and checks that `call` then ends well.
+async fn release_one(
+    release: &Semaphore,
+    call: tokio::task::JoinHandle<Result<serde_json::Value, cra_carp::types::ExecuteError>>,
+    what: &str,
+) {
     release.add_permits(1);
-    let outcome = tokio::time::timeout(DEADLINE, second)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(outcome.is_ok(), "the second call ends: {outcome:?}");
+    let outcome = tokio::time::timeout(DEADLINE, call).await.unwrap().unwrap();
+    assert!(outcome.is_ok(), "{what} ends: {outcome:?}");
 }

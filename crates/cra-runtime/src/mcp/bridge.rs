@@ -6,7 +6,6 @@
 //! executors) under the upstream's own names ([`Renames`]).
 
 use std::collections::HashMap;
-
 use std::sync::Arc;
 
 use rmcp::model::{

@@ -22,6 +22,10 @@ tools/peers/package-lock.json) over a temporary directory, governed two ways:
                       runs (on a restarted upstream after the crash); no upstream outlives
                       the server once it stops
 
+And the stdio transport's hold on its pipes: standard input and output are non-blocking while
+`cra mcp serve` serves and blocking again once it has gone, and standard output stays blocking
+when standard error is the same pipe (`2>&1`).
+
 In each run the client lists the tools (exactly the allowed actions), reads an allowed page,
 is refused a bad argument, the denied action and an unknown name, is told a deploy awaits
 approval, and reads the context block, whose SHA-256 it compares with the chain's
@@ -38,10 +42,12 @@ import hashlib
 import json
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import httpx2
@@ -202,6 +208,55 @@ async def stdio_run(cra, work, era):
     chain = work / f"{run.replace(' ', '-')}.trace.jsonl"
     export(cra, ["--data", str(data), "--session", session_id], chain)
     chain_checks(run, chain, texts)
+
+
+def stdio_pipes(cra, work):
+    """`cra mcp serve` on pipes this process also holds (a child's standard streams share the
+    open file with the parent's end, and with it the non-blocking flag): what the server lends
+    itself while serving, it gives back when it is done."""
+    run = "stdio pipes"
+    for shared in (False, True):
+        label = "stdout is stderr" if shared else "own stderr"
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        data = work / f"pipes-{'shared' if shared else 'own'}"
+        server = subprocess.Popen(
+            [cra, "mcp", "serve", "--agent", "bot", "--atlas", str(ATLAS), "--data", str(data)],
+            stdin=in_r, stdout=out_w, stderr=out_w if shared else subprocess.DEVNULL)
+        initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "pipes", "version": "1"}}}
+        os.write(in_w, (json.dumps(initialize) + "\n").encode())
+        check(run, f"{label}: the server answers over the pipes", answer_on(out_r, 1))
+        check(run, f"{label}: standard input is non-blocking while it serves", not os.get_blocking(in_r))
+        check(run, f"{label}: standard output is " + ("left blocking" if shared else "non-blocking"),
+              os.get_blocking(out_w) == shared)
+        os.close(in_w)
+        server.wait()
+        os.close(out_r)
+        check(run, f"{label}: both are blocking again once it has gone",
+              os.get_blocking(in_r) and os.get_blocking(out_w))
+        os.close(in_r)
+        os.close(out_w)
+
+
+def answer_on(fd, request_id, deadline=10.0):
+    """Whether a JSON-RPC answer to `request_id` arrives on `fd` within `deadline` seconds (a
+    bound for a broken server, not a pace); lines that are not JSON (notices) are skipped."""
+    buffered = b""
+    until = time.monotonic() + deadline
+    while (left := until - time.monotonic()) > 0:
+        if not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buffered += chunk
+        *lines, buffered = buffered.split(b"\n")
+        for line in lines:
+            if line.startswith(b"{") and json.loads(line).get("id") == request_id:
+                return True
+    return False
 
 
 async def http_run(cra, work, url, era):
@@ -411,6 +466,7 @@ async def main():
     work.mkdir(parents=True, exist_ok=True)
     for era in ("2025-11-25", "2026-07-28"):
         await stdio_run(cra, work, era)
+    stdio_pipes(cra, work)
     server, base = start_server(cra, work)
     try:
         for era in ("2025-11-25", "2026-07-28"):

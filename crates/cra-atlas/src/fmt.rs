@@ -36,6 +36,8 @@ pub enum Kind {
     Conditions,
     /// A time window.
     TimeWindow,
+    /// One test of a `parameters` condition.
+    ParameterTest,
     /// Anything else.
     Other,
 }
@@ -100,8 +102,13 @@ pub fn key_rank(kind: Kind, key: &str) -> Option<usize> {
             "capabilities",
             "context_matches",
             "time_window",
+            "parameters",
         ],
         Kind::TimeWindow => &["start_hour", "end_hour", "weekdays"],
+        Kind::ParameterTest => &[
+            "pointer", "equals", "in", "not_in", "matches", "prefix", "gt", "gte", "lt", "lte",
+            "regex",
+        ],
         Kind::Other => &[],
     };
     order.iter().position(|k| *k == key)
@@ -115,6 +122,7 @@ fn child_kind(parent: Kind, key: &str) -> Kind {
         (Kind::Manifest, "actions") => Kind::Action,
         (Kind::ContextPack | Kind::Policy, "conditions") => Kind::Conditions,
         (Kind::Conditions, "time_window") => Kind::TimeWindow,
+        (Kind::Conditions, "parameters") => Kind::ParameterTest,
         _ => Kind::Other,
     }
 }

@@ -205,6 +205,10 @@ pub struct Conditions {
     /// The evaluation instant falls in this UTC window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_window: Option<TimeWindow>,
+    /// Tests on the call's `parameters` (RFC 6901 pointers and operators), kept as written:
+    /// `cra_carp::params` compiles them. Policies only; decided at execute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<Value>,
     /// Unknown and `x-*` fields.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

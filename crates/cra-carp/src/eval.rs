@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use cra_atlas::model::PolicyType;
+use cra_atlas::model::{PolicyType, RiskTier};
 use cra_wire::IdGenerator;
 use cra_wire::clock::format_timestamp;
 use serde::{Deserialize, Serialize};
@@ -246,17 +246,24 @@ pub fn unix_micros(t: OffsetDateTime) -> i64 {
 /// What the conditions see of a request.
 struct Facts<'a> {
     agent_id: &'a str,
-    risk_bit: u8,
-    risk: &'static str,
+    /// The task's risk tier (`low` when absent).
+    tier: RiskTier,
     capabilities: &'a [String],
     /// The goal and each hint, lowercased.
     texts: Vec<String>,
     hour: u8,
     weekday: u8,
     scope_keys: [String; 3],
+    /// `task.intended_parameters`: the parameters the agent means to call each action with.
+    intended: Option<&'a Map<String, Value>>,
 }
 
 impl Facts<'_> {
+    /// The intended parameters of `action_id`, when the task states them.
+    fn intended_for(&self, action_id: &str) -> Option<&Value> {
+        self.intended?.get(action_id)
+    }
+
     fn scope_key(&self, s: Scope) -> &str {
         match s {
             Scope::Session => &self.scope_keys[0],
@@ -266,12 +273,28 @@ impl Facts<'_> {
     }
 }
 
+/// True when `c` holds for a context pack: every condition on the request, `risk_tiers` on the
+/// task's tier.
 fn holds(c: &CompiledConditions, f: &Facts<'_>) -> bool {
-    if let Some((mask, _)) = &c.risk_tiers
-        && mask & f.risk_bit == 0
-    {
-        return false;
-    }
+    risk_holds(c, f.tier) && holds_but_risk(c, f)
+}
+
+/// True when `c`'s `risk_tiers` (if any) lists `tier`.
+fn risk_holds(c: &CompiledConditions, tier: RiskTier) -> bool {
+    c.risk_tiers
+        .as_ref()
+        .is_none_or(|(mask, _)| mask & (1 << tier as u8) != 0)
+}
+
+/// The tier a policy's `risk_tiers` sees for one action: the riskier of the task's declared
+/// tier and the action's own (from the atlas). A request may raise an action's tier, never lower
+/// it, so a `risk_tiers` policy cannot be stepped around by declaring a harmless task.
+fn action_tier(f: &Facts<'_>, action: &crate::index::CompiledAction) -> RiskTier {
+    f.tier.max(action.allowed.risk_tier)
+}
+
+/// Every condition on the request but `risk_tiers` (and `parameters`, decided per action).
+fn holds_but_risk(c: &CompiledConditions, f: &Facts<'_>) -> bool {
     if let Some(agents) = &c.agents
         && !agents.iter().any(|g| g.matches(f.agent_id))
     {
@@ -297,14 +320,20 @@ fn holds(c: &CompiledConditions, f: &Facts<'_>) -> bool {
     true
 }
 
-fn explain_conditions(c: &CompiledConditions, f: &Facts<'_>) -> Vec<ConditionExplain> {
+/// Each condition of `c` with whether it held; `risk_tiers` is judged on `tier` (the task's for
+/// a pack, [`action_tier`] for a policy).
+fn explain_conditions(
+    c: &CompiledConditions,
+    f: &Facts<'_>,
+    tier: RiskTier,
+) -> Vec<ConditionExplain> {
     let mut out = Vec::new();
-    if let Some((mask, tiers)) = &c.risk_tiers {
+    if let Some((_, tiers)) = &c.risk_tiers {
         let names: Vec<&str> = tiers.iter().map(|t| t.as_str()).collect();
         out.push(ConditionExplain {
             condition: "risk_tiers".to_owned(),
-            held: mask & f.risk_bit != 0,
-            detail: format!("risk tier {} in [{}]", f.risk, names.join(", ")),
+            held: risk_holds(c, tier),
+            detail: format!("risk tier {} in [{}]", tier.as_str(), names.join(", ")),
         });
     }
     if let Some(agents) = &c.agents {
@@ -369,7 +398,8 @@ fn kind_rank(k: ConstraintType) -> usize {
         ConstraintType::RequireApproval => 0,
         ConstraintType::RateLimit => 1,
         ConstraintType::Budget => 2,
-        ConstraintType::TimeWindow => 3,
+        // `parameters` constraints are per action, never in the per-policy table.
+        ConstraintType::TimeWindow | ConstraintType::Parameters => 3,
     }
 }
 
@@ -379,6 +409,35 @@ enum Held {
     Unknown,
     Yes,
     No,
+}
+
+/// Where a policy's parameter conditions stand for one action of a resolve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Param {
+    /// The policy has none.
+    Unconditional,
+    /// They hold on the task's intended parameters for the action.
+    Held,
+    /// They do not hold on the intended parameters.
+    Failed,
+    /// No intended parameters: decided at execute.
+    Pending,
+}
+
+impl Param {
+    fn of(p: &crate::index::CompiledPolicy, intended: Option<&Value>) -> Self {
+        match (&p.conditions.parameters, intended) {
+            (None, _) => Param::Unconditional,
+            (Some(_), None) => Param::Pending,
+            (Some(c), Some(v)) if c.holds(v) => Param::Held,
+            (Some(_), Some(_)) => Param::Failed,
+        }
+    }
+
+    /// Whether the policy applies to the resolve's answer (pending ones do not, yet).
+    fn applies(self) -> bool {
+        matches!(self, Param::Unconditional | Param::Held)
+    }
 }
 
 /// The per-action verdict.
@@ -507,12 +566,12 @@ pub fn resolve_with_origins(
     texts.extend(task.hints().iter().map(|h| h.to_lowercase()));
     let facts = Facts {
         agent_id: &request.requester.agent_id,
-        risk_bit: 1 << tier as u8,
-        risk: tier.as_str(),
+        tier,
         capabilities: task.capabilities(),
         texts,
         hour: now_utc.hour(),
         weekday: now_utc.weekday().number_days_from_monday(),
+        intended: task.intended_parameters(),
         scope_keys: [
             scope_key(
                 Scope::Session,
@@ -558,6 +617,8 @@ pub fn resolve_with_origins(
     let mut limits: Vec<(ConstraintType, usize)> = Vec::new();
 
     let mut held: Vec<Held> = Vec::new();
+    let mut steps: Vec<usize> = Vec::new();
+    let mut by_parameters: Vec<Constraint> = Vec::new();
     for (ai, atlas) in chosen.iter().enumerate() {
         held.clear();
         held.resize(atlas.policies.len(), Held::Unknown);
@@ -583,6 +644,7 @@ pub fn resolve_with_origins(
             }
             let mut trail: Vec<PolicyExplain> = Vec::new();
             limits.clear();
+            steps.clear();
             let verdict = decide(
                 atlas,
                 action,
@@ -591,7 +653,16 @@ pub fn resolve_with_origins(
                 full.then_some(&mut trail),
                 &mut limits,
                 &mut held,
+                &mut steps,
             );
+            if matches!(verdict, Verdict::Grant { .. }) && !steps.is_empty() {
+                by_parameters.push(parameters_constraint(
+                    atlas,
+                    action_id,
+                    &steps,
+                    facts.intended_for(action_id),
+                ));
+            }
             match &verdict {
                 Verdict::Grant { approval, by } => {
                     let mut entry = action.allowed.clone();
@@ -673,7 +744,7 @@ pub fn resolve_with_origins(
                     atlas_id: atlas.atlas_id.to_string(),
                     pack_id: pack.pack_id.clone(),
                     injected: ok,
-                    conditions: explain_conditions(&pack.conditions, &facts),
+                    conditions: explain_conditions(&pack.conditions, &facts, facts.tier),
                 });
             }
             if ok {
@@ -725,6 +796,7 @@ pub fn resolve_with_origins(
             }
         }
     }
+    constraints.append(&mut by_parameters);
     constraints.sort_by(|a, b| {
         a.kind
             .cmp(&b.kind)
@@ -822,9 +894,18 @@ fn decide_overall(
 
 /// Walks one action's policies in evaluation order.
 ///
-/// `held` memoises, per policy of `atlas`, whether its conditions hold for this request: they
-/// depend on the request alone, not on the action, so each is evaluated at most once per resolve
-/// however many actions the policy covers.
+/// `held` memoises, per policy of `atlas`, whether its conditions other than `risk_tiers` and
+/// `parameters` hold for this request: they depend on the request alone, not on the action, so
+/// each is evaluated at most once per resolve however many actions the policy covers.
+/// `risk_tiers` is judged per action on [`action_tier`].
+///
+/// Parameter conditions are per action. With the task's intended parameters for the action they
+/// decide like any condition; without, the policy is *pending*: the walk goes on as if it did
+/// not apply, and a pending grant keeps the action allowed where only the default deny would
+/// refuse it. `steps` receives, when any policy reached has parameter conditions, every policy
+/// that execute must walk again on the call's parameters (see [`parameters_constraint`]); it is
+/// left empty when the outcome does not depend on parameters.
+#[allow(clippy::too_many_arguments)]
 fn decide(
     atlas: &CompiledAtlas,
     action: &crate::index::CompiledAction,
@@ -833,8 +914,16 @@ fn decide(
     mut trail: Option<&mut Vec<PolicyExplain>>,
     limits: &mut Vec<(ConstraintType, usize)>,
     held: &mut [Held],
+    steps: &mut Vec<usize>,
 ) -> Verdict {
+    let intended = facts.intended_for(&action.allowed.action_id);
+    let tier = action_tier(facts, action);
     let mut verdict: Option<Verdict> = None;
+    let mut pending_grant: Option<usize> = None;
+    // A grant or deny without parameter conditions applied: no later grant or deny can matter
+    // at execute, whatever the parameters.
+    let mut settled = false;
+    let mut dependent = false;
     let mut budget_pos = 0usize;
     for kind in PolicyType::EVALUATION_ORDER {
         for &pi in &action.by_type[type_slot(kind)] {
@@ -847,26 +936,51 @@ fn decide(
                 0
             };
             let limit_binds = matches!(kind, PolicyType::RateLimit | PolicyType::Budget);
-            if verdict.is_some() && !limit_binds {
+            if verdict.is_some() && !limit_binds && settled {
                 if let Some(t) = trail.as_deref_mut() {
-                    t.push(policy_explain(p, false, "not_reached", facts));
+                    let param = Param::of(p, intended);
+                    t.push(policy_explain(p, false, "not_reached", facts, tier, param));
                 }
                 continue;
             }
-            let applies = match held.get(pi).copied() {
+            let on_request = match held.get(pi).copied() {
                 Some(Held::Yes) => true,
                 Some(Held::No) => false,
                 _ => {
-                    let h = holds(&p.conditions, facts);
+                    let h = holds_but_risk(&p.conditions, facts);
                     if let Some(slot) = held.get_mut(pi) {
                         *slot = if h { Held::Yes } else { Held::No };
                     }
                     h
                 }
             };
+            let base = on_request && risk_holds(&p.conditions, tier);
+            let param = Param::of(p, intended);
+            if base && (limit_binds || !settled) {
+                steps.push(pi);
+                dependent |= param != Param::Unconditional;
+                settled |= !limit_binds && param == Param::Unconditional;
+            }
+            if verdict.is_some() && !limit_binds {
+                if let Some(t) = trail.as_deref_mut() {
+                    t.push(policy_explain(p, false, "not_reached", facts, tier, param));
+                }
+                continue;
+            }
+            let applies = base && param.applies();
             let effect;
-            if !applies {
+            if !base {
                 effect = "not_applicable";
+            } else if !applies && !limit_binds {
+                // A grant or deny whose parameters say no (or are not known yet).
+                if param == Param::Pending && kind != PolicyType::Deny {
+                    pending_grant.get_or_insert(pi);
+                }
+                effect = if param == Param::Pending {
+                    "pending"
+                } else {
+                    "not_applicable"
+                };
             } else {
                 match (&p.params, &verdict) {
                     (PolicyParams::Deny { reason }, None) => {
@@ -894,7 +1008,7 @@ fn decide(
                         let used = counters.lookup(true, &p.policy_id, facts.scope_key(*scope));
                         if matches!(v, Some(Verdict::Deny { .. })) {
                             effect = "not_reached";
-                        } else if v.is_none() && used >= *max_calls {
+                        } else if applies && v.is_none() && used >= *max_calls {
                             verdict = Some(Verdict::Deny {
                                 policy: Some(pi),
                                 reason: format!(
@@ -905,8 +1019,10 @@ fn decide(
                             });
                             effect = "exhausted";
                         } else {
+                            // A limit whose parameters say no (or are not known yet) still
+                            // binds: execute charges it when the call's parameters hold.
                             limits.push((ConstraintType::RateLimit, pi));
-                            effect = "constraint";
+                            effect = if applies { "constraint" } else { "pending" };
                         }
                     }
                     (
@@ -918,7 +1034,8 @@ fn decide(
                         let spent = counters.lookup(false, &p.policy_id, facts.scope_key(*scope));
                         if matches!(v, Some(Verdict::Deny { .. })) {
                             effect = "not_reached";
-                        } else if v.is_none() && spent.saturating_add(cost) > *max_units {
+                        } else if applies && v.is_none() && spent.saturating_add(cost) > *max_units
+                        {
                             verdict = Some(Verdict::Deny {
                                 policy: Some(pi),
                                 reason: format!(
@@ -930,7 +1047,7 @@ fn decide(
                             effect = "exhausted";
                         } else {
                             limits.push((ConstraintType::Budget, pi));
-                            effect = "constraint";
+                            effect = if applies { "constraint" } else { "pending" };
                         }
                     }
                     (PolicyParams::Allow, None) => {
@@ -944,17 +1061,26 @@ fn decide(
                 }
             }
             if let Some(t) = trail.as_deref_mut() {
-                t.push(policy_explain(p, applies, effect, facts));
+                t.push(policy_explain(p, applies, effect, facts, tier, param));
             }
         }
     }
-    match verdict {
-        Some(Verdict::Deny { policy, reason }) => {
+    if !dependent {
+        steps.clear();
+    }
+    match (verdict, pending_grant) {
+        (Some(Verdict::Deny { policy, reason }), _) => {
             limits.clear();
             Verdict::Deny { policy, reason }
         }
-        Some(v) => v,
-        None => {
+        (Some(v), _) => v,
+        // Only the default deny refuses, and a grant waits on the call's parameters: allowed,
+        // with the decision left to execute (the `parameters` constraint).
+        (None, Some(by)) => Verdict::Grant {
+            approval: false,
+            by,
+        },
+        (None, None) => {
             limits.clear();
             Verdict::Deny {
                 policy: None,
@@ -964,18 +1090,80 @@ fn decide(
     }
 }
 
+/// The `parameters` constraint of one allowed action whose outcome depends on the call's
+/// parameters: the policies execute walks again, in evaluation order, each with its parameter
+/// tests as written (`when`), and the digest of the intended parameters the resolve was decided
+/// on, when the task stated them. `constraint_id` is `parameters:<action_id>`.
+fn parameters_constraint(
+    atlas: &CompiledAtlas,
+    action_id: &str,
+    steps: &[usize],
+    intended: Option<&Value>,
+) -> Constraint {
+    let list = steps
+        .iter()
+        .map(|&pi| {
+            let p = &atlas.policies[pi];
+            let mut step = Map::new();
+            step.insert("policy_id".to_owned(), json!(p.policy_id.as_str()));
+            step.insert("type".to_owned(), json!(p.kind.as_str()));
+            if let Some(c) = &p.conditions.parameters {
+                step.insert("when".to_owned(), c.written().clone());
+            }
+            if let PolicyParams::Deny { reason } = &p.params {
+                step.insert("reason".to_owned(), json!(reason.as_str()));
+            }
+            Value::Object(step)
+        })
+        .collect();
+    let mut fields = Map::new();
+    fields.insert("atlas_id".to_owned(), json!(atlas.atlas_id.as_str()));
+    fields.insert("steps".to_owned(), Value::Array(list));
+    if let Some(v) = intended {
+        fields.insert(
+            "intended_parameters_hash".to_owned(),
+            json!(crate::params::parameters_hash(v)),
+        );
+    }
+    Constraint {
+        constraint_id: format!("{}:{action_id}", ConstraintType::Parameters.as_str()),
+        kind: ConstraintType::Parameters,
+        parameters: ConstraintParameters {
+            fields: std::sync::Arc::new(fields),
+            approval_id: None,
+            actions: vec![action_id.into()],
+        },
+    }
+}
+
 fn policy_explain(
     p: &crate::index::CompiledPolicy,
     applies: bool,
     effect: &str,
     facts: &Facts<'_>,
+    tier: RiskTier,
+    param: Param,
 ) -> PolicyExplain {
+    let mut conditions = explain_conditions(&p.conditions, facts, tier);
+    if let Some(c) = &p.conditions.parameters {
+        let pointers = c.pointers().join(", ");
+        conditions.push(ConditionExplain {
+            condition: "parameters".to_owned(),
+            held: param == Param::Held,
+            detail: match param {
+                Param::Pending => format!(
+                    "parameters {pointers}: decided at execute (the task states no intended parameters for this action)"
+                ),
+                _ => format!("parameters {pointers} tested on the task's intended parameters"),
+            },
+        });
+    }
     PolicyExplain {
         policy_id: p.policy_id.to_string(),
         kind: p.kind.as_str().to_owned(),
         priority: p.priority,
         applies,
         effect: effect.to_owned(),
-        conditions: explain_conditions(&p.conditions, facts),
+        conditions,
     }
 }

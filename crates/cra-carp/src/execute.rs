@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 
 use crate::eval::scope_key;
 use crate::index::{Scope, budget_cost};
+use crate::params::{ParamConditions, parameters_hash};
 use crate::store::{ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome};
 use crate::types::{AllowedAction, CarpRequest, ConstraintType, Resolution};
 use crate::validate::{CarpError, check_parameters, execution_of};
@@ -54,7 +55,19 @@ pub fn authorize(
     let exec = execution_of(request)?;
     check_parameters(validator, &action.action_id, &exec.parameters)?;
 
-    if action.requires_confirmation {
+    let on_params = on_parameters(resolution, &action.action_id, &exec.parameters)?;
+    let gated = match &on_params.gate {
+        Gate::AsResolved => action.requires_confirmation,
+        Gate::Allow => false,
+        Gate::Approval { .. } => true,
+        Gate::Deny(refusal) => return Ok(Authorization::Denied(refusal.clone())),
+    };
+    if gated {
+        if let Gate::Approval { policy_id, bound } = &on_params.gate
+            && let Some(refusal) = approval_binds(action, policy_id, bound.as_deref(), exec)
+        {
+            return Ok(Authorization::Denied(refusal));
+        }
         let Some(approval_id) = resolution.decision.approval_id.clone() else {
             return Err(CarpError::new(
                 Token::InternalError,
@@ -101,6 +114,9 @@ pub fn authorize(
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        if on_params.unbound.contains(&policy_id) {
+            continue; // A limit whose parameter conditions this call does not meet.
+        }
         let u = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0);
         match c.kind {
             ConstraintType::TimeWindow => {
@@ -155,13 +171,164 @@ pub fn authorize(
                     },
                 });
             }
-            ConstraintType::RequireApproval => {}
+            ConstraintType::RequireApproval | ConstraintType::Parameters => {}
         }
     }
     Ok(Authorization::Proceed {
         action: action.clone(),
         charges,
     })
+}
+
+/// What a resolution's `parameters` constraint decides for one call of the action.
+struct OnParameters {
+    gate: Gate,
+    /// Rate-limit and budget policies whose parameter conditions this call does not meet: their
+    /// constraints do not charge it.
+    unbound: Vec<String>,
+}
+
+/// The grant or refusal the call's parameters lead to.
+enum Gate {
+    /// No `parameters` constraint binds the action: the resolution's answer stands.
+    AsResolved,
+    /// An allow decided: runs without an approval.
+    Allow,
+    /// A `require_approval` decided: runs once the resolution's approval is granted, and, when
+    /// the deciding policy tests parameters, only with the parameters the approval was asked for
+    /// (`bound`, their digest).
+    Approval {
+        policy_id: String,
+        bound: Option<String>,
+    },
+    /// A deny (or, when no grant holds, the default deny) decided.
+    Deny(CarpError),
+}
+
+/// Walks the steps of the `parameters` constraint binding `action_id`, if any, on the call's
+/// `parameters`: the first deny, require_approval or allow whose tests hold (or that has none)
+/// decides, as it would have at resolve; limits whose tests fail are left unbound.
+fn on_parameters(
+    resolution: &Resolution,
+    action_id: &str,
+    parameters: &Value,
+) -> Result<OnParameters, CarpError> {
+    let mut out = OnParameters {
+        gate: Gate::AsResolved,
+        unbound: Vec::new(),
+    };
+    let Some(c) = resolution
+        .constraints
+        .iter()
+        .find(|c| c.kind == ConstraintType::Parameters && c.parameters.binds(action_id))
+    else {
+        return Ok(out);
+    };
+    let corrupt = || {
+        CarpError::new(
+            Token::InternalError,
+            format!(
+                "the stored resolution's constraint {} is malformed; resolve again",
+                c.constraint_id
+            ),
+        )
+    };
+    let steps = c
+        .parameters
+        .get("steps")
+        .and_then(Value::as_array)
+        .ok_or_else(corrupt)?;
+    let mut decided: Option<(&str, &str, bool)> = None;
+    for step in steps {
+        let text = |k: &str| step.get(k).and_then(Value::as_str);
+        let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
+            return Err(corrupt());
+        };
+        let holds = match step.get("when") {
+            None => true,
+            Some(w) => ParamConditions::compile(w)
+                .map_err(|_| corrupt())?
+                .holds(parameters),
+        };
+        match kind {
+            "rate_limit" | "budget" if !holds => out.unbound.push(policy_id.to_owned()),
+            "rate_limit" | "budget" => {}
+            _ if decided.is_none() && holds => {
+                decided = Some((kind, policy_id, step.get("when").is_some()));
+            }
+            _ => {}
+        }
+    }
+    let refuse = |policy_id: &str, reason: &str| CarpError {
+        policy_id: Some(policy_id.to_owned()),
+        token: Token::ActionNotAllowed,
+        message: format!("{reason} ({action_id} was refused on its parameters)"),
+        errors: vec![FieldError::new(
+            "/execution/parameters",
+            "the call's parameters are refused by policy",
+        )],
+    };
+    out.gate = match decided {
+        Some(("allow", ..)) => Gate::Allow,
+        Some(("require_approval", policy_id, tested)) => Gate::Approval {
+            policy_id: policy_id.to_owned(),
+            bound: tested
+                .then(|| c.parameters.get("intended_parameters_hash")?.as_str())
+                .flatten()
+                .map(str::to_owned),
+        },
+        Some((_, policy_id, _)) => {
+            let step = steps
+                .iter()
+                .find(|s| s.get("policy_id").and_then(Value::as_str) == Some(policy_id));
+            let reason = step
+                .and_then(|s| s.get("reason")?.as_str())
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("Denied by policy {policy_id}"));
+            Gate::Deny(refuse(policy_id, &reason))
+        }
+        None => Gate::Deny(refuse(
+            crate::eval::DEFAULT_DENY,
+            "No policy allows this action with these parameters",
+        )),
+    };
+    Ok(out)
+}
+
+/// Whether the resolution's approval covers this call when a `require_approval` that tests
+/// parameters decided: the action must have been gated at resolve (the task stated intended
+/// parameters on which the policy held), and the call's parameters must be those (`bound`).
+fn approval_binds(
+    action: &AllowedAction,
+    policy_id: &str,
+    bound: Option<&str>,
+    exec: &crate::types::Execution,
+) -> Option<CarpError> {
+    let id = &action.action_id;
+    if !action.requires_confirmation {
+        return Some(
+            CarpError::new(
+                Token::ApprovalRequired,
+                format!(
+                    "policy {policy_id} requires a human approval for {id} with these parameters, and the resolution asked for none; resolve again with task.intended_parameters.{id} set to them, then execute once the approval is granted"
+                ),
+            )
+            .by_policy(policy_id),
+        );
+    }
+    let hash = parameters_hash(&exec.parameters);
+    match bound {
+        Some(b) if b != hash => Some(
+            CarpError::new(
+                Token::ApprovalMismatch,
+                format!(
+                    "the approval under policy {policy_id} was asked for other parameters of {id} ({b}) than this call's ({hash}); execute with the parameters the approval was asked for, or resolve again with these"
+                ),
+            )
+            .by_policy(policy_id),
+        ),
+        _ => None,
+    }
 }
 
 /// The error for a charge the store refused.

@@ -10,6 +10,7 @@ use cra_atlas::model::{Conditions, Manifest, PolicyType, RiskTier};
 use cra_atlas::pattern;
 use serde_json::{Map, Value};
 
+use crate::params::ParamConditions;
 use crate::shared::{SharedJson, SharedStr};
 use crate::types::{AllowedAction, RateLimitInfo};
 
@@ -33,7 +34,7 @@ pub enum CompileError {
     },
     /// A condition this evaluator does not know (only `x-*` extensions may be added).
     #[error(
-        "atlas `{atlas_id}`, {owner}: unknown condition `{condition}`; use risk_tiers, agents, capabilities, context_matches or time_window"
+        "atlas `{atlas_id}`, {owner}: unknown condition `{condition}`; use risk_tiers, agents, capabilities, context_matches, time_window or parameters"
     )]
     UnknownCondition {
         /// The atlas.
@@ -195,7 +196,7 @@ pub struct AgentGlob {
 }
 
 impl AgentGlob {
-    fn new(text: &str) -> Self {
+    pub(crate) fn new(text: &str) -> Self {
         Self {
             text: text.to_owned(),
             parts: text.split('*').map(str::to_owned).collect(),
@@ -244,6 +245,9 @@ pub struct CompiledConditions {
     pub context_matches: Option<Vec<String>>,
     /// The UTC window.
     pub time_window: Option<CompiledWindow>,
+    /// Tests on the call's parameters (policies only), decided per call: at execute, or at
+    /// resolve when the task states the intended parameters.
+    pub parameters: Option<ParamConditions>,
 }
 
 impl CompiledConditions {
@@ -254,6 +258,7 @@ impl CompiledConditions {
             && self.capabilities.is_none()
             && self.context_matches.is_none()
             && self.time_window.is_none()
+            && self.parameters.is_none()
     }
 }
 
@@ -378,6 +383,7 @@ fn compile_conditions(
     atlas_id: &str,
     owner: &str,
     c: Option<&Conditions>,
+    of_policy: bool,
 ) -> Result<CompiledConditions, CompileError> {
     let Some(c) = c else {
         return Ok(CompiledConditions::default());
@@ -440,7 +446,21 @@ fn compile_conditions(
             })
         }
     };
+    let parameters = match &c.parameters {
+        None => None,
+        Some(_) if !of_policy => {
+            return Err(bad(
+                "/conditions/parameters",
+                "tests a call's parameters, and a context pack has no call; move it to a policy",
+            ));
+        }
+        Some(written) => Some(
+            ParamConditions::compile(written)
+                .map_err(|e| bad(&format!("/conditions/parameters{}", e.pointer), &e.message))?,
+        ),
+    };
     Ok(CompiledConditions {
+        parameters,
         risk_tiers,
         agents: c
             .agents
@@ -579,6 +599,7 @@ impl CompiledAtlas {
                     atlas_id,
                     &crate::atlas_check::policy_owner(&p.policy_id),
                     p.conditions.as_ref(),
+                    true,
                 )?,
                 params: compile_params(atlas_id, p)?,
             });
@@ -678,6 +699,7 @@ impl CompiledAtlas {
                     atlas_id,
                     &crate::atlas_check::pack_owner(&p.pack_id),
                     p.conditions.as_ref(),
+                    false,
                 )?,
                 files,
             });

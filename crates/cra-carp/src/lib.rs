@@ -8,6 +8,7 @@
 //! * [`validate`]: request shape (JSON Schema, every bad member with its pointer) and the §3.6
 //!   rules, one token each.
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
+//! * [`params`]: conditions on a call's parameters (RFC 6901 pointers and operators).
 //! * [`cache`]: which earlier resolution answers an identical resolve again.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation.
@@ -29,6 +30,7 @@ pub mod events;
 pub mod execute;
 pub mod explain;
 pub mod index;
+pub mod params;
 pub mod reconstruct;
 pub mod replay;
 pub mod shared;

@@ -517,7 +517,9 @@ fn charge(
                     .or_default();
                 *slot = slot.saturating_add(units);
             }
-            ConstraintType::RequireApproval | ConstraintType::TimeWindow => {}
+            ConstraintType::RequireApproval
+            | ConstraintType::TimeWindow
+            | ConstraintType::Parameters => {}
         }
     }
     Ok(())

@@ -528,7 +528,10 @@ fn replay_one(
             case.actions_decided
                 .insert((a.atlas_id.clone(), a.action_id.clone()));
             for p in a.policies {
-                if matches!(p.effect.as_str(), "decided" | "constraint" | "exhausted") {
+                if matches!(
+                    p.effect.as_str(),
+                    "decided" | "constraint" | "exhausted" | "pending"
+                ) {
                     case.policies_fired
                         .insert((a.atlas_id.clone(), p.policy_id));
                 }

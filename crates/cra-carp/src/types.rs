@@ -83,6 +83,12 @@ impl Task {
         self.context_hints.as_deref().unwrap_or(&[])
     }
 
+    /// `task.intended_parameters` (an extension of §3.2): per action id, the parameters the agent
+    /// means to execute it with, so the resolve can decide on them. Absent when not an object.
+    pub fn intended_parameters(&self) -> Option<&Map<String, Value>> {
+        self.extra.get("intended_parameters")?.as_object()
+    }
+
     /// The required capabilities, empty when absent.
     pub fn capabilities(&self) -> &[String] {
         self.required_capabilities.as_deref().unwrap_or(&[])
@@ -266,6 +272,9 @@ pub enum ConstraintType {
     Budget,
     /// Executions only inside a UTC window.
     TimeWindow,
+    /// The action's outcome depends on the call's parameters: the policies execute decides on
+    /// them (an extension of §3.3; `specs/carp.md`, "Conditions on parameters").
+    Parameters,
 }
 
 impl ConstraintType {
@@ -276,6 +285,7 @@ impl ConstraintType {
             ConstraintType::RateLimit => "rate_limit",
             ConstraintType::Budget => "budget",
             ConstraintType::TimeWindow => "time_window",
+            ConstraintType::Parameters => "parameters",
         }
     }
 }

@@ -139,6 +139,10 @@ tokens! {
     ReviewNotAllowed = ("review_not_allowed", 403),
     /// The approval for this resolution was rejected.
     ApprovalRejected = ("approval_rejected", 403),
+    /// The call's parameters need a human approval the resolution did not ask for: resolve again with `task.intended_parameters` for the action.
+    ApprovalRequired = ("approval_required", 403),
+    /// The approval was asked for other parameters than this call's: an approval runs the call it was asked for.
+    ApprovalMismatch = ("approval_mismatch", 403),
     /// A rate-limit policy's window is exhausted.
     RateLimitExceeded = ("rate_limit_exceeded", 429),
     /// A budget policy's units are spent.

@@ -366,7 +366,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
     let call = Call {
         rt,
-        parameters_hash: parameters_hash(&exec.parameters),
+        parameters_hash: cra_carp::params::parameters_hash(&exec.parameters),
         request: &request,
         exec: &exec,
         trace_id: &trace_id,
@@ -378,10 +378,6 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
         Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
     }
-}
-
-fn parameters_hash(parameters: &Value) -> String {
-    cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
 }
 
 /// Why an execution was refused, as its events record it.
@@ -620,7 +616,10 @@ impl Call<'_> {
                 action_id,
                 executor,
                 status: "success",
-                result_hash: response.result.as_ref().map(parameters_hash),
+                result_hash: response
+                    .result
+                    .as_ref()
+                    .map(cra_carp::params::parameters_hash),
                 duration_ms,
             }),
             (_, error) => span.draft_of(&ActionFailed::new(

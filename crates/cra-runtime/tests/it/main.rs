@@ -12,6 +12,7 @@ mod hostile;
 mod inflight;
 mod mcp_pool;
 mod outbox;
+mod params;
 mod relay;
 mod service;
 mod sessions;

@@ -532,6 +532,103 @@ def generate(fx, R, DATA):
                                 cached_event]}},
        setup=dict(XS, steps=[res_step]))
 
+    # ------------------------------------------------------------ conditions on parameters (round 2)
+    # specs/carp.md, "Conditions on parameters": pending at resolve without intended parameters,
+    # decided at resolve with them, always decided at execute; an absent member satisfies no test.
+    PP = PE + ["specs/carp.md: conditions on parameters", "specs/atlas.md: parameters"]
+    patlas = {"manifest": manifest(
+        ["branch.delete", action("refund.issue", risk="high"), "log.write", "deploy.run", action("db.drop", risk="critical")],
+        [pol("deny-protected", "deny", ["branch.delete"], priority=100,
+             conditions={"parameters": [{"pointer": "/branch", "matches": ["main", "release/*"]}]},
+             parameters={"reason": "Protected branches cannot be deleted"}),
+         pol("approve-large", "require_approval", ["refund.issue"], conditions={"parameters": [{"pointer": "/amount", "gt": 500}]}),
+         pol("approve-risky", "require_approval", ["db.drop"], conditions={"risk_tiers": ["high", "critical"]}),
+         pol("limit-debug", "rate_limit", ["log.write"], conditions={"parameters": [{"pointer": "/level", "equals": "debug"}]},
+             parameters={"max_calls": 1, "window_seconds": 60, "scope": "session"}),
+         pol("allow-envs", "allow", ["deploy.run"], conditions={"parameters": [{"pointer": "/env", "in": ["staging", "prod"]}]}),
+         pol("allow-work", "allow", ["branch.delete", "refund.issue", "log.write"])])}
+    PS = setup([patlas])
+
+    def preq(n, intended=None, risk=None):
+        r = request(n=n, risk=risk)
+        if intended is not None:
+            r["task"]["intended_parameters"] = intended
+        return r
+
+    pstep = {"operation": "resolve", "args": {"request": preq(1)}}
+    fx("policy-parameters-pending-listed", "cra", "policy", "cra-full",
+       "Without intended parameters a deny on parameters is pending: the action is allowed with a parameters constraint naming the steps",
+       PP, "resolve", {"request": preq(1)},
+       {"allowed_actions": {"$contains": [{"action_id": "branch.delete", "requires_confirmation": False}]},
+        "constraints": {"$contains": [{"constraint_id": "parameters:branch.delete", "type": "parameters",
+                                       "parameters": {"actions": ["branch.delete"],
+                                                      "steps": [{"policy_id": "deny-protected", "type": "deny",
+                                                                 "when": [{"pointer": "/branch", "matches": ["main", "release/*"]}]},
+                                                                {"policy_id": "allow-work", "type": "allow"}]}}]}},
+       setup=PS)
+    fx("policy-parameters-intended-deny", "cra", "policy", "cra-full",
+       "With intended parameters the resolve decides: deleting main is denied by the deny on /branch",
+       PP, "resolve", {"request": preq(1, {"branch.delete": {"branch": "main"}})},
+       {"denied_actions": {"$contains": [{"action_id": "branch.delete", "policy_id": "deny-protected", "reason": "Protected branches cannot be deleted"}]}},
+       setup=PS)
+    fx("policy-parameters-intended-glob-anchored", "cra", "policy", "cra-full",
+       "A glob matches the whole string: mainline-docs is not main, so the intended deletion is allowed",
+       PP, "resolve", {"request": preq(1, {"branch.delete": {"branch": "mainline-docs"}})},
+       {"allowed_actions": {"$contains": [{"action_id": "branch.delete"}]}}, setup=PS)
+    fx("policy-parameters-intended-approval", "cra", "policy", "cra-full",
+       "An intended refund above the threshold gates the action and asks for an approval",
+       PP, "resolve", {"request": preq(1, {"refund.issue": {"amount": 600}})},
+       {"decision": {"type": "requires_approval", "approval_id": {"$any": "string"}},
+        "allowed_actions": {"$contains": [{"action_id": "refund.issue", "requires_confirmation": True}]}}, setup=PS)
+    fx("policy-parameters-pending-allow", "cra", "policy", "cra-full",
+       "A pending allow keeps the action allowed where only the default deny would refuse it",
+       PP, "resolve", {"request": preq(1)},
+       {"allowed_actions": {"$contains": [{"action_id": "deploy.run", "requires_confirmation": False}]}}, setup=PS)
+    fx("policy-parameters-intended-allow-fails", "cra", "policy", "cra-full",
+       "Intended parameters outside the allow's list leave the default deny",
+       PP, "resolve", {"request": preq(1, {"deploy.run": {"env": "dev"}})},
+       {"denied_actions": {"$contains": [{"action_id": "deploy.run", "policy_id": "default_deny"}]}}, setup=PS)
+    fx("policy-risk-tier-of-the-action", "cra", "policy", "cra-full",
+       "risk_tiers on a policy reads the riskier of the task's tier and the action's: a low task cannot lower a critical action",
+       PP + ["specs/carp.md: evaluation"], "resolve", {"request": preq(1, risk="low")},
+       {"allowed_actions": {"$contains": [{"action_id": "db.drop", "requires_confirmation": True}]}}, setup=PS)
+
+    def pexe(n, aid, params):
+        return exe(n, aid, params)
+
+    for fid, desc, aid, params, want in [
+        ("deny-main", "Deleting main is refused at execute whatever the goal said", "branch.delete", {"branch": "main"},
+         {"error": "action_not_allowed", "status": 403, "response": {"status": "denied", "error": {"code": "action_not_allowed", "details": {"policy_id": "deny-protected"}}}}),
+        ("deny-release-glob", "release/* matches release/1.0", "branch.delete", {"branch": "release/1.0"},
+         {"error": "action_not_allowed", "status": 403}),
+        ("not-protected", "maintenance is not a protected branch", "branch.delete", {"branch": "maintenance"}, {"status": "success"}),
+        ("absent-member", "A pointer to an absent member satisfies no test: the deny does not hold", "branch.delete", {}, {"status": "success"}),
+        ("approval-required", "A refund above the threshold under a resolution that asked for no approval: approval_required", "refund.issue", {"amount": 600},
+         {"error": "approval_required", "status": 403}),
+        ("below-threshold", "A refund of exactly 500 is not above 500: it runs", "refund.issue", {"amount": 500}, {"status": "success"}),
+        ("wrong-type", "A string is not a number: gt does not hold on it", "refund.issue", {"amount": "9000"}, {"status": "success"}),
+        ("default-deny", "No allow holds on these parameters: the default deny refuses at execute", "deploy.run", {"env": "dev"},
+         {"error": "action_not_allowed", "status": 403, "response": {"error": {"details": {"policy_id": "default_deny"}}}}),
+        ("allow-holds", "The allow on /env holds for prod", "deploy.run", {"env": "prod"}, {"status": "success"}),
+    ]:
+        fx("execute-parameters-" + fid, "cra", "execute", "cra-full", desc, PP + X, "execute", pexe(2, aid, params), want,
+           setup=dict(PS, steps=[pstep]))
+    schema_refund = copy.deepcopy(PS)
+    fx("execute-parameters-approval-pending-for-intended", "cra", "execute", "cra-full",
+       "Resolved with the intended refund, the same call waits for the approval", PP + X, "execute",
+       pexe(2, "refund.issue", {"amount": 600}), {"error": "approval_pending", "status": 409},
+       setup=dict(schema_refund, steps=[{"operation": "resolve", "args": {"request": preq(1, {"refund.issue": {"amount": 600}})}}]))
+    fx("execute-parameters-limit-charges-matching-calls", "cra", "execute", "cra-full",
+       "A rate limit on /level charges debug calls only: the second debug call is refused", PP + X + ["errata: rate limit"], "execute",
+       pexe(4, "log.write", {"level": "debug"}), {"error": "rate_limit_exceeded", "status": 429},
+       setup=dict(PS, steps=[pstep, {"operation": "execute", "args": pexe(2, "log.write", {"level": "debug"})},
+                             {"operation": "execute", "args": pexe(3, "log.write", {"level": "info"})}]))
+    fx("execute-parameters-limit-skips-other-calls", "cra", "execute", "cra-full",
+       "Calls the limit's tests do not match are not charged: info runs after the debug allowance is spent", PP + X + ["errata: rate limit"], "execute",
+       pexe(4, "log.write", {"level": "info"}), {"status": "success"},
+       setup=dict(PS, steps=[pstep, {"operation": "execute", "args": pexe(2, "log.write", {"level": "debug"})},
+                             {"operation": "execute", "args": pexe(3, "log.write", {"level": "info"})}]))
+
     # ------------------------------------------------------------ stream (WebSocket, CRA §6.4)
     # One resolve in S writes session.started, carp.request.received, policy.evaluated for each of
     # the 3 candidate actions, context.injected for each of the 3 packs, and the completion
@@ -622,6 +719,12 @@ def generate(fx, R, DATA):
             ("action-id-uppercase", "/actions/0/action_id", lambda m: m["actions"][0].update(action_id="Resource.get")),
             ("policy-unknown-type", "/policies/0/type", lambda m: m["policies"][0].update(type="maybe")),
             ("policy-no-actions", "/policies/0/actions", lambda m: m["policies"][0].update(actions=[])),
+            ("parameters-unknown-operator", "/policies/0/conditions/parameters/0/like",
+             lambda m: m["policies"][0].update(conditions={"parameters": [{"pointer": "/a", "like": "x"}]})),
+            ("parameters-bad-pointer", "/policies/0/conditions/parameters/0/pointer",
+             lambda m: m["policies"][0].update(conditions={"parameters": [{"pointer": "a", "equals": 1}]})),
+            ("parameters-bad-regex", "/policies/0/conditions/parameters/0/regex",
+             lambda m: m["policies"][0].update(conditions={"parameters": [{"pointer": "/a", "regex": "("}]})),
             ("capability-unknown-action", "/capabilities/0/actions/0", lambda m: m.update(capabilities=[{"capability_id": "c", "name": "c", "description": "c", "actions": ["no.such"]}])),
             ("duplicate-action-id", "/actions/1/action_id", lambda m: m["actions"][1].update(action_id="resource.get")),
             ("bad-risk-tier", "/actions/0/risk_tier", lambda m: m["actions"][0].update(risk_tier="extreme")),

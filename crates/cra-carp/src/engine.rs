@@ -19,8 +19,9 @@ use crate::eval::{
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ClaimOutcome,
-    ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord, StoredResolution,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ChargeKind,
+    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
+    StoredResolution,
 };
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
@@ -48,6 +49,10 @@ impl Default for CarpConfig {
         }
     }
 }
+
+/// The member of a rate-limit refusal's `error.details` that says how many seconds to wait;
+/// the HTTP layer copies it into `Retry-After`.
+pub const RETRY_AFTER_DETAIL: &str = "retry_after_seconds";
 
 /// The `details` of a refused execution's error: its field errors and the policy that refused,
 /// each when there is one.
@@ -607,16 +612,51 @@ impl Carp {
                 ));
             }
         }
-        match consumed.as_ref().and_then(refusal_error) {
-            Some(e) => Ok(ExecuteOutcome::Answered(self.answer(
-                request,
-                &run.resolution_id,
-                &run.trace_id,
-                ExecuteStatus::Denied,
-                Some(&e),
-            ))),
-            None => Ok(ExecuteOutcome::Run(run)),
+        let Some(e) = consumed.as_ref().and_then(refusal_error) else {
+            return Ok(ExecuteOutcome::Run(run));
+        };
+        let mut answer = self.answer(
+            request,
+            &run.resolution_id,
+            &run.trace_id,
+            ExecuteStatus::Denied,
+            Some(&e),
+        );
+        if let Some(seconds) = consumed.as_ref().and_then(|c| self.retry_after(c))
+            && let Some(Value::Object(details)) =
+                answer.error.as_mut().and_then(|x| x.details.as_mut())
+        {
+            details.insert(RETRY_AFTER_DETAIL.into(), Value::from(seconds));
         }
+        Ok(ExecuteOutcome::Answered(answer))
+    }
+
+    /// Seconds after which a refused rate-limit charge would fit (none for a budget: spent units
+    /// do not come back by waiting). A store that cannot say leaves it out.
+    fn retry_after(&self, outcome: &ConsumeOutcome) -> Option<u64> {
+        let ConsumeOutcome::Refused {
+            policy_id,
+            scope_key,
+            kind:
+                ChargeKind::Rate {
+                    max_calls,
+                    window_seconds,
+                },
+            ..
+        } = outcome
+        else {
+            return None;
+        };
+        let now = crate::eval::unix_micros(self.clock.now());
+        crate::execute::rate_retry_after(
+            self.store.as_ref(),
+            policy_id,
+            scope_key,
+            *max_calls,
+            *window_seconds,
+            now,
+        )
+        .ok()
     }
 
     fn lease(&self, request: &CarpRequest, run: &ClearedExecution) -> ExecutionLease {

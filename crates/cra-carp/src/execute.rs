@@ -331,6 +331,38 @@ fn approval_binds(
     }
 }
 
+/// Seconds until a refused rate-limit charge would fit, for `Retry-After`: the least `d` in
+/// `1..=window_seconds` such that, of the executions recorded now, fewer than `max_calls` are
+/// still inside the window at `now + d`. A binary search over the counter (`log2(window)` reads;
+/// a refusal is rare). Executions recorded later can make the wait longer: the answer is
+/// advice, the charge at retry decides.
+pub fn rate_retry_after(
+    store: &dyn crate::CarpStore,
+    policy_id: &str,
+    scope_key: &str,
+    max_calls: u64,
+    window_seconds: u64,
+    now_us: i64,
+) -> Result<u64, crate::CarpStoreError> {
+    let window_us = crate::eval::seconds_to_us(window_seconds);
+    let fits_after = |d: u64| -> Result<bool, crate::CarpStoreError> {
+        let since = now_us
+            .saturating_add(crate::eval::seconds_to_us(d))
+            .saturating_sub(window_us);
+        Ok(store.rate_count(policy_id, scope_key, since, now_us)? < max_calls)
+    };
+    let (mut lo, mut hi) = (1u64, window_seconds.max(1));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if fits_after(mid)? {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
 /// The error for a charge the store refused.
 pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
     match outcome {

@@ -82,7 +82,25 @@ pub(crate) async fn execute(
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
     let response = service::execute(&state, &actor, &body).await?;
-    Ok((execute_status(&response), Json(response)).into_response())
+    let retry_after = retry_after(&response);
+    let mut http = (execute_status(&response), Json(response)).into_response();
+    if let Some(seconds) = retry_after {
+        http.headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    Ok(http)
+}
+
+/// The seconds a rate-limit refusal says to wait (`error.details.retry_after_seconds`), for the
+/// `Retry-After` header (RFC 9110 §10.2.3).
+fn retry_after(response: &ExecuteResponse) -> Option<u64> {
+    response
+        .error
+        .as_ref()?
+        .details
+        .as_ref()?
+        .get(cra_carp::engine::RETRY_AFTER_DETAIL)?
+        .as_u64()
 }
 
 /// The HTTP status of an execute response: 200 when the action ran (`success` or `error`), the

@@ -46,6 +46,9 @@ pub enum Command {
     /// Serve a CARP session as MCP tools (stdio): agents act through cra's policies.
     #[command(subcommand)]
     Mcp(cmd::mcp::McpCommand),
+    /// List, show (and wait on), grant and reject approvals on a running server.
+    #[command(subcommand)]
+    Approvals(cmd::approvals::ApprovalsCommand),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -58,5 +61,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Relay(a) => cmd::relay::run(a),
         Command::Resolve(a) => cmd::resolve::run(a),
         Command::Mcp(c) => cmd::mcp::run(c),
+        Command::Approvals(c) => cmd::approvals::run(c),
     }
 }

@@ -65,6 +65,7 @@ pub(crate) struct ErrorBodySchema {
         routes::carp::resolve,
         routes::carp::execute,
         routes::approvals::list,
+        routes::approvals::show,
         routes::approvals::decide,
         routes::relay::create_project,
         routes::relay::get_project,

@@ -215,6 +215,15 @@ impl Hub {
         }
     }
 
+    /// How many subscribers follow `session` now (its streams and approval waits).
+    pub fn listeners(&self, session: &str) -> usize {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(session)
+            .map_or(0, Vec::len)
+    }
+
     /// Hands freshly appended `events` of a session owned by `owner` to its subscribers.
     ///
     /// The events are copied for the streams only when somebody listens: with no subscriber, the

@@ -1,5 +1,6 @@
 //! The command groups, one module each.
 
+pub mod approvals;
 pub mod atlas;
 pub mod atlas_test;
 pub mod conformance;

@@ -6,6 +6,7 @@
     clippy::indexing_slicing
 )]
 
+mod approvals;
 mod atlas;
 mod atlas_differential;
 mod mcp;

@@ -277,21 +277,27 @@ fn relay_commands_end_to_end() {
 
 /// A `cra serve` in this process: no key file given, so it writes its admin key into its data
 /// directory, which `cra relay --url` then finds.
-struct Server {
+pub(crate) struct Server {
     rt: tokio::runtime::Runtime,
     server: Option<cra_runtime::RunningServer>,
-    url: String,
-    data: std::path::PathBuf,
+    pub(crate) url: String,
+    pub(crate) data: std::path::PathBuf,
 }
 
 impl Server {
     fn start(data: &Path) -> Self {
+        Self::start_with(
+            data,
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases/dev.cra.github-ops"),
+        )
+    }
+
+    /// A server over `data` with the one atlas `atlas`.
+    pub(crate) fn start_with(data: &Path, atlas: std::path::PathBuf) -> Self {
         let mut config = cra_runtime::config::RuntimeConfig {
             addr: "127.0.0.1:0".into(),
             data: data.to_path_buf(),
-            atlases: vec![
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases/dev.cra.github-ops"),
-            ],
+            atlases: vec![atlas],
             ..Default::default()
         };
         config.limits.requests_per_second = 0;

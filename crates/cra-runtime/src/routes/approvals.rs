@@ -1,6 +1,7 @@
 //! Approvals over HTTP: `GET /v1/approvals?status=pending` and
-//! `POST /v1/approvals/{approval_id}` (`{decision: grant|reject, note?}`), operators only. The
-//! rules live in [`crate::service::approvals`].
+//! `POST /v1/approvals/{approval_id}` (`{decision: grant|reject, note?}`), operators only, and
+//! `GET /v1/approvals/{approval_id}?wait=N`, the long poll an agent waits on. The rules live in
+//! [`crate::service::approvals`].
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -41,6 +42,42 @@ pub(crate) async fn list(
         ));
     }
     Ok(Json(service::pending(&state, &actor).await?))
+}
+
+/// `GET /v1/approvals/{approval_id}` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ShowQuery {
+    /// Seconds to wait for a decision while pending (0 to 60; default 0: answer now).
+    #[serde(default)]
+    pub wait: Option<String>,
+}
+
+/// One approval: the agent whose session asked, operators and auditors. With `wait`, answers
+/// once it is decided (or its session ends), at most `wait` seconds later.
+#[utoipa::path(get, path = "/v1/approvals/{approval_id}", tag = "approvals",
+    params(("approval_id" = String, Path, description = "The approval"),
+           ("wait" = Option<u64>, Query, description = "Seconds to wait while pending, 0-60")),
+    responses((status = 200, description = "The approval as it stands", body = Object),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<ShowQuery>,
+) -> ApiResult<Json<service::ApprovalView>> {
+    let wait = match &q.wait {
+        None => 0,
+        Some(w) => w.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `wait`: `{w}` is not a whole number of seconds"),
+            )
+        })?,
+    };
+    Ok(Json(service::show(&state, &actor, &id, wait).await?))
 }
 
 /// Grants or rejects an approval (operators), once.

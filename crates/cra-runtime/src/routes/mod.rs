@@ -46,7 +46,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/resolve", post(carp::resolve))
         .route("/v1/execute", post(carp::execute))
         .route("/v1/approvals", get(approvals::list))
-        .route("/v1/approvals/{approval_id}", post(approvals::decide))
+        .route(
+            "/v1/approvals/{approval_id}",
+            get(approvals::show).post(approvals::decide),
+        )
         .route("/v1/projects", post(relay::create_project))
         .route("/v1/projects/{project_id}", get(relay::get_project))
         .route("/v1/projects/{project_id}/archive", post(relay::archive))

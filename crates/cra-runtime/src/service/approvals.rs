@@ -1,9 +1,12 @@
-//! Approvals: the operators' list of pending approvals and their decisions. Each decision is
+//! Approvals: the operators' list of pending approvals and their decisions, and one approval
+//! read (and waited on) by the agent that asked or an operator. Each decision is
 //! recorded in the chain of the session whose resolution asked for it (`approval.granted` /
 //! `approval.rejected`).
 
 use cra_carp::events::{ApprovalDecided, ApprovalGranted, ApprovalRejected};
-use cra_carp::store::{ApprovalDecision, ApprovalRecord, DecisionRecord, StateChange};
+use cra_carp::store::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, DecisionRecord, StateChange,
+};
 use cra_trace::{EventDraft, Span};
 use cra_wire::Token;
 use cra_wire::clock::format_timestamp;
@@ -51,6 +54,94 @@ pub async fn pending(rt: &Runtime, actor: &Actor) -> ApiResult<Vec<ApprovalRecor
     .await
 }
 
+/// The longest an agent may wait for a decision in one request (`wait`, seconds).
+pub const MAX_WAIT_SECONDS: u64 = 60;
+
+/// Approval `approval_id` as `actor` may read it: operators and auditors read any, an agent the
+/// approvals of its own sessions. With `wait_seconds` > 0 and the approval pending in an open
+/// session, the answer waits until it is decided (its `approval.*` event is appended here) or
+/// the session ends, at most `wait_seconds` (capped at [`MAX_WAIT_SECONDS`]), then reads the
+/// store again: a decision made on another replica is seen when the wait runs out.
+pub async fn show(
+    rt: &Runtime,
+    actor: &Actor,
+    approval_id: &str,
+    wait_seconds: u64,
+) -> ApiResult<ApprovalView> {
+    crate::service::sessions::check_uuid_field("/approval_id", approval_id)?;
+    if wait_seconds > MAX_WAIT_SECONDS {
+        return Err(ApiError::field(
+            Token::InvalidRequest,
+            "/wait",
+            format!("at most {MAX_WAIT_SECONDS} seconds; wait again for longer"),
+        ));
+    }
+    let first = read_approval(rt, approval_id).await?;
+    let session = rt.session_record(&first.session_id).await?;
+    crate::service::sessions::require_read(actor, &session)?;
+    if wait_seconds == 0 || first.status != ApprovalStatus::Pending || !session.is_active() {
+        return Ok(ApprovalView::of(first, session.is_active()));
+    }
+    // Subscribed before the second read, so a decision between the two is not missed.
+    let filter = crate::tracelog::StreamFilter {
+        type_prefix: None,
+        agent: None,
+        decision: None,
+    };
+    let mut sub = rt.hub.subscribe(Some(&first.session_id), filter, 64);
+    let again = read_approval(rt, approval_id).await?;
+    if again.status != ApprovalStatus::Pending {
+        return Ok(ApprovalView::of(again, true));
+    }
+    let settled = |e: &cra_trace::TraceEvent| {
+        e.event_type == "session.ended"
+            || (e.event_type.starts_with("approval.")
+                && e.payload.get("approval_id").and_then(|v| v.as_str()) == Some(approval_id))
+    };
+    let wait = async {
+        while let Some(live) = sub.rx.recv().await {
+            if settled(&live.event) {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(wait_seconds), wait).await;
+    let last = read_approval(rt, approval_id).await?;
+    let active = rt.session_record(&last.session_id).await?.is_active();
+    Ok(ApprovalView::of(last, active))
+}
+
+/// One approval as `GET /v1/approvals/{id}` answers it: the record, and whether it lapsed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ApprovalView {
+    /// The stored approval.
+    #[serde(flatten)]
+    pub record: ApprovalRecord,
+    /// True when it is still pending but its session has ended: it can no longer be decided,
+    /// and waiting for it is pointless (`specs/carp.md`, "Approvals and the end of a session").
+    pub lapsed: bool,
+}
+
+impl ApprovalView {
+    fn of(record: ApprovalRecord, session_active: bool) -> Self {
+        let lapsed = record.status == ApprovalStatus::Pending && !session_active;
+        Self { record, lapsed }
+    }
+}
+
+/// The approval `approval_id` (404 `approval_not_found` without one).
+async fn read_approval(rt: &Runtime, approval_id: &str) -> ApiResult<ApprovalRecord> {
+    let aid = approval_id.to_owned();
+    rt.carp_read(move |s| s.get_approval(&aid))
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                Token::ApprovalNotFound,
+                format!("no approval {approval_id}; list the pending ones with GET /v1/approvals"),
+            )
+        })
+}
+
 /// The approval `approval_id` while its session is open (404 `approval_not_found` without one).
 /// A decision on an approval whose session has ended is refused before anything is written: the
 /// decision's event could not be recorded in the closed chain, and a refusal changes nothing. A
@@ -58,13 +149,7 @@ pub async fn pending(rt: &Runtime, actor: &Actor) -> ApiResult<Vec<ApprovalRecor
 /// again when it writes the decision: a session that ends between this check and that write
 /// refuses the decision there ([`lapsed`]).
 async fn open_approval(state: &Runtime, approval_id: &str) -> ApiResult<ApprovalRecord> {
-    let aid = approval_id.to_owned();
-    let Some(approval) = state.carp_read(move |s| s.get_approval(&aid)).await? else {
-        return Err(ApiError::new(
-            Token::ApprovalNotFound,
-            format!("no approval {approval_id}; list the pending ones with GET /v1/approvals"),
-        ));
-    };
+    let approval = read_approval(state, approval_id).await?;
     let session = state.session_record(&approval.session_id).await?;
     if session.is_active() {
         return Ok(approval);

@@ -593,6 +593,36 @@ def generate(fx, R, DATA):
        PP + ["specs/carp.md: evaluation"], "resolve", {"request": preq(1, risk="low")},
        {"allowed_actions": {"$contains": [{"action_id": "db.drop", "requires_confirmation": True}]}}, setup=PS)
 
+    # Shadow mode (specs/carp.md, "Shadow mode"): a log_only policy is evaluated and recorded in
+    # policy.evaluated's `shadow`, and never changes the answer.
+    SH = PE + ["specs/carp.md: shadow mode", "specs/atlas.md: enforcement"]
+    shadow_deny = dict(pol("d", "deny", ["resource.delete"], parameters={"reason": "Not yet"}), enforcement="log_only")
+    fx("policy-shadow-deny-never-decides", "cra", "policy", "cra-full",
+       "A log_only deny does not deny: the action stays allowed and policy.evaluated records what it would have decided",
+       SH, "resolve", {"request": request(), "with_trace": True},
+       {"resolution": {"decision": {"type": "allow"},
+                       "allowed_actions": {"$contains": [{"action_id": "resource.delete"}]}},
+        "trace": {"$contains": [{"event_type": "policy.evaluated",
+                                 "payload": {"action_id": "resource.delete", "policy_id": "a", "result": "allow",
+                                             "shadow": {"policy_id": "d", "result": "deny"}}}]}},
+       setup=setup([{"manifest": manifest(["resource.get", "resource.delete"], [pol("a", "allow", ["*"]), shadow_deny])}]))
+    fx("policy-shadow-agreeing-not-recorded", "cra", "policy", "cra-full",
+       "Where the log_only policies would decide the same, policy.evaluated has no shadow member",
+       SH, "resolve", {"request": request(), "with_trace": True},
+       {"resolution": {"decision": {"type": "allow"}},
+        "trace": {"$contains": [{"event_type": "policy.evaluated",
+                                 "payload": {"action_id": "resource.get", "policy_id": "a", "shadow": {"$absent": True}}}]}},
+       setup=setup([{"manifest": manifest(["resource.get", "resource.delete"], [pol("a", "allow", ["*"]), shadow_deny])}]))
+    atlas_shadow = manifest(["resource.get", "resource.delete"],
+                            [dict(pol("a", "allow", ["*"]), enforcement="enforce"),
+                             pol("d", "deny", ["resource.delete"], parameters={"reason": "Not yet"})])
+    atlas_shadow["enforcement"] = "log_only"
+    fx("policy-shadow-atlas-default", "cra", "policy", "cra-full",
+       "An atlas's enforcement log_only puts its policies in shadow mode unless a policy says enforce",
+       SH, "resolve", {"request": request()},
+       {"decision": {"type": "allow"}, "allowed_actions": {"$unordered": [{"action_id": "resource.get"}, {"action_id": "resource.delete"}]}},
+       setup=setup([{"manifest": atlas_shadow}]))
+
     def pexe(n, aid, params):
         return exe(n, aid, params)
 

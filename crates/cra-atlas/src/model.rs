@@ -47,6 +47,10 @@ pub struct Manifest {
     /// Other atlases this one needs: atlas id to semver range.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dependencies: BTreeMap<String, String>,
+    /// The default `enforcement` of the atlas's policies (`log_only` puts every policy without
+    /// its own `enforcement` in shadow mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
     /// Unknown and `x-*` fields, kept as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -153,9 +157,25 @@ pub struct Policy {
     /// Higher first within one type.
     #[serde(default)]
     pub priority: i64,
+    /// `log_only`: evaluated and recorded, never deciding (shadow mode); absent: the atlas's
+    /// `enforcement`, else `enforce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
     /// Unknown and `x-*` fields.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// Whether a policy decides (`enforce`) or is only evaluated and recorded (`log_only`, shadow
+/// mode: what it would have decided goes into the audit trail, the answer does not change).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    /// The policy decides.
+    #[default]
+    Enforce,
+    /// The policy is evaluated in the shadow and never decides.
+    LogOnly,
 }
 
 /// Risk tiers, ordered from least to most risky.

@@ -18,6 +18,7 @@ use time::OffsetDateTime;
 
 use crate::explain::{
     ActionExplain, ConditionExplain, DenyKind, Explain, Outcome, PackExplain, PolicyExplain,
+    ShadowExplain,
 };
 use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Scope, type_slot};
 use crate::shared::SharedStr;
@@ -654,6 +655,7 @@ pub fn resolve_with_origins(
                 &mut limits,
                 &mut held,
                 &mut steps,
+                false,
             );
             if matches!(verdict, Verdict::Grant { .. }) && !steps.is_empty() {
                 by_parameters.push(parameters_constraint(
@@ -698,28 +700,21 @@ pub fn resolve_with_origins(
                 }),
             }
             if outcomes {
-                let (outcome, decided_by, deny_kind) = match &verdict {
-                    Verdict::Grant { approval, by } => (
-                        if *approval {
-                            Outcome::RequiresApproval
-                        } else {
-                            Outcome::Allow
-                        },
-                        atlas.policies[*by].policy_id.to_string(),
-                        None,
-                    ),
-                    Verdict::Deny {
-                        policy: Some(pi), ..
-                    } => (
-                        Outcome::Deny,
-                        atlas.policies[*pi].policy_id.to_string(),
-                        Some(DenyKind::Explicit),
-                    ),
-                    Verdict::Deny { policy: None, .. } => (
-                        Outcome::Deny,
-                        DEFAULT_DENY.to_owned(),
-                        Some(DenyKind::Default),
-                    ),
+                let (outcome, decided_by, deny_kind) = verdict_outcome(atlas, &verdict);
+                // Shadow mode: the same walk with the `log_only` policies enforced; recorded
+                // only when it would have decided otherwise.
+                let shadow = if action.has_shadow {
+                    let (mut l, mut st) = (Vec::new(), Vec::new());
+                    let v = decide(
+                        atlas, action, counters, &facts, None, &mut l, &mut held, &mut st, true,
+                    );
+                    let (o, by, _) = verdict_outcome(atlas, &v);
+                    (o != outcome || by != decided_by).then_some(ShadowExplain {
+                        outcome: o,
+                        decided_by: by,
+                    })
+                } else {
+                    None
                 };
                 explains.push(ActionExplain {
                     action_id: action_id.to_owned(),
@@ -728,6 +723,7 @@ pub fn resolve_with_origins(
                     decided_by,
                     deny_kind,
                     policies: trail,
+                    shadow,
                 });
             }
         }
@@ -892,6 +888,36 @@ fn decide_overall(
     }
 }
 
+/// The explanation's view of a verdict: outcome, deciding policy (or `default_deny`), deny kind.
+fn verdict_outcome(
+    atlas: &CompiledAtlas,
+    verdict: &Verdict,
+) -> (Outcome, String, Option<DenyKind>) {
+    match verdict {
+        Verdict::Grant { approval, by } => (
+            if *approval {
+                Outcome::RequiresApproval
+            } else {
+                Outcome::Allow
+            },
+            atlas.policies[*by].policy_id.to_string(),
+            None,
+        ),
+        Verdict::Deny {
+            policy: Some(pi), ..
+        } => (
+            Outcome::Deny,
+            atlas.policies[*pi].policy_id.to_string(),
+            Some(DenyKind::Explicit),
+        ),
+        Verdict::Deny { policy: None, .. } => (
+            Outcome::Deny,
+            DEFAULT_DENY.to_owned(),
+            Some(DenyKind::Default),
+        ),
+    }
+}
+
 /// Walks one action's policies in evaluation order.
 ///
 /// `held` memoises, per policy of `atlas`, whether its conditions other than `risk_tiers` and
@@ -915,6 +941,7 @@ fn decide(
     limits: &mut Vec<(ConstraintType, usize)>,
     held: &mut [Held],
     steps: &mut Vec<usize>,
+    enforce_shadow: bool,
 ) -> Verdict {
     let intended = facts.intended_for(&action.allowed.action_id);
     let tier = action_tier(facts, action);
@@ -936,6 +963,14 @@ fn decide(
                 0
             };
             let limit_binds = matches!(kind, PolicyType::RateLimit | PolicyType::Budget);
+            if p.shadow && !enforce_shadow {
+                // Shadow mode: never decides here; the shadow walk enforces it.
+                if let Some(t) = trail.as_deref_mut() {
+                    let param = Param::of(p, intended);
+                    t.push(policy_explain(p, false, "log_only", facts, tier, param));
+                }
+                continue;
+            }
             if verdict.is_some() && !limit_binds && settled {
                 if let Some(t) = trail.as_deref_mut() {
                     let param = Param::of(p, intended);

@@ -115,6 +115,19 @@ pub struct PolicyEvaluated<'a> {
     pub policy_id: &'a str,
     /// Its outcome.
     pub result: Outcome,
+    /// Shadow mode: what the action's `log_only` policies would have decided, when that
+    /// differs (`policy_id`, `result`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowEvaluated<'a>>,
+}
+
+/// `policy.evaluated`'s `shadow` member: the outcome the `log_only` policies would have given.
+#[derive(Debug, Serialize)]
+pub struct ShadowEvaluated<'a> {
+    /// The policy that would have decided, or `default_deny`.
+    pub policy_id: &'a str,
+    /// The outcome it would have had.
+    pub result: Outcome,
 }
 
 impl Payload for PolicyEvaluated<'_> {
@@ -242,6 +255,10 @@ pub fn resolve_events(
             atlas_id: &a.atlas_id,
             policy_id: &a.decided_by,
             result: a.outcome,
+            shadow: a.shadow.as_ref().map(|sh| ShadowEvaluated {
+                policy_id: &sh.decided_by,
+                result: sh.outcome,
+            }),
         }));
     }
     for b in &resolution.context_blocks {
@@ -898,6 +915,7 @@ mod tests {
                 atlas_id: "a",
                 policy_id: "p",
                 result: outcome,
+                shadow: None,
             },
             &json!({"action_id": "x.get", "atlas_id": "a", "policy_id": "p",
                 "result": serde_json::to_value(outcome).unwrap()}),

@@ -55,6 +55,19 @@ pub struct ActionExplain {
     /// Every policy whose patterns match the action, in evaluation order, with its verdict (empty
     /// when only outcomes were computed, [`crate::eval::ExplainLevel::Outcomes`]).
     pub policies: Vec<PolicyExplain>,
+    /// What the action's `log_only` policies would have decided, enforced, when that differs
+    /// from `outcome` (shadow mode); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowExplain>,
+}
+
+/// The decision a resolve would have made with its `log_only` policies enforced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShadowExplain {
+    /// The outcome it would have had.
+    pub outcome: Outcome,
+    /// The policy that would have decided it, or `default_deny`.
+    pub decided_by: String,
 }
 
 /// What one policy did for one action.

@@ -275,6 +275,8 @@ pub struct CompiledPolicy {
     pub conditions: CompiledConditions,
     /// Its parameters.
     pub params: PolicyParams,
+    /// `log_only` (its own `enforcement`, else the atlas's): evaluated in the shadow only.
+    pub shadow: bool,
 }
 
 /// One action, compiled.
@@ -294,6 +296,9 @@ pub struct CompiledAction {
     pub budget_costs: Vec<u64>,
     /// The compiled `parameters_schema`.
     pub validator: jsonschema::Validator,
+    /// True when a `log_only` policy matches the action: a resolve that records outcomes then
+    /// also evaluates it with those policies enforced (shadow mode).
+    pub has_shadow: bool,
 }
 
 /// The slot of a policy type in [`CompiledAction::by_type`] (its evaluation rank).
@@ -602,6 +607,8 @@ impl CompiledAtlas {
                     true,
                 )?,
                 params: compile_params(atlas_id, p)?,
+                shadow: p.enforcement.or(manifest.enforcement)
+                    == Some(cra_atlas::model::Enforcement::LogOnly),
             });
         }
         // Evaluation order inside a type: priority descending, then policy id, so the order of
@@ -620,10 +627,12 @@ impl CompiledAtlas {
         for a in &manifest.actions {
             let mut by_type: [Vec<usize>; 5] = Default::default();
             let mut budget_costs = Vec::new();
+            let mut has_shadow = false;
             for &pi in &order {
                 let mp = &manifest.policies[pi];
                 if pattern::matches_any(&mp.actions, &a.action_id) {
                     by_type[type_slot(mp.kind)].push(pi);
+                    has_shadow |= policies[pi].shadow;
                     if let PolicyParams::Budget { costs, .. } = &policies[pi].params {
                         budget_costs.push(budget_cost(costs, &a.action_id));
                     }
@@ -657,6 +666,7 @@ impl CompiledAtlas {
                 by_type,
                 budget_costs,
                 validator,
+                has_shadow,
             });
         }
 

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub atlas_reload_failures: AtomicU64,
     /// Resolves answered by an earlier resolution (`carp.resolution.cached`).
     pub resolution_cache_hits: AtomicU64,
+    /// Actions whose `log_only` policies would have decided otherwise (shadow mode).
+    pub shadow_disagreements: AtomicU64,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
@@ -54,6 +56,13 @@ impl Metrics {
     /// Counts one resolve answered by an earlier resolution.
     pub fn record_resolution_cache_hit(&self) {
         self.resolution_cache_hits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts `n` actions of a resolve on which shadow mode disagreed with the answer.
+    pub fn record_shadow_disagreements(&self, n: u64) {
+        if n > 0 {
+            self.shadow_disagreements.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     /// Counts one execution with `status`.
@@ -135,6 +144,11 @@ impl Metrics {
                 "cra_resolution_cache_hits_total",
                 "Resolves answered by an earlier identical resolution (carp.resolution.cached).",
                 &self.resolution_cache_hits,
+            ),
+            (
+                "cra_shadow_disagreements_total",
+                "Resolved actions on which the log_only policies (shadow mode) would have decided otherwise.",
+                &self.shadow_disagreements,
             ),
         ] {
             let _ = writeln!(

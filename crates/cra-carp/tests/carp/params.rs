@@ -106,6 +106,22 @@ impl World {
     }
 }
 
+impl World {
+    /// The `retry_after_seconds` of a refused `log.write`, if it was refused with one.
+    fn retry_after(&self, res: &Resolution, params: Value) -> Option<u64> {
+        let mut r = self.header("execute");
+        r["execution"] = json!({
+            "resolution_id": res.resolution_id, "action_id": "log.write", "parameters": params,
+        });
+        match self.carp.execute(&parse_request(&r).unwrap()) {
+            Ok(ExecuteOutcome::Answered(resp)) => {
+                resp.error?.details?.get("retry_after_seconds")?.as_u64()
+            }
+            _ => None,
+        }
+    }
+}
+
 fn allowed(res: &Resolution) -> Vec<&str> {
     res.allowed_actions
         .iter()
@@ -268,6 +284,13 @@ fn a_limit_on_parameters_charges_only_the_calls_it_tests() {
     for _ in 0..3 {
         assert_eq!(w.run(&res, "log.write", json!({"level": "info"})), ok());
     }
+    // The refusal says when the debug allowance comes back: a full window after the one
+    // charge, less the time since.
+    assert_eq!(w.retry_after(&res, json!({"level": "debug"})), Some(60));
+    w.clock.advance(time::Duration::seconds(45));
+    assert_eq!(w.retry_after(&res, json!({"level": "debug"})), Some(15));
+    w.clock.advance(time::Duration::seconds(15));
+    assert_eq!(w.run(&res, "log.write", json!({"level": "debug"})), ok());
     // The exhausted limit does not deny at resolve: it may not apply to the call.
     let again = w.resolve("Write logs", Value::Null);
     assert!(allowed(&again).contains(&"log.write"));
@@ -316,4 +339,44 @@ fn a_resolution_without_parameter_conditions_has_no_parameters_constraint() {
             .iter()
             .any(|c| c.kind == ConstraintType::Parameters && c.parameters.binds("db.drop"))
     );
+}
+
+/// Shadow mode: a `log_only` deny never changes the answer, and the resolve's outcomes say what
+/// it would have decided.
+#[test]
+fn a_log_only_policy_is_recorded_and_never_decides() {
+    let w = World::new();
+    let mut r = w.header("resolve");
+    r["task"] = json!({"goal": "Deploy"});
+    let request = parse_request(&r).unwrap();
+    let res = w.resolve("Deploy", Value::Null);
+    assert!(
+        allowed(&res).contains(&"deploy.run"),
+        "the shadow deny decided"
+    );
+    let (explained, _) = cra_carp::eval::resolve_with_origins(
+        &request,
+        w.carp.atlases(),
+        &cra_carp::eval::CountersSnapshot::empty(),
+        cra_wire::Clock::now(w.clock.as_ref()),
+        &SequentialIds::new(0, 0),
+        &cra_carp::eval::ResolveOptions {
+            explain: cra_carp::eval::ExplainLevel::Outcomes,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let deploy = explained
+        .explain
+        .unwrap()
+        .actions
+        .into_iter()
+        .find(|a| a.action_id == "deploy.run")
+        .unwrap();
+    assert_eq!(deploy.outcome, cra_carp::explain::Outcome::Allow);
+    let shadow = deploy.shadow.expect("the shadow outcome");
+    assert_eq!(shadow.outcome, cra_carp::explain::Outcome::Deny);
+    assert_eq!(shadow.decided_by, "shadow-deny-deploys");
+    // Execute ignores it too.
+    assert_eq!(w.run(&res, "deploy.run", json!({"env": "prod"})), ok());
 }

@@ -105,3 +105,120 @@ async fn intended_parameters_decide_the_resolve_and_risk_comes_from_the_atlas() 
     assert_eq!(got.1["status"], "pending_approval", "{}", got.1);
     s.stop().await;
 }
+
+/// A rate-limit refusal carries `Retry-After`: the seconds until the limit's window lets the
+/// call through, also in `error.details.retry_after_seconds`.
+#[tokio::test]
+async fn a_rate_limit_refusal_says_when_to_retry() {
+    let s = TestServer::start_with(|c| {
+        c.atlases.push(std::path::PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../cra-carp/tests/fixtures/params/atlas"
+        )));
+    })
+    .await;
+    let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
+    let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
+    req["atlas_ids"] = json!(["com.example.params"]);
+    let (st, res) = s
+        .post(Some(crate::support::AGENT), "/v1/resolve", &req)
+        .await;
+    assert_eq!(st, 200, "{res}");
+    let id = res["resolution_id"].as_str().unwrap();
+    // The params atlas tries a deny on deploy.run in shadow mode: it disagreed once.
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth(crate::support::OPERATOR)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("\ncra_shadow_disagreements_total 1\n"),
+        "{metrics}"
+    );
+    let log = |level: &str| {
+        execute_request(
+            "ops-bot",
+            &sid,
+            &rid(),
+            id,
+            "log.write",
+            json!({"level": level}),
+        )
+    };
+    let first = s
+        .post(Some(crate::support::AGENT), "/v1/execute", &log("debug"))
+        .await;
+    assert_eq!(first.1["status"], "success", "{}", first.1);
+    s.clock.advance(time::Duration::seconds(20));
+    let rb = s
+        .http
+        .post(s.url("/v1/execute"))
+        .bearer_auth(crate::support::AGENT)
+        .json(&log("debug"));
+    let resp = rb.send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 429);
+    let header = resp.headers().get("retry-after").cloned();
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "rate_limit_exceeded", "{body}");
+    assert_eq!(header.unwrap().to_str().unwrap(), "40");
+    assert_eq!(body["error"]["details"]["retry_after_seconds"], 40);
+    s.stop().await;
+}
+
+/// `GET /v1/approvals/{id}?wait=N`: the agent that asked reads its approval, another agent may
+/// not, and a wait ends when an operator decides (the waiter is seen subscribed first, so the
+/// decision wakes it rather than being read before it waits).
+#[tokio::test]
+async fn an_agent_waits_for_its_approval() {
+    use crate::support::{AGENT, OPERATOR, assert_error};
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let req = crate::support::resolve_request("maintainer-bot", &sid, &rid(), &["maintain"]);
+    let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
+    assert_eq!(st, 200, "{res}");
+    let id = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/approvals/{id}");
+
+    let (st, now) = s.get(Some(MAINT), &path).await;
+    assert_eq!(st, 200, "{now}");
+    assert_eq!(
+        (now["status"].clone(), now["lapsed"].clone()),
+        (json!("pending"), json!(false))
+    );
+    assert_error(&s.get(Some(AGENT), &path).await, 403, "forbidden");
+    assert_error(
+        &s.get(Some(MAINT), &format!("{path}?wait=61")).await,
+        400,
+        "invalid_request",
+    );
+
+    let waiter = {
+        let rb = s
+            .http
+            .get(s.url(&format!("{path}?wait=30")))
+            .bearer_auth(MAINT);
+        tokio::spawn(crate::support::send(rb))
+    };
+    let hub = s.server.as_ref().unwrap().state.hub.clone();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while hub.listeners(&sid) == 0 {
+        if waiter.is_finished() || std::time::Instant::now() >= deadline {
+            panic!("the wait never subscribed: {:?}", waiter.await.unwrap());
+        }
+        tokio::task::yield_now().await;
+    }
+    let (st, _) = s
+        .post(Some(OPERATOR), &path, &json!({"decision": "grant"}))
+        .await;
+    assert_eq!(st, 200);
+    let (st, decided) = waiter.await.unwrap();
+    assert_eq!(st, 200, "{decided}");
+    assert_eq!(decided["status"], "granted", "{decided}");
+    assert_eq!(decided["decided_by"], "oscar");
+    s.stop().await;
+}

@@ -257,6 +257,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
     }
 }
 
+/// The whole number a query parameter holds (`0` when absent); 400 `invalid_request` naming the
+/// parameter otherwise. Query values arrive as text, so numeric members are read here.
+pub(crate) fn query_u64(name: &str, value: Option<&str>) -> Result<u64, ApiError> {
+    match value {
+        None => Ok(0),
+        Some(v) => v.parse::<u64>().map_err(|_| {
+            ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `{name}`: `{v}` is not a non-negative integer"),
+            )
+        }),
+    }
+}
+
 /// Decodes an `application/x-www-form-urlencoded` query (last occurrence of a name wins).
 pub(crate) fn parse_query(query: &str) -> Vec<(String, String)> {
     query

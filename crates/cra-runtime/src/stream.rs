@@ -104,15 +104,7 @@ pub(crate) async fn stream(
         }
         (false, Some(id)) => {
             check_uuid_field("/session_id", id)?;
-            let since = match &q.since_seq {
-                None => 0,
-                Some(s) => s.parse::<u64>().map_err(|_| {
-                    ApiError::new(
-                        Token::InvalidRequest,
-                        format!("query parameter `since_seq`: `{s}` is not a non-negative integer"),
-                    )
-                })?,
-            };
+            let since = crate::extract::query_u64("since_seq", q.since_seq.as_deref())?;
             let record = state.session_record(id).await?;
             require_read(&actor, &record)?;
             Mode::Session {

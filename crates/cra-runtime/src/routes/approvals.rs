@@ -68,15 +68,7 @@ pub(crate) async fn show(
     Path(id): Path<String>,
     QueryParams(q): QueryParams<ShowQuery>,
 ) -> ApiResult<Json<service::ApprovalView>> {
-    let wait = match &q.wait {
-        None => 0,
-        Some(w) => w.parse::<u64>().map_err(|_| {
-            ApiError::new(
-                Token::InvalidRequest,
-                format!("query parameter `wait`: `{w}` is not a whole number of seconds"),
-            )
-        })?,
-    };
+    let wait = crate::extract::query_u64("wait", q.wait.as_deref())?;
     Ok(Json(service::show(&state, &actor, &id, wait).await?))
 }
 

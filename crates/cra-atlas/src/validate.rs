@@ -656,6 +656,45 @@ fn semantic(
         }
     }
 
+    // An approval that is an action's only grant grants it on its own (specs/carp.md). That is
+    // allowed, but worth a word: authors often mean "an allow, plus a human".
+    for (p, o) in manifest.policies.iter().zip(policy_origins) {
+        if p.kind != PolicyType::RequireApproval {
+            continue;
+        }
+        let alone: Vec<&str> = manifest
+            .actions
+            .iter()
+            .map(|a| a.action_id.as_str())
+            .filter(|id| pattern::matches_any(&p.actions, id))
+            .filter(|id| {
+                !manifest
+                    .policies
+                    .iter()
+                    .any(|q| q.kind == PolicyType::Allow && pattern::matches_any(&q.actions, id))
+            })
+            .collect();
+        if !alone.is_empty() {
+            diags.push(Diagnostic::warning(
+                "approval_grants_alone",
+                &o.file,
+                at(o, "/actions"),
+                format!(
+                    "no allow policy matches {}, so require_approval `{}` grants {} on its own, \
+                     to every agent its conditions admit: add an allow (the approval then gates \
+                     what it grants) or give the approval the conditions you mean",
+                    alone
+                        .iter()
+                        .map(|a| format!("`{a}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    p.policy_id,
+                    if alone.len() == 1 { "it" } else { "them" },
+                ),
+            ));
+        }
+    }
+
     // Every action is governed by at least one policy (else default deny always refuses it).
     for (a, o) in manifest.actions.iter().zip(action_origins) {
         // Rate limits and budgets never grant or refuse on their own, so they do not count.

@@ -1,9 +1,12 @@
-//! Issue 25's "deny main" scenario over HTTP with the example github-ops atlas: the protected
-//! branch deny decides on the call's `/branch`, so no wording of the goal gets `main` deleted,
-//! the executor is never reached, and the refusal is recorded with the deciding policy.
+//! Issue 25 over HTTP. The "deny main" scenario with the example github-ops atlas, on redb and on
+//! PostgreSQL: the protected-branch deny decides on the call's `/branch`, so no wording of the
+//! goal gets `main` deleted, the executor is never reached, and the refusal is recorded with the
+//! deciding policy. Also: limits on parameters, `Retry-After`, shadow mode's metric, and an
+//! agent waiting for its approval.
 
 use std::sync::atomic::Ordering;
 
+use cra_store::testing::{TestSchema, postgres_url};
 use serde_json::{Value, json};
 
 use crate::support::{
@@ -37,13 +40,47 @@ fn delete(sid: &str, resolution: &Value, branch: &str) -> Value {
 #[tokio::test]
 async fn main_is_never_deleted_whatever_the_goal_says() {
     let (s, calls) = start_with_executor().await;
+    never_main(&s, &calls).await;
+    s.stop().await;
+}
+
+/// The same scenario on PostgreSQL, with a limit that charges only the calls it tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn main_is_never_deleted_on_postgres_and_limits_charge_matching_calls() {
+    let Some(url) = postgres_url("main_is_never_deleted_on_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "params");
+    let (endpoint, calls) = crate::support::executor_endpoint().await;
+    let name = schema.name().to_owned();
+    let s = TestServer::start_blocking_with(move |c| {
+        c.postgres = Some(url);
+        c.postgres_schema = name;
+        c.executors.insert(
+            "github".into(),
+            cra_runtime::config::ExecutorConfig::http(endpoint, 5_000),
+        );
+        c.atlases.push(params_atlas());
+    })
+    .await;
+    never_main(&s, &calls).await;
+    debug_logs_are_limited(&s).await;
+    s.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
+/// Deleting `main` or a release branch is refused on every goal, and the executor is never
+/// reached; each refusal is recorded with the deciding policy.
+async fn never_main(s: &TestServer, calls: &std::sync::atomic::AtomicU64) {
     let sid = s.open_session(MAINT, "maintainer-bot").await;
     for goal in [
         "Delete main",
         "Tidy up stale branches",
         "Remove mainline-docs",
     ] {
-        let res = resolve(&s, &sid, goal, None).await;
+        let res = resolve(s, &sid, goal, None).await;
         let listed = res["allowed_actions"]
             .as_array()
             .unwrap()
@@ -70,7 +107,51 @@ async fn main_is_never_deleted_whatever_the_goal_says() {
         .map(|e| e["payload"]["policy_id"].clone())
         .collect();
     assert_eq!(violations, vec![json!(DENY); 6]);
-    s.stop().await;
+}
+
+/// The params atlas's `limit-debug-logs` (one debug line per minute and session) charges debug
+/// calls only, and its refusal says when to retry.
+async fn debug_logs_are_limited(s: &TestServer) {
+    let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
+    let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
+    req["atlas_ids"] = json!(["com.example.params"]);
+    let (st, res) = s
+        .post(Some(crate::support::AGENT), "/v1/resolve", &req)
+        .await;
+    assert_eq!(st, 200, "{res}");
+    let id = res["resolution_id"].as_str().unwrap();
+    let log = |level: &str| {
+        execute_request(
+            "ops-bot",
+            &sid,
+            &rid(),
+            id,
+            "log.write",
+            json!({"level": level}),
+        )
+    };
+    let key = Some(crate::support::AGENT);
+    assert_eq!(
+        s.post(key, "/v1/execute", &log("debug")).await.1["status"],
+        "success"
+    );
+    let refused = s.post(key, "/v1/execute", &log("debug")).await;
+    assert_refused(&refused, 429, "rate_limit_exceeded");
+    let wait = refused.1["error"]["details"]["retry_after_seconds"].as_u64();
+    assert!(wait.is_some_and(|w| (1..=60).contains(&w)), "{}", refused.1);
+    for _ in 0..3 {
+        assert_eq!(
+            s.post(key, "/v1/execute", &log("info")).await.1["status"],
+            "success"
+        );
+    }
+}
+
+fn params_atlas() -> std::path::PathBuf {
+    std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../cra-carp/tests/fixtures/params/atlas"
+    ))
 }
 
 #[tokio::test]
@@ -110,13 +191,7 @@ async fn intended_parameters_decide_the_resolve_and_risk_comes_from_the_atlas() 
 /// call through, also in `error.details.retry_after_seconds`.
 #[tokio::test]
 async fn a_rate_limit_refusal_says_when_to_retry() {
-    let s = TestServer::start_with(|c| {
-        c.atlases.push(std::path::PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../cra-carp/tests/fixtures/params/atlas"
-        )));
-    })
-    .await;
+    let s = TestServer::start_with(|c| c.atlases.push(params_atlas())).await;
     let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
     let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
     req["atlas_ids"] = json!(["com.example.params"]);

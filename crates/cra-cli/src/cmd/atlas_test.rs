@@ -1,11 +1,18 @@
-//! `cra atlas test DIR`: replays every `tests/*.trace.jsonl` of an atlas. Each recorded
-//! `carp.request.received` is re-resolved against the atlas as it is now and compared with the
-//! recorded `carp.resolution.completed` (ids and timestamps ignored). Prints one line per case
-//! and `results: N passed, M failed`; `--coverage` adds policies fired / defined and actions
-//! decided / defined, listing what no test reaches.
+//! `cra atlas test DIR`: runs an atlas's tests, of two kinds.
+//! * `tests/*.trace.jsonl`, recorded traces: each recorded `carp.request.received` is
+//!   re-resolved against the atlas as it is now and compared with the recorded
+//!   `carp.resolution.completed` (ids and timestamps ignored).
+//! * `tests/*.test.json`, stated expectations (`atlas_cases`): a request and the decision the
+//!   author expects, per action; `--update` rewrites the expectations from what the atlas
+//!   decides now.
 //!
-//! Exit codes: 0 all passed; 1 could not run; 2 a case failed (divergence, unreadable or
-//! unverifiable trace); 3 the atlas is invalid.
+//! Prints one line per case and `results: N passed, M failed`; `--coverage` adds policies fired
+//! / defined and actions decided / defined, listing what no test reaches, and `--min N` fails
+//! below N percent of policies fired. An atlas without any test fails unless `--allow-empty`.
+//!
+//! Exit codes: 0 all passed; 1 could not run; 2 a case failed (divergence, unmet expectation,
+//! unreadable or unverifiable file), no test at all, or coverage under `--min`; 3 the atlas is
+//! invalid.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -21,7 +28,7 @@ use crate::output::OutputFormat;
 /// Arguments of `cra atlas test`.
 #[derive(Debug, Args)]
 pub struct TestArgs {
-    /// The atlas directory (its tests are `tests/*.trace.jsonl`).
+    /// The atlas directory (its tests are `tests/*.trace.jsonl` and `tests/*.test.json`).
     pub dir: PathBuf,
     /// Further atlases the recorded requests name (dependencies).
     #[arg(long = "with")]
@@ -32,6 +39,15 @@ pub struct TestArgs {
     /// Report policies fired / defined and actions decided / defined.
     #[arg(long)]
     pub coverage: bool,
+    /// Fail when fewer than this percentage of the atlas's policies fire (implies --coverage).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub min: Option<u8>,
+    /// Rewrite each `*.test.json`'s `expect` with what the atlas decides now.
+    #[arg(long)]
+    pub update: bool,
+    /// Pass an atlas that has no tests at all.
+    #[arg(long)]
+    pub allow_empty: bool,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -64,7 +80,8 @@ impl TestReport {
     }
 }
 
-fn test_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+/// The files of `dir/tests` whose names end with `suffix`, sorted.
+fn test_files(dir: &Path, suffix: &str) -> std::io::Result<Vec<PathBuf>> {
     let tests = dir.join("tests");
     if !tests.is_dir() {
         return Ok(Vec::new());
@@ -75,7 +92,7 @@ fn test_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.ends_with(".trace.jsonl"))
+                .is_some_and(|n| n.ends_with(suffix))
         })
         .collect();
     files.sort();
@@ -94,7 +111,17 @@ pub fn run_tests(args: &TestArgs) -> Result<TestReport, Exit> {
             return Err(Exit::InvalidAtlas);
         }
     };
-    let files = test_files(&args.dir).map_err(|e| {
+    let list = |suffix| {
+        test_files(&args.dir, suffix).map_err(|e| {
+            eprintln!(
+                "cra atlas test: could not list {}/tests: {e}",
+                args.dir.display()
+            );
+            Exit::CouldNotRun
+        })
+    };
+    let cases = list(".test.json")?;
+    let files = test_files(&args.dir, ".trace.jsonl").map_err(|e| {
         eprintln!(
             "cra atlas test: could not list {}/tests: {e}",
             args.dir.display()
@@ -172,6 +199,24 @@ pub fn run_tests(args: &TestArgs) -> Result<TestReport, Exit> {
             report.cases.push((name, failure));
         }
     }
+    for file in cases {
+        let case = crate::cmd::atlas_cases::run_case(&file, &set, &manifest.atlas_id);
+        if let Some(filter) = &args.run
+            && !case.name.contains(filter.as_str())
+        {
+            continue;
+        }
+        fired.extend(case.fired);
+        decided.extend(case.decided);
+        let mut failure = case.failure;
+        if args.update && !case.actual.is_null() {
+            failure = match crate::cmd::atlas_cases::update(&file, &case.actual) {
+                Ok(()) => None,
+                Err(e) => Some(format!("could not update the expectation: {e}")),
+            };
+        }
+        report.cases.push((case.name, failure));
+    }
     report.policies_defined = manifest.policies.len();
     report.actions_defined = manifest.actions.len();
     report.policies_uncovered = manifest
@@ -190,11 +235,25 @@ pub fn run_tests(args: &TestArgs) -> Result<TestReport, Exit> {
 }
 
 /// Runs `cra atlas test`.
-pub fn run(args: TestArgs) -> Exit {
+pub fn run(mut args: TestArgs) -> Exit {
+    args.coverage |= args.min.is_some();
     let report = match run_tests(&args) {
         Ok(r) => r,
         Err(x) => return x,
     };
+    if report.cases.is_empty() && !args.allow_empty {
+        eprintln!(
+            "cra atlas test: {} has no tests{}: add tests/*.test.json (a request and the decision \
+             it must get) or record one with `cra resolve --record`, or pass --allow-empty",
+            args.dir.display(),
+            if args.run.is_some() {
+                " matching --run"
+            } else {
+                ""
+            }
+        );
+        return Exit::Negative;
+    }
     match args.output {
         OutputFormat::Json => {
             let doc = json!({
@@ -244,9 +303,22 @@ pub fn run(args: TestArgs) -> Exit {
         }
     }
     if report.failed() > 0 {
-        Exit::Negative
-    } else {
-        Exit::Success
+        return Exit::Negative;
+    }
+    let fired = report.policies_defined - report.policies_uncovered.len();
+    // An atlas without policies is fully covered.
+    let percent = (fired * 100)
+        .checked_div(report.policies_defined)
+        .unwrap_or(100);
+    match args.min {
+        Some(min) if percent < usize::from(min) => {
+            eprintln!(
+                "cra atlas test: {percent}% of the policies fired ({fired} of {}), under --min {min}",
+                report.policies_defined
+            );
+            Exit::Negative
+        }
+        _ => Exit::Success,
     }
 }
 
@@ -283,8 +355,130 @@ mod tests {
             with: vec![],
             run: None,
             coverage: true,
+            min: None,
+            update: false,
+            allow_empty: false,
             output: OutputFormat::Text,
         }
+    }
+
+    /// The github-ops atlas copied into a temporary directory, with only `case` as its test.
+    fn github_ops_with_case(case: &Value) -> (tempfile::TempDir, PathBuf) {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("dev.cra.github-ops");
+        copy_dir(&repo("atlases/dev.cra.github-ops"), &copy);
+        std::fs::remove_dir_all(copy.join("tests")).unwrap();
+        std::fs::create_dir(copy.join("tests")).unwrap();
+        std::fs::write(
+            copy.join("tests/main.test.json"),
+            serde_json::to_string_pretty(case).unwrap(),
+        )
+        .unwrap();
+        (tmp, copy)
+    }
+
+    fn delete_main(expect: Value) -> Value {
+        serde_json::json!({
+            "description": "Deleting main by another name",
+            "request": {"agent_id": "maintainer-1", "goal": "Tidy up",
+                        "required_capabilities": ["maintain"],
+                        "intended_parameters": {"branch.delete":
+                            {"owner": "o", "repo": "r", "branch": "main"}}},
+            "expect": expect,
+        })
+    }
+
+    #[test]
+    fn a_stated_expectation_passes_or_names_each_action_that_differs() {
+        let good = delete_main(serde_json::json!({
+            "decision": "requires_approval",
+            "actions": {"branch.delete": "deny by deny-protected-branch-deletion",
+                        "pr.merge": "requires_approval by approve-merges"}}));
+        let (_tmp, dir) = github_ops_with_case(&good);
+        let report = run_tests(&TestArgs {
+            coverage: false,
+            ..args(dir)
+        })
+        .unwrap();
+        assert_eq!(report.cases.len(), 1);
+        assert_eq!(report.failed(), 0, "{:?}", report.cases);
+
+        let bad = delete_main(serde_json::json!({
+            "decision": "allow",
+            "actions": {"branch.delete": "allow by allow-maintain",
+                        "no.such": "allow by x"}}));
+        let (_tmp, dir) = github_ops_with_case(&bad);
+        let report = run_tests(&args(dir)).unwrap();
+        let failure = report.cases[0].1.clone().unwrap();
+        assert!(
+            failure.contains("decision: expected allow, got requires_approval"),
+            "{failure}"
+        );
+        assert!(
+            failure.contains(
+                "action branch.delete: expected \"allow by allow-maintain\", got \"deny by deny-protected-branch-deletion\""
+            ),
+            "{failure}"
+        );
+        assert!(
+            failure.contains(
+                "action no.such: expected \"allow by x\", got \"not a candidate action\""
+            ),
+            "{failure}"
+        );
+    }
+
+    #[test]
+    fn update_writes_what_the_atlas_decides() {
+        let (_tmp, dir) = github_ops_with_case(&delete_main(serde_json::json!({})));
+        let report = run_tests(&TestArgs {
+            update: true,
+            ..args(dir.clone())
+        })
+        .unwrap();
+        assert_eq!(report.failed(), 0, "{:?}", report.cases);
+        let written: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("tests/main.test.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            written["expect"]["actions"]["branch.delete"],
+            "deny by deny-protected-branch-deletion"
+        );
+        assert_eq!(written["description"], "Deleting main by another name");
+        // And it passes as written.
+        assert_eq!(run_tests(&args(dir)).unwrap().failed(), 0);
+    }
+
+    #[test]
+    fn no_tests_and_low_coverage_fail() {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("dev.cra.github-ops");
+        copy_dir(&repo("atlases/dev.cra.github-ops"), &copy);
+        std::fs::remove_dir_all(copy.join("tests")).unwrap();
+        assert_eq!(run(args(copy.clone())), Exit::Negative);
+        assert_eq!(
+            run(TestArgs {
+                allow_empty: true,
+                ..args(copy)
+            }),
+            Exit::Success
+        );
+        let (_tmp, dir) = github_ops_with_case(&delete_main(serde_json::json!({})));
+        assert_eq!(
+            run(TestArgs {
+                min: Some(100),
+                ..args(dir.clone())
+            }),
+            Exit::Negative
+        );
+        assert_eq!(
+            run(TestArgs {
+                min: Some(10),
+                ..args(dir)
+            }),
+            Exit::Success
+        );
     }
 
     #[test]

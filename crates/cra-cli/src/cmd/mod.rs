@@ -2,6 +2,7 @@
 
 pub mod approvals;
 pub mod atlas;
+pub mod atlas_cases;
 pub mod atlas_test;
 pub mod conformance;
 pub mod mcp;

@@ -112,14 +112,8 @@ async fn never_main(s: &TestServer, calls: &std::sync::atomic::AtomicU64) {
 /// The params atlas's `limit-debug-logs` (one debug line per minute and session) charges debug
 /// calls only, and its refusal says when to retry.
 async fn debug_logs_are_limited(s: &TestServer) {
-    let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
-    let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
-    req["atlas_ids"] = json!(["com.example.params"]);
-    let (st, res) = s
-        .post(Some(crate::support::AGENT), "/v1/resolve", &req)
-        .await;
-    assert_eq!(st, 200, "{res}");
-    let id = res["resolution_id"].as_str().unwrap();
+    let (sid, id) = params_resolution(s).await;
+    let id = id.as_str();
     let log = |level: &str| {
         execute_request(
             "ops-bot",
@@ -145,6 +139,19 @@ async fn debug_logs_are_limited(s: &TestServer) {
             "success"
         );
     }
+}
+
+/// A session of `ops-bot` and a resolution of the params atlas in it: `(session, resolution)`.
+async fn params_resolution(s: &TestServer) -> (String, String) {
+    let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
+    let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
+    req["atlas_ids"] = json!(["com.example.params"]);
+    let (st, res) = s
+        .post(Some(crate::support::AGENT), "/v1/resolve", &req)
+        .await;
+    assert_eq!(st, 200, "{res}");
+    let id = res["resolution_id"].as_str().unwrap().to_owned();
+    (sid, id)
 }
 
 fn params_atlas() -> std::path::PathBuf {
@@ -192,14 +199,8 @@ async fn intended_parameters_decide_the_resolve_and_risk_comes_from_the_atlas() 
 #[tokio::test]
 async fn a_rate_limit_refusal_says_when_to_retry() {
     let s = TestServer::start_with(|c| c.atlases.push(params_atlas())).await;
-    let sid = s.open_session(crate::support::AGENT, "ops-bot").await;
-    let mut req = crate::support::resolve_request("ops-bot", &sid, &rid(), &[]);
-    req["atlas_ids"] = json!(["com.example.params"]);
-    let (st, res) = s
-        .post(Some(crate::support::AGENT), "/v1/resolve", &req)
-        .await;
-    assert_eq!(st, 200, "{res}");
-    let id = res["resolution_id"].as_str().unwrap();
+    let (sid, id) = params_resolution(&s).await;
+    let id = id.as_str();
     // The params atlas tries a deny on deploy.run in shadow mode: it disagreed once.
     let metrics = s
         .http

@@ -659,7 +659,10 @@ fn semantic(
     // An approval that is an action's only grant grants it on its own (specs/carp.md). That is
     // allowed, but worth a word: authors often mean "an allow, plus a human".
     for (p, o) in manifest.policies.iter().zip(policy_origins) {
-        if p.kind != PolicyType::RequireApproval {
+        let enforced = |q: &Policy| {
+            q.enforcement.or(manifest.enforcement) != Some(crate::model::Enforcement::LogOnly)
+        };
+        if p.kind != PolicyType::RequireApproval || !enforced(p) {
             continue;
         }
         let alone: Vec<&str> = manifest
@@ -668,10 +671,11 @@ fn semantic(
             .map(|a| a.action_id.as_str())
             .filter(|id| pattern::matches_any(&p.actions, id))
             .filter(|id| {
-                !manifest
-                    .policies
-                    .iter()
-                    .any(|q| q.kind == PolicyType::Allow && pattern::matches_any(&q.actions, id))
+                !manifest.policies.iter().any(|q| {
+                    q.kind == PolicyType::Allow
+                        && enforced(q)
+                        && pattern::matches_any(&q.actions, id)
+                })
             })
             .collect();
         if !alone.is_empty() {

@@ -222,6 +222,73 @@ pub struct ReplayCase {
     pub policies_fired: BTreeSet<(String, String)>,
     /// Actions that were decided (allowed or denied).
     pub actions_decided: BTreeSet<(String, String)>,
+    /// Actions whose outcome differs between the recorded and the replayed resolution, in
+    /// action-id order (what `cra atlas simulate` counts).
+    pub flips: Vec<Flip>,
+}
+
+/// One action decided otherwise on replay: outcomes are `allow`, `requires_approval`, `deny`, or
+/// `absent` (not a candidate of that resolution).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flip {
+    /// The action.
+    pub action_id: String,
+    /// Its recorded outcome.
+    pub recorded: String,
+    /// Its outcome now.
+    pub replayed: String,
+    /// The policy deciding it now (or `default_deny`; empty when absent).
+    pub decided_by: String,
+}
+
+/// Each action's outcome in a resolution (as JSON): allowed ones `allow` or `requires_approval`,
+/// denied ones `deny`.
+fn outcomes_of(resolution: &Value) -> BTreeMap<String, &'static str> {
+    let mut out = BTreeMap::new();
+    for a in resolution["allowed_actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = a["action_id"].as_str() {
+            let gated = a["requires_confirmation"].as_bool() == Some(true);
+            out.insert(
+                id.to_owned(),
+                if gated { "requires_approval" } else { "allow" },
+            );
+        }
+    }
+    for d in resolution["denied_actions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(id) = d["action_id"].as_str() {
+            out.insert(id.to_owned(), "deny");
+        }
+    }
+    out
+}
+
+/// The actions decided otherwise in `replayed` than in `recorded`; `decided_by` names the policy
+/// deciding each now.
+fn flips(recorded: &Value, replayed: &Value, decided_by: &BTreeMap<String, String>) -> Vec<Flip> {
+    let (before, after) = (outcomes_of(recorded), outcomes_of(replayed));
+    let ids: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    ids.into_iter()
+        .filter_map(|id| {
+            let (was, now) = (
+                before.get(id).copied().unwrap_or("absent"),
+                after.get(id).copied().unwrap_or("absent"),
+            );
+            (was != now).then(|| Flip {
+                action_id: id.clone(),
+                recorded: was.to_owned(),
+                replayed: now.to_owned(),
+                decided_by: decided_by.get(id).cloned().unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// Which recorded time a request is re-resolved at.
@@ -459,6 +526,7 @@ fn replay_one(
         atlas_notes,
         policies_fired: BTreeSet::new(),
         actions_decided: BTreeSet::new(),
+        flips: Vec::new(),
     };
     let fail = |mut c: ReplayCase, m: String| {
         c.outcome = CaseOutcome::Error(m);
@@ -523,8 +591,10 @@ fn replay_one(
         Ok(r) => r,
         Err(e) => return fail(case, format!("re-resolving failed: {e}")),
     };
+    let mut decided_by = BTreeMap::new();
     if let Some(ex) = res.explain.take() {
         for a in ex.actions {
+            decided_by.insert(a.action_id.clone(), a.decided_by.clone());
             case.actions_decided
                 .insert((a.atlas_id.clone(), a.action_id.clone()));
             for p in a.policies {
@@ -545,6 +615,7 @@ fn replay_one(
         Ok(v) => v,
         Err(e) => return fail(case, e.to_string()),
     };
+    case.flips = flips(recorded, &replayed, &decided_by);
     every_difference("", recorded, &replayed, &mut case.differences);
     if let Some(first) = case.differences.first() {
         case.outcome = CaseOutcome::Diverged {

@@ -72,8 +72,10 @@ pub enum AtlasCommand {
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },
-    /// Replay the atlas's tests/*.trace.jsonl against it (see `cra atlas test --help`).
+    /// Run the atlas's tests: recorded traces and stated expectations (see `cra atlas test --help`).
     Test(crate::cmd::atlas_test::TestArgs),
+    /// Re-decide recorded resolves under a changed atlas and report every decision that flips.
+    Simulate(crate::cmd::atlas_simulate::SimulateArgs),
     /// Write an atlas governing an existing MCP server: one action per tool it lists.
     #[command(name = "import-mcp")]
     ImportMcp(crate::cmd::mcp::ImportArgs),
@@ -116,6 +118,7 @@ pub fn run(cmd: AtlasCommand) -> Exit {
         } => adapters_cmd(&dir, &targets, check),
         AtlasCommand::Pack { dir, out } => pack(&dir, out.as_deref()),
         AtlasCommand::Test(args) => crate::cmd::atlas_test::run(args),
+        AtlasCommand::Simulate(args) => crate::cmd::atlas_simulate::run(args),
         AtlasCommand::ImportMcp(args) => crate::cmd::mcp::import(&args),
     }
 }

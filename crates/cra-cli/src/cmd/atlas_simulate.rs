@@ -1,0 +1,326 @@
+//! `cra atlas simulate NEW_ATLAS --against FILES...`: what an atlas change would have decided
+//! differently on recorded traffic, before it ships.
+//!
+//! Every resolve recorded in the given chains (`.trace.jsonl`, as `cra trace export` or an
+//! atlas's tests write them) is re-decided under the new atlases, with the counters and the
+//! instant it recorded (no counterfactual cascade: a flip does not change what later requests
+//! saw). Each action whose outcome changes (`allow`, `requires_approval`, `deny`, or `absent`
+//! when it is no longer, or newly, a candidate) is a flip; flips are counted per policy deciding
+//! them now, with examples naming the session and the request event's sequence.
+//!
+//! Executes are not re-decided yet: a chain records an execute's `parameters_hash`, not its
+//! parameters, so parameter conditions cannot be judged again from it.
+//!
+//! Exit codes: 0 nothing flips; 1 could not run (an unreadable file, an invalid atlas); 2 some
+//! decision flips, or a recorded resolve could not be re-decided, so an atlas change can gate CI
+//! like code.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+use cra_carp::replay::{CaseOutcome, replay};
+use serde_json::{Value, json};
+
+use crate::exit::Exit;
+use crate::output::OutputFormat;
+
+/// Examples kept per policy.
+const EXAMPLES: usize = 5;
+
+/// Arguments of `cra atlas simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The new atlas (directory or archive).
+    pub atlas: PathBuf,
+    /// Further atlases the recorded requests name, as they are to be.
+    #[arg(long = "with")]
+    pub with: Vec<PathBuf>,
+    /// Recorded chains (`.trace.jsonl`) to re-decide.
+    #[arg(long = "against", required = true, num_args = 1..)]
+    pub against: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+/// What a simulation found.
+#[derive(Debug, Default)]
+pub struct SimulationReport {
+    /// Recorded resolves re-decided.
+    pub resolves: usize,
+    /// Resolves with at least one flip.
+    pub resolves_flipped: usize,
+    /// Flips per policy deciding them now: count and examples.
+    pub by_policy: BTreeMap<String, (usize, Vec<Value>)>,
+    /// Resolves that could not be re-decided, with why.
+    pub errors: Vec<String>,
+}
+
+impl SimulationReport {
+    /// Every flip.
+    pub fn flips(&self) -> usize {
+        self.by_policy.values().map(|(n, _)| n).sum()
+    }
+}
+
+/// Re-decides every recorded resolve of `args.against` under the new atlases.
+pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
+    let mut paths = vec![args.atlas.clone()];
+    paths.extend(args.with.iter().cloned());
+    let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas simulate")?;
+    let mut report = SimulationReport::default();
+    for file in &args.against {
+        let events =
+            crate::cmd::trace_io::read_events(Some(file), std::io::empty()).map_err(|f| {
+                eprintln!("cra atlas simulate: {}: {}", file.display(), f.message);
+                Exit::CouldNotRun
+            })?;
+        for case in replay(&events, &set) {
+            report.resolves += 1;
+            let session = events
+                .iter()
+                .find(|e| e.sequence == case.sequence && e.trace_id == case.trace_id)
+                .map(|e| e.session_id.clone())
+                .unwrap_or_default();
+            if let CaseOutcome::Error(e) = &case.outcome {
+                report.errors.push(format!(
+                    "{} session {session} sequence {}: {e}",
+                    file.display(),
+                    case.sequence
+                ));
+                continue;
+            }
+            if !case.flips.is_empty() {
+                report.resolves_flipped += 1;
+            }
+            for f in &case.flips {
+                let policy = if f.decided_by.is_empty() {
+                    "(no longer a candidate)".to_owned()
+                } else {
+                    f.decided_by.clone()
+                };
+                let (n, examples) = report.by_policy.entry(policy).or_default();
+                *n += 1;
+                if examples.len() < EXAMPLES {
+                    examples.push(json!({
+                        "session_id": session, "sequence": case.sequence,
+                        "goal": case.goal, "action_id": f.action_id,
+                        "recorded": f.recorded, "now": f.replayed,
+                    }));
+                }
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Runs `cra atlas simulate`.
+pub fn run(args: SimulateArgs) -> Exit {
+    let report = match simulate(&args) {
+        Ok(r) => r,
+        Err(x) => return x,
+    };
+    match args.output {
+        OutputFormat::Json => {
+            let doc = json!({
+                "resolves": report.resolves,
+                "resolves_flipped": report.resolves_flipped,
+                "flips": report.flips(),
+                "by_policy": report.by_policy.iter().map(|(p, (n, ex))| {
+                    json!({"policy_id": p, "flips": n, "examples": ex})
+                }).collect::<Vec<_>>(),
+                "errors": report.errors,
+                "executes": "not re-decided: chains record parameters_hash, not parameters",
+            });
+            println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        }
+        OutputFormat::Text => {
+            for (policy, (n, examples)) in &report.by_policy {
+                println!("{n} flip(s) now decided by {policy}");
+                for e in examples {
+                    println!(
+                        "  session {} #{}: {} {} -> {} ({})",
+                        e["session_id"].as_str().unwrap_or(""),
+                        e["sequence"],
+                        e["action_id"].as_str().unwrap_or(""),
+                        e["recorded"].as_str().unwrap_or(""),
+                        e["now"].as_str().unwrap_or(""),
+                        e["goal"].as_str().unwrap_or("")
+                    );
+                }
+            }
+            for e in &report.errors {
+                println!("could not re-decide: {e}");
+            }
+            println!(
+                "simulated {} resolve(s): {} flip(s) in {} resolve(s), {} not re-decided; executes are not re-decided",
+                report.resolves,
+                report.flips(),
+                report.resolves_flipped,
+                report.errors.len()
+            );
+        }
+    }
+    if report.flips() > 0 || !report.errors.is_empty() {
+        Exit::Negative
+    } else {
+        Exit::Success
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::path::Path;
+
+    use super::*;
+    use crate::cmd::resolve::ResolveArgs;
+
+    fn repo(rel: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel)
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let target = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy_dir(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).unwrap();
+            }
+        }
+    }
+
+    /// A day of github-ops traffic: `n` resolves by several agents, capabilities, tiers and
+    /// hours, each recorded with `cra resolve --record` into its own chain.
+    fn record_day(dir: &Path, n: usize) -> Vec<PathBuf> {
+        const AGENTS: [&str; 4] = ["maintainer-1", "maintainer-2", "sandbox-3", "ops-bot"];
+        const CAPS: [&[&str]; 4] = [
+            &["repo-read"],
+            &["repo-read", "maintain"],
+            &["contribute"],
+            &["repo-read", "contribute", "maintain"],
+        ];
+        const TIERS: [&str; 3] = ["low", "medium", "high"];
+        (0..n)
+            .map(|i| {
+                let minute = i * 7;
+                let now = format!("2026-01-05T{:02}:{:02}:00Z", (minute / 60) % 24, minute % 60);
+                let request = json!({
+                    "carp_version": "1.0",
+                    "request_id": format!("0190a000-0000-7000-8000-{:012x}", 0xa000 + i),
+                    "timestamp": now, "operation": "resolve",
+                    "requester": {"agent_id": AGENTS[i % 4],
+                                  "session_id": format!("0190a000-0000-7000-8000-{:012x}", 0xb000 + i)},
+                    "task": {"goal": format!("Task {i}"), "risk_tier": TIERS[i % 3],
+                             "required_capabilities": CAPS[(i / 4) % 4]},
+                    "atlas_ids": ["dev.cra.github-ops"],
+                });
+                let req = dir.join(format!("req-{i}.json"));
+                std::fs::write(&req, request.to_string()).unwrap();
+                let chain = dir.join(format!("day-{i}.trace.jsonl"));
+                let exit = crate::cmd::resolve::run(ResolveArgs {
+                    atlases: vec![repo("atlases/dev.cra.github-ops")],
+                    request: req,
+                    now: None,
+                    explain: false,
+                    ttl: cra_carp::eval::DEFAULT_TTL_SECONDS,
+                    fail_on: None,
+                    record: Some(chain.clone()),
+                    output: OutputFormat::Json,
+                });
+                assert_eq!(exit, Exit::Success);
+                chain
+            })
+            .collect()
+    }
+
+    /// How many recorded resolutions in `chains` satisfy `pick` (read from the chains
+    /// themselves, not from the simulator).
+    fn recorded(chains: &[PathBuf], pick: impl Fn(&Value, &Value) -> bool) -> usize {
+        chains
+            .iter()
+            .map(|c| {
+                let events = crate::cmd::trace_io::read_events(Some(c), std::io::empty()).unwrap();
+                let request = &events[1].payload["request"];
+                let done = events
+                    .iter()
+                    .find(|e| e.event_type == "carp.resolution.completed")
+                    .unwrap();
+                usize::from(pick(request, &done.payload["resolution"]))
+            })
+            .sum()
+    }
+
+    fn allows(resolution: &Value, action: &str) -> bool {
+        resolution["allowed_actions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["action_id"] == action && a["requires_confirmation"] == false)
+    }
+
+    #[test]
+    fn simulate_finds_exactly_the_planted_flips() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chains = record_day(tmp.path(), 96);
+        // Plant two changes: pr.list is no longer readable by anyone, and maintainer-2 may no
+        // longer re-run CI.
+        let changed = tmp.path().join("dev.cra.github-ops");
+        copy_dir(&repo("atlases/dev.cra.github-ops"), &changed);
+        let allow = changed.join("policies/allow.json");
+        let text = std::fs::read_to_string(&allow).unwrap();
+        std::fs::write(&allow, text.replacen("\"pr.list\", ", "", 1)).unwrap();
+        let deny = changed.join("policies/planted.json");
+        std::fs::write(
+            &deny,
+            json!([{"policy_id": "deny-planted", "type": "deny", "actions": ["ci.run.rerun"],
+                    "conditions": {"agents": ["maintainer-2"]},
+                    "parameters": {"reason": "planted"}}])
+            .to_string(),
+        )
+        .unwrap();
+
+        let want_list = recorded(&chains, |_, r| allows(r, "pr.list"));
+        let want_rerun = recorded(&chains, |q, r| {
+            q["requester"]["agent_id"] == "maintainer-2" && allows(r, "ci.run.rerun")
+        });
+        assert!(want_list > 0 && want_rerun > 0, "the day plants nothing");
+
+        let args = SimulateArgs {
+            atlas: changed,
+            with: vec![],
+            against: chains.clone(),
+            output: OutputFormat::Json,
+        };
+        let report = simulate(&args).unwrap();
+        assert_eq!(report.resolves, 96);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+        let counts: BTreeMap<&str, usize> = report
+            .by_policy
+            .iter()
+            .map(|(p, (n, _))| (p.as_str(), *n))
+            .collect();
+        assert_eq!(
+            counts,
+            BTreeMap::from([("default_deny", want_list), ("deny-planted", want_rerun)])
+        );
+        assert_eq!(run(args), Exit::Negative);
+
+        // The unchanged atlas flips nothing.
+        let same = SimulateArgs {
+            atlas: repo("atlases/dev.cra.github-ops"),
+            with: vec![],
+            against: chains,
+            output: OutputFormat::Json,
+        };
+        assert_eq!(simulate(&same).unwrap().flips(), 0);
+        assert_eq!(run(same), Exit::Success);
+    }
+}

@@ -1157,7 +1157,7 @@ fn parameters_constraint(
     if let Some(v) = intended {
         fields.insert(
             "intended_parameters_hash".to_owned(),
-            json!(crate::params::parameters_hash(v)),
+            json!(cra_wire::hash::canonical_digest(v)),
         );
     }
     Constraint {

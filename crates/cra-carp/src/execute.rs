@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 
 use crate::eval::scope_key;
 use crate::index::{Scope, budget_cost};
-use crate::params::{ParamConditions, parameters_hash};
+use crate::params::ParamConditions;
 use crate::store::{ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome};
 use crate::types::{AllowedAction, CarpRequest, ConstraintType, Resolution};
 use crate::validate::{CarpError, check_parameters, execution_of};
@@ -316,7 +316,7 @@ fn approval_binds(
             .by_policy(policy_id),
         );
     }
-    let hash = parameters_hash(&exec.parameters);
+    let hash = cra_wire::hash::canonical_digest(&exec.parameters);
     match bound {
         Some(b) if b != hash => Some(
             CarpError::new(

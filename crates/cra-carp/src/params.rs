@@ -259,12 +259,6 @@ fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-/// The digest of a call's parameters: SHA-256 of their TRACE canonical form, `sha256:`-prefixed
-/// (`action.requested`'s `parameters_hash`, and the intended parameters a resolve decided on).
-pub fn parameters_hash(parameters: &Value) -> String {
-    cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(parameters).as_bytes())
-}
-
 /// Orders two JSON numbers exactly when both are integers, else as `f64`.
 fn compare(a: &Number, b: &Number) -> Option<Ordering> {
     let int = |n: &Number| {

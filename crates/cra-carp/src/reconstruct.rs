@@ -766,9 +766,7 @@ pub fn compare_with_store(
             opt(x.resolution_id.as_deref()),
             Value::from(r.resolution_id.as_str()),
         );
-        let stored_hash = r.result.as_ref().map(|v| {
-            cra_wire::hash::sha256_prefixed(cra_wire::canonical::trace_canonical(v).as_bytes())
-        });
+        let stored_hash = r.result.as_ref().map(cra_wire::hash::canonical_digest);
         cmp.differ(
             format!("{base}/result_hash"),
             opt(x.result_hash.as_deref()),

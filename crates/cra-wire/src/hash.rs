@@ -1,4 +1,5 @@
-//! SHA-256 helpers: lowercase hex digests, and the `sha256:`-prefixed form Relay uses.
+//! SHA-256 helpers: lowercase hex digests, the `sha256:`-prefixed form Relay uses, and the
+//! digest of a JSON value's TRACE canonical form.
 
 use sha2::{Digest, Sha256};
 
@@ -25,6 +26,13 @@ pub fn digest_hex(digest: &[u8; 32]) -> String {
 /// SHA-256 of `bytes` in Relay's prefixed form: `sha256:` followed by 64 lowercase hex characters.
 pub fn sha256_prefixed(bytes: &[u8]) -> String {
     format!("sha256:{}", sha256_hex(bytes))
+}
+
+/// The `sha256:` digest of a JSON value's TRACE canonical form: what `action.requested` records
+/// as `parameters_hash` and `action.executed` as `result_hash`, and the digest a resolve binds
+/// intended parameters by. One function, so the three can never disagree.
+pub fn canonical_digest(value: &serde_json::Value) -> String {
+    sha256_prefixed(crate::canonical::trace_canonical(value).as_bytes())
 }
 
 /// True when `s` is exactly 64 lowercase hex characters (the shape of every TRACE hash).

@@ -374,7 +374,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
     let call = Call {
         rt,
-        parameters_hash: cra_carp::params::parameters_hash(&exec.parameters),
+        parameters_hash: cra_wire::hash::canonical_digest(&exec.parameters),
         request: &request,
         exec: &exec,
         trace_id: &trace_id,
@@ -627,7 +627,7 @@ impl Call<'_> {
                 result_hash: response
                     .result
                     .as_ref()
-                    .map(cra_carp::params::parameters_hash),
+                    .map(cra_wire::hash::canonical_digest),
                 duration_ms,
             }),
             (_, error) => span.draft_of(&ActionFailed::new(

@@ -13,11 +13,9 @@ use clap::{Args, Subcommand};
 use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::{Value, json};
 
+use crate::cmd::client::{DEFAULT_URL, enc, token_or_local};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
-
-/// The server's default address, as `cra serve` binds it.
-const DEFAULT_URL: &str = "http://127.0.0.1:8421";
 
 /// Where the server is and who is asking.
 #[derive(Debug, Clone, Args)]
@@ -170,17 +168,13 @@ fn call(
 ) -> Result<Value, Failure> {
     let base = server.url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
     let base = base.trim_end_matches('/');
-    let token = server
-        .token
-        .clone()
-        .filter(|t| !t.is_empty())
-        .or_else(|| cra_runtime::auth::local_admin_token(std::path::Path::new("./cra-data")))
-        .ok_or_else(|| {
-            Failure::CouldNotRun(
-                "no credential: pass --token or set CRA_TOKEN (or run next to a local server's ./cra-data)"
-                    .into(),
-            )
-        })?;
+    let token = token_or_local(server.token.clone()).ok_or_else(|| {
+        Failure::CouldNotRun(
+            "no credential: pass --token or set CRA_TOKEN (or run next to a local server's \
+             ./cra-data)"
+                .into(),
+        )
+    })?;
     // A long poll lasts up to 60 s: the timeout leaves room for it.
     let client = Client::builder()
         .timeout(Duration::from_secs(90))
@@ -245,19 +239,6 @@ fn line(a: &Value) -> String {
         out.push_str(&format!("  decided by {by} at {}", s("decided_at")));
     }
     out
-}
-
-/// Percent-encodes a path segment (RFC 3986 unreserved characters kept).
-fn enc(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

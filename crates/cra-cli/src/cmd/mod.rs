@@ -5,6 +5,7 @@ pub mod atlas;
 pub mod atlas_cases;
 pub mod atlas_simulate;
 pub mod atlas_test;
+pub mod client;
 pub mod conformance;
 pub mod mcp;
 pub mod relay;

@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
+use crate::cmd::client::{self, enc};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
 
@@ -92,18 +93,6 @@ pub fn stream_url(base: &str, args: &TailArgs, since: Option<u64>) -> String {
     )
 }
 
-fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Runs `cra trace tail`.
 pub fn run(args: TailArgs) -> Exit {
     if args.session.is_none() && !args.all {
@@ -113,11 +102,8 @@ pub fn run(args: TailArgs) -> Exit {
     let base = args
         .url
         .clone()
-        .unwrap_or_else(|| "http://127.0.0.1:8421".to_owned());
-    let token = match std::env::var("CRA_TOKEN")
-        .ok()
-        .or_else(|| cra_runtime::auth::local_admin_token(std::path::Path::new("./cra-data")))
-    {
+        .unwrap_or_else(|| client::DEFAULT_URL.to_owned());
+    let token = match client::token_or_local(std::env::var("CRA_TOKEN").ok()) {
         Some(t) => t,
         None => {
             eprintln!(

@@ -88,19 +88,6 @@ pub fn file_name(session_id: &str) -> String {
     name
 }
 
-/// Percent-encodes everything but unreserved URL characters.
-fn encode_component(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Draws `exporting ...` on `err` at most every 100 ms when `show`.
 struct Meter<'a> {
     err: &'a mut dyn Write,
@@ -306,7 +293,7 @@ pub fn export_from_server(
             };
             let body = fetch(
                 &client,
-                &format!("{base}/v1/traces/{}", encode_component(id)),
+                &format!("{base}/v1/traces/{}", crate::cmd::client::enc(id)),
                 token,
                 true,
             )?;
@@ -320,7 +307,7 @@ pub fn export_from_server(
         }
         return Ok(done);
     };
-    let url = format!("{base}/v1/traces/{}", encode_component(id));
+    let url = format!("{base}/v1/traces/{}", crate::cmd::client::enc(id));
     let body = fetch(&client, &url, token, true)?;
     let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
     let file = args.out.clone().filter(|p| p.as_os_str() != "-");
@@ -402,10 +389,7 @@ pub fn export(
     let result = if !args.store.given()
         && let Some(base) = &args.url
     {
-        let token = args
-            .token
-            .clone()
-            .or_else(|| cra_runtime::auth::local_admin_token(Path::new("./cra-data")));
+        let token = crate::cmd::client::token_or_local(args.token.clone());
         match token {
             None => Err(Failure::new(
                 Token::Unauthorized,

@@ -16,6 +16,8 @@ use reqwest::blocking::{Client, RequestBuilder, Response};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 
+use crate::cmd::client::enc;
+
 use super::{Answer, Backend, Failure, Output, deposit_project, import_files, write_export};
 
 /// How long one call may take (an export or import of a large store is one call).
@@ -26,19 +28,6 @@ pub(super) struct Remote {
     base: String,
     token: String,
     http: Client,
-}
-
-/// Percent-encodes one path segment or query value (RFC 3986 unreserved characters kept).
-fn enc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// `path?k=v&...` with the values encoded; pairs whose value is `None` are left out.

@@ -330,24 +330,7 @@ mod tests {
     use crate::cmd::resolve::{FailOn, ResolveArgs};
     use serde_json::Value;
 
-    fn repo(rel: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(rel)
-    }
-
-    fn copy_dir(from: &Path, to: &Path) {
-        std::fs::create_dir_all(to).unwrap();
-        for e in std::fs::read_dir(from).unwrap() {
-            let e = e.unwrap();
-            let target = to.join(e.file_name());
-            if e.file_type().unwrap().is_dir() {
-                copy_dir(&e.path(), &target);
-            } else {
-                std::fs::copy(e.path(), &target).unwrap();
-            }
-        }
-    }
+    use crate::cmd::test_dirs::{copy_dir, repo};
 
     fn args(dir: PathBuf) -> TestArgs {
         TestArgs {

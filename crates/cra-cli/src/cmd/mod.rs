@@ -12,6 +12,8 @@ pub mod relay;
 pub mod resolve;
 pub mod serve;
 pub mod tail;
+#[cfg(test)]
+mod test_dirs;
 pub mod trace;
 pub mod trace_diff;
 pub mod trace_export;

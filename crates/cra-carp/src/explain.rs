@@ -83,16 +83,29 @@ pub struct PolicyExplain {
     /// True when every condition held.
     pub applies: bool,
     /// What the policy did: `decided`, `constraint` (a limit attached), `exhausted` (a limit
-    /// denied), `not_applicable` (a condition failed) or `not_reached` (an earlier policy decided).
+    /// denied), `pending` (it tests the call's parameters, decided at execute), `log_only` (shadow
+    /// mode: it never decides), `not_applicable` (a condition failed) or `not_reached` (an earlier
+    /// policy decided).
     pub effect: String,
     /// Each condition, with whether it held.
     pub conditions: Vec<ConditionExplain>,
 }
 
+impl PolicyExplain {
+    /// Whether the policy took part in the outcome: it decided, bound a constraint, denied as
+    /// exhausted, or waits on the call's parameters. What atlas-test coverage counts as fired.
+    pub fn fired(&self) -> bool {
+        matches!(
+            self.effect.as_str(),
+            "decided" | "constraint" | "exhausted" | "pending"
+        )
+    }
+}
+
 /// One condition and its verdict.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConditionExplain {
-    /// `risk_tiers`, `agents`, `capabilities`, `context_matches` or `time_window`.
+    /// `risk_tiers`, `agents`, `capabilities`, `context_matches`, `time_window` or `parameters`.
     pub condition: String,
     /// Whether it held.
     pub held: bool,

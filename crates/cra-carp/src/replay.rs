@@ -30,6 +30,7 @@ use serde::Serialize;
 
 use crate::eval::{CountersSnapshot, ExplainLevel, ResolveOptions, resolve};
 use crate::events::{SessionStarted, resolve_events, validate_events};
+use crate::explain::PolicyExplain;
 use crate::index::AtlasSet;
 use crate::types::{CarpRequest, Resolution};
 use crate::validate::parse_request;
@@ -597,14 +598,9 @@ fn replay_one(
             decided_by.insert(a.action_id.clone(), a.decided_by.clone());
             case.actions_decided
                 .insert((a.atlas_id.clone(), a.action_id.clone()));
-            for p in a.policies {
-                if matches!(
-                    p.effect.as_str(),
-                    "decided" | "constraint" | "exhausted" | "pending"
-                ) {
-                    case.policies_fired
-                        .insert((a.atlas_id.clone(), p.policy_id));
-                }
+            for p in a.policies.into_iter().filter(PolicyExplain::fired) {
+                case.policies_fired
+                    .insert((a.atlas_id.clone(), p.policy_id));
             }
         }
     }

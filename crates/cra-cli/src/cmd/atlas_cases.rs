@@ -109,14 +109,8 @@ fn judge(case: &Value, set: &AtlasSet, atlas_id: &str, run: &mut CaseRun) -> Res
         actions.insert(a.action_id.clone(), Value::String(said));
         if a.atlas_id == atlas_id {
             run.decided.insert(a.action_id.clone());
-            for p in &a.policies {
-                if matches!(
-                    p.effect.as_str(),
-                    "decided" | "constraint" | "exhausted" | "pending"
-                ) {
-                    run.fired.insert(p.policy_id.clone());
-                }
-            }
+            let fired = a.policies.iter().filter(|p| p.fired());
+            run.fired.extend(fired.map(|p| p.policy_id.clone()));
         }
     }
     let decision = resolution.decision.kind.as_str();

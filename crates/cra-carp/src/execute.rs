@@ -238,7 +238,8 @@ fn on_parameters(
         .get("steps")
         .and_then(Value::as_array)
         .ok_or_else(corrupt)?;
-    let mut decided: Option<(&str, &str, bool)> = None;
+    // The first grant or deny whose tests hold (or that has none) decides.
+    let mut decided: Option<(&str, &str, &Value)> = None;
     for step in steps {
         let text = |k: &str| step.get(k).and_then(Value::as_str);
         let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
@@ -253,9 +254,7 @@ fn on_parameters(
         match kind {
             "rate_limit" | "budget" if !holds => out.unbound.push(policy_id.to_owned()),
             "rate_limit" | "budget" => {}
-            _ if decided.is_none() && holds => {
-                decided = Some((kind, policy_id, step.get("when").is_some()));
-            }
+            _ if decided.is_none() && holds => decided = Some((kind, policy_id, step)),
             _ => {}
         }
     }
@@ -270,21 +269,17 @@ fn on_parameters(
     };
     out.gate = match decided {
         Some(("allow", ..)) => Gate::Allow,
-        Some(("require_approval", policy_id, tested)) => Gate::Approval {
+        Some(("require_approval", policy_id, step)) => Gate::Approval {
             policy_id: policy_id.to_owned(),
-            bound: tested
-                .then(|| c.parameters.get("intended_parameters_hash")?.as_str())
-                .flatten()
+            bound: step
+                .get("when")
+                .and_then(|_| c.parameters.get("intended_parameters_hash")?.as_str())
                 .map(str::to_owned),
         },
-        Some((_, policy_id, _)) => {
-            let step = steps
-                .iter()
-                .find(|s| s.get("policy_id").and_then(Value::as_str) == Some(policy_id));
-            let reason = step
-                .and_then(|s| s.get("reason")?.as_str())
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("Denied by policy {policy_id}"));
+        Some((_, policy_id, step)) => {
+            let reason = step.get("reason").and_then(Value::as_str);
+            let reason =
+                reason.map_or_else(|| format!("Denied by policy {policy_id}"), str::to_owned);
             Gate::Deny(refuse(policy_id, &reason))
         }
         None => Gate::Deny(refuse(

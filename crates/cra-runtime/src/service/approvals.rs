@@ -83,11 +83,7 @@ pub async fn show(
         return Ok(ApprovalView::of(first, session.is_active()));
     }
     // Subscribed before the second read, so a decision between the two is not missed.
-    let filter = crate::tracelog::StreamFilter {
-        type_prefix: None,
-        agent: None,
-        decision: None,
-    };
+    let filter = crate::tracelog::StreamFilter::default();
     let mut sub = rt.hub.subscribe(Some(&first.session_id), filter, 64);
     let again = read_approval(rt, approval_id).await?;
     if again.status != ApprovalStatus::Pending {

@@ -286,16 +286,15 @@ async fn record_resolve(
     }
     rt.metrics
         .record_resolution(resolution.decision.kind.as_str());
-    if !cache_hit {
+    if cache_hit {
+        rt.metrics.record_resolution_cache_hit();
+    } else {
         let disagreements = explained
             .iter()
             .flat_map(|ex| &ex.actions)
             .filter(|a| a.shadow.is_some())
             .count();
         rt.metrics.record_shadow_disagreements(disagreements as u64);
-    }
-    if cache_hit {
-        rt.metrics.record_resolution_cache_hit();
     }
     if explain && explained.is_some() {
         resolution.explain = explained;

@@ -114,16 +114,7 @@ async fn never_main(s: &TestServer, calls: &std::sync::atomic::AtomicU64) {
 async fn debug_logs_are_limited(s: &TestServer) {
     let (sid, id) = params_resolution(s).await;
     let id = id.as_str();
-    let log = |level: &str| {
-        execute_request(
-            "ops-bot",
-            &sid,
-            &rid(),
-            id,
-            "log.write",
-            json!({"level": level}),
-        )
-    };
+    let log = |level: &str| log_write(&sid, id, level);
     let key = Some(crate::support::AGENT);
     assert_eq!(
         s.post(key, "/v1/execute", &log("debug")).await.1["status"],
@@ -152,6 +143,12 @@ async fn params_resolution(s: &TestServer) -> (String, String) {
     assert_eq!(st, 200, "{res}");
     let id = res["resolution_id"].as_str().unwrap().to_owned();
     (sid, id)
+}
+
+/// An execute of the params atlas's `log.write` at `level` under resolution `id`.
+fn log_write(sid: &str, id: &str, level: &str) -> Value {
+    let params = json!({"level": level});
+    execute_request("ops-bot", sid, &rid(), id, "log.write", params)
 }
 
 fn params_atlas() -> std::path::PathBuf {
@@ -216,16 +213,7 @@ async fn a_rate_limit_refusal_says_when_to_retry() {
         metrics.contains("\ncra_shadow_disagreements_total 1\n"),
         "{metrics}"
     );
-    let log = |level: &str| {
-        execute_request(
-            "ops-bot",
-            &sid,
-            &rid(),
-            id,
-            "log.write",
-            json!({"level": level}),
-        )
-    };
+    let log = |level: &str| log_write(&sid, id, level);
     let first = s
         .post(Some(crate::support::AGENT), "/v1/execute", &log("debug"))
         .await;

@@ -392,3 +392,64 @@ pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
         .by_policy(policy_id)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// A resolution whose only constraint is a `parameters` one binding `x.run` with `steps`.
+    fn with_steps(steps: Value) -> Resolution {
+        serde_json::from_value(json!({
+            "carp_version": "1.0", "resolution_id": "r", "request_id": "q",
+            "timestamp": "2026-01-05T10:00:00.000000Z",
+            "decision": {"type": "allow", "reason": null},
+            "context_blocks": [], "allowed_actions": [], "denied_actions": [],
+            "constraints": [{"constraint_id": "parameters:x.run", "type": "parameters",
+                             "parameters": {"atlas_id": "a", "actions": ["x.run"], "steps": steps}}],
+            "ttl_seconds": 3600, "trace_id": "t"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_malformed_parameters_constraint_refuses_as_an_internal_error() {
+        for steps in [
+            json!("not a list"),
+            json!([{"type": "deny"}]),
+            json!([{"policy_id": "d", "type": "deny", "when": [{"pointer": "x"}]}]),
+        ] {
+            let e = on_parameters(&with_steps(steps.clone()), "x.run", &json!({}))
+                .err()
+                .unwrap_or_else(|| panic!("{steps} was accepted"));
+            assert_eq!(e.token, Token::InternalError, "{steps}");
+            assert!(e.message.contains("parameters:x.run"), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn the_first_holding_step_decides_and_failing_limits_are_unbound() {
+        let steps = json!([
+            {"policy_id": "deny-main", "type": "deny", "reason": "No.",
+             "when": [{"pointer": "/branch", "equals": "main"}]},
+            {"policy_id": "rl", "type": "rate_limit",
+             "when": [{"pointer": "/level", "equals": "debug"}]},
+            {"policy_id": "allow-all", "type": "allow"}
+        ]);
+        let r = with_steps(steps);
+        let main = on_parameters(&r, "x.run", &json!({"branch": "main"})).unwrap();
+        let Gate::Deny(e) = main.gate else {
+            panic!("main was not denied")
+        };
+        assert_eq!(e.policy_id.as_deref(), Some("deny-main"));
+        assert!(e.message.starts_with("No."), "{}", e.message);
+        let other = on_parameters(&r, "x.run", &json!({"branch": "x", "level": "info"})).unwrap();
+        assert!(matches!(other.gate, Gate::Allow));
+        assert_eq!(other.unbound, ["rl"]);
+        let unbound = on_parameters(&r, "y.run", &json!({})).unwrap();
+        assert!(matches!(unbound.gate, Gate::AsResolved));
+    }
+}

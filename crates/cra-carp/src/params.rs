@@ -376,6 +376,12 @@ mod tests {
     }
 
     #[test]
+    fn a_regex_at_the_length_bound_compiles() {
+        let at_bound = json!([{"pointer": "/a", "regex": "a".repeat(REGEX_MAX_LEN)}]);
+        assert!(holds(at_bound, json!({"a": "a".repeat(REGEX_MAX_LEN)})));
+    }
+
+    #[test]
     fn every_test_must_hold() {
         let c = json!([
             {"pointer": "/amount", "gt": 500},
@@ -400,6 +406,10 @@ mod tests {
             (json!([{"pointer": "/a", "in": []}]), "/0/in"),
             (json!([{"pointer": "/a", "matches": [1]}]), "/0/matches/0"),
             (json!([{"pointer": "/a", "regex": "("}]), "/0/regex"),
+            (
+                json!([{"pointer": "/a", "regex": "a".repeat(REGEX_MAX_LEN + 1)}]),
+                "/0/regex",
+            ),
         ] {
             let e = ParamConditions::compile(&c).unwrap_err();
             assert_eq!(e.pointer, pointer, "{c}: {}", e.message);

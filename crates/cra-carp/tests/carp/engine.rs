@@ -392,7 +392,10 @@ fn budgets_count_units_and_refuse_the_overdraft() {
     let r = w
         .run(w.exec_req(&rid, "deploy.start", json!({}), None))
         .unwrap();
-    assert_eq!(r.error.unwrap().code, "budget_exhausted");
+    let error = r.error.unwrap();
+    assert_eq!(error.code, "budget_exhausted");
+    // Spent units do not come back by waiting: a budget refusal says no wait.
+    assert!(error.details.unwrap().get("retry_after_seconds").is_none());
 }
 
 #[test]

@@ -306,4 +306,28 @@ mod tests {
         assert_eq!(simulate(&same).unwrap().flips(), 0);
         assert_eq!(run(same), Exit::Success);
     }
+
+    #[test]
+    fn a_resolve_that_cannot_be_re_decided_is_reported_and_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let chains = record_day(tmp.path(), 2);
+        // The recorded requests name github-ops, which this simulation does not supply.
+        let args = SimulateArgs {
+            atlas: repo("atlases/com.example.payments"),
+            with: vec![],
+            against: chains,
+            output: OutputFormat::Json,
+        };
+        let report = simulate(&args).unwrap();
+        assert_eq!(
+            (report.resolves, report.errors.len(), report.flips()),
+            (2, 2, 0)
+        );
+        assert!(
+            report.errors[0].contains("dev.cra.github-ops"),
+            "{:?}",
+            report.errors
+        );
+        assert_eq!(run(args), Exit::Negative);
+    }
 }

@@ -412,6 +412,37 @@ mod tests {
     }
 
     #[test]
+    fn a_case_that_cannot_be_judged_says_why() {
+        for (case, why) in [
+            (
+                serde_json::json!({"expect": {}}),
+                "the case has no `request` object",
+            ),
+            (
+                serde_json::json!({"request": {"agent_id": "a"}, "expect": {}}),
+                "`request.goal` is missing",
+            ),
+            (
+                serde_json::json!({"request": {"agent_id": "a", "goal": "g", "risk_tier": "huge"}}),
+                "the request is not a CARP request",
+            ),
+            (
+                serde_json::json!({"request": {"agent_id": "a", "goal": "g"}}),
+                "the case has no `expect`",
+            ),
+            (
+                serde_json::json!({"now": "yesterday", "request": {"agent_id": "a", "goal": "g"}}),
+                "`now` is not an RFC 3339 instant",
+            ),
+        ] {
+            let (_tmp, dir) = github_ops_with_case(&case);
+            let report = run_tests(&args(dir)).unwrap();
+            let failure = report.cases[0].1.clone().unwrap_or_default();
+            assert!(failure.contains(why), "{case}: {failure}");
+        }
+    }
+
+    #[test]
     fn update_writes_what_the_atlas_decides() {
         let (_tmp, dir) = github_ops_with_case(&delete_main(serde_json::json!({})));
         let report = run_tests(&TestArgs {

@@ -450,3 +450,18 @@ fn resolve_records_a_validate_request_as_a_dry_run() {
     let (code, _, err) = cra(&["trace", "verify", s(&record)]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn a_log_only_approval_grants_nothing_so_it_is_not_warned_about() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("atlas");
+    copy_dir(&fixtures().join("broken/approval-grants-alone"), &dir);
+    let approvals = dir.join("policies/approvals.json");
+    let mut policies: Value =
+        serde_json::from_str(&std::fs::read_to_string(&approvals).unwrap()).unwrap();
+    policies[0]["enforcement"] = "log_only".into();
+    std::fs::write(&approvals, policies.to_string()).unwrap();
+    let (code, _, err) = cra(&["atlas", "check", "--strict", s(&dir)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("approval_grants_alone"), "{err}");
+}

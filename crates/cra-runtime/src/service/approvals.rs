@@ -61,7 +61,9 @@ pub const MAX_WAIT_SECONDS: u64 = 60;
 /// approvals of its own sessions. With `wait_seconds` > 0 and the approval pending in an open
 /// session, the answer waits until it is decided (its `approval.*` event is appended here) or
 /// the session ends, at most `wait_seconds` (capped at [`MAX_WAIT_SECONDS`]), then reads the
-/// store again: a decision made on another replica is seen when the wait runs out.
+/// store again: a decision made on another replica is seen when the wait runs out. A session
+/// that appends more than the subscription's 64 events first drops it: the answer then comes
+/// early, as it stands, and the caller waits again.
 pub async fn show(
     rt: &Runtime,
     actor: &Actor,

@@ -107,10 +107,7 @@ pub fn key_rank(kind: Kind, key: &str) -> Option<usize> {
             "parameters",
         ],
         Kind::TimeWindow => &["start_hour", "end_hour", "weekdays"],
-        Kind::ParameterTest => &[
-            "pointer", "equals", "in", "not_in", "matches", "prefix", "gt", "gte", "lt", "lte",
-            "regex",
-        ],
+        Kind::ParameterTest => &crate::model::PARAMETER_TEST_MEMBERS,
         Kind::Other => &[],
     };
     order.iter().position(|k| *k == key)

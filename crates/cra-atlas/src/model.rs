@@ -234,6 +234,12 @@ pub struct Conditions {
     pub extra: Map<String, Value>,
 }
 
+/// The members of one `conditions.parameters` test: its `pointer`, then the operators in the
+/// order they are documented, explained and formatted (`cra_carp::params` evaluates them).
+pub const PARAMETER_TEST_MEMBERS: [&str; 11] = [
+    "pointer", "equals", "in", "not_in", "matches", "prefix", "gt", "gte", "lt", "lte", "regex",
+];
+
 /// A UTC time window: hours `[start_hour, end_hour)` (wrapping past midnight when
 /// `start_hour > end_hour`) on the listed weekdays (`mon` .. `sun`; absent = every day).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

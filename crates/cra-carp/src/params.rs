@@ -21,10 +21,9 @@ use crate::index::AgentGlob;
 const REGEX_MAX_LEN: usize = 1024;
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
-/// The operators, in the order they are documented and explained.
-pub const OPERATORS: [&str; 10] = [
-    "equals", "in", "not_in", "matches", "prefix", "gt", "gte", "lt", "lte", "regex",
-];
+/// The operators, in the order they are documented and explained (every member of a test but
+/// its `pointer`).
+pub const OPERATORS: &[&str] = cra_atlas::model::PARAMETER_TEST_MEMBERS.split_at(1).1;
 
 /// One operator of a test, compiled.
 #[derive(Debug, Clone)]
@@ -373,6 +372,19 @@ mod tests {
         assert!(holds(e, json!({"a/b": {"c~d": 1}})));
         let arr = json!([{"pointer": "/items/1", "equals": "b"}]);
         assert!(holds(arr, json!({"items": ["a", "b"]})));
+    }
+
+    #[test]
+    fn every_listed_operator_is_implemented() {
+        for op in OPERATORS {
+            let value = match *op {
+                "gt" | "gte" | "lt" | "lte" => json!(1),
+                "in" | "not_in" => json!([1]),
+                _ => json!("x"),
+            };
+            let written = json!([{"pointer": "/a", (*op): value}]);
+            assert!(ParamConditions::compile(&written).is_ok(), "{op}");
+        }
     }
 
     #[test]

@@ -203,6 +203,8 @@ pub struct ReplayCase {
     pub request_id: String,
     /// The trace id pairing request and resolution.
     pub trace_id: String,
+    /// The session whose chain recorded the request.
+    pub session_id: String,
     /// The request's goal (a readable name for the case).
     pub goal: String,
     /// The sequence of the request event.
@@ -516,6 +518,7 @@ fn replay_one(
     let mut case = ReplayCase {
         request_id: String::new(),
         trace_id: event.trace_id.clone(),
+        session_id: event.session_id.clone(),
         goal: String::new(),
         sequence: event.sequence,
         now: String::new(),

@@ -78,11 +78,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
             })?;
         for case in replay(&events, &set) {
             report.resolves += 1;
-            let session = events
-                .iter()
-                .find(|e| e.sequence == case.sequence && e.trace_id == case.trace_id)
-                .map(|e| e.session_id.clone())
-                .unwrap_or_default();
+            let session = &case.session_id;
             if let CaseOutcome::Error(e) = &case.outcome {
                 report.errors.push(format!(
                     "{} session {session} sequence {}: {e}",

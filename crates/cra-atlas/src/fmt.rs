@@ -105,6 +105,7 @@ pub fn key_rank(kind: Kind, key: &str) -> Option<usize> {
             "context_matches",
             "time_window",
             "parameters",
+            "history",
         ],
         Kind::TimeWindow => &["start_hour", "end_hour", "weekdays"],
         Kind::ParameterTest => &crate::model::PARAMETER_TEST_MEMBERS,

@@ -229,6 +229,11 @@ pub struct Conditions {
     /// `cra_carp::params` compiles them. Policies only; decided at execute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
+    /// Tests on earlier calls (`after`, `bind`, `count_within`, `sum_within`, each with its
+    /// `scope`), kept as written: `cra_carp::history` compiles them. Policies only; decided at
+    /// execute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<Value>,
     /// Unknown and `x-*` fields.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

@@ -19,8 +19,8 @@ use crate::eval::{
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ChargeKind,
-    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ClaimOutcome,
+    ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
     StoredResolution,
 };
 use crate::types::{
@@ -123,6 +123,7 @@ pub struct ClearedExecution {
     request_id: String,
     resolution_id: String,
     session_id: String,
+    agent_id: String,
     idempotency_key: Option<String>,
 }
 
@@ -544,6 +545,11 @@ impl Carp {
         };
         let rid = resolution.resolution_id.clone();
         let tid = resolution.trace_id.clone();
+        let now_us = unix_micros(now);
+        let mut marked = |counter: &str, key: &str, since_us: i64| {
+            let n = self.store.rate_count(counter, key, since_us, now_us);
+            Ok(n.map_err(store_err)? > 0)
+        };
         match authorize(
             request,
             resolution,
@@ -551,6 +557,7 @@ impl Carp {
             validator,
             approval.as_ref(),
             now,
+            &mut marked,
         )? {
             Authorization::PendingApproval { approval_id } => {
                 let e = CarpError::new(
@@ -581,6 +588,7 @@ impl Carp {
                     request_id: request.request_id.clone(),
                     resolution_id: rid,
                     session_id: request.requester.session_id.clone(),
+                    agent_id: request.requester.agent_id.clone(),
                     idempotency_key: exec.idempotency_key.clone(),
                 };
                 self.claim_and_consume(request, run, &charges)
@@ -631,32 +639,27 @@ impl Carp {
         Ok(ExecuteOutcome::Answered(answer))
     }
 
-    /// Seconds after which a refused rate-limit charge would fit (none for a budget: spent units
+    /// Seconds after which a refused windowed charge would fit (none for a budget: spent units
     /// do not come back by waiting). A store that cannot say leaves it out.
     fn retry_after(&self, outcome: &ConsumeOutcome) -> Option<u64> {
         let ConsumeOutcome::Refused {
             policy_id,
             scope_key,
-            kind:
-                ChargeKind::Rate {
-                    max_calls,
-                    window_seconds,
-                },
+            kind,
             ..
         } = outcome
         else {
             return None;
         };
-        let now = crate::eval::unix_micros(self.clock.now());
-        crate::execute::rate_retry_after(
-            self.store.as_ref(),
-            policy_id,
-            scope_key,
-            *max_calls,
-            *window_seconds,
-            now,
-        )
-        .ok()
+        let charge = crate::store::Charge {
+            policy_id: policy_id.clone(),
+            scope_key: scope_key.clone(),
+            kind: kind.clone(),
+        };
+        let now = unix_micros(self.clock.now());
+        crate::execute::window_retry_after(self.store.as_ref(), &charge, now)
+            .ok()
+            .flatten()
     }
 
     fn lease(&self, request: &CarpRequest, run: &ClearedExecution) -> ExecutionLease {
@@ -707,6 +710,15 @@ impl Carp {
             Ok(v) => (ExecuteStatus::Success, Some(v), None),
             Err(e) => (ExecuteStatus::Error, None, Some(e)),
         };
+        let marks = match status {
+            ExecuteStatus::Success => self.atlases.marks(
+                &run.action.action_id,
+                &run.parameters,
+                (&run.agent_id, &run.session_id),
+                unix_micros(self.clock.now()),
+            ),
+            _ => Vec::new(),
+        };
         let response = ExecuteResponse {
             carp_version: CARP_VERSION.to_owned(),
             execution_id: run.execution_id.clone(),
@@ -724,6 +736,7 @@ impl Carp {
             session_id: run.session_id,
             idempotency_key: run.idempotency_key,
             response,
+            marks,
         }
     }
 

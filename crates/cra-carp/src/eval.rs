@@ -426,12 +426,19 @@ enum Param {
 }
 
 impl Param {
+    /// Conditions on history are decided at execute only: a policy holding them is pending
+    /// unless its parameter tests already fail on the intended parameters.
     fn of(p: &crate::index::CompiledPolicy, intended: Option<&Value>) -> Self {
-        match (&p.conditions.parameters, intended) {
+        let on_params = match (&p.conditions.parameters, intended) {
             (None, _) => Param::Unconditional,
             (Some(_), None) => Param::Pending,
             (Some(c), Some(v)) if c.holds(v) => Param::Held,
             (Some(_), Some(_)) => Param::Failed,
+        };
+        match on_params {
+            Param::Failed => Param::Failed,
+            _ if p.conditions.history.is_some() => Param::Pending,
+            other => other,
         }
     }
 
@@ -1145,6 +1152,9 @@ fn parameters_constraint(
             if let Some(c) = &p.conditions.parameters {
                 step.insert("when".to_owned(), c.written().clone());
             }
+            if let Some(h) = &p.conditions.history {
+                step.insert("history".to_owned(), h.written().clone());
+            }
             if let PolicyParams::Deny { reason } = &p.params {
                 step.insert("reason".to_owned(), json!(reason.as_str()));
             }
@@ -1191,6 +1201,16 @@ fn policy_explain(
                 ),
                 _ => format!("parameters {pointers} tested on the task's intended parameters"),
             },
+        });
+    }
+    if let Some(h) = &p.conditions.history {
+        conditions.push(ConditionExplain {
+            condition: "history".to_owned(),
+            held: false,
+            detail: format!(
+                "{}: decided at execute, on the calls recorded then",
+                h.describe()
+            ),
         });
     }
     PolicyExplain {

@@ -9,6 +9,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::eval::scope_key;
+use crate::history::HistoryConditions;
 use crate::index::{Scope, budget_cost};
 use crate::params::ParamConditions;
 use crate::store::{ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome};
@@ -51,11 +52,18 @@ pub fn authorize(
     validator: &jsonschema::Validator,
     approval: Option<&ApprovalRecord>,
     now: OffsetDateTime,
+    marked: &mut Marked<'_>,
 ) -> Result<Authorization, CarpError> {
     let exec = execution_of(request)?;
     check_parameters(validator, &action.action_id, &exec.parameters)?;
 
-    let on_params = on_parameters(resolution, &action.action_id, &exec.parameters)?;
+    let call = Call {
+        action_id: &action.action_id,
+        parameters: &exec.parameters,
+        ids: (&request.requester.agent_id, &request.requester.session_id),
+        now_us: crate::eval::unix_micros(now),
+    };
+    let mut on_params = on_parameters(resolution, &call, marked)?;
     let gated = match &on_params.gate {
         Gate::AsResolved => action.requires_confirmation,
         Gate::Allow => false,
@@ -174,10 +182,24 @@ pub fn authorize(
             ConstraintType::RequireApproval | ConstraintType::Parameters => {}
         }
     }
+    charges.append(&mut on_params.charges);
     Ok(Authorization::Proceed {
         action: action.clone(),
         charges,
     })
+}
+
+/// Whether a history predicate's counter has a mark for a key after an instant:
+/// `(counter, scope_key, since_us)` ([`crate::history::HistoryConditions::predicates_hold`]).
+pub type Marked<'a> = dyn FnMut(&str, &str, i64) -> Result<bool, CarpError> + 'a;
+
+/// The call an execute asks for, as the `parameters` constraint's steps read it.
+struct Call<'a> {
+    action_id: &'a str,
+    parameters: &'a Value,
+    /// The requester's agent and session.
+    ids: (&'a str, &'a str),
+    now_us: i64,
 }
 
 /// What a resolution's `parameters` constraint decides for one call of the action.
@@ -186,6 +208,9 @@ struct OnParameters {
     /// Rate-limit and budget policies whose parameter conditions this call does not meet: their
     /// constraints do not charge it.
     unbound: Vec<String>,
+    /// The `count_within` and `sum_within` charges of the limits that bind the call: those of
+    /// the rate_limit and budget steps that hold, and of the deciding grant.
+    charges: Vec<Charge>,
 }
 
 /// The grant or refusal the call's parameters lead to.
@@ -210,12 +235,14 @@ enum Gate {
 /// decides, as it would have at resolve; limits whose tests fail are left unbound.
 fn on_parameters(
     resolution: &Resolution,
-    action_id: &str,
-    parameters: &Value,
+    call: &Call<'_>,
+    marked: &mut Marked<'_>,
 ) -> Result<OnParameters, CarpError> {
+    let action_id = call.action_id;
     let mut out = OnParameters {
         gate: Gate::AsResolved,
         unbound: Vec::new(),
+        charges: Vec::new(),
     };
     let Some(c) = resolution
         .constraints
@@ -240,21 +267,33 @@ fn on_parameters(
         .ok_or_else(corrupt)?;
     // The first grant or deny whose tests hold (or that has none) decides.
     let mut decided: Option<(&str, &str, &Value)> = None;
+    let mut binding = Vec::new();
     for step in steps {
         let text = |k: &str| step.get(k).and_then(Value::as_str);
         let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
             return Err(corrupt());
         };
-        let holds = match step.get("when") {
+        let history = match step.get("history") {
+            None => None,
+            Some(h) => Some(HistoryConditions::compile(policy_id, h).map_err(|_| corrupt())?),
+        };
+        let mut holds = match step.get("when") {
             None => true,
             Some(w) => ParamConditions::compile(w)
                 .map_err(|_| corrupt())?
-                .holds(parameters),
+                .holds(call.parameters),
         };
+        if holds && let Some(h) = &history {
+            holds = h.predicates_hold(call.parameters, call.ids, call.now_us, marked)?;
+        }
+        let limited = history.filter(HistoryConditions::has_limits);
         match kind {
             "rate_limit" | "budget" if !holds => out.unbound.push(policy_id.to_owned()),
-            "rate_limit" | "budget" => {}
-            _ if decided.is_none() && holds => decided = Some((kind, policy_id, step)),
+            "rate_limit" | "budget" => binding.extend(limited.map(|h| (policy_id, h))),
+            _ if decided.is_none() && holds => {
+                decided = Some((kind, policy_id, step));
+                binding.extend(limited.map(|h| (policy_id, h)));
+            }
             _ => {}
         }
     }
@@ -284,9 +323,32 @@ fn on_parameters(
         }
         None => Gate::Deny(refuse(
             crate::eval::DEFAULT_DENY,
-            "No policy allows this action with these parameters",
+            "No policy allows this action with these parameters and this history",
         )),
     };
+    if matches!(out.gate, Gate::Deny(_)) {
+        return Ok(out);
+    }
+    for (policy_id, h) in binding {
+        match h.charges(call.parameters, call.ids) {
+            Ok(mut charges) => out.charges.append(&mut charges),
+            Err(u) => {
+                out.gate = Gate::Deny(CarpError {
+                    policy_id: Some(policy_id.to_owned()),
+                    token: Token::ActionNotAllowed,
+                    message: format!(
+                        "policy {policy_id} limits {action_id} by its parameters, and this call's {} {} (counter {})",
+                        u.pointer, u.message, u.counter
+                    ),
+                    errors: vec![FieldError::new(
+                        format!("/execution/parameters{}", u.pointer),
+                        u.message,
+                    )],
+                });
+                return Ok(out);
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -326,25 +388,39 @@ fn approval_binds(
     }
 }
 
-/// Seconds until a refused rate-limit charge would fit, for `Retry-After`: the least `d` in
-/// `1..=window_seconds` such that, of the executions recorded now, fewer than `max_calls` are
-/// still inside the window at `now + d`. A binary search over the counter (`log2(window)` reads;
-/// a refusal is rare). Executions recorded later can make the wait longer: the answer is
-/// advice, the charge at retry decides.
-pub fn rate_retry_after(
+/// Seconds until a refused windowed charge would fit, for `Retry-After`: the least `d` in
+/// `1..=window_seconds` such that the units recorded now that are still inside the window at
+/// `now + d`, plus `need`, stay at most `max` (a rate limit needs 1 of `max_calls`). A binary
+/// search over the counter (`log2(window)` reads; a refusal is rare). `None` when the charge
+/// can never fit (`need > max`). Charges recorded later can make the wait longer: the answer
+/// is advice, the charge at retry decides.
+pub fn window_retry_after(
     store: &dyn crate::CarpStore,
-    policy_id: &str,
-    scope_key: &str,
-    max_calls: u64,
-    window_seconds: u64,
+    charge: &Charge,
     now_us: i64,
-) -> Result<u64, crate::CarpStoreError> {
+) -> Result<Option<u64>, crate::CarpStoreError> {
+    let (max, need, window_seconds) = match charge.kind {
+        ChargeKind::Rate {
+            max_calls,
+            window_seconds,
+        } => (max_calls, 1, window_seconds),
+        ChargeKind::Window {
+            max_units,
+            window_seconds,
+            units,
+        } => (max_units, units, window_seconds),
+        ChargeKind::Budget { .. } => return Ok(None),
+    };
+    if need > max {
+        return Ok(None);
+    }
     let window_us = crate::eval::seconds_to_us(window_seconds);
     let fits_after = |d: u64| -> Result<bool, crate::CarpStoreError> {
         let since = now_us
             .saturating_add(crate::eval::seconds_to_us(d))
             .saturating_sub(window_us);
-        Ok(store.rate_count(policy_id, scope_key, since, now_us)? < max_calls)
+        let used = store.rate_count(&charge.policy_id, &charge.scope_key, since, now_us)?;
+        Ok(used.saturating_add(need) <= max)
     };
     let (mut lo, mut hi) = (1u64, window_seconds.max(1));
     while lo < hi {
@@ -355,7 +431,13 @@ pub fn rate_retry_after(
             lo = mid + 1;
         }
     }
-    Ok(lo)
+    Ok(Some(lo))
+}
+
+/// The policy a counter belongs to: a history limit's counter `<policy_id>#<n>` is its
+/// policy's; any other counter is named by its policy id.
+fn counter_policy(counter: &str) -> &str {
+    counter.rsplit_once('#').map_or(counter, |(p, _)| p)
 }
 
 /// The error for a charge the store refused.
@@ -377,7 +459,32 @@ pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
                 "rate limit {policy_id} reached: {used} of {max_calls} executions in the last {window_seconds} s; wait and retry"
             ),
         )
-        .by_policy(policy_id)),
+        .by_policy(counter_policy(policy_id))),
+        ConsumeOutcome::Refused {
+            policy_id: counter,
+            kind:
+                ChargeKind::Window {
+                    max_units,
+                    window_seconds,
+                    units,
+                },
+            used,
+            ..
+        } => {
+            let (used, max, units) = (
+                crate::history::decimal(*used),
+                crate::history::decimal(*max_units),
+                crate::history::decimal(*units),
+            );
+            let policy_id = counter_policy(counter);
+            Some(CarpError::new(
+                Token::RateLimitExceeded,
+                format!(
+                    "policy {policy_id} limits the total of this call's amount to {max} in {window_seconds} s ({counter}): {used} is counted, and {units} more does not fit; wait for earlier calls to leave the window, or ask for less"
+                ),
+            )
+            .by_policy(policy_id))
+        }
         ConsumeOutcome::Refused {
             policy_id,
             kind: ChargeKind::Budget { max_units, units },
@@ -415,14 +522,68 @@ mod tests {
         .unwrap()
     }
 
+    /// The walk of `action_id` called with `parameters` by agent `a` in session `s` at 1 s, with
+    /// marks on the counters listed in `marks` only.
+    fn walk_with(
+        r: &Resolution,
+        action_id: &str,
+        parameters: &Value,
+        marks: &[&str],
+    ) -> Result<OnParameters, CarpError> {
+        let call = Call {
+            action_id,
+            parameters,
+            ids: ("a", "s"),
+            now_us: 1_000_000,
+        };
+        on_parameters(r, &call, &mut |counter, _, _| Ok(marks.contains(&counter)))
+    }
+
+    fn walk(
+        r: &Resolution,
+        action_id: &str,
+        parameters: &Value,
+    ) -> Result<OnParameters, CarpError> {
+        walk_with(r, action_id, parameters, &[])
+    }
+
+    #[test]
+    fn history_predicates_gate_a_grant_and_its_limits_charge_only_when_it_decides() {
+        let steps = json!([
+            {"policy_id": "allow-after", "type": "allow",
+             "history": [{"after": {"action": "lookup"}, "scope": "session"},
+                         {"count_within": {"max": 2, "window_seconds": 60}, "scope": "agent"}]},
+            {"policy_id": "rl", "type": "rate_limit",
+             "history": [{"sum_within": {"pointer": "/amount", "max": 10, "window_seconds": 60}, "scope": "global"}]}
+        ]);
+        let r = with_steps(steps);
+        let before = walk(&r, "x.run", &json!({"amount": 1})).unwrap();
+        assert!(
+            matches!(before.gate, Gate::Deny(_)),
+            "no lookup yet: the default deny"
+        );
+        assert!(before.charges.is_empty());
+        let after = walk_with(&r, "x.run", &json!({"amount": 1}), &["allow-after#0"]).unwrap();
+        assert!(matches!(after.gate, Gate::Allow));
+        let counters: Vec<&str> = after.charges.iter().map(|c| c.policy_id.as_str()).collect();
+        assert_eq!(counters, ["allow-after#1", "rl#0"], "in step order");
+        let lacking = walk_with(&r, "x.run", &json!({}), &["allow-after#0"]).unwrap();
+        let Gate::Deny(e) = lacking.gate else {
+            panic!("a call without the summed member was let through")
+        };
+        assert_eq!(e.policy_id.as_deref(), Some("rl"));
+        assert_eq!(e.errors[0].pointer, "/execution/parameters/amount");
+    }
+
     #[test]
     fn a_malformed_parameters_constraint_refuses_as_an_internal_error() {
         for steps in [
             json!("not a list"),
             json!([{"type": "deny"}]),
             json!([{"policy_id": "d", "type": "deny", "when": [{"pointer": "x"}]}]),
+            json!([{"policy_id": "d", "type": "allow", "history": [{"after": {}}]}]),
         ] {
-            let e = on_parameters(&with_steps(steps.clone()), "x.run", &json!({}))
+            let e = walk(&with_steps(steps.clone()), "x.run", &json!({}))
                 .err()
                 .unwrap_or_else(|| panic!("{steps} was accepted"));
             assert_eq!(e.token, Token::InternalError, "{steps}");
@@ -440,16 +601,16 @@ mod tests {
             {"policy_id": "allow-all", "type": "allow"}
         ]);
         let r = with_steps(steps);
-        let main = on_parameters(&r, "x.run", &json!({"branch": "main"})).unwrap();
+        let main = walk(&r, "x.run", &json!({"branch": "main"})).unwrap();
         let Gate::Deny(e) = main.gate else {
             panic!("main was not denied")
         };
         assert_eq!(e.policy_id.as_deref(), Some("deny-main"));
         assert!(e.message.starts_with("No."), "{}", e.message);
-        let other = on_parameters(&r, "x.run", &json!({"branch": "x", "level": "info"})).unwrap();
+        let other = walk(&r, "x.run", &json!({"branch": "x", "level": "info"})).unwrap();
         assert!(matches!(other.gate, Gate::Allow));
         assert_eq!(other.unbound, ["rl"]);
-        let unbound = on_parameters(&r, "y.run", &json!({})).unwrap();
+        let unbound = walk(&r, "y.run", &json!({})).unwrap();
         assert!(matches!(unbound.gate, Gate::AsResolved));
     }
 }

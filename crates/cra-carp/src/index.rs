@@ -10,6 +10,7 @@ use cra_atlas::model::{Conditions, Manifest, PolicyType, RiskTier};
 use cra_atlas::pattern;
 use serde_json::{Map, Value};
 
+use crate::history::HistoryConditions;
 use crate::params::ParamConditions;
 use crate::shared::{SharedJson, SharedStr};
 use crate::types::{AllowedAction, RateLimitInfo};
@@ -248,6 +249,8 @@ pub struct CompiledConditions {
     /// Tests on the call's parameters (policies only), decided per call: at execute, or at
     /// resolve when the task states the intended parameters.
     pub parameters: Option<ParamConditions>,
+    /// Tests on earlier calls (policies only), decided at execute ([`crate::history`]).
+    pub history: Option<HistoryConditions>,
 }
 
 impl CompiledConditions {
@@ -259,6 +262,7 @@ impl CompiledConditions {
             && self.context_matches.is_none()
             && self.time_window.is_none()
             && self.parameters.is_none()
+            && self.history.is_none()
     }
 }
 
@@ -388,8 +392,9 @@ fn compile_conditions(
     atlas_id: &str,
     owner: &str,
     c: Option<&Conditions>,
-    of_policy: bool,
+    policy_id: Option<&str>,
 ) -> Result<CompiledConditions, CompileError> {
+    let of_policy = policy_id.is_some();
     let Some(c) = c else {
         return Ok(CompiledConditions::default());
     };
@@ -464,8 +469,22 @@ fn compile_conditions(
                 .map_err(|e| bad(&format!("/conditions/parameters{}", e.pointer), &e.message))?,
         ),
     };
+    let history = match &c.history {
+        None => None,
+        Some(_) if !of_policy => {
+            return Err(bad(
+                "/conditions/history",
+                "tests earlier calls, and a context pack has no call; move it to a policy",
+            ));
+        }
+        Some(written) => Some(
+            HistoryConditions::compile(policy_id.unwrap_or_default(), written)
+                .map_err(|e| bad(&format!("/conditions/history{}", e.pointer), &e.message))?,
+        ),
+    };
     Ok(CompiledConditions {
         parameters,
+        history,
         risk_tiers,
         agents: c
             .agents
@@ -596,16 +615,24 @@ impl CompiledAtlas {
                     message: e.to_string(),
                 })?;
             }
+            let owner = crate::atlas_check::policy_owner(&p.policy_id);
+            let conditions =
+                compile_conditions(atlas_id, &owner, p.conditions.as_ref(), Some(&p.policy_id))?;
+            if p.kind == PolicyType::Deny
+                && conditions.history.as_ref().is_some_and(|h| h.has_limits())
+            {
+                return Err(CompileError::BadCondition {
+                    atlas_id: atlas_id.to_owned(),
+                    owner,
+                    pointer: "/conditions/history".to_owned(),
+                    message: "holds count_within or sum_within, limits on the calls a policy grants, and a deny grants none; put the limit on the allow".to_owned(),
+                });
+            }
             policies.push(CompiledPolicy {
                 policy_id: p.policy_id.as_str().into(),
                 kind: p.kind,
                 priority: p.priority,
-                conditions: compile_conditions(
-                    atlas_id,
-                    &crate::atlas_check::policy_owner(&p.policy_id),
-                    p.conditions.as_ref(),
-                    true,
-                )?,
+                conditions,
                 params: compile_params(atlas_id, p)?,
                 shadow: p.enforcement.or(manifest.enforcement)
                     == Some(cra_atlas::model::Enforcement::LogOnly),
@@ -709,7 +736,7 @@ impl CompiledAtlas {
                     atlas_id,
                     &crate::atlas_check::pack_owner(&p.pack_id),
                     p.conditions.as_ref(),
-                    false,
+                    None,
                 )?,
                 files,
             });
@@ -756,6 +783,26 @@ pub struct AtlasSet {
 }
 
 impl AtlasSet {
+    /// The marks a succeeded call of `action_id` with `parameters` leaves, at `at_us`, for every
+    /// `after` and `bind` test of every atlas that names the action ([`crate::history`]).
+    pub fn marks(
+        &self,
+        action_id: &str,
+        parameters: &Value,
+        ids: (&str, &str),
+        at_us: i64,
+    ) -> Vec<crate::store::Mark> {
+        let mut out = Vec::new();
+        for a in self.atlases() {
+            for p in &a.policies {
+                if let Some(h) = &p.conditions.history {
+                    out.extend(h.marks(action_id, parameters, ids, at_us));
+                }
+            }
+        }
+        out
+    }
+
     /// A set of compiled atlases, kept in atlas id order.
     pub fn new(mut atlases: Vec<CompiledAtlas>) -> Result<Self, CompileError> {
         atlases.sort_by(|a, b| a.atlas_id.cmp(&b.atlas_id));

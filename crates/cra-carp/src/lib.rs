@@ -9,6 +9,7 @@
 //!   rules, one token each.
 //! * [`index`]: atlases compiled for resolution; [`eval`]: the pure resolve.
 //! * [`params`]: conditions on a call's parameters (RFC 6901 pointers and operators).
+//! * [`history`]: conditions on earlier calls (`after`, `bind`, `count_within`, `sum_within`).
 //! * [`cache`]: which earlier resolution answers an identical resolve again.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation.
@@ -29,6 +30,7 @@ pub mod eval;
 pub mod events;
 pub mod execute;
 pub mod explain;
+pub mod history;
 pub mod index;
 pub mod params;
 pub mod reconstruct;

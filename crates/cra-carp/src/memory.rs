@@ -17,7 +17,7 @@ struct State {
     resolutions: BTreeMap<String, StoredResolution>,
     executions_by_key: BTreeMap<(String, String), ExecutionRecord>,
     executions: Vec<ExecutionRecord>,
-    rate_events: BTreeMap<(String, String), Vec<i64>>,
+    rate_events: BTreeMap<(String, String), Vec<(i64, u64)>>,
     budget_spent: BTreeMap<(String, String), u64>,
     approvals: BTreeMap<String, ApprovalRecord>,
     leases: BTreeMap<String, ExecutionLease>,
@@ -44,8 +44,33 @@ fn rate_used(state: &State, policy_id: &str, scope_key: &str, since: i64, until:
     state
         .rate_events
         .get(&(policy_id.to_owned(), scope_key.to_owned()))
-        .map(|v| v.iter().filter(|t| **t > since && **t <= until).count() as u64)
+        .map(|v| {
+            v.iter()
+                .filter(|(t, _)| *t > since && *t <= until)
+                .map(|(_, n)| *n)
+                .fold(0, u64::saturating_add)
+        })
         .unwrap_or(0)
+}
+
+/// Units counted in `c`'s window ending at `at_us`, with the earlier charges of this call on the
+/// same counter (`same_counter`).
+fn window_used<'a>(
+    s: &State,
+    c: &Charge,
+    window_seconds: u64,
+    at_us: i64,
+    same_counter: impl Iterator<Item = &'a Charge>,
+) -> u64 {
+    let since = at_us.saturating_sub(crate::eval::seconds_to_us(window_seconds));
+    let earlier = same_counter
+        .map(|e| match e.kind {
+            ChargeKind::Rate { .. } => 1,
+            ChargeKind::Window { units, .. } => units,
+            ChargeKind::Budget { .. } => 0,
+        })
+        .fold(0, u64::saturating_add);
+    rate_used(s, &c.policy_id, &c.scope_key, since, at_us).saturating_add(earlier)
 }
 
 /// Checks every charge at `at_us` and records them all if all fit. Charges on one counter given
@@ -60,19 +85,16 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
                 max_calls,
                 window_seconds,
             } => {
-                let window_us = i64::try_from(*window_seconds)
-                    .unwrap_or(i64::MAX / 1_000_000)
-                    .saturating_mul(1_000_000);
-                let used = rate_used(
-                    s,
-                    &c.policy_id,
-                    &c.scope_key,
-                    at_us.saturating_sub(window_us),
-                    at_us,
-                ) + same_counter
-                    .filter(|e| matches!(e.kind, ChargeKind::Rate { .. }))
-                    .count() as u64;
+                let used = window_used(s, c, *window_seconds, at_us, same_counter);
                 (used < *max_calls, used)
+            }
+            ChargeKind::Window {
+                max_units,
+                window_seconds,
+                units,
+            } => {
+                let used = window_used(s, c, *window_seconds, at_us, same_counter);
+                (used.saturating_add(*units) <= *max_units, used)
             }
             ChargeKind::Budget { max_units, units } => {
                 let spent = s
@@ -84,7 +106,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
                         same_counter
                             .map(|e| match e.kind {
                                 ChargeKind::Budget { units, .. } => units,
-                                ChargeKind::Rate { .. } => 0,
+                                _ => 0,
                             })
                             .fold(0, u64::saturating_add),
                     );
@@ -103,7 +125,10 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
     for c in charges {
         let key = (c.policy_id.clone(), c.scope_key.clone());
         match &c.kind {
-            ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push(at_us),
+            ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push((at_us, 1)),
+            ChargeKind::Window { units, .. } => {
+                s.rate_events.entry(key).or_default().push((at_us, *units));
+            }
             ChargeKind::Budget { units, .. } => {
                 let e = s.budget_spent.entry(key).or_default();
                 *e = e.saturating_add(*units);
@@ -211,6 +236,10 @@ impl CarpStore for MemoryStore {
                 return Ok(first.clone());
             }
             s.executions_by_key.insert(k, execution.clone());
+        }
+        for m in &execution.marks {
+            let key = (m.counter.clone(), m.scope_key.clone());
+            s.rate_events.entry(key).or_default().push((m.at_us, 1));
         }
         s.executions.push(execution.clone());
         Ok(execution.clone())

@@ -120,6 +120,23 @@ pub struct ExecutionRecord {
     pub idempotency_key: Option<String>,
     /// The response answered the first time.
     pub response: ExecuteResponse,
+    /// The marks a succeeded call leaves for later `after` and `bind` tests
+    /// ([`crate::history`]), recorded with the execution, in its write, when it is the first
+    /// record of its key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<Mark>,
+}
+
+/// One event on a history predicate's counter: a call the predicate compares with succeeded, at
+/// `at_us` (Unix microseconds). Stored as a rate-limit event of one on `(counter, scope_key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Mark {
+    /// `<policy_id>#<n>`: the predicate.
+    pub counter: String,
+    /// The scope's key, narrowed to the compared values ([`crate::history`]).
+    pub scope_key: String,
+    /// When the call succeeded.
+    pub at_us: i64,
 }
 
 /// An execution cleared to run whose outcome is not recorded yet: the lease of the server
@@ -172,6 +189,16 @@ pub enum ChargeKind {
         max_calls: u64,
         /// Window length.
         window_seconds: u64,
+    },
+    /// `units` of a total counted in a sliding window `(at - window_seconds, at]`: fits while
+    /// the units in the window plus these stay at most `max_units` (`sum_within`).
+    Window {
+        /// Units allowed per window.
+        max_units: u64,
+        /// Window length.
+        window_seconds: u64,
+        /// Units this execution adds.
+        units: u64,
     },
     /// `units` of a budget that is never replenished.
     Budget {

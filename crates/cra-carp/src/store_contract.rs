@@ -23,6 +23,8 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     resolve_records(make().as_ref());
     executions(make().as_ref());
     rate_counters(make().as_ref());
+    windowed_totals(make().as_ref());
+    marks_are_recorded_with_the_first_record_of_an_execution(make().as_ref());
     budget_counters(make().as_ref());
     consume_is_all_or_nothing(make().as_ref());
     charges_on_one_counter_in_one_call_count_together(make().as_ref());
@@ -75,6 +77,7 @@ pub fn sample_resolution(id: &str) -> Resolution {
 /// An execution of `session_id` under `key`, with a successful response.
 pub fn sample_execution(id: &str, session_id: &str, key: Option<&str>) -> ExecutionRecord {
     ExecutionRecord {
+        marks: Vec::new(),
         execution_id: id.to_owned(),
         session_id: session_id.to_owned(),
         idempotency_key: key.map(str::to_owned),
@@ -291,6 +294,89 @@ fn rate_counters(s: &dyn CarpStore) {
         ConsumeOutcome::Consumed,
         "scopes are counted apart"
     );
+}
+
+/// `sum_within`: units in the window plus the charge's stay at most `max_units`; a charge that
+/// does not fit records nothing; units leave the window as calls do.
+fn windowed_totals(s: &dyn CarpStore) {
+    let c = |units| Charge {
+        policy_id: "p#0".to_owned(),
+        scope_key: "global|k".to_owned(),
+        kind: ChargeKind::Window {
+            max_units: 1_000,
+            window_seconds: 60,
+            units,
+        },
+    };
+    let t0 = 1_000_000_000_i64;
+    let at = |s_: i64| t0 + s_ * 1_000_000;
+    assert_eq!(
+        s.try_consume(&[c(600)], at(0)).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    assert_eq!(
+        s.try_consume(&[c(400)], at(1)).unwrap(),
+        ConsumeOutcome::Consumed,
+        "exactly the maximum fits"
+    );
+    match s.try_consume(&[c(1)], at(2)).unwrap() {
+        ConsumeOutcome::Refused { used, .. } => assert_eq!(used, 1_000),
+        other => panic!("a unit past the maximum must be refused, got {other:?}"),
+    }
+    assert_eq!(
+        s.rate_count("p#0", "global|k", 0, i64::MAX).unwrap(),
+        1_000,
+        "nothing recorded by the refusal"
+    );
+    // At 60 s the first 600 leave the window (t - 60 s, t].
+    assert!(matches!(
+        s.try_consume(&[c(601)], at(60)).unwrap(),
+        ConsumeOutcome::Refused { .. }
+    ));
+    assert_eq!(
+        s.try_consume(&[c(600)], at(60)).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+    assert!(
+        matches!(
+            s.try_consume(&[c(1_001)], at(500)).unwrap(),
+            ConsumeOutcome::Refused { used: 0, .. }
+        ),
+        "a charge larger than the maximum never fits"
+    );
+    // Two charges on one counter in one call count together.
+    assert!(matches!(
+        s.try_consume(&[c(500), c(501)], at(1_000)).unwrap(),
+        ConsumeOutcome::Refused { .. }
+    ));
+    assert_eq!(
+        s.try_consume(&[c(500), c(500)], at(1_000)).unwrap(),
+        ConsumeOutcome::Consumed
+    );
+}
+
+/// A history predicate's marks are counted once the execution carrying them is recorded, and
+/// not again when the same idempotency key is recorded a second time.
+fn marks_are_recorded_with_the_first_record_of_an_execution(s: &dyn CarpStore) {
+    s.create_session(&session("s1")).unwrap();
+    let mark = |at_us| crate::store::Mark {
+        counter: "allow-refund#0".to_owned(),
+        scope_key: "session:s1|sha256:ab".to_owned(),
+        at_us,
+    };
+    let mut e = sample_execution("e1", "s1", Some("k"));
+    e.marks = vec![mark(5_000_000)];
+    s.record_execution(&e).unwrap();
+    let count = || {
+        s.rate_count("allow-refund#0", "session:s1|sha256:ab", 0, i64::MAX)
+            .unwrap()
+    };
+    assert_eq!(count(), 1);
+    let mut again = sample_execution("e2", "s1", Some("k"));
+    again.marks = vec![mark(6_000_000)];
+    let first = s.record_execution(&again).unwrap();
+    assert_eq!(first.execution_id, "e1");
+    assert_eq!(count(), 1, "a repeated key leaves no second mark");
 }
 
 fn budget_counters(s: &dyn CarpStore) {

@@ -89,6 +89,7 @@ fn close_one(
     };
     // A repeat of the idempotency key answers this outcome instead of running the action again.
     match carp.record_execution(&ExecutionRecord {
+        marks: Vec::new(),
         execution_id: lease.execution_id.clone(),
         session_id: lease.session_id.clone(),
         idempotency_key: lease.idempotency_key.clone(),

@@ -192,6 +192,7 @@ fn store_from(st: &SessionState, events: &[TraceEvent]) -> MemoryStore {
         let success = x.status == ExecutionStatus::Success;
         store
             .record_execution(&ExecutionRecord {
+                marks: Vec::new(),
                 execution_id: x.execution_id.clone(),
                 session_id: sid.clone(),
                 idempotency_key: x.idempotency_key.clone(),

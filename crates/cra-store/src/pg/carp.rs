@@ -160,6 +160,29 @@ impl PgStore {
                     }
                     *rate_added.entry(key).or_default() += 1;
                 }
+                ChargeKind::Window {
+                    max_units,
+                    window_seconds,
+                    units,
+                } => {
+                    let window = to_i64(window_seconds).saturating_mul(1_000_000);
+                    let since = at_us.saturating_sub(window);
+                    let row = tx
+                        .query_one(
+                            "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
+                             WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
+                            &[&key.0, &key.1, &since, &at_us],
+                        )
+                        .map_err(be)?;
+                    let used = row
+                        .get::<_, i64>(0)
+                        .unsigned_abs()
+                        .saturating_add(rate_added.get(&key).copied().unwrap_or(0));
+                    if used.checked_add(units).is_none_or(|t| t > max_units) {
+                        return Ok((refused(used), at_us));
+                    }
+                    *rate_added.entry(key).or_default() += units;
+                }
                 ChargeKind::Budget { max_units, units } => {
                     let used = spent.get(&key).copied().unwrap_or(0)
                         + budget_added.get(&key).copied().unwrap_or(0);
@@ -252,6 +275,21 @@ impl PgStore {
             execution_id: r.get(0),
         }))
     }
+}
+
+/// Records `marks` ([`cra_carp::store::Mark`]) as rate events of one in `tx`.
+pub(crate) fn insert_marks(
+    tx: &mut postgres::Transaction<'_>,
+    marks: &[cra_carp::store::Mark],
+) -> Result<(), postgres::Error> {
+    for m in marks {
+        tx.execute(
+            "INSERT INTO carp_rate_events (policy_id, scope_key, at_us, n) VALUES ($1, $2, $3, 1)
+             ON CONFLICT (policy_id, scope_key, at_us) DO UPDATE SET n = carp_rate_events.n + 1",
+            &[&m.counter, &m.scope_key, &m.at_us],
+        )?;
+    }
+    Ok(())
 }
 
 impl CarpStore for PgStore {
@@ -376,7 +414,14 @@ impl CarpStore for PgStore {
             ],
         );
         match inserted {
-            Ok(1) => Ok(execution.clone()),
+            Ok(1) => {
+                // Outside a transaction with the insert: only the state log's path
+                // (`execute_in`) writes both at once, which is the runtime's.
+                let mut tx = c.transaction().map_err(be)?;
+                insert_marks(&mut tx, &execution.marks).map_err(be)?;
+                tx.commit().map_err(be)?;
+                Ok(execution.clone())
+            }
             Ok(_) => {
                 // The key was taken: answer with the first execution recorded under it.
                 let key = execution.idempotency_key.as_deref().unwrap_or_default();

@@ -258,6 +258,7 @@ fn execute_in(
         &[&e.execution_id, &e.session_id, &e.idempotency_key, &body],
     )?;
     if row.get::<_, i64>(0) == 1 {
+        crate::pg::carp::insert_marks(tx, &e.marks)?;
         return Ok(Ok(true));
     }
     Ok(Err(ChainStoreError::Unavailable(format!(

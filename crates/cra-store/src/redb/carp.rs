@@ -489,6 +489,23 @@ fn consume_in(
                 }
                 rate_planned.push((policy, scope, 1));
             }
+            ChargeKind::Window {
+                max_units,
+                window_seconds,
+                units,
+            } => {
+                let since = window_start(at_us, window_seconds);
+                let earlier: u64 = rate_planned
+                    .iter()
+                    .filter(|p| p.0 == policy && p.1 == scope)
+                    .map(|p| p.2)
+                    .sum();
+                let used = count_in(&rate, policy, scope, since, at_us)?.saturating_add(earlier);
+                if used.checked_add(units).is_none_or(|t| t > max_units) {
+                    return refused(used);
+                }
+                rate_planned.push((policy, scope, units));
+            }
             ChargeKind::Budget { max_units, units } => {
                 let earlier: u64 = budget_planned
                     .iter()
@@ -604,6 +621,15 @@ fn record_execution_in(
     executions
         .insert(execution.execution_id.as_str(), bytes)
         .map_err(be)?;
+    if !execution.marks.is_empty() {
+        let mut rate = txn.open_table(RATE).map_err(be)?;
+        for m in &execution.marks {
+            let key = (m.counter.as_str(), m.scope_key.as_str(), m.at_us);
+            let now = rate.get(key).map_err(be)?.map(|v| v.value());
+            rate.insert(key, now.unwrap_or(0).saturating_add(1))
+                .map_err(be)?;
+        }
+    }
     Ok((execution.clone(), true))
 }
 

@@ -253,6 +253,53 @@ fn race(store: Arc<dyn CarpStore>) {
     assert_eq!(store.rate_count("rl", "global", 0, i64::MAX).unwrap(), 10);
 }
 
+/// 16 threads race to add 300 to a running total of at most 1,000 in a day (`sum_within`):
+/// exactly 3 win, and the total never passes the maximum.
+fn race_for_a_total(store: Arc<dyn CarpStore>) {
+    let charge = Charge {
+        policy_id: "allow-refund#1".into(),
+        scope_key: "global|sha256:c".into(),
+        kind: ChargeKind::Window {
+            max_units: 1_000,
+            window_seconds: 86_400,
+            units: 300,
+        },
+    };
+    let barrier = Arc::new(Barrier::new(16));
+    let handles: Vec<_> = (0..16)
+        .map(|_| {
+            let (store, charge, barrier) = (store.clone(), charge.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                // One instant for all: a window counts up to its instant, so charges given
+                // out of order would not see each other (the runtime reads the instant under
+                // the store's lock, `try_consume_now`, so its instants are in order).
+                let at = 1_000_000;
+                store
+                    .try_consume(std::slice::from_ref(&charge), at)
+                    .unwrap()
+                    == ConsumeOutcome::Consumed
+            })
+        })
+        .collect();
+    let won = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|w| *w)
+        .count();
+    assert_eq!(won, 3);
+    let total = store.rate_count("allow-refund#1", "global|sha256:c", 0, i64::MAX);
+    assert_eq!(total.unwrap(), 900);
+}
+
+#[test]
+fn concurrent_calls_never_overspend_a_windowed_total() {
+    race_for_a_total(Arc::new(redb()));
+    if let Some(url) = postgres_url("concurrent_calls_never_overspend_a_windowed_total") {
+        race_for_a_total(Arc::new(pg(&url, "carp_total_race")));
+    }
+}
+
 #[test]
 fn concurrent_consumers_never_overspend() {
     race(Arc::new(redb()));

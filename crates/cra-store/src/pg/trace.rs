@@ -386,7 +386,10 @@ pub(crate) fn remove_chain(
         "DELETE FROM carp_approvals WHERE session_id = $1",
         "DELETE FROM carp_execution_leases WHERE session_id = $1",
         "DELETE FROM carp_counters WHERE scope_key = 'session:' || $1",
-        "DELETE FROM carp_rate_events WHERE scope_key = 'session:' || $1",
+        // A history test's counter keys a session scope by values too: `session:<id>|<digest>`
+        // (`starts_with`, not LIKE: a session id may hold `_` or `%`).
+        "DELETE FROM carp_rate_events WHERE scope_key = 'session:' || $1
+             OR starts_with(scope_key, 'session:' || $1 || '|')",
     ] {
         tx.execute(sql, &[&session_id]).map_err(unavailable)?;
     }

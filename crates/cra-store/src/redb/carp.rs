@@ -984,9 +984,11 @@ pub(crate) fn remove_session_records(
         pending.remove(id.as_str()).map_err(be)?;
     }
     let scope = format!("session:{session_id}");
+    // A history test's counter keys a session scope by values too: `session:<id>|<digest>`.
+    let narrowed = format!("{scope}|");
     txn.open_table(RATE)
         .map_err(be)?
-        .retain(|(_, s, _), _| s != scope)
+        .retain(|(_, s, _), _| s != scope && !s.starts_with(&narrowed))
         .map_err(be)?;
     txn.open_table(BUDGET)
         .map_err(be)?

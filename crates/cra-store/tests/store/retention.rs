@@ -68,8 +68,8 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
         assert_eq!(verify_stored(s, "old-open"), Ok(1));
         assert_eq!(verify_stored(s, "new-ended"), Ok(2));
         // The removed session's CARP records went with its chain; the open one's stayed.
-        assert_eq!(carp_left(s, "old-ended"), [false; 6], "{}", b.name);
-        assert_eq!(carp_left(s, "old-open"), [true; 6], "{}", b.name);
+        assert_eq!(carp_left(s, "old-ended"), [false; 7], "{}", b.name);
+        assert_eq!(carp_left(s, "old-open"), [true; 7], "{}", b.name);
 
         let audit = s.read_range(OPERATOR_AUDIT_SESSION, 0, u64::MAX).unwrap();
         assert_eq!(audit.len(), 2, "{}", b.name);
@@ -151,11 +151,25 @@ fn carp_records(s: &dyn TestStore, id: &str) {
         s.try_consume(&[charge], 1).unwrap(),
         ConsumeOutcome::Consumed
     );
+    // A history test's counter, keyed by the session and a parameter's value.
+    let total = Charge {
+        policy_id: "p#0".into(),
+        scope_key: format!("session:{id}|sha256:00"),
+        kind: ChargeKind::Window {
+            max_units: 10,
+            window_seconds: 60,
+            units: 3,
+        },
+    };
+    assert_eq!(
+        s.try_consume(&[total], 1).unwrap(),
+        ConsumeOutcome::Consumed
+    );
 }
 
 /// Which of session `id`'s CARP records remain: session, request id, resolution, approval,
-/// pending listing, budget.
-fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 6] {
+/// pending listing, budget, a history counter keyed by value.
+fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 7] {
     [
         s.get_session(id).unwrap().is_some(),
         !s.insert_request_id(id, "req-1").unwrap(),
@@ -166,5 +180,8 @@ fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 6] {
             .iter()
             .any(|a| a.session_id == id),
         s.budget_spent("b", &format!("session:{id}")).unwrap() == 3,
+        s.rate_count("p#0", &format!("session:{id}|sha256:00"), 0, 2)
+            .unwrap()
+            == 3,
     ]
 }

@@ -659,6 +659,84 @@ def generate(fx, R, DATA):
        setup=dict(PS, steps=[pstep, {"operation": "execute", "args": pexe(2, "log.write", {"level": "debug"})},
                              {"operation": "execute", "args": pexe(3, "log.write", {"level": "info"})}]))
 
+    # ------------------------------------------------------------ conditions on history (round 2)
+    # specs/carp.md, "Conditions on history": decided at execute on the store's counters; at
+    # resolve a grant takes them as holding and a deny is pending. Every step runs in one session
+    # at setup.now, so windows hold everything earlier.
+    HP = PE + ["specs/carp.md: conditions on history", "specs/atlas.md: history"]
+    hatlas = {"manifest": manifest(
+        [action("customer.lookup", schema={"type": "object", "properties": {"customer_id": {"type": "string"}}}),
+         action("refund.issue", schema={"type": "object", "properties": {"customer_id": {"type": "string"}, "amount": {"type": "number"}}}),
+         action("report.send", schema={"type": "object", "properties": {"channel": {"type": "string"}}}),
+         action("account.freeze", schema={"type": "object", "properties": {"account": {"type": "string"}}}),
+         action("transfer.send", schema={"type": "object", "properties": {"from": {"type": "string"}}})],
+        [pol("deny-frozen", "deny", ["transfer.send"],
+             conditions={"history": [{"after": {"action": "account.freeze", "match": {"/from": "/account"}}, "scope": "global"}]},
+             parameters={"reason": "The account is frozen"}),
+         pol("allow-refund", "allow", ["refund.issue"],
+             conditions={"history": [{"bind": {"pointer": "/customer_id", "action": "customer.lookup"}, "scope": "session"},
+                                     {"sum_within": {"pointer": "/amount", "max": 1000, "window_seconds": 86400, "per": "/customer_id"}, "scope": "global"}]}),
+         pol("allow-send", "allow", ["report.send"],
+             conditions={"history": [{"count_within": {"max": 2, "window_seconds": 60, "per": "/channel"}, "scope": "agent"}]}),
+         pol("allow-plain", "allow", ["customer.lookup", "account.freeze", "transfer.send"])])}
+    HS = setup([hatlas])
+    hstep = {"operation": "resolve", "args": {"request": request(n=1)}}
+
+    def hsteps(*calls):
+        return dict(HS, steps=[hstep] + [{"operation": "execute", "args": exe(10 + i, aid, params)} for i, (aid, params) in enumerate(calls)])
+
+    fx("policy-history-grant-listed", "cra", "policy", "cra-full",
+       "A grant with history conditions lists its action allowed, with its step and its tests as written in the parameters constraint",
+       HP, "resolve", {"request": request(n=1)},
+       {"allowed_actions": {"$contains": [{"action_id": "refund.issue", "requires_confirmation": False}]},
+        "constraints": {"$contains": [{"constraint_id": "parameters:refund.issue", "type": "parameters",
+                                       "parameters": {"steps": [{"policy_id": "allow-refund", "type": "allow",
+                                                                 "history": {"$any": "array"}}]}}]}},
+       setup=HS)
+    fx("policy-history-deny-pending", "cra", "policy", "cra-full",
+       "A deny on history never refuses at resolve: the action is allowed and the deny is a step decided at execute",
+       HP, "resolve", {"request": request(n=1)},
+       {"allowed_actions": {"$contains": [{"action_id": "transfer.send"}]},
+        "constraints": {"$contains": [{"constraint_id": "parameters:transfer.send",
+                                       "parameters": {"steps": {"$contains": [{"policy_id": "deny-frozen", "type": "deny"}]}}}]}},
+       setup=HS)
+    # Counters scoped global or agent outlive a fixture's session, so each fixture names its own
+    # customer, channel and account ("{0}" below is the fixture's id).
+    default = {"error": "action_not_allowed", "status": 403, "response": {"error": {"details": {"policy_id": "default_deny"}}}}
+    over = {"error": "rate_limit_exceeded", "status": 429, "response": {"error": {"details": {"policy_id": "allow-refund"}}}}
+    refund = lambda c, a: ("refund.issue", {"customer_id": c, "amount": a})
+    lookup = ("customer.lookup", {"customer_id": "C-{0}"})
+    send = lambda ch: ("report.send", {"channel": ch})
+    for fid, desc, call, before, want in [
+        ("bind-before-lookup", "A refund before the customer was looked up: no grant holds, the default deny refuses",
+         refund("C-{0}", 10), [], default),
+        ("bind-after-lookup", "A refund of the customer looked up in the session runs", refund("C-{0}", 10), [lookup], {"status": "success"}),
+        ("bind-other-value", "A refund of another customer than the one looked up is refused", refund("C-other-{0}", 10), [lookup], default),
+        ("bind-absent-member", "A refund without the bound member is refused: an absent member satisfies no test",
+         ("refund.issue", {"amount": 10}), [lookup], default),
+        ("sum-within-exact", "A running total may reach its maximum exactly", refund("C-{0}", 400),
+         [lookup, refund("C-{0}", 600)], {"status": "success"}),
+        ("sum-within-over", "A call that would take the running total past its maximum is refused rate_limit_exceeded",
+         refund("C-{0}", 400.5), [lookup, refund("C-{0}", 600)], over),
+        ("sum-within-uncountable", "An amount with more than six decimal places cannot be counted exactly: the call is refused at its pointer",
+         refund("C-{0}", 1.0000001), [lookup],
+         {"error": "action_not_allowed", "status": 403, "response": {"error": {"details": {"policy_id": "allow-refund"}}}}),
+        ("count-within-over", "The third call in the window on one channel is refused", send("ops-{0}"),
+         [send("ops-{0}"), send("ops-{0}")], {"error": "rate_limit_exceeded", "status": 429}),
+        ("count-within-per-value", "count_within with per counts each channel apart", send("sales-{0}"),
+         [send("ops-{0}"), send("ops-{0}")], {"status": "success"}),
+        ("count-within-absent-per", "A call without the per member cannot be counted, so it is refused", ("report.send", {}), [],
+         {"error": "action_not_allowed", "status": 403}),
+        ("after-deny-holds", "A deny after a matching call refuses: the account was frozen", ("transfer.send", {"from": "A-{0}"}),
+         [("account.freeze", {"account": "A-{0}"})],
+         {"error": "action_not_allowed", "status": 403, "response": {"error": {"details": {"policy_id": "deny-frozen"}}}}),
+        ("after-deny-other-value", "A deny after a call on another account does not hold", ("transfer.send", {"from": "A-other-{0}"}),
+         [("account.freeze", {"account": "A-{0}"})], {"status": "success"}),
+    ]:
+        named = lambda c: (c[0], {k: (v.format(fid) if isinstance(v, str) else v) for k, v in c[1].items()})
+        fx("execute-history-" + fid, "cra", "execute", "cra-full", desc, HP + X, "execute", exe(30, *named(call)), want,
+           setup=hsteps(*[named(b) for b in before]))
+
     # ------------------------------------------------------------ stream (WebSocket, CRA §6.4)
     # One resolve in S writes session.started, carp.request.received, policy.evaluated for each of
     # the 3 candidate actions, context.injected for each of the 3 packs, and the completion
@@ -755,6 +833,15 @@ def generate(fx, R, DATA):
              lambda m: m["policies"][0].update(conditions={"parameters": [{"pointer": "a", "equals": 1}]})),
             ("parameters-bad-regex", "/policies/0/conditions/parameters/0/regex",
              lambda m: m["policies"][0].update(conditions={"parameters": [{"pointer": "/a", "regex": "("}]})),
+            ("history-two-kinds", "/policies/0/conditions/history/0",
+             lambda m: m["policies"][0].update(conditions={"history": [{"after": {"action": "resource.get"}, "count_within": {"max": 1, "window_seconds": 1}, "scope": "session"}]})),
+            ("history-no-scope", "/policies/0/conditions/history/0",
+             lambda m: m["policies"][0].update(conditions={"history": [{"after": {"action": "resource.get"}}]})),
+            ("history-wildcard-action", "/policies/0/conditions/history/0/after/action",
+             lambda m: m["policies"][0].update(conditions={"history": [{"after": {"action": "resource.*"}, "scope": "agent"}]})),
+            ("history-limit-on-deny", "/policies/1/conditions/history",
+             lambda m: m["policies"].append(pol("d", "deny", ["resource.delete"], conditions={"history": [{"count_within": {"max": 1, "window_seconds": 60}, "scope": "global"}]},
+                                                parameters={"reason": "never"}))),
             ("capability-unknown-action", "/capabilities/0/actions/0", lambda m: m.update(capabilities=[{"capability_id": "c", "name": "c", "description": "c", "actions": ["no.such"]}])),
             ("duplicate-action-id", "/actions/1/action_id", lambda m: m["actions"][1].update(action_id="resource.get")),
             ("bad-risk-tier", "/actions/0/risk_tier", lambda m: m["actions"][0].update(risk_tier="extreme")),

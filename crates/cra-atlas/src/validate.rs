@@ -82,6 +82,10 @@ fn schemas() -> Result<&'static Schemas, String> {
                 "$schema".into(),
                 Value::from("https://json-schema.org/draft/2020-12/schema"),
             );
+            // Its references (`#/$defs/...`) resolve in the policy schema's definitions.
+            if let Some(defs) = policy_value.get("$defs") {
+                obj.insert("$defs".into(), defs.clone());
+            }
         }
         let conditions = jsonschema::validator_for(&conditions_schema)
             .map_err(|e| format!("embedded conditions schema does not compile: {e}"))?;

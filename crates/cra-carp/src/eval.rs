@@ -426,8 +426,10 @@ enum Param {
 }
 
 impl Param {
-    /// Conditions on history are decided at execute only: a policy holding them is pending
-    /// unless its parameter tests already fail on the intended parameters.
+    /// Conditions on history are decided at execute only (the policy's step is always walked
+    /// again there). At resolve a grant or limit takes them as holding, so an allow may list
+    /// the action and a require_approval asks for its approval; a deny is pending, so it never
+    /// refuses at resolve on history it has not seen.
     fn of(p: &crate::index::CompiledPolicy, intended: Option<&Value>) -> Self {
         let on_params = match (&p.conditions.parameters, intended) {
             (None, _) => Param::Unconditional,
@@ -436,8 +438,11 @@ impl Param {
             (Some(_), Some(_)) => Param::Failed,
         };
         match on_params {
-            Param::Failed => Param::Failed,
-            _ if p.conditions.history.is_some() => Param::Pending,
+            Param::Unconditional | Param::Held
+                if p.kind == PolicyType::Deny && p.conditions.history.is_some() =>
+            {
+                Param::Pending
+            }
             other => other,
         }
     }
@@ -999,9 +1004,11 @@ fn decide(
             let base = on_request && risk_holds(&p.conditions, tier);
             let param = Param::of(p, intended);
             if base && (limit_binds || !settled) {
+                // History is decided at execute: its step is walked again there, always.
+                let on_history = p.conditions.history.is_some();
                 steps.push(pi);
-                dependent |= param != Param::Unconditional;
-                settled |= !limit_binds && param == Param::Unconditional;
+                dependent |= param != Param::Unconditional || on_history;
+                settled |= !limit_binds && param == Param::Unconditional && !on_history;
             }
             if verdict.is_some() && !limit_binds {
                 if let Some(t) = trail.as_deref_mut() {

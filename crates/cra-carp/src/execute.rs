@@ -209,7 +209,7 @@ struct OnParameters {
     /// constraints do not charge it.
     unbound: Vec<String>,
     /// The `count_within` and `sum_within` charges of the limits that bind the call: those of
-    /// the rate_limit and budget steps that hold, and of the deciding grant.
+    /// every step that holds (a deny's has none).
     charges: Vec<Charge>,
 }
 
@@ -286,16 +286,23 @@ fn on_parameters(
         if holds && let Some(h) = &history {
             holds = h.predicates_hold(call.parameters, call.ids, call.now_us, marked)?;
         }
-        let limited = history.filter(HistoryConditions::has_limits);
-        match kind {
-            "rate_limit" | "budget" if !holds => out.unbound.push(policy_id.to_owned()),
-            "rate_limit" | "budget" => binding.extend(limited.map(|h| (policy_id, h))),
-            _ if decided.is_none() && holds => {
-                decided = Some((kind, policy_id, step));
-                binding.extend(limited.map(|h| (policy_id, h)));
+        let limits = kind == "rate_limit" || kind == "budget";
+        if !holds {
+            if limits {
+                out.unbound.push(policy_id.to_owned());
             }
-            _ => {}
+            continue;
         }
+        if !limits && decided.is_none() {
+            decided = Some((kind, policy_id, step));
+        }
+        // A limit stated on a policy binds every call the policy applies to, whichever
+        // grant decides: an approval above a threshold does not lift the allow's daily total.
+        binding.extend(
+            history
+                .filter(HistoryConditions::has_limits)
+                .map(|h| (policy_id, h)),
+        );
     }
     let refuse = |policy_id: &str, reason: &str| CarpError {
         policy_id: Some(policy_id.to_owned()),
@@ -548,7 +555,7 @@ mod tests {
     }
 
     #[test]
-    fn history_predicates_gate_a_grant_and_its_limits_charge_only_when_it_decides() {
+    fn history_predicates_gate_a_grant_and_the_limits_of_every_holding_step_charge() {
         let steps = json!([
             {"policy_id": "allow-after", "type": "allow",
              "history": [{"after": {"action": "lookup"}, "scope": "session"},

@@ -95,22 +95,33 @@ fn err(pointer: String, message: impl Into<String>) -> ParamConditionError {
 }
 
 /// `n` in millionths, when it is a non-negative decimal with at most six decimal places that
-/// fits: `500.25` is `500_250_000`. Read from the number's decimal text, never through a float.
+/// fits: `500.25` is `500_250_000`, `1e-6` is `1`. Read from the number's decimal text (with its
+/// exponent, if any), never through a float.
 pub fn micro_units(n: &Number) -> Option<u64> {
     if let Some(u) = n.as_u64() {
         return u.checked_mul(1_000_000);
     }
     let text = n.to_string();
-    if text.starts_with('-') || text.contains(['e', 'E']) {
+    if text.starts_with('-') {
         return None;
     }
-    let (whole, frac) = text.split_once('.').unwrap_or((&text, ""));
-    if frac.len() > 6 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+    let (mantissa, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.trim_start_matches('+').parse::<i64>().ok()?),
+        None => (text.as_str(), 0),
+    };
+    let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits = format!("{whole}{frac}");
+    // The value is digits * 10^-places.
+    let mut places = i64::try_from(frac.len()).ok()?.checked_sub(exp)?;
+    while places > 6 && digits.ends_with('0') {
+        digits.pop();
+        places -= 1;
+    }
+    if places > 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let whole: u64 = whole.parse().ok()?;
-    let frac: u64 = format!("{frac:0<6}").parse().ok()?;
-    whole.checked_mul(1_000_000)?.checked_add(frac)
+    let scale = 10u64.checked_pow(u32::try_from(6 - places).ok()?)?;
+    digits.parse::<u64>().ok()?.checked_mul(scale)
 }
 
 /// Millionths as the shortest decimal text (`500250000` is `500.25`).
@@ -550,9 +561,11 @@ mod tests {
         assert_eq!(micro_units(&n(json!(0.1))), Some(100_000));
         assert_eq!(
             micro_units(&n(json!(0.000001))),
-            None,
+            Some(1),
             "printed with an exponent"
         );
+        assert_eq!(micro_units(&n(json!(1.5e3))), Some(1_500_000_000));
+        assert_eq!(micro_units(&n(json!(1e-7))), None);
         assert_eq!(micro_units(&n(json!(1.0000001))), None, "seven places");
         assert_eq!(micro_units(&n(json!(-1))), None);
         assert_eq!(micro_units(&n(json!(-0.5))), None);

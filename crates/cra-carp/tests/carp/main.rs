@@ -6,6 +6,7 @@ mod common;
 mod engine;
 mod fuzz_props;
 mod golden;
+mod history;
 mod params;
 mod props;
 mod reconstruct;

@@ -8,6 +8,7 @@ mod concurrency;
 mod crash;
 mod fidelity;
 mod flow;
+mod history;
 mod hostile;
 mod inflight;
 mod mcp_pool;

@@ -406,17 +406,8 @@ pub fn window_retry_after(
     charge: &Charge,
     now_us: i64,
 ) -> Result<Option<u64>, crate::CarpStoreError> {
-    let (max, need, window_seconds) = match charge.kind {
-        ChargeKind::Rate {
-            max_calls,
-            window_seconds,
-        } => (max_calls, 1, window_seconds),
-        ChargeKind::Window {
-            max_units,
-            window_seconds,
-            units,
-        } => (max_units, units, window_seconds),
-        ChargeKind::Budget { .. } => return Ok(None),
+    let Some((max, need, window_seconds)) = charge.kind.windowed() else {
+        return Ok(None);
     };
     if need > max {
         return Ok(None);

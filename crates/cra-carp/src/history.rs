@@ -31,7 +31,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::eval::{scope_key, seconds_to_us};
 use crate::index::Scope;
-use crate::params::{ParamConditionError, is_json_pointer};
+use crate::params::{ParamConditionError, err, is_json_pointer};
 use crate::store::{Charge, ChargeKind, Mark};
 
 /// The kinds of test, as written (each test holds exactly one of them, and `scope`).
@@ -85,13 +85,6 @@ pub struct Uncountable {
     pub pointer: String,
     /// What is wrong.
     pub message: String,
-}
-
-fn err(pointer: String, message: impl Into<String>) -> ParamConditionError {
-    ParamConditionError {
-        pointer,
-        message: message.into(),
-    }
 }
 
 /// `n` in millionths, when it is a non-negative decimal with at most six decimal places that

@@ -64,11 +64,7 @@ fn window_used<'a>(
 ) -> u64 {
     let since = at_us.saturating_sub(crate::eval::seconds_to_us(window_seconds));
     let earlier = same_counter
-        .map(|e| match e.kind {
-            ChargeKind::Rate { .. } => 1,
-            ChargeKind::Window { units, .. } => units,
-            ChargeKind::Budget { .. } => 0,
-        })
+        .map(|e| e.kind.windowed().map_or(0, |w| w.1))
         .fold(0, u64::saturating_add);
     rate_used(s, &c.policy_id, &c.scope_key, since, at_us).saturating_add(earlier)
 }
@@ -81,20 +77,10 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
             .iter()
             .filter(|e| e.policy_id == c.policy_id && e.scope_key == c.scope_key);
         let (fits, used) = match &c.kind {
-            ChargeKind::Rate {
-                max_calls,
-                window_seconds,
-            } => {
-                let used = window_used(s, c, *window_seconds, at_us, same_counter);
-                (used < *max_calls, used)
-            }
-            ChargeKind::Window {
-                max_units,
-                window_seconds,
-                units,
-            } => {
-                let used = window_used(s, c, *window_seconds, at_us, same_counter);
-                (used.saturating_add(*units) <= *max_units, used)
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+                let (max, units, window_seconds) = c.kind.windowed().unwrap_or_default();
+                let used = window_used(s, c, window_seconds, at_us, same_counter);
+                (used.saturating_add(units) <= max, used)
             }
             ChargeKind::Budget { max_units, units } => {
                 let spent = s
@@ -125,9 +111,9 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
     for c in charges {
         let key = (c.policy_id.clone(), c.scope_key.clone());
         match &c.kind {
-            ChargeKind::Rate { .. } => s.rate_events.entry(key).or_default().push((at_us, 1)),
-            ChargeKind::Window { units, .. } => {
-                s.rate_events.entry(key).or_default().push((at_us, *units));
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+                let units = c.kind.windowed().map_or(0, |w| w.1);
+                s.rate_events.entry(key).or_default().push((at_us, units));
             }
             ChargeKind::Budget { units, .. } => {
                 let e = s.budget_spent.entry(key).or_default();

@@ -67,7 +67,8 @@ pub struct ParamConditionError {
     pub message: String,
 }
 
-fn err(pointer: String, message: impl Into<String>) -> ParamConditionError {
+/// A compile error at `pointer` (relative to the list).
+pub(crate) fn err(pointer: String, message: impl Into<String>) -> ParamConditionError {
     ParamConditionError {
         pointer,
         message: message.into(),

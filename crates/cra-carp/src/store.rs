@@ -209,6 +209,26 @@ pub enum ChargeKind {
     },
 }
 
+impl ChargeKind {
+    /// A windowed charge as `(max_units, units, window_seconds)`: a rate limit's call is one
+    /// unit of `max_calls`. `None` for a budget. Every store checks both kinds as one: the
+    /// units in `(at - window, at]` plus `units` stay at most `max_units`.
+    pub fn windowed(&self) -> Option<(u64, u64, u64)> {
+        match *self {
+            ChargeKind::Rate {
+                max_calls,
+                window_seconds,
+            } => Some((max_calls, 1, window_seconds)),
+            ChargeKind::Window {
+                max_units,
+                window_seconds,
+                units,
+            } => Some((max_units, units, window_seconds)),
+            ChargeKind::Budget { .. } => None,
+        }
+    }
+}
+
 /// One limit an execution must fit in: `(policy_id, scope_key)` names the counter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Charge {

@@ -140,31 +140,8 @@ impl PgStore {
                 used,
             };
             match charge.kind {
-                ChargeKind::Rate {
-                    max_calls,
-                    window_seconds,
-                } => {
-                    let window = to_i64(window_seconds).saturating_mul(1_000_000);
-                    let since = at_us.saturating_sub(window);
-                    let row = tx
-                        .query_one(
-                            "SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events
-                             WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4",
-                            &[&key.0, &key.1, &since, &at_us],
-                        )
-                        .map_err(be)?;
-                    let used = row.get::<_, i64>(0).unsigned_abs()
-                        + rate_added.get(&key).copied().unwrap_or(0);
-                    if used >= max_calls {
-                        return Ok((refused(used), at_us));
-                    }
-                    *rate_added.entry(key).or_default() += 1;
-                }
-                ChargeKind::Window {
-                    max_units,
-                    window_seconds,
-                    units,
-                } => {
+                ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+                    let (max, units, window_seconds) = charge.kind.windowed().unwrap_or_default();
                     let window = to_i64(window_seconds).saturating_mul(1_000_000);
                     let since = at_us.saturating_sub(window);
                     let row = tx
@@ -178,7 +155,7 @@ impl PgStore {
                         .get::<_, i64>(0)
                         .unsigned_abs()
                         .saturating_add(rate_added.get(&key).copied().unwrap_or(0));
-                    if used.checked_add(units).is_none_or(|t| t > max_units) {
+                    if used.checked_add(units).is_none_or(|t| t > max) {
                         return Ok((refused(used), at_us));
                     }
                     *rate_added.entry(key).or_default() += units;

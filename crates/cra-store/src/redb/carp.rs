@@ -473,27 +473,8 @@ fn consume_in(
             ))
         };
         match c.kind {
-            ChargeKind::Rate {
-                max_calls,
-                window_seconds,
-            } => {
-                let since = window_start(at_us, window_seconds);
-                let earlier: u64 = rate_planned
-                    .iter()
-                    .filter(|p| p.0 == policy && p.1 == scope)
-                    .map(|p| p.2)
-                    .sum();
-                let used = count_in(&rate, policy, scope, since, at_us)? + earlier;
-                if used >= max_calls {
-                    return refused(used);
-                }
-                rate_planned.push((policy, scope, 1));
-            }
-            ChargeKind::Window {
-                max_units,
-                window_seconds,
-                units,
-            } => {
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+                let (max, units, window_seconds) = c.kind.windowed().unwrap_or_default();
                 let since = window_start(at_us, window_seconds);
                 let earlier: u64 = rate_planned
                     .iter()
@@ -501,7 +482,7 @@ fn consume_in(
                     .map(|p| p.2)
                     .sum();
                 let used = count_in(&rate, policy, scope, since, at_us)?.saturating_add(earlier);
-                if used.checked_add(units).is_none_or(|t| t > max_units) {
+                if used.checked_add(units).is_none_or(|t| t > max) {
                     return refused(used);
                 }
                 rate_planned.push((policy, scope, units));

@@ -547,8 +547,8 @@ impl Carp {
         let tid = resolution.trace_id.clone();
         let now_us = unix_micros(now);
         let mut marked = |counter: &str, key: &str, since_us: i64| {
-            let n = self.store.rate_count(counter, key, since_us, now_us);
-            Ok(n.map_err(store_err)? > 0)
+            let seen = self.store.has_event(counter, key, since_us, now_us);
+            seen.map_err(store_err)
         };
         match authorize(
             request,

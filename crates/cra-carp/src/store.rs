@@ -472,6 +472,19 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         until_us: i64,
     ) -> Result<u64, CarpStoreError>;
 
+    /// Whether `(policy_id, scope_key)` has any event at an instant `t` with
+    /// `since_us < t <= until_us`: a history predicate's question ([`crate::history`]). The
+    /// durable stores answer from their index in one seek, whatever the number of events.
+    fn has_event(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpStoreError> {
+        Ok(self.rate_count(policy_id, scope_key, since_us, until_us)? > 0)
+    }
+
     /// Units spent so far on `(policy_id, scope_key)`.
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpStoreError>;
 

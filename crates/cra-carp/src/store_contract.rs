@@ -372,6 +372,18 @@ fn marks_are_recorded_with_the_first_record_of_an_execution(s: &dyn CarpStore) {
             .unwrap()
     };
     assert_eq!(count(), 1);
+    let seen = |since, until| {
+        s.has_event("allow-refund#0", "session:s1|sha256:ab", since, until)
+            .unwrap()
+    };
+    assert!(seen(4_999_999, 5_000_000), "the window's end is inclusive");
+    assert!(!seen(5_000_000, 9_000_000), "its start is exclusive");
+    assert!(!seen(0, 4_999_999));
+    assert!(!seen(9_000_000, 1), "an empty window");
+    assert!(
+        !s.has_event("allow-refund#0", "session:s2", 0, i64::MAX)
+            .unwrap()
+    );
     let mut again = sample_execution("e2", "s1", Some("k"));
     again.marks = vec![mark(6_000_000)];
     let first = s.record_execution(&again).unwrap();

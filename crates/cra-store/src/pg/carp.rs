@@ -436,6 +436,24 @@ impl CarpStore for PgStore {
         Ok(row.get::<_, i64>(0).unsigned_abs())
     }
 
+    fn has_event(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM carp_rate_events
+                 WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4)",
+                &[&policy_id, &scope_key, &since_us, &until_us],
+            )
+            .map_err(be)?;
+        Ok(row.get::<_, bool>(0))
+    }
+
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {
         let mut c = self.carp_client()?;
         let row = c

@@ -785,6 +785,25 @@ impl CarpStore for RedbStore {
         count_in(&t, policy_id, scope_key, since_us, until_us)
     }
 
+    fn has_event(
+        &self,
+        policy_id: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpError> {
+        if since_us >= until_us {
+            return Ok(false);
+        }
+        let txn = self.database().begin_read().map_err(be)?;
+        let t = txn.open_table(RATE).map_err(be)?;
+        let start = since_us.saturating_add(1);
+        let mut range = t
+            .range((policy_id, scope_key, start)..=(policy_id, scope_key, until_us))
+            .map_err(be)?;
+        Ok(range.next_back().transpose().map_err(be)?.is_some())
+    }
+
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {
         let txn = self.database().begin_read().map_err(be)?;
         let t = txn.open_table(BUDGET).map_err(be)?;

@@ -116,6 +116,15 @@ macro_rules! forward {
             ) -> Result<u64, cra_carp::store::CarpStoreError> {
                 self.store.rate_count(p, s, a, b)
             }
+            fn has_event(
+                &self,
+                p: &str,
+                s: &str,
+                a: i64,
+                b: i64,
+            ) -> Result<bool, cra_carp::store::CarpStoreError> {
+                self.store.has_event(p, s, a, b)
+            }
             fn budget_spent(
                 &self,
                 p: &str,

@@ -1,0 +1,338 @@
+//! The cost of conditions on history (`specs/carp.md`, "Conditions on history"), on redb, as the
+//! number of recorded events grows from 1,000 to 100,000.
+//!
+//! The atlas has 100 actions; the measured action's policies hold 20 history tests: 5 `after`
+//! and 5 `bind` predicates, 5 `count_within` and 5 `sum_within` limits. Three figures:
+//! * `history/resolve_100_actions`: a resolve of the atlas (history is decided at execute, so a
+//!   resolve only carries the tests into the `parameters` constraint; no counter is read);
+//! * `history/decide/<events>`: the execute-time decision of one call (`execute::authorize`):
+//!   the steps walked, the 10 predicates answered from the store's index
+//!   (`CarpStore::has_event`, one seek each) and the 10 limits' charges built. Consuming the
+//!   charges is the store's write, the same as any rate limit's, and not measured here;
+//! * `history/decide_sum_in_store/<events>`: the store's check of the 5 `sum_within` charges
+//!   inside one write transaction, refused so nothing is written (the totals summed over the
+//!   window's events of one key).
+//!
+//! Every predicate holds (the worst case: none short-circuits). The events are spread over 500
+//! customers and 24 hours; the measured customer has its share. Besides criterion's estimates it
+//! prints p50 and p99 over 5,000 individually timed decisions per size, and the first decision in
+//! a freshly opened store (a cold process's first call). Run:
+//! `cargo bench -p cra-store --bench history`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::Instant;
+
+use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
+use cra_carp::execute::authorize;
+use cra_carp::index::{AtlasSet, CompiledAtlas};
+use cra_carp::store::{
+    CarpStore, CarpStoreError, Charge, ChargeKind, ExecutionRecord, Mark, SessionRecord,
+};
+use cra_carp::types::{ExecuteResponse, ExecuteStatus};
+use cra_carp::validate::{CarpError, compile_schema, parse_request};
+use cra_carp::{CarpRequest, Resolution};
+use cra_store::RedbStore;
+use cra_wire::SequentialIds;
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::{Map, Value, json};
+
+const TARGET: &str = "g0.r0.op";
+const SESSION: &str = "0190a000-0000-7000-8000-000000000001";
+const AGENT: &str = "agent-1";
+const NOW: &str = "2026-01-05T10:00:00Z";
+const CUSTOMERS: u64 = 500;
+
+/// The 20 history tests on the target action, in one allow.
+fn history() -> Value {
+    let mut tests = Vec::new();
+    for k in 0..5 {
+        tests.push(json!({"after": {"action": format!("g1.r{}.op", 10 + k), "within_seconds": 86_400}, "scope": "global"}));
+    }
+    for k in 0..5 {
+        tests.push(json!({"bind": {"pointer": "/customer_id", "action": format!("g2.r{}.op", 20 + k)}, "scope": "global"}));
+    }
+    for k in 0..5 {
+        tests.push(json!({"count_within": {"max": 1_000_000 + k, "window_seconds": 86_400, "per": "/customer_id"}, "scope": "global"}));
+    }
+    for k in 0..5 {
+        tests.push(json!({"sum_within": {"pointer": "/amount", "max": 1_000_000 + k, "window_seconds": 86_400, "per": "/customer_id"}, "scope": "global"}));
+    }
+    Value::Array(tests)
+}
+
+fn atlas() -> AtlasSet {
+    let actions: Vec<Value> = (0..100)
+        .map(|i| {
+            json!({
+                "action_id": format!("g{}.r{i}.op", i / 10),
+                "name": format!("Action {i}"), "description": "A benchmark action.", "risk_tier": "low",
+                "parameters_schema": {"type": "object", "properties": {
+                    "customer_id": {"type": "string"}, "amount": {"type": "number"}}},
+            })
+        })
+        .collect();
+    let policies = vec![
+        json!({"policy_id": "allow-history", "type": "allow", "actions": [TARGET], "conditions": {"history": history()}}),
+        json!({"policy_id": "allow-rest", "type": "allow", "actions": ["g1.*", "g2.*", "g3.*", "g4.*", "g5.*", "g6.*", "g7.*", "g8.*", "g9.*"]}),
+    ];
+    let manifest: cra_atlas::Manifest = serde_json::from_value(json!({
+        "atlas_version": "1.0", "atlas_id": "com.example.bench", "version": "1.0.0", "name": "bench",
+        "policies": policies, "actions": actions,
+    }))
+    .unwrap();
+    AtlasSet::new(vec![
+        CompiledAtlas::compile(&manifest, &BTreeMap::new(), "digest").unwrap(),
+    ])
+    .unwrap()
+}
+
+fn request(n: u64, operation: &str) -> Value {
+    json!({
+        "carp_version": "1.0",
+        "request_id": format!("0190a000-0000-7000-8000-{n:012x}"),
+        "timestamp": NOW, "operation": operation,
+        "requester": {"agent_id": AGENT, "session_id": SESSION},
+        "task": {"goal": "refund the customer"},
+    })
+}
+
+fn customer(i: u64) -> String {
+    format!("C-{:06}", i % CUSTOMERS)
+}
+
+/// Records `events` events on the 20 counters, spread over customers and the last 24 hours,
+/// the way succeeded calls leave them (marks with an execution, in chunks of 1,000).
+fn seed(store: &RedbStore, set: &AtlasSet, events: u64, now_us: i64) {
+    let day_us = 86_400_000_000i64;
+    let mut marks = Vec::with_capacity(1_000);
+    let mut chunk = 0u64;
+    for i in 0..events {
+        let at_us = now_us - day_us + 1 + (i as i64 * 7_919) % (day_us - 1);
+        let earlier = match i % 4 {
+            0 => Some((format!("g1.r{}.op", 10 + (i / 4) % 5), customer(i / 4))),
+            1 => Some((format!("g2.r{}.op", 20 + (i / 4) % 5), customer(i / 20))),
+            _ => None,
+        };
+        match earlier {
+            Some((action, c)) => {
+                let params = json!({"customer_id": c});
+                marks.extend(set.marks(&action, &params, (AGENT, SESSION), at_us));
+            }
+            None => {
+                // A limit's event: one call counted (count_within) or one unit of a total.
+                let key = format!(
+                    "global|{}",
+                    cra_wire::hash::canonical_digest(&json!([customer(i / 40)]))
+                );
+                marks.push(Mark {
+                    counter: format!("allow-history#{}", 10 + i % 10),
+                    scope_key: key,
+                    at_us,
+                });
+            }
+        }
+        if marks.len() >= 1_000 || i + 1 == events {
+            chunk += 1;
+            store
+                .record_execution(&execution(chunk, std::mem::take(&mut marks)))
+                .unwrap();
+        }
+    }
+}
+
+fn execution(n: u64, marks: Vec<Mark>) -> ExecutionRecord {
+    let id = format!("0190a000-0000-7000-9000-{n:012x}");
+    ExecutionRecord {
+        execution_id: id.clone(),
+        session_id: SESSION.into(),
+        idempotency_key: None,
+        response: ExecuteResponse {
+            carp_version: "1.0".into(),
+            execution_id: id,
+            request_id: format!("0190a000-0000-7000-a000-{n:012x}"),
+            resolution_id: "r".into(),
+            timestamp: NOW.into(),
+            status: ExecuteStatus::Success,
+            result: Some(json!({})),
+            error: None,
+            trace_id: "t".into(),
+            extra: Map::new(),
+        },
+        marks,
+    }
+}
+
+struct Call {
+    request: CarpRequest,
+    resolution: Resolution,
+    validator: jsonschema::Validator,
+}
+
+fn call(set: &AtlasSet) -> Call {
+    let now = cra_wire::clock::parse_rfc3339(NOW).unwrap();
+    let ids = SequentialIds::new(1, 1);
+    let resolved = parse_request(&request(1, "resolve")).unwrap();
+    let resolution = resolve(
+        &resolved,
+        set,
+        &CountersSnapshot::empty(),
+        now,
+        &ids,
+        &ResolveOptions::default(),
+    )
+    .unwrap();
+    let mut exec = request(2, "execute");
+    exec.as_object_mut().unwrap().remove("task");
+    exec["execution"] = json!({"resolution_id": resolution.resolution_id, "action_id": TARGET,
+                               "parameters": {"customer_id": customer(7), "amount": 2.5}});
+    let action = resolution
+        .allowed_actions
+        .iter()
+        .find(|a| a.action_id.as_str() == TARGET)
+        .expect("the target is listed");
+    let validator = compile_schema(TARGET, &action.parameters_schema).unwrap();
+    Call {
+        request: parse_request(&exec).unwrap(),
+        resolution,
+        validator,
+    }
+}
+
+/// The execute-time decision of the call over `store`: every step walked, predicates read.
+fn decide(store: &dyn CarpStore, c: &Call, now_us: i64) -> usize {
+    let now = cra_wire::clock::parse_rfc3339(NOW).unwrap();
+    let action = c
+        .resolution
+        .allowed_actions
+        .iter()
+        .find(|a| a.action_id.as_str() == TARGET)
+        .unwrap();
+    let mut marked = |counter: &str, key: &str, since: i64| -> Result<bool, CarpError> {
+        store
+            .has_event(counter, key, since, now_us)
+            .map_err(|e: CarpStoreError| {
+                CarpError::new(cra_wire::Token::InternalError, e.to_string())
+            })
+    };
+    match authorize(
+        &c.request,
+        &c.resolution,
+        action,
+        &c.validator,
+        None,
+        now,
+        &mut marked,
+    )
+    .unwrap()
+    {
+        cra_carp::execute::Authorization::Proceed { charges, .. } => charges.len(),
+        other => panic!("the call was not cleared: {other:?}"),
+    }
+}
+
+/// Five `sum_within` charges of the measured customer that never fit (a maximum of 0), so the
+/// store sums each window and writes nothing.
+fn sum_charges() -> Vec<Charge> {
+    let key = format!(
+        "global|{}",
+        cra_wire::hash::canonical_digest(&json!([customer(7)]))
+    );
+    (15..20)
+        .map(|k| Charge {
+            policy_id: format!("allow-history#{k}"),
+            scope_key: key.clone(),
+            kind: ChargeKind::Window {
+                max_units: 0,
+                window_seconds: 86_400,
+                units: 1,
+            },
+        })
+        .collect()
+}
+
+fn percentiles(label: &str, mut samples: Vec<u128>) {
+    samples.sort_unstable();
+    let p = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
+    println!(
+        "{label}: p50 {:.2} us, p99 {:.2} us ({} samples)",
+        p(0.50),
+        p(0.99),
+        samples.len()
+    );
+}
+
+fn bench(c: &mut Criterion) {
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let set = atlas();
+    let the_call = call(&set);
+    let now_us = cra_carp::eval::unix_micros(cra_wire::clock::parse_rfc3339(NOW).unwrap());
+    let mut group = c.benchmark_group("history");
+    let ids = SequentialIds::new(1, 1);
+    let now = cra_wire::clock::parse_rfc3339(NOW).unwrap();
+    let resolve_req = parse_request(&request(1, "resolve")).unwrap();
+    let opts = ResolveOptions::default();
+    group.bench_function("resolve_100_actions", |b| {
+        b.iter(|| {
+            black_box(
+                resolve(
+                    &resolve_req,
+                    &set,
+                    &CountersSnapshot::empty(),
+                    now,
+                    &ids,
+                    &opts,
+                )
+                .unwrap(),
+            )
+        })
+    });
+    let sizes: &[u64] = if measuring {
+        &[1_000, 100_000]
+    } else {
+        &[1_000]
+    };
+    for &events in sizes {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = RedbStore::open(dir.path()).unwrap();
+            store
+                .create_session(&SessionRecord::opened(SESSION, AGENT, NOW.into()))
+                .unwrap();
+            seed(&store, &set, events, now_us);
+        }
+        // A freshly opened store: the first decision pays for opening tables and reading pages.
+        let store = RedbStore::open(dir.path()).unwrap();
+        let t = Instant::now();
+        assert_eq!(
+            decide(&store, &the_call, now_us),
+            10,
+            "10 limits charge the call"
+        );
+        println!(
+            "history/decide/{events}: first decision in a freshly opened store {:.2} us (p50 and p99 below)",
+            t.elapsed().as_nanos() as f64 / 1000.0
+        );
+        group.bench_function(format!("decide/{events}"), |b| {
+            b.iter(|| black_box(decide(&store, &the_call, now_us)))
+        });
+        let charges = sum_charges();
+        group.bench_function(format!("decide_sum_in_store/{events}"), |b| {
+            b.iter(|| black_box(store.try_consume(&charges, now_us).unwrap()))
+        });
+        let count = if measuring { 5_000 } else { 1 };
+        let samples = (0..count)
+            .map(|_| {
+                let t = Instant::now();
+                black_box(decide(&store, &the_call, now_us));
+                t.elapsed().as_nanos()
+            })
+            .collect();
+        percentiles(&format!("history/decide/{events}"), samples);
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -40,6 +40,7 @@ pub(crate) const CRITERION: &[(&str, &str, &str, bool)] = &[
     // (package, bench, area, run in quick mode)
     ("cra-carp", "resolve", "carp", true),
     ("cra-store", "append", "durable_append", true),
+    ("cra-store", "history", "history", true),
     ("cra-trace", "trace", "trace", false),
     ("cra-relay", "relay", "relay", false),
     ("cra-atlas", "atlas", "atlas", false),

@@ -379,21 +379,19 @@ impl HistoryConditions {
 
     /// The marks a succeeded call of `action_id` with `parameters` leaves on this list's
     /// predicates, at `at_us`. A predicate whose compared member the call lacks gets none.
-    pub fn marks(
-        &self,
-        action_id: &str,
-        parameters: &Value,
-        (agent, session): (&str, &str),
+    pub fn marks<'a>(
+        &'a self,
+        action_id: &'a str,
+        parameters: &'a Value,
+        (agent, session): (&'a str, &'a str),
         at_us: i64,
-    ) -> impl Iterator<Item = Mark> + '_ {
-        let parameters = parameters.clone();
-        let (agent, session) = (agent.to_owned(), session.to_owned());
-        let action_id = action_id.to_owned();
+    ) -> impl Iterator<Item = Mark> + 'a {
+        // Borrowed, not cloned: every succeeded call asks every history policy.
         self.seen
             .iter()
             .filter(move |s| s.action == action_id)
             .filter_map(move |s| {
-                let key = keyed(s.scope, &agent, &session, &parameters, &s.earlier)?;
+                let key = keyed(s.scope, agent, session, parameters, &s.earlier)?;
                 Some(Mark {
                     counter: s.counter.clone(),
                     scope_key: key,

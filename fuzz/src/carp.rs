@@ -133,12 +133,28 @@ impl World {
                 Ok(r) => r,
                 Err(e) => panic!("setup resolve: {e}"),
             };
-            if grant
-                && let Some(approval) = &res.decision.approval_id
-                && let Err(e) =
-                    carp.decide_approval(approval, ApprovalDecision::Grant, "fuzz", None)
-            {
-                panic!("setup approval: {e}");
+            // An approval is opened by the execute it gates: ask it for the first gated
+            // action with empty parameters, then grant it.
+            let gated = res.allowed_actions.iter().find(|a| a.requires_confirmation);
+            if grant && let (Some(approval), Some(action)) = (&res.decision.approval_id, gated) {
+                let ask = json!({
+                    "carp_version": "1.0",
+                    "request_id": "0190a000-0000-7000-8000-0000000000f1",
+                    "timestamp": NOW,
+                    "operation": "execute",
+                    "requester": {"agent_id": AGENT, "session_id": SESSION},
+                    "execution": {"resolution_id": res.resolution_id, "action_id": action.action_id,
+                                  "parameters": {}},
+                });
+                let asked = parse_request(&ask).and_then(|r| carp.execute_in_store(&r));
+                let opened = matches!(&asked, Ok(ExecuteOutcome::Answered(r))
+                    if r.status == cra_carp::types::ExecuteStatus::PendingApproval);
+                if opened
+                    && let Err(e) =
+                        carp.decide_approval(approval, ApprovalDecision::Grant, "fuzz", None)
+                {
+                    panic!("setup approval: {e}");
+                }
             }
             resolution_id = res.resolution_id;
         }
@@ -193,7 +209,7 @@ fn check_resolution(res: &Resolution) {
 }
 
 fn check_execute(world: &World, req: &CarpRequest) {
-    match world.carp.execute(req) {
+    match world.carp.execute_in_store(req) {
         Ok(ExecuteOutcome::Run(cleared)) => {
             match world
                 .carp
@@ -206,7 +222,9 @@ fn check_execute(world: &World, req: &CarpRequest) {
                 Err(e) => check_refusal(&e),
             }
         }
-        Ok(ExecuteOutcome::Answered(resp)) => {
+        Ok(
+            ExecuteOutcome::Answered(resp) | ExecuteOutcome::OpenApproval { response: resp, .. },
+        ) => {
             let v = serde_json::to_value(&resp).unwrap_or(Value::Null);
             check_schema("execute response", &v);
         }
@@ -248,7 +266,7 @@ pub fn carp_execute(data: &[u8]) {
             check_round_trip(&req);
             check_execute(&world, &req);
             // The same request again: refused as a duplicate request id, or answered the same.
-            if let Err(e) = world.carp.execute(&req) {
+            if let Err(e) = world.carp.execute_in_store(&req) {
                 check_refusal(&e);
             }
         }

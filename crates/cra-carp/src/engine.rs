@@ -19,13 +19,13 @@ use crate::eval::{
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::store::{
-    ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, ClaimOutcome,
-    ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
+    ApprovalCall, ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError,
+    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
     StoredResolution,
 };
 use crate::types::{
-    AllowedAction, CARP_VERSION, CarpRequest, DecisionType, ExecuteError, ExecuteResponse,
-    ExecuteStatus, Operation, Resolution,
+    AllowedAction, CARP_VERSION, CarpRequest, ExecuteError, ExecuteResponse, ExecuteStatus,
+    Operation, Resolution,
 };
 use crate::validate::{
     CarpError, DEFAULT_MAX_SKEW_SECONDS, check_action_allowed, check_clock_skew,
@@ -104,6 +104,11 @@ pub fn refusal_response(
     }
 }
 
+/// When a stored resolution lapses (Unix microseconds); 0 for none.
+fn resolution_expiry(stored: Option<&StoredResolution>) -> i64 {
+    stored.map_or(0, |s| s.expires_at_us)
+}
+
 fn store_err(e: CarpStoreError) -> CarpError {
     CarpError::new(Token::Unavailable, e.to_string())
 }
@@ -135,6 +140,16 @@ pub enum ExecuteOutcome {
     /// Answered without running anything (denied, pending approval, or the first response of a
     /// repeated idempotency key).
     Answered(ExecuteResponse),
+    /// A gated call asked for its approval: the caller opens `approval` (with its events:
+    /// [`crate::store::StateChange::Open`], or [`Carp::open_approval`]) and answers `response`
+    /// (`pending_approval`). When the approval's id turns out taken (a concurrent execute under
+    /// the same resolution opened it first), the caller executes the request again.
+    OpenApproval {
+        /// The pending answer; its `execution_id` is the approval's `call.execution_id`.
+        response: ExecuteResponse,
+        /// The approval to open, bound to this call.
+        approval: ApprovalRecord,
+    },
 }
 
 /// A resolve checked and evaluated but not yet recorded ([`Carp::prepare_resolve`]).
@@ -383,27 +398,6 @@ impl Carp {
         }
         let expires_at_us = unix_micros(now).saturating_add(seconds_to_us(self.config.ttl_seconds));
         let stored = StoredResolution::stored_form(&res);
-        let approval = match (&res.decision.kind, &res.decision.approval_id) {
-            (DecisionType::RequiresApproval, Some(approval_id)) => Some(ApprovalRecord {
-                approval_id: approval_id.clone(),
-                resolution_id: res.resolution_id.clone(),
-                session_id: request.requester.session_id.clone(),
-                agent_id: request.requester.agent_id.clone(),
-                actions: res
-                    .allowed_actions
-                    .iter()
-                    .filter(|a| a.requires_confirmation)
-                    .map(|a| a.action_id.to_string())
-                    .collect(),
-                created_at: res.timestamp.clone(),
-                expires_at_us,
-                status: ApprovalStatus::Pending,
-                decided_by: None,
-                decided_at: None,
-                note: None,
-            }),
-            _ => None,
-        };
         if let Some((c, key)) = cache {
             let id = res.resolution_id.clone();
             c.insert(key, id, expires_at_us, unix_micros(now));
@@ -423,7 +417,7 @@ impl Carp {
                     .map(|(a, o)| (a.action_id.to_string(), o))
                     .collect(),
             }),
-            approval,
+            approval: None,
         };
         Ok(PreparedResolve {
             resolution: res,
@@ -435,7 +429,8 @@ impl Carp {
 
     /// The earlier resolution that answers `request` again, if one stands ([`crate::cache`]):
     /// cached under `key`, stored in the requester's session for its agent, unexpired at `now`,
-    /// its approval (if any) still pending, and deciding what `fresh` decides. It is answered with
+    /// its approval (if any) not yet opened by an execute (an opened one is bound to its call,
+    /// so a new resolve must bring a new approval id), and deciding what `fresh` decides. It is answered with
     /// `fresh`'s context blocks (the stored form keeps none; the request and atlases, hence the
     /// blocks, are the same) and `fresh`'s explanation.
     fn cached(
@@ -460,12 +455,8 @@ impl Carp {
             return Ok(None);
         }
         if let Some(approval_id) = &stored.resolution.decision.approval_id {
-            let pending = self
-                .store
-                .get_approval(approval_id)
-                .map_err(store_err)?
-                .is_some_and(|a| a.status == ApprovalStatus::Pending && a.expires_at_us > now_us);
-            if !pending {
+            let opened = self.store.get_approval(approval_id).map_err(store_err)?;
+            if opened.is_some() {
                 return Ok(None);
             }
         }
@@ -543,6 +534,7 @@ impl Carp {
             }
             _ => None,
         };
+        let atlas = self.atlas_of(stored.as_ref(), &action.action_id);
         let rid = resolution.resolution_id.clone();
         let tid = resolution.trace_id.clone();
         let now_us = unix_micros(now);
@@ -556,9 +548,55 @@ impl Carp {
             action,
             validator,
             approval.as_ref(),
+            atlas,
             now,
             &mut marked,
         )? {
+            Authorization::OpenApproval { approval_id } => {
+                let e = CarpError::new(
+                    Token::ApprovalPending,
+                    format!(
+                        "approval {approval_id} is asked for this call; retry once it is granted"
+                    ),
+                );
+                let response = self.answer(
+                    request,
+                    &rid,
+                    &tid,
+                    ExecuteStatus::PendingApproval,
+                    Some(&e),
+                );
+                let Some((atlas_id, atlas_digest)) = atlas else {
+                    return Err(CarpError::new(
+                        Token::Unavailable,
+                        format!(
+                            "the atlas that offered {} is no longer loaded; resolve again",
+                            action.action_id
+                        ),
+                    ));
+                };
+                let approval = ApprovalRecord {
+                    approval_id,
+                    resolution_id: rid,
+                    session_id: request.requester.session_id.clone(),
+                    agent_id: request.requester.agent_id.clone(),
+                    actions: vec![action.action_id.to_string()],
+                    created_at: format_timestamp(now),
+                    expires_at_us: resolution_expiry(stored.as_ref()),
+                    status: ApprovalStatus::Pending,
+                    decided_by: None,
+                    decided_at: None,
+                    note: None,
+                    call: Some(ApprovalCall {
+                        execution_id: response.execution_id.clone(),
+                        action_id: action.action_id.to_string(),
+                        parameters_hash: cra_wire::hash::canonical_digest(&exec.parameters),
+                        atlas_id: atlas_id.to_owned(),
+                        atlas_digest: atlas_digest.to_owned(),
+                    }),
+                };
+                Ok(ExecuteOutcome::OpenApproval { response, approval })
+            }
             Authorization::PendingApproval { approval_id } => {
                 let e = CarpError::new(
                     Token::ApprovalPending,
@@ -640,7 +678,8 @@ impl Carp {
     }
 
     /// Seconds after which a refused windowed charge would fit (none for a budget: spent units
-    /// do not come back by waiting). A store that cannot say leaves it out.
+    /// do not come back by waiting; none for a used approval). A store that cannot say leaves
+    /// it out.
     fn retry_after(&self, outcome: &ConsumeOutcome) -> Option<u64> {
         let ConsumeOutcome::Refused {
             policy_id,
@@ -651,6 +690,9 @@ impl Carp {
         else {
             return None;
         };
+        if policy_id.starts_with(crate::execute::APPROVAL_USE) {
+            return None;
+        }
         let charge = crate::store::Charge {
             policy_id: policy_id.clone(),
             scope_key: scope_key.clone(),
@@ -675,6 +717,38 @@ impl Carp {
             trace_id: run.trace_id.clone(),
             claimed_at: format_timestamp(self.clock.now()),
         }
+    }
+
+    /// The atlas that offered `action_id` under the resolution (its recorded origin, else the
+    /// first loaded atlas declaring it), with its digest as it is in force now; `None` when
+    /// that atlas is no longer loaded.
+    fn atlas_of(&self, stored: Option<&StoredResolution>, action_id: &str) -> Option<(&str, &str)> {
+        let origin = stored.and_then(|s| s.origins.get(action_id));
+        let atlas = self.atlases.atlases().iter().find(|a| match origin {
+            Some(o) => *a.atlas_id == *o.atlas_id,
+            None => a.action_index.contains_key(action_id),
+        })?;
+        Some((&atlas.atlas_id, &atlas.digest))
+    }
+
+    /// [`Carp::execute`] for callers that record no chain: an approval the call asks for is
+    /// opened in the store at once ([`Carp::open_approval`]) and the outcome is the pending
+    /// answer ([`ExecuteOutcome::Answered`]), so `OpenApproval` never comes back from here.
+    pub fn execute_in_store(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
+        match self.execute(request)? {
+            ExecuteOutcome::OpenApproval { response, approval } => {
+                self.open_approval(&approval)?;
+                Ok(ExecuteOutcome::Answered(response))
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// Opens `approval` in the store alone, without events: for callers that record no chain
+    /// (the conformance runner's in-process target, tests). The runtime opens it with its
+    /// events instead ([`crate::store::StateChange::Open`]).
+    pub fn open_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
+        self.store.create_approval(approval).map_err(store_err)
     }
 
     fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {

@@ -159,15 +159,35 @@ impl Payload for ContextInjected<'_> {
     const REQUIRED: &'static [&'static str] = &["block_id", "source", "token_count"];
 }
 
-/// `approval.requested`: the approval and the actions it gates.
+/// `approval.requested`: the approval, the resolution it belongs to, the actions it gates and
+/// (round 2: opened by an execute) the exact call it was asked for.
 #[derive(Debug, Serialize)]
 pub struct ApprovalRequested<'a> {
     /// The approval.
     pub approval_id: &'a str,
-    /// The resolution that opened it.
+    /// The resolution whose decision named it.
     pub resolution_id: &'a str,
-    /// The gated actions.
+    /// The gated actions: the call's one action.
     pub actions: Vec<&'a str>,
+    /// The execute that asked, and what it asked for.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub call: Option<&'a crate::store::ApprovalCall>,
+    /// When it lapses with its resolution (wire form).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<&'a str>,
+}
+
+impl<'a> ApprovalRequested<'a> {
+    /// The event of an approval an execute opened.
+    pub fn opened(approval: &'a crate::store::ApprovalRecord, expires_at: &'a str) -> Self {
+        Self {
+            approval_id: &approval.approval_id,
+            resolution_id: &approval.resolution_id,
+            actions: approval.actions.iter().map(String::as_str).collect(),
+            call: approval.call.as_ref(),
+            expires_at: Some(expires_at),
+        }
+    }
 }
 
 impl Payload for ApprovalRequested<'_> {
@@ -236,8 +256,9 @@ impl<'a> ResolutionCompleted<'a> {
 
 /// The events of a recorded resolve, in order, all in `span` (the resolution's trace and id):
 /// `carp.request.received` (with the atlas digests and the counters the evaluation read), one
-/// `policy.evaluated` per candidate action of `explained`, one `context.injected` per block, an
-/// `approval.requested` when the resolution opened an approval, and the completion.
+/// `policy.evaluated` per candidate action of `explained`, one `context.injected` per block, and
+/// the completion. A resolve opens no approval (its decision's `approval_id` names the one the
+/// first gated execute will open), so it records no `approval.requested`.
 /// `resolution` is the recorded one (no `explain`).
 pub fn resolve_events(
     span: &Span<'_>,
@@ -270,17 +291,6 @@ pub fn resolve_events(
             token_count: b.token_estimate,
             token_estimate: b.token_estimate,
             content_hash: cra_wire::hash::sha256_prefixed(b.content.as_str().as_bytes()),
-        }));
-    }
-    if let Some(approval_id) = &resolution.decision.approval_id {
-        let gated = resolution
-            .allowed_actions
-            .iter()
-            .filter(|a| a.requires_confirmation);
-        events.push(span.event(&ApprovalRequested {
-            approval_id,
-            resolution_id: &resolution.resolution_id,
-            actions: gated.map(|a| a.action_id.as_str()).collect(),
         }));
     }
     events.push(span.event(&ResolutionCompleted::new(resolution, false)));
@@ -938,8 +948,37 @@ mod tests {
                 approval_id: "ap",
                 resolution_id: "r",
                 actions: vec!["x.get", "x.put"],
+                call: None,
+                expires_at: None,
             },
             &json!({"approval_id": "ap", "resolution_id": "r", "actions": ["x.get", "x.put"]}),
+        );
+        let opened = crate::store::ApprovalRecord {
+            approval_id: "ap".into(),
+            resolution_id: "r".into(),
+            session_id: "s".into(),
+            agent_id: "a".into(),
+            actions: vec!["x.put".into()],
+            created_at: "2026-01-05T10:00:00.000000Z".into(),
+            expires_at_us: 0,
+            status: crate::store::ApprovalStatus::Pending,
+            decided_by: None,
+            decided_at: None,
+            note: None,
+            call: Some(crate::store::ApprovalCall {
+                execution_id: "e".into(),
+                action_id: "x.put".into(),
+                parameters_hash: "sha256:00".into(),
+                atlas_id: "at".into(),
+                atlas_digest: "sha256:11".into(),
+            }),
+        };
+        same(
+            &ApprovalRequested::opened(&opened, "2026-01-05T11:00:00.000000Z"),
+            &json!({"approval_id": "ap", "resolution_id": "r", "actions": ["x.put"],
+                    "execution_id": "e", "action_id": "x.put", "parameters_hash": "sha256:00",
+                    "atlas_id": "at", "atlas_digest": "sha256:11",
+                    "expires_at": "2026-01-05T11:00:00.000000Z"}),
         );
     }
 

@@ -26,6 +26,12 @@ pub enum Authorization {
         /// Rate-limit and budget charges, in constraint order.
         charges: Vec<Charge>,
     },
+    /// A gated call and no approval open under the resolution yet: the caller opens its
+    /// approval for this call ([`crate::store::ApprovalCall`]) and answers it pending.
+    OpenApproval {
+        /// The resolution's approval id, which the opened approval takes.
+        approval_id: String,
+    },
     /// Waiting for the resolution's approval.
     PendingApproval {
         /// The approval to decide.
@@ -44,13 +50,20 @@ fn scope_of(v: Option<&Value>) -> Scope {
 }
 
 /// Decides an execute request. `validator` is the compiled `parameters_schema` of the action;
-/// `approval` is the record named by the resolution's `approval_id`, if any.
+/// `approval` is the record named by the resolution's `approval_id`, if any; `atlas` is the
+/// atlas that offered the action, `(atlas_id, digest)` as it is in force now (`None` when it is
+/// no longer loaded), which a granted approval must have been asked under.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the inputs of one decision, each read by the caller from another place"
+)]
 pub fn authorize(
     request: &CarpRequest,
     resolution: &Resolution,
     action: &AllowedAction,
     validator: &jsonschema::Validator,
     approval: Option<&ApprovalRecord>,
+    atlas: Option<(&str, &str)>,
     now: OffsetDateTime,
     marked: &mut Marked<'_>,
 ) -> Result<Authorization, CarpError> {
@@ -70,6 +83,7 @@ pub fn authorize(
         Gate::Approval { .. } => true,
         Gate::Deny(refusal) => return Ok(Authorization::Denied(refusal.clone())),
     };
+    let mut use_approval = None;
     if gated {
         if let Gate::Approval { policy_id, bound } = &on_params.gate
             && let Some(refusal) = approval_binds(action, policy_id, bound.as_deref(), exec)
@@ -82,11 +96,17 @@ pub fn authorize(
                 "the resolution gates this action but carries no approval_id",
             ));
         };
-        match approval.map(|a| a.status) {
-            None | Some(ApprovalStatus::Pending) => {
+        let Some(approval) = approval else {
+            return Ok(Authorization::OpenApproval { approval_id });
+        };
+        if let Some(refusal) = approval_covers(approval, action, exec, atlas) {
+            return Ok(Authorization::Denied(refusal));
+        }
+        match approval.status {
+            ApprovalStatus::Pending => {
                 return Ok(Authorization::PendingApproval { approval_id });
             }
-            Some(ApprovalStatus::Rejected) => {
+            ApprovalStatus::Rejected => {
                 let refused = CarpError::new(
                     Token::ApprovalRejected,
                     format!(
@@ -104,7 +124,14 @@ pub fn authorize(
                     None => refused,
                 }));
             }
-            Some(ApprovalStatus::Granted) => {}
+            ApprovalStatus::Granted => {
+                // An approval asked for one call runs it once: its use is a charge, taken with
+                // the call's limits in the store's one atomic step.
+                use_approval = approval
+                    .call
+                    .as_ref()
+                    .map(|_| approval_use(&approval_id, &request.requester.session_id, resolution));
+            }
         }
     }
 
@@ -183,6 +210,7 @@ pub fn authorize(
         }
     }
     charges.append(&mut on_params.charges);
+    charges.extend(use_approval);
     Ok(Authorization::Proceed {
         action: action.clone(),
         charges,
@@ -395,6 +423,67 @@ fn approval_binds(
     }
 }
 
+/// The counter prefix of an approval's single use ([`approval_use`]).
+pub const APPROVAL_USE: &str = "approval:";
+
+/// The charge that uses a granted approval up: one run in a window twice the resolution's
+/// lifetime, after which no execute under the resolution is accepted anyway. Session-scoped,
+/// so a session's removal by retention removes it.
+fn approval_use(approval_id: &str, session_id: &str, resolution: &Resolution) -> Charge {
+    Charge {
+        policy_id: format!("{APPROVAL_USE}{approval_id}"),
+        scope_key: format!("session:{session_id}"),
+        kind: ChargeKind::Rate {
+            max_calls: 1,
+            window_seconds: resolution.ttl_seconds.saturating_mul(2).max(1),
+        },
+    }
+}
+
+/// Whether an opened approval covers this call: the same action, the same parameters (digest of
+/// the canonical form) and the same atlas version it was asked under. An approval opened by a
+/// resolve before round 2 (no `call`) covers every action it names.
+fn approval_covers(
+    approval: &ApprovalRecord,
+    action: &AllowedAction,
+    exec: &crate::types::Execution,
+    atlas: Option<(&str, &str)>,
+) -> Option<CarpError> {
+    let call = approval.call.as_ref()?;
+    let (id, approval_id) = (action.action_id.as_str(), &approval.approval_id);
+    let hash = cra_wire::hash::canonical_digest(&exec.parameters);
+    let mismatch = |why: String| {
+        Some(CarpError::new(
+            Token::ApprovalMismatch,
+            format!(
+                "approval {approval_id} was asked for another call: {why}; execute that call, or resolve again to ask an approval for this one"
+            ),
+        ))
+    };
+    if call.action_id != id {
+        return mismatch(format!("action {} (this call: {id})", call.action_id));
+    }
+    if call.parameters_hash != hash {
+        return mismatch(format!(
+            "parameters {} (this call: {hash})",
+            call.parameters_hash
+        ));
+    }
+    match atlas {
+        Some((atlas_id, digest)) if atlas_id == call.atlas_id && digest == call.atlas_digest => {
+            None
+        }
+        Some((atlas_id, digest)) => mismatch(format!(
+            "atlas {} at {} (in force now: {atlas_id} at {digest})",
+            call.atlas_id, call.atlas_digest
+        )),
+        None => mismatch(format!(
+            "atlas {} at {}, which is no longer loaded",
+            call.atlas_id, call.atlas_digest
+        )),
+    }
+}
+
 /// Seconds until a refused windowed charge would fit, for `Retry-After`: the least `d` in
 /// `1..=window_seconds` such that the units recorded now that are still inside the window at
 /// `now + d`, plus `need`, stay at most `max` (a rate limit needs 1 of `max_calls`). A binary
@@ -442,6 +531,15 @@ fn counter_policy(counter: &str) -> &str {
 pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
     match outcome {
         ConsumeOutcome::Consumed => None,
+        ConsumeOutcome::Refused { policy_id, .. } if policy_id.starts_with(APPROVAL_USE) => {
+            let approval_id = &policy_id[APPROVAL_USE.len()..];
+            Some(CarpError::new(
+                Token::ApprovalUsed,
+                format!(
+                    "approval {approval_id} has run its call once already; resolve again to ask for another approval"
+                ),
+            ))
+        }
         ConsumeOutcome::Refused {
             policy_id,
             kind:

@@ -10,8 +10,9 @@
 //!   and its limits consumed; `action.executed` / `action.failed` / `action.denied` /
 //!   `action.pending_approval` end it;
 //!   `action.deduplicated` counts a repeated idempotency key answered from the first response);
-//! * every **approval**: issued with a `requires_approval` resolution (also announced by
-//!   `approval.requested`), decided by `approval.granted` / `approval.rejected`;
+//! * every **approval**: opened by the execute it gates (`approval.requested` naming the call;
+//!   before round 2, by its `requires_approval` resolution, announced just before it), decided by
+//!   `approval.granted` / `approval.rejected`;
 //! * the **rate-limit and budget counters** the session charged: each cleared execution charges
 //!   the rate_limit and budget constraints of its resolution that bind its action (the same rule
 //!   as [`crate::execute::authorize`]), with the scope's key built from the requester.
@@ -289,8 +290,11 @@ pub fn reconstruct(events: &[TraceEvent]) -> SessionState {
                     }
                 };
                 let expires_at_us = unix_micros(at).saturating_add(seconds_to_us(res.ttl_seconds));
+                // Before round 2 a resolve opened its approval (announced just before this
+                // event); since, the execute it gates opens it (below).
                 if res.decision.kind == DecisionType::RequiresApproval
                     && let Some(approval_id) = &res.decision.approval_id
+                    && announced.iter().any(|(_, id)| id == approval_id)
                 {
                     st.approvals.insert(
                         approval_id.clone(),
@@ -337,6 +341,11 @@ pub fn reconstruct(events: &[TraceEvent]) -> SessionState {
                 );
             }
             "approval.requested" => match text(p, "approval_id") {
+                Some(id) if p.get("execution_id").is_some() => {
+                    if let Err(m) = opened_by_execute(&mut st, &id, e) {
+                        issue(&mut st, m);
+                    }
+                }
                 Some(id) => announced.push((e.sequence, id)),
                 None => issue(&mut st, "approval.requested without `approval_id`".into()),
             },
@@ -469,6 +478,39 @@ pub fn reconstruct(events: &[TraceEvent]) -> SessionState {
         })
         .collect();
     st
+}
+
+/// Records the approval an execute opened (`approval.requested` with its call): pending, for
+/// the one action it names, lapsing with its resolution.
+fn opened_by_execute(st: &mut SessionState, id: &str, e: &TraceEvent) -> Result<(), String> {
+    let p = &e.payload;
+    let rid = text(p, "resolution_id").ok_or("approval.requested without `resolution_id`")?;
+    let Some(r) = st.resolutions.get(&rid) else {
+        return Err(format!(
+            "approval {id} is opened under resolution {rid}, which the trace does not hold"
+        ));
+    };
+    let actions = p
+        .get("actions")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let state = ApprovalState {
+        approval_id: id.to_owned(),
+        resolution_id: rid,
+        actions,
+        status: ApprovalStatus::Pending,
+        decided_by: None,
+        note: None,
+        created_at: e.timestamp.clone(),
+        expires_at_us: r.expires_at_us,
+    };
+    st.approvals.insert(id.to_owned(), state);
+    Ok(())
 }
 
 /// Adds the charges of a cleared execution of `action` under `resolution_id` to `counters`.

@@ -291,7 +291,24 @@ pub enum ApprovalDecision {
     Reject,
 }
 
-/// One approval: issued with a `requires_approval` resolution, decided once.
+/// The exact call an approval was asked for: the execute that opened it. A granted approval
+/// runs this call once and no other ([`crate::execute::authorize`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalCall {
+    /// The execute request that asked.
+    pub execution_id: String,
+    /// The gated action.
+    pub action_id: String,
+    /// `sha256:` of the call's parameters in TRACE canonical form.
+    pub parameters_hash: String,
+    /// The atlas that declares the action, as it was in force when the approval was asked.
+    pub atlas_id: String,
+    /// That atlas's digest: a grant does not carry over to another version of its policies.
+    pub atlas_digest: String,
+}
+
+/// One approval: opened by the first execute of a gated action under a `requires_approval`
+/// resolution (round 2; before, by the resolve itself), decided once, used once.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRecord {
     /// The `approval_id` of the resolution's decision.
@@ -316,6 +333,10 @@ pub struct ApprovalRecord {
     pub decided_at: Option<String>,
     /// The decider's note.
     pub note: Option<String>,
+    /// The call it was asked for; `None` for an approval a resolve opened before round 2, which
+    /// covers every action it names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<ApprovalCall>,
 }
 
 impl ApprovalRecord {
@@ -665,6 +686,16 @@ pub fn decision_refusal(e: CarpStoreError) -> cra_trace::store::ChainStoreError 
     }
 }
 
+/// The refusal of an [`StateChange::Open`] whose approval id is taken: another execute under
+/// the same resolution opened it first. The caller reads it and answers as for any opened
+/// approval.
+pub fn opened_before(approval_id: &str) -> cra_trace::store::ChainStoreError {
+    cra_trace::store::ChainStoreError::Refused {
+        token: cra_wire::Token::AlreadyExists,
+        message: format!("approval `{approval_id}` was opened before by another execute"),
+    }
+}
+
 /// The events an outbox entry held (a Relay write's: `cra_relay::store::OutboxEntry`), appended
 /// to `session_id`'s chain as the entry is removed, in one transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -706,6 +737,9 @@ pub enum StateChange {
     /// An outbox entry's events appended and the entry removed; refused with
     /// [`Settlement::settled_before`] when the entry is gone.
     Settle(Settlement),
+    /// A pending approval opened by the execute it gates; refused with [`opened_before`] when
+    /// its id is taken (a concurrent execute under the same resolution opened it first).
+    Open(ApprovalRecord),
 }
 
 impl StateChange {
@@ -716,6 +750,7 @@ impl StateChange {
             Self::Decide(d) => &d.session_id,
             Self::Execute(e) => &e.session_id,
             Self::Settle(s) => &s.session_id,
+            Self::Open(a) => &a.session_id,
         }
     }
 }
@@ -843,6 +878,13 @@ impl RecordThenAppend {
                 self.carp.record_execution(e)?;
                 self.carp.release_execution(&e.execution_id)?;
             }
+            StateChange::Open(a) => match self.carp.create_approval(a) {
+                Ok(()) => {}
+                Err(CarpStoreError::AlreadyExists { .. }) => {
+                    return Err(opened_before(&a.approval_id).into());
+                }
+                Err(e) => return Err(e.into()),
+            },
             StateChange::Settle(_) => {
                 return Err(cra_trace::store::ChainStoreError::Unavailable(
                     "these stores do not share a transaction, so an outbox entry cannot be \

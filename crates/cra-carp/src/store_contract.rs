@@ -454,6 +454,13 @@ pub fn sample_approval(id: &str) -> ApprovalRecord {
         decided_by: None,
         decided_at: None,
         note: None,
+        call: Some(crate::store::ApprovalCall {
+            execution_id: format!("exec-of-{id}"),
+            action_id: "payment.refund".to_owned(),
+            parameters_hash: cra_wire::hash::canonical_digest(&serde_json::json!({"amount": 5})),
+            atlas_id: "com.example.payments".to_owned(),
+            atlas_digest: "sha256:00".to_owned(),
+        }),
     }
 }
 

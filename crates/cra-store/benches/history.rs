@@ -222,6 +222,7 @@ fn decide(store: &dyn CarpStore, c: &Call, now_us: i64) -> usize {
         action,
         &c.validator,
         None,
+        None,
         now,
         &mut marked,
     )

@@ -141,8 +141,10 @@ tokens! {
     ApprovalRejected = ("approval_rejected", 403),
     /// The call's parameters need a human approval the resolution did not ask for: resolve again with `task.intended_parameters` for the action.
     ApprovalRequired = ("approval_required", 403),
-    /// The approval was asked for other parameters than this call's: an approval runs the call it was asked for.
+    /// The approval was asked for another call (action, parameters or atlas version) than this one: an approval runs the call it was asked for.
     ApprovalMismatch = ("approval_mismatch", 403),
+    /// The approval has run its call once already: resolve again to ask for another approval.
+    ApprovalUsed = ("approval_used", 403),
     /// A rate-limit policy's window is exhausted.
     RateLimitExceeded = ("rate_limit_exceeded", 429),
     /// A budget policy's units are spent.

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use cra_carp::cache::ResolutionCache;
 use cra_carp::engine::{Carp, ExecuteOutcome, PreparedResolve};
 use cra_carp::eval::ExplainLevel;
-use cra_carp::store::ApprovalDecision;
 use cra_carp::validate::parse_request;
 use cra_wire::FixedClock;
 use serde_json::{Value, json};
@@ -63,6 +62,17 @@ impl World {
     }
 
     fn execute(&self, resolution_id: &str, action: &str) {
+        match self.ask(resolution_id, action) {
+            ExecuteOutcome::Run(run) => {
+                self.carp.finish_execution(run, Ok(json!({}))).unwrap();
+            }
+            ExecuteOutcome::Answered(r) | ExecuteOutcome::OpenApproval { response: r, .. } => {
+                panic!("not cleared: {r:?}")
+            }
+        }
+    }
+
+    fn ask(&self, resolution_id: &str, action: &str) -> ExecuteOutcome {
         self.n.set(self.n.get() + 1);
         let now = cra_wire::clock::format_timestamp(cra_wire::Clock::now(self.clock.as_ref()));
         let request = json!({
@@ -72,16 +82,9 @@ impl World {
             "requester": {"agent_id": "agent-1", "session_id": SESSION},
             "execution": {"resolution_id": resolution_id, "action_id": action, "parameters": {}},
         });
-        match self
-            .carp
-            .execute(&parse_request(&request).unwrap())
+        self.carp
+            .execute_in_store(&parse_request(&request).unwrap())
             .unwrap()
-        {
-            ExecuteOutcome::Run(run) => {
-                self.carp.finish_execution(run, Ok(json!({}))).unwrap();
-            }
-            ExecuteOutcome::Answered(r) => panic!("not cleared: {r:?}"),
-        }
     }
 }
 
@@ -165,26 +168,29 @@ fn a_condition_that_changed_the_answer_gives_a_fresh_resolution() {
 }
 
 #[test]
-fn a_decided_approval_makes_the_next_identical_resolve_fresh() {
+fn an_opened_approval_makes_the_next_identical_resolve_fresh() {
     let w = World::new();
     let first = w.resolve(&w.request("com.example.ops", "deploy to production"));
     let approval = first.resolution.decision.approval_id.clone().unwrap();
-    let pending = w.resolve(&w.request("com.example.ops", "deploy to production"));
+    let again = w.resolve(&w.request("com.example.ops", "deploy to production"));
     assert!(
-        pending.cache_hit,
-        "a pending approval's resolution was not answered again"
+        again.cache_hit,
+        "a resolution whose approval nobody asked for yet was not answered again"
     );
     assert_eq!(
-        pending.resolution.decision.approval_id.as_deref(),
+        again.resolution.decision.approval_id.as_deref(),
         Some(approval.as_str())
     );
-    w.carp
-        .decide_approval(&approval, ApprovalDecision::Grant, "human", None)
-        .unwrap();
+    // An execute opens the approval for its call; a resolve after it must bring a new approval
+    // id, for another call.
+    let asked = w.ask(&first.resolution.resolution_id, "deploy.start");
+    assert!(
+        matches!(asked, ExecuteOutcome::Answered(r) if r.error.as_ref().unwrap().code == "approval_pending")
+    );
     let after = w.resolve(&w.request("com.example.ops", "deploy to production"));
     assert!(
         !after.cache_hit,
-        "a granted approval's resolution was answered again"
+        "a resolution whose approval is bound to a call was answered again"
     );
     assert_ne!(after.resolution.decision.approval_id, Some(approval));
 }

@@ -73,7 +73,7 @@ impl World {
     }
 
     fn execute(&self, v: Value) -> Result<ExecuteOutcome, cra_carp::validate::CarpError> {
-        self.carp.execute(&parse_request(&v).unwrap())
+        self.carp.execute_in_store(&parse_request(&v).unwrap())
     }
 
     /// Executes and, when cleared, "runs" an echo executor.
@@ -86,7 +86,7 @@ impl World {
                 let params = run.parameters.clone();
                 self.carp.finish_execution(run, Ok(json!({"echo": params})))
             }
-            ExecuteOutcome::Answered(r) => Ok(r),
+            ExecuteOutcome::Answered(r) | ExecuteOutcome::OpenApproval { response: r, .. } => Ok(r),
         }
     }
 }
@@ -462,9 +462,21 @@ fn approval_gates_execution_until_granted() {
         .unwrap();
     assert_eq!(ran.status, ExecuteStatus::Success);
 
+    // The approval ran its call: the same call again needs a new approval.
+    let again = w
+        .run(w.exec_req(&res.resolution_id, "deploy.start", json!({}), None))
+        .unwrap();
+    assert_eq!(again.status, ExecuteStatus::Denied);
+    assert_eq!(again.error.unwrap().code, "approval_used");
+
     let res2 = w
         .resolve(w.resolve_req("com.example.ops", "deploy to production"))
         .unwrap();
+    let ask = |params| w.run(w.exec_req(&res2.resolution_id, "deploy.start", params, None));
+    assert_eq!(
+        ask(json!({"env": "prod"})).unwrap().status,
+        ExecuteStatus::PendingApproval
+    );
     w.carp
         .decide_approval(
             res2.decision.approval_id.as_deref().unwrap(),
@@ -473,11 +485,54 @@ fn approval_gates_execution_until_granted() {
             None,
         )
         .unwrap();
-    let denied = w
-        .run(w.exec_req(&res2.resolution_id, "deploy.start", json!({}), None))
-        .unwrap();
+    let denied = ask(json!({"env": "prod"})).unwrap();
     assert_eq!(denied.status, ExecuteStatus::Denied);
     assert_eq!(denied.error.unwrap().code, "approval_rejected");
+}
+
+#[test]
+fn a_resolve_opens_no_approval_and_the_execute_opens_one_for_its_call() {
+    let w = World::new();
+    let res = w
+        .resolve(w.resolve_req("com.example.ops", "deploy to production"))
+        .unwrap();
+    let approval_id = res.decision.approval_id.clone().unwrap();
+    assert!(w.carp.pending_approvals().unwrap().is_empty());
+    let rid = res.resolution_id.clone();
+    let ask = |params| {
+        w.run(w.exec_req(&rid, "deploy.start", params, None))
+            .unwrap()
+    };
+    let pending = ask(json!({"env": "prod"}));
+    assert_eq!(pending.status, ExecuteStatus::PendingApproval);
+    let opened = w.carp.pending_approvals().unwrap();
+    assert_eq!(opened.len(), 1);
+    let call = opened[0].call.clone().unwrap();
+    assert_eq!(opened[0].approval_id, approval_id);
+    assert_eq!(call.execution_id, pending.execution_id);
+    assert_eq!(call.action_id, "deploy.start");
+    assert_eq!(
+        call.parameters_hash,
+        cra_wire::hash::canonical_digest(&json!({"env": "prod"}))
+    );
+    assert_eq!(
+        Some(&call.atlas_digest),
+        w.carp.atlases().digests().get(&call.atlas_id)
+    );
+    // Another call under the resolution is refused while the first waits, and once granted.
+    let other = ask(json!({"env": "staging"}));
+    assert_eq!(other.error.unwrap().code, "approval_mismatch");
+    w.carp
+        .decide_approval(&approval_id, ApprovalDecision::Grant, "human", None)
+        .unwrap();
+    let other = ask(json!({"env": "staging"}));
+    assert_eq!(other.status, ExecuteStatus::Denied);
+    assert_eq!(other.error.unwrap().code, "approval_mismatch");
+    assert_eq!(ask(json!({"env": "prod"})).status, ExecuteStatus::Success);
+    let twice = ask(json!({"env": "prod"})).error.unwrap();
+    assert_eq!(twice.code, "approval_used");
+    let details = twice.details.unwrap_or_default();
+    assert!(details.get("retry_after_seconds").is_none());
 }
 
 #[test]

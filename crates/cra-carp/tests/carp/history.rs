@@ -75,12 +75,15 @@ impl World {
         r["execution"] = json!({
             "resolution_id": res.resolution_id, "action_id": action, "parameters": params,
         });
-        let resp = match self.carp.execute(&parse_request(&r).unwrap()) {
+        let resp = match self.carp.execute_in_store(&parse_request(&r).unwrap()) {
             Ok(ExecuteOutcome::Run(run)) => self
                 .carp
                 .finish_execution(run, Ok(json!({"ok": true})))
                 .unwrap(),
-            Ok(ExecuteOutcome::Answered(resp)) => resp,
+            Ok(
+                ExecuteOutcome::Answered(resp)
+                | ExecuteOutcome::OpenApproval { response: resp, .. },
+            ) => resp,
             Err(e) => {
                 let policy = e.policy_id.unwrap_or_default();
                 return format!("refused {} {policy}", e.token.as_str());

@@ -74,12 +74,15 @@ impl World {
             "resolution_id": res.resolution_id, "action_id": action, "parameters": params,
         });
         let request = parse_request(&r).unwrap();
-        let resp = match self.carp.execute(&request) {
+        let resp = match self.carp.execute_in_store(&request) {
             Ok(ExecuteOutcome::Run(run)) => self
                 .carp
                 .finish_execution(run, Ok(json!({"ok": true})))
                 .unwrap(),
-            Ok(ExecuteOutcome::Answered(resp)) => resp,
+            Ok(
+                ExecuteOutcome::Answered(resp)
+                | ExecuteOutcome::OpenApproval { response: resp, .. },
+            ) => resp,
             Err(e) => {
                 let policy = e.policy_id.clone().unwrap_or_default();
                 return ("refused".into(), e.token.as_str().into(), policy);
@@ -113,10 +116,11 @@ impl World {
         r["execution"] = json!({
             "resolution_id": res.resolution_id, "action_id": "log.write", "parameters": params,
         });
-        match self.carp.execute(&parse_request(&r).unwrap()) {
-            Ok(ExecuteOutcome::Answered(resp)) => {
-                resp.error?.details?.get("retry_after_seconds")?.as_u64()
-            }
+        match self.carp.execute_in_store(&parse_request(&r).unwrap()) {
+            Ok(
+                ExecuteOutcome::Answered(resp)
+                | ExecuteOutcome::OpenApproval { response: resp, .. },
+            ) => resp.error?.details?.get("retry_after_seconds")?.as_u64(),
             _ => None,
         }
     }

@@ -185,6 +185,7 @@ fn store_from(st: &SessionState, events: &[TraceEvent]) -> MemoryStore {
                 decided_by: None,
                 decided_at: None,
                 note: None,
+                call: None,
             })
             .unwrap();
     }

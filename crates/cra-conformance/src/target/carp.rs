@@ -132,7 +132,7 @@ impl CarpWorld {
                 }
                 Err(e) => error(&e),
             },
-            _ => self.answer_refusal(match self.carp.execute(&request) {
+            _ => self.answer_refusal(match self.carp.execute_in_store(&request) {
                 Ok(ExecuteOutcome::Run(cleared)) => {
                     let result = cleared.parameters.clone();
                     match self.carp.finish_execution(cleared, Ok(result)) {
@@ -140,7 +140,10 @@ impl CarpWorld {
                         Err(e) => error(&e),
                     }
                 }
-                Ok(ExecuteOutcome::Answered(resp)) => {
+                Ok(
+                    ExecuteOutcome::Answered(resp)
+                    | ExecuteOutcome::OpenApproval { response: resp, .. },
+                ) => {
                     let v = serde_json::to_value(&resp).unwrap_or(Value::Null);
                     match v.pointer("/error/code").and_then(Value::as_str) {
                         Some(code)

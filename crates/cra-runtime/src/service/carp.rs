@@ -24,8 +24,8 @@ use cra_carp::engine::{
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionPendingApproval, ActionRequested, PolicyViolated, RefusedRequestReceived,
-    RequestRejected, cached_events, resolve_events, validate_events,
+    ActionPendingApproval, ActionRequested, ApprovalRequested, PolicyViolated,
+    RefusedRequestReceived, RequestRejected, cached_events, resolve_events, validate_events,
 };
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StateChange, StoredResolution};
@@ -365,9 +365,12 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         ),
         _ => (rt.ids.new_id(), None),
     };
-    let carp = engine(rt, atlases.set.clone()).with_session(session);
-    let req = request.clone();
-    let outcome = run_blocking("the execute task failed", move || carp.execute(&req)).await?;
+    let carp = Arc::new(engine(rt, atlases.set.clone()).with_session(session));
+    let decide = || {
+        let (carp, req) = (carp.clone(), request.clone());
+        run_blocking("the execute task failed", move || carp.execute(&req))
+    };
+    let mut outcome = decide().await?;
     let approval_id = stored
         .as_ref()
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
@@ -380,10 +383,25 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         parent: parent.as_deref(),
         approval_id,
     };
+    if let Ok(ExecuteOutcome::OpenApproval { response, approval }) = outcome {
+        let expires_at = stored
+            .as_ref()
+            .and_then(|s| s.resolution.decision.expires_at.clone());
+        match call.open(response, approval, expires_at.as_deref()).await? {
+            Some(answer) => return Ok(answer),
+            // Another execute under the resolution opened its approval first: decide again,
+            // on the approval as it now stands.
+            None => outcome = decide().await?,
+        }
+    }
     match outcome {
         Err(e) => call.refused(e).await,
         Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
         Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
+        Ok(ExecuteOutcome::OpenApproval { .. }) => Err(ApiError::new(
+            Token::Unavailable,
+            "an approval was opened and then found missing; retry the execute",
+        )),
     }
 }
 
@@ -478,6 +496,36 @@ impl Call<'_> {
                 reason: message,
             }),
         ]
+    }
+
+    /// A gated call asked for its approval: the approval is opened with `action.requested`,
+    /// `approval.requested` (naming the call) and `action.pending_approval`, in one write, and
+    /// the pending answer returned. `None` (nothing written) when another execute under the
+    /// resolution opened the approval first.
+    async fn open(
+        &self,
+        response: ExecuteResponse,
+        approval: cra_carp::store::ApprovalRecord,
+        expires_at: Option<&str>,
+    ) -> ApiResult<Option<ExecuteResponse>> {
+        let execution_id = response.execution_id.as_str();
+        let message = response.error.as_ref().map_or("", |e| e.message.as_str());
+        let span = self.span(execution_id);
+        let requested = span.draft_of(&ApprovalRequested::opened(
+            &approval,
+            expires_at.unwrap_or(""),
+        ));
+        let mut drafts = self.pending(execution_id, message);
+        drafts.insert(1, requested);
+        let r = &self.request.requester;
+        let change = StateChange::Open(approval.clone());
+        match self.rt.append_change(&r.agent_id, change, drafts).await {
+            Ok(_) => {}
+            Err(e) if e.body.error == Token::AlreadyExists.as_str() => return Ok(None),
+            Err(e) => return Err(e),
+        }
+        self.rt.metrics.record_execution("pending_approval");
+        Ok(Some(response))
     }
 
     /// A request the engine refused by a rule: recorded under a new execution id, then

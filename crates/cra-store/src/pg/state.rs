@@ -1,7 +1,7 @@
 //! Changes of CARP state written inside the committer's batch transaction, with the events that
 //! record them (`cra_carp::store::StateLog` on PostgreSQL): a resolve's request id, resolution
-//! and approval, an approval's decision, an execution's outcome, or the removal of the outbox
-//! entry whose events these are (a Relay write's).
+//! and approval, an approval opened by an execute, an approval's decision, an execution's
+//! outcome, or the removal of the outbox entry whose events these are (a Relay write's).
 //!
 //! A change is encoded on the appender's thread ([`PgChange::encode`]) so the committer, which
 //! every append of a batch waits for, only sends statements. A resolve is one statement (three
@@ -27,6 +27,8 @@ pub(crate) enum PgChange {
     Execute(ExecutionRecord, String),
     /// An outbox entry to remove.
     Settle(Settlement),
+    /// A pending approval opened by an execute, and its JSON.
+    Open(ApprovalRecord, String),
 }
 
 /// A resolve's state, encoded.
@@ -55,6 +57,10 @@ impl PgChange {
             StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(&r)?),
             StateChange::Decide(d) => Self::Decide(d),
             StateChange::Settle(s) => Self::Settle(s),
+            StateChange::Open(a) => {
+                let body = encode(&a)?;
+                Self::Open(a, body)
+            }
             StateChange::Execute(e) => {
                 let body = encode(&e)?;
                 Self::Execute(e, body)
@@ -72,8 +78,28 @@ impl PgChange {
             Self::Decide(d) => decide_in(tx, d),
             Self::Execute(e, body) => execute_in(tx, e, body),
             Self::Settle(s) => settle_in(tx, s),
+            Self::Open(a, body) => open_in(tx, a, body),
         }
     }
+}
+
+/// Opens a pending approval; refused, writing nothing, when its id is taken (another execute
+/// under the same resolution opened it first, on this replica or another).
+fn open_in(
+    tx: &mut postgres::Transaction<'_>,
+    a: &ApprovalRecord,
+    body: &str,
+) -> Result<Applied, postgres::Error> {
+    let n = tx.execute(
+        "INSERT INTO carp_approvals (approval_id, session_id, status, body) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (approval_id) DO NOTHING",
+        &[&a.approval_id, &a.session_id, &a.status.as_str(), &body],
+    )?;
+    Ok(if n == 1 {
+        Ok(true)
+    } else {
+        Err(cra_carp::store::opened_before(&a.approval_id))
+    })
 }
 
 /// Removes the outbox entry `s` names; refused, writing nothing, when it is gone (settled by

@@ -283,6 +283,10 @@ impl cra_carp::store::StateLog for RedbStore {
                 Ok(bytes) => EncodedChange::Execute(Box::new(e), bytes),
                 Err(err) => return done(Err(err.into())),
             },
+            StateChange::Open(a) => match encode(&a) {
+                Ok(bytes) => EncodedChange::Open(a.approval_id, bytes),
+                Err(err) => return done(Err(err.into())),
+            },
         };
         self.queue_append(
             &session_id,
@@ -313,6 +317,8 @@ pub(crate) enum EncodedChange {
     Execute(Box<ExecutionRecord>, Vec<u8>),
     /// An outbox entry removed as its events are appended.
     Settle(Settlement),
+    /// A pending approval opened by an execute: its id and its JSON.
+    Open(String, Vec<u8>),
 }
 
 impl EncodedChange {
@@ -320,7 +326,7 @@ impl EncodedChange {
     pub(crate) fn request_id(&self) -> Option<&str> {
         match self {
             Self::Resolve(r) => Some(r.request_id()),
-            Self::Decide(_) | Self::Execute(..) | Self::Settle(_) => None,
+            Self::Decide(_) | Self::Execute(..) | Self::Settle(_) | Self::Open(..) => None,
         }
     }
 
@@ -329,7 +335,7 @@ impl EncodedChange {
     /// bug's trace: its drafts are sealed by the committer onto the head it reads, so a refusal
     /// leaves no append behind it sealed onto events that were never written.
     pub(crate) fn refused_in_course(&self) -> bool {
-        matches!(self, Self::Decide(_) | Self::Settle(_))
+        matches!(self, Self::Decide(_) | Self::Settle(_) | Self::Open(..))
     }
 }
 
@@ -353,7 +359,23 @@ pub(crate) fn apply_change(
         },
         EncodedChange::Decide(d) => apply_decision(t, d),
         EncodedChange::Settle(s) => apply_settlement(txn, s),
+        EncodedChange::Open(id, bytes) => apply_open(t, id, bytes),
     }
+}
+
+/// Opens a pending approval; refused, writing nothing, when its id is taken (another execute
+/// under the same resolution opened it first).
+fn apply_open(
+    t: &mut ResolveTables<'_>,
+    id: &str,
+    bytes: &[u8],
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    if t.approvals.get(id).map_err(be)?.is_some() {
+        return Ok(Err(cra_carp::store::opened_before(id)));
+    }
+    t.approvals.insert(id, bytes).map_err(be)?;
+    t.pending.insert(id, ()).map_err(be)?;
+    Ok(Ok(true))
 }
 
 /// Removes the outbox entry `s` names; refused, writing nothing, when it is gone (settled by

@@ -137,6 +137,7 @@ fn carp_records(s: &dyn TestStore, id: &str) {
         decided_by: None,
         decided_at: None,
         note: None,
+        call: None,
     })
     .unwrap();
     let charge = Charge {

@@ -3,6 +3,7 @@
 Expectations are written by hand from the CRA spec and cra-errata.md; see gen.py for the driver.
 """
 import copy
+import hashlib
 import json
 import os
 
@@ -10,6 +11,12 @@ NOW = "2026-01-15T10:00:00.000000Z"
 SESSION = "0190f5d2-8a4e-7b3c-9d1e-5e5510000001"
 AGENT = "agent-conf"
 ATLAS_ID = "com.example.conformance"
+
+
+def sha256_canon(value):
+    """`sha256:` of a value's TRACE canonical form (plain ASCII keys and strings only)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def rid(n):
@@ -524,13 +531,59 @@ def generate(fx, R, DATA):
        CA + ["errata: rate limit"], "resolve", {"request": request(n=3), "with_trace": True},
        {"resolution": {"request_id": rid(3)}, "trace": no_cache},
        setup=dict(XS, steps=[charged, {"operation": "execute", "args": exe(2, "api.call", {})}]))
-    fx("resolve-cache-pending-approval-answered-again", "cra", "resolve", "cra-full",
-       "While its approval is pending, an identical resolve is answered with the same approval",
-       CA + ["errata: grants"], "resolve", {"request": request(n=2), "with_trace": True},
-       {"resolution": {"request_id": rid(1), "decision": {"type": "requires_approval"}},
-        "trace": {"$contains": [{"event_type": "approval.requested", "payload": {"approval_id": {"$same": "/resolution/decision/approval_id"}}},
-                                cached_event]}},
+    fx("resolve-cache-unopened-approval-answered-again", "cra", "resolve", "cra-full",
+       "While no execute has asked for its approval, an identical resolve is answered with the same approval id",
+       CA + ["errata: grants", "specs/carp.md: approvals bound to the call"], "resolve", {"request": request(n=2), "with_trace": True},
+       {"resolution": {"request_id": rid(1), "decision": {"type": "requires_approval", "approval_id": {"$any": "string"}}},
+        "trace": {"$contains": [cached_event]}},
        setup=dict(XS, steps=[res_step]))
+    fx("resolve-cache-opened-approval-fresh", "cra", "resolve", "cra-full",
+       "Once an execute opened the resolution's approval for its call, an identical resolve is evaluated afresh",
+       CA + ["specs/carp.md: approvals bound to the call"], "resolve", {"request": request(n=3), "with_trace": True},
+       {"resolution": {"request_id": rid(3), "decision": {"type": "requires_approval"}}, "trace": no_cache},
+       setup=dict(XS, steps=[res_step, {"operation": "execute", "args": exe(2, "resource.delete", {"id": "r1"})}]))
+
+    # ------------------------------------------------------------ approvals bound to the call (round 2)
+    # specs/carp.md, "Approvals bound to the call": a resolve opens no approval; the first execute
+    # of a gated action opens the resolution's approval for that call; a grant runs it once.
+    AB = X + ["specs/carp.md: approvals bound to the call", "errata: grants"]
+    grant = {"operation": "http", "args": {"method": "POST", "path": ["/v1/approvals/", {"$step": [0, "/decision/approval_id"]}],
+                                           "body": {"decision": "grant", "note": "conformance"}}}
+    ask_a = {"operation": "execute", "args": exe(2, "resource.delete", {"id": "r1"})}
+    fx("resolve-opens-no-approval", "cra", "resolve", "cra-full",
+       "A resolve that gates an action names an approval id but opens no approval: no approval.requested",
+       AB, "resolve", {"request": request(n=1), "with_trace": True},
+       {"resolution": {"decision": {"type": "requires_approval", "approval_id": {"$any": "string"}}},
+        "trace": {"$none": {"event_type": "approval.requested"}}},
+       setup=XS)
+    fx("execute-approval-opened-by-execute", "cra", "execute", "cra-full",
+       "The first execute of a gated action opens the resolution's approval for its call: approval.requested names the call",
+       AB, "execute", dict(exe(2, "resource.delete", {"id": "r1"}), with_trace=True),
+       {"response": {"status": "pending_approval", "error": {"code": "approval_pending"}},
+        "trace": {"$contains": [{"event_type": "approval.requested",
+                                 "payload": {"approval_id": {"$any": "string"}, "actions": ["resource.delete"],
+                                             "action_id": "resource.delete", "execution_id": {"$same": "/response/execution_id"},
+                                             "parameters_hash": sha256_canon({"id": "r1"}),
+                                             "atlas_id": "com.example.conformance", "atlas_digest": {"$prefix": "sha256:"}}},
+                                {"event_type": "action.pending_approval", "payload": {"execution_id": {"$same": "/response/execution_id"}}}]},
+        "trace_valid": True},
+       setup=dict(XS, steps=[res_step]))
+    fx("execute-approval-other-call-while-pending", "cra", "execute", "cra-full",
+       "Another call of the gated action under the same resolution, while the approval waits: approval_mismatch",
+       AB, "execute", exe(3, "resource.delete", {"id": "r2"}), {"error": "approval_mismatch", "status": 403},
+       setup=dict(XS, steps=[res_step, ask_a]))
+    fx("execute-approval-granted-runs-the-call", "cra", "execute", "cra-full",
+       "Once granted, the call the approval was asked for runs",
+       AB, "execute", exe(3, "resource.delete", {"id": "r1"}), {"status": "success"},
+       setup=dict(XS, steps=[res_step, ask_a, grant]))
+    fx("execute-approval-granted-other-parameters", "cra", "execute", "cra-full",
+       "A grant for {id: r1} does not run {id: r2}: approval_mismatch",
+       AB, "execute", exe(3, "resource.delete", {"id": "r2"}), {"error": "approval_mismatch", "status": 403},
+       setup=dict(XS, steps=[res_step, ask_a, grant]))
+    fx("execute-approval-used-once", "cra", "execute", "cra-full",
+       "A granted approval runs its call once: the same call again is refused approval_used",
+       AB, "execute", exe(4, "resource.delete", {"id": "r1"}), {"error": "approval_used", "status": 403},
+       setup=dict(XS, steps=[res_step, ask_a, grant, {"operation": "execute", "args": exe(3, "resource.delete", {"id": "r1"})}]))
 
     # ------------------------------------------------------------ conditions on parameters (round 2)
     # specs/carp.md, "Conditions on parameters": pending at resolve without intended parameters,

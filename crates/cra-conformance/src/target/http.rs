@@ -449,8 +449,19 @@ impl HttpTarget {
                     .get("anonymous")
                     .and_then(Value::as_bool)
                     .unwrap_or(false);
-                let (status, body) =
-                    self.call_as(method, &s("path"), args.get("body"), !anonymous)?;
+                // A path may be given in parts, so a part can be an earlier step's answer
+                // (`{"$step": [i, "/decision/approval_id"]}`); they are joined as they are.
+                let path = match args.get("path") {
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .map(Value::as_str)
+                        .collect::<Option<String>>()
+                        .ok_or_else(|| {
+                            Fail::Errored("http verb: every part of `path` must be a string".into())
+                        })?,
+                    _ => s("path"),
+                };
+                let (status, body) = self.call_as(method, &path, args.get("body"), !anonymous)?;
                 Ok(json!({"status": status, "body": body}))
             }
             other => self.route(

@@ -135,7 +135,9 @@ async fn read_approval(rt: &Runtime, approval_id: &str) -> ApiResult<ApprovalRec
         .ok_or_else(|| {
             ApiError::new(
                 Token::ApprovalNotFound,
-                format!("no approval {approval_id}; list the pending ones with GET /v1/approvals"),
+                format!(
+                    "no approval {approval_id}; an approval is opened by the execute it gates, so a resolution's approval_id names none until the agent executes the gated action; list the open ones with GET /v1/approvals"
+                ),
             )
         })
 }

@@ -199,7 +199,9 @@ async fn an_agent_cannot_read_or_write_another_agents_session_trace_or_approval(
         .await;
     assert_eq!(st, 200, "{res}");
     let resolution = res["resolution_id"].as_str().unwrap().to_owned();
-    let approval = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let approval = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &maint, &res)
+        .await;
     let before = chain_lengths(&s, &[&mine, &theirs, &maint]).await;
     let total = s.total_events();
 

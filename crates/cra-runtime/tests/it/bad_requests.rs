@@ -174,7 +174,9 @@ async fn every_bad_request_answers_its_token_and_changes_only_what_it_must() {
         )
         .await;
     let resolution = res["resolution_id"].as_str().unwrap().to_owned();
-    let approval = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let approval = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
     let used_rid = rid();
     let (st, _) = s
         .post(
@@ -1312,7 +1314,7 @@ async fn every_bad_request_answers_its_token_and_changes_only_what_it_must() {
                     Some(MAINT),
                     ex(
                         "pr.merge",
-                        json!({"owner": "o", "repo": "r", "number": 1}),
+                        crate::support::MERGE_42.clone(),
                         &|_| {},
                     ),
                     409,

@@ -504,7 +504,9 @@ async fn a_session_ending_before_a_decision_is_written_refuses_it() {
     let req = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
     let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
     assert_eq!(st, 200, "{res}");
-    let approval_id = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let approval_id = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
     let decision = {
         let (http, url) = (
             s.http.clone(),

@@ -130,7 +130,9 @@ async fn a_refused_approval_decision_changes_nothing() {
     let s = TestServer::start().await;
     let sid = s.open_session(MAINT, "maintainer-bot").await;
     let res = resolve_gated(&s, &sid).await;
-    let approval_id = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let approval_id = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
     let (st, _) = s.delete(Some(MAINT), &format!("/v1/sessions/{sid}")).await;
     assert_eq!(st, 204);
     let events_before = s.events(&sid).await;
@@ -400,8 +402,8 @@ async fn an_identical_resolve_is_answered_from_the_cache_and_replays_identical()
     assert_eq!(st, 200);
     assert_eq!(
         approvals.as_array().unwrap().len(),
-        1,
-        "one approval, not two"
+        0,
+        "a resolve opens no approval, and neither does a cache hit"
     );
     s.stop().await;
 }

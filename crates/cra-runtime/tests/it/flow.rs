@@ -42,7 +42,7 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
         candidates,
     ));
     expected.extend(std::iter::repeat_n("context.injected".to_owned(), blocks));
-    expected.push("approval.requested".into());
+    // A resolve opens no approval: the execute of the gated action does (below).
     expected.push("carp.resolution.completed".into());
     assert_eq!(types, expected);
     let events = s.events(&sid).await;
@@ -159,11 +159,24 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
     assert_refused(&r, 409, "approval_pending");
     let types = s.event_types(&sid).await;
     assert_eq!(
-        &types[types.len() - 2..],
-        ["action.requested", "action.pending_approval"],
-        "a pending approval is recorded as such, not as a denial"
+        &types[types.len() - 3..],
+        [
+            "action.requested",
+            "approval.requested",
+            "action.pending_approval"
+        ],
+        "the execute opens the approval for its call, and waits: not a denial"
     );
-    let pending = s.events(&sid).await.pop().unwrap();
+    let events = s.events(&sid).await;
+    let opened = &events[events.len() - 2]["payload"];
+    assert_eq!(opened["approval_id"], approval_id.as_str());
+    assert_eq!(opened["execution_id"], r.1["execution_id"]);
+    assert_eq!(opened["action_id"], "pr.merge");
+    assert_eq!(
+        opened["parameters_hash"].as_str().unwrap(),
+        cra_wire::hash::canonical_digest(&merge)
+    );
+    let pending = events.last().unwrap().clone();
     assert_eq!(
         pending["payload"]["approval_id"],
         res["decision"]["approval_id"]
@@ -264,7 +277,6 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
     ));
     want.extend(std::iter::repeat_n("context.injected".to_owned(), blocks));
     for t in [
-        "approval.requested",
         "carp.resolution.completed",
         "action.requested",
         "action.approved",
@@ -273,6 +285,7 @@ async fn resolve_execute_deny_and_approve_are_traced_in_order() {
         "action.denied",
         "policy.violated",
         "action.requested",
+        "approval.requested",
         "action.pending_approval",
         "approval.granted",
         "action.requested",

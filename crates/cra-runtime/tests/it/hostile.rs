@@ -550,10 +550,9 @@ async fn setup() -> (TestServer, Ctx) {
         )
         .await;
     assert_eq!(st, 200, "{gated}");
-    let approval = gated["decision"]["approval_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let approval = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &gated)
+        .await;
     let (st, p) = s
         .post(
             Some(MAINT),

@@ -245,7 +245,9 @@ async fn an_agent_waits_for_its_approval() {
     let req = crate::support::resolve_request("maintainer-bot", &sid, &rid(), &["maintain"]);
     let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
     assert_eq!(st, 200, "{res}");
-    let id = res["decision"]["approval_id"].as_str().unwrap().to_owned();
+    let id = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
     let path = format!("/v1/approvals/{id}");
 
     let (st, now) = s.get(Some(MAINT), &path).await;

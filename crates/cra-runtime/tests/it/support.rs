@@ -295,6 +295,34 @@ impl TestServer {
             .sum()
     }
 
+    /// Asks for the approval of a gated resolution `res` (github-ops, `maintain`): executes
+    /// `pr.merge` of pull request 42, which opens the resolution's approval for that call
+    /// (`specs/carp.md`, "Approvals bound to the call"), and returns the approval's id.
+    pub(crate) async fn ask_merge_approval(
+        &self,
+        key: &str,
+        agent: &str,
+        session: &str,
+        res: &Value,
+    ) -> String {
+        let resolution = res["resolution_id"].as_str().unwrap();
+        let call = execute_request(
+            agent,
+            session,
+            &rid(),
+            resolution,
+            "pr.merge",
+            MERGE_42.clone(),
+        );
+        let (st, body) = self.post(Some(key), "/v1/execute", &call).await;
+        assert_eq!(
+            (st, &body["status"]),
+            (409, &serde_json::json!("pending_approval")),
+            "{body}"
+        );
+        res["decision"]["approval_id"].as_str().unwrap().to_owned()
+    }
+
     /// WebSocket URL of a stream query.
     pub(crate) fn ws_url(&self, query: &str) -> String {
         format!(
@@ -340,6 +368,11 @@ pub(crate) fn execute_request(
         "execution": {"resolution_id": resolution_id, "action_id": action_id, "parameters": parameters}
     })
 }
+
+/// The parameters of the merge [`TestServer::ask_merge_approval`] asks an approval for.
+pub(crate) static MERGE_42: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+    || serde_json::json!({"owner": "acme", "repo": "widgets", "number": 42}),
+);
 
 /// A fresh request id (UUIDv7).
 pub(crate) fn rid() -> String {

@@ -564,7 +564,7 @@ def generate(fx, R, DATA):
                                  "payload": {"approval_id": {"$any": "string"}, "actions": ["resource.delete"],
                                              "action_id": "resource.delete", "execution_id": {"$same": "/response/execution_id"},
                                              "parameters_hash": sha256_canon({"id": "r1"}),
-                                             "atlas_id": "com.example.conformance", "atlas_digest": {"$prefix": "sha256:"}}},
+                                             "atlas_id": "com.example.conformance", "atlas_digest": {"$len": 64}}},
                                 {"event_type": "action.pending_approval", "payload": {"execution_id": {"$same": "/response/execution_id"}}}]},
         "trace_valid": True},
        setup=dict(XS, steps=[res_step]))

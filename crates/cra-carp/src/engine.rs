@@ -148,7 +148,7 @@ pub enum ExecuteOutcome {
         /// The pending answer; its `execution_id` is the approval's `call.execution_id`.
         response: ExecuteResponse,
         /// The approval to open, bound to this call.
-        approval: ApprovalRecord,
+        approval: Box<ApprovalRecord>,
     },
 }
 
@@ -595,7 +595,10 @@ impl Carp {
                         atlas_digest: atlas_digest.to_owned(),
                     }),
                 };
-                Ok(ExecuteOutcome::OpenApproval { response, approval })
+                Ok(ExecuteOutcome::OpenApproval {
+                    response,
+                    approval: Box::new(approval),
+                })
             }
             Authorization::PendingApproval { approval_id } => {
                 let e = CarpError::new(

@@ -423,7 +423,8 @@ fn approval_binds(
     }
 }
 
-/// The counter prefix of an approval's single use ([`approval_use`]).
+/// The counter prefix of an approval's single use: a granted approval asked for one call is
+/// charged once on `approval:<approval_id>`.
 pub const APPROVAL_USE: &str = "approval:";
 
 /// The charge that uses a granted approval up: one run in a window twice the resolution's

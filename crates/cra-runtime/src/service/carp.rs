@@ -505,7 +505,7 @@ impl Call<'_> {
     async fn open(
         &self,
         response: ExecuteResponse,
-        approval: cra_carp::store::ApprovalRecord,
+        approval: Box<cra_carp::store::ApprovalRecord>,
         expires_at: Option<&str>,
     ) -> ApiResult<Option<ExecuteResponse>> {
         let execution_id = response.execution_id.as_str();
@@ -518,7 +518,7 @@ impl Call<'_> {
         let mut drafts = self.pending(execution_id, message);
         drafts.insert(1, requested);
         let r = &self.request.requester;
-        let change = StateChange::Open(approval.clone());
+        let change = StateChange::Open(*approval);
         match self.rt.append_change(&r.agent_id, change, drafts).await {
             Ok(_) => {}
             Err(e) if e.body.error == Token::AlreadyExists.as_str() => return Ok(None),

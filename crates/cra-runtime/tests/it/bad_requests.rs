@@ -1312,11 +1312,7 @@ async fn every_bad_request_answers_its_token_and_changes_only_what_it_must() {
                     "POST",
                     "/v1/execute",
                     Some(MAINT),
-                    ex(
-                        "pr.merge",
-                        crate::support::MERGE_42.clone(),
-                        &|_| {},
-                    ),
+                    ex("pr.merge", crate::support::MERGE_42.clone(), &|_| {}),
                     409,
                     "approval_pending",
                 ),

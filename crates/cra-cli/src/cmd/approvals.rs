@@ -232,6 +232,13 @@ fn line(a: &Value) -> String {
         actions.join(","),
         s("created_at"),
     );
+    let call = &a["call"];
+    if let (Some(hash), Some(atlas)) = (call["parameters_hash"].as_str(), call["atlas_id"].as_str())
+    {
+        out.push_str(&format!(
+            "  for the call with parameters {hash} under atlas {atlas}"
+        ));
+    }
     if a["lapsed"] == true {
         out.push_str("  lapsed: its session ended");
     }
@@ -268,6 +275,18 @@ mod tests {
         assert_eq!(
             line(&a),
             "a1  granted  agent bot  session s1  actions x.y,z.w  asked t0  decided by oscar at t1"
+        );
+    }
+
+    #[test]
+    fn a_line_names_the_call_an_approval_was_asked_for() {
+        let a = json!({"approval_id": "a1", "status": "pending", "agent_id": "bot",
+            "session_id": "s1", "actions": ["x.y"], "created_at": "t0",
+            "call": {"execution_id": "e1", "action_id": "x.y", "parameters_hash": "sha256:ab",
+                     "atlas_id": "at", "atlas_digest": "cd"}});
+        assert_eq!(
+            line(&a),
+            "a1  pending  agent bot  session s1  actions x.y  asked t0  for the call with parameters sha256:ab under atlas at"
         );
     }
 }

@@ -65,6 +65,25 @@ fn ask_for_approval(server: &Server) -> String {
         }),
     );
     assert_eq!(res["decision"]["type"], "requires_approval", "{res}");
+    // The resolve opened nothing: the execute of the refund asks for the approval of this call.
+    let now = cra_wire::clock::format_timestamp(cra_wire::Clock::now(&cra_wire::SystemClock));
+    let call = json!({
+        "carp_version": "1.0",
+        "request_id": cra_wire::IdGenerator::new_id(&cra_wire::UuidV7Ids),
+        "timestamp": now,
+        "operation": "execute",
+        "requester": {"agent_id": "admin", "session_id": sid},
+        "execution": {"resolution_id": res["resolution_id"], "action_id": "refund.issue",
+                      "parameters": {"amount": 600}}
+    });
+    let resp = http
+        .post(format!("{}/v1/execute", server.url))
+        .bearer_auth(&token)
+        .json(&call)
+        .send()
+        .unwrap();
+    let v: Value = resp.json().unwrap();
+    assert_eq!(v["status"], "pending_approval", "{v}");
     res["decision"]["approval_id"].as_str().unwrap().to_owned()
 }
 
@@ -82,8 +101,13 @@ fn approvals_are_listed_shown_and_decided_once() {
     assert_eq!(e, Exit::Success, "{err}");
     let listed: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(listed[0]["approval_id"], id.as_str());
-    // db.drop is critical in the atlas, so its approval policy gates it too.
-    assert_eq!(listed[0]["actions"], json!(["refund.issue", "db.drop"]));
+    // The approval gates the one call that asked for it.
+    assert_eq!(listed[0]["actions"], json!(["refund.issue"]));
+    assert_eq!(listed[0]["call"]["action_id"], "refund.issue");
+    assert_eq!(
+        listed[0]["call"]["parameters_hash"].as_str().unwrap(),
+        cra_wire::hash::canonical_digest(&json!({"amount": 600}))
+    );
 
     let (e, out, _) = cra(&server, &["show", &id, "-o", "json"]);
     assert_eq!(e, Exit::RequiresApproval, "pending: {out}");

@@ -120,8 +120,8 @@ fn check_state(doc: &Value, facts: &super::live::Facts) {
     let store = &doc["store"];
     assert_eq!(store["equal"], true, "{store:#}");
     assert_eq!(store["checked"]["session"], 1);
-    assert_eq!(store["checked"]["resolutions"], 3);
-    assert_eq!(store["checked"]["approvals"], 1);
+    assert_eq!(store["checked"]["resolutions"], 4);
+    assert_eq!(store["checked"]["approvals"], 2);
     // read-1, ci-1, ci-2, ci-3, deploy-2, deploy-3: every execution that ran, with a key.
     assert_eq!(store["checked"]["executions"], 6);
     assert_eq!(store["checked"]["counters"], 3);
@@ -167,6 +167,7 @@ fn check_state(doc: &Value, facts: &super::live::Facts) {
         ("ci.rerun", "success", ""),
         ("db.drop", "denied", "action_not_allowed"),
         ("deploy.run", "error", "deploy_failed"),
+        ("deploy.run", "pending_approval", "approval_pending"),
         ("deploy.run", "pending_approval", "approval_pending"),
         ("deploy.run", "success", ""),
         ("doc.read", "success", ""),
@@ -286,10 +287,11 @@ fn a_live_session_exports_reconstructs_and_replays() {
     // A trace that says the approval was rejected (re-sealed, so the chain verifies) disagrees
     // with the store at exactly that point.
     let mut edited = events.clone();
-    for e in &mut edited {
-        if e.event_type == "approval.granted" {
-            e.event_type = "approval.rejected".into();
-        }
+    if let Some(e) = edited
+        .iter_mut()
+        .find(|e| e.event_type == "approval.granted")
+    {
+        e.event_type = "approval.rejected".into();
     }
     let tampered = dir.join("tampered.trace.jsonl");
     std::fs::write(&tampered, reseal(&edited)).unwrap();
@@ -311,8 +313,8 @@ fn a_live_session_exports_reconstructs_and_replays() {
     let doc = json(&out);
     assert_eq!(exit, Exit::Success, "{doc:#}");
     assert_eq!(doc["identical"], true);
-    assert_eq!(doc["cases"], 3);
-    assert_eq!(doc["same"], 3);
+    assert_eq!(doc["cases"], 4);
+    assert_eq!(doc["same"], 4);
     assert_eq!(doc["chain"]["valid"], true);
     assert!(doc["warnings"].as_array().unwrap().is_empty(), "{doc:#}");
     let (exit, out, _) = cli(&[
@@ -348,14 +350,14 @@ fn a_live_session_exports_reconstructs_and_replays() {
     let doc = json(&out);
     assert_eq!(doc["identical"], false);
     assert_eq!(
-        doc["same"], 2,
+        doc["same"], 3,
         "only the request that could touch db.drop diverges"
     );
     assert_eq!(doc["diverged"], 1);
     let w = &doc["warnings"][0];
     assert_eq!(w["kind"], "digest_differs");
     assert_eq!(w["atlas_id"], "test.trace.ops");
-    assert_eq!(w["requests"], 3);
+    assert_eq!(w["requests"], 4);
     assert_ne!(w["recorded"], w["supplied"]);
     let first = &doc["first_divergence"];
     assert_eq!(first["goal"], "drop the staging database");

@@ -298,6 +298,31 @@ impl Live {
             Some(json!({"status": "success", "result": {"deployed": "2"}})),
         );
         ok(&deploy, "success");
+        // The approval ran its call; version 3 asks its own under a new resolution.
+        let r4 = self.resolve(&sid, "deploy version 2 to production", &["ops"]);
+        assert_eq!(r4["decision"]["type"], "requires_approval", "{r4}");
+        assert_ne!(r4["decision"]["approval_id"], f.approval.as_str(), "{r4}");
+        let gated = r4["resolution_id"].as_str().unwrap().to_owned();
+        let ask = self.execute(
+            &sid,
+            &gated,
+            "deploy.run",
+            json!({"version": "3"}),
+            None,
+            None,
+        );
+        assert_eq!(ask.1["status"], "pending_approval", "{}", ask.1);
+        self.tick();
+        let (st, body) = self.call(
+            "POST",
+            OPERATOR,
+            &format!(
+                "/v1/approvals/{}",
+                r4["decision"]["approval_id"].as_str().unwrap()
+            ),
+            Some(&json!({"decision": "grant", "note": "version 3 too"})),
+        );
+        assert_eq!(st, 200, "{body}");
         let failed = self.execute(
             &sid,
             &gated,

@@ -303,7 +303,7 @@ fn mutations_make_the_named_fixtures_fail() {
             &[
                 "resolve-cache-identical-answered-again",
                 "resolve-cache-recorded-in-resolution-trace",
-                "resolve-cache-pending-approval-answered-again",
+                "resolve-cache-unopened-approval-answered-again",
             ],
         ),
         (

@@ -560,3 +560,57 @@ async fn proxy_with_url_keeps_upstream_names_and_an_operator_approves_on_the_ser
     client.cancel().await.unwrap();
     server.shutdown().await.unwrap();
 }
+
+/// The approval id a pending tool result names ("approval <id> is asked for this call").
+fn approval_named(result: &rmcp::model::CallToolResult) -> String {
+    let text = text_of(result);
+    assert_eq!(result.is_error, Some(true), "{text}");
+    assert!(text.contains("approval_pending"), "{text}");
+    text.split("approval ")
+        .nth(1)
+        .and_then(|t| t.get(..36))
+        .unwrap_or_else(|| panic!("names its approval: {text}"))
+        .to_owned()
+}
+
+/// Approvals are per call over MCP too (`specs/mcp.md`, "Approvals are per call"): two gated
+/// calls with other arguments each ask for an approval of their own (the second is not refused
+/// `approval_mismatch`), each retry runs its own call once granted, and calling a call that ran
+/// again asks for a new approval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_gated_mcp_call_asks_for_its_own_approval_and_a_retry_runs_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = serve(tmp.path()).await;
+    let base = format!("http://{}", server.addr);
+    let client = client_of(&format!("{base}/mcp"), AGENT, ProtocolVersion::V_2025_11_25).await;
+    let deploy = |version: &str| call("deploy_run", json!({"version": version}), None);
+    let first = approval_named(&client.call_tool(deploy("1")).await.unwrap());
+    let second = approval_named(&client.call_tool(deploy("2")).await.unwrap());
+    assert_ne!(first, second, "the second call asked for its own approval");
+    // The first call, made again while it waits, waits on its own approval.
+    let again = approval_named(&client.call_tool(deploy("1")).await.unwrap());
+    assert_eq!(again, first);
+
+    let http = reqwest::Client::new();
+    for id in [&first, &second] {
+        let granted = http
+            .post(format!("{base}/v1/approvals/{id}"))
+            .bearer_auth(OPERATOR)
+            .json(&json!({"decision": "grant"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(granted.status(), 200, "{}", granted.text().await.unwrap());
+    }
+    for version in ["2", "1"] {
+        let ran = client.call_tool(deploy(version)).await.unwrap();
+        assert_ne!(ran.is_error, Some(true), "{ran:?}");
+    }
+    let third = approval_named(&client.call_tool(deploy("1")).await.unwrap());
+    assert!(
+        third != first && third != second,
+        "a call that ran asks anew"
+    );
+    client.cancel().await.unwrap();
+    server.shutdown().await.unwrap();
+}

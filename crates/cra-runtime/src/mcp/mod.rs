@@ -47,6 +47,11 @@ pub struct McpSession {
     capabilities: Vec<String>,
     naming: Naming,
     latest: Mutex<Option<Listed>>,
+    /// Calls that asked for an approval, by `(action id, parameters digest)`: the resolution
+    /// whose approval each opened, until it runs or that resolution expires. A call made again
+    /// goes to its own approval; another gated call gets a resolution of its own
+    /// (`specs/mcp.md`, "Approvals").
+    asked: Mutex<std::collections::HashMap<(String, String), Asked>>,
     /// Cancelled when the session ends: its list-change notifier stops.
     ended: tokio_util::sync::CancellationToken,
 }
@@ -119,6 +124,18 @@ struct Listed {
     resolution_id: String,
     expires_at: time::OffsetDateTime,
     blocks: Vec<ContextBlock>,
+    /// The actions it gates on an approval.
+    gated: std::collections::BTreeSet<String>,
+    /// Whether a call under it opened its approval: the approval is then that call's, and
+    /// another gated call needs a fresh resolution.
+    approval_taken: bool,
+}
+
+/// The resolution under which a call asked for its approval, and until when it stands.
+#[derive(Debug, Clone)]
+struct Asked {
+    resolution_id: String,
+    expires_at: time::OffsetDateTime,
 }
 
 /// The goal of a session opened without one.
@@ -189,6 +206,7 @@ impl McpSession {
             capabilities,
             naming: Naming::Adapter,
             latest: Mutex::new(None),
+            asked: Mutex::new(std::collections::HashMap::new()),
             ended: tokio_util::sync::CancellationToken::new(),
         }
     }
@@ -254,6 +272,13 @@ impl McpSession {
             // An expiry past what time can hold counts as now: the next call resolves again.
             expires_at: now.checked_add(ttl).unwrap_or(now),
             blocks: std::mem::take(&mut resolution.context_blocks),
+            gated: resolution
+                .allowed_actions
+                .iter()
+                .filter(|a| a.requires_confirmation)
+                .map(|a| a.action_id.to_string())
+                .collect(),
+            approval_taken: false,
         };
         *self.latest.lock().await = Some(listed);
         let atlases = self.rt.atlases();
@@ -287,7 +312,11 @@ impl McpSession {
             .as_deref()
             .is_some_and(|e| parse_executor_ref(e).is_some());
         drop(atlases);
-        let resolution_id = self.current_resolution().await?;
+        let call = (
+            action_id.clone(),
+            cra_wire::hash::canonical_digest(&arguments),
+        );
+        let (resolution_id, expires_at) = self.resolution_for(&call).await?;
         let mut execution = json!({
             "resolution_id": resolution_id, "action_id": action_id, "parameters": arguments
         });
@@ -296,7 +325,71 @@ impl McpSession {
         }
         let body = self.request_body("execute", json!({ "execution": execution }));
         let response = crate::service::carp::execute(&self.rt, &self.actor, &body).await?;
+        self.note_approval(call, &resolution_id, expires_at, &response)
+            .await;
         Ok(Some(result_of(&response, runs_a_tool)))
+    }
+
+    /// The resolution a call runs under: the one whose approval it asked for, while that
+    /// stands; else the latest list's, unless the call is gated there and another call already
+    /// took that list's approval, in which case a fresh list's.
+    async fn resolution_for(
+        &self,
+        call: &(String, String),
+    ) -> ApiResult<(String, time::OffsetDateTime)> {
+        let now = self.rt.clock.now();
+        if let Some(a) = self.asked.lock().await.get(call)
+            && a.expires_at > now
+        {
+            return Ok((a.resolution_id.clone(), a.expires_at));
+        }
+        let current = self.current_resolution().await?;
+        let taken = self
+            .latest
+            .lock()
+            .await
+            .as_ref()
+            .is_some_and(|l| l.approval_taken && l.gated.contains(&call.0));
+        if !taken {
+            return Ok(current);
+        }
+        self.tools().await?;
+        self.current_resolution().await
+    }
+
+    /// Keeps track of the approval a call asked for: a pending answer binds the resolution's
+    /// approval to this call; a run (or an approval already used) frees it.
+    async fn note_approval(
+        &self,
+        call: (String, String),
+        resolution_id: &str,
+        expires_at: time::OffsetDateTime,
+        response: &ExecuteResponse,
+    ) {
+        let code = response.error.as_ref().map(|e| e.code.as_str());
+        let mut asked = self.asked.lock().await;
+        let now = self.rt.clock.now();
+        asked.retain(|_, a| a.expires_at > now);
+        match (response.status, code) {
+            (ExecuteStatus::PendingApproval, _) => {
+                let mut latest = self.latest.lock().await;
+                if let Some(l) = latest.as_mut().filter(|l| l.resolution_id == resolution_id) {
+                    l.approval_taken = true;
+                }
+                asked.insert(
+                    call,
+                    Asked {
+                        resolution_id: resolution_id.to_owned(),
+                        expires_at,
+                    },
+                );
+            }
+            (ExecuteStatus::Success | ExecuteStatus::Error, _)
+            | (ExecuteStatus::Denied, Some("approval_used" | "approval_rejected")) => {
+                asked.remove(&call);
+            }
+            (ExecuteStatus::Denied, _) => {}
+        }
     }
 
     /// The context blocks of the latest list's resolution (a list is made first when there is
@@ -314,19 +407,19 @@ impl McpSession {
             .unwrap_or_default())
     }
 
-    /// The latest list's resolution while it is valid, else a fresh one.
-    async fn current_resolution(&self) -> ApiResult<String> {
+    /// The latest list's resolution while it is valid, else a fresh one, with its expiry.
+    async fn current_resolution(&self) -> ApiResult<(String, time::OffsetDateTime)> {
         // Only the id is read: every call runs this, and the context blocks may be large.
         let valid = |l: &Listed| l.expires_at > self.rt.clock.now();
-        if let Some(id) = self.latest.lock().await.as_ref().filter(|l| valid(l)) {
-            return Ok(id.resolution_id.clone());
+        if let Some(l) = self.latest.lock().await.as_ref().filter(|l| valid(l)) {
+            return Ok((l.resolution_id.clone(), l.expires_at));
         }
         self.tools().await?;
         self.latest
             .lock()
             .await
             .as_ref()
-            .map(|l| l.resolution_id.clone())
+            .map(|l| (l.resolution_id.clone(), l.expires_at))
             .ok_or_else(|| ApiError::internal("resolve", "no resolution was kept"))
     }
 

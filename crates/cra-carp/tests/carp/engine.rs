@@ -535,6 +535,60 @@ fn a_resolve_opens_no_approval_and_the_execute_opens_one_for_its_call() {
     assert!(details.get("retry_after_seconds").is_none());
 }
 
+/// A grant does not carry over to another version of the atlas it was asked under: the call,
+/// executed after the atlas changed, is refused `approval_mismatch` naming both digests.
+#[test]
+fn an_approval_asked_under_one_atlas_version_does_not_run_under_another() {
+    let mut w = World::new();
+    let res = w
+        .resolve(w.resolve_req("com.example.ops", "deploy to production"))
+        .unwrap();
+    let approval_id = res.decision.approval_id.clone().unwrap();
+    let call = || {
+        w.exec_req(
+            &res.resolution_id,
+            "deploy.start",
+            json!({"env": "prod"}),
+            None,
+        )
+    };
+    assert_eq!(
+        w.run(call()).unwrap().status,
+        ExecuteStatus::PendingApproval
+    );
+    w.carp
+        .decide_approval(&approval_id, ApprovalDecision::Grant, "human", None)
+        .unwrap();
+    // The same atlases, the ops atlas at another digest (as a new version of it would be).
+    let dirs: Vec<std::path::PathBuf> =
+        ["support", "ops", "empty", "priority", "priority-reversed"]
+            .iter()
+            .map(|n| crate::common::fixture(&format!("table/atlases/{n}")))
+            .collect();
+    let mut loaded: Vec<_> = dirs
+        .iter()
+        .map(|d| cra_atlas::load_dir(d).unwrap())
+        .collect();
+    let ops = loaded
+        .iter_mut()
+        .find(|a| a.manifest.atlas_id == "com.example.ops")
+        .unwrap();
+    ops.digest = "0".repeat(64);
+    let changed = cra_carp::index::AtlasSet::from_loaded(&loaded).unwrap();
+    let call = w.exec_req(
+        &res.resolution_id,
+        "deploy.start",
+        json!({"env": "prod"}),
+        None,
+    );
+    w.carp.set_atlases(Arc::new(changed));
+    let refused = w.run(call).unwrap();
+    assert_eq!(refused.status, ExecuteStatus::Denied);
+    let error = refused.error.unwrap();
+    assert_eq!(error.code, "approval_mismatch");
+    assert!(error.message.contains(&"0".repeat(64)), "{}", error.message);
+}
+
 #[test]
 fn time_windows_bind_executions() {
     let w = World::new();

@@ -288,3 +288,53 @@ async fn an_agent_waits_for_its_approval() {
     assert_eq!(decided["decided_by"], "oscar");
     s.stop().await;
 }
+
+/// A granted approval runs its call once, also when executes of that call race (each with its
+/// own request id and no idempotency key): exactly one runs and the others are refused
+/// `approval_used`, each recorded as a refusal.
+#[tokio::test]
+async fn a_granted_approval_runs_its_call_once_under_racing_executes() {
+    use crate::support::{MERGE_42, OPERATOR};
+    const RACERS: usize = 6;
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let req = crate::support::resolve_request("maintainer-bot", &sid, &rid(), &["maintain"]);
+    let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
+    assert_eq!(st, 200, "{res}");
+    let id = s
+        .ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
+    let (st, body) = s
+        .post(
+            Some(OPERATOR),
+            &format!("/v1/approvals/{id}"),
+            &json!({"decision": "grant"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{body}");
+    let resolution = res["resolution_id"].as_str().unwrap();
+    let calls = (0..RACERS).map(|_| {
+        let call = execute_request(
+            "maintainer-bot",
+            &sid,
+            &rid(),
+            resolution,
+            "pr.merge",
+            MERGE_42.clone(),
+        );
+        let s = &s;
+        async move { s.post(Some(MAINT), "/v1/execute", &call).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let ran = answers.iter().filter(|(st, _)| *st == 200).count();
+    assert_eq!(ran, 1, "{answers:?}");
+    for (st, body) in answers.iter().filter(|(st, _)| *st != 200) {
+        assert_eq!(*st, 403, "{body}");
+        assert_eq!(body["error"]["code"], "approval_used", "{body}");
+    }
+    let types = s.event_types(&sid).await;
+    // Cleared to run once (its executor's outcome, success or failure, is another matter).
+    let cleared = types.iter().filter(|t| *t == "action.approved").count();
+    assert_eq!(cleared, 1, "{types:?}");
+    s.stop().await;
+}

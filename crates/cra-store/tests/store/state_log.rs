@@ -428,6 +428,48 @@ fn racing_decisions_record_once() {
     }
 }
 
+/// An approval an execute opens is written with its events, listed as pending, and decidable;
+/// of executes racing to open the same approval (on one backend, as on several replicas of
+/// one), exactly one is written and the others are refused `already_exists`, writing nothing.
+#[test]
+fn racing_opens_of_one_approval_record_once() {
+    const RACERS: usize = 8;
+    for u in under("state_log_open_race") {
+        u.log
+            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .unwrap();
+        let won = race(RACERS, &u.log, |log, i| {
+            let mut approval = sample_approval("a1");
+            if let Some(call) = approval.call.as_mut() {
+                call.execution_id = format!("exec-{i}");
+            }
+            let outcome = log.record_and_append(StateChange::Open(approval), vec![note(1)]);
+            let lost = refused_with(&outcome);
+            assert!(
+                outcome.is_ok() || lost == Some(Token::AlreadyExists),
+                "{outcome:?}"
+            );
+            outcome.is_ok()
+        });
+        assert_eq!(won, 1, "{}: {won} of {RACERS} opens were recorded", u.name);
+        let stored = events(&u);
+        assert_eq!(stored.len(), 2, "{}", u.name);
+        check_chain("s1", &stored).unwrap();
+        let pending = u.carp.list_pending_approvals().unwrap();
+        assert_eq!(pending.len(), 1, "{}", u.name);
+        assert!(pending[0].call.is_some(), "{}: the call is kept", u.name);
+        u.log
+            .record_and_append(decision("a1", ApprovalDecision::Grant, "op"), vec![note(2)])
+            .unwrap();
+        assert_eq!(
+            u.carp.get_approval("a1").unwrap().unwrap().status,
+            ApprovalStatus::Granted,
+            "{}",
+            u.name
+        );
+    }
+}
+
 /// An execution's outcome is recorded with its event and releases its lease in the same write;
 /// its idempotency key then answers it. Into a chain that has ended, nothing is written and the
 /// lease stays for the caller to settle.

@@ -306,7 +306,7 @@ impl Carp {
         Ok(now)
     }
 
-    /// Resolves (operation `resolve`) and stores the resolution and its approval, or evaluates
+    /// Resolves (operation `resolve`) and stores the resolution (a resolve opens no approval), or evaluates
     /// without storing anything (operation `validate`). `explain` attaches the explanation to the
     /// answer (never to the stored copy).
     pub fn resolve(
@@ -391,7 +391,6 @@ impl Carp {
                     session_id: request.requester.session_id.clone(),
                     request_id: request.request_id.clone(),
                     resolution: None,
-                    approval: None,
                 }),
                 cache_hit: true,
             });
@@ -417,7 +416,6 @@ impl Carp {
                     .map(|(a, o)| (a.action_id.to_string(), o))
                     .collect(),
             }),
-            approval: None,
         };
         Ok(PreparedResolve {
             resolution: res,

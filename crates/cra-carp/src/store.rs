@@ -430,25 +430,21 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// Whether `session_id` has already seen `request_id` (a read; nothing changes).
     fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpStoreError>;
 
-    /// Records what a resolve leaves behind: `request_id` as used in `session_id`, the
-    /// resolution and, when it requires approval, its pending approval. Returns `false` and
+    /// Records what a resolve leaves behind: `request_id` as used in `session_id`, and the
+    /// resolution (a resolve opens no approval: the execute it gates does). Returns `false` and
     /// changes nothing when the session has already seen `request_id` (a duplicate sent
     /// concurrently). A store whose writes are serialised (redb) does it in one transaction, so
-    /// a resolve waits for the writer once; the default makes the three writes in turn.
+    /// a resolve waits for the writer once; the default makes the two writes in turn.
     fn record_resolve(
         &self,
         session_id: &str,
         request_id: &str,
         resolution: &StoredResolution,
-        approval: Option<&ApprovalRecord>,
     ) -> Result<bool, CarpStoreError> {
         if !self.insert_request_id(session_id, request_id)? {
             return Ok(false);
         }
         self.put_resolution(resolution)?;
-        if let Some(a) = approval {
-            self.create_approval(a)?;
-        }
         Ok(true)
     }
 
@@ -587,8 +583,9 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
 
 // --- a change of state and its trace events as one unit -------------------------------------
 
-/// What a resolve leaves in the store: its request id as used in the session, the resolution
-/// (for later execute requests) and, when it requires approval, its pending approval.
+/// What a resolve leaves in the store: its request id as used in the session and the
+/// resolution (for later execute requests). It opens no approval: the execute it gates does
+/// ([`StateChange::Open`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResolveRecord {
     /// The requester's session.
@@ -598,8 +595,6 @@ pub struct ResolveRecord {
     /// The resolution as stored (without `explain`); `None` when an earlier resolution answers
     /// the request again ([`crate::cache`]): only the request id is recorded.
     pub resolution: Option<StoredResolution>,
-    /// The pending approval, when the decision is `requires_approval`.
-    pub approval: Option<ApprovalRecord>,
 }
 
 impl ResolveRecord {
@@ -607,12 +602,7 @@ impl ResolveRecord {
     /// by an earlier resolution, its request id alone. `false` when the request id was used.
     pub fn record_in(&self, store: &dyn CarpStore) -> Result<bool, CarpStoreError> {
         match &self.resolution {
-            Some(r) => store.record_resolve(
-                &self.session_id,
-                &self.request_id,
-                r,
-                self.approval.as_ref(),
-            ),
+            Some(r) => store.record_resolve(&self.session_id, &self.request_id, r),
             None => store.insert_request_id(&self.session_id, &self.request_id),
         }
     }
@@ -722,10 +712,6 @@ impl Settlement {
 
 /// A change of state that is recorded together with the TRACE events that tell of it.
 #[derive(Debug, Clone, PartialEq)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "moved once per resolve; a box would cost an allocation on the hot path"
-)]
 pub enum StateChange {
     /// What a resolve leaves behind.
     Resolve(ResolveRecord),

@@ -149,7 +149,8 @@ fn request_ids(s: &dyn CarpStore) {
     assert!(!s.has_request_id("s3", "r1").unwrap(), "per session");
 }
 
-/// `record_resolve`: request id, resolution and approval together, or nothing on a duplicate.
+/// `record_resolve`: request id and resolution together, or nothing on a duplicate; a resolve
+/// opens no approval.
 fn resolve_records(s: &dyn CarpStore) {
     let stored = |id: &str| StoredResolution {
         resolution: sample_resolution(id),
@@ -158,33 +159,13 @@ fn resolve_records(s: &dyn CarpStore) {
         expires_at_us: 1_767_229_200_000_000,
         origins: Default::default(),
     };
-    assert!(
-        s.record_resolve("s1", "r1", &stored("res-1"), None)
-            .unwrap()
-    );
+    assert!(s.record_resolve("s1", "r1", &stored("res-1")).unwrap());
     assert!(s.has_request_id("s1", "r1").unwrap());
     assert_eq!(s.get_resolution("res-1").unwrap(), Some(stored("res-1")));
-    // A duplicate request id: refused, and neither its resolution nor its approval is written.
-    assert!(
-        !s.record_resolve("s1", "r1", &stored("res-2"), Some(&sample_approval("a9")))
-            .unwrap()
-    );
+    assert!(s.list_pending_approvals().unwrap().is_empty());
+    // A duplicate request id: refused, and its resolution is not written.
+    assert!(!s.record_resolve("s1", "r1", &stored("res-2")).unwrap());
     assert_eq!(s.get_resolution("res-2").unwrap(), None);
-    assert_eq!(s.get_approval("a9").unwrap(), None);
-    // With an approval: stored and listed as pending.
-    assert!(
-        s.record_resolve("s1", "r2", &stored("res-3"), Some(&sample_approval("a1")))
-            .unwrap()
-    );
-    assert_eq!(s.get_resolution("res-3").unwrap(), Some(stored("res-3")));
-    assert_eq!(s.get_approval("a1").unwrap(), Some(sample_approval("a1")));
-    let pending: Vec<String> = s
-        .list_pending_approvals()
-        .unwrap()
-        .into_iter()
-        .map(|a| a.approval_id)
-        .collect();
-    assert_eq!(pending, ["a1"]);
 }
 
 fn resolutions(s: &dyn CarpStore) {

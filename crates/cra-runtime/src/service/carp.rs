@@ -224,7 +224,7 @@ fn resolution_text(resolution: &Resolution) -> Option<String> {
     cra_wire::canonical::to_trace_canonical(resolution).ok()
 }
 
-/// Records a resolve: its state (request id, resolution, approval) with its events, in one
+/// Records a resolve: its state (request id, resolution) with its events, in one
 /// durable append, then answers.
 async fn record_resolve(
     rt: &Runtime,

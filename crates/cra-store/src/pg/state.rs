@@ -1,15 +1,16 @@
 //! Changes of CARP state written inside the committer's batch transaction, with the events that
-//! record them (`cra_carp::store::StateLog` on PostgreSQL): a resolve's request id, resolution
-//! and approval, an approval opened by an execute, an approval's decision, an execution's
-//! outcome, or the removal of the outbox entry whose events these are (a Relay write's).
+//! record them (`cra_carp::store::StateLog` on PostgreSQL): a resolve's request id and
+//! resolution, an approval opened by an execute, an approval's decision, an execution's outcome,
+//! or the removal of the outbox entry whose events these are (a Relay write's).
 //!
 //! A change is encoded on the appender's thread ([`PgChange::encode`]) so the committer, which
-//! every append of a batch waits for, only sends statements. A resolve is one statement (three
-//! data-modifying CTEs; the resolution and approval are inserted only when the request id is
-//! new). A decision locks the approval's row, applies the one transition to it as read, and
-//! writes it back. An execution's outcome is inserted and its lease removed in one statement.
-//! Each runs only after the chain has accepted the append's drafts, and a
-//! refusal writes nothing: the batch transaction goes on for the other appends.
+//! every append of a batch waits for, only sends statements. A resolve is one statement (two
+//! data-modifying CTEs; the resolution is inserted only when the request id is new). An opened
+//! approval is one insert that does nothing when its id is taken. A decision locks the
+//! approval's row, applies the one transition to it as read, and writes it back. An execution's
+//! outcome is inserted and its lease removed in one statement. Each runs only after the chain
+//! has accepted the append's drafts, and a refusal writes nothing: the batch transaction goes on
+//! for the other appends.
 
 use cra_carp::store::{
     ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, Settlement,
@@ -37,8 +38,6 @@ pub(crate) struct EncodedResolve {
     request_id: String,
     /// `(resolution id, its session, record)`; `None` records the request id alone.
     resolution: Option<(String, String, String)>,
-    /// `(approval id, its session, status, record)`.
-    approval: Option<(String, String, &'static str, String)>,
 }
 
 /// What writing a change did: `Ok(true)` written, `Ok(false)` a resolve whose request id was
@@ -126,20 +125,10 @@ impl EncodedResolve {
             )),
             None => None,
         };
-        let approval = match &r.approval {
-            Some(a) => Some((
-                a.approval_id.clone(),
-                a.session_id.clone(),
-                a.status.as_str(),
-                encode(a)?,
-            )),
-            None => None,
-        };
         Ok(Self {
             session_id: r.session_id.clone(),
             request_id: r.request_id.clone(),
             resolution,
-            approval,
         })
     }
 
@@ -152,10 +141,6 @@ impl EncodedResolve {
             )?;
             return Ok(Ok(n == 1));
         };
-        let (approval_id, approval_session, status, approval) = match &self.approval {
-            Some((id, s, st, body)) => (Some(id), Some(s), Some(*st), Some(body)),
-            None => (None, None, None, None),
-        };
         let row = tx.query_one(
             "WITH rid AS (
                  INSERT INTO carp_request_ids (session_id, request_id) VALUES ($1, $2)
@@ -164,66 +149,32 @@ impl EncodedResolve {
                  INSERT INTO carp_resolutions (resolution_id, session_id, body)
                  SELECT $3, $4, $5 WHERE EXISTS (SELECT 1 FROM rid)
                  ON CONFLICT (resolution_id) DO NOTHING RETURNING 1
-             ), app AS (
-                 INSERT INTO carp_approvals (approval_id, session_id, status, body)
-                 SELECT $6, $7, $8, $9 WHERE $6::text IS NOT NULL AND EXISTS (SELECT 1 FROM rid)
-                 ON CONFLICT (approval_id) DO NOTHING RETURNING 1
              )
-             SELECT (SELECT count(*) FROM rid), (SELECT count(*) FROM res),
-                    (SELECT count(*) FROM app)",
+             SELECT (SELECT count(*) FROM rid), (SELECT count(*) FROM res)",
             &[
                 &self.session_id,
                 &self.request_id,
                 resolution_id,
                 resolution_session,
                 resolution,
-                &approval_id,
-                &approval_session,
-                &status,
-                &approval,
             ],
         )?;
-        let (rid, res, app): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+        let (rid, res): (i64, i64) = (row.get(0), row.get(1));
         if rid == 0 {
             return Ok(Ok(false));
         }
-        if res == 1 && app == i64::from(approval_id.is_some()) {
+        if res == 1 {
             return Ok(Ok(true));
         }
-        // A resolution or approval id was taken (ids are fresh UUIDs, so this is a bug's trace):
-        // what this statement inserted is taken back, and the append is refused.
-        self.undo(tx, res == 1, app == 1)?;
-        let (what, id) = if res == 1 {
-            ("approval", approval_id.cloned().unwrap_or_default())
-        } else {
-            ("resolution", resolution_id.clone())
-        };
-        Ok(Err(ChainStoreError::Unavailable(format!(
-            "postgres: {what} `{id}` already exists; nothing was written, resolve again"
-        ))))
-    }
-
-    /// Removes the rows [`EncodedResolve::apply`] inserted before it found an id taken.
-    fn undo(
-        &self,
-        tx: &mut postgres::Transaction<'_>,
-        resolution: bool,
-        approval: bool,
-    ) -> Result<(), postgres::Error> {
+        // The resolution id was taken (ids are fresh UUIDs, so this is a bug's trace): the
+        // request id this statement inserted is taken back, and the append is refused.
         tx.execute(
             "DELETE FROM carp_request_ids WHERE session_id = $1 AND request_id = $2",
             &[&self.session_id, &self.request_id],
         )?;
-        if let (true, Some((id, ..))) = (resolution, &self.resolution) {
-            tx.execute(
-                "DELETE FROM carp_resolutions WHERE resolution_id = $1",
-                &[id],
-            )?;
-        }
-        if let (true, Some((id, ..))) = (approval, &self.approval) {
-            tx.execute("DELETE FROM carp_approvals WHERE approval_id = $1", &[id])?;
-        }
-        Ok(())
+        Ok(Err(ChainStoreError::Unavailable(format!(
+            "postgres: resolution `{resolution_id}` already exists; nothing was written, resolve again"
+        ))))
     }
 }
 

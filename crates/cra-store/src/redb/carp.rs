@@ -142,8 +142,6 @@ pub(crate) struct EncodedResolve {
     /// `(resolution id, record)`; `None` records the request id alone (a request an earlier
     /// resolution answers again).
     resolution: Option<(String, Vec<u8>)>,
-    /// `(approval id, record, pending)`.
-    approval: Option<(String, Vec<u8>, bool)>,
 }
 
 impl EncodedResolve {
@@ -151,24 +149,12 @@ impl EncodedResolve {
         session_id: &str,
         request_id: &str,
         resolution: Option<&StoredResolution>,
-        approval: Option<&ApprovalRecord>,
     ) -> Result<Self, CarpError> {
         Ok(Self {
             session_id: session_id.to_owned(),
             request_id: request_id.to_owned(),
             resolution: resolution
                 .map(|r| encode(r).map(|bytes| (r.resolution.resolution_id.clone(), bytes)))
-                .transpose()?,
-            approval: approval
-                .map(|a| {
-                    encode(a).map(|bytes| {
-                        (
-                            a.approval_id.clone(),
-                            bytes,
-                            a.status == ApprovalStatus::Pending,
-                        )
-                    })
-                })
                 .transpose()?,
         })
     }
@@ -192,9 +178,9 @@ pub(crate) fn request_id_stored(
     Ok(t.get((session_id, request_id)).map_err(be)?.is_some())
 }
 
-/// Writes a resolve's state in `txn`: its request id, its resolution and its approval. Returns
-/// `false` and writes nothing when the session has already seen the request id;
-/// [`CarpError::AlreadyExists`] (nothing written) when the resolution or approval id is taken.
+/// Writes a resolve's state in `txn`: its request id and its resolution. Returns `false` and
+/// writes nothing when the session has already seen the request id;
+/// [`CarpError::AlreadyExists`] (nothing written) when the resolution id is taken.
 /// Everything is checked before anything is written, so a refusal leaves `txn` as it was.
 pub(crate) fn apply_resolve(
     t: &mut ResolveTables<'_>,
@@ -212,27 +198,11 @@ pub(crate) fn apply_resolve(
             id: id.clone(),
         });
     }
-    if let Some((id, _, _)) = &r.approval
-        && t.approvals.get(id.as_str()).map_err(be)?.is_some()
-    {
-        return Err(CarpError::AlreadyExists {
-            what: "approval",
-            id: id.clone(),
-        });
-    }
     t.ids.insert(key, ()).map_err(be)?;
     if let Some((id, bytes)) = &r.resolution {
         t.resolutions
             .insert(id.as_str(), bytes.as_slice())
             .map_err(be)?;
-    }
-    if let Some((id, bytes, pending)) = &r.approval {
-        t.approvals
-            .insert(id.as_str(), bytes.as_slice())
-            .map_err(be)?;
-        if *pending {
-            t.pending.insert(id.as_str(), ()).map_err(be)?;
-        }
     }
     Ok(true)
 }
@@ -272,7 +242,6 @@ impl cra_carp::store::StateLog for RedbStore {
                 &record.session_id,
                 &record.request_id,
                 record.resolution.as_ref(),
-                record.approval.as_ref(),
             ) {
                 Ok(e) => EncodedChange::Resolve(e),
                 Err(e) => return done(Err(e.into())),
@@ -749,9 +718,8 @@ impl CarpStore for RedbStore {
         session_id: &str,
         request_id: &str,
         resolution: &StoredResolution,
-        approval: Option<&ApprovalRecord>,
     ) -> Result<bool, CarpError> {
-        let encoded = EncodedResolve::new(session_id, request_id, Some(resolution), approval)?;
+        let encoded = EncodedResolve::new(session_id, request_id, Some(resolution))?;
         self.carp_write(|txn| {
             let fresh = apply_resolve(&mut ResolveTables::open(txn)?, &encoded)?;
             Ok((fresh, fresh))

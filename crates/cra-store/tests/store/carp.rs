@@ -76,9 +76,8 @@ macro_rules! forward {
                 s: &str,
                 r: &str,
                 res: &cra_carp::store::StoredResolution,
-                a: Option<&cra_carp::store::ApprovalRecord>,
             ) -> Result<bool, cra_carp::store::CarpStoreError> {
-                self.store.record_resolve(s, r, res, a)
+                self.store.record_resolve(s, r, res)
             }
             fn put_resolution(
                 &self,

@@ -62,11 +62,11 @@ fn under(test: &str) -> Vec<Under> {
     out
 }
 
-fn resolve(request_id: &str, resolution_id: &str, approval: Option<&str>) -> StateChange {
-    StateChange::Resolve(record(request_id, resolution_id, approval))
+fn resolve(request_id: &str, resolution_id: &str) -> StateChange {
+    StateChange::Resolve(record(request_id, resolution_id))
 }
 
-fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> ResolveRecord {
+fn record(request_id: &str, resolution_id: &str) -> ResolveRecord {
     ResolveRecord {
         session_id: "s1".to_owned(),
         request_id: request_id.to_owned(),
@@ -77,7 +77,6 @@ fn record(request_id: &str, resolution_id: &str, approval: Option<&str>) -> Reso
             expires_at_us: 1_767_229_200_000_000,
             origins: Default::default(),
         }),
-        approval: approval.map(sample_approval),
     }
 }
 
@@ -111,11 +110,11 @@ fn events(u: &Under) -> Vec<cra_trace::TraceEvent> {
 fn a_request_answered_again_records_its_request_id_alone() {
     for u in under("resolve_log_cached") {
         u.log
-            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
         let again = ResolveRecord {
             resolution: None,
-            ..record("r2", "res-1", None)
+            ..record("r2", "res-1")
         };
         let again = StateChange::Resolve(again);
         let recorded = u
@@ -139,7 +138,7 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
     for u in under("resolve_log_basic") {
         let recorded = u
             .log
-            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0), note(1)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0), note(1)])
             .unwrap();
         let Recorded::Appended(first) = recorded else {
             panic!("{}: a new request id was refused", u.name)
@@ -148,23 +147,20 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
         assert!(u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
         assert_eq!(
             u.carp.get_resolution("res-1").unwrap(),
-            record("r1", "res-1", None).resolution,
+            record("r1", "res-1").resolution,
             "{}",
             u.name
         );
-        let pending: Vec<String> = u
-            .carp
-            .list_pending_approvals()
-            .unwrap()
-            .into_iter()
-            .map(|a| a.approval_id)
-            .collect();
-        assert_eq!(pending, ["a1"], "{}", u.name);
+        assert!(
+            u.carp.list_pending_approvals().unwrap().is_empty(),
+            "{}: a resolve opens no approval",
+            u.name
+        );
 
         // The same request id again: refused, and neither its state nor its events are written.
         let again = u
             .log
-            .record_and_append(resolve("r1", "res-2", Some("a2")), vec![note(2)])
+            .record_and_append(resolve("r1", "res-2"), vec![note(2)])
             .unwrap();
         assert_eq!(
             again,
@@ -173,7 +169,6 @@ fn a_resolve_is_recorded_with_its_events_and_a_duplicate_writes_nothing() {
             u.name
         );
         assert_eq!(u.carp.get_resolution("res-2").unwrap(), None, "{}", u.name);
-        assert_eq!(u.carp.get_approval("a2").unwrap(), None, "{}", u.name);
         let stored = events(&u);
         assert_eq!(
             stored.len(),
@@ -190,7 +185,7 @@ fn racing_duplicates_record_once() {
     const RACERS: usize = 8;
     for u in under("resolve_log_race") {
         let won = race(RACERS, &u.log, |log, i| {
-            log.record_and_append(resolve("r1", &format!("res-{i}"), None), vec![note(0)])
+            log.record_and_append(resolve("r1", &format!("res-{i}")), vec![note(0)])
                 .unwrap()
                 != Recorded::Duplicate
         });
@@ -224,7 +219,7 @@ fn a_refused_append_records_no_state() {
             .unwrap();
         let refused = u
             .log
-            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)]);
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)]);
         assert!(
             matches!(
                 refused,
@@ -235,7 +230,6 @@ fn a_refused_append_records_no_state() {
         );
         assert!(!u.carp.has_request_id("s1", "r1").unwrap(), "{}", u.name);
         assert_eq!(u.carp.get_resolution("res-1").unwrap(), None, "{}", u.name);
-        assert_eq!(u.carp.get_approval("a1").unwrap(), None, "{}", u.name);
         assert_eq!(events(&u).len(), 1, "{}", u.name);
     }
 }
@@ -246,11 +240,11 @@ fn a_refused_append_records_no_state() {
 fn a_resolve_whose_resolution_id_is_taken_writes_nothing() {
     for u in under("state_log_taken") {
         u.log
-            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
         let taken = u
             .log
-            .record_and_append(resolve("r2", "res-1", Some("a2")), vec![note(1)]);
+            .record_and_append(resolve("r2", "res-1"), vec![note(1)]);
         assert!(
             matches!(
                 taken,
@@ -260,7 +254,6 @@ fn a_resolve_whose_resolution_id_is_taken_writes_nothing() {
             u.name
         );
         assert!(!u.carp.has_request_id("s1", "r2").unwrap(), "{}", u.name);
-        assert_eq!(u.carp.get_approval("a2").unwrap(), None, "{}", u.name);
         assert_eq!(events(&u).len(), 1, "{}", u.name);
     }
 }
@@ -291,8 +284,10 @@ fn refused_with(outcome: &Result<Recorded, StateLogError>) -> Option<Token> {
 fn a_decision_is_recorded_with_its_event_once() {
     for u in under("state_log_decision") {
         u.log
-            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
+        // The approval an execute opened (its own events are not this test's).
+        u.carp.create_approval(&sample_approval("a1")).unwrap();
         let granted = u
             .log
             .record_and_append(decision("a1", ApprovalDecision::Grant, "op"), vec![note(1)])
@@ -365,8 +360,10 @@ fn a_decision_is_recorded_with_its_event_once() {
 fn a_decision_into_an_ended_chain_changes_nothing() {
     for u in under("state_log_decision_ended") {
         u.log
-            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
+        // The approval an execute opened (its own events are not this test's).
+        u.carp.create_approval(&sample_approval("a1")).unwrap();
         u.chains
             .append("s1", vec![draft("session.ended", serde_json::json!({}))])
             .unwrap();
@@ -394,8 +391,10 @@ fn racing_decisions_record_once() {
     const RACERS: usize = 8;
     for u in under("state_log_decision_race") {
         u.log
-            .record_and_append(resolve("r1", "res-1", Some("a1")), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
+        // The approval an execute opened (its own events are not this test's).
+        u.carp.create_approval(&sample_approval("a1")).unwrap();
         let won = race(RACERS, &u.log, |log, i| {
             let d = if i % 2 == 0 {
                 ApprovalDecision::Grant
@@ -436,7 +435,7 @@ fn racing_opens_of_one_approval_record_once() {
     const RACERS: usize = 8;
     for u in under("state_log_open_race") {
         u.log
-            .record_and_append(resolve("r1", "res-1", None), vec![note(0)])
+            .record_and_append(resolve("r1", "res-1"), vec![note(0)])
             .unwrap();
         let won = race(RACERS, &u.log, |log, i| {
             let mut approval = sample_approval("a1");

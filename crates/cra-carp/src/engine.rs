@@ -659,7 +659,7 @@ impl Carp {
                 ));
             }
         }
-        let Some(e) = consumed.as_ref().and_then(refusal_error) else {
+        let Some(e) = consumed.as_ref().and_then(|(c, _)| refusal_error(c)) else {
             return Ok(ExecuteOutcome::Run(run));
         };
         let mut answer = self.answer(
@@ -669,7 +669,9 @@ impl Carp {
             ExecuteStatus::Denied,
             Some(&e),
         );
-        if let Some(seconds) = consumed.as_ref().and_then(|c| self.retry_after(c))
+        if let Some(seconds) = consumed
+            .as_ref()
+            .and_then(|(c, at_us)| self.retry_after(c, *at_us))
             && let Some(Value::Object(details)) =
                 answer.error.as_mut().and_then(|x| x.details.as_mut())
         {
@@ -678,10 +680,11 @@ impl Carp {
         Ok(ExecuteOutcome::Answered(answer))
     }
 
-    /// Seconds after which a refused windowed charge would fit (none for a budget: spent units
-    /// do not come back by waiting; none for a used approval). A store that cannot say leaves
-    /// it out.
-    fn retry_after(&self, outcome: &ConsumeOutcome) -> Option<u64> {
+    /// Seconds after which a refused windowed charge would fit, counted from `at_us`, the
+    /// instant the store judged it at (its clock: on PostgreSQL the database's, which stamped
+    /// the counted charges). None for a budget (spent units do not come back by waiting) or a
+    /// used approval; a store that cannot say leaves it out.
+    fn retry_after(&self, outcome: &ConsumeOutcome, at_us: i64) -> Option<u64> {
         let ConsumeOutcome::Refused {
             policy_id,
             scope_key,
@@ -699,8 +702,7 @@ impl Carp {
             scope_key: scope_key.clone(),
             kind: kind.clone(),
         };
-        let now = unix_micros(self.clock.now());
-        crate::execute::window_retry_after(self.store.as_ref(), &charge, now)
+        crate::execute::window_retry_after(self.store.as_ref(), &charge, at_us)
             .ok()
             .flatten()
     }

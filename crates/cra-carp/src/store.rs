@@ -530,21 +530,22 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpStoreError>;
 
     /// [`CarpStore::claim_execution`], then, once claimed, [`CarpStore::try_consume_now`], as
-    /// one step: a refused charge (or a failure) leaves no claim behind. The consume's outcome
-    /// is `None` when nothing was claimed. The default makes the three calls (claim, consume,
+    /// one step: a refused charge (or a failure) leaves no claim behind. The consume's outcome,
+    /// with the instant it was judged at (Unix microseconds, the store's clock: what a
+    /// `Retry-After` is counted from), is `None` when nothing was claimed. The default makes the three calls (claim, consume,
     /// release on refusal); a store with one write transaction per call (redb) does both in one.
     fn claim_and_consume_now(
         &self,
         lease: &ExecutionLease,
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
-    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), CarpStoreError> {
+    ) -> Result<(ClaimOutcome, Option<(ConsumeOutcome, i64)>), CarpStoreError> {
         let claim = self.claim_execution(lease)?;
         if claim != ClaimOutcome::Claimed {
             return Ok((claim, None));
         }
-        let consumed = self.try_consume_now(charges, clock).map(|(o, _)| o);
-        if !matches!(consumed, Ok(ConsumeOutcome::Consumed)) {
+        let consumed = self.try_consume_now(charges, clock);
+        if !matches!(consumed, Ok((ConsumeOutcome::Consumed, _))) {
             self.release_execution(&lease.execution_id)?;
         }
         Ok((claim, Some(consumed?)))

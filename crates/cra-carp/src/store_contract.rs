@@ -767,14 +767,14 @@ fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
         .claim_and_consume_now(&sample_lease("e1", "r1", "s1", Some("k1")), &once, &clock)
         .unwrap();
     assert_eq!(claim, ClaimOutcome::Claimed);
-    assert_eq!(consumed, Some(ConsumeOutcome::Consumed));
+    assert_eq!(consumed.map(|(c, _)| c), Some(ConsumeOutcome::Consumed));
     assert_eq!(lease_ids(s, "r1"), ["e1"]);
     let (claim, consumed) = s
         .claim_and_consume_now(&sample_lease("e2", "r1", "s1", Some("k2")), &once, &clock)
         .unwrap();
     assert_eq!(claim, ClaimOutcome::Claimed);
     assert!(
-        matches!(consumed, Some(ConsumeOutcome::Refused { .. })),
+        matches!(consumed, Some((ConsumeOutcome::Refused { .. }, _))),
         "the limit of one is spent: {consumed:?}"
     );
     assert_eq!(

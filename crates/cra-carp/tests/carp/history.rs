@@ -264,3 +264,61 @@ fn a_deny_after_a_matching_call_refuses_in_every_session() {
     assert_eq!(transfer(S2, "A-1"), frozen);
     assert_eq!(transfer(S2, "A-2"), "success", "another account");
 }
+
+/// `window_retry_after` on exact instants: a `sum_within` total of 10.0 over 100 s holds 6.0
+/// charged at 0 s and 3.0 at 30 s; asked at 50 s for 4.0 more, it fits once the 6.0 leaves the
+/// window, at 100 s: 50 s from now, not 49 (the window is `(t - 100 s, t]`). A rate limit of 2
+/// in 60 s with calls at 10 s and 20 s, asked at 25 s, fits at 70 s: 45 s. A charge above the
+/// total can never fit: no advice.
+#[test]
+fn retry_after_is_the_exact_wait_until_a_windowed_charge_fits() {
+    use cra_carp::execute::window_retry_after;
+    use cra_carp::store::{CarpStore, Charge, ChargeKind, ConsumeOutcome};
+    let s = cra_carp::memory::MemoryStore::new();
+    let sec = |n: i64| n * 1_000_000;
+    let total = |units: u64| Charge {
+        policy_id: "refunds#0".into(),
+        scope_key: "global".into(),
+        kind: ChargeKind::Window {
+            max_units: 10_000_000,
+            window_seconds: 100,
+            units,
+        },
+    };
+    for (units, at) in [(6_000_000, 0), (3_000_000, 30)] {
+        assert_eq!(
+            s.try_consume(&[total(units)], sec(at)).unwrap(),
+            ConsumeOutcome::Consumed
+        );
+    }
+    assert!(matches!(
+        s.try_consume(&[total(4_000_000)], sec(50)).unwrap(),
+        ConsumeOutcome::Refused { .. }
+    ));
+    assert_eq!(
+        window_retry_after(&s, &total(4_000_000), sec(50)).unwrap(),
+        Some(50)
+    );
+    assert_eq!(
+        window_retry_after(&s, &total(1_000_000), sec(50)).unwrap(),
+        Some(1),
+        "1.0 more fits at once: the least advice is 1 s"
+    );
+    assert_eq!(
+        window_retry_after(&s, &total(11_000_000), sec(50)).unwrap(),
+        None
+    );
+
+    let rate = Charge {
+        policy_id: "calls".into(),
+        scope_key: "agent:a".into(),
+        kind: ChargeKind::Rate {
+            max_calls: 2,
+            window_seconds: 60,
+        },
+    };
+    for at in [10, 20] {
+        s.try_consume(std::slice::from_ref(&rate), sec(at)).unwrap();
+    }
+    assert_eq!(window_retry_after(&s, &rate, sec(25)).unwrap(), Some(45));
+}

@@ -1,8 +1,11 @@
-//! `cra atlas simulate NEW_ATLAS --against FILES...`: what an atlas change would have decided
-//! differently on recorded traffic, before it ships.
+//! `cra atlas simulate NEW_ATLAS (--against FILES... | --data DIR | --postgres URL | --url URL)`:
+//! what an atlas change would have decided differently on recorded traffic, before it ships.
 //!
-//! Every resolve recorded in the given chains (`.trace.jsonl`, as `cra trace export` or an
-//! atlas's tests write them) is re-decided under the new atlases, with the counters and the
+//! The recorded chains come from files (`.trace.jsonl`, as `cra trace export` or an atlas's
+//! tests write them), from a stopped server's store (`--data DIR`, `--postgres URL`: every
+//! chain it holds), or from a running server (`--url URL` with `--token`: every chain
+//! `GET /v1/traces` lists for the caller, so an auditor's token reads them all). Every resolve
+//! recorded in them is re-decided under the new atlases, with the counters and the
 //! instant it recorded (no counterfactual cascade: a flip does not change what later requests
 //! saw). Each action whose outcome changes (`allow`, `requires_approval`, `deny`, or `absent`
 //! when it is no longer, or newly, a candidate) is a flip; flips are counted per policy deciding
@@ -22,6 +25,7 @@ use clap::Args;
 use cra_carp::replay::{CaseOutcome, replay};
 use serde_json::{Value, json};
 
+use crate::cmd::trace_io::{Failure, StoreArgs, read_events, read_session};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
 
@@ -36,9 +40,24 @@ pub struct SimulateArgs {
     /// Further atlases the recorded requests name, as they are to be.
     #[arg(long = "with")]
     pub with: Vec<PathBuf>,
-    /// Recorded chains (`.trace.jsonl`) to re-decide.
-    #[arg(long = "against", required = true, num_args = 1..)]
+    /// Recorded chains (`.trace.jsonl`) to re-decide; or read them from a store (--data,
+    /// --postgres) or a server (--url) instead.
+    #[arg(
+        long = "against",
+        num_args = 1..,
+        required_unless_present_any = ["data", "postgres", "url"],
+        conflicts_with_all = ["data", "postgres", "url"]
+    )]
     pub against: Vec<PathBuf>,
+    /// Every chain of a stopped server's store (--data DIR or --postgres URL).
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Every chain a running server lists for the caller (`GET /v1/traces`).
+    #[arg(long, conflicts_with_all = ["data", "postgres"])]
+    pub url: Option<String>,
+    /// The bearer token for --url (default $CRA_TOKEN, else the admin key of ./cra-data).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -70,19 +89,13 @@ pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
     paths.extend(args.with.iter().cloned());
     let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas simulate")?;
     let mut report = SimulationReport::default();
-    for file in &args.against {
-        let events =
-            crate::cmd::trace_io::read_events(Some(file), std::io::empty()).map_err(|f| {
-                eprintln!("cra atlas simulate: {}: {}", file.display(), f.message);
-                Exit::CouldNotRun
-            })?;
+    let mut judge = |source: &str, events: Vec<cra_trace::TraceEvent>| {
         for case in replay(&events, &set) {
             report.resolves += 1;
             let session = &case.session_id;
             if let CaseOutcome::Error(e) = &case.outcome {
                 report.errors.push(format!(
-                    "{} session {session} sequence {}: {e}",
-                    file.display(),
+                    "{source} session {session} sequence {}: {e}",
                     case.sequence
                 ));
                 continue;
@@ -107,8 +120,52 @@ pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
                 }
             }
         }
-    }
+    };
+    for_each_chain(args, &mut judge).map_err(|f| {
+        eprintln!("cra atlas simulate: {}", f.message);
+        Exit::CouldNotRun
+    })?;
     Ok(report)
+}
+
+/// Calls `each(source, events)` for every recorded chain `args` names: its files, every chain
+/// of its store, or every chain its server lists for the caller. `source` names where the
+/// chain came from, for the report.
+fn for_each_chain(
+    args: &SimulateArgs,
+    each: &mut dyn FnMut(&str, Vec<cra_trace::TraceEvent>),
+) -> Result<(), Failure> {
+    for file in &args.against {
+        let events = read_events(Some(file), std::io::empty())
+            .map_err(|f| Failure::new(f.token, format!("{}: {}", file.display(), f.message)))?;
+        each(&file.display().to_string(), events);
+    }
+    if args.store.given() {
+        let Some(store) = args.store.open(None)? else {
+            return Ok(());
+        };
+        let chains = store.chains.as_ref();
+        let sessions = chains
+            .sessions()
+            .map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        for s in sessions {
+            let events = read_session(chains, &s.session_id, &mut |_| {})?;
+            each(&format!("{} {}", store.kind, store.location), events);
+        }
+    } else if let Some(base) = &args.url {
+        let token = crate::cmd::client::token_or_local(args.token.clone()).ok_or_else(|| {
+            Failure::new(
+                cra_wire::Token::Unauthorized,
+                "no credentials for the server: give --token or set CRA_TOKEN",
+            )
+        })?;
+        for (id, body) in crate::cmd::trace_export::server_chains(base, &token)? {
+            let events = read_events(None, body.as_slice())
+                .map_err(|f| Failure::new(f.token, format!("session {id}: {}", f.message)))?;
+            each(base, events);
+        }
+    }
+    Ok(())
 }
 
 /// Runs `cra atlas simulate`.
@@ -237,6 +294,19 @@ mod tests {
             .sum()
     }
 
+    /// Simulating `atlas` against the chain files `against`.
+    fn files(atlas: PathBuf, against: Vec<PathBuf>) -> SimulateArgs {
+        SimulateArgs {
+            atlas,
+            with: vec![],
+            against,
+            store: StoreArgs::default(),
+            url: None,
+            token: None,
+            output: OutputFormat::Json,
+        }
+    }
+
     fn allows(resolution: &Value, action: &str) -> bool {
         resolution["allowed_actions"]
             .as_array()
@@ -272,12 +342,7 @@ mod tests {
         });
         assert!(want_list > 0 && want_rerun > 0, "the day plants nothing");
 
-        let args = SimulateArgs {
-            atlas: changed,
-            with: vec![],
-            against: chains.clone(),
-            output: OutputFormat::Json,
-        };
+        let args = files(changed, chains.clone());
         let report = simulate(&args).unwrap();
         assert_eq!(report.resolves, 96);
         assert!(report.errors.is_empty(), "{:?}", report.errors);
@@ -293,12 +358,7 @@ mod tests {
         assert_eq!(run(args), Exit::Negative);
 
         // The unchanged atlas flips nothing.
-        let same = SimulateArgs {
-            atlas: repo("atlases/dev.cra.github-ops"),
-            with: vec![],
-            against: chains,
-            output: OutputFormat::Json,
-        };
+        let same = files(repo("atlases/dev.cra.github-ops"), chains);
         assert_eq!(simulate(&same).unwrap().flips(), 0);
         assert_eq!(run(same), Exit::Success);
     }
@@ -308,12 +368,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let chains = record_day(tmp.path(), 2);
         // The recorded requests name github-ops, which this simulation does not supply.
-        let args = SimulateArgs {
-            atlas: repo("atlases/com.example.payments"),
-            with: vec![],
-            against: chains,
-            output: OutputFormat::Json,
-        };
+        let args = files(repo("atlases/com.example.payments"), chains);
         let report = simulate(&args).unwrap();
         assert_eq!(
             (report.resolves, report.errors.len(), report.flips()),

@@ -253,15 +253,7 @@ pub fn export_from_server(
     token: &str,
     out: &mut dyn Write,
 ) -> Result<Vec<Exported>, Failure> {
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(300))
-        .build()
-        .map_err(|e| {
-            Failure::new(
-                Token::Unavailable,
-                format!("cannot build an HTTP client: {e}"),
-            )
-        })?;
+    let client = http_client()?;
     let base = base.trim_end_matches('/');
     let Some(id) = &args.session else {
         let Some(dir) = &args.out else {
@@ -270,45 +262,27 @@ pub fn export_from_server(
                 "--all writes one file per session: give the directory with -o DIR",
             ));
         };
-        let listing = fetch(&client, &format!("{base}/v1/traces"), token, false)?;
-        let chains: Vec<serde_json::Value> = serde_json::from_slice(&listing).map_err(|e| {
-            Failure::new(
-                Token::Unavailable,
-                format!("the server's list of traces is not a JSON array: {e}"),
-            )
-        })?;
+        let sessions = listed_sessions(&client, base, token)?;
         std::fs::create_dir_all(dir).map_err(|e| {
             Failure::new(
                 Token::Unavailable,
                 format!("cannot create {}: {e}", dir.display()),
             )
         })?;
-        let mut done = Vec::with_capacity(chains.len());
-        for chain in &chains {
-            let Some(id) = chain.get("session_id").and_then(|v| v.as_str()) else {
-                return Err(Failure::new(
-                    Token::Unavailable,
-                    "the server's list of traces has an entry without session_id",
-                ));
-            };
-            let body = fetch(
-                &client,
-                &format!("{base}/v1/traces/{}", crate::cmd::client::enc(id)),
-                token,
-                true,
-            )?;
-            let path = dir.join(file_name(id));
+        let mut done = Vec::with_capacity(sessions.len());
+        for id in sessions {
+            let body = fetch_chain(&client, base, &id, token)?;
+            let path = dir.join(file_name(&id));
             write_file(&path, |w| w.write_all(&body))?;
             done.push(Exported {
-                session_id: id.to_owned(),
                 events: body.iter().filter(|&&b| b == b'\n').count() as u64,
+                session_id: id,
                 file: Some(path),
             });
         }
         return Ok(done);
     };
-    let url = format!("{base}/v1/traces/{}", crate::cmd::client::enc(id));
-    let body = fetch(&client, &url, token, true)?;
+    let body = fetch_chain(&client, base, id, token)?;
     let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
     let file = args.out.clone().filter(|p| p.as_os_str() != "-");
     match &file {
@@ -325,6 +299,72 @@ pub fn export_from_server(
         events,
         file,
     }])
+}
+
+/// Every chain the server at `base` lists for the caller (`GET /v1/traces`), each as its JSON
+/// Lines: what `cra atlas simulate --url` re-decides.
+pub fn server_chains(base: &str, token: &str) -> Result<Vec<(String, Vec<u8>)>, Failure> {
+    let client = http_client()?;
+    let base = base.trim_end_matches('/');
+    listed_sessions(&client, base, token)?
+        .into_iter()
+        .map(|id| {
+            let body = fetch_chain(&client, base, &id, token)?;
+            Ok((id, body))
+        })
+        .collect()
+}
+
+fn http_client() -> Result<reqwest::blocking::Client, Failure> {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(300))
+        .build()
+        .map_err(|e| {
+            Failure::new(
+                Token::Unavailable,
+                format!("cannot build an HTTP client: {e}"),
+            )
+        })
+}
+
+/// The sessions `GET /v1/traces` lists for the caller.
+fn listed_sessions(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    token: &str,
+) -> Result<Vec<String>, Failure> {
+    let listing = fetch(client, &format!("{base}/v1/traces"), token, false)?;
+    let chains: Vec<serde_json::Value> = serde_json::from_slice(&listing).map_err(|e| {
+        Failure::new(
+            Token::Unavailable,
+            format!("the server's list of traces is not a JSON array: {e}"),
+        )
+    })?;
+    chains
+        .iter()
+        .map(|c| {
+            c.get("session_id")
+                .and_then(|v| v.as_str())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    Failure::new(
+                        Token::Unavailable,
+                        "the server's list of traces has an entry without session_id",
+                    )
+                })
+        })
+        .collect()
+}
+
+/// One session's chain as JSON Lines.
+fn fetch_chain(
+    client: &reqwest::blocking::Client,
+    base: &str,
+    id: &str,
+    token: &str,
+) -> Result<Vec<u8>, Failure> {
+    let url = format!("{base}/v1/traces/{}", crate::cmd::client::enc(id));
+    fetch(client, &url, token, true)
 }
 
 /// GETs `url` (as JSON Lines when `lines`), turning a refusal into the server's token and message.

@@ -823,7 +823,7 @@ impl CarpStore for RedbStore {
         lease: &ExecutionLease,
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
-    ) -> Result<(ClaimOutcome, Option<ConsumeOutcome>), CarpError> {
+    ) -> Result<(ClaimOutcome, Option<(ConsumeOutcome, i64)>), CarpError> {
         let bytes = encode(lease)?;
         self.carp_write(|txn| {
             let (claim, claimed) = claim_in(txn, lease, &bytes)?;
@@ -834,7 +834,7 @@ impl CarpStore for RedbStore {
             // transaction, and the claim with it.
             let at_us = unix_micros(clock.now());
             let (outcome, consumed) = consume_in(txn, charges, at_us)?;
-            Ok(((claim, Some(outcome)), consumed))
+            Ok(((claim, Some((outcome, at_us))), consumed))
         })
     }
 

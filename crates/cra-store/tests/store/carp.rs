@@ -157,7 +157,7 @@ macro_rules! forward {
                 c: &[Charge],
                 clock: &dyn cra_wire::Clock,
             ) -> Result<
-                (cra_carp::store::ClaimOutcome, Option<ConsumeOutcome>),
+                (cra_carp::store::ClaimOutcome, Option<(ConsumeOutcome, i64)>),
                 cra_carp::store::CarpStoreError,
             > {
                 self.store.claim_and_consume_now(l, c, clock)

@@ -64,6 +64,24 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `cra atlas simulate ATLAS` against the chains `source` names, as a library call.
+fn simulate(
+    atlas: PathBuf,
+    source: impl FnOnce(&mut cra_cli::cmd::atlas_simulate::SimulateArgs),
+) -> cra_cli::cmd::atlas_simulate::SimulationReport {
+    let mut args = cra_cli::cmd::atlas_simulate::SimulateArgs {
+        atlas,
+        with: vec![],
+        against: vec![],
+        store: cra_cli::cmd::trace_io::StoreArgs::default(),
+        url: None,
+        token: None,
+        output: cra_cli::output::OutputFormat::Json,
+    };
+    source(&mut args);
+    cra_cli::cmd::atlas_simulate::simulate(&args).unwrap()
+}
+
 fn read_events(path: &Path) -> Vec<TraceEvent> {
     cra_trace::diff::parse_events(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -244,7 +262,23 @@ fn a_live_session_exports_reconstructs_and_replays() {
     let (exit, _, err) = cli(&["export", "--session", &sid, "--data", s(&live.data)]);
     assert_eq!(exit, Exit::CouldNotRun, "the server holds the directory");
     assert!(err.contains("in use"), "{err}");
+    // `cra atlas simulate --url`: every chain the server lists, re-decided; the same atlas
+    // flips nothing.
+    let over_http = simulate(atlas_dir(), |a| {
+        a.url = Some(live.base.clone());
+        a.token = Some(OPERATOR.to_owned());
+    });
+    assert_eq!((over_http.resolves, over_http.flips()), (4, 0));
+    assert!(over_http.errors.is_empty(), "{:?}", over_http.errors);
     live.stop();
+    // `--data`: the stopped server's store, the same resolves; a changed atlas flips the one
+    // request that could touch db.drop.
+    let from_store = simulate(atlas_dir(), |a| a.store.data = Some(live.data.clone()));
+    assert_eq!((from_store.resolves, from_store.flips()), (4, 0));
+    let flipped = simulate(changed_atlas(&dir), |a| {
+        a.store.data = Some(live.data.clone())
+    });
+    assert_eq!(flipped.resolves_flipped, 1, "{:?}", flipped.by_policy);
 
     // From the data directory: every session, one file each, the same bytes as over HTTP.
     let all = dir.join("all");

@@ -536,20 +536,30 @@ impl Carp {
         let rid = resolution.resolution_id.clone();
         let tid = resolution.trace_id.clone();
         let now_us = unix_micros(now);
-        let mut marked = |counter: &str, key: &str, since_us: i64| {
-            let seen = self.store.has_event(counter, key, since_us, now_us);
-            seen.map_err(store_err)
+        let authorization = {
+            // One reader for all of this call's history predicates, opened at the first one
+            // and closed before anything is written.
+            let mut reader: Option<Box<dyn crate::store::MarkReader + '_>> = None;
+            let mut marked = |counter: &str, key: &str, since_us: i64| {
+                let r = match &mut reader {
+                    Some(r) => r,
+                    None => reader.insert(self.store.mark_reader().map_err(store_err)?),
+                };
+                r.has_event(counter, key, since_us, now_us)
+                    .map_err(store_err)
+            };
+            authorize(
+                request,
+                resolution,
+                action,
+                validator,
+                approval.as_ref(),
+                atlas,
+                now,
+                &mut marked,
+            )?
         };
-        match authorize(
-            request,
-            resolution,
-            action,
-            validator,
-            approval.as_ref(),
-            atlas,
-            now,
-            &mut marked,
-        )? {
+        match authorization {
             Authorization::OpenApproval { approval_id } => {
                 let e = CarpError::new(
                     Token::ApprovalPending,

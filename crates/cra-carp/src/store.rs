@@ -402,6 +402,35 @@ pub enum CarpStoreError {
     Corrupt(String),
 }
 
+/// Answers history predicates ([`CarpStore::has_event`]'s question) for one execute
+/// ([`CarpStore::mark_reader`]).
+pub trait MarkReader {
+    /// Whether `(counter, scope_key)` has an event at an instant `t` with
+    /// `since_us < t <= until_us`.
+    fn has_event(
+        &mut self,
+        counter: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpStoreError>;
+}
+
+/// The default [`MarkReader`]: one [`CarpStore::has_event`] per question.
+struct EachCall<'a, S: ?Sized>(&'a S);
+
+impl<S: CarpStore + ?Sized> MarkReader for EachCall<'_, S> {
+    fn has_event(
+        &mut self,
+        counter: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpStoreError> {
+        self.0.has_event(counter, scope_key, since_us, until_us)
+    }
+}
+
 /// Everything CARP keeps between requests. See the module documentation for the contract.
 pub trait CarpStore: Send + Sync + fmt::Debug {
     // --- sessions ---------------------------------------------------------------------------
@@ -500,6 +529,14 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
         until_us: i64,
     ) -> Result<bool, CarpStoreError> {
         Ok(self.rate_count(policy_id, scope_key, since_us, until_us)? > 0)
+    }
+
+    /// A reader of history marks that answers [`CarpStore::has_event`] questions from one view
+    /// of the store, opened once for all the predicates of one execute: on redb one read
+    /// transaction instead of one per predicate. The default asks [`CarpStore::has_event`] each
+    /// time.
+    fn mark_reader(&self) -> Result<Box<dyn MarkReader + '_>, CarpStoreError> {
+        Ok(Box::new(EachCall(self)))
     }
 
     /// Units spent so far on `(policy_id, scope_key)`.

@@ -353,14 +353,26 @@ fn marks_are_recorded_with_the_first_record_of_an_execution(s: &dyn CarpStore) {
             .unwrap()
     };
     assert_eq!(count(), 1);
-    let seen = |since, until| {
-        s.has_event("allow-refund#0", "session:s1|sha256:ab", since, until)
-            .unwrap()
+    // The store's one-question answer and its reader's (one view for many) agree.
+    let mut reader = s.mark_reader().unwrap();
+    let mut seen = |since, until| {
+        let one = s
+            .has_event("allow-refund#0", "session:s1|sha256:ab", since, until)
+            .unwrap();
+        let many = reader
+            .has_event("allow-refund#0", "session:s1|sha256:ab", since, until)
+            .unwrap();
+        assert_eq!(
+            one, many,
+            "has_event and mark_reader disagree on ({since}, {until}]"
+        );
+        one
     };
     assert!(seen(4_999_999, 5_000_000), "the window's end is inclusive");
     assert!(!seen(5_000_000, 9_000_000), "its start is exclusive");
     assert!(!seen(0, 4_999_999));
     assert!(!seen(9_000_000, 1), "an empty window");
+    drop(reader);
     assert!(
         !s.has_event("allow-refund#0", "session:s2", 0, i64::MAX)
             .unwrap()

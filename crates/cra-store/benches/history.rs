@@ -209,12 +209,15 @@ fn decide(store: &dyn CarpStore, c: &Call, now_us: i64) -> usize {
         .iter()
         .find(|a| a.action_id.as_str() == TARGET)
         .unwrap();
+    // As the engine does: one reader for the call's predicates, opened at the first one.
+    let mut reader: Option<Box<dyn cra_carp::store::MarkReader + '_>> = None;
+    let fail = |e: CarpStoreError| CarpError::new(cra_wire::Token::InternalError, e.to_string());
     let mut marked = |counter: &str, key: &str, since: i64| -> Result<bool, CarpError> {
-        store
-            .has_event(counter, key, since, now_us)
-            .map_err(|e: CarpStoreError| {
-                CarpError::new(cra_wire::Token::InternalError, e.to_string())
-            })
+        let r = match &mut reader {
+            Some(r) => r,
+            None => reader.insert(store.mark_reader().map_err(fail)?),
+        };
+        r.has_event(counter, key, since, now_us).map_err(fail)
     };
     match authorize(
         &c.request,

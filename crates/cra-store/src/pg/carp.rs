@@ -269,6 +269,40 @@ pub(crate) fn insert_marks(
     Ok(())
 }
 
+/// Whether a counter has an event in a window: a history predicate's question.
+const HAS_EVENT: &str = "SELECT EXISTS (SELECT 1 FROM carp_rate_events
+     WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4)";
+
+/// History predicates answered over one pooled connection, the question prepared once
+/// ([`cra_carp::store::CarpStore::mark_reader`]).
+struct PgMarks<'a> {
+    client: PooledClient<'a>,
+    exists: Option<postgres::Statement>,
+}
+
+impl cra_carp::store::MarkReader for PgMarks<'_> {
+    fn has_event(
+        &mut self,
+        counter: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpError> {
+        let statement = match &self.exists {
+            Some(s) => s.clone(),
+            None => self
+                .exists
+                .insert(self.client.prepare(HAS_EVENT).map_err(be)?)
+                .clone(),
+        };
+        let row = self
+            .client
+            .query_one(&statement, &[&counter, &scope_key, &since_us, &until_us])
+            .map_err(be)?;
+        Ok(row.get::<_, bool>(0))
+    }
+}
+
 impl CarpStore for PgStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
         let body = encode(session)?;
@@ -445,13 +479,16 @@ impl CarpStore for PgStore {
     ) -> Result<bool, CarpError> {
         let mut c = self.carp_client()?;
         let row = c
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM carp_rate_events
-                 WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4)",
-                &[&policy_id, &scope_key, &since_us, &until_us],
-            )
+            .query_one(HAS_EVENT, &[&policy_id, &scope_key, &since_us, &until_us])
             .map_err(be)?;
         Ok(row.get::<_, bool>(0))
+    }
+
+    fn mark_reader(&self) -> Result<Box<dyn cra_carp::store::MarkReader + '_>, CarpError> {
+        Ok(Box::new(PgMarks {
+            client: self.carp_client()?,
+            exists: None,
+        }))
     }
 
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {

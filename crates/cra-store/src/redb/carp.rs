@@ -386,6 +386,32 @@ fn apply_decision(
     Ok(Ok(true))
 }
 
+/// History predicates answered from one read transaction's view of the rate table
+/// ([`cra_carp::store::CarpStore::mark_reader`]): one seek each, the table opened once.
+struct RedbMarks {
+    rate: redb::ReadOnlyTable<(&'static str, &'static str, i64), u64>,
+}
+
+impl cra_carp::store::MarkReader for RedbMarks {
+    fn has_event(
+        &mut self,
+        counter: &str,
+        scope_key: &str,
+        since_us: i64,
+        until_us: i64,
+    ) -> Result<bool, CarpError> {
+        if since_us >= until_us {
+            return Ok(false);
+        }
+        let start = since_us.saturating_add(1);
+        let mut range = self
+            .rate
+            .range((counter, scope_key, start)..=(counter, scope_key, until_us))
+            .map_err(be)?;
+        Ok(range.next_back().transpose().map_err(be)?.is_some())
+    }
+}
+
 /// Inserts `id -> bytes` into `table` in `txn`; [`CarpError::AlreadyExists`] when `id` is taken.
 fn insert_new_in(
     txn: &WriteTransaction,
@@ -782,16 +808,15 @@ impl CarpStore for RedbStore {
         since_us: i64,
         until_us: i64,
     ) -> Result<bool, CarpError> {
-        if since_us >= until_us {
-            return Ok(false);
-        }
+        self.mark_reader()?
+            .has_event(policy_id, scope_key, since_us, until_us)
+    }
+
+    fn mark_reader(&self) -> Result<Box<dyn cra_carp::store::MarkReader + '_>, CarpError> {
         let txn = self.database().begin_read().map_err(be)?;
-        let t = txn.open_table(RATE).map_err(be)?;
-        let start = since_us.saturating_add(1);
-        let mut range = t
-            .range((policy_id, scope_key, start)..=(policy_id, scope_key, until_us))
-            .map_err(be)?;
-        Ok(range.next_back().transpose().map_err(be)?.is_some())
+        Ok(Box::new(RedbMarks {
+            rate: txn.open_table(RATE).map_err(be)?,
+        }))
     }
 
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {

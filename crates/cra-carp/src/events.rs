@@ -178,14 +178,14 @@ pub struct ApprovalRequested<'a> {
 }
 
 impl<'a> ApprovalRequested<'a> {
-    /// The event of an approval an execute opened.
-    pub fn opened(approval: &'a crate::store::ApprovalRecord, expires_at: &'a str) -> Self {
+    /// The event of an approval an execute opened, lapsing at `expires_at` (its resolution's).
+    pub fn opened(approval: &'a crate::store::ApprovalRecord, expires_at: Option<&'a str>) -> Self {
         Self {
             approval_id: &approval.approval_id,
             resolution_id: &approval.resolution_id,
             actions: approval.actions.iter().map(String::as_str).collect(),
             call: approval.call.as_ref(),
-            expires_at: Some(expires_at),
+            expires_at,
         }
     }
 }
@@ -974,7 +974,7 @@ mod tests {
             }),
         };
         same(
-            &ApprovalRequested::opened(&opened, "2026-01-05T11:00:00.000000Z"),
+            &ApprovalRequested::opened(&opened, Some("2026-01-05T11:00:00.000000Z")),
             &json!({"approval_id": "ap", "resolution_id": "r", "actions": ["x.put"],
                     "execution_id": "e", "action_id": "x.put", "parameters_hash": "sha256:00",
                     "atlas_id": "at", "atlas_digest": "sha256:11",

@@ -99,30 +99,30 @@ pub fn authorize(
         let Some(approval) = approval else {
             return Ok(Authorization::OpenApproval { approval_id });
         };
+        // A refusal names the require_approval policy that gates the action.
+        let gate = resolution.constraints.iter().find(|c| {
+            c.kind == ConstraintType::RequireApproval && c.parameters.binds(&action.action_id)
+        });
+        let policy = gate.and_then(|c| c.parameters.get("policy_id")?.as_str());
+        let by_gate = |refused: CarpError| match policy {
+            Some(p) => refused.by_policy(p),
+            None => refused,
+        };
         if let Some(refusal) = approval_covers(approval, action, exec, atlas) {
-            return Ok(Authorization::Denied(refusal));
+            return Ok(Authorization::Denied(by_gate(refusal)));
         }
         match approval.status {
             ApprovalStatus::Pending => {
                 return Ok(Authorization::PendingApproval { approval_id });
             }
             ApprovalStatus::Rejected => {
-                let refused = CarpError::new(
+                return Ok(Authorization::Denied(by_gate(CarpError::new(
                     Token::ApprovalRejected,
                     format!(
                         "approval {approval_id} for {} was rejected; resolve again or ask an approver",
                         action.action_id
                     ),
-                );
-                let gate = resolution.constraints.iter().find(|c| {
-                    c.kind == ConstraintType::RequireApproval
-                        && c.parameters.binds(&action.action_id)
-                });
-                let policy = gate.and_then(|c| c.parameters.get("policy_id")?.as_str());
-                return Ok(Authorization::Denied(match policy {
-                    Some(p) => refused.by_policy(p),
-                    None => refused,
-                }));
+                ))));
             }
             ApprovalStatus::Granted => {
                 // An approval asked for one call runs it once: its use is a charge, taken with

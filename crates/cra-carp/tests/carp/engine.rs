@@ -519,9 +519,14 @@ fn a_resolve_opens_no_approval_and_the_execute_opens_one_for_its_call() {
         Some(&call.atlas_digest),
         w.carp.atlases().digests().get(&call.atlas_id)
     );
-    // Another call under the resolution is refused while the first waits, and once granted.
-    let other = ask(json!({"env": "staging"}));
-    assert_eq!(other.error.unwrap().code, "approval_mismatch");
+    // Another call under the resolution is refused while the first waits, and once granted;
+    // the refusal names the policy that gates the action.
+    let other = ask(json!({"env": "staging"})).error.unwrap();
+    assert_eq!(other.code, "approval_mismatch");
+    assert_eq!(
+        other.details.unwrap()["policy_id"],
+        json!("approve-deploy-prod")
+    );
     w.carp
         .decide_approval(&approval_id, ApprovalDecision::Grant, "human", None)
         .unwrap();

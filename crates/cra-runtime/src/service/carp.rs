@@ -511,10 +511,7 @@ impl Call<'_> {
         let execution_id = response.execution_id.as_str();
         let message = response.error.as_ref().map_or("", |e| e.message.as_str());
         let span = self.span(execution_id);
-        let requested = span.draft_of(&ApprovalRequested::opened(
-            &approval,
-            expires_at.unwrap_or(""),
-        ));
+        let requested = span.draft_of(&ApprovalRequested::opened(&approval, expires_at));
         let mut drafts = self.pending(execution_id, message);
         drafts.insert(1, requested);
         let r = &self.request.requester;

@@ -554,7 +554,10 @@ impl Carp {
                 action,
                 validator,
                 approval.as_ref(),
-                atlas,
+                crate::execute::InForce {
+                    atlases: Some(&self.atlases),
+                    atlas,
+                },
                 now,
                 &mut marked,
             )?

@@ -4,6 +4,8 @@
 //! Pure; the caller then asks the store to consume the charges atomically
 //! ([`crate::CarpStore::try_consume`]) and only runs the executor if they fit.
 
+use std::borrow::Cow;
+
 use cra_wire::{FieldError, Token};
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -49,10 +51,21 @@ fn scope_of(v: Option<&Value>) -> Scope {
     }
 }
 
+/// What is in force when an execute is decided, beside its resolution.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InForce<'a> {
+    /// The atlases loaded now. A step of the resolution's `parameters` constraint whose tests
+    /// are written exactly as the loaded policy's uses the policy's compiled tests instead of
+    /// compiling them again; any other step is compiled from what the resolution recorded.
+    pub atlases: Option<&'a crate::index::AtlasSet>,
+    /// The atlas that offered the action, `(atlas_id, digest)` as it is loaded now (`None`
+    /// when it is no longer loaded), which a granted approval must have been asked under.
+    pub atlas: Option<(&'a str, &'a str)>,
+}
+
 /// Decides an execute request. `validator` is the compiled `parameters_schema` of the action;
-/// `approval` is the record named by the resolution's `approval_id`, if any; `atlas` is the
-/// atlas that offered the action, `(atlas_id, digest)` as it is in force now (`None` when it is
-/// no longer loaded), which a granted approval must have been asked under.
+/// `approval` is the record named by the resolution's `approval_id`, if any; `in_force` is what
+/// the atlases say now.
 #[expect(
     clippy::too_many_arguments,
     reason = "the inputs of one decision, each read by the caller from another place"
@@ -63,7 +76,7 @@ pub fn authorize(
     action: &AllowedAction,
     validator: &jsonschema::Validator,
     approval: Option<&ApprovalRecord>,
-    atlas: Option<(&str, &str)>,
+    in_force: InForce<'_>,
     now: OffsetDateTime,
     marked: &mut Marked<'_>,
 ) -> Result<Authorization, CarpError> {
@@ -76,7 +89,7 @@ pub fn authorize(
         ids: (&request.requester.agent_id, &request.requester.session_id),
         now_us: crate::eval::unix_micros(now),
     };
-    let mut on_params = on_parameters(resolution, &call, marked)?;
+    let mut on_params = on_parameters(resolution, &call, in_force.atlases, marked)?;
     let gated = match &on_params.gate {
         Gate::AsResolved => action.requires_confirmation,
         Gate::Allow => false,
@@ -108,7 +121,7 @@ pub fn authorize(
             Some(p) => refused.by_policy(p),
             None => refused,
         };
-        if let Some(refusal) = approval_covers(approval, action, exec, atlas) {
+        if let Some(refusal) = approval_covers(approval, action, exec, in_force.atlas) {
             return Ok(Authorization::Denied(by_gate(refusal)));
         }
         match approval.status {
@@ -264,6 +277,7 @@ enum Gate {
 fn on_parameters(
     resolution: &Resolution,
     call: &Call<'_>,
+    atlases: Option<&crate::index::AtlasSet>,
     marked: &mut Marked<'_>,
 ) -> Result<OnParameters, CarpError> {
     let action_id = call.action_id;
@@ -293,6 +307,13 @@ fn on_parameters(
         .get("steps")
         .and_then(Value::as_array)
         .ok_or_else(corrupt)?;
+    // The atlas the constraint came from, as loaded now: its policies' compiled tests are
+    // reused for every step written as they are.
+    let loaded = c
+        .parameters
+        .get("atlas_id")
+        .and_then(Value::as_str)
+        .and_then(|id| atlases?.get(id));
     // The first grant or deny whose tests hold (or that has none) decides.
     let mut decided: Option<(&str, &str, &Value)> = None;
     let mut binding = Vec::new();
@@ -301,15 +322,22 @@ fn on_parameters(
         let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
             return Err(corrupt());
         };
+        let policy = loaded.and_then(|a| a.policy(policy_id));
         let history = match step.get("history") {
             None => None,
-            Some(h) => Some(HistoryConditions::compile(policy_id, h).map_err(|_| corrupt())?),
+            Some(h) => Some(match policy.and_then(|p| p.conditions.history.as_ref()) {
+                Some(k) if k.written() == h => Cow::Borrowed(k),
+                _ => Cow::Owned(HistoryConditions::compile(policy_id, h).map_err(|_| corrupt())?),
+            }),
         };
         let mut holds = match step.get("when") {
             None => true,
-            Some(w) => ParamConditions::compile(w)
-                .map_err(|_| corrupt())?
-                .holds(call.parameters),
+            Some(w) => match policy.and_then(|p| p.conditions.parameters.as_ref()) {
+                Some(k) if k.written() == w => k.holds(call.parameters),
+                _ => ParamConditions::compile(w)
+                    .map_err(|_| corrupt())?
+                    .holds(call.parameters),
+            },
         };
         if holds && let Some(h) = &history {
             holds = h.predicates_hold(call.parameters, call.ids, call.now_us, marked)?;
@@ -326,11 +354,7 @@ fn on_parameters(
         }
         // A limit stated on a policy binds every call the policy applies to, whichever
         // grant decides: an approval above a threshold does not lift the allow's daily total.
-        binding.extend(
-            history
-                .filter(HistoryConditions::has_limits)
-                .map(|h| (policy_id, h)),
-        );
+        binding.extend(history.filter(|h| h.has_limits()).map(|h| (policy_id, h)));
     }
     let refuse = |policy_id: &str, reason: &str| CarpError {
         policy_id: Some(policy_id.to_owned()),
@@ -633,7 +657,9 @@ mod tests {
             ids: ("a", "s"),
             now_us: 1_000_000,
         };
-        on_parameters(r, &call, &mut |counter, _, _| Ok(marks.contains(&counter)))
+        on_parameters(r, &call, None, &mut |counter, _, _| {
+            Ok(marks.contains(&counter))
+        })
     }
 
     fn walk(

@@ -370,6 +370,13 @@ pub struct CompiledAtlas {
     pub(crate) default_deny: (SharedStr, SharedStr),
 }
 
+impl CompiledAtlas {
+    /// The policy with this id, if the atlas has one.
+    pub fn policy(&self, policy_id: &str) -> Option<&CompiledPolicy> {
+        self.policies.iter().find(|p| &*p.policy_id == policy_id)
+    }
+}
+
 /// ceil(UTF-8 characters / 4): the errata's token estimate.
 pub fn token_estimate(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)

@@ -9,6 +9,8 @@
 //!   the steps walked, the 10 predicates answered from the store's index
 //!   (`CarpStore::has_event`, one seek each) and the 10 limits' charges built. Consuming the
 //!   charges is the store's write, the same as any rate limit's, and not measured here;
+//! * `history/compile_20_tests`: compiling the 20 tests from their written form, which an
+//!   execute does for every step of the stored resolution's `parameters` constraint;
 //! * `history/decide_sum_in_store/<events>`: the store's check of the 5 `sum_within` charges
 //!   inside one write transaction, refused so nothing is written (the totals summed over the
 //!   window's events of one key).
@@ -200,8 +202,9 @@ fn call(set: &AtlasSet) -> Call {
     }
 }
 
-/// The execute-time decision of the call over `store`: every step walked, predicates read.
-fn decide(store: &dyn CarpStore, c: &Call, now_us: i64) -> usize {
+/// The execute-time decision of the call over `store`, as the engine makes it with `set`
+/// loaded: every step walked, predicates read.
+fn decide(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64) -> usize {
     let now = cra_wire::clock::parse_rfc3339(NOW).unwrap();
     let action = c
         .resolution
@@ -225,7 +228,10 @@ fn decide(store: &dyn CarpStore, c: &Call, now_us: i64) -> usize {
         action,
         &c.validator,
         None,
-        None,
+        cra_carp::execute::InForce {
+            atlases: Some(set),
+            atlas: None,
+        },
         now,
         &mut marked,
     )
@@ -292,6 +298,16 @@ fn bench(c: &mut Criterion) {
             )
         })
     });
+    // What an execute spends compiling the steps' tests from the stored resolution (stop 43's
+    // second seam): the 20 tests, as `execute::on_parameters` compiles them on every call.
+    let written = history();
+    group.bench_function("compile_20_tests", |b| {
+        b.iter(|| {
+            black_box(
+                cra_carp::history::HistoryConditions::compile("allow-target", &written).unwrap(),
+            )
+        })
+    });
     let sizes: &[u64] = if measuring {
         &[1_000, 100_000]
     } else {
@@ -310,7 +326,7 @@ fn bench(c: &mut Criterion) {
         let store = RedbStore::open(dir.path()).unwrap();
         let t = Instant::now();
         assert_eq!(
-            decide(&store, &the_call, now_us),
+            decide(&store, &the_call, &set, now_us),
             10,
             "10 limits charge the call"
         );
@@ -319,7 +335,7 @@ fn bench(c: &mut Criterion) {
             t.elapsed().as_nanos() as f64 / 1000.0
         );
         group.bench_function(format!("decide/{events}"), |b| {
-            b.iter(|| black_box(decide(&store, &the_call, now_us)))
+            b.iter(|| black_box(decide(&store, &the_call, &set, now_us)))
         });
         let charges = sum_charges();
         group.bench_function(format!("decide_sum_in_store/{events}"), |b| {
@@ -329,7 +345,7 @@ fn bench(c: &mut Criterion) {
         let samples = (0..count)
             .map(|_| {
                 let t = Instant::now();
-                black_box(decide(&store, &the_call, now_us));
+                black_box(decide(&store, &the_call, &set, now_us));
                 t.elapsed().as_nanos()
             })
             .collect();

@@ -71,6 +71,17 @@ impl World {
     /// `"success"`, or the refusal as `"<status or refused> <token> <policy>"`.
     fn call(&self, who: (&str, &str), action: &str, params: Value) -> String {
         let res = self.resolve(who);
+        self.call_under(who, &res, action, params)
+    }
+
+    /// Executes `action` with `params` under the resolution `res`, as [`World::call`] does.
+    fn call_under(
+        &self,
+        who: (&str, &str),
+        res: &Resolution,
+        action: &str,
+        params: Value,
+    ) -> String {
         let mut r = self.header(who, "execute");
         r["execution"] = json!({
             "resolution_id": res.resolution_id, "action_id": action, "parameters": params,
@@ -321,4 +332,35 @@ fn retry_after_is_the_exact_wait_until_a_windowed_charge_fits() {
         s.try_consume(std::slice::from_ref(&rate), sec(at)).unwrap();
     }
     assert_eq!(window_retry_after(&s, &rate, sec(25)).unwrap(), Some(45));
+}
+
+/// An execute reuses the loaded policy's compiled tests only when its resolution recorded them
+/// as written: after the atlas changed, the resolution's own tests decide. Here the loaded
+/// atlas raised `report.send`'s count from 2 to 5 a minute; a resolution made before keeps 2.
+#[test]
+fn an_execute_decides_on_the_tests_its_resolution_recorded_when_the_atlas_changed() {
+    let mut w = World::new();
+    assert_eq!(w.call(S1, "report.build", json!({})), "success");
+    let before = w.resolve(S1);
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(fixture("history/atlas").join("atlas.json")).unwrap();
+    let raised = text.replacen("\"max\": 2,", "\"max\": 5,", 1);
+    assert_ne!(text, raised, "the fixture changed; update the edit");
+    std::fs::write(tmp.path().join("atlas.json"), raised).unwrap();
+    w.carp
+        .set_atlases(Arc::new(atlas_set(&[tmp.path().to_owned()])));
+    let send = |res: &Resolution| w.call_under(S1, res, "report.send", json!({"channel": "ops"}));
+    assert_eq!(send(&before), "success");
+    assert_eq!(send(&before), "success");
+    assert_eq!(
+        send(&before),
+        "denied rate_limit_exceeded allow-send-after-build",
+        "the resolution recorded a count of 2"
+    );
+    let after = w.resolve(S1);
+    assert_eq!(
+        send(&after),
+        "success",
+        "a resolution of the loaded atlas counts 5"
+    );
 }

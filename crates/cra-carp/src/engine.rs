@@ -104,9 +104,15 @@ pub fn refusal_response(
     }
 }
 
-/// When a stored resolution lapses (Unix microseconds); 0 for none.
-fn resolution_expiry(stored: Option<&StoredResolution>) -> i64 {
-    stored.map_or(0, |s| s.expires_at_us)
+/// What a request's id must be for the request to be admitted (§3.6 rule 1).
+#[derive(Debug, Clone, Copy)]
+enum RequestIdRule {
+    /// Unused in the session; used up by this check.
+    Record,
+    /// Unused in the session; the caller records it (with the request's events).
+    Unused,
+    /// Already used by this very request (an execute decided again).
+    Own,
 }
 
 fn store_err(e: CarpStoreError) -> CarpError {
@@ -271,13 +277,13 @@ impl Carp {
             })
     }
 
-    /// Clock skew, session and request id checks. With `record_id` the request id is recorded
-    /// as used now; without, it is only checked, and the caller records it with its result
-    /// (a resolve: [`CarpStore::record_resolve`], one write instead of two).
+    /// Clock skew, session and request id checks, the id by `id`: recorded as used now; only
+    /// checked, the caller recording it with its result (a resolve:
+    /// [`CarpStore::record_resolve`], one write instead of two); or known to be this request's.
     fn common_checks(
         &self,
         request: &CarpRequest,
-        record_id: bool,
+        id: RequestIdRule,
     ) -> Result<time::OffsetDateTime, CarpError> {
         let now = self.clock.now();
         check_clock_skew(request, now, self.config.max_skew_seconds)?;
@@ -294,12 +300,13 @@ impl Carp {
         };
         check_session(request, session)?;
         let (session_id, request_id) = (&request.requester.session_id, &request.request_id);
-        let fresh = if record_id {
-            self.store.insert_request_id(session_id, request_id)
-        } else {
-            self.store
+        let fresh = match id {
+            RequestIdRule::Record => self.store.insert_request_id(session_id, request_id),
+            RequestIdRule::Unused => self
+                .store
                 .has_request_id(session_id, request_id)
-                .map(|seen| !seen)
+                .map(|seen| !seen),
+            RequestIdRule::Own => Ok(true),
         }
         .map_err(store_err)?;
         check_request_id_new(request, fresh)?;
@@ -352,7 +359,12 @@ impl Carp {
                 "this is an execute request; send it to execute",
             ));
         }
-        let now = self.common_checks(request, request.operation == Operation::Validate)?;
+        let id = if request.operation == Operation::Validate {
+            RequestIdRule::Record
+        } else {
+            RequestIdRule::Unused
+        };
+        let now = self.common_checks(request, id)?;
         let counters = CountersSnapshot::load(self.store.as_ref(), &self.atlases, request, now)
             .map_err(store_err)?;
         let options = ResolveOptions {
@@ -502,8 +514,23 @@ impl Carp {
     /// by a policy (limit exhausted, approval rejected, outside a window) and pending approvals
     /// are answered as responses with status `denied` / `pending_approval`.
     pub fn execute(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
+        self.execute_under(request, RequestIdRule::Record)
+    }
+
+    /// [`Carp::execute`] for a request whose id the first decision already used: a decision
+    /// made again after its [`ExecuteOutcome::OpenApproval`] found the approval opened first by
+    /// another execute (`specs/carp.md`, "Approvals bound to the call").
+    pub fn execute_again(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
+        self.execute_under(request, RequestIdRule::Own)
+    }
+
+    fn execute_under(
+        &self,
+        request: &CarpRequest,
+        id: RequestIdRule,
+    ) -> Result<ExecuteOutcome, CarpError> {
         let exec = execution_of(request)?;
-        let now = self.common_checks(request, true)?;
+        let now = self.common_checks(request, id)?;
         if let Some(key) = &exec.idempotency_key
             && let Some(first) = self
                 .store
@@ -516,7 +543,8 @@ impl Carp {
             .store
             .get_resolution(&exec.resolution_id)
             .map_err(store_err)?;
-        let resolution = check_resolution(request, stored.as_ref(), unix_micros(now))?;
+        let checked = check_resolution(request, stored.as_ref(), unix_micros(now))?;
+        let resolution = &checked.resolution;
         let action = check_action_allowed(request, resolution)?;
         let compiled;
         let validator = match self.compiled_validator(action) {
@@ -532,7 +560,7 @@ impl Carp {
             }
             _ => None,
         };
-        let atlas = self.atlas_of(stored.as_ref(), &action.action_id);
+        let atlas = self.atlas_of(checked, &action.action_id);
         let rid = resolution.resolution_id.clone();
         let tid = resolution.trace_id.clone();
         let now_us = unix_micros(now);
@@ -563,7 +591,10 @@ impl Carp {
             )?
         };
         match authorization {
-            Authorization::OpenApproval { approval_id } => {
+            Authorization::OpenApproval {
+                approval_id,
+                parameters_hash,
+            } => {
                 let e = CarpError::new(
                     Token::ApprovalPending,
                     format!(
@@ -593,7 +624,7 @@ impl Carp {
                     agent_id: request.requester.agent_id.clone(),
                     actions: vec![action.action_id.to_string()],
                     created_at: format_timestamp(now),
-                    expires_at_us: resolution_expiry(stored.as_ref()),
+                    expires_at_us: checked.expires_at_us,
                     status: ApprovalStatus::Pending,
                     decided_by: None,
                     decided_at: None,
@@ -601,7 +632,7 @@ impl Carp {
                     call: Some(ApprovalCall {
                         execution_id: response.execution_id.clone(),
                         action_id: action.action_id.to_string(),
-                        parameters_hash: cra_wire::hash::canonical_digest(&exec.parameters),
+                        parameters_hash,
                         atlas_id: atlas_id.to_owned(),
                         atlas_digest: atlas_digest.to_owned(),
                     }),
@@ -707,9 +738,6 @@ impl Carp {
         else {
             return None;
         };
-        if policy_id.starts_with(crate::execute::APPROVAL_USE) {
-            return None;
-        }
         let charge = crate::store::Charge {
             policy_id: policy_id.clone(),
             scope_key: scope_key.clone(),
@@ -738,8 +766,8 @@ impl Carp {
     /// The atlas that offered `action_id` under the resolution (its recorded origin, else the
     /// first loaded atlas declaring it), with its digest as it is in force now; `None` when
     /// that atlas is no longer loaded.
-    fn atlas_of(&self, stored: Option<&StoredResolution>, action_id: &str) -> Option<(&str, &str)> {
-        let origin = stored.and_then(|s| s.origins.get(action_id));
+    fn atlas_of(&self, stored: &StoredResolution, action_id: &str) -> Option<(&str, &str)> {
+        let origin = stored.origins.get(action_id);
         let atlas = self.atlases.atlases().iter().find(|a| match origin {
             Some(o) => *a.atlas_id == *o.atlas_id,
             None => a.action_index.contains_key(action_id),

@@ -33,6 +33,8 @@ pub enum Authorization {
     OpenApproval {
         /// The resolution's approval id, which the opened approval takes.
         approval_id: String,
+        /// The call's parameters digest, which the approval is bound to.
+        parameters_hash: String,
     },
     /// Waiting for the resolution's approval.
     PendingApproval {
@@ -98,8 +100,11 @@ pub fn authorize(
     };
     let mut use_approval = None;
     if gated {
+        // The call's digest, which every approval check compares (`action.requested`'s
+        // `parameters_hash`).
+        let hash = cra_wire::hash::canonical_digest(&exec.parameters);
         if let Gate::Approval { policy_id, bound } = &on_params.gate
-            && let Some(refusal) = approval_binds(action, policy_id, bound.as_deref(), exec)
+            && let Some(refusal) = approval_binds(action, policy_id, bound.as_deref(), &hash)
         {
             return Ok(Authorization::Denied(refusal));
         }
@@ -110,7 +115,10 @@ pub fn authorize(
             ));
         };
         let Some(approval) = approval else {
-            return Ok(Authorization::OpenApproval { approval_id });
+            return Ok(Authorization::OpenApproval {
+                approval_id,
+                parameters_hash: hash,
+            });
         };
         // A refusal names the require_approval policy that gates the action.
         let gate = resolution.constraints.iter().find(|c| {
@@ -121,7 +129,7 @@ pub fn authorize(
             Some(p) => refused.by_policy(p),
             None => refused,
         };
-        if let Some(refusal) = approval_covers(approval, action, exec, in_force.atlas) {
+        if let Some(refusal) = approval_covers(approval, action, &hash, in_force.atlas) {
             return Ok(Authorization::Denied(by_gate(refusal)));
         }
         match approval.status {
@@ -418,7 +426,7 @@ fn approval_binds(
     action: &AllowedAction,
     policy_id: &str,
     bound: Option<&str>,
-    exec: &crate::types::Execution,
+    hash: &str,
 ) -> Option<CarpError> {
     let id = &action.action_id;
     if !action.requires_confirmation {
@@ -432,7 +440,6 @@ fn approval_binds(
             .by_policy(policy_id),
         );
     }
-    let hash = cra_wire::hash::canonical_digest(&exec.parameters);
     match bound {
         Some(b) if b != hash => Some(
             CarpError::new(
@@ -447,19 +454,14 @@ fn approval_binds(
     }
 }
 
-/// The counter prefix of an approval's single use: a granted approval asked for one call is
-/// charged once on `approval:<approval_id>`.
-pub const APPROVAL_USE: &str = "approval:";
-
 /// The charge that uses a granted approval up: one run in a window twice the resolution's
 /// lifetime, after which no execute under the resolution is accepted anyway. Session-scoped,
 /// so a session's removal by retention removes it.
 fn approval_use(approval_id: &str, session_id: &str, resolution: &Resolution) -> Charge {
     Charge {
-        policy_id: format!("{APPROVAL_USE}{approval_id}"),
+        policy_id: format!("approval:{approval_id}"),
         scope_key: format!("session:{session_id}"),
-        kind: ChargeKind::Rate {
-            max_calls: 1,
+        kind: ChargeKind::Once {
             window_seconds: resolution.ttl_seconds.saturating_mul(2).max(1),
         },
     }
@@ -471,12 +473,11 @@ fn approval_use(approval_id: &str, session_id: &str, resolution: &Resolution) ->
 fn approval_covers(
     approval: &ApprovalRecord,
     action: &AllowedAction,
-    exec: &crate::types::Execution,
+    hash: &str,
     atlas: Option<(&str, &str)>,
 ) -> Option<CarpError> {
     let call = approval.call.as_ref()?;
     let (id, approval_id) = (action.action_id.as_str(), &approval.approval_id);
-    let hash = cra_wire::hash::canonical_digest(&exec.parameters);
     let mismatch = |why: String| {
         Some(CarpError::new(
             Token::ApprovalMismatch,
@@ -513,7 +514,8 @@ fn approval_covers(
 /// `1..=window_seconds` such that the units recorded now that are still inside the window at
 /// `now + d`, plus `need`, stay at most `max` (a rate limit needs 1 of `max_calls`). A binary
 /// search over the counter (`log2(window)` reads; a refusal is rare). `None` when the charge
-/// can never fit (`need > max`). Charges recorded later can make the wait longer: the answer
+/// can never fit (`need > max`, or an approval's use: it fits no later run by waiting).
+/// Charges recorded later can make the wait longer: the answer
 /// is advice, the charge at retry decides.
 pub fn window_retry_after(
     store: &dyn crate::CarpStore,
@@ -523,7 +525,7 @@ pub fn window_retry_after(
     let Some((max, need, window_seconds)) = charge.kind.windowed() else {
         return Ok(None);
     };
-    if need > max {
+    if need > max || matches!(charge.kind, ChargeKind::Once { .. }) {
         return Ok(None);
     }
     let window_us = crate::eval::seconds_to_us(window_seconds);
@@ -556,8 +558,12 @@ fn counter_policy(counter: &str) -> &str {
 pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
     match outcome {
         ConsumeOutcome::Consumed => None,
-        ConsumeOutcome::Refused { policy_id, .. } if policy_id.starts_with(APPROVAL_USE) => {
-            let approval_id = &policy_id[APPROVAL_USE.len()..];
+        ConsumeOutcome::Refused {
+            policy_id: counter,
+            kind: ChargeKind::Once { .. },
+            ..
+        } => {
+            let approval_id = counter.strip_prefix("approval:").unwrap_or(counter);
             Some(CarpError::new(
                 Token::ApprovalUsed,
                 format!(

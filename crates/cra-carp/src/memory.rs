@@ -77,7 +77,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
             .iter()
             .filter(|e| e.policy_id == c.policy_id && e.scope_key == c.scope_key);
         let (fits, used) = match &c.kind {
-            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } | ChargeKind::Once { .. } => {
                 let (max, units, window_seconds) = c.kind.windowed().unwrap_or_default();
                 let used = window_used(s, c, window_seconds, at_us, same_counter);
                 (used.saturating_add(units) <= max, used)
@@ -111,7 +111,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
     for c in charges {
         let key = (c.policy_id.clone(), c.scope_key.clone());
         match &c.kind {
-            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } | ChargeKind::Once { .. } => {
                 let units = c.kind.windowed().map_or(0, |w| w.1);
                 s.rate_events.entry(key).or_default().push((at_us, units));
             }

@@ -200,6 +200,12 @@ pub enum ChargeKind {
         /// Units this execution adds.
         units: u64,
     },
+    /// The one use of a granted approval asked for one call: fits while the counter has no
+    /// event in `(at - window_seconds, at]` (a window that outlasts the approval).
+    Once {
+        /// Window length.
+        window_seconds: u64,
+    },
     /// `units` of a budget that is never replenished.
     Budget {
         /// Units available in total.
@@ -224,6 +230,7 @@ impl ChargeKind {
                 window_seconds,
                 units,
             } => Some((max_units, units, window_seconds)),
+            ChargeKind::Once { window_seconds } => Some((1, 1, window_seconds)),
             ChargeKind::Budget { .. } => None,
         }
     }

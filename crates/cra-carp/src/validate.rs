@@ -288,12 +288,12 @@ pub fn execution_of(request: &CarpRequest) -> Result<&Execution, CarpError> {
 }
 
 /// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session and
-/// has not expired at `now_us`.
+/// has not expired at `now_us`. Returns the stored record.
 pub fn check_resolution<'a>(
     request: &CarpRequest,
     stored: Option<&'a StoredResolution>,
     now_us: i64,
-) -> Result<&'a Resolution, CarpError> {
+) -> Result<&'a StoredResolution, CarpError> {
     let exec = execution_of(request)?;
     let not_found = || CarpError {
         policy_id: None,
@@ -337,7 +337,7 @@ pub fn check_resolution<'a>(
             errors: vec![FieldError::new("/execution/resolution_id", "expired")],
         });
     }
-    Ok(&s.resolution)
+    Ok(s)
 }
 
 /// Rule 5: the action is in the resolution's `allowed_actions`.

@@ -532,13 +532,7 @@ async fn proxy_with_url_keeps_upstream_names_and_an_operator_approves_on_the_ser
         .call_tool(call("doc_read", arguments.clone(), None))
         .await
         .unwrap();
-    assert_eq!(pending.is_error, Some(true), "{pending:?}");
-    let text = text_of(&pending);
-    let approval = text
-        .split("approval ")
-        .nth(1)
-        .and_then(|t| t.get(..36))
-        .unwrap_or_else(|| panic!("names its approval: {text}"));
+    let approval = approval_named(&pending);
     let granted = reqwest::Client::new()
         .post(format!("{url}/v1/approvals/{approval}"))
         .bearer_auth(OPERATOR)

@@ -140,7 +140,7 @@ impl PgStore {
                 used,
             };
             match charge.kind {
-                ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+                ChargeKind::Rate { .. } | ChargeKind::Window { .. } | ChargeKind::Once { .. } => {
                     let (max, units, window_seconds) = charge.kind.windowed().unwrap_or_default();
                     let window = to_i64(window_seconds).saturating_mul(1_000_000);
                     let since = at_us.saturating_sub(window);

@@ -490,7 +490,7 @@ fn consume_in(
             ))
         };
         match c.kind {
-            ChargeKind::Rate { .. } | ChargeKind::Window { .. } => {
+            ChargeKind::Rate { .. } | ChargeKind::Window { .. } | ChargeKind::Once { .. } => {
                 let (max, units, window_seconds) = c.kind.windowed().unwrap_or_default();
                 let since = window_start(at_us, window_seconds);
                 let earlier: u64 = rate_planned

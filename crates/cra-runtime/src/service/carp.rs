@@ -366,11 +366,17 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         _ => (rt.ids.new_id(), None),
     };
     let carp = Arc::new(engine(rt, atlases.set.clone()).with_session(session));
-    let decide = || {
+    let decide = |again: bool| {
         let (carp, req) = (carp.clone(), request.clone());
-        run_blocking("the execute task failed", move || carp.execute(&req))
+        run_blocking("the execute task failed", move || {
+            if again {
+                carp.execute_again(&req)
+            } else {
+                carp.execute(&req)
+            }
+        })
     };
-    let mut outcome = decide().await?;
+    let mut outcome = decide(false).await?;
     let approval_id = stored
         .as_ref()
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
@@ -391,7 +397,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             Some(answer) => return Ok(answer),
             // Another execute under the resolution opened its approval first: decide again,
             // on the approval as it now stands.
-            None => outcome = decide().await?,
+            None => outcome = decide(true).await?,
         }
     }
     match outcome {

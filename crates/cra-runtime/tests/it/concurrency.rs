@@ -547,3 +547,86 @@ async fn a_session_ending_before_a_decision_is_written_refuses_it() {
     );
     s.stop().await;
 }
+
+/// The runtime's state log, with another execute opening the same approval first: just before
+/// an execute's `StateChange::Open` is written, the approval is stored bound to another call,
+/// as a concurrent execute on another replica would have stored it.
+struct OpenedElsewhere {
+    inner: Arc<dyn StateLog>,
+    carp: Arc<dyn CarpStore>,
+}
+
+impl StateLog for OpenedElsewhere {
+    fn record_and_append_then(
+        &self,
+        change: StateChange,
+        drafts: Vec<cra_trace::PreparedDraft>,
+        done: StateDone,
+    ) {
+        if let StateChange::Open(a) = &change {
+            let mut other = a.clone();
+            if let Some(call) = other.call.as_mut() {
+                call.execution_id = "another-execute".into();
+                call.parameters_hash = cra_wire::hash::canonical_digest(
+                    &json!({"owner": "acme", "repo": "widgets", "number": 43}),
+                );
+            }
+            self.carp.create_approval(&other).unwrap();
+        }
+        self.inner.record_and_append_then(change, drafts, done);
+    }
+}
+
+/// Of two executes opening one approval, the one whose open is refused (the approval was opened
+/// first for another call) writes nothing of its open and is decided again on the approval as
+/// it stands: here, bound to the other call, so `approval_mismatch`, recorded as a refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_execute_whose_approval_was_opened_first_elsewhere_is_decided_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, data) = crate::support::test_config(dir.path());
+    let clock = Arc::new(TickingClock::new());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+    let (mut state, _) = build_runtime(config, clock, ids).unwrap();
+    let rt = Arc::get_mut(&mut state.0).unwrap();
+    let carp = rt.backends.carp.clone();
+    rt.backends.state_log = Arc::new(OpenedElsewhere {
+        inner: rt.backends.state_log.clone(),
+        carp: carp.clone(),
+    });
+    let s = serve(state, dir, data).await;
+
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let req = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
+    let (st, res) = s.post(Some(MAINT), "/v1/resolve", &req).await;
+    assert_eq!(st, 200, "{res}");
+    let call = execute_request(
+        "maintainer-bot",
+        &sid,
+        &rid(),
+        res["resolution_id"].as_str().unwrap(),
+        "pr.merge",
+        crate::support::MERGE_42.clone(),
+    );
+    let (st, body) = s.post(Some(MAINT), "/v1/execute", &call).await;
+    assert_eq!(st, 403, "{body}");
+    assert_eq!(body["error"]["code"], "approval_mismatch", "{body}");
+    let approval_id = res["decision"]["approval_id"].as_str().unwrap();
+    let stored = carp.get_approval(approval_id).unwrap().unwrap();
+    assert_eq!(
+        stored.call.unwrap().execution_id,
+        "another-execute",
+        "the approval is the one opened first"
+    );
+    let types = s.event_types(&sid).await;
+    assert!(
+        !types
+            .iter()
+            .any(|t| t == "approval.requested" || t == "action.pending_approval"),
+        "the refused open wrote its events: {types:?}"
+    );
+    assert_eq!(
+        &types[types.len() - 3..],
+        ["action.requested", "action.denied", "policy.violated"]
+    );
+    s.stop().await;
+}

@@ -679,6 +679,42 @@ def generate(fx, R, DATA):
     def pexe(n, aid, params):
         return exe(n, aid, params)
 
+    # Shadow mode at execute: the call's parameters and the log_only limits, recorded in
+    # action.requested's `shadow` when the log_only policies would decide the call otherwise.
+    satlas = {"manifest": manifest(
+        ["branch.delete", "log.write"],
+        [pol("allow-all", "allow", ["*"]),
+         dict(pol("shadow-protect", "deny", ["branch.delete"],
+                  conditions={"parameters": [{"pointer": "/branch", "equals": "main"}]},
+                  parameters={"reason": "Not main"}), enforcement="log_only"),
+         dict(pol("shadow-limit", "rate_limit", ["log.write"],
+                  parameters={"max_calls": 1, "window_seconds": 60, "scope": "session"}), enforcement="log_only")])}
+    SXS = dict(setup([satlas]), steps=[{"operation": "resolve", "args": {"request": request(n=1)}}])
+    SX = SH + X
+    fx("execute-shadow-parameters-recorded", "cra", "execute", "cra-full",
+       "A log_only deny on /branch never refuses the call, and action.requested records that it would have",
+       SX, "execute", dict(pexe(2, "branch.delete", {"branch": "main"}), with_trace=True),
+       {"response": {"status": "success"},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "branch.delete",
+                                             "shadow": {"policy_id": "shadow-protect", "result": "deny"}}}]}},
+       setup=SXS)
+    fx("execute-shadow-agreeing-not-recorded", "cra", "execute", "cra-full",
+       "Where the log_only policies would decide the call the same, action.requested has no shadow member",
+       SX, "execute", dict(pexe(2, "branch.delete", {"branch": "dev"}), with_trace=True),
+       {"response": {"status": "success"},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "branch.delete", "shadow": {"$absent": True}}}]}},
+       setup=SXS)
+    fx("execute-shadow-limit-checked-not-charged", "cra", "execute", "cra-full",
+       "A log_only rate limit of 1 charges nothing: the second call runs, recorded as one the limit would have refused",
+       SX, "execute", dict(pexe(3, "log.write", {}), with_trace=True),
+       {"response": {"status": "success"},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"execution_id": {"$same": "/response/execution_id"},
+                                             "shadow": {"policy_id": "shadow-limit", "result": "deny"}}}]}},
+       setup=dict(SXS, steps=SXS["steps"] + [{"operation": "execute", "args": pexe(2, "log.write", {})}]))
+
     for fid, desc, aid, params, want in [
         ("deny-main", "Deleting main is refused at execute whatever the goal said", "branch.delete", {"branch": "main"},
          {"error": "action_not_allowed", "status": 403, "response": {"status": "denied", "error": {"code": "action_not_allowed", "details": {"policy_id": "deny-protected"}}}}),

@@ -18,6 +18,7 @@ use crate::eval::{
 };
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
+use crate::shadow::ShadowCall;
 use crate::store::{
     ApprovalCall, ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError,
     ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
@@ -156,6 +157,25 @@ pub enum ExecuteOutcome {
         /// The approval to open, bound to this call.
         approval: Box<ApprovalRecord>,
     },
+}
+
+/// An execute decided ([`Carp::decide_execute`]): its outcome, and what shadow mode says of it.
+#[derive(Debug)]
+pub struct ExecuteDecided {
+    /// What to do.
+    pub outcome: ExecuteOutcome,
+    /// What the action's `log_only` policies would have decided for the call, when that differs
+    /// from what was decided ([`crate::shadow::at_execute`]); recorded in `action.requested`.
+    pub shadow: Option<crate::explain::ShadowExplain>,
+}
+
+impl From<ExecuteOutcome> for ExecuteDecided {
+    fn from(outcome: ExecuteOutcome) -> Self {
+        ExecuteDecided {
+            outcome,
+            shadow: None,
+        }
+    }
 }
 
 /// A resolve checked and evaluated but not yet recorded ([`Carp::prepare_resolve`]).
@@ -514,21 +534,37 @@ impl Carp {
     /// by a policy (limit exhausted, approval rejected, outside a window) and pending approvals
     /// are answered as responses with status `denied` / `pending_approval`.
     pub fn execute(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
-        self.execute_under(request, RequestIdRule::Record)
+        self.decide_execute(request, false).map(|d| d.outcome)
     }
 
     /// [`Carp::execute`] for a request whose id the first decision already used: a decision
     /// made again after its [`ExecuteOutcome::OpenApproval`] found the approval opened first by
     /// another execute (`specs/carp.md`, "Approvals bound to the call").
     pub fn execute_again(&self, request: &CarpRequest) -> Result<ExecuteOutcome, CarpError> {
-        self.execute_under(request, RequestIdRule::Own)
+        self.decide_execute(request, true).map(|d| d.outcome)
+    }
+
+    /// [`Carp::execute`] (or, `again`, [`Carp::execute_again`]) with what the action's
+    /// `log_only` policies would have decided for the call, when that differs
+    /// ([`crate::shadow`]): for callers that record it.
+    pub fn decide_execute(
+        &self,
+        request: &CarpRequest,
+        again: bool,
+    ) -> Result<ExecuteDecided, CarpError> {
+        let rule = if again {
+            RequestIdRule::Own
+        } else {
+            RequestIdRule::Record
+        };
+        self.execute_under(request, rule)
     }
 
     fn execute_under(
         &self,
         request: &CarpRequest,
         id: RequestIdRule,
-    ) -> Result<ExecuteOutcome, CarpError> {
+    ) -> Result<ExecuteDecided, CarpError> {
         let exec = execution_of(request)?;
         let now = self.common_checks(request, id)?;
         if let Some(key) = &exec.idempotency_key
@@ -537,7 +573,7 @@ impl Carp {
                 .get_execution_by_key(&request.requester.session_id, key)
                 .map_err(store_err)?
         {
-            return Ok(ExecuteOutcome::Answered(first.response));
+            return Ok(ExecuteOutcome::Answered(first.response).into());
         }
         let stored = self
             .store
@@ -561,10 +597,8 @@ impl Carp {
             _ => None,
         };
         let atlas = self.atlas_of(checked, &action.action_id);
-        let rid = resolution.resolution_id.clone();
-        let tid = resolution.trace_id.clone();
         let now_us = unix_micros(now);
-        let authorization = {
+        let (authorization, shadow) = {
             // One reader for all of this call's history predicates, opened at the first one
             // and closed before anything is written.
             let mut reader: Option<Box<dyn crate::store::MarkReader + '_>> = None;
@@ -576,7 +610,7 @@ impl Carp {
                 r.has_event(counter, key, since_us, now_us)
                     .map_err(store_err)
             };
-            authorize(
+            let mut authorization = authorize(
                 request,
                 resolution,
                 action,
@@ -588,8 +622,49 @@ impl Carp {
                 },
                 now,
                 &mut marked,
-            )?
+            )?;
+            let shadow = match checked.origins.get(action.action_id.as_str()) {
+                Some(origin) if let Some(plan) = &origin.shadow => {
+                    let call = ShadowCall {
+                        action_id: &action.action_id,
+                        parameters: &exec.parameters,
+                        ids: (&request.requester.agent_id, &request.requester.session_id),
+                        now_us,
+                    };
+                    let loaded = self.atlases.get(&origin.atlas_id);
+                    let mut fits = |c: &crate::store::Charge| self.fits_now(c, now_us);
+                    crate::shadow::at_execute(plan, loaded, call, &mut marked, &mut fits)?
+                }
+                _ => crate::shadow::ShadowDecision::default(),
+            };
+            if let Authorization::Proceed { charges, .. } = &mut authorization {
+                charges.extend(shadow.counted);
+            }
+            (authorization, shadow.disagreement)
         };
+        let outcome = self.authorized(request, authorization, checked, action, atlas, now, exec)?;
+        Ok(ExecuteDecided { outcome, shadow })
+    }
+
+    /// What an execute's authorisation leads to: the approval to open, a pending or denied
+    /// answer, or the claim and charges of a call that may run.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one execute's checked inputs, passed on from execute_under"
+    )]
+    fn authorized(
+        &self,
+        request: &CarpRequest,
+        authorization: Authorization,
+        checked: &StoredResolution,
+        action: &AllowedAction,
+        atlas: Option<(&str, &str)>,
+        now: time::OffsetDateTime,
+        exec: &crate::types::Execution,
+    ) -> Result<ExecuteOutcome, CarpError> {
+        let resolution = &checked.resolution;
+        let rid = resolution.resolution_id.clone();
+        let tid = resolution.trace_id.clone();
         match authorization {
             Authorization::OpenApproval {
                 approval_id,
@@ -676,6 +751,29 @@ impl Carp {
                 };
                 self.claim_and_consume(request, run, &charges)
             }
+        }
+    }
+
+    /// Whether `charge` would fit at `now_us` on the store's counters, read without taking it
+    /// (a shadow limit's check, [`crate::shadow`]).
+    fn fits_now(&self, charge: &crate::store::Charge, now_us: i64) -> Result<bool, CarpError> {
+        if let Some((max, need, window_seconds)) = charge.kind.windowed() {
+            let since = now_us.saturating_sub(seconds_to_us(window_seconds));
+            let used = self
+                .store
+                .rate_count(&charge.policy_id, &charge.scope_key, since, now_us)
+                .map_err(store_err)?;
+            return Ok(used.saturating_add(need) <= max);
+        }
+        match charge.kind {
+            crate::store::ChargeKind::Budget { max_units, units } => {
+                let spent = self
+                    .store
+                    .budget_spent(&charge.policy_id, &charge.scope_key)
+                    .map_err(store_err)?;
+                Ok(spent.saturating_add(units) <= max_units)
+            }
+            _ => Ok(true),
         }
     }
 

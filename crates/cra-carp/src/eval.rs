@@ -543,6 +543,10 @@ pub struct ActionOrigin {
     /// The executor it names, if any (none: the agent performs the action itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub executor: Option<String>,
+    /// What execute walks to record what the action's `log_only` policies would decide for
+    /// the call (shadow mode); absent when none matches the action.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<crate::shadow::ShadowPlan>,
 }
 
 /// As [`resolve`], also returning the origin of each allowed action, in `allowed_actions` order.
@@ -658,7 +662,7 @@ pub fn resolve_with_origins(
             let mut trail: Vec<PolicyExplain> = Vec::new();
             limits.clear();
             steps.clear();
-            let verdict = decide(
+            let (verdict, dependent) = decide(
                 atlas,
                 action,
                 counters,
@@ -669,7 +673,8 @@ pub fn resolve_with_origins(
                 &mut steps,
                 false,
             );
-            if matches!(verdict, Verdict::Grant { .. }) && !steps.is_empty() {
+            let granted = matches!(verdict, Verdict::Grant { .. });
+            if granted && dependent {
                 by_parameters.push(parameters_constraint(
                     atlas,
                     action_id,
@@ -677,6 +682,15 @@ pub fn resolve_with_origins(
                     facts.intended_for(action_id),
                 ));
             }
+            // Shadow mode: the same walk with the `log_only` policies enforced. Its steps make
+            // the granted action's shadow plan, which execute walks on the call.
+            let shadow_walk = (action.has_shadow && (granted || outcomes)).then(|| {
+                let (mut l, mut st) = (Vec::new(), Vec::new());
+                let (v, _) = decide(
+                    atlas, action, counters, &facts, None, &mut l, &mut held, &mut st, true,
+                );
+                (v, st)
+            });
             match &verdict {
                 Verdict::Grant { approval, by } => {
                     let mut entry = action.allowed.clone();
@@ -700,6 +714,9 @@ pub fn resolve_with_origins(
                     origins.push(ActionOrigin {
                         atlas_id: atlas.atlas_id.to_string(),
                         executor: action.executor.clone(),
+                        shadow: shadow_walk
+                            .as_ref()
+                            .map(|(_, st)| crate::shadow::ShadowPlan::of(atlas, &steps, st)),
                     });
                 }
                 Verdict::Deny { policy, reason } => denied.push(DeniedAction {
@@ -713,21 +730,14 @@ pub fn resolve_with_origins(
             }
             if outcomes {
                 let (outcome, decided_by, deny_kind) = verdict_outcome(atlas, &verdict);
-                // Shadow mode: the same walk with the `log_only` policies enforced; recorded
-                // only when it would have decided otherwise.
-                let shadow = if action.has_shadow {
-                    let (mut l, mut st) = (Vec::new(), Vec::new());
-                    let v = decide(
-                        atlas, action, counters, &facts, None, &mut l, &mut held, &mut st, true,
-                    );
-                    let (o, by, _) = verdict_outcome(atlas, &v);
+                // The shadow walk's outcome, recorded only when it would have decided otherwise.
+                let shadow = shadow_walk.as_ref().and_then(|(v, _)| {
+                    let (o, by, _) = verdict_outcome(atlas, v);
                     (o != outcome || by != decided_by).then_some(ShadowExplain {
                         outcome: o,
                         decided_by: by,
                     })
-                } else {
-                    None
-                };
+                });
                 explains.push(ActionExplain {
                     action_id: action_id.to_owned(),
                     atlas_id: atlas.atlas_id.to_string(),
@@ -940,9 +950,10 @@ fn verdict_outcome(
 /// Parameter conditions are per action. With the task's intended parameters for the action they
 /// decide like any condition; without, the policy is *pending*: the walk goes on as if it did
 /// not apply, and a pending grant keeps the action allowed where only the default deny would
-/// refuse it. `steps` receives, when any policy reached has parameter conditions, every policy
-/// that execute must walk again on the call's parameters (see [`parameters_constraint`]); it is
-/// left empty when the outcome does not depend on parameters.
+/// refuse it. `steps` receives every policy that execute would walk again on the call (see
+/// [`parameters_constraint`]); the second value says whether the outcome depends on the call
+/// (a policy reached has parameter or history conditions), for only then does execute walk them.
+/// A shadow plan ([`crate::shadow::ShadowPlan`]) walks them either way.
 #[allow(clippy::too_many_arguments)]
 fn decide(
     atlas: &CompiledAtlas,
@@ -954,7 +965,7 @@ fn decide(
     held: &mut [Held],
     steps: &mut Vec<usize>,
     enforce_shadow: bool,
-) -> Verdict {
+) -> (Verdict, bool) {
     let intended = facts.intended_for(&action.allowed.action_id);
     let tier = action_tier(facts, action);
     let mut verdict: Option<Verdict> = None;
@@ -1114,10 +1125,7 @@ fn decide(
             }
         }
     }
-    if !dependent {
-        steps.clear();
-    }
-    match (verdict, pending_grant) {
+    let verdict = match (verdict, pending_grant) {
         (Some(Verdict::Deny { policy, reason }), _) => {
             limits.clear();
             Verdict::Deny { policy, reason }
@@ -1136,7 +1144,8 @@ fn decide(
                 reason: atlas.default_deny.1.clone(),
             }
         }
-    }
+    };
+    (verdict, dependent)
 }
 
 /// The `parameters` constraint of one allowed action whose outcome depends on the call's
@@ -1151,22 +1160,7 @@ fn parameters_constraint(
 ) -> Constraint {
     let list = steps
         .iter()
-        .map(|&pi| {
-            let p = &atlas.policies[pi];
-            let mut step = Map::new();
-            step.insert("policy_id".to_owned(), json!(p.policy_id.as_str()));
-            step.insert("type".to_owned(), json!(p.kind.as_str()));
-            if let Some(c) = &p.conditions.parameters {
-                step.insert("when".to_owned(), c.written().clone());
-            }
-            if let Some(h) = &p.conditions.history {
-                step.insert("history".to_owned(), h.written().clone());
-            }
-            if let PolicyParams::Deny { reason } = &p.params {
-                step.insert("reason".to_owned(), json!(reason.as_str()));
-            }
-            Value::Object(step)
-        })
+        .map(|&pi| Value::Object(step_of(atlas, pi)))
         .collect();
     let mut fields = Map::new();
     fields.insert("atlas_id".to_owned(), json!(atlas.atlas_id.as_str()));
@@ -1186,6 +1180,35 @@ fn parameters_constraint(
             actions: vec![action_id.into()],
         },
     }
+}
+
+/// One step of a walk execute makes again: `{policy_id, type, when?, history?, reason?}`, the
+/// policy's tests as written ([`parameters_constraint`]).
+pub(crate) fn step_of(atlas: &CompiledAtlas, pi: usize) -> Map<String, Value> {
+    let p = &atlas.policies[pi];
+    let mut step = Map::new();
+    step.insert("policy_id".to_owned(), json!(p.policy_id.as_str()));
+    step.insert("type".to_owned(), json!(p.kind.as_str()));
+    if let Some(c) = &p.conditions.parameters {
+        step.insert("when".to_owned(), c.written().clone());
+    }
+    if let Some(h) = &p.conditions.history {
+        step.insert("history".to_owned(), h.written().clone());
+    }
+    if let PolicyParams::Deny { reason } = &p.params {
+        step.insert("reason".to_owned(), json!(reason.as_str()));
+    }
+    step
+}
+
+/// A rate limit's or budget's fields as its constraint states them ([`constraint_of`]).
+pub(crate) fn limit_of(atlas: &CompiledAtlas, pi: usize) -> Option<Map<String, Value>> {
+    let kind = match atlas.policies[pi].params {
+        PolicyParams::RateLimit { .. } => ConstraintType::RateLimit,
+        PolicyParams::Budget { .. } => ConstraintType::Budget,
+        _ => return None,
+    };
+    Some(constraint_of(atlas, pi, kind))
 }
 
 fn policy_explain(

@@ -130,6 +130,15 @@ pub struct ShadowEvaluated<'a> {
     pub result: Outcome,
 }
 
+impl<'a> From<&'a crate::explain::ShadowExplain> for ShadowEvaluated<'a> {
+    fn from(sh: &'a crate::explain::ShadowExplain) -> Self {
+        ShadowEvaluated {
+            policy_id: &sh.decided_by,
+            result: sh.outcome,
+        }
+    }
+}
+
 impl Payload for PolicyEvaluated<'_> {
     const EVENT_TYPE: &'static str = "policy.evaluated";
     const REQUIRED: &'static [&'static str] = &["policy_id", "result"];
@@ -276,10 +285,7 @@ pub fn resolve_events(
             atlas_id: &a.atlas_id,
             policy_id: &a.decided_by,
             result: a.outcome,
-            shadow: a.shadow.as_ref().map(|sh| ShadowEvaluated {
-                policy_id: &sh.decided_by,
-                result: sh.outcome,
-            }),
+            shadow: a.shadow.as_ref().map(ShadowEvaluated::from),
         }));
     }
     for b in &resolution.context_blocks {
@@ -349,6 +355,10 @@ pub struct ActionRequested<'a> {
     pub parameters_hash: &'a str,
     /// The idempotency key, when given.
     pub idempotency_key: Option<&'a str>,
+    /// Shadow mode: what the action's `log_only` policies would have decided for this call,
+    /// when that differs from what was decided (`policy_id`, `result`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowEvaluated<'a>>,
 }
 
 impl Payload for ActionRequested<'_> {
@@ -992,6 +1002,7 @@ mod tests {
             action_id: "x.get",
             parameters_hash: "sha256:11",
             idempotency_key: None,
+            shadow: None,
         };
         same(
             &requested,

@@ -204,28 +204,15 @@ pub fn authorize(
                     }));
                 }
             }
-            ConstraintType::RateLimit => charges.push(Charge {
-                policy_id,
-                scope_key: scope_key(scope_of(p.get("scope")), agent, session),
-                kind: ChargeKind::Rate {
-                    max_calls: u("max_calls"),
-                    window_seconds: u("window_seconds"),
-                },
-            }),
-            ConstraintType::Budget => {
-                let costs = p
-                    .get("costs")
-                    .and_then(Value::as_object)
-                    .cloned()
-                    .unwrap_or_default();
-                charges.push(Charge {
+            ConstraintType::RateLimit | ConstraintType::Budget => {
+                let ids = (agent.as_str(), session.as_str());
+                charges.extend(limit_charge(
+                    c.kind,
                     policy_id,
-                    scope_key: scope_key(scope_of(p.get("scope")), agent, session),
-                    kind: ChargeKind::Budget {
-                        max_units: u("max_units"),
-                        units: budget_cost(&costs, &action.action_id),
-                    },
-                });
+                    &p.fields,
+                    &action.action_id,
+                    ids,
+                ));
             }
             ConstraintType::RequireApproval | ConstraintType::Parameters => {}
         }
@@ -238,17 +225,49 @@ pub fn authorize(
     })
 }
 
+/// The charge a rate limit or budget (`kind`) of `policy_id` with the constraint fields `fields`
+/// takes for one call of `action_id` by `ids` (agent, session); `None` for another kind.
+pub(crate) fn limit_charge(
+    kind: ConstraintType,
+    policy_id: String,
+    fields: &serde_json::Map<String, Value>,
+    action_id: &str,
+    ids: (&str, &str),
+) -> Option<Charge> {
+    let u = |k: &str| fields.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let scope_key = scope_key(scope_of(fields.get("scope")), ids.0, ids.1);
+    let kind = match kind {
+        ConstraintType::RateLimit => ChargeKind::Rate {
+            max_calls: u("max_calls"),
+            window_seconds: u("window_seconds"),
+        },
+        ConstraintType::Budget => {
+            let costs = fields.get("costs").and_then(Value::as_object);
+            ChargeKind::Budget {
+                max_units: u("max_units"),
+                units: costs.map_or(1, |c| budget_cost(c, action_id)),
+            }
+        }
+        _ => return None,
+    };
+    Some(Charge {
+        policy_id,
+        scope_key,
+        kind,
+    })
+}
+
 /// Whether a history predicate's counter has a mark for a key after an instant:
 /// `(counter, scope_key, since_us)` ([`crate::history::HistoryConditions::predicates_hold`]).
 pub type Marked<'a> = dyn FnMut(&str, &str, i64) -> Result<bool, CarpError> + 'a;
 
 /// The call an execute asks for, as the `parameters` constraint's steps read it.
-struct Call<'a> {
-    action_id: &'a str,
-    parameters: &'a Value,
+pub(crate) struct Call<'a> {
+    pub(crate) action_id: &'a str,
+    pub(crate) parameters: &'a Value,
     /// The requester's agent and session.
-    ids: (&'a str, &'a str),
-    now_us: i64,
+    pub(crate) ids: (&'a str, &'a str),
+    pub(crate) now_us: i64,
 }
 
 /// What a resolution's `parameters` constraint decides for one call of the action.
@@ -322,48 +341,17 @@ fn on_parameters(
         .get("atlas_id")
         .and_then(Value::as_str)
         .and_then(|id| atlases?.get(id));
-    // The first grant or deny whose tests hold (or that has none) decides.
-    let mut decided: Option<(&str, &str, &Value)> = None;
-    let mut binding = Vec::new();
-    for step in steps {
-        let text = |k: &str| step.get(k).and_then(Value::as_str);
-        let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
-            return Err(corrupt());
-        };
-        let policy = loaded.and_then(|a| a.policy(policy_id));
-        let history = match step.get("history") {
-            None => None,
-            Some(h) => Some(match policy.and_then(|p| p.conditions.history.as_ref()) {
-                Some(k) if k.written() == h => Cow::Borrowed(k),
-                _ => Cow::Owned(HistoryConditions::compile(policy_id, h).map_err(|_| corrupt())?),
-            }),
-        };
-        let mut holds = match step.get("when") {
-            None => true,
-            Some(w) => match policy.and_then(|p| p.conditions.parameters.as_ref()) {
-                Some(k) if k.written() == w => k.holds(call.parameters),
-                _ => ParamConditions::compile(w)
-                    .map_err(|_| corrupt())?
-                    .holds(call.parameters),
-            },
-        };
-        if holds && let Some(h) = &history {
-            holds = h.predicates_hold(call.parameters, call.ids, call.now_us, marked)?;
-        }
-        let limits = kind == "rate_limit" || kind == "budget";
-        if !holds {
-            if limits {
-                out.unbound.push(policy_id.to_owned());
-            }
-            continue;
-        }
-        if !limits && decided.is_none() {
-            decided = Some((kind, policy_id, step));
-        }
-        // A limit stated on a policy binds every call the policy applies to, whichever
-        // grant decides: an approval above a threshold does not lift the allow's daily total.
-        binding.extend(history.filter(|h| h.has_limits()).map(|h| (policy_id, h)));
-    }
+    let Walk {
+        decided,
+        unbound,
+        holding,
+    } = walk_steps(steps, loaded, call, marked, &corrupt)?;
+    out.unbound = unbound;
+    // A limit stated on a policy binds every call the policy applies to, whichever grant
+    // decides: an approval above a threshold does not lift the allow's daily total.
+    let binding = holding
+        .into_iter()
+        .filter_map(|h| Some((h.policy_id, h.history.filter(|k| k.has_limits())?)));
     let refuse = |policy_id: &str, reason: &str| CarpError {
         policy_id: Some(policy_id.to_owned()),
         token: Token::ActionNotAllowed,
@@ -417,6 +405,86 @@ fn on_parameters(
         }
     }
     Ok(out)
+}
+
+/// A step of a walk whose tests held on the call.
+pub(crate) struct Holding<'s, 'a> {
+    pub(crate) policy_id: &'s str,
+    /// The step as written.
+    pub(crate) step: &'s Value,
+    /// Its history tests, compiled (borrowed from the loaded policy when written alike).
+    pub(crate) history: Option<Cow<'a, HistoryConditions>>,
+}
+
+/// What walking a list of steps on a call gives.
+pub(crate) struct Walk<'s, 'a> {
+    /// The first grant or deny whose tests hold (or that has none): `(type, policy_id, step)`.
+    pub(crate) decided: Option<(&'s str, &'s str, &'s Value)>,
+    /// Rate-limit and budget policies whose tests fail.
+    pub(crate) unbound: Vec<String>,
+    /// Every step whose tests hold, in order.
+    pub(crate) holding: Vec<Holding<'s, 'a>>,
+}
+
+/// Walks `steps` (`{policy_id, type, when?, history?}`, as written by
+/// [`crate::eval::step_of`]) on the call: each step's parameter tests, then its history
+/// predicates (read through `marked`). `loaded` is the atlas the steps came from as loaded now;
+/// a step written as its policy is uses the policy's compiled tests. A malformed step is
+/// `corrupt()`.
+pub(crate) fn walk_steps<'s, 'a>(
+    steps: &'s [Value],
+    loaded: Option<&'a crate::index::CompiledAtlas>,
+    call: &Call<'_>,
+    marked: &mut Marked<'_>,
+    corrupt: &dyn Fn() -> CarpError,
+) -> Result<Walk<'s, 'a>, CarpError> {
+    let mut walk = Walk {
+        decided: None,
+        unbound: Vec::new(),
+        holding: Vec::new(),
+    };
+    for step in steps {
+        let text = |k: &str| step.get(k).and_then(Value::as_str);
+        let (Some(kind), Some(policy_id)) = (text("type"), text("policy_id")) else {
+            return Err(corrupt());
+        };
+        let policy = loaded.and_then(|a| a.policy(policy_id));
+        let history = match step.get("history") {
+            None => None,
+            Some(h) => Some(match policy.and_then(|p| p.conditions.history.as_ref()) {
+                Some(k) if k.written() == h => Cow::Borrowed(k),
+                _ => Cow::Owned(HistoryConditions::compile(policy_id, h).map_err(|_| corrupt())?),
+            }),
+        };
+        let mut holds = match step.get("when") {
+            None => true,
+            Some(w) => match policy.and_then(|p| p.conditions.parameters.as_ref()) {
+                Some(k) if k.written() == w => k.holds(call.parameters),
+                _ => ParamConditions::compile(w)
+                    .map_err(|_| corrupt())?
+                    .holds(call.parameters),
+            },
+        };
+        if holds && let Some(h) = &history {
+            holds = h.predicates_hold(call.parameters, call.ids, call.now_us, marked)?;
+        }
+        let limits = kind == "rate_limit" || kind == "budget";
+        if !holds {
+            if limits {
+                walk.unbound.push(policy_id.to_owned());
+            }
+            continue;
+        }
+        if !limits && walk.decided.is_none() {
+            walk.decided = Some((kind, policy_id, step));
+        }
+        walk.holding.push(Holding {
+            policy_id,
+            step,
+            history,
+        });
+    }
+    Ok(walk)
 }
 
 /// Whether the resolution's approval covers this call when a `require_approval` that tests

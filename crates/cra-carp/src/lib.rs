@@ -13,6 +13,7 @@
 //! * [`cache`]: which earlier resolution answers an identical resolve again.
 //! * [`explain`]: the opt-in explanation attached to a resolution.
 //! * [`execute`]: execute authorisation.
+//! * [`shadow`]: shadow mode at execute (what the `log_only` policies would decide for a call).
 //! * [`engine`]: the operations over a store, recording nothing (the runtime's governance core,
 //!   `cra_runtime::service::carp`, calls it and records what it decides).
 //! * [`events`]: the TRACE events of CARP's operations, one typed payload each.
@@ -35,6 +36,7 @@ pub mod index;
 pub mod params;
 pub mod reconstruct;
 pub mod replay;
+pub mod shadow;
 pub mod shared;
 pub mod store;
 pub mod types;

@@ -234,6 +234,37 @@ impl ChargeKind {
             ChargeKind::Budget { .. } => None,
         }
     }
+
+    /// The same count without a maximum: it always fits. A `log_only` limit's charge is taken
+    /// so, with the call's own, to count the calls it would have limited ([`crate::shadow`]).
+    #[must_use]
+    pub fn uncapped(&self) -> ChargeKind {
+        match *self {
+            ChargeKind::Rate { window_seconds, .. } => ChargeKind::Window {
+                max_units: u64::MAX,
+                window_seconds,
+                units: 1,
+            },
+            ChargeKind::Window {
+                window_seconds,
+                units,
+                ..
+            } => ChargeKind::Window {
+                max_units: u64::MAX,
+                window_seconds,
+                units,
+            },
+            ChargeKind::Once { window_seconds } => ChargeKind::Window {
+                max_units: u64::MAX,
+                window_seconds,
+                units: 1,
+            },
+            ChargeKind::Budget { units, .. } => ChargeKind::Budget {
+                max_units: u64::MAX,
+                units,
+            },
+        }
+    }
 }
 
 /// One limit an execution must fit in: `(policy_id, scope_key)` names the counter.

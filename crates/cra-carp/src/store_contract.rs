@@ -27,6 +27,7 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     marks_are_recorded_with_the_first_record_of_an_execution(make().as_ref());
     budget_counters(make().as_ref());
     consume_is_all_or_nothing(make().as_ref());
+    uncapped_charges_always_fit_and_are_counted(make().as_ref());
     charges_on_one_counter_in_one_call_count_together(make().as_ref());
     consume_now_records_at_the_instant_it_returns(make().as_ref());
     consume_now_counts_the_window_ending_at_the_store_clock(make().as_ref());
@@ -180,6 +181,7 @@ fn resolutions(s: &dyn CarpStore) {
             crate::eval::ActionOrigin {
                 atlas_id: "com.example.payments".to_owned(),
                 executor: Some("http:payments".to_owned()),
+                shadow: None,
             },
         )]
         .into(),
@@ -405,6 +407,37 @@ fn budget_counters(s: &dyn CarpStore) {
         s.try_consume(&[c(1)], 4).unwrap(),
         ConsumeOutcome::Refused { .. }
     ));
+}
+
+/// A shadow limit's charge ([`ChargeKind::uncapped`]) never refuses, and counts as its limit
+/// would: the limit's own maximum, read beside it, sees every call it counted.
+fn uncapped_charges_always_fit_and_are_counted(s: &dyn CarpStore) {
+    let of = |policy_id: &str, kind: ChargeKind| Charge {
+        policy_id: policy_id.to_owned(),
+        scope_key: "session:s1".to_owned(),
+        kind,
+    };
+    let limit = rate(1, 60);
+    let budget = ChargeKind::Budget {
+        max_units: 2,
+        units: 2,
+    };
+    for at in 1..=3 {
+        let charges = [of("rl", limit.uncapped()), of("b", budget.uncapped())];
+        assert_eq!(
+            s.try_consume(&charges, at).unwrap(),
+            ConsumeOutcome::Consumed
+        );
+    }
+    assert_eq!(s.rate_count("rl", "session:s1", 0, 3).unwrap(), 3);
+    assert_eq!(s.budget_spent("b", "session:s1").unwrap(), 6);
+    assert!(
+        matches!(
+            s.try_consume(&[of("rl", limit)], 4).unwrap(),
+            ConsumeOutcome::Refused { used: 3, .. }
+        ),
+        "the capped limit sees the uncapped calls"
+    );
 }
 
 fn consume_is_all_or_nothing(s: &dyn CarpStore) {

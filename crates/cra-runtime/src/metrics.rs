@@ -27,6 +27,8 @@ pub struct Metrics {
     pub resolution_cache_hits: AtomicU64,
     /// Actions whose `log_only` policies would have decided otherwise (shadow mode).
     pub shadow_disagreements: AtomicU64,
+    /// Executes whose `log_only` policies would have decided the call otherwise.
+    pub execute_shadow_disagreements: AtomicU64,
 }
 
 fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
@@ -63,6 +65,12 @@ impl Metrics {
         if n > 0 {
             self.shadow_disagreements.fetch_add(n, Ordering::Relaxed);
         }
+    }
+
+    /// Counts one execute on which shadow mode disagreed with the decision.
+    pub fn record_execute_shadow_disagreement(&self) {
+        self.execute_shadow_disagreements
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts one execution with `status`.
@@ -149,6 +157,11 @@ impl Metrics {
                 "cra_shadow_disagreements_total",
                 "Resolved actions on which the log_only policies (shadow mode) would have decided otherwise.",
                 &self.shadow_disagreements,
+            ),
+            (
+                "cra_execute_shadow_disagreements_total",
+                "Executes on which the log_only policies (shadow mode) would have decided the call otherwise.",
+                &self.execute_shadow_disagreements,
             ),
         ] {
             let _ = writeln!(

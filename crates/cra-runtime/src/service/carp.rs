@@ -19,14 +19,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cra_carp::engine::{
-    Carp, CarpConfig, ClearedExecution, ExecuteOutcome, PreparedResolve, refusal_response,
+    Carp, CarpConfig, ClearedExecution, ExecuteDecided, ExecuteOutcome, PreparedResolve,
+    refusal_response,
 };
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
     ActionPendingApproval, ActionRequested, ApprovalRequested, PolicyViolated,
-    RefusedRequestReceived, RequestRejected, cached_events, resolve_events, validate_events,
+    RefusedRequestReceived, RequestRejected, ShadowEvaluated, cached_events, resolve_events,
+    validate_events,
 };
+use cra_carp::explain::ShadowExplain;
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StateChange, StoredResolution};
 use cra_carp::types::{
@@ -369,18 +372,14 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
     let decide = |again: bool| {
         let (carp, req) = (carp.clone(), request.clone());
         run_blocking("the execute task failed", move || {
-            if again {
-                carp.execute_again(&req)
-            } else {
-                carp.execute(&req)
-            }
+            carp.decide_execute(&req, again)
         })
     };
-    let mut outcome = decide(false).await?;
+    let (mut outcome, mut shadow) = split(decide(false).await?);
     let approval_id = stored
         .as_ref()
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
-    let call = Call {
+    let mut call = Call {
         rt,
         parameters_hash: cra_wire::hash::canonical_digest(&exec.parameters),
         request: &request,
@@ -388,6 +387,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         trace_id: &trace_id,
         parent: parent.as_deref(),
         approval_id,
+        shadow: shadow.take(),
     };
     if let Ok(ExecuteOutcome::OpenApproval { response, approval }) = outcome {
         let expires_at = stored
@@ -397,8 +397,11 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             Some(answer) => return Ok(answer),
             // Another execute under the resolution opened its approval first: decide again,
             // on the approval as it now stands.
-            None => outcome = decide(true).await?,
+            None => (outcome, call.shadow) = split(decide(true).await?),
         }
+    }
+    if call.shadow.is_some() {
+        rt.metrics.record_execute_shadow_disagreement();
     }
     match outcome {
         Err(e) => call.refused(e).await,
@@ -408,6 +411,16 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             Token::Unavailable,
             "an approval was opened and then found missing; retry the execute",
         )),
+    }
+}
+
+/// An execute's outcome and its shadow decision, apart.
+fn split(
+    decided: Result<ExecuteDecided, CarpError>,
+) -> (Result<ExecuteOutcome, CarpError>, Option<ShadowExplain>) {
+    match decided {
+        Ok(d) => (Ok(d.outcome), d.shadow),
+        Err(e) => (Err(e), None),
     }
 }
 
@@ -429,6 +442,8 @@ struct Call<'a> {
     parent: Option<&'a str>,
     /// The resolution's approval, when it issued one.
     approval_id: Option<&'a str>,
+    /// What the action's `log_only` policies would have decided for the call, when otherwise.
+    shadow: Option<ShadowExplain>,
 }
 
 impl Call<'_> {
@@ -457,6 +472,7 @@ impl Call<'_> {
             action_id: &self.exec.action_id,
             parameters_hash: &self.parameters_hash,
             idempotency_key: self.exec.idempotency_key.as_deref(),
+            shadow: self.shadow.as_ref().map(ShadowEvaluated::from),
         })
     }
 

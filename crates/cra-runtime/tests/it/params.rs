@@ -191,6 +191,70 @@ async fn intended_parameters_decide_the_resolve_and_risk_comes_from_the_atlas() 
     s.stop().await;
 }
 
+/// Shadow mode at execute: the params atlas's `log_only` deny on deploy.run never refuses a
+/// call, and each execute it would have decided otherwise records so in `action.requested` and
+/// in `/metrics`; an execute it agrees with records nothing.
+#[tokio::test]
+async fn an_execute_records_what_its_log_only_policies_would_have_decided() {
+    let s = TestServer::start_with(|c| c.atlases.push(params_atlas())).await;
+    let (sid, id) = params_resolution(&s).await;
+    let deploy = |env: &str| {
+        let params = json!({"env": env});
+        execute_request("ops-bot", &sid, &rid(), &id, "deploy.run", params)
+    };
+    let agent = Some(crate::support::AGENT);
+    let prod = s.post(agent, "/v1/execute", &deploy("prod")).await;
+    assert_eq!(
+        prod.1["status"], "success",
+        "the shadow deny decided: {}",
+        prod.1
+    );
+    let dev = s.post(agent, "/v1/execute", &deploy("dev")).await;
+    assert_refused(&dev, 403, "action_not_allowed");
+    let info = s
+        .post(agent, "/v1/execute", &log_write(&sid, &id, "info"))
+        .await;
+    assert_eq!(info.1["status"], "success", "{}", info.1);
+
+    let requested: Vec<Value> = s
+        .events(&sid)
+        .await
+        .into_iter()
+        .filter(|e| e["event_type"] == "action.requested")
+        .map(|e| e["payload"].clone())
+        .collect();
+    let shadow_of = |execution_id: &Value| {
+        let e = requested
+            .iter()
+            .find(|p| &p["execution_id"] == execution_id);
+        e.map(|p| p["shadow"].clone()).unwrap_or(Value::Null)
+    };
+    let frozen = json!({"policy_id": "shadow-deny-deploys", "result": "deny"});
+    assert_eq!(
+        shadow_of(&prod.1["execution_id"]),
+        frozen,
+        "another outcome"
+    );
+    assert_eq!(
+        shadow_of(&dev.1["execution_id"]),
+        frozen,
+        "a deny by another policy than the default deny"
+    );
+    assert_eq!(shadow_of(&info.1["execution_id"]), Value::Null, "agreeing");
+    let metrics = metrics_text(&s).await;
+    assert!(
+        metrics.contains("\ncra_execute_shadow_disagreements_total 2\n"),
+        "{metrics}"
+    );
+    s.stop().await;
+}
+
+async fn metrics_text(s: &TestServer) -> String {
+    let rb = s.http.get(s.url("/metrics"));
+    let resp = rb.bearer_auth(crate::support::OPERATOR).send().await;
+    resp.unwrap().text().await.unwrap()
+}
+
 /// A rate-limit refusal carries `Retry-After`: the seconds until the limit's window lets the
 /// call through, also in `error.details.retry_after_seconds`.
 #[tokio::test]
@@ -199,16 +263,7 @@ async fn a_rate_limit_refusal_says_when_to_retry() {
     let (sid, id) = params_resolution(&s).await;
     let id = id.as_str();
     // The params atlas tries a deny on deploy.run in shadow mode: it disagreed once.
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .bearer_auth(crate::support::OPERATOR)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&s).await;
     assert!(
         metrics.contains("\ncra_shadow_disagreements_total 1\n"),
         "{metrics}"

@@ -6,7 +6,8 @@
 //!
 //! What runs (each as a subprocess, one at a time; every build goes to `bench/target`):
 //! * CARP: `bench/policy-compare` (a separate manifest): cra-carp resolve vs cedar-policy and
-//!   regorus on identical questions, decisions of all three compared before timing;
+//!   regorus on identical questions, decisions of all three compared before timing; then
+//!   `history-compare`, conditions on history in cra-carp vs cedar-policy (each given the facts);
 //! * TRACE: a synthetic session from cra-trace's `gen_trace` example, then `verify-limit` (cra's
 //!   verifier vs raw SHA-256 of the same preimages, in one process), cra-trace's `verify_file`
 //!   example end to end, and the Appendix B Python verifier (`tools/appendix_b.py`) on the same
@@ -104,6 +105,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     };
 
     step("carp_engines", policy_compare(quick), &mut steps);
+    step("history_engines", history_compare(quick), &mut steps);
     let verify = trace_verify(quick);
     let one_million = verify.as_ref().ok().cloned();
     step("trace_verify", verify, &mut steps);
@@ -306,6 +308,16 @@ fn policy_compare(quick: bool) -> anyhow::Result<Value> {
     }
     let out = output(&mut cmd)?;
     Ok(serde_json::from_str(&out)?)
+}
+
+/// `history-compare`: conditions on history in cra-carp and cedar-policy, each given the facts.
+fn history_compare(quick: bool) -> anyhow::Result<Value> {
+    build_compare()?;
+    let mut cmd = Command::new(format!("{TARGET}/release/history-compare"));
+    if quick {
+        cmd.arg("--quick");
+    }
+    Ok(serde_json::from_str(&output(&mut cmd)?)?)
 }
 
 fn trace_verify(quick: bool) -> anyhow::Result<Value> {
@@ -676,6 +688,7 @@ fn render(doc: &Value) -> String {
         let r = &step["result"];
         match name {
             "carp_engines" => render_engines(&mut s, r, &mut growth),
+            "history_engines" => render_history_engines(&mut s, r),
             "trace_verify" => render_verify(&mut s, r),
             "verify_growth" => render_verify_growth(&mut s, r, &mut growth),
             "orient_growth" => render_orient(&mut s, r, &mut growth),
@@ -848,6 +861,41 @@ fn render_engines(s: &mut String, r: &Value, growth: &mut Vec<GrowthRow>) {
             points: points(&r["sizes"], "actions", &[engine], 1.0),
         });
     }
+}
+
+fn render_history_engines(s: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "## Conditions on history: cra-carp vs cedar-policy {}\n",
+        r["cedar_policy_version"].as_str().unwrap_or("")
+    );
+    let _ = writeln!(
+        s,
+        "The history benchmark's atlas ({} actions; the target's allow holds {} history tests), each engine given exactly the facts it needs: Cedar a context of the 20 values, cra its predicates answered from a set of the marks that exist and its charges checked against the counters' values. Reading those facts from a store is `history/decide` below. {} decisions were compared before timing.\n",
+        r["actions"], r["history_tests"], r["decisions_checked"]
+    );
+    let _ = writeln!(
+        s,
+        "| question | cra µs | cedar µs | cedar / cra |\n|---|---|---|---:|"
+    );
+    for (q, label) in [
+        (
+            "resolve_100",
+            "which of the 100 actions may run (cra: resolve; Cedar: one is_authorized per action)",
+        ),
+        ("decide", "may this call of the target run"),
+    ] {
+        let z = &r["questions"][q];
+        let _ = writeln!(
+            s,
+            "| {label} | {} | {} | {} |",
+            fmt_mmm(&z["cra"], 1.0, 2),
+            fmt_mmm(&z["cedar"], 1.0, 2),
+            ratio(&z["cedar"], &z["cra"])
+        );
+    }
+    let _ = writeln!(s);
 }
 
 fn render_verify(s: &mut String, r: &Value) {

@@ -4,9 +4,9 @@
 //! nothing and are not written anywhere; `cargo xtask bench [--quick]` measures.
 //! `--smoke --build-only` compiles what the steps run and stops.
 //!
-//! What runs: the `bench/policy-compare` programs with `--smoke` (the engines' agreement check
-//! included), a 1,000-event synthetic session through `verify-limit`, cra-trace's `verify_file`
-//! and the Appendix B Python verifier, `http-load` against the debug `cra` for HTTP and
+//! What runs: the `bench/policy-compare` programs with `--smoke` (the engines' agreement checks
+//! included: `policy-compare`, `history-compare`), a 1,000-event synthetic session through
+//! `verify-limit`, cra-trace's `verify_file` and the Appendix B Python verifier, `http-load` against the debug `cra` for HTTP and
 //! WebSocket, `mcp-proxy` for five calls each way (the filesystem MCP server from `.ci/install`),
 //! and every criterion bench in criterion's test mode (each benchmark once, through
 //! one `cargo test --workspace --bench ...`). A failed step does not stop the others; the
@@ -49,6 +49,10 @@ pub(crate) fn run(build_only: bool) -> anyhow::Result<()> {
     step(
         "carp_engines",
         json_of(&target, "policy-compare", &["--smoke"]),
+    );
+    step(
+        "history_engines",
+        json_of(&target, "history-compare", &["--smoke"]),
     );
     step("trace_verify", trace_verify(&target));
     step(

@@ -22,13 +22,12 @@
 //! `cargo bench -p cra-store --bench history`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Instant;
 
 use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
 use cra_carp::execute::authorize;
-use cra_carp::index::{AtlasSet, CompiledAtlas};
+use cra_carp::index::AtlasSet;
 use cra_carp::store::{
     CarpStore, CarpStoreError, Charge, ChargeKind, ExecutionRecord, Mark, SessionRecord,
 };
@@ -38,71 +37,11 @@ use cra_carp::{CarpRequest, Resolution};
 use cra_store::RedbStore;
 use cra_wire::SequentialIds;
 use criterion::{Criterion, criterion_group, criterion_main};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 
-const TARGET: &str = "g0.r0.op";
-const SESSION: &str = "0190a000-0000-7000-8000-000000000001";
-const AGENT: &str = "agent-1";
-const NOW: &str = "2026-01-05T10:00:00Z";
-const CUSTOMERS: u64 = 500;
-
-/// The 20 history tests on the target action, in one allow.
-fn history() -> Value {
-    let mut tests = Vec::new();
-    for k in 0..5 {
-        tests.push(json!({"after": {"action": format!("g1.r{}.op", 10 + k), "within_seconds": 86_400}, "scope": "global"}));
-    }
-    for k in 0..5 {
-        tests.push(json!({"bind": {"pointer": "/customer_id", "action": format!("g2.r{}.op", 20 + k)}, "scope": "global"}));
-    }
-    for k in 0..5 {
-        tests.push(json!({"count_within": {"max": 1_000_000 + k, "window_seconds": 86_400, "per": "/customer_id"}, "scope": "global"}));
-    }
-    for k in 0..5 {
-        tests.push(json!({"sum_within": {"pointer": "/amount", "max": 1_000_000 + k, "window_seconds": 86_400, "per": "/customer_id"}, "scope": "global"}));
-    }
-    Value::Array(tests)
-}
-
-fn atlas() -> AtlasSet {
-    let actions: Vec<Value> = (0..100)
-        .map(|i| {
-            json!({
-                "action_id": format!("g{}.r{i}.op", i / 10),
-                "name": format!("Action {i}"), "description": "A benchmark action.", "risk_tier": "low",
-                "parameters_schema": {"type": "object", "properties": {
-                    "customer_id": {"type": "string"}, "amount": {"type": "number"}}},
-            })
-        })
-        .collect();
-    let policies = vec![
-        json!({"policy_id": "allow-history", "type": "allow", "actions": [TARGET], "conditions": {"history": history()}}),
-        json!({"policy_id": "allow-rest", "type": "allow", "actions": ["g1.*", "g2.*", "g3.*", "g4.*", "g5.*", "g6.*", "g7.*", "g8.*", "g9.*"]}),
-    ];
-    let manifest: cra_atlas::Manifest = serde_json::from_value(json!({
-        "atlas_version": "1.0", "atlas_id": "com.example.bench", "version": "1.0.0", "name": "bench",
-        "policies": policies, "actions": actions,
-    }))
-    .unwrap();
-    AtlasSet::new(vec![
-        CompiledAtlas::compile(&manifest, &BTreeMap::new(), "digest").unwrap(),
-    ])
-    .unwrap()
-}
-
-fn request(n: u64, operation: &str) -> Value {
-    json!({
-        "carp_version": "1.0",
-        "request_id": format!("0190a000-0000-7000-8000-{n:012x}"),
-        "timestamp": NOW, "operation": operation,
-        "requester": {"agent_id": AGENT, "session_id": SESSION},
-        "task": {"goal": "refund the customer"},
-    })
-}
-
-fn customer(i: u64) -> String {
-    format!("C-{:06}", i % CUSTOMERS)
-}
+#[path = "common/history_atlas.rs"]
+mod history_atlas;
+use history_atlas::{AGENT, NOW, SESSION, TARGET, atlas, customer, history, request};
 
 /// Records `events` events on the 20 counters, spread over customers and the last 24 hours,
 /// the way succeeded calls leave them (marks with an execution, in chunks of 1,000).

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use cedar_policy::{Authorizer, Context, Decision, Entities, EntityUid, PolicySet, Request};
+use cra_bench_compare::summary;
 use cra_carp::CarpRequest;
 use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
 use cra_carp::index::{AtlasSet, CompiledAtlas};
@@ -355,16 +356,6 @@ fn time_runs(
         out.push(t.elapsed().as_secs_f64() * 1e6 / (reps * questions) as f64);
     }
     Ok(out)
-}
-
-fn summary(mut v: Vec<f64>) -> Value {
-    v.sort_by(f64::total_cmp);
-    let median = if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    };
-    json!({"min": v[0], "median": median, "max": v[v.len() - 1], "runs": v.len()})
 }
 
 fn main() -> std::process::ExitCode {

@@ -13,19 +13,10 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
+use cra_bench_compare::summary;
 use cra_trace::{TraceEvent, VerifyOptions, event_preimage, verify_reader};
-use serde_json::{Value, json};
+use serde_json::json;
 use sha2::{Digest, Sha256};
-
-fn summary(mut v: Vec<f64>) -> Value {
-    v.sort_by(f64::total_cmp);
-    let median = if v.len() % 2 == 1 {
-        v[v.len() / 2]
-    } else {
-        (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
-    };
-    json!({"min": v[0], "median": median, "max": v[v.len() - 1], "runs": v.len()})
-}
 
 fn main() -> std::process::ExitCode {
     match run() {

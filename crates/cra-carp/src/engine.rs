@@ -633,7 +633,11 @@ impl Carp {
                     };
                     let loaded = self.atlases.get(&origin.atlas_id);
                     let mut fits = |c: &crate::store::Charge| self.fits_now(c, now_us);
-                    crate::shadow::at_execute(plan, loaded, call, &mut marked, &mut fits)?
+                    // Shadow mode never changes an answer: a plan that cannot be walked (or a
+                    // counter that cannot be read for it) records no shadow, and the call is
+                    // decided as enforced.
+                    crate::shadow::at_execute(plan, loaded, call, &mut marked, &mut fits)
+                        .unwrap_or_default()
                 }
                 _ => crate::shadow::ShadowDecision::default(),
             };

@@ -28,9 +28,13 @@ struct World {
 
 impl World {
     fn new() -> Self {
+        Self::with_store(Arc::new(MemoryStore::new()))
+    }
+
+    fn with_store(store: Arc<MemoryStore>) -> Self {
         let clock = Arc::new(FixedClock::parse("2026-01-05T10:00:00Z").unwrap());
         let carp = Carp::new(
-            Arc::new(MemoryStore::new()),
+            store,
             Arc::new(atlas_set(&[fixture("params/atlas")])),
             clock.clone(),
             Arc::new(SequentialIds::new(1_767_607_200_000, 7)),
@@ -383,4 +387,40 @@ fn a_log_only_policy_is_recorded_and_never_decides() {
     assert_eq!(shadow.decided_by, "shadow-deny-deploys");
     // Execute ignores it too.
     assert_eq!(w.run(&res, "deploy.run", json!({"env": "prod"})), ok());
+}
+
+/// Shadow mode at execute through the engine: a deploy the `log_only` deny covers is decided as
+/// enforced, with the shadow's deny beside it; a stored plan that cannot be walked records no
+/// shadow and refuses nothing.
+#[test]
+fn an_execute_carries_its_shadow_and_a_broken_plan_changes_nothing() {
+    use cra_carp::store::CarpStore;
+    let store = Arc::new(MemoryStore::new());
+    let w = World::with_store(store.clone());
+    let res = w.resolve("Deploy", Value::Null);
+    let execute = |w: &World, resolution_id: &str| {
+        let mut r = w.header("execute");
+        r["execution"] = json!({
+            "resolution_id": resolution_id, "action_id": "deploy.run", "parameters": {"env": "prod"},
+        });
+        w.carp
+            .decide_execute(&parse_request(&r).unwrap(), false)
+            .unwrap()
+    };
+    let decided = execute(&w, &res.resolution_id);
+    assert!(matches!(decided.outcome, ExecuteOutcome::Run(_)));
+    let shadow = decided.shadow.expect("the log_only deny disagrees");
+    assert_eq!(
+        (shadow.outcome, shadow.decided_by.as_str()),
+        (cra_carp::explain::Outcome::Deny, "shadow-deny-deploys")
+    );
+
+    let mut broken = store.get_resolution(&res.resolution_id).unwrap().unwrap();
+    broken.resolution.resolution_id = "0190a000-0000-7000-8000-0000000b0000".into();
+    let plan = broken.origins.get_mut("deploy.run").unwrap();
+    plan.shadow.as_mut().expect("a stored plan").enforced = vec![json!({"type": "allow"})];
+    store.put_resolution(&broken).unwrap();
+    let decided = execute(&w, &broken.resolution.resolution_id);
+    assert!(matches!(decided.outcome, ExecuteOutcome::Run(_)), "refused");
+    assert_eq!(decided.shadow, None);
 }

@@ -539,10 +539,10 @@ pub fn resolve(
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ActionOrigin {
     /// The atlas that offered the action.
-    pub atlas_id: String,
+    pub atlas_id: SharedStr,
     /// The executor it names, if any (none: the agent performs the action itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub executor: Option<String>,
+    pub executor: Option<SharedStr>,
     /// What execute walks to record what the action's `log_only` policies would decide for
     /// the call (shadow mode); absent when none matches the action.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -712,7 +712,7 @@ pub fn resolve_with_origins(
                     }
                     allowed.push(entry);
                     origins.push(ActionOrigin {
-                        atlas_id: atlas.atlas_id.to_string(),
+                        atlas_id: atlas.atlas_id.clone(),
                         executor: action.executor.clone(),
                         shadow: shadow_walk
                             .as_ref()

@@ -290,7 +290,7 @@ pub struct CompiledAction {
     /// `rate_limit`; both are set per resolution).
     pub allowed: AllowedAction,
     /// The executor named by the atlas, if any.
-    pub executor: Option<String>,
+    pub executor: Option<SharedStr>,
     /// Indexes into [`CompiledAtlas::policies`] of the matching policies of each type, in
     /// evaluation order (priority descending, then policy id). Indexed by
     /// [`type_slot`].
@@ -696,7 +696,7 @@ impl CompiledAtlas {
                     idempotent: a.idempotent,
                     rate_limit: None,
                 },
-                executor: a.executor.clone(),
+                executor: a.executor.as_deref().map(SharedStr::from),
                 by_type,
                 budget_costs,
                 validator,

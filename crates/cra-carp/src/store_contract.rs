@@ -179,8 +179,8 @@ fn resolutions(s: &dyn CarpStore) {
         origins: [(
             "payment.refund".to_owned(),
             crate::eval::ActionOrigin {
-                atlas_id: "com.example.payments".to_owned(),
-                executor: Some("http:payments".to_owned()),
+                atlas_id: "com.example.payments".into(),
+                executor: Some("http:payments".into()),
                 shadow: None,
             },
         )]

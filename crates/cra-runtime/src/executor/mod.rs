@@ -127,7 +127,7 @@ pub(crate) fn executor_of(
     action_id: &str,
 ) -> Option<String> {
     if let Some(origin) = stored.and_then(|s| s.origins.get(action_id)) {
-        return origin.executor.clone();
+        return origin.executor.as_deref().map(str::to_owned);
     }
     atlases
         .loaded

@@ -18,7 +18,6 @@ use crate::eval::{
 };
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::index::AtlasSet;
-use crate::shadow::ShadowCall;
 use crate::store::{
     ApprovalCall, ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError,
     ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
@@ -625,7 +624,7 @@ impl Carp {
             )?;
             let shadow = match checked.origins.get(action.action_id.as_str()) {
                 Some(origin) if let Some(plan) = &origin.shadow => {
-                    let call = ShadowCall {
+                    let call = crate::execute::Call {
                         action_id: &action.action_id,
                         parameters: &exec.parameters,
                         ids: (&request.requester.agent_id, &request.requester.session_id),

@@ -261,13 +261,18 @@ pub(crate) fn limit_charge(
 /// `(counter, scope_key, since_us)` ([`crate::history::HistoryConditions::predicates_hold`]).
 pub type Marked<'a> = dyn FnMut(&str, &str, i64) -> Result<bool, CarpError> + 'a;
 
-/// The call an execute asks for, as the `parameters` constraint's steps read it.
-pub(crate) struct Call<'a> {
-    pub(crate) action_id: &'a str,
-    pub(crate) parameters: &'a Value,
+/// The call an execute asks for, as the steps of a walk read it (the `parameters` constraint's,
+/// a shadow plan's).
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The action.
+    pub action_id: &'a str,
+    /// The call's parameters (already checked against the action's schema).
+    pub parameters: &'a Value,
     /// The requester's agent and session.
-    pub(crate) ids: (&'a str, &'a str),
-    pub(crate) now_us: i64,
+    pub ids: (&'a str, &'a str),
+    /// The instant of the decision, Unix microseconds.
+    pub now_us: i64,
 }
 
 /// What a resolution's `parameters` constraint decides for one call of the action.

@@ -59,19 +59,6 @@ impl ShadowPlan {
 /// Whether a charge would fit now, read without taking it.
 pub type Fits<'a> = dyn FnMut(&Charge) -> Result<bool, CarpError> + 'a;
 
-/// The call a shadow plan is walked on.
-#[derive(Debug, Clone, Copy)]
-pub struct ShadowCall<'a> {
-    /// The action.
-    pub action_id: &'a str,
-    /// The call's parameters (already checked against the action's schema).
-    pub parameters: &'a Value,
-    /// The requester's agent and session.
-    pub ids: (&'a str, &'a str),
-    /// The instant of the decision, Unix microseconds.
-    pub now_us: i64,
-}
-
 /// What shadow mode makes of one execute.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ShadowDecision {
@@ -90,7 +77,7 @@ pub struct ShadowDecision {
 pub fn at_execute(
     plan: &ShadowPlan,
     loaded: Option<&CompiledAtlas>,
-    call: ShadowCall<'_>,
+    call: Call<'_>,
     marked: &mut Marked<'_>,
     fits: &mut Fits<'_>,
 ) -> Result<ShadowDecision, CarpError> {
@@ -103,14 +90,8 @@ pub fn at_execute(
             ),
         )
     };
-    let c = Call {
-        action_id: call.action_id,
-        parameters: call.parameters,
-        ids: call.ids,
-        now_us: call.now_us,
-    };
-    let enforced = walk_steps(&plan.enforced, loaded, &c, marked, &corrupt)?;
-    let shadow = walk_steps(&plan.shadow, loaded, &c, marked, &corrupt)?;
+    let enforced = walk_steps(&plan.enforced, loaded, &call, marked, &corrupt)?;
+    let shadow = walk_steps(&plan.shadow, loaded, &call, marked, &corrupt)?;
     let (outcome, by) = gate_of(&enforced);
     let (mut s_outcome, mut s_by) = gate_of(&shadow);
     let mut counted = Vec::new();
@@ -153,7 +134,7 @@ fn gate_of<'s>(walk: &Walk<'s, '_>) -> (Outcome, &'s str) {
 /// count it).
 fn shadow_limits<'s>(
     shadow: &Walk<'s, '_>,
-    call: &ShadowCall<'_>,
+    call: &Call<'_>,
     fits: &mut Fits<'_>,
 ) -> Result<Result<Vec<Charge>, &'s str>, CarpError> {
     let mut all = Vec::new();
@@ -227,7 +208,7 @@ mod tests {
     /// Walks `plan` for `x.run` with `parameters`, with the marks listed in `marks` and `used`
     /// units counted on every counter.
     fn decide(plan: &ShadowPlan, parameters: Value, marks: &[&str], used: u64) -> ShadowDecision {
-        let call = ShadowCall {
+        let call = Call {
             action_id: "x.run",
             parameters: &parameters,
             ids: ("a", "s"),
@@ -323,7 +304,7 @@ mod tests {
             enforced: vec![json!({"type": "allow"})],
             shadow: vec![],
         };
-        let call = ShadowCall {
+        let call = Call {
             action_id: "x.run",
             parameters: &json!({}),
             ids: ("a", "s"),

@@ -353,6 +353,10 @@ pub struct ActionRequested<'a> {
     pub action_id: &'a str,
     /// `sha256:` of the parameters' canonical form.
     pub parameters_hash: &'a str,
+    /// The call's parameters as received, so the call can be decided again offline (replay,
+    /// `cra atlas simulate`): conditions on parameters and on history read them. Chains
+    /// written before round 2's part 5 record only the digest.
+    pub parameters: &'a Value,
     /// The idempotency key, when given.
     pub idempotency_key: Option<&'a str>,
     /// Shadow mode: what the action's `log_only` policies would have decided for this call,
@@ -1001,13 +1005,14 @@ mod tests {
             resolution_id: "r",
             action_id: "x.get",
             parameters_hash: "sha256:11",
+            parameters: &json!({"id": 7}),
             idempotency_key: None,
             shadow: None,
         };
         same(
             &requested,
             &json!({"execution_id": "e", "request_id": "q", "resolution_id": "r", "action_id": "x.get",
-                "parameters_hash": "sha256:11", "idempotency_key": null}),
+                "parameters_hash": "sha256:11", "parameters": {"id": 7}, "idempotency_key": null}),
         );
         same(
             &ActionDenied {

@@ -30,6 +30,7 @@ pub mod engine;
 pub mod eval;
 pub mod events;
 pub mod execute;
+pub mod execute_replay;
 pub mod explain;
 pub mod history;
 pub mod index;

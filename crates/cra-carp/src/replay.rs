@@ -228,6 +228,40 @@ pub struct ReplayCase {
     /// Actions whose outcome differs between the recorded and the replayed resolution, in
     /// action-id order (what `cra atlas simulate` counts).
     pub flips: Vec<Flip>,
+    /// The request and the resolution made again, which the executes recorded under the
+    /// recorded resolution are decided again under ([`crate::execute_replay`]); `None` when
+    /// the case could not be re-resolved.
+    pub replayed: Option<Box<ReplayedResolve>>,
+}
+
+/// A recorded resolve made again: what an execute recorded under it is decided under.
+#[derive(Debug, Clone)]
+pub struct ReplayedResolve {
+    /// The recorded request.
+    pub request: CarpRequest,
+    /// The resolution made again, carrying the recorded resolution's approval id when it
+    /// recorded one (an execute's recorded approval is looked up by it).
+    pub resolution: Resolution,
+    /// The recorded resolution's id, which the executes under it name.
+    pub recorded_resolution_id: String,
+    /// The atlases it was made with, when they were chosen for this request alone
+    /// ([`replay_library`]); `None` when one set served every request ([`replay_with`]).
+    pub atlases: Option<Arc<AtlasSet>>,
+}
+
+/// Equal when made of the same request into the same resolution with the same atlases (the
+/// same set, not an equal one).
+impl PartialEq for ReplayedResolve {
+    fn eq(&self, other: &Self) -> bool {
+        let same_atlases = match (&self.atlases, &other.atlases) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        same_atlases
+            && self.request == other.request
+            && self.resolution == other.resolution
+            && self.recorded_resolution_id == other.recorded_resolution_id
+    }
 }
 
 /// One action decided otherwise on replay: outcomes are `allow`, `requires_approval`, `deny`, or
@@ -399,6 +433,7 @@ pub fn replay_with(
                 recorded.get(e.trace_id.as_str()).copied(),
                 again.contains(e.span_id.as_str()),
                 Ok(atlases),
+                None,
                 notes,
                 options,
             )
@@ -436,6 +471,7 @@ pub fn replay_library(
                         .map_err(|err| format!("the chosen atlases do not compile: {err}"))
                 })
                 .clone();
+            let shared = set.as_ref().ok().cloned();
             let set = match &set {
                 Ok(s) => Ok(s.as_ref()),
                 Err(m) => Err(m.clone()),
@@ -445,6 +481,7 @@ pub fn replay_library(
                 recorded.get(e.trace_id.as_str()).copied(),
                 again.contains(e.span_id.as_str()),
                 set,
+                shared,
                 notes,
                 options,
             )
@@ -512,6 +549,7 @@ fn replay_one(
     recorded: Option<&Value>,
     answered_again: bool,
     atlases: Result<&AtlasSet, String>,
+    shared: Option<Arc<AtlasSet>>,
     atlas_notes: Vec<AtlasNote>,
     options: &ReplayOptions,
 ) -> ReplayCase {
@@ -531,6 +569,7 @@ fn replay_one(
         policies_fired: BTreeSet::new(),
         actions_decided: BTreeSet::new(),
         flips: Vec::new(),
+        replayed: None,
     };
     let fail = |mut c: ReplayCase, m: String| {
         c.outcome = CaseOutcome::Error(m);
@@ -616,6 +655,16 @@ fn replay_one(
     };
     case.flips = flips(recorded, &replayed, &decided_by);
     every_difference("", recorded, &replayed, &mut case.differences);
+    let recorded_approval = recorded["decision"]["approval_id"].as_str();
+    if let Some(id) = recorded_approval {
+        res.decision.approval_id = Some(id.to_owned());
+    }
+    case.replayed = Some(Box::new(ReplayedResolve {
+        request,
+        resolution: res,
+        recorded_resolution_id: recorded["resolution_id"].as_str().unwrap_or_default().to_owned(),
+        atlases: shared,
+    }));
     if let Some(first) = case.differences.first() {
         case.outcome = CaseOutcome::Diverged {
             pointer: first.pointer.clone(),

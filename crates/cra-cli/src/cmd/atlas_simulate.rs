@@ -11,18 +11,24 @@
 //! when it is no longer, or newly, a candidate) is a flip; flips are counted per policy deciding
 //! them now, with examples naming the session and the request event's sequence.
 //!
-//! Executes are not re-decided yet: a chain records an execute's `parameters_hash`, not its
-//! parameters, so parameter conditions cannot be judged again from it.
+//! Every recorded execute is then decided again under the resolution its resolve was made
+//! again into, on the history the chains recorded ([`cra_carp::execute_replay`]): its
+//! parameters, the marks of earlier succeeded calls, the charges of earlier calls that ran, its
+//! approval as recorded. Execute flips (`allow`, `requires_approval`, `deny`) are reported
+//! apart, counted per verdict now. Executes not decided by a policy when recorded, and those
+//! in chains written before `action.requested` carried the parameters, are left out and
+//! counted.
 //!
 //! Exit codes: 0 nothing flips; 1 could not run (an unreadable file, an invalid atlas); 2 some
-//! decision flips, or a recorded resolve could not be re-decided, so an atlas change can gate CI
-//! like code.
+//! decision flips, or a recorded resolve or execute could not be re-decided, so an atlas change
+//! can gate CI like code.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::Args;
-use cra_carp::replay::{CaseOutcome, replay};
+use cra_carp::execute_replay::{ExecuteCase, ExecuteReplay, replay_executes};
+use cra_carp::replay::{CaseOutcome, ReplayCase, replay};
 use serde_json::{Value, json};
 
 use crate::cmd::trace_io::{Failure, StoreArgs, read_events, read_session};
@@ -74,57 +80,139 @@ pub struct SimulationReport {
     pub by_policy: BTreeMap<String, (usize, Vec<Value>)>,
     /// Resolves that could not be re-decided, with why.
     pub errors: Vec<String>,
+    /// What the recorded executes gave.
+    pub executes: ExecuteReport,
 }
 
-impl SimulationReport {
-    /// Every flip.
-    pub fn flips(&self) -> usize {
-        self.by_policy.values().map(|(n, _)| n).sum()
+/// The executes of a simulation.
+#[derive(Debug, Default)]
+pub struct ExecuteReport {
+    /// Recorded executes decided again.
+    pub decided: usize,
+    /// Flips per verdict now (`deny by POLICY`, `requires_approval`, `allow`): count and
+    /// examples.
+    pub flips: BTreeMap<String, (usize, Vec<Value>)>,
+    /// Executes left out, as their recording says they must be (refused as a request, no
+    /// recorded outcome, recorded before parameters were), counted per reason.
+    pub skipped: BTreeMap<String, usize>,
+    /// Executes that could not be decided again although they should have been, with why.
+    pub errors: Vec<String>,
+}
+
+impl ExecuteReport {
+    /// Every execute flip.
+    pub fn flipped(&self) -> usize {
+        self.flips.values().map(|(n, _)| n).sum()
+    }
+
+    fn add(&mut self, case: &ExecuteCase) {
+        let now = match &case.now {
+            ExecuteReplay::NotDecided(why) if skipped(&case.recorded, why) => {
+                *self.skipped.entry(why.clone()).or_default() += 1;
+                return;
+            }
+            ExecuteReplay::NotDecided(why) => {
+                self.errors.push(format!(
+                    "session {} sequence {} ({}): {why}",
+                    case.session_id, case.sequence, case.action_id
+                ));
+                return;
+            }
+            ExecuteReplay::Decided(v) => v,
+        };
+        self.decided += 1;
+        if !case.flipped() {
+            return;
+        }
+        let (n, examples) = self.flips.entry(now.describe()).or_default();
+        *n += 1;
+        if examples.len() < EXAMPLES {
+            examples.push(json!({
+                "session_id": case.session_id, "sequence": case.sequence,
+                "execution_id": case.execution_id, "action_id": case.action_id,
+                "recorded": case.recorded.describe(), "now": now.describe(),
+            }));
+        }
     }
 }
 
-/// Re-decides every recorded resolve of `args.against` under the new atlases.
+/// Whether an execute that was not decided again is left out as its recording says (rather
+/// than an error): it was not decided by a policy, or its chain could not say how to decide it.
+fn skipped(recorded: &cra_carp::execute_replay::ExecuteVerdict, why: &str) -> bool {
+    recorded.outcome == "unknown" || why.starts_with("its chain recorded only")
+}
+
+impl SimulationReport {
+    /// Every flip of a resolve.
+    pub fn flips(&self) -> usize {
+        self.by_policy.values().map(|(n, _)| n).sum()
+    }
+
+    /// Whether the atlas change is to be refused: something flips, or could not be decided
+    /// again.
+    pub fn fails(&self) -> bool {
+        self.flips() > 0
+            || !self.errors.is_empty()
+            || self.executes.flipped() > 0
+            || !self.executes.errors.is_empty()
+    }
+
+    fn add_resolve(&mut self, source: &str, case: &ReplayCase) {
+        self.resolves += 1;
+        let session = &case.session_id;
+        if let CaseOutcome::Error(e) = &case.outcome {
+            self.errors.push(format!(
+                "{source} session {session} sequence {}: {e}",
+                case.sequence
+            ));
+            return;
+        }
+        if !case.flips.is_empty() {
+            self.resolves_flipped += 1;
+        }
+        for f in &case.flips {
+            let policy = if f.decided_by.is_empty() {
+                "(no longer a candidate)".to_owned()
+            } else {
+                f.decided_by.clone()
+            };
+            let (n, examples) = self.by_policy.entry(policy).or_default();
+            *n += 1;
+            if examples.len() < EXAMPLES {
+                examples.push(json!({
+                    "session_id": session, "sequence": case.sequence,
+                    "goal": case.goal, "action_id": f.action_id,
+                    "recorded": f.recorded, "now": f.replayed,
+                }));
+            }
+        }
+    }
+}
+
+/// Re-decides every recorded resolve and execute of `args.against` under the new atlases.
+/// Every chain is read first: an execute is decided on the history of every chain given.
 pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
     let mut paths = vec![args.atlas.clone()];
     paths.extend(args.with.iter().cloned());
     let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas simulate")?;
+    let mut chains: Vec<(String, Vec<cra_trace::TraceEvent>)> = Vec::new();
+    for_each_chain(args, &mut |source, events| chains.push((source.to_owned(), events)))
+        .map_err(|f| {
+            eprintln!("cra atlas simulate: {}", f.message);
+            Exit::CouldNotRun
+        })?;
     let mut report = SimulationReport::default();
-    let mut judge = |source: &str, events: Vec<cra_trace::TraceEvent>| {
-        for case in replay(&events, &set) {
-            report.resolves += 1;
-            let session = &case.session_id;
-            if let CaseOutcome::Error(e) = &case.outcome {
-                report.errors.push(format!(
-                    "{source} session {session} sequence {}: {e}",
-                    case.sequence
-                ));
-                continue;
-            }
-            if !case.flips.is_empty() {
-                report.resolves_flipped += 1;
-            }
-            for f in &case.flips {
-                let policy = if f.decided_by.is_empty() {
-                    "(no longer a candidate)".to_owned()
-                } else {
-                    f.decided_by.clone()
-                };
-                let (n, examples) = report.by_policy.entry(policy).or_default();
-                *n += 1;
-                if examples.len() < EXAMPLES {
-                    examples.push(json!({
-                        "session_id": session, "sequence": case.sequence,
-                        "goal": case.goal, "action_id": f.action_id,
-                        "recorded": f.recorded, "now": f.replayed,
-                    }));
-                }
-            }
+    let mut resolves = Vec::new();
+    for (source, events) in &chains {
+        for case in replay(events, &set) {
+            report.add_resolve(source, &case);
+            resolves.push(case);
         }
-    };
-    for_each_chain(args, &mut judge).map_err(|f| {
-        eprintln!("cra atlas simulate: {}", f.message);
-        Exit::CouldNotRun
-    })?;
+    }
+    let all: Vec<&[cra_trace::TraceEvent]> = chains.iter().map(|(_, e)| e.as_slice()).collect();
+    for case in replay_executes(&all, &resolves, &set) {
+        report.executes.add(&case);
+    }
     Ok(report)
 }
 
@@ -168,6 +256,29 @@ fn for_each_chain(
     Ok(())
 }
 
+/// The executes' flips, errors and left-out counts, as text.
+fn print_executes(x: &ExecuteReport) {
+    for (now, (n, examples)) in &x.flips {
+        println!("{n} execute flip(s) now {now}");
+        for e in examples {
+            println!(
+                "  session {} #{}: {} {} -> {}",
+                e["session_id"].as_str().unwrap_or(""),
+                e["sequence"],
+                e["action_id"].as_str().unwrap_or(""),
+                e["recorded"].as_str().unwrap_or(""),
+                e["now"].as_str().unwrap_or("")
+            );
+        }
+    }
+    for e in &x.errors {
+        println!("could not re-decide execute: {e}");
+    }
+    for (why, n) in &x.skipped {
+        println!("{n} execute(s) left out: {why}");
+    }
+}
+
 /// Runs `cra atlas simulate`.
 pub fn run(args: SimulateArgs) -> Exit {
     let report = match simulate(&args) {
@@ -184,7 +295,17 @@ pub fn run(args: SimulateArgs) -> Exit {
                     json!({"policy_id": p, "flips": n, "examples": ex})
                 }).collect::<Vec<_>>(),
                 "errors": report.errors,
-                "executes": "not re-decided: chains record parameters_hash, not parameters",
+                "executes": {
+                    "decided": report.executes.decided,
+                    "flips": report.executes.flipped(),
+                    "by_verdict": report.executes.flips.iter().map(|(v, (n, ex))| {
+                        json!({"now": v, "flips": n, "examples": ex})
+                    }).collect::<Vec<_>>(),
+                    "skipped": report.executes.skipped.iter().map(|(why, n)| {
+                        json!({"reason": why, "executes": n})
+                    }).collect::<Vec<_>>(),
+                    "errors": report.executes.errors,
+                },
             });
             println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
         }
@@ -206,16 +327,25 @@ pub fn run(args: SimulateArgs) -> Exit {
             for e in &report.errors {
                 println!("could not re-decide: {e}");
             }
+            print_executes(&report.executes);
             println!(
-                "simulated {} resolve(s): {} flip(s) in {} resolve(s), {} not re-decided; executes are not re-decided",
+                "simulated {} resolve(s): {} flip(s) in {} resolve(s), {} not re-decided",
                 report.resolves,
                 report.flips(),
                 report.resolves_flipped,
                 report.errors.len()
             );
+            let x = &report.executes;
+            println!(
+                "simulated {} execute(s): {} flip(s), {} not re-decided, {} left out",
+                x.decided,
+                x.flipped(),
+                x.errors.len(),
+                x.skipped.values().sum::<usize>()
+            );
         }
     }
-    if report.flips() > 0 || !report.errors.is_empty() {
+    if report.fails() {
         Exit::Negative
     } else {
         Exit::Success

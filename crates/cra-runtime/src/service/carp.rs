@@ -471,6 +471,7 @@ impl Call<'_> {
             resolution_id: &self.exec.resolution_id,
             action_id: &self.exec.action_id,
             parameters_hash: &self.parameters_hash,
+            parameters: &self.exec.parameters,
             idempotency_key: self.exec.idempotency_key.as_deref(),
             shadow: self.shadow.as_ref().map(ShadowEvaluated::from),
         })

@@ -275,10 +275,23 @@ fn a_live_session_exports_reconstructs_and_replays() {
     // request that could touch db.drop.
     let from_store = simulate(atlas_dir(), |a| a.store.data = Some(live.data.clone()));
     assert_eq!((from_store.resolves, from_store.flips()), (4, 0));
+    // Its executes, decided again on the recorded history, decide as recorded: the budget
+    // spent by the three re-runs refuses the fourth again, the granted approvals clear their
+    // deploys, the pending one is pending again.
+    let x = &from_store.executes;
+    assert_eq!((x.decided, x.flipped()), (11, 0), "{x:#?}");
+    assert!(x.errors.is_empty(), "{:?}", x.errors);
     let flipped = simulate(changed_atlas(&dir), |a| {
         a.store.data = Some(live.data.clone())
     });
     assert_eq!(flipped.resolves_flipped, 1, "{:?}", flipped.by_policy);
+    // The execute of db.drop, refused by deny-drop, would now run; nothing else flips.
+    let x = &flipped.executes;
+    assert_eq!((x.decided, x.flipped()), (11, 1), "{x:#?}");
+    let (n, examples) = &x.flips["allow"];
+    assert_eq!(*n, 1);
+    assert_eq!(examples[0]["action_id"], "db.drop");
+    assert_eq!(examples[0]["recorded"], "deny by deny-drop");
 
     // From the data directory: every session, one file each, the same bytes as over HTTP.
     let all = dir.join("all");

@@ -1,0 +1,497 @@
+//! Executes decided again offline: every `action.requested` recorded in a set of chains is
+//! decided again, with [`crate::execute::authorize`], under the resolution its resolve was made
+//! again into ([`crate::replay`]), and the verdict compared with the recorded one.
+//!
+//! What the re-decision reads, all from the chains and never from a store:
+//!
+//! * **The call**: `action.requested`'s `parameters` (chains written before they were recorded
+//!   carry only `parameters_hash`: such an execute is reported as not decided again) and its
+//!   `timestamp` as the decision's instant.
+//! * **The requester**: the agent and session of the request whose resolution the call names.
+//! * **History as recorded** (no counterfactual cascade). A mark of an `after` or `bind` test
+//!   is left by every call recorded as succeeded (`action.executed`), at that event's instant,
+//!   as the atlases decided under make marks ([`AtlasSet::marks`]). A counter (rate limit,
+//!   budget, `count_within`, `sum_within`) holds the charges of every call recorded as cleared
+//!   to run (`action.approved`) that the re-decision also clears; a call the new atlases refuse
+//!   counts toward none, as those limits would never have seen it run. Calls in other chains
+//!   count when those chains are given, so agent and global scopes need every chain.
+//! * **Approvals as recorded**: the approval of the recorded resolution stands as the chains
+//!   last recorded it before the call (`approval.requested` opens it; `approval.granted`,
+//!   `approval.rejected` decide it), and is taken to have been asked under the atlas in force
+//!   now: the question is what the new policies decide, not whether a grant would be asked for
+//!   again.
+//!
+//! The verdicts compared are `allow` (cleared to run), `requires_approval` (pending, or asking
+//! for an approval) and `deny` with the refusing policy. An execute refused as a request rather
+//! than by a policy (recorded `action.denied` with `policy_id: null`: an expired resolution, a
+//! repeated idempotency key) and one with no recorded outcome are not decided again.
+
+use std::collections::{BTreeMap, HashMap};
+
+use cra_trace::TraceEvent;
+use serde::Serialize;
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::execute::{Authorization, InForce, authorize, refusal_error};
+use crate::index::AtlasSet;
+use crate::replay::{ReplayCase, ReplayedResolve};
+use crate::store::{
+    ApprovalCall, ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome,
+};
+use crate::types::{CarpRequest, Execution, Operation};
+use crate::validate::{CarpError, check_action_allowed, compile_schema};
+
+/// How an execute was decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExecuteVerdict {
+    /// `allow`, `requires_approval` or `deny`.
+    pub outcome: &'static str,
+    /// The policy that refused (a deny only; `default_deny` when no policy allowed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_id: Option<String>,
+    /// The refusal's token (a deny only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ExecuteVerdict {
+    fn of(outcome: &'static str) -> Self {
+        Self {
+            outcome,
+            policy_id: None,
+            error: None,
+        }
+    }
+
+    fn deny(refusal: &CarpError) -> Self {
+        Self {
+            outcome: "deny",
+            policy_id: refusal.policy_id.clone(),
+            error: Some(refusal.token.as_str().to_owned()),
+        }
+    }
+
+    /// `deny by POLICY`, `allow`, `requires_approval`: the verdict in a report's words.
+    pub fn describe(&self) -> String {
+        match &self.policy_id {
+            Some(p) => format!("{} by {p}", self.outcome),
+            None => self.outcome.to_owned(),
+        }
+    }
+}
+
+/// What deciding one recorded execute again gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecuteReplay {
+    /// Decided again: this verdict.
+    Decided(ExecuteVerdict),
+    /// Not decided again, and why.
+    NotDecided(String),
+}
+
+/// One recorded execute, decided again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecuteCase {
+    /// The chain that recorded it.
+    pub session_id: String,
+    /// The sequence of its `action.requested`.
+    pub sequence: u64,
+    /// Its execution id.
+    pub execution_id: String,
+    /// The action.
+    pub action_id: String,
+    /// The resolution it ran under.
+    pub resolution_id: String,
+    /// How it was decided when recorded.
+    pub recorded: ExecuteVerdict,
+    /// How it is decided now.
+    pub now: ExecuteReplay,
+}
+
+impl ExecuteCase {
+    /// The outcome changed (what `cra atlas simulate` counts as a flip).
+    pub fn flipped(&self) -> bool {
+        matches!(&self.now, ExecuteReplay::Decided(v) if v.outcome != self.recorded.outcome)
+    }
+
+    /// The outcome or the refusing policy changed (what `cra trace replay` counts as a
+    /// divergence).
+    pub fn diverged(&self) -> bool {
+        matches!(&self.now, ExecuteReplay::Decided(v)
+            if v.outcome != self.recorded.outcome || v.policy_id != self.recorded.policy_id)
+    }
+}
+
+/// An `action.requested` and what its chain recorded after it.
+struct Recorded<'e> {
+    requested: &'e TraceEvent,
+    at: OffsetDateTime,
+    at_us: i64,
+    verdict: Result<ExecuteVerdict, String>,
+    /// Cleared to run (`action.approved`).
+    ran: bool,
+    /// When it succeeded (`action.executed`).
+    succeeded_us: Option<i64>,
+}
+
+/// An approval's recorded life: `(instant, status)` in chain order, and the digest of the call
+/// it was asked for.
+#[derive(Default)]
+struct RecordedApproval {
+    states: Vec<(i64, ApprovalStatus)>,
+    parameters_hash: Option<String>,
+}
+
+/// The recorded history a re-decision reads: marks and counter charges, each at its instant.
+#[derive(Default)]
+struct History {
+    marks: HashMap<(String, String), Vec<i64>>,
+    charges: HashMap<(String, String), Vec<(i64, u64)>>,
+}
+
+impl History {
+    fn has_mark(&self, counter: &str, key: &str, since_us: i64, now_us: i64) -> bool {
+        self.marks
+            .get(&(counter.to_owned(), key.to_owned()))
+            .is_some_and(|at| at.iter().any(|&t| since_us < t && t <= now_us))
+    }
+
+    /// The units counted for `charge`'s counter in `(since_us, now_us]`.
+    fn used(&self, charge: &Charge, since_us: i64, now_us: i64) -> u64 {
+        let key = (charge.policy_id.clone(), charge.scope_key.clone());
+        self.charges.get(&key).map_or(0, |v| {
+            v.iter()
+                .filter(|(t, _)| since_us < *t && *t <= now_us)
+                .map(|(_, u)| *u)
+                .fold(0u64, u64::saturating_add)
+        })
+    }
+
+    /// The first of `charges` that does not fit at `now_us`, as the store would refuse it.
+    fn refused(&self, charges: &[Charge], now_us: i64) -> Option<ConsumeOutcome> {
+        charges.iter().find_map(|c| {
+            let (max, need, used) = match c.kind.windowed() {
+                Some((max, need, window)) => {
+                    let since = now_us.saturating_sub(crate::eval::seconds_to_us(window));
+                    (max, need, self.used(c, since, now_us))
+                }
+                None => match c.kind {
+                    ChargeKind::Budget { max_units, units } => {
+                        (max_units, units, self.used(c, i64::MIN, now_us))
+                    }
+                    _ => return None,
+                },
+            };
+            (used.saturating_add(need) > max).then(|| ConsumeOutcome::Refused {
+                policy_id: c.policy_id.clone(),
+                scope_key: c.scope_key.clone(),
+                kind: c.kind.clone(),
+                used,
+            })
+        })
+    }
+
+    fn charge(&mut self, charges: &[Charge], at_us: i64) {
+        for c in charges {
+            let units = c.kind.windowed().map_or_else(
+                || match c.kind {
+                    ChargeKind::Budget { units, .. } => units,
+                    _ => 0,
+                },
+                |(_, need, _)| need,
+            );
+            self.charges
+                .entry((c.policy_id.clone(), c.scope_key.clone()))
+                .or_default()
+                .push((at_us, units));
+        }
+    }
+}
+
+fn micros(timestamp: &str) -> Option<i64> {
+    cra_wire::clock::parse_rfc3339(timestamp)
+        .ok()
+        .map(crate::eval::unix_micros)
+}
+
+fn str_of<'e>(e: &'e TraceEvent, member: &str) -> Option<&'e str> {
+    e.payload.get(member).and_then(Value::as_str)
+}
+
+/// The verdict a chain recorded for the execution `requested` opened, from the events after it.
+fn recorded_in<'e>(chain: &'e [TraceEvent], at: usize) -> Option<Recorded<'e>> {
+    let requested = &chain[at];
+    let execution_id = str_of(requested, "execution_id")?;
+    let instant = cra_wire::clock::parse_rfc3339(&requested.timestamp).ok()?;
+    let mut out = Recorded {
+        requested,
+        at: instant,
+        at_us: crate::eval::unix_micros(instant),
+        verdict: Err("no outcome was recorded for it".to_owned()),
+        ran: false,
+        succeeded_us: None,
+    };
+    for e in chain[at + 1..]
+        .iter()
+        .filter(|e| str_of(e, "execution_id") == Some(execution_id))
+    {
+        match e.event_type.as_str() {
+            "action.approved" => {
+                out.ran = true;
+                out.verdict = Ok(ExecuteVerdict::of("allow"));
+            }
+            "action.executed" => out.succeeded_us = micros(&e.timestamp),
+            "action.pending_approval" => {
+                out.verdict = Ok(ExecuteVerdict::of("requires_approval"));
+            }
+            "action.denied" => {
+                let token = str_of(e, "error").unwrap_or_default();
+                out.verdict = match str_of(e, "policy_id") {
+                    Some(p) => Ok(ExecuteVerdict {
+                        outcome: "deny",
+                        policy_id: Some(p.to_owned()),
+                        error: Some(token.to_owned()),
+                    }),
+                    None => Err(format!(
+                        "it was refused as a request ({token}), not by a policy"
+                    )),
+                };
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Every approval's recorded life, from every chain.
+fn recorded_approvals(chains: &[&[TraceEvent]]) -> HashMap<String, RecordedApproval> {
+    let mut out: HashMap<String, RecordedApproval> = HashMap::new();
+    for e in chains.iter().flat_map(|c| c.iter()) {
+        let status = match e.event_type.as_str() {
+            "approval.requested" => ApprovalStatus::Pending,
+            "approval.granted" => ApprovalStatus::Granted,
+            "approval.rejected" => ApprovalStatus::Rejected,
+            _ => continue,
+        };
+        let (Some(id), Some(at)) = (str_of(e, "approval_id"), micros(&e.timestamp)) else {
+            continue;
+        };
+        let a = out.entry(id.to_owned()).or_default();
+        a.states.push((at, status));
+        if let Some(h) = str_of(e, "parameters_hash") {
+            a.parameters_hash = Some(h.to_owned());
+        }
+    }
+    for a in out.values_mut() {
+        a.states.sort_by_key(|(t, _)| *t);
+    }
+    out
+}
+
+/// What one re-decision needs besides the call.
+struct Decide<'a> {
+    resolve: &'a ReplayedResolve,
+    atlases: &'a AtlasSet,
+    approvals: &'a HashMap<String, RecordedApproval>,
+    history: &'a History,
+}
+
+impl Decide<'_> {
+    /// The recorded approval of the resolution as it stood at `now_us`, bound to this call's
+    /// action under the atlas in force.
+    fn approval(&self, action_id: &str, hash: &str, now_us: i64) -> Option<ApprovalRecord> {
+        let id = self.resolve.resolution.decision.approval_id.as_deref()?;
+        let recorded = self.approvals.get(id)?;
+        let status = recorded
+            .states
+            .iter()
+            .take_while(|(t, _)| *t <= now_us)
+            .last()?
+            .1;
+        let (atlas_id, atlas_digest) = self.atlas_of(action_id)?;
+        let requester = &self.resolve.request.requester;
+        Some(ApprovalRecord {
+            approval_id: id.to_owned(),
+            resolution_id: self.resolve.resolution.resolution_id.clone(),
+            session_id: requester.session_id.clone(),
+            agent_id: requester.agent_id.clone(),
+            actions: vec![action_id.to_owned()],
+            created_at: String::new(),
+            expires_at_us: i64::MAX,
+            status,
+            decided_by: None,
+            decided_at: None,
+            note: None,
+            call: Some(ApprovalCall {
+                execution_id: String::new(),
+                action_id: action_id.to_owned(),
+                parameters_hash: recorded.parameters_hash.clone().unwrap_or(hash.to_owned()),
+                atlas_id: atlas_id.to_owned(),
+                atlas_digest: atlas_digest.to_owned(),
+            }),
+        })
+    }
+
+    fn atlas_of(&self, action_id: &str) -> Option<(&str, &str)> {
+        let a = self
+            .atlases
+            .atlases()
+            .iter()
+            .find(|a| a.action_index.contains_key(action_id))?;
+        Some((&a.atlas_id, &a.digest))
+    }
+
+    /// Decides `call` again: its verdict, and the charges it takes when cleared.
+    fn decide(
+        &self,
+        requested: &TraceEvent,
+        parameters: &Value,
+        now: OffsetDateTime,
+    ) -> Result<(ExecuteVerdict, Vec<Charge>), String> {
+        let now_us = crate::eval::unix_micros(now);
+        let action_id = str_of(requested, "action_id").unwrap_or_default();
+        let resolution = &self.resolve.resolution;
+        let mut request: CarpRequest = self.resolve.request.clone();
+        request.operation = Operation::Execute;
+        request.task = None;
+        request.execution = Some(Execution {
+            resolution_id: resolution.resolution_id.clone(),
+            action_id: action_id.to_owned(),
+            parameters: parameters.clone(),
+            idempotency_key: None,
+            extra: serde_json::Map::new(),
+        });
+        let action = match check_action_allowed(&request, resolution) {
+            Ok(a) => a,
+            Err(refusal) => return Ok((ExecuteVerdict::deny(&refusal), Vec::new())),
+        };
+        let validator = compile_schema(action_id, &action.parameters_schema)
+            .map_err(|e| format!("the action's parameters schema does not compile: {e}"))?;
+        let hash = cra_wire::hash::canonical_digest(parameters);
+        let approval = self.approval(action_id, &hash, now_us);
+        let in_force = InForce {
+            atlases: Some(self.atlases),
+            atlas: self.atlas_of(action_id),
+        };
+        let mut marked = |counter: &str, key: &str, since_us: i64| {
+            Ok(self.history.has_mark(counter, key, since_us, now_us))
+        };
+        let decided = authorize(
+            &request,
+            resolution,
+            action,
+            &validator,
+            approval.as_ref(),
+            in_force,
+            now,
+            &mut marked,
+        );
+        Ok(match decided {
+            Err(refusal) => (ExecuteVerdict::deny(&refusal), Vec::new()),
+            Ok(Authorization::Denied(refusal)) => (ExecuteVerdict::deny(&refusal), Vec::new()),
+            Ok(Authorization::OpenApproval { .. } | Authorization::PendingApproval { .. }) => {
+                (ExecuteVerdict::of("requires_approval"), Vec::new())
+            }
+            Ok(Authorization::Proceed { charges, .. }) => {
+                match self.history.refused(&charges, now_us).as_ref().and_then(refusal_error) {
+                    Some(refusal) => (ExecuteVerdict::deny(&refusal), Vec::new()),
+                    None => (ExecuteVerdict::of("allow"), charges),
+                }
+            }
+        })
+    }
+}
+
+/// Decides again every execute recorded in `chains` under the resolutions `resolves` made
+/// again (a case's own atlases when it has them, else `atlases`), in the order the calls were
+/// recorded across chains (instant, then session, then sequence).
+pub fn replay_executes(
+    chains: &[&[TraceEvent]],
+    resolves: &[ReplayCase],
+    atlases: &AtlasSet,
+) -> Vec<ExecuteCase> {
+    let by_resolution: BTreeMap<&str, &ReplayedResolve> = resolves
+        .iter()
+        .filter_map(|c| c.replayed.as_deref())
+        .map(|r| (r.recorded_resolution_id.as_str(), r))
+        .collect();
+    let approvals = recorded_approvals(chains);
+    let mut calls: Vec<Recorded<'_>> = chains
+        .iter()
+        .flat_map(|chain| {
+            chain
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.event_type == "action.requested")
+                .filter_map(|(i, _)| recorded_in(chain, i))
+        })
+        .collect();
+    calls.sort_by(|a, b| {
+        (a.at_us, &a.requested.session_id, a.requested.sequence).cmp(&(
+            b.at_us,
+            &b.requested.session_id,
+            b.requested.sequence,
+        ))
+    });
+    let mut history = History::default();
+    let mut out = Vec::with_capacity(calls.len());
+    for call in &calls {
+        let e = call.requested;
+        let resolution_id = str_of(e, "resolution_id").unwrap_or_default();
+        let resolve = by_resolution.get(resolution_id).copied();
+        let set = resolve
+            .and_then(|r| r.atlases.as_deref())
+            .unwrap_or(atlases);
+        let (now, charges) = match (&call.verdict, resolve, e.payload.get("parameters")) {
+            (Err(why), _, _) => (ExecuteReplay::NotDecided(why.clone()), Vec::new()),
+            (Ok(_), None, _) => (
+                ExecuteReplay::NotDecided(format!(
+                    "the resolve of resolution {resolution_id} is not in the given chains, or could not be made again"
+                )),
+                Vec::new(),
+            ),
+            (Ok(_), _, None) => (
+                ExecuteReplay::NotDecided(
+                    "its chain recorded only the parameters' digest (written before parameters were recorded)".to_owned(),
+                ),
+                Vec::new(),
+            ),
+            (Ok(_), Some(resolve), Some(parameters)) => {
+                let decide = Decide {
+                    resolve,
+                    atlases: set,
+                    approvals: &approvals,
+                    history: &history,
+                };
+                match decide.decide(e, parameters, call.at) {
+                    Ok((v, charges)) => (ExecuteReplay::Decided(v), charges),
+                    Err(why) => (ExecuteReplay::NotDecided(why), Vec::new()),
+                }
+            }
+        };
+        // History as recorded: what ran counts, whatever it is decided now.
+        if call.ran {
+            history.charge(&charges, call.at_us);
+        }
+        if let (Some(at), Some(resolve), Some(parameters)) =
+            (call.succeeded_us, resolve, e.payload.get("parameters"))
+        {
+            let r = &resolve.request.requester;
+            let action_id = str_of(e, "action_id").unwrap_or_default();
+            for m in set.marks(action_id, parameters, (&r.agent_id, &r.session_id), at) {
+                history.marks.entry((m.counter, m.scope_key)).or_default().push(m.at_us);
+            }
+        }
+        out.push(ExecuteCase {
+            session_id: e.session_id.clone(),
+            sequence: e.sequence,
+            execution_id: str_of(e, "execution_id").unwrap_or_default().to_owned(),
+            action_id: str_of(e, "action_id").unwrap_or_default().to_owned(),
+            resolution_id: resolution_id.to_owned(),
+            recorded: call.verdict.clone().unwrap_or_else(|_| ExecuteVerdict::of("unknown")),
+            now,
+        });
+    }
+    out
+}

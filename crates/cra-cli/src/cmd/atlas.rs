@@ -74,7 +74,8 @@ pub enum AtlasCommand {
     },
     /// Run the atlas's tests: recorded traces and stated expectations (see `cra atlas test --help`).
     Test(crate::cmd::atlas_test::TestArgs),
-    /// Re-decide recorded resolves under a changed atlas and report every decision that flips.
+    /// Re-decide recorded resolves and executes under a changed atlas and report every decision
+    /// that flips.
     Simulate(crate::cmd::atlas_simulate::SimulateArgs),
     /// Write an atlas governing an existing MCP server: one action per tool it lists.
     #[command(name = "import-mcp")]

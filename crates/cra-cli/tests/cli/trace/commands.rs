@@ -705,3 +705,125 @@ fn retention_lists_then_removes_an_ended_session_and_records_it() {
     assert_eq!(exit, Exit::CouldNotRun, "{err}");
     assert_eq!(json(&out)["error"], "invalid_request", "{out}");
 }
+
+/// The refunds fixture atlas (`bind` on a looked-up order, a global `sum_within` per order).
+fn refunds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/refunds")
+}
+
+/// How a refund of the refunds day was set up, and what the server answered.
+struct Refund {
+    order: String,
+    amount: u64,
+    /// Seconds between the order's lookup and the refund; `None`: never looked up.
+    looked_up: Option<u32>,
+    ran: bool,
+}
+
+/// A day of refunds on the refunds atlas, one session per refund: orders refunded three times
+/// (the third overspends the order's 1,000 and is refused), large refunds, refunds long after
+/// their lookup, refunds of orders never looked up.
+fn drive_refunds(live: &mut Live) -> Vec<Refund> {
+    let mut plan: Vec<(String, u64, Option<u32>)> = Vec::new();
+    for o in 0..3 {
+        for amount in [300, 400, 400] {
+            plan.push((format!("capped-{o}"), amount, Some(1)));
+        }
+    }
+    for (o, amount) in [450, 500, 700, 999].into_iter().enumerate() {
+        plan.push((format!("large-{o}"), amount, Some(1)));
+    }
+    for o in 0..3 {
+        plan.push((format!("slow-{o}"), 200, Some(120)));
+    }
+    for o in 0..2 {
+        plan.push((format!("unseen-{o}"), 100, None));
+    }
+    let mut out = Vec::new();
+    for (order, amount, looked_up) in plan {
+        let (st, body) = live.call(
+            "POST",
+            super::live::AGENT,
+            "/v1/sessions",
+            Some(&serde_json::json!({"agent_id": "ops-bot", "goal": format!("refund {order}")})),
+        );
+        assert_eq!(st, 201, "{body}");
+        let sid = body["session_id"].as_str().unwrap().to_owned();
+        let r = live.resolve_in("test.trace.refunds", &sid, "refund an order", &["support"]);
+        let rid = r["resolution_id"].as_str().unwrap().to_owned();
+        if let Some(wait) = looked_up {
+            let params = serde_json::json!({"order_id": order});
+            let (st, body) = live.execute(&sid, &rid, "order.lookup", params, None, None);
+            assert_eq!((st, body["status"].as_str()), (200, Some("success")), "{body}");
+            live.wait(wait - 1);
+        }
+        let params = serde_json::json!({"order_id": order, "amount": amount});
+        let (_, body) = live.execute(&sid, &rid, "refund.issue", params, None, None);
+        assert!(body["status"].is_string(), "{body}");
+        out.push(Refund {
+            order,
+            amount,
+            looked_up,
+            ran: body["status"] == "success",
+        });
+    }
+    out
+}
+
+/// `cra atlas simulate` on a day of executes decided on parameters and history finds exactly
+/// the planted flips: the unchanged atlas decides every execute as recorded (the third refund
+/// of an order overspends again, a refund of an order never looked up is refused again); a
+/// new deny of refunds above 400 and a lookup that must be at most a minute old flip exactly
+/// the refunds the driver's own record says they should.
+#[test]
+fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
+    let mut live = Live::start_with(None, vec![refunds_dir()]);
+    let day = drive_refunds(&mut live);
+    live.stop();
+    let capped_refused = day.iter().filter(|r| r.order.starts_with("capped") && !r.ran);
+    assert_eq!(capped_refused.count(), 3, "each capped order's third refund overspends");
+    assert!(day.iter().all(|r| r.ran == r.looked_up.is_some() || r.order.starts_with("capped")));
+
+    let same = simulate(refunds_dir(), |a| a.store.data = Some(live.data.clone()));
+    let lookups = day.iter().filter(|r| r.looked_up.is_some()).count();
+    let x = &same.executes;
+    assert_eq!((x.decided, x.flipped()), (lookups + day.len(), 0), "{x:#?}");
+    assert!(x.errors.is_empty() && x.skipped.is_empty(), "{x:#?}");
+
+    let dir = live.dir.path().join("planted");
+    std::fs::create_dir_all(dir.join("context")).unwrap();
+    std::fs::copy(
+        refunds_dir().join("context/refunds.md"),
+        dir.join("context/refunds.md"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(refunds_dir().join("atlas.json")).unwrap();
+    let planted = text
+        .replacen(
+            r#"{"policy_id": "allow-lookups""#,
+            r#"{"policy_id": "deny-large", "type": "deny", "actions": ["refund.issue"], "priority": 100,
+               "conditions": {"parameters": [{"pointer": "/amount", "gt": 400}]}},
+               {"policy_id": "allow-lookups""#,
+            1,
+        )
+        .replacen(r#""within_seconds": 3600"#, r#""within_seconds": 60"#, 1);
+    std::fs::write(dir.join("atlas.json"), planted).unwrap();
+    let want_large = day.iter().filter(|r| r.ran && r.amount > 400).count();
+    let want_stale = day
+        .iter()
+        .filter(|r| r.ran && r.amount <= 400 && r.looked_up.is_some_and(|s| s > 60))
+        .count();
+    assert_eq!((want_large, want_stale), (4, 3), "the day plants too little");
+
+    let report = simulate(dir, |a| a.store.data = Some(live.data.clone()));
+    let x = &report.executes;
+    let counts: Vec<(&str, usize)> = x.flips.iter().map(|(v, (n, _))| (v.as_str(), *n)).collect();
+    assert_eq!(
+        counts,
+        [("deny by default_deny", want_stale), ("deny by deny-large", want_large)],
+        "{x:#?}"
+    );
+    assert!(x.errors.is_empty(), "{x:#?}");
+    let (_, examples) = &x.flips["deny by deny-large"];
+    assert!(examples.iter().all(|e| e["recorded"] == "allow"), "{examples:?}");
+}

@@ -60,6 +60,11 @@ pub(super) struct Facts {
 impl Live {
     /// Starts a server; `postgres` = (url, schema) uses PostgreSQL instead of redb.
     pub(super) fn start(postgres: Option<(&str, &str)>) -> Self {
+        Self::start_with(postgres, vec![atlas_dir()])
+    }
+
+    /// Starts a server with `atlases` loaded.
+    pub(super) fn start_with(postgres: Option<(&str, &str)>, atlases: Vec<PathBuf>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys.toml");
         std::fs::write(&keys, KEYS).unwrap();
@@ -68,7 +73,7 @@ impl Live {
             addr: "127.0.0.1:0".into(),
             data: data.clone(),
             api_keys: Some(keys),
-            atlases: vec![atlas_dir()],
+            atlases,
             ..RuntimeConfig::default()
         };
         config.limits.requests_per_second = 0;
@@ -112,10 +117,16 @@ impl Live {
 
     /// Moves the clock one second on and returns the new instant.
     fn tick(&mut self) -> String {
-        self.step += 1;
+        self.wait(1)
+    }
+
+    /// Moves the clock `seconds` on and returns the new instant.
+    pub(super) fn wait(&mut self, seconds: u32) -> String {
+        self.step += seconds;
         let t = format!(
-            "2026-03-02T10:{:02}:{:02}.000000Z",
-            self.step / 60,
+            "2026-03-02T{:02}:{:02}:{:02}.000000Z",
+            10 + self.step / 3600,
+            (self.step / 60) % 60,
             self.step % 60
         );
         self.clock.set(cra_wire::clock::parse_rfc3339(&t).unwrap());
@@ -127,7 +138,7 @@ impl Live {
         format!("0190b000-0000-7000-8000-{:012x}", self.n)
     }
 
-    fn call(&self, method: &str, key: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(super) fn call(&self, method: &str, key: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
         let rb = match method {
             "POST" => self.http.post(url),
@@ -149,20 +160,31 @@ impl Live {
     }
 
     fn resolve(&mut self, session: &str, goal: &str, caps: &[&str]) -> Value {
+        self.resolve_in("test.trace.ops", session, goal, caps)
+    }
+
+    /// A resolve in `atlas_id` by ops-bot in `session`.
+    pub(super) fn resolve_in(
+        &mut self,
+        atlas_id: &str,
+        session: &str,
+        goal: &str,
+        caps: &[&str],
+    ) -> Value {
         let now = self.tick();
         let req = json!({
             "carp_version": "1.0", "request_id": self.uuid(), "timestamp": now,
             "operation": "resolve",
             "requester": {"agent_id": "ops-bot", "session_id": session},
             "task": {"goal": goal, "required_capabilities": caps},
-            "atlas_ids": ["test.trace.ops"],
+            "atlas_ids": [atlas_id],
         });
         let (st, body) = self.call("POST", AGENT, "/v1/resolve", Some(&req));
         assert_eq!(st, 200, "{body}");
         body
     }
 
-    fn execute(
+    pub(super) fn execute(
         &mut self,
         session: &str,
         resolution: &str,

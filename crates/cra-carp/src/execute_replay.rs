@@ -86,7 +86,12 @@ impl ExecuteVerdict {
 pub enum ExecuteReplay {
     /// Decided again: this verdict.
     Decided(ExecuteVerdict),
-    /// Not decided again, and why.
+    /// Left out, as its recording says it must be (it was refused as a request, not by a
+    /// policy; no outcome was recorded; the chain recorded only the parameters' digest), and
+    /// why.
+    LeftOut(String),
+    /// Should have been decided again and could not be (its resolve is missing, or cannot
+    /// be decided under the atlases), and why.
     NotDecided(String),
 }
 
@@ -107,6 +112,9 @@ pub struct ExecuteCase {
     pub recorded: ExecuteVerdict,
     /// How it is decided now.
     pub now: ExecuteReplay,
+    /// Its decision read history of an agent or global scope (a counter or a mark): calls of
+    /// other sessions count there, so one chain alone may not hold all of it.
+    pub reads_beyond_session: bool,
 }
 
 impl ExecuteCase {
@@ -342,13 +350,14 @@ impl Decide<'_> {
         Some((&a.atlas_id, &a.digest))
     }
 
-    /// Decides `call` again: its verdict, and the charges it takes when cleared.
+    /// Decides `call` again: its verdict, the charges it takes when cleared, and whether it
+    /// read history beyond its session.
     fn decide(
         &self,
         requested: &TraceEvent,
         parameters: &Value,
         now: OffsetDateTime,
-    ) -> Result<(ExecuteVerdict, Vec<Charge>), String> {
+    ) -> Result<(ExecuteVerdict, Vec<Charge>, bool), String> {
         let now_us = crate::eval::unix_micros(now);
         let action_id = str_of(requested, "action_id").unwrap_or_default();
         let resolution = &self.resolve.resolution;
@@ -364,7 +373,7 @@ impl Decide<'_> {
         });
         let action = match check_action_allowed(&request, resolution) {
             Ok(a) => a,
-            Err(refusal) => return Ok((ExecuteVerdict::deny(&refusal), Vec::new())),
+            Err(refusal) => return Ok((ExecuteVerdict::deny(&refusal), Vec::new(), false)),
         };
         let validator = compile_schema(action_id, &action.parameters_schema)
             .map_err(|e| format!("the action's parameters schema does not compile: {e}"))?;
@@ -374,7 +383,9 @@ impl Decide<'_> {
             atlases: Some(self.atlases),
             atlas: self.atlas_of(action_id),
         };
+        let beyond = std::cell::Cell::new(false);
         let mut marked = |counter: &str, key: &str, since_us: i64| {
+            beyond.set(beyond.get() || !key.starts_with("session:"));
             Ok(self.history.has_mark(counter, key, since_us, now_us))
         };
         let decided = authorize(
@@ -387,29 +398,41 @@ impl Decide<'_> {
             now,
             &mut marked,
         );
-        Ok(match decided {
-            Err(refusal) => (ExecuteVerdict::deny(&refusal), Vec::new()),
-            Ok(Authorization::Denied(refusal)) => (ExecuteVerdict::deny(&refusal), Vec::new()),
+        let (verdict, charges) = match decided {
+            Err(refusal) | Ok(Authorization::Denied(refusal)) => {
+                (ExecuteVerdict::deny(&refusal), Vec::new())
+            }
             Ok(Authorization::OpenApproval { .. } | Authorization::PendingApproval { .. }) => {
                 (ExecuteVerdict::of("requires_approval"), Vec::new())
             }
             Ok(Authorization::Proceed { charges, .. }) => {
-                match self.history.refused(&charges, now_us).as_ref().and_then(refusal_error) {
+                let wide = charges.iter().any(|c| {
+                    !c.scope_key.starts_with("session:") && !c.policy_id.starts_with("approval:")
+                });
+                beyond.set(beyond.get() || wide);
+                match self
+                    .history
+                    .refused(&charges, now_us)
+                    .as_ref()
+                    .and_then(refusal_error)
+                {
                     Some(refusal) => (ExecuteVerdict::deny(&refusal), Vec::new()),
                     None => (ExecuteVerdict::of("allow"), charges),
                 }
             }
-        })
+        };
+        Ok((verdict, charges, beyond.get()))
     }
 }
 
 /// Decides again every execute recorded in `chains` under the resolutions `resolves` made
 /// again (a case's own atlases when it has them, else `atlases`), in the order the calls were
-/// recorded across chains (instant, then session, then sequence).
+/// recorded across chains (instant, then session, then sequence). `atlases` may be `None`
+/// when every case carries its own ([`crate::replay::replay_library`]).
 pub fn replay_executes(
     chains: &[&[TraceEvent]],
     resolves: &[ReplayCase],
-    atlases: &AtlasSet,
+    atlases: Option<&AtlasSet>,
 ) -> Vec<ExecuteCase> {
     let by_resolution: BTreeMap<&str, &ReplayedResolve> = resolves
         .iter()
@@ -439,25 +462,27 @@ pub fn replay_executes(
     for call in &calls {
         let e = call.requested;
         let resolution_id = str_of(e, "resolution_id").unwrap_or_default();
-        let resolve = by_resolution.get(resolution_id).copied();
-        let set = resolve
-            .and_then(|r| r.atlases.as_deref())
-            .unwrap_or(atlases);
-        let (now, charges) = match (&call.verdict, resolve, e.payload.get("parameters")) {
-            (Err(why), _, _) => (ExecuteReplay::NotDecided(why.clone()), Vec::new()),
+        // The resolve made again, and the atlases it was made with.
+        let under = by_resolution
+            .get(resolution_id)
+            .and_then(|r| Some((*r, r.atlases.as_deref().or(atlases)?)));
+        let parameters = e.payload.get("parameters");
+        let mut beyond = false;
+        let (now, charges) = match (&call.verdict, parameters, under) {
+            (Err(why), _, _) => (ExecuteReplay::LeftOut(why.clone()), Vec::new()),
             (Ok(_), None, _) => (
+                ExecuteReplay::LeftOut(
+                    "its chain recorded only the parameters' digest (written before parameters were recorded)".to_owned(),
+                ),
+                Vec::new(),
+            ),
+            (Ok(_), _, None) => (
                 ExecuteReplay::NotDecided(format!(
                     "the resolve of resolution {resolution_id} is not in the given chains, or could not be made again"
                 )),
                 Vec::new(),
             ),
-            (Ok(_), _, None) => (
-                ExecuteReplay::NotDecided(
-                    "its chain recorded only the parameters' digest (written before parameters were recorded)".to_owned(),
-                ),
-                Vec::new(),
-            ),
-            (Ok(_), Some(resolve), Some(parameters)) => {
+            (Ok(_), Some(parameters), Some((resolve, set))) => {
                 let decide = Decide {
                     resolve,
                     atlases: set,
@@ -465,7 +490,10 @@ pub fn replay_executes(
                     history: &history,
                 };
                 match decide.decide(e, parameters, call.at) {
-                    Ok((v, charges)) => (ExecuteReplay::Decided(v), charges),
+                    Ok((v, charges, wide)) => {
+                        beyond = wide;
+                        (ExecuteReplay::Decided(v), charges)
+                    }
                     Err(why) => (ExecuteReplay::NotDecided(why), Vec::new()),
                 }
             }
@@ -474,13 +502,17 @@ pub fn replay_executes(
         if call.ran {
             history.charge(&charges, call.at_us);
         }
-        if let (Some(at), Some(resolve), Some(parameters)) =
-            (call.succeeded_us, resolve, e.payload.get("parameters"))
+        if let (Some(at), Some(parameters), Some((resolve, set))) =
+            (call.succeeded_us, parameters, under)
         {
             let r = &resolve.request.requester;
             let action_id = str_of(e, "action_id").unwrap_or_default();
             for m in set.marks(action_id, parameters, (&r.agent_id, &r.session_id), at) {
-                history.marks.entry((m.counter, m.scope_key)).or_default().push(m.at_us);
+                history
+                    .marks
+                    .entry((m.counter, m.scope_key))
+                    .or_default()
+                    .push(m.at_us);
             }
         }
         out.push(ExecuteCase {
@@ -489,8 +521,12 @@ pub fn replay_executes(
             execution_id: str_of(e, "execution_id").unwrap_or_default().to_owned(),
             action_id: str_of(e, "action_id").unwrap_or_default().to_owned(),
             resolution_id: resolution_id.to_owned(),
-            recorded: call.verdict.clone().unwrap_or_else(|_| ExecuteVerdict::of("unknown")),
+            recorded: call
+                .verdict
+                .clone()
+                .unwrap_or_else(|_| ExecuteVerdict::of("unknown")),
             now,
+            reads_beyond_session: beyond,
         });
     }
     out

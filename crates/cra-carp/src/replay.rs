@@ -662,7 +662,10 @@ fn replay_one(
     case.replayed = Some(Box::new(ReplayedResolve {
         request,
         resolution: res,
-        recorded_resolution_id: recorded["resolution_id"].as_str().unwrap_or_default().to_owned(),
+        recorded_resolution_id: recorded["resolution_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
         atlases: shared,
     }));
     if let Some(first) = case.differences.first() {

@@ -107,7 +107,7 @@ impl ExecuteReport {
 
     fn add(&mut self, case: &ExecuteCase) {
         let now = match &case.now {
-            ExecuteReplay::NotDecided(why) if skipped(&case.recorded, why) => {
+            ExecuteReplay::LeftOut(why) => {
                 *self.skipped.entry(why.clone()).or_default() += 1;
                 return;
             }
@@ -134,12 +134,6 @@ impl ExecuteReport {
             }));
         }
     }
-}
-
-/// Whether an execute that was not decided again is left out as its recording says (rather
-/// than an error): it was not decided by a policy, or its chain could not say how to decide it.
-fn skipped(recorded: &cra_carp::execute_replay::ExecuteVerdict, why: &str) -> bool {
-    recorded.outcome == "unknown" || why.starts_with("its chain recorded only")
 }
 
 impl SimulationReport {
@@ -196,11 +190,13 @@ pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
     paths.extend(args.with.iter().cloned());
     let set = crate::cmd::resolve::load_atlases(&paths, "cra atlas simulate")?;
     let mut chains: Vec<(String, Vec<cra_trace::TraceEvent>)> = Vec::new();
-    for_each_chain(args, &mut |source, events| chains.push((source.to_owned(), events)))
-        .map_err(|f| {
-            eprintln!("cra atlas simulate: {}", f.message);
-            Exit::CouldNotRun
-        })?;
+    for_each_chain(args, &mut |source, events| {
+        chains.push((source.to_owned(), events))
+    })
+    .map_err(|f| {
+        eprintln!("cra atlas simulate: {}", f.message);
+        Exit::CouldNotRun
+    })?;
     let mut report = SimulationReport::default();
     let mut resolves = Vec::new();
     for (source, events) in &chains {
@@ -210,7 +206,7 @@ pub fn simulate(args: &SimulateArgs) -> Result<SimulationReport, Exit> {
         }
     }
     let all: Vec<&[cra_trace::TraceEvent]> = chains.iter().map(|(_, e)| e.as_slice()).collect();
-    for case in replay_executes(&all, &resolves, &set) {
+    for case in replay_executes(&all, &resolves, Some(&set)) {
         report.executes.add(&case);
     }
     Ok(report)

@@ -8,15 +8,21 @@
 //! supplied atlas of that id) and the report warns: that is how a changed atlas shows up as a
 //! divergence. The chain is verified first, with the lifecycle rules.
 //!
-//! Exit codes: 0 every resolve replayed identically; 2 a divergence, a request that could not be
-//! re-resolved, or a chain that does not verify; 1 the trace could not be read; 3 an atlas is
-//! invalid.
+//! Every execute the trace recorded is then decided again under the resolution its resolve was
+//! made again into, on the history the trace recorded before it
+//! ([`cra_carp::execute_replay`]); one decided otherwise (outcome or refusing policy) is a
+//! divergence too.
+//!
+//! Exit codes: 0 every resolve and execute replayed identically; 2 a divergence, a request that
+//! could not be re-decided, or a chain that does not verify; 1 the trace could not be read; 3 an
+//! atlas is invalid.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::PathBuf;
 
 use clap::Args;
+use cra_carp::execute_replay::{ExecuteCase, ExecuteReplay, replay_executes};
 use cra_carp::replay::{
     AtlasNote, CaseOutcome, ReplayCase, ReplayClock, ReplayOptions, replay_library,
 };
@@ -57,6 +63,8 @@ pub struct ReplayReport {
     pub findings: Vec<Finding>,
     /// One per recorded resolve.
     pub cases: Vec<ReplayCase>,
+    /// One per recorded execute, in the order they were recorded.
+    pub executes: Vec<ExecuteCase>,
     /// The clock used.
     pub clock: ReplayClock,
     /// The atlases supplied: (id, version, digest, source).
@@ -83,9 +91,21 @@ impl ReplayReport {
         self.count(|o| matches!(o, CaseOutcome::Error(_)))
     }
 
-    /// True when the chain verifies and every case replayed the same.
+    /// Executes decided otherwise, or that could not be decided again. One decided otherwise
+    /// on history of an agent or global scope is not: other chains hold part of that history
+    /// (`cra atlas simulate` over every chain decides those).
+    pub fn executes_failed(&self) -> impl Iterator<Item = &ExecuteCase> {
+        self.executes.iter().filter(|c| {
+            (c.diverged() && !c.reads_beyond_session)
+                || matches!(c.now, ExecuteReplay::NotDecided(_))
+        })
+    }
+
+    /// True when the chain verifies and every resolve and execute replayed the same.
     pub fn identical(&self) -> bool {
-        self.findings.is_empty() && self.same() == self.cases.len()
+        self.findings.is_empty()
+            && self.same() == self.cases.len()
+            && self.executes_failed().next().is_none()
     }
 
     /// Distinct atlas notes with the number of requests each concerns, in order.
@@ -167,11 +187,13 @@ pub fn run_replay(
         ReplayClock::Resolution
     };
     let cases = replay_library(events, library, &ReplayOptions { clock });
+    let executes = replay_executes(&[events], &cases, None);
     ReplayReport {
         name: input_name(args.file.as_deref()),
         events: events.len(),
         findings: verify.findings,
         cases,
+        executes,
         clock,
         atlases: library
             .iter()
@@ -261,7 +283,62 @@ pub fn report_json(r: &ReplayReport) -> Value {
         }).collect::<Vec<_>>(),
         "first_divergence": first.unwrap_or(Value::Null),
         "results": r.cases.iter().map(case_json).collect::<Vec<_>>(),
+        "executes": r.executes.iter().map(execute_json).collect::<Vec<_>>(),
+        "first_execute_divergence": r.executes_failed().next().map_or(Value::Null, execute_json),
     })
+}
+
+fn execute_json(c: &ExecuteCase) -> Value {
+    let (outcome, now, why) = match &c.now {
+        ExecuteReplay::Decided(v) if c.diverged() && c.reads_beyond_session => (
+            "not_comparable",
+            json!(v),
+            json!("decided on agent or global history, which other chains hold part of"),
+        ),
+        ExecuteReplay::Decided(v) if c.diverged() => ("diverged", json!(v), Value::Null),
+        ExecuteReplay::Decided(v) => ("same", json!(v), Value::Null),
+        ExecuteReplay::LeftOut(why) => ("left_out", Value::Null, json!(why)),
+        ExecuteReplay::NotDecided(why) => ("error", Value::Null, json!(why)),
+    };
+    json!({
+        "sequence": c.sequence, "execution_id": c.execution_id, "action_id": c.action_id,
+        "resolution_id": c.resolution_id, "outcome": outcome, "recorded": c.recorded,
+        "replayed": now, "reason": why,
+    })
+}
+
+/// One line per execute decided otherwise or not decided again, and the first divergence.
+fn print_executes(out: &mut dyn Write, r: &ReplayReport) -> std::io::Result<()> {
+    if r.executes.is_empty() {
+        return Ok(());
+    }
+    let left_out = r
+        .executes
+        .iter()
+        .filter(|c| matches!(c.now, ExecuteReplay::LeftOut(_)))
+        .count();
+    writeln!(
+        out,
+        "executes: {} recorded, {} decided otherwise or not decided again, {left_out} left out",
+        r.executes.len(),
+        r.executes_failed().count()
+    )?;
+    for c in r.executes_failed() {
+        let now = match &c.now {
+            ExecuteReplay::Decided(v) => v.describe(),
+            ExecuteReplay::LeftOut(why) | ExecuteReplay::NotDecided(why) => why.clone(),
+        };
+        let label = if c.diverged() { "DIVERGED" } else { "ERROR   " };
+        writeln!(
+            out,
+            "  {label}  #{}  {} ({}): recorded {}, now {now}",
+            c.sequence,
+            c.action_id,
+            c.execution_id,
+            c.recorded.describe()
+        )?;
+    }
+    Ok(())
 }
 
 fn print_text(out: &mut dyn Write, r: &ReplayReport) -> std::io::Result<()> {
@@ -324,6 +401,7 @@ fn print_text(out: &mut dyn Write, r: &ReplayReport) -> std::io::Result<()> {
             )?;
         }
     }
+    print_executes(out, r)?;
     let verdict = if r.identical() {
         "identical"
     } else if r.findings.is_empty() {

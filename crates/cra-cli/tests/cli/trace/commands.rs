@@ -713,6 +713,7 @@ fn refunds_dir() -> PathBuf {
 
 /// How a refund of the refunds day was set up, and what the server answered.
 struct Refund {
+    session: String,
     order: String,
     amount: u64,
     /// Seconds between the order's lookup and the refund; `None`: never looked up.
@@ -754,13 +755,18 @@ fn drive_refunds(live: &mut Live) -> Vec<Refund> {
         if let Some(wait) = looked_up {
             let params = serde_json::json!({"order_id": order});
             let (st, body) = live.execute(&sid, &rid, "order.lookup", params, None, None);
-            assert_eq!((st, body["status"].as_str()), (200, Some("success")), "{body}");
+            assert_eq!(
+                (st, body["status"].as_str()),
+                (200, Some("success")),
+                "{body}"
+            );
             live.wait(wait - 1);
         }
         let params = serde_json::json!({"order_id": order, "amount": amount});
         let (_, body) = live.execute(&sid, &rid, "refund.issue", params, None, None);
         assert!(body["status"].is_string(), "{body}");
         out.push(Refund {
+            session: sid,
             order,
             amount,
             looked_up,
@@ -780,9 +786,18 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
     let mut live = Live::start_with(None, vec![refunds_dir()]);
     let day = drive_refunds(&mut live);
     live.stop();
-    let capped_refused = day.iter().filter(|r| r.order.starts_with("capped") && !r.ran);
-    assert_eq!(capped_refused.count(), 3, "each capped order's third refund overspends");
-    assert!(day.iter().all(|r| r.ran == r.looked_up.is_some() || r.order.starts_with("capped")));
+    let capped_refused = day
+        .iter()
+        .filter(|r| r.order.starts_with("capped") && !r.ran);
+    assert_eq!(
+        capped_refused.count(),
+        3,
+        "each capped order's third refund overspends"
+    );
+    assert!(
+        day.iter()
+            .all(|r| r.ran == r.looked_up.is_some() || r.order.starts_with("capped"))
+    );
 
     let same = simulate(refunds_dir(), |a| a.store.data = Some(live.data.clone()));
     let lookups = day.iter().filter(|r| r.looked_up.is_some()).count();
@@ -813,17 +828,71 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
         .iter()
         .filter(|r| r.ran && r.amount <= 400 && r.looked_up.is_some_and(|s| s > 60))
         .count();
-    assert_eq!((want_large, want_stale), (4, 3), "the day plants too little");
+    assert_eq!(
+        (want_large, want_stale),
+        (4, 3),
+        "the day plants too little"
+    );
 
-    let report = simulate(dir, |a| a.store.data = Some(live.data.clone()));
+    let report = simulate(dir.clone(), |a| a.store.data = Some(live.data.clone()));
     let x = &report.executes;
     let counts: Vec<(&str, usize)> = x.flips.iter().map(|(v, (n, _))| (v.as_str(), *n)).collect();
     assert_eq!(
         counts,
-        [("deny by default_deny", want_stale), ("deny by deny-large", want_large)],
+        [
+            ("deny by default_deny", want_stale),
+            ("deny by deny-large", want_large)
+        ],
         "{x:#?}"
     );
     assert!(x.errors.is_empty(), "{x:#?}");
     let (_, examples) = &x.flips["deny by deny-large"];
-    assert!(examples.iter().all(|e| e["recorded"] == "allow"), "{examples:?}");
+    assert!(
+        examples.iter().all(|e| e["recorded"] == "allow"),
+        "{examples:?}"
+    );
+
+    // `cra trace replay` of one slow refund's chain: identical under the recorded atlas (its
+    // bind reads the session's own lookup); under the planted one, the refund is the first
+    // divergence.
+    let slow = day.iter().find(|r| r.order == "slow-0").unwrap();
+    let file = live.dir.path().join("slow.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        &slow.session,
+        "--data",
+        s(&live.data),
+        "-o",
+        s(&file),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let (exit, out, _) = cli(&[
+        "replay",
+        s(&file),
+        "--atlas",
+        s(&refunds_dir()),
+        "-o",
+        "json",
+    ]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Success, "{doc:#}");
+    assert_eq!(doc["executes"].as_array().unwrap().len(), 2, "{doc:#}");
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&dir), "-o", "json"]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Negative, "{doc:#}");
+    let first = &doc["first_execute_divergence"];
+    assert_eq!(
+        (
+            &first["action_id"],
+            &first["recorded"]["outcome"],
+            &first["replayed"]["policy_id"]
+        ),
+        (
+            &serde_json::json!("refund.issue"),
+            &serde_json::json!("allow"),
+            &serde_json::json!("default_deny")
+        ),
+        "{doc:#}"
+    );
 }

@@ -138,7 +138,13 @@ impl Live {
         format!("0190b000-0000-7000-8000-{:012x}", self.n)
     }
 
-    pub(super) fn call(&self, method: &str, key: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(super) fn call(
+        &self,
+        method: &str,
+        key: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
         let url = format!("{}{path}", self.base);
         let rb = match method {
             "POST" => self.http.post(url),

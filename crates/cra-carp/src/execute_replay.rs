@@ -531,3 +531,168 @@ pub fn replay_executes(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use cra_trace::{ChainHead, EventDraft, seal};
+    use serde_json::json;
+
+    use super::*;
+
+    const S: i64 = 1_000_000;
+
+    /// A chain of `(seconds after 10:00, event_type, payload)` in session `s-1`.
+    fn chain(events: &[(i64, &str, Value)]) -> Vec<TraceEvent> {
+        let mut head = ChainHead::genesis();
+        let mut out = Vec::new();
+        for (i, (at, kind, payload)) in events.iter().enumerate() {
+            let draft = EventDraft {
+                trace_id: "t".into(),
+                span_id: format!("span-{i}"),
+                parent_span_id: None,
+                event_type: (*kind).to_owned(),
+                payload: payload.clone(),
+            };
+            let timestamp = format!("2026-01-05T10:{:02}:{:02}.000000Z", at / 60, at % 60);
+            let e = seal(draft, "s-1", &head, format!("e-{i}"), timestamp);
+            head = ChainHead::after(&e);
+            out.push(e);
+        }
+        out
+    }
+
+    fn windowed(max: u64, window_seconds: u64, units: u64) -> Charge {
+        Charge {
+            policy_id: "sum".into(),
+            scope_key: "global".into(),
+            kind: ChargeKind::Window {
+                max_units: max,
+                window_seconds,
+                units,
+            },
+        }
+    }
+
+    /// A window is `(now - window, now]`, as every store counts it: a charge made exactly one
+    /// window ago has left it, one made a microsecond later has not.
+    #[test]
+    fn history_counts_a_window_open_at_its_start_and_closed_at_now() {
+        let mut h = History::default();
+        h.charge(&[windowed(10, 60, 7)], 100 * S);
+        let more = [windowed(10, 60, 4)];
+        assert!(
+            h.refused(&more, 160 * S).is_none(),
+            "the charge left the window"
+        );
+        assert!(h.refused(&more, 160 * S - 1).is_some(), "still inside");
+        assert!(
+            h.refused(&more, 100 * S).is_some(),
+            "counted at its own instant"
+        );
+        assert!(
+            h.refused(&more, 100 * S - 1).is_none(),
+            "not before it was made"
+        );
+        let budget = Charge {
+            kind: ChargeKind::Budget {
+                max_units: 10,
+                units: 3,
+            },
+            ..windowed(0, 0, 0)
+        };
+        h.charge(std::slice::from_ref(&budget), 0);
+        h.charge(std::slice::from_ref(&budget), 0);
+        h.charge(std::slice::from_ref(&budget), 0);
+        assert!(
+            h.refused(std::slice::from_ref(&budget), 1_000 * S)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_mark_counts_only_after_since_and_up_to_now() {
+        let mut h = History::default();
+        h.marks
+            .entry(("p#0".into(), "session:s".into()))
+            .or_default()
+            .push(50 * S);
+        assert!(h.has_mark("p#0", "session:s", 49 * S, 50 * S));
+        assert!(!h.has_mark("p#0", "session:s", 50 * S, 60 * S));
+        assert!(!h.has_mark("p#0", "session:s", 0, 50 * S - 1));
+        assert!(!h.has_mark("p#0", "session:t", 0, 60 * S));
+    }
+
+    /// The recorded verdict is read from the events after `action.requested` that name its
+    /// execution, and only those.
+    #[test]
+    fn the_recorded_verdict_comes_from_the_execution_s_own_events() {
+        let requested =
+            |id: &str| json!({"execution_id": id, "action_id": "x", "parameters_hash": "h"});
+        let events = chain(&[
+            (0, "action.requested", requested("a")),
+            (0, "action.requested", requested("b")),
+            (
+                1,
+                "action.denied",
+                json!({"execution_id": "b", "error": "rate_limit_exceeded", "policy_id": "rl"}),
+            ),
+            (1, "action.approved", json!({"execution_id": "a"})),
+            (2, "action.executed", json!({"execution_id": "a"})),
+            (3, "action.requested", requested("c")),
+            (3, "action.pending_approval", json!({"execution_id": "c"})),
+            (4, "action.requested", requested("d")),
+            (
+                4,
+                "action.denied",
+                json!({"execution_id": "d", "error": "resolution_expired", "policy_id": null}),
+            ),
+            (5, "action.requested", requested("e")),
+        ]);
+        let at = |i| recorded_in(&events, i).unwrap();
+        let a = at(0);
+        assert_eq!(a.verdict, Ok(ExecuteVerdict::of("allow")));
+        assert_eq!((a.ran, a.succeeded_us.is_some()), (true, true));
+        let b = at(1).verdict.unwrap();
+        assert_eq!(b.describe(), "deny by rl");
+        assert_eq!(b.error.as_deref(), Some("rate_limit_exceeded"));
+        assert_eq!(at(5).verdict, Ok(ExecuteVerdict::of("requires_approval")));
+        assert!(
+            at(7)
+                .verdict
+                .unwrap_err()
+                .contains("refused as a request (resolution_expired)")
+        );
+        assert!(at(9).verdict.unwrap_err().contains("no outcome"));
+    }
+
+    /// An execute of a chain written before `parameters` was recorded is left out; one whose
+    /// resolve is not in the chains given could not be decided again.
+    #[test]
+    fn what_cannot_be_decided_again_says_why() {
+        let events = chain(&[
+            (
+                0,
+                "action.requested",
+                json!({"execution_id": "a", "action_id": "x", "resolution_id": "r"}),
+            ),
+            (0, "action.approved", json!({"execution_id": "a"})),
+            (
+                1,
+                "action.requested",
+                json!({"execution_id": "b", "action_id": "x", "resolution_id": "r", "parameters": {}}),
+            ),
+            (1, "action.approved", json!({"execution_id": "b"})),
+        ]);
+        let set = AtlasSet::new(Vec::new()).unwrap();
+        let cases = replay_executes(&[&events], &[], Some(&set));
+        assert!(
+            matches!(&cases[0].now, ExecuteReplay::LeftOut(w) if w.contains("only the parameters' digest"))
+        );
+        assert!(
+            matches!(&cases[1].now, ExecuteReplay::NotDecided(w) if w.contains("resolution r"))
+        );
+        assert!(!cases[0].flipped() && !cases[1].diverged());
+    }
+}

@@ -355,6 +355,14 @@ def generate(fx, R, DATA):
        {"trace": {"$contains": [{"event_type": "action.approved",
                                  "payload": {"action_id": "resource.get", "resolution_id": {"$any": "string"}}}]}},
        setup=dict(XS, steps=[res_step]))
+    fx("execute-payload-requested-parameters", "cra", "execute", "cra-full",
+       "action.requested carries the call's parameters as received, beside their digest, so the call can be decided again offline",
+       PF + ["specs/trace.md: Replay, executes"], "execute",
+       dict(exe(2, "resource.get", {"id": "r1"}), with_trace=True),
+       {"trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "resource.get", "parameters": {"id": "r1"},
+                                             "parameters_hash": {"$any": "string"}}}]}},
+       setup=dict(XS, steps=[res_step]))
     fx("execute-payload-executed-duration", "cra", "execute", "cra-full",
        "action.executed carries duration_ms, a whole number of milliseconds", PF, "execute",
        dict(exe(2, "resource.get", {"id": "r1"}), with_trace=True),

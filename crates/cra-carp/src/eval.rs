@@ -677,7 +677,7 @@ pub fn resolve_with_origins(
             if granted && dependent {
                 by_parameters.push(parameters_constraint(
                     atlas,
-                    action_id,
+                    action,
                     &steps,
                     facts.intended_for(action_id),
                 ));
@@ -1154,30 +1154,50 @@ fn decide(
 /// on, when the task stated them. `constraint_id` is `parameters:<action_id>`.
 fn parameters_constraint(
     atlas: &CompiledAtlas,
-    action_id: &str,
+    action: &crate::index::CompiledAction,
     steps: &[usize],
     intended: Option<&Value>,
 ) -> Constraint {
-    let list = steps
-        .iter()
-        .map(|&pi| Value::Object(step_of(atlas, pi)))
-        .collect();
-    let mut fields = Map::new();
-    fields.insert("atlas_id".to_owned(), json!(atlas.atlas_id.as_str()));
-    fields.insert("steps".to_owned(), Value::Array(list));
-    if let Some(v) = intended {
-        fields.insert(
-            "intended_parameters_hash".to_owned(),
-            json!(cra_wire::hash::canonical_digest(v)),
-        );
-    }
+    let action_id = action.allowed.action_id.as_str();
+    let write = || {
+        let list = steps
+            .iter()
+            .map(|&pi| Value::Object(step_of(atlas, pi)))
+            .collect();
+        let mut fields = Map::new();
+        fields.insert("atlas_id".to_owned(), json!(atlas.atlas_id.as_str()));
+        fields.insert("steps".to_owned(), Value::Array(list));
+        fields
+    };
+    // Without intended parameters the fields depend on the steps alone: the first such
+    // resolve's are kept on the action and shared while the steps are the same.
+    let fields = match intended {
+        Some(v) => {
+            let mut fields = write();
+            fields.insert(
+                "intended_parameters_hash".to_owned(),
+                json!(cra_wire::hash::canonical_digest(v)),
+            );
+            std::sync::Arc::new(fields)
+        }
+        None => {
+            let (kept, fields) = action
+                .parameters_fields
+                .get_or_init(|| (steps.to_vec(), std::sync::Arc::new(write())));
+            if kept == steps {
+                fields.clone()
+            } else {
+                std::sync::Arc::new(write())
+            }
+        }
+    };
     Constraint {
         constraint_id: format!("{}:{action_id}", ConstraintType::Parameters.as_str()),
         kind: ConstraintType::Parameters,
         parameters: ConstraintParameters {
-            fields: std::sync::Arc::new(fields),
+            fields,
             approval_id: None,
-            actions: vec![action_id.into()],
+            actions: vec![action.allowed.action_id.clone()],
         },
     }
 }

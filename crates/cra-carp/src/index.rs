@@ -5,6 +5,7 @@
 //! pattern matching and no schema compilation.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use cra_atlas::model::{Conditions, Manifest, PolicyType, RiskTier};
 use cra_atlas::pattern;
@@ -303,6 +304,10 @@ pub struct CompiledAction {
     /// True when a `log_only` policy matches the action: a resolve that records outcomes then
     /// also evaluates it with those policies enforced (shadow mode).
     pub has_shadow: bool,
+    /// The `parameters` constraint's fields the first resolve made for this action without
+    /// intended parameters, with the steps they hold: a later resolve walking the same steps
+    /// shares them instead of writing the policies' tests out again.
+    pub(crate) parameters_fields: std::sync::OnceLock<(Vec<usize>, Arc<Map<String, Value>>)>,
 }
 
 /// The slot of a policy type in [`CompiledAction::by_type`] (its evaluation rank).
@@ -701,6 +706,7 @@ impl CompiledAtlas {
                 budget_costs,
                 validator,
                 has_shadow,
+                parameters_fields: std::sync::OnceLock::new(),
             });
         }
 

@@ -196,6 +196,36 @@ fn a_pending_deny_lists_the_action_and_execute_decides_on_the_branch() {
     }
 }
 
+/// The `parameters` constraint's fields depend only on the steps walked (without intended
+/// parameters): a second resolve shares the first one's, equal to what it would have written;
+/// a resolve with intended parameters writes its own, with their digest.
+#[test]
+fn resolves_walking_the_same_steps_share_one_parameters_constraint() {
+    let w = World::new();
+    let fields = |res: &Resolution| {
+        res.constraints
+            .iter()
+            .find(|c| c.constraint_id == "parameters:branch.delete")
+            .map(|c| c.parameters.fields.clone())
+            .expect("a parameters constraint for branch.delete")
+    };
+    let (first, second) = (
+        w.resolve("Tidy up", Value::Null),
+        w.resolve("Clean", Value::Null),
+    );
+    assert!(Arc::ptr_eq(&fields(&first), &fields(&second)));
+    assert_eq!(
+        fields(&second)["steps"][0]["policy_id"],
+        "deny-protected-branches"
+    );
+    let intended = w.resolve("Tidy up", json!({"branch.delete": {"branch": "feature/x"}}));
+    let own = fields(&intended);
+    assert!(!Arc::ptr_eq(&fields(&first), &own));
+    assert_eq!(own["steps"], fields(&first)["steps"]);
+    assert!(own["intended_parameters_hash"].is_string());
+    assert!(fields(&first).get("intended_parameters_hash").is_none());
+}
+
 #[test]
 fn the_goal_cannot_talk_around_a_deny_on_parameters() {
     let w = World::new();

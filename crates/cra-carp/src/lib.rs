@@ -19,6 +19,7 @@
 //! * [`events`]: the TRACE events of CARP's operations, one typed payload each.
 //! * [`shared`]: reference-counted texts shared by every resolution, with their canonical form.
 //! * [`replay`]: re-resolving recorded requests and reporting the first divergence.
+//! * [`execute_replay`]: deciding recorded executes again on the history the chains recorded.
 //! * [`reconstruct`]: a session's state rebuilt from its trace, and compared with the store.
 //! * [`store`]: the storage trait `cra-store` implements (redb, PostgreSQL).
 //! * `memory` and `store_contract` (feature `test-support`): an in-memory store and the

@@ -307,7 +307,7 @@ pub struct CompiledAction {
     /// The `parameters` constraint's fields the first resolve made for this action without
     /// intended parameters, with the steps they hold: a later resolve walking the same steps
     /// shares them instead of writing the policies' tests out again.
-    pub(crate) parameters_fields: std::sync::OnceLock<(Vec<usize>, Arc<Map<String, Value>>)>,
+    pub(crate) parameters_fields: std::sync::OnceLock<StepsFields>,
 }
 
 /// The slot of a policy type in [`CompiledAction::by_type`] (its evaluation rank).
@@ -346,6 +346,9 @@ pub struct CompiledPack {
     /// Its files, in pack order.
     pub files: Vec<CompiledFile>,
 }
+
+/// A `parameters` constraint's fields and the steps (policy indexes) they were written for.
+pub(crate) type StepsFields = (Vec<usize>, Arc<Map<String, Value>>);
 
 /// A constraint's shared members, built once.
 pub(crate) type FieldsCell = std::sync::OnceLock<std::sync::Arc<Map<String, Value>>>;

@@ -27,12 +27,33 @@ struct State {
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     state: Mutex<State>,
+    /// While set, reading a counter (`rate_count`, `budget_spent`, hence `has_event`) fails: a
+    /// test's store whose counters cannot be read.
+    counters_unreadable: std::sync::atomic::AtomicBool,
 }
 
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// From now on, reading a counter fails (`on`) or works again.
+    pub fn set_counters_unreadable(&self, on: bool) {
+        self.counters_unreadable
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn counters_readable(&self) -> Result<(), CarpStoreError> {
+        if self
+            .counters_unreadable
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(CarpStoreError::Backend(
+                "the counters cannot be read (MemoryStore::set_counters_unreadable)".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -238,6 +259,7 @@ impl CarpStore for MemoryStore {
         since_us: i64,
         until_us: i64,
     ) -> Result<u64, CarpStoreError> {
+        self.counters_readable()?;
         Ok(rate_used(
             &self.lock(),
             policy_id,
@@ -248,6 +270,7 @@ impl CarpStore for MemoryStore {
     }
 
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpStoreError> {
+        self.counters_readable()?;
         Ok(self
             .lock()
             .budget_spent

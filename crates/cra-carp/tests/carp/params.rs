@@ -455,135 +455,13 @@ fn an_execute_carries_its_shadow_and_a_broken_plan_changes_nothing() {
     assert_eq!(decided.shadow, None);
 }
 
-/// A store whose counters cannot be read once `broken` is set; everything else is the memory
-/// store's.
-#[derive(Debug)]
-struct UnreadableCounters {
-    inner: MemoryStore,
-    broken: std::sync::atomic::AtomicBool,
-}
-
-mod unreadable {
-    use cra_carp::store::*;
-    use cra_wire::Clock;
-
-    use super::UnreadableCounters;
-
-    impl UnreadableCounters {
-        fn check(&self) -> Result<(), CarpStoreError> {
-            if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
-                return Err(CarpStoreError::Backend(
-                    "the counters are unreadable".into(),
-                ));
-            }
-            Ok(())
-        }
-    }
-
-    impl CarpStore for UnreadableCounters {
-        fn create_session(&self, s: &SessionRecord) -> Result<(), CarpStoreError> {
-            self.inner.create_session(s)
-        }
-        fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, CarpStoreError> {
-            self.inner.get_session(id)
-        }
-        fn end_session(&self, id: &str, at: &str) -> Result<SessionRecord, CarpStoreError> {
-            self.inner.end_session(id, at)
-        }
-        fn insert_request_id(&self, s: &str, r: &str) -> Result<bool, CarpStoreError> {
-            self.inner.insert_request_id(s, r)
-        }
-        fn has_request_id(&self, s: &str, r: &str) -> Result<bool, CarpStoreError> {
-            self.inner.has_request_id(s, r)
-        }
-        fn put_resolution(&self, r: &StoredResolution) -> Result<(), CarpStoreError> {
-            self.inner.put_resolution(r)
-        }
-        fn get_resolution(&self, id: &str) -> Result<Option<StoredResolution>, CarpStoreError> {
-            self.inner.get_resolution(id)
-        }
-        fn get_execution_by_key(
-            &self,
-            s: &str,
-            k: &str,
-        ) -> Result<Option<ExecutionRecord>, CarpStoreError> {
-            self.inner.get_execution_by_key(s, k)
-        }
-        fn record_execution(&self, e: &ExecutionRecord) -> Result<ExecutionRecord, CarpStoreError> {
-            self.inner.record_execution(e)
-        }
-        fn rate_count(&self, p: &str, s: &str, a: i64, b: i64) -> Result<u64, CarpStoreError> {
-            self.check()?;
-            self.inner.rate_count(p, s, a, b)
-        }
-        fn budget_spent(&self, p: &str, s: &str) -> Result<u64, CarpStoreError> {
-            self.check()?;
-            self.inner.budget_spent(p, s)
-        }
-        fn try_consume(&self, c: &[Charge], at: i64) -> Result<ConsumeOutcome, CarpStoreError> {
-            self.inner.try_consume(c, at)
-        }
-        fn try_consume_now(
-            &self,
-            c: &[Charge],
-            clock: &dyn Clock,
-        ) -> Result<(ConsumeOutcome, i64), CarpStoreError> {
-            self.inner.try_consume_now(c, clock)
-        }
-        fn claim_execution(&self, l: &ExecutionLease) -> Result<ClaimOutcome, CarpStoreError> {
-            self.inner.claim_execution(l)
-        }
-        fn release_execution(&self, id: &str) -> Result<(), CarpStoreError> {
-            self.inner.release_execution(id)
-        }
-        fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpStoreError> {
-            self.inner.leases_of(owner)
-        }
-        fn create_approval(&self, a: &ApprovalRecord) -> Result<(), CarpStoreError> {
-            self.inner.create_approval(a)
-        }
-        fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, CarpStoreError> {
-            self.inner.get_approval(id)
-        }
-        fn decide_approval(
-            &self,
-            id: &str,
-            d: ApprovalDecision,
-            by: &str,
-            note: Option<&str>,
-            at: &str,
-        ) -> Result<ApprovalRecord, CarpStoreError> {
-            self.inner.decide_approval(id, d, by, note, at)
-        }
-        fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
-            self.inner.list_pending_approvals()
-        }
-    }
-}
-
 /// Shadow mode never changes an answer: a `log_only` limit whose counter cannot be read records
 /// no shadow, and the call runs as enforced; readable, the same limit reports the second call
 /// within its hour as a disagreement.
 #[test]
 fn a_shadow_limit_whose_counter_cannot_be_read_records_nothing_and_refuses_nothing() {
-    let store = Arc::new(UnreadableCounters {
-        inner: MemoryStore::new(),
-        broken: false.into(),
-    });
-    let clock = Arc::new(FixedClock::parse("2026-01-05T10:00:00Z").unwrap());
-    let carp = Carp::new(
-        store.clone(),
-        Arc::new(atlas_set(&[fixture("params/atlas")])),
-        clock.clone(),
-        Arc::new(SequentialIds::new(1_767_607_200_000, 7)),
-        CarpConfig::default(),
-    );
-    carp.open_session("agent-1", Some(SESSION), None).unwrap();
-    let w = World {
-        carp,
-        clock,
-        n: Cell::new(0),
-    };
+    let store = Arc::new(MemoryStore::new());
+    let w = World::with_store(store.clone());
     let res = w.resolve("Send the weekly report", Value::Null);
     let send = |w: &World| {
         let mut r = w.header("execute");
@@ -602,8 +480,6 @@ fn a_shadow_limit_whose_counter_cannot_be_read_records_nothing_and_refuses_nothi
     };
     assert_eq!(send(&w), None, "the first report fits the shadow limit");
     assert_eq!(send(&w).as_deref(), Some("shadow-limit-reports"));
-    store
-        .broken
-        .store(true, std::sync::atomic::Ordering::SeqCst);
+    store.set_counters_unreadable(true);
     assert_eq!(send(&w), None, "an unreadable counter records no shadow");
 }

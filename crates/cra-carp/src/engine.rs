@@ -582,7 +582,7 @@ impl Carp {
         let resolution = &checked.resolution;
         let action = check_action_allowed(request, resolution)?;
         let compiled;
-        let validator = match self.compiled_validator(action) {
+        let validator = match self.atlases.validator_of(action) {
             Some(v) => v,
             None => {
                 compiled = compile_schema(&action.action_id, &action.parameters_schema)?;
@@ -760,24 +760,19 @@ impl Carp {
     /// Whether `charge` would fit at `now_us` on the store's counters, read without taking it
     /// (a shadow limit's check, [`crate::shadow`]).
     fn fits_now(&self, charge: &crate::store::Charge, now_us: i64) -> Result<bool, CarpError> {
-        if let Some((max, need, window_seconds)) = charge.kind.windowed() {
-            let since = now_us.saturating_sub(seconds_to_us(window_seconds));
-            let used = self
-                .store
-                .rate_count(&charge.policy_id, &charge.scope_key, since, now_us)
-                .map_err(store_err)?;
-            return Ok(used.saturating_add(need) <= max);
-        }
-        match charge.kind {
-            crate::store::ChargeKind::Budget { max_units, units } => {
-                let spent = self
-                    .store
-                    .budget_spent(&charge.policy_id, &charge.scope_key)
-                    .map_err(store_err)?;
-                Ok(spent.saturating_add(units) <= max_units)
+        let (max, need) = charge.kind.cap_and_units();
+        let used = match charge.kind.windowed() {
+            Some((_, _, window_seconds)) => {
+                let since = now_us.saturating_sub(seconds_to_us(window_seconds));
+                self.store
+                    .rate_count(&charge.policy_id, &charge.scope_key, since, now_us)
             }
-            _ => Ok(true),
+            None => self
+                .store
+                .budget_spent(&charge.policy_id, &charge.scope_key),
         }
+        .map_err(store_err)?;
+        Ok(used.saturating_add(need) <= max)
     }
 
     /// Claims the execution's lease (and idempotency key) before anything runs, then consumes
@@ -869,10 +864,10 @@ impl Carp {
     /// that atlas is no longer loaded.
     fn atlas_of(&self, stored: &StoredResolution, action_id: &str) -> Option<(&str, &str)> {
         let origin = stored.origins.get(action_id);
-        let atlas = self.atlases.atlases().iter().find(|a| match origin {
-            Some(o) => *a.atlas_id == *o.atlas_id,
-            None => a.action_index.contains_key(action_id),
-        })?;
+        let atlas = match origin {
+            Some(o) => self.atlases.get(&o.atlas_id)?,
+            None => self.atlases.declaring(action_id)?,
+        };
         Some((&atlas.atlas_id, &atlas.digest))
     }
 
@@ -894,14 +889,6 @@ impl Carp {
     /// events instead ([`crate::store::StateChange::Open`]).
     pub fn open_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
         self.store.create_approval(approval).map_err(store_err)
-    }
-
-    fn compiled_validator(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {
-        self.atlases.atlases().iter().find_map(|a| {
-            let i = *a.action_index.get(action.action_id.as_str())?;
-            let c = &a.actions[i];
-            (c.allowed.parameters_schema == action.parameters_schema).then_some(&c.validator)
-        })
     }
 
     /// Records the executor's outcome and returns the response. With an idempotency key, the

@@ -36,11 +36,9 @@ use time::OffsetDateTime;
 use crate::execute::{Authorization, InForce, authorize, refusal_error};
 use crate::index::AtlasSet;
 use crate::replay::{ReplayCase, ReplayedResolve};
-use crate::store::{
-    ApprovalCall, ApprovalRecord, ApprovalStatus, Charge, ChargeKind, ConsumeOutcome,
-};
+use crate::store::{ApprovalCall, ApprovalRecord, ApprovalStatus, Charge, ConsumeOutcome};
 use crate::types::{CarpRequest, Execution, Operation};
-use crate::validate::{CarpError, check_action_allowed, compile_schema};
+use crate::validate::{CarpError, check_action_allowed};
 
 /// How an execute was decided.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,18 +177,11 @@ impl History {
     /// The first of `charges` that does not fit at `now_us`, as the store would refuse it.
     fn refused(&self, charges: &[Charge], now_us: i64) -> Option<ConsumeOutcome> {
         charges.iter().find_map(|c| {
-            let (max, need, used) = match c.kind.windowed() {
-                Some((max, need, window)) => {
-                    let since = now_us.saturating_sub(crate::eval::seconds_to_us(window));
-                    (max, need, self.used(c, since, now_us))
-                }
-                None => match c.kind {
-                    ChargeKind::Budget { max_units, units } => {
-                        (max_units, units, self.used(c, i64::MIN, now_us))
-                    }
-                    _ => return None,
-                },
-            };
+            let (max, need) = c.kind.cap_and_units();
+            let since = c.kind.windowed().map_or(i64::MIN, |(_, _, window)| {
+                now_us.saturating_sub(crate::eval::seconds_to_us(window))
+            });
+            let used = self.used(c, since, now_us);
             (used.saturating_add(need) > max).then(|| ConsumeOutcome::Refused {
                 policy_id: c.policy_id.clone(),
                 scope_key: c.scope_key.clone(),
@@ -202,17 +193,10 @@ impl History {
 
     fn charge(&mut self, charges: &[Charge], at_us: i64) {
         for c in charges {
-            let units = c.kind.windowed().map_or_else(
-                || match c.kind {
-                    ChargeKind::Budget { units, .. } => units,
-                    _ => 0,
-                },
-                |(_, need, _)| need,
-            );
             self.charges
                 .entry((c.policy_id.clone(), c.scope_key.clone()))
                 .or_default()
-                .push((at_us, units));
+                .push((at_us, c.kind.cap_and_units().1));
         }
     }
 }
@@ -342,11 +326,7 @@ impl Decide<'_> {
     }
 
     fn atlas_of(&self, action_id: &str) -> Option<(&str, &str)> {
-        let a = self
-            .atlases
-            .atlases()
-            .iter()
-            .find(|a| a.action_index.contains_key(action_id))?;
+        let a = self.atlases.declaring(action_id)?;
         Some((&a.atlas_id, &a.digest))
     }
 
@@ -375,8 +355,11 @@ impl Decide<'_> {
             Ok(a) => a,
             Err(refusal) => return Ok((ExecuteVerdict::deny(&refusal), Vec::new(), false)),
         };
-        let validator = compile_schema(action_id, &action.parameters_schema)
-            .map_err(|e| format!("the action's parameters schema does not compile: {e}"))?;
+        // The resolution was made again from these atlases, so they compiled the schema.
+        let validator = self
+            .atlases
+            .validator_of(action)
+            .ok_or("the atlases decided under do not declare the action with this schema")?;
         let hash = cra_wire::hash::canonical_digest(parameters);
         let approval = self.approval(action_id, &hash, now_us);
         let in_force = InForce {
@@ -392,7 +375,7 @@ impl Decide<'_> {
             &request,
             resolution,
             action,
-            &validator,
+            validator,
             approval.as_ref(),
             in_force,
             now,
@@ -540,6 +523,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::store::ChargeKind;
 
     const S: i64 = 1_000_000;
 

@@ -819,6 +819,22 @@ impl AtlasSet {
         out
     }
 
+    /// The atlas that declares `action_id` (the first in atlas id order).
+    pub fn declaring(&self, action_id: &str) -> Option<&CompiledAtlas> {
+        self.atlases
+            .iter()
+            .find(|a| a.action_index.contains_key(action_id))
+    }
+
+    /// The compiled validator of `action`'s parameters schema, when a loaded atlas declares the
+    /// action with that very schema (a resolution made before an atlas change may not).
+    pub fn validator_of(&self, action: &AllowedAction) -> Option<&jsonschema::Validator> {
+        self.atlases.iter().find_map(|a| {
+            let c = &a.actions[*a.action_index.get(action.action_id.as_str())?];
+            (c.allowed.parameters_schema == action.parameters_schema).then_some(&c.validator)
+        })
+    }
+
     /// A set of compiled atlases, kept in atlas id order.
     pub fn new(mut atlases: Vec<CompiledAtlas>) -> Result<Self, CompileError> {
         atlases.sort_by(|a, b| a.atlas_id.cmp(&b.atlas_id));

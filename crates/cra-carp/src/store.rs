@@ -235,6 +235,18 @@ impl ChargeKind {
         }
     }
 
+    /// `(max, units)`: the most its counter may hold (in its window, for a windowed charge) and
+    /// what this charge adds. A charge fits while the counter's units plus these stay at most
+    /// `max`.
+    pub fn cap_and_units(&self) -> (u64, u64) {
+        match *self {
+            ChargeKind::Budget { max_units, units } => (max_units, units),
+            _ => self
+                .windowed()
+                .map_or((0, 0), |(max, units, _)| (max, units)),
+        }
+    }
+
     /// The same count without a maximum: it always fits. A `log_only` limit's charge is taken
     /// so, with the call's own, to count the calls it would have limited ([`crate::shadow`]).
     #[must_use]

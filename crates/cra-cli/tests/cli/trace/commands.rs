@@ -895,4 +895,47 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
         ),
         "{doc:#}"
     );
+    // One chain cannot hold a global total: replayed alone, the refund refused for
+    // overspending its order across sessions finds nothing spent and comes out allowed. That is
+    // reported as not comparable, and the replay does not fail on it.
+    let over = day
+        .iter()
+        .find(|r| r.order == "capped-0" && !r.ran)
+        .unwrap();
+    let file = live.dir.path().join("over.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        &over.session,
+        "--data",
+        s(&live.data),
+        "-o",
+        s(&file),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let (exit, out, _) = cli(&[
+        "replay",
+        s(&file),
+        "--atlas",
+        s(&refunds_dir()),
+        "-o",
+        "json",
+    ]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Success, "{doc:#}");
+    let refund = &doc["executes"][1];
+    assert_eq!(
+        (
+            &refund["outcome"],
+            &refund["recorded"]["policy_id"],
+            &refund["replayed"]["outcome"]
+        ),
+        (
+            &serde_json::json!("not_comparable"),
+            &serde_json::json!("allow-refunds"),
+            &serde_json::json!("allow")
+        ),
+        "{doc:#}"
+    );
+    assert!(doc["first_execute_divergence"].is_null(), "{doc:#}");
 }

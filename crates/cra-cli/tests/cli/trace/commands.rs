@@ -776,6 +776,24 @@ fn drive_refunds(live: &mut Live) -> Vec<Refund> {
     out
 }
 
+/// Exports `session`'s chain from the stopped server's data directory and replays it against
+/// `atlas`: the file, the exit and the `-o json` report.
+fn export_and_replay(live: &Live, session: &str, atlas: &Path) -> (PathBuf, Exit, Value) {
+    let file = live.dir.path().join(format!("{session}.trace.jsonl"));
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        session,
+        "--data",
+        s(&live.data),
+        "-o",
+        s(&file),
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(atlas), "-o", "json"]);
+    (file, exit, json(&out))
+}
+
 /// `cra atlas simulate` on a day of executes decided on parameters and history finds exactly
 /// the planted flips: the unchanged atlas decides every execute as recorded (the third refund
 /// of an order overspends again, a refund of an order never looked up is refused again); a
@@ -856,26 +874,7 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
     // bind reads the session's own lookup); under the planted one, the refund is the first
     // divergence.
     let slow = day.iter().find(|r| r.order == "slow-0").unwrap();
-    let file = live.dir.path().join("slow.trace.jsonl");
-    let (exit, _, err) = cli(&[
-        "export",
-        "--session",
-        &slow.session,
-        "--data",
-        s(&live.data),
-        "-o",
-        s(&file),
-    ]);
-    assert_eq!(exit, Exit::Success, "{err}");
-    let (exit, out, _) = cli(&[
-        "replay",
-        s(&file),
-        "--atlas",
-        s(&refunds_dir()),
-        "-o",
-        "json",
-    ]);
-    let doc = json(&out);
+    let (file, exit, doc) = export_and_replay(&live, &slow.session, &refunds_dir());
     assert_eq!(exit, Exit::Success, "{doc:#}");
     assert_eq!(doc["executes"].as_array().unwrap().len(), 2, "{doc:#}");
     let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&dir), "-o", "json"]);
@@ -902,26 +901,7 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
         .iter()
         .find(|r| r.order == "capped-0" && !r.ran)
         .unwrap();
-    let file = live.dir.path().join("over.trace.jsonl");
-    let (exit, _, err) = cli(&[
-        "export",
-        "--session",
-        &over.session,
-        "--data",
-        s(&live.data),
-        "-o",
-        s(&file),
-    ]);
-    assert_eq!(exit, Exit::Success, "{err}");
-    let (exit, out, _) = cli(&[
-        "replay",
-        s(&file),
-        "--atlas",
-        s(&refunds_dir()),
-        "-o",
-        "json",
-    ]);
-    let doc = json(&out);
+    let (_, exit, doc) = export_and_replay(&live, &over.session, &refunds_dir());
     assert_eq!(exit, Exit::Success, "{doc:#}");
     let refund = &doc["executes"][1];
     assert_eq!(

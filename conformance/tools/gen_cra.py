@@ -833,6 +833,38 @@ def generate(fx, R, DATA):
         named = lambda c: (c[0], {k: (v.format(fid) if isinstance(v, str) else v) for k, v in c[1].items()})
         fx("execute-history-" + fid, "cra", "execute", "cra-full", desc, HP + X, "execute", exe(30, *named(call)), want,
            setup=hsteps(*[named(b) for b in before]))
+    # What an execute read of history is recorded in its action.requested (`history`): each mark
+    # asked for with the answer, and what each counter held before the call (sums in millionths),
+    # so a replay of the chain alone decides it on the same history (specs/trace.md: Replay).
+    HR = HP + ["specs/trace.md: Replay, executes"]
+    read_mark = {"counter": "allow-refund#0", "key": {"$any": "string"}, "within_seconds": {"$absent": True}, "found": True}
+
+    def read_total(used):
+        return {"policy_id": "allow-refund#1", "scope_key": {"$any": "string"}, "window_seconds": 86400, "used": used}
+    fx("execute-history-records-reads", "cra", "execute", "cra-full",
+       "A call decided on history records in action.requested the marks it asked for and what each counter held before it",
+       HR, "execute", dict(exe(30, "refund.issue", {"customer_id": "C-reads", "amount": 400}), with_trace=True),
+       {"response": {"status": "success"},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "refund.issue", "parameters": {"amount": 400},
+                                             "history": {"marks": {"$contains": [read_mark]},
+                                                         "counters": {"$contains": [read_total(600000000)]}}}}]}},
+       setup=hsteps(("customer.lookup", {"customer_id": "C-reads"}), refund("C-reads", 600)))
+    fx("execute-history-refusal-records-counter", "cra", "execute", "cra-full",
+       "A call refused by a running total records what the refusing counter held",
+       HR, "execute", dict(exe(30, "refund.issue", {"customer_id": "C-refused-read", "amount": 400.5}), with_trace=True),
+       {"response": {"status": "denied", "error": {"code": "rate_limit_exceeded", "details": {"policy_id": "allow-refund"}}},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "refund.issue",
+                                             "history": {"counters": [read_total(600000000)]}}}]}},
+       setup=hsteps(("customer.lookup", {"customer_id": "C-refused-read"}), refund("C-refused-read", 600)))
+    fx("execute-history-none-read-none-recorded", "cra", "execute", "cra-full",
+       "A call whose decision read no history records no history member",
+       HR, "execute", dict(exe(30, "customer.lookup", {"customer_id": "C-none"}), with_trace=True),
+       {"response": {"status": "success"},
+        "trace": {"$contains": [{"event_type": "action.requested",
+                                 "payload": {"action_id": "customer.lookup", "history": {"$absent": True}}}]}},
+       setup=hsteps())
 
     # ------------------------------------------------------------ stream (WebSocket, CRA §6.4)
     # One resolve in S writes session.started, carp.request.received, policy.evaluated for each of

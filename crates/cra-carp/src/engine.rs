@@ -17,6 +17,7 @@ use crate::eval::{
     unix_micros,
 };
 use crate::execute::{Authorization, authorize, refusal_error};
+use crate::history::HistoryRead;
 use crate::index::AtlasSet;
 use crate::store::{
     ApprovalCall, ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError,
@@ -166,6 +167,9 @@ pub struct ExecuteDecided {
     /// What the action's `log_only` policies would have decided for the call, when that differs
     /// from what was decided ([`crate::shadow::at_execute`]); recorded in `action.requested`.
     pub shadow: Option<crate::explain::ShadowExplain>,
+    /// What the decision read of history (marks asked for, counters its charges found);
+    /// recorded in `action.requested` when not empty.
+    pub history: HistoryRead,
 }
 
 impl From<ExecuteOutcome> for ExecuteDecided {
@@ -173,6 +177,7 @@ impl From<ExecuteOutcome> for ExecuteDecided {
         ExecuteDecided {
             outcome,
             shadow: None,
+            history: HistoryRead::default(),
         }
     }
 }
@@ -597,17 +602,22 @@ impl Carp {
         };
         let atlas = self.atlas_of(checked, &action.action_id);
         let now_us = unix_micros(now);
+        let mut history = HistoryRead::default();
         let (authorization, shadow) = {
             // One reader for all of this call's history predicates, opened at the first one
-            // and closed before anything is written.
+            // and closed before anything is written. Every answer is kept for the record.
             let mut reader: Option<Box<dyn crate::store::MarkReader + '_>> = None;
+            let read = &mut history;
             let mut marked = |counter: &str, key: &str, since_us: i64| {
                 let r = match &mut reader {
                     Some(r) => r,
                     None => reader.insert(self.store.mark_reader().map_err(store_err)?),
                 };
-                r.has_event(counter, key, since_us, now_us)
-                    .map_err(store_err)
+                let found = r
+                    .has_event(counter, key, since_us, now_us)
+                    .map_err(store_err)?;
+                read.mark(counter, key, since_us, now_us, found);
+                Ok(found)
             };
             let mut authorization = authorize(
                 request,
@@ -645,8 +655,20 @@ impl Carp {
             }
             (authorization, shadow.disagreement)
         };
-        let outcome = self.authorized(request, authorization, checked, action, atlas, now, exec)?;
-        Ok(ExecuteDecided { outcome, shadow })
+        let outcome = self.authorized(
+            request,
+            authorization,
+            checked,
+            (action, atlas),
+            now,
+            exec,
+            &mut history,
+        )?;
+        Ok(ExecuteDecided {
+            outcome,
+            shadow,
+            history,
+        })
     }
 
     /// What an execute's authorisation leads to: the approval to open, a pending or denied
@@ -660,10 +682,10 @@ impl Carp {
         request: &CarpRequest,
         authorization: Authorization,
         checked: &StoredResolution,
-        action: &AllowedAction,
-        atlas: Option<(&str, &str)>,
+        (action, atlas): (&AllowedAction, Option<(&str, &str)>),
         now: time::OffsetDateTime,
         exec: &crate::types::Execution,
+        history: &mut HistoryRead,
     ) -> Result<ExecuteOutcome, CarpError> {
         let resolution = &checked.resolution;
         let rid = resolution.resolution_id.clone();
@@ -752,7 +774,7 @@ impl Carp {
                     agent_id: request.requester.agent_id.clone(),
                     idempotency_key: exec.idempotency_key.clone(),
                 };
-                self.claim_and_consume(request, run, &charges)
+                self.claim_and_consume(request, run, &charges, history)
             }
         }
     }
@@ -782,11 +804,15 @@ impl Carp {
         request: &CarpRequest,
         run: ClearedExecution,
         charges: &[crate::store::Charge],
+        history: &mut HistoryRead,
     ) -> Result<ExecuteOutcome, CarpError> {
         let (claim, consumed) = self
             .store
             .claim_and_consume_now(&self.lease(request, &run), charges, self.clock.as_ref())
             .map_err(store_err)?;
+        if let Some((outcome, _)) = &consumed {
+            history.consumed(charges, outcome);
+        }
         match claim {
             ClaimOutcome::Claimed => {}
             ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),

@@ -363,6 +363,11 @@ pub struct ActionRequested<'a> {
     /// when that differs from what was decided (`policy_id`, `result`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowEvaluated<'a>>,
+    /// What the decision read of history (`marks` asked for, `counters` its charges found), so
+    /// a replay of this chain alone decides the call on the same history; absent when it read
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<&'a crate::history::HistoryRead>,
 }
 
 impl Payload for ActionRequested<'_> {
@@ -1008,6 +1013,7 @@ mod tests {
             parameters: &json!({"id": 7}),
             idempotency_key: None,
             shadow: None,
+            history: None,
         };
         same(
             &requested,

@@ -630,7 +630,7 @@ fn counter_policy(counter: &str) -> &str {
 /// The error for a charge the store refused.
 pub fn refusal_error(outcome: &ConsumeOutcome) -> Option<CarpError> {
     match outcome {
-        ConsumeOutcome::Consumed => None,
+        ConsumeOutcome::Consumed { .. } => None,
         ConsumeOutcome::Refused {
             policy_id: counter,
             kind: ChargeKind::Once { .. },

@@ -15,6 +15,14 @@
 //!   to run (`action.approved`) that the re-decision also clears; a call the new atlases refuse
 //!   counts toward none, as those limits would never have seen it run. Calls in other chains
 //!   count when those chains are given, so agent and global scopes need every chain.
+//! * **What the call recorded it read comes first.** An execute records in its
+//!   `action.requested` (`history`, [`HistoryRead`]) each mark it asked for and what each
+//!   counter held. A re-decision that asks the same question (the same counter, key and window)
+//!   takes the recorded answer: it is what the store held, other sessions' calls included, so a
+//!   chain replayed alone is decided on the same history. Only a question the call did not ask
+//!   (a changed atlas's, or any in a chain written before reads were recorded) is answered from
+//!   the chains, and such a read of an agent or global scope marks the case
+//!   [`ExecuteCase::reads_beyond_session`].
 //! * **Approvals as recorded**: the approval of the recorded resolution stands as the chains
 //!   last recorded it before the call (`approval.requested` opens it; `approval.granted`,
 //!   `approval.rejected` decide it), and is taken to have been asked under the atlas in force
@@ -29,11 +37,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use cra_trace::TraceEvent;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::execute::{Authorization, InForce, authorize, refusal_error};
+use crate::history::{HistoryRead, earlier_units};
 use crate::index::AtlasSet;
 use crate::replay::{ReplayCase, ReplayedResolve};
 use crate::store::{ApprovalCall, ApprovalRecord, ApprovalStatus, Charge, ConsumeOutcome};
@@ -110,8 +119,9 @@ pub struct ExecuteCase {
     pub recorded: ExecuteVerdict,
     /// How it is decided now.
     pub now: ExecuteReplay,
-    /// Its decision read history of an agent or global scope (a counter or a mark): calls of
-    /// other sessions count there, so one chain alone may not hold all of it.
+    /// Its decision read history of an agent or global scope (a counter or a mark) that the call
+    /// did not record reading: calls of other sessions count there, so the given chains alone
+    /// may not hold all of it.
     pub reads_beyond_session: bool,
 }
 
@@ -174,21 +184,34 @@ impl History {
         })
     }
 
-    /// The first of `charges` that does not fit at `now_us`, as the store would refuse it.
-    fn refused(&self, charges: &[Charge], now_us: i64) -> Option<ConsumeOutcome> {
-        charges.iter().find_map(|c| {
+    /// The first of `charges` that does not fit at `now_us`, as the store would refuse it, and
+    /// whether a counter beyond the session was counted from the chains rather than read from
+    /// `recorded` (what the call recorded the store's counters held).
+    fn refused(
+        &self,
+        charges: &[Charge],
+        now_us: i64,
+        recorded: &HistoryRead,
+    ) -> (Option<ConsumeOutcome>, bool) {
+        let mut beyond = false;
+        let refused = charges.iter().enumerate().find_map(|(at, c)| {
             let (max, need) = c.kind.cap_and_units();
-            let since = c.kind.windowed().map_or(i64::MIN, |(_, _, window)| {
-                now_us.saturating_sub(crate::eval::seconds_to_us(window))
+            let used = recorded.counter_used(charges, at).unwrap_or_else(|| {
+                beyond |= reaches_beyond_session(c);
+                let since = c.kind.windowed().map_or(i64::MIN, |(_, _, window)| {
+                    now_us.saturating_sub(crate::eval::seconds_to_us(window))
+                });
+                self.used(c, since, now_us)
+                    .saturating_add(earlier_units(charges, at))
             });
-            let used = self.used(c, since, now_us);
             (used.saturating_add(need) > max).then(|| ConsumeOutcome::Refused {
                 policy_id: c.policy_id.clone(),
                 scope_key: c.scope_key.clone(),
                 kind: c.kind.clone(),
                 used,
             })
-        })
+        });
+        (refused, beyond)
     }
 
     fn charge(&mut self, charges: &[Charge], at_us: i64) {
@@ -199,6 +222,12 @@ impl History {
                 .push((at_us, c.kind.cap_and_units().1));
         }
     }
+}
+
+/// A counter other sessions' calls count on: an agent or global scope (a grant's use, counted
+/// on the approval, is the session's own).
+fn reaches_beyond_session(c: &Charge) -> bool {
+    !c.scope_key.starts_with("session:") && !c.policy_id.starts_with("approval:")
 }
 
 fn micros(timestamp: &str) -> Option<i64> {
@@ -338,6 +367,12 @@ impl Decide<'_> {
         parameters: &Value,
         now: OffsetDateTime,
     ) -> Result<(ExecuteVerdict, Vec<Charge>, bool), String> {
+        let recorded = match requested.payload.get("history") {
+            None => HistoryRead::default(),
+            Some(v) => HistoryRead::deserialize(v)
+                .map_err(|e| format!("its recorded `history` is not a history read ({e})"))?,
+        };
+        let recorded = &recorded;
         let now_us = crate::eval::unix_micros(now);
         let action_id = str_of(requested, "action_id").unwrap_or_default();
         let resolution = &self.resolve.resolution;
@@ -368,6 +403,9 @@ impl Decide<'_> {
         };
         let beyond = std::cell::Cell::new(false);
         let mut marked = |counter: &str, key: &str, since_us: i64| {
+            if let Some(found) = recorded.mark_found(counter, key, since_us, now_us) {
+                return Ok(found);
+            }
             beyond.set(beyond.get() || !key.starts_with("session:"));
             Ok(self.history.has_mark(counter, key, since_us, now_us))
         };
@@ -389,16 +427,9 @@ impl Decide<'_> {
                 (ExecuteVerdict::of("requires_approval"), Vec::new())
             }
             Ok(Authorization::Proceed { charges, .. }) => {
-                let wide = charges.iter().any(|c| {
-                    !c.scope_key.starts_with("session:") && !c.policy_id.starts_with("approval:")
-                });
+                let (refused, wide) = self.history.refused(&charges, now_us, recorded);
                 beyond.set(beyond.get() || wide);
-                match self
-                    .history
-                    .refused(&charges, now_us)
-                    .as_ref()
-                    .and_then(refusal_error)
-                {
+                match refused.as_ref().and_then(refusal_error) {
                     Some(refusal) => (ExecuteVerdict::deny(&refusal), Vec::new()),
                     None => (ExecuteVerdict::of("allow"), charges),
                 }
@@ -563,20 +594,22 @@ mod tests {
     /// window ago has left it, one made a microsecond later has not.
     #[test]
     fn history_counts_a_window_open_at_its_start_and_closed_at_now() {
+        let none = HistoryRead::default();
         let mut h = History::default();
         h.charge(&[windowed(10, 60, 7)], 100 * S);
         let more = [windowed(10, 60, 4)];
+        let refused = |h: &History, charges: &[Charge], at| h.refused(charges, at, &none).0;
         assert!(
-            h.refused(&more, 160 * S).is_none(),
+            refused(&h, &more, 160 * S).is_none(),
             "the charge left the window"
         );
-        assert!(h.refused(&more, 160 * S - 1).is_some(), "still inside");
+        assert!(refused(&h, &more, 160 * S - 1).is_some(), "still inside");
         assert!(
-            h.refused(&more, 100 * S).is_some(),
+            refused(&h, &more, 100 * S).is_some(),
             "counted at its own instant"
         );
         assert!(
-            h.refused(&more, 100 * S - 1).is_none(),
+            refused(&h, &more, 100 * S - 1).is_none(),
             "not before it was made"
         );
         let budget = Charge {
@@ -589,10 +622,31 @@ mod tests {
         h.charge(std::slice::from_ref(&budget), 0);
         h.charge(std::slice::from_ref(&budget), 0);
         h.charge(std::slice::from_ref(&budget), 0);
+        assert!(refused(&h, std::slice::from_ref(&budget), 1_000 * S).is_some());
+    }
+
+    /// A counter the call recorded reading is taken as recorded (it held other sessions'
+    /// calls, which a chain replayed alone does not), with the call's earlier charges on it
+    /// added as the store adds them; a counter it did not record is counted from the chains,
+    /// and reported as read beyond the session when its scope is an agent's or global.
+    #[test]
+    fn a_recorded_counter_is_taken_as_read_and_an_unrecorded_one_counted_from_the_chains() {
+        let empty = History::default();
+        let charges = [windowed(10, 60, 4), windowed(10, 60, 4)];
+        let mut recorded = HistoryRead::default();
+        recorded.consumed(&charges[..1], &ConsumeOutcome::Consumed { used: vec![5] });
+        let (refused, beyond) = empty.refused(&charges, 100 * S, &recorded);
+        assert!(!beyond, "both charges were answered from the record");
         assert!(
-            h.refused(std::slice::from_ref(&budget), 1_000 * S)
-                .is_some()
+            matches!(refused, Some(ConsumeOutcome::Refused { used: 9, .. })),
+            "5 recorded and the call's first 4 leave no room for 4 more: {refused:?}"
         );
+        let (refused, beyond) = empty.refused(&charges, 100 * S, &HistoryRead::default());
+        assert!(refused.is_none(), "the chains hold none of the 5");
+        assert!(beyond, "a global counter was counted from the chains");
+        let other_window = [windowed(10, 3_600, 4)];
+        let (_, beyond) = empty.refused(&other_window, 100 * S, &recorded);
+        assert!(beyond, "a read over another window is another question");
     }
 
     #[test]

@@ -24,15 +24,20 @@
 //! * **Totals are exact.** Amounts are counted in millionths as integers
 //!   ([`micro_units`]), never as floats, so a total never passes `max` by rounding.
 //!
+//! An execute records what it read ([`HistoryRead`]: each mark asked for, each counter a charge
+//! found) in its `action.requested`, so a replay of that chain alone decides it again on the same
+//! history.
+//!
 //! Counter ids are `<policy_id>#<n>` (the test's index in the list), so a policy's counters never
 //! mix with another's or with its own rate limit.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use crate::eval::{scope_key, seconds_to_us};
 use crate::index::Scope;
 use crate::params::{ParamConditionError, err, is_json_pointer};
-use crate::store::{Charge, ChargeKind, Mark};
+use crate::store::{Charge, ChargeKind, ConsumeOutcome, Mark};
 
 /// The kinds of test, as written (each test holds exactly one of them, and `scope`).
 pub const KINDS: [&str; 4] = ["after", "bind", "count_within", "sum_within"];
@@ -536,6 +541,138 @@ fn compile_limit(
     })
 }
 
+/// What an execute's decision read of history: the marks its predicates asked for and the
+/// counters its charges found. Recorded in the call's `action.requested` (`history`), as a
+/// resolve records the counters it read, so a replay of the chain alone decides the call on the
+/// same history, whatever other sessions wrote (agent and global scopes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryRead {
+    /// Each mark asked for, with the answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub marks: Vec<MarkRead>,
+    /// Each counter a charge found: every charge of a consumed call, or the one that refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<CounterRead>,
+}
+
+/// One mark asked for: whether `counter` had a mark for `key` in the window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkRead {
+    /// The predicate's counter (`<policy_id>#<n>`).
+    pub counter: String,
+    /// The scope's key, narrowed by the compared values' digest.
+    pub key: String,
+    /// The window the mark had to fall in, counted back from the decision; absent: any time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_seconds: Option<u64>,
+    /// Whether it had one.
+    pub found: bool,
+}
+
+/// What one counter held before the call: executions or units in the charge's window, or a
+/// budget's units spent (`window_seconds` absent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CounterRead {
+    /// The limit's policy (`<policy_id>#<n>` for a history limit).
+    pub policy_id: String,
+    /// The counter's scope key.
+    pub scope_key: String,
+    /// The window counted, for a windowed charge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_seconds: Option<u64>,
+    /// What it held, not counting the call's own charges.
+    pub used: u64,
+}
+
+/// The window a mark was asked for: `since_us` counted back from `now_us`; `None` for any time
+/// ([`HistoryConditions::predicates_hold`] asks `i64::MIN` then).
+fn within_seconds(since_us: i64, now_us: i64) -> Option<u64> {
+    (since_us != i64::MIN)
+        .then(|| u64::try_from(now_us.saturating_sub(since_us) / 1_000_000).unwrap_or(0))
+}
+
+/// The units of `charges` before `at` on the same counter as `charges[at]`: the store counts a
+/// call's charges on one counter together, and its `used` includes them.
+pub(crate) fn earlier_units(charges: &[Charge], at: usize) -> u64 {
+    let c = &charges[at];
+    charges[..at]
+        .iter()
+        .filter(|e| e.policy_id == c.policy_id && e.scope_key == c.scope_key)
+        .map(|e| e.kind.cap_and_units().1)
+        .fold(0, u64::saturating_add)
+}
+
+impl HistoryRead {
+    /// True when nothing was read (the event then leaves `history` out).
+    pub fn is_empty(&self) -> bool {
+        self.marks.is_empty() && self.counters.is_empty()
+    }
+
+    /// Records that a mark on `counter` for `key` after `since_us` was asked for at `now_us`.
+    pub fn mark(&mut self, counter: &str, key: &str, since_us: i64, now_us: i64, found: bool) {
+        self.marks.push(MarkRead {
+            counter: counter.to_owned(),
+            key: key.to_owned(),
+            within_seconds: within_seconds(since_us, now_us),
+            found,
+        });
+    }
+
+    /// The recorded answer to a mark asked for now, if it was recorded.
+    pub fn mark_found(&self, counter: &str, key: &str, since_us: i64, now_us: i64) -> Option<bool> {
+        let within = within_seconds(since_us, now_us);
+        self.marks
+            .iter()
+            .find(|m| m.counter == counter && m.key == key && m.within_seconds == within)
+            .map(|m| m.found)
+    }
+
+    /// Records what the store's consume of `charges` found on each counter.
+    pub fn consumed(&mut self, charges: &[Charge], outcome: &ConsumeOutcome) {
+        let read = |at: usize, used: u64| {
+            let c = &charges[at];
+            CounterRead {
+                policy_id: c.policy_id.clone(),
+                scope_key: c.scope_key.clone(),
+                window_seconds: c.kind.windowed().map(|(_, _, w)| w),
+                used: used.saturating_sub(earlier_units(charges, at)),
+            }
+        };
+        match outcome {
+            ConsumeOutcome::Consumed { used } => {
+                let reads = used.iter().enumerate().map(|(at, &u)| read(at, u));
+                self.counters.extend(reads);
+            }
+            ConsumeOutcome::Refused {
+                policy_id,
+                scope_key,
+                kind,
+                used,
+            } => {
+                let at = charges.iter().position(|c| {
+                    &c.policy_id == policy_id && &c.scope_key == scope_key && &c.kind == kind
+                });
+                self.counters.extend(at.map(|at| read(at, *used)));
+            }
+        }
+    }
+
+    /// What the counter of `charges[at]` held before the call, if it was recorded, with the
+    /// call's earlier charges on that counter added, as the store counts them.
+    pub fn counter_used(&self, charges: &[Charge], at: usize) -> Option<u64> {
+        let c = &charges[at];
+        let window = c.kind.windowed().map(|(_, _, w)| w);
+        self.counters
+            .iter()
+            .find(|r| {
+                r.policy_id == c.policy_id
+                    && r.scope_key == c.scope_key
+                    && r.window_seconds == window
+            })
+            .map(|r| r.used.saturating_add(earlier_units(charges, at)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -668,6 +805,71 @@ mod tests {
         assert!(
             !check(json!({})),
             "an absent member never satisfies the test"
+        );
+    }
+
+    /// The record keeps what a counter held before the call (the store's `used` less the
+    /// call's earlier charges on that counter) and gives back, for each charge, what the store
+    /// counted; a mark is found again only under the same counter, key and window.
+    #[test]
+    fn a_history_read_records_what_counters_held_before_the_call() {
+        let charge = |policy: &str, units| Charge {
+            policy_id: policy.to_owned(),
+            scope_key: "global".to_owned(),
+            kind: ChargeKind::Window {
+                max_units: 100,
+                window_seconds: 60,
+                units,
+            },
+        };
+        let charges = [charge("a", 3), charge("b", 1), charge("a", 4)];
+        let mut read = HistoryRead::default();
+        read.consumed(
+            &charges,
+            &ConsumeOutcome::Consumed {
+                used: vec![10, 0, 13],
+            },
+        );
+        let held: Vec<u64> = read.counters.iter().map(|c| c.used).collect();
+        assert_eq!(
+            held,
+            [10, 0, 10],
+            "the second charge on `a` found the first one's 3"
+        );
+        assert_eq!(read.counter_used(&charges, 2), Some(13));
+        let refused = ConsumeOutcome::Refused {
+            policy_id: "a".into(),
+            scope_key: "global".into(),
+            kind: charges[2].kind.clone(),
+            used: 98,
+        };
+        let mut refusal = HistoryRead::default();
+        refusal.consumed(&charges, &refused);
+        assert_eq!(refusal.counters.len(), 1, "only the counter that refused");
+        assert_eq!(refusal.counters[0].used, 95);
+
+        let now = 1_000 * 1_000_000;
+        read.mark("p#0", "global|k", now - 60 * 1_000_000, now, true);
+        read.mark("p#1", "global|k", i64::MIN, now, false);
+        let later = now + 5;
+        assert_eq!(
+            read.mark_found("p#0", "global|k", later - 60 * 1_000_000, later),
+            Some(true)
+        );
+        assert_eq!(read.mark_found("p#0", "global|k", i64::MIN, later), None);
+        assert_eq!(
+            read.mark_found("p#1", "global|k", i64::MIN, later),
+            Some(false)
+        );
+        assert_eq!(read.mark_found("p#1", "global|j", i64::MIN, later), None);
+        let json = serde_json::to_value(&read).unwrap();
+        assert_eq!(
+            json["marks"][1],
+            serde_json::json!({"counter": "p#1", "key": "global|k", "found": false})
+        );
+        assert_eq!(
+            json["counters"][0],
+            serde_json::json!({"policy_id": "a", "scope_key": "global", "window_seconds": 60, "used": 10})
         );
     }
 }

@@ -93,6 +93,7 @@ fn window_used<'a>(
 /// Checks every charge at `at_us` and records them all if all fit. Charges on one counter given
 /// twice are counted together, as the durable stores do.
 fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
+    let mut read = Vec::with_capacity(charges.len());
     for (i, c) in charges.iter().enumerate() {
         let same_counter = charges[..i]
             .iter()
@@ -128,6 +129,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
                 used,
             };
         }
+        read.push(used);
     }
     for c in charges {
         let key = (c.policy_id.clone(), c.scope_key.clone());
@@ -142,7 +144,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
             }
         }
     }
-    ConsumeOutcome::Consumed
+    ConsumeOutcome::Consumed { used: read }
 }
 
 impl CarpStore for MemoryStore {

@@ -294,7 +294,13 @@ pub struct Charge {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConsumeOutcome {
     /// Every charge fitted and all were recorded.
-    Consumed,
+    Consumed {
+        /// What each charge found counted on its counter before it (in the order given):
+        /// executions or units in its window, units spent of a budget, with the earlier charges
+        /// of the same call on that counter. An execute records these as the history it read
+        /// (`action.requested`'s `history`), so a replay can decide it again from its chain.
+        used: Vec<u64>,
+    },
     /// This charge did not fit; nothing was recorded.
     Refused {
         /// The first charge (in the order given) that did not fit.
@@ -306,6 +312,13 @@ pub enum ConsumeOutcome {
         /// Executions in the window (rate) or units spent (budget) at the time of the check.
         used: u64,
     },
+}
+
+impl ConsumeOutcome {
+    /// True when every charge fitted and was recorded.
+    pub fn is_consumed(&self) -> bool {
+        matches!(self, Self::Consumed { .. })
+    }
 }
 
 /// Where an approval stands.
@@ -632,7 +645,7 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
             return Ok((claim, None));
         }
         let consumed = self.try_consume_now(charges, clock);
-        if !matches!(consumed, Ok((ConsumeOutcome::Consumed, _))) {
+        if !matches!(consumed, Ok((ConsumeOutcome::Consumed { .. }, _))) {
             self.release_execution(&lease.execution_id)?;
         }
         Ok((claim, Some(consumed?)))

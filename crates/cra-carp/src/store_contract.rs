@@ -232,12 +232,12 @@ fn rate_counters(s: &dyn CarpStore) {
     let t0 = 1_000_000_000_i64;
     assert_eq!(
         s.try_consume(std::slice::from_ref(&c), t0).unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![0] }
     );
     assert_eq!(
         s.try_consume(std::slice::from_ref(&c), t0 + 1_000_000)
             .unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![1] }
     );
     match s
         .try_consume(std::slice::from_ref(&c), t0 + 2_000_000)
@@ -266,7 +266,7 @@ fn rate_counters(s: &dyn CarpStore) {
     assert_eq!(
         s.try_consume(std::slice::from_ref(&c), t0 + 60_000_000)
             .unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![1] }
     );
     let other_scope = Charge {
         scope_key: "agent:b".to_owned(),
@@ -274,7 +274,7 @@ fn rate_counters(s: &dyn CarpStore) {
     };
     assert_eq!(
         s.try_consume(&[other_scope], t0 + 60_000_000).unwrap(),
-        ConsumeOutcome::Consumed,
+        ConsumeOutcome::Consumed { used: vec![0] },
         "scopes are counted apart"
     );
 }
@@ -295,11 +295,11 @@ fn windowed_totals(s: &dyn CarpStore) {
     let at = |s_: i64| t0 + s_ * 1_000_000;
     assert_eq!(
         s.try_consume(&[c(600)], at(0)).unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![0] }
     );
     assert_eq!(
         s.try_consume(&[c(400)], at(1)).unwrap(),
-        ConsumeOutcome::Consumed,
+        ConsumeOutcome::Consumed { used: vec![600] },
         "exactly the maximum fits"
     );
     match s.try_consume(&[c(1)], at(2)).unwrap() {
@@ -318,7 +318,7 @@ fn windowed_totals(s: &dyn CarpStore) {
     ));
     assert_eq!(
         s.try_consume(&[c(600)], at(60)).unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![400] }
     );
     assert!(
         matches!(
@@ -334,7 +334,7 @@ fn windowed_totals(s: &dyn CarpStore) {
     ));
     assert_eq!(
         s.try_consume(&[c(500), c(500)], at(1_000)).unwrap(),
-        ConsumeOutcome::Consumed
+        ConsumeOutcome::Consumed { used: vec![0, 500] }
     );
 }
 
@@ -396,12 +396,18 @@ fn budget_counters(s: &dyn CarpStore) {
         },
     };
     assert_eq!(s.budget_spent("b", "global").unwrap(), 0);
-    assert_eq!(s.try_consume(&[c(7)], 1).unwrap(), ConsumeOutcome::Consumed);
+    assert_eq!(
+        s.try_consume(&[c(7)], 1).unwrap(),
+        ConsumeOutcome::Consumed { used: vec![0] }
+    );
     assert!(matches!(
         s.try_consume(&[c(4)], 2).unwrap(),
         ConsumeOutcome::Refused { used: 7, .. }
     ));
-    assert_eq!(s.try_consume(&[c(3)], 3).unwrap(), ConsumeOutcome::Consumed);
+    assert_eq!(
+        s.try_consume(&[c(3)], 3).unwrap(),
+        ConsumeOutcome::Consumed { used: vec![7] }
+    );
     assert_eq!(s.budget_spent("b", "global").unwrap(), 10);
     assert!(matches!(
         s.try_consume(&[c(1)], 4).unwrap(),
@@ -426,7 +432,9 @@ fn uncapped_charges_always_fit_and_are_counted(s: &dyn CarpStore) {
         let charges = [of("rl", limit.uncapped()), of("b", budget.uncapped())];
         assert_eq!(
             s.try_consume(&charges, at).unwrap(),
-            ConsumeOutcome::Consumed
+            ConsumeOutcome::Consumed {
+                used: vec![at as u64 - 1, 2 * (at as u64 - 1)]
+            }
         );
     }
     assert_eq!(s.rate_count("rl", "session:s1", 0, 3).unwrap(), 3);
@@ -612,7 +620,7 @@ fn consume_now_records_at_the_instant_it_returns(s: &dyn CarpStore) {
     let c = hourly("rl", 10);
     let before = wall_now_us();
     let (outcome, t1) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
-    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    assert_eq!(outcome, ConsumeOutcome::Consumed { used: vec![0] });
     assert!(
         (t1 - before).abs() < CLOCK_TOLERANCE_US,
         "the instant used ({t1}) is the store's clock, near now ({before})"
@@ -623,7 +631,7 @@ fn consume_now_records_at_the_instant_it_returns(s: &dyn CarpStore) {
         "the charge is recorded at exactly the instant returned"
     );
     let (outcome, t2) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
-    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    assert_eq!(outcome, ConsumeOutcome::Consumed { used: vec![1] });
     assert!(
         t2 >= t1,
         "a later charge is not counted earlier ({t2} < {t1})"
@@ -641,13 +649,13 @@ fn consume_now_counts_the_window_ending_at_the_store_clock(s: &dyn CarpStore) {
     for at in [now - 7_200_000_000, now - 1_800_000_000] {
         assert_eq!(
             s.try_consume(std::slice::from_ref(&c), at).unwrap(),
-            ConsumeOutcome::Consumed
+            ConsumeOutcome::Consumed { used: vec![0] }
         );
     }
     let (outcome, t) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
     assert_eq!(
         outcome,
-        ConsumeOutcome::Consumed,
+        ConsumeOutcome::Consumed { used: vec![1] },
         "one call in the window and a limit of two: the charge fits"
     );
     let (outcome, t_refused) = s.try_consume_now(std::slice::from_ref(&c), &clock).unwrap();
@@ -674,7 +682,7 @@ fn consume_now_is_all_or_nothing(s: &dyn CarpStore) {
     let (outcome, _) = s
         .try_consume_now(&[hourly("rl", 5), budget(3, 2)], &clock)
         .unwrap();
-    assert_eq!(outcome, ConsumeOutcome::Consumed);
+    assert_eq!(outcome, ConsumeOutcome::Consumed { used: vec![0, 0] });
     let (outcome, _) = s
         .try_consume_now(&[hourly("rl", 5), budget(3, 2), hourly("rl2", 5)], &clock)
         .unwrap();
@@ -812,7 +820,10 @@ fn a_claim_whose_charge_is_refused_is_not_kept(s: &dyn CarpStore) {
         .claim_and_consume_now(&sample_lease("e1", "r1", "s1", Some("k1")), &once, &clock)
         .unwrap();
     assert_eq!(claim, ClaimOutcome::Claimed);
-    assert_eq!(consumed.map(|(c, _)| c), Some(ConsumeOutcome::Consumed));
+    assert_eq!(
+        consumed.map(|(c, _)| c),
+        Some(ConsumeOutcome::Consumed { used: vec![0] })
+    );
     assert_eq!(lease_ids(s, "r1"), ["e1"]);
     let (claim, consumed) = s
         .claim_and_consume_now(&sample_lease("e2", "r1", "s1", Some("k2")), &once, &clock)

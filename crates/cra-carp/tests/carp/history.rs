@@ -296,10 +296,10 @@ fn retry_after_is_the_exact_wait_until_a_windowed_charge_fits() {
             units,
         },
     };
-    for (units, at) in [(6_000_000, 0), (3_000_000, 30)] {
+    for (units, at, used) in [(6_000_000, 0, 0), (3_000_000, 30, 6_000_000)] {
         assert_eq!(
             s.try_consume(&[total(units)], sec(at)).unwrap(),
-            ConsumeOutcome::Consumed
+            ConsumeOutcome::Consumed { used: vec![used] }
         );
     }
     assert!(matches!(

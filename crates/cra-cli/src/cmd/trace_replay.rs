@@ -92,8 +92,9 @@ impl ReplayReport {
     }
 
     /// Executes decided otherwise, or that could not be decided again. One decided otherwise
-    /// on history of an agent or global scope is not: other chains hold part of that history
-    /// (`cra atlas simulate` over every chain decides those).
+    /// on history of an agent or global scope that the call did not record reading is not:
+    /// other chains hold part of that history (`cra atlas simulate` over every chain decides
+    /// those).
     pub fn executes_failed(&self) -> impl Iterator<Item = &ExecuteCase> {
         self.executes.iter().filter(|c| {
             (c.diverged() && !c.reads_beyond_session)
@@ -293,7 +294,9 @@ fn execute_json(c: &ExecuteCase) -> Value {
         ExecuteReplay::Decided(v) if c.diverged() && c.reads_beyond_session => (
             "not_comparable",
             json!(v),
-            json!("decided on agent or global history, which other chains hold part of"),
+            json!(
+                "decided on agent or global history the call did not record reading, which other chains hold part of"
+            ),
         ),
         ExecuteReplay::Decided(v) if c.diverged() => ("diverged", json!(v), Value::Null),
         ExecuteReplay::Decided(v) => ("same", json!(v), Value::Null),

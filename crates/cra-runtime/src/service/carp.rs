@@ -30,6 +30,7 @@ use cra_carp::events::{
     validate_events,
 };
 use cra_carp::explain::ShadowExplain;
+use cra_carp::history::HistoryRead;
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StateChange, StoredResolution};
 use cra_carp::types::{
@@ -375,7 +376,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             carp.decide_execute(&req, again)
         })
     };
-    let (mut outcome, mut shadow) = split(decide(false).await?);
+    let (mut outcome, mut shadow, history) = split(decide(false).await?);
     let approval_id = stored
         .as_ref()
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
@@ -388,6 +389,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         parent: parent.as_deref(),
         approval_id,
         shadow: shadow.take(),
+        history,
     };
     if let Ok(ExecuteOutcome::OpenApproval { response, approval }) = outcome {
         let expires_at = stored
@@ -397,7 +399,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             Some(answer) => return Ok(answer),
             // Another execute under the resolution opened its approval first: decide again,
             // on the approval as it now stands.
-            None => (outcome, call.shadow) = split(decide(true).await?),
+            None => (outcome, call.shadow, call.history) = split(decide(true).await?),
         }
     }
     if call.shadow.is_some() {
@@ -414,13 +416,17 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
     }
 }
 
-/// An execute's outcome and its shadow decision, apart.
+/// An execute's outcome, its shadow decision and the history it read, apart.
 fn split(
     decided: Result<ExecuteDecided, CarpError>,
-) -> (Result<ExecuteOutcome, CarpError>, Option<ShadowExplain>) {
+) -> (
+    Result<ExecuteOutcome, CarpError>,
+    Option<ShadowExplain>,
+    HistoryRead,
+) {
     match decided {
-        Ok(d) => (Ok(d.outcome), d.shadow),
-        Err(e) => (Err(e), None),
+        Ok(d) => (Ok(d.outcome), d.shadow, d.history),
+        Err(e) => (Err(e), None, HistoryRead::default()),
     }
 }
 
@@ -444,6 +450,8 @@ struct Call<'a> {
     approval_id: Option<&'a str>,
     /// What the action's `log_only` policies would have decided for the call, when otherwise.
     shadow: Option<ShadowExplain>,
+    /// What the decision read of history.
+    history: HistoryRead,
 }
 
 impl Call<'_> {
@@ -474,6 +482,7 @@ impl Call<'_> {
             parameters: &self.exec.parameters,
             idempotency_key: self.exec.idempotency_key.as_deref(),
             shadow: self.shadow.as_ref().map(ShadowEvaluated::from),
+            history: (!self.history.is_empty()).then_some(&self.history),
         })
     }
 

@@ -131,6 +131,7 @@ impl PgStore {
         };
         let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
         let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
+        let mut read = Vec::with_capacity(charges.len());
         for charge in charges {
             let key = (charge.policy_id.as_str(), charge.scope_key.as_str());
             let refused = |used| ConsumeOutcome::Refused {
@@ -159,6 +160,7 @@ impl PgStore {
                         return Ok((refused(used), at_us));
                     }
                     *rate_added.entry(key).or_default() += units;
+                    read.push(used);
                 }
                 ChargeKind::Budget { max_units, units } => {
                     let used = spent.get(&key).copied().unwrap_or(0)
@@ -170,6 +172,7 @@ impl PgStore {
                         return Ok((refused(used), at_us));
                     }
                     *budget_added.entry(key).or_default() += units;
+                    read.push(used);
                 }
             }
         }
@@ -189,7 +192,7 @@ impl PgStore {
             .map_err(be)?;
         }
         tx.commit().map_err(be)?;
-        Ok((ConsumeOutcome::Consumed, at_us))
+        Ok((ConsumeOutcome::Consumed { used: read }, at_us))
     }
 
     /// One try of [`CarpStore::claim_execution`]; `None` when the key's holder went away

@@ -476,6 +476,7 @@ fn consume_in(
     // twice are counted together.
     let mut rate_planned: Vec<(&str, &str, u64)> = Vec::new();
     let mut budget_planned: Vec<(&str, &str, u64)> = Vec::new();
+    let mut read = Vec::with_capacity(charges.len());
     for c in charges {
         let (policy, scope) = (c.policy_id.as_str(), c.scope_key.as_str());
         let refused = |used| {
@@ -503,6 +504,7 @@ fn consume_in(
                     return refused(used);
                 }
                 rate_planned.push((policy, scope, units));
+                read.push(used);
             }
             ChargeKind::Budget { max_units, units } => {
                 let earlier: u64 = budget_planned
@@ -519,6 +521,7 @@ fn consume_in(
                     return refused(used);
                 }
                 budget_planned.push((policy, scope, units));
+                read.push(used);
             }
         }
     }
@@ -536,7 +539,7 @@ fn consume_in(
             .insert((policy, scope), now.unwrap_or(0) + units)
             .map_err(be)?;
     }
-    Ok((ConsumeOutcome::Consumed, true))
+    Ok((ConsumeOutcome::Consumed { used: read }, true))
 }
 
 /// Records `lease` in `txn` and claims its key (see [`CarpStore::claim_execution`]).

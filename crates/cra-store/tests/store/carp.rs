@@ -246,7 +246,10 @@ fn race(store: Arc<dyn CarpStore>) {
             let (store, charges, barrier) = (store.clone(), charges.clone(), barrier.clone());
             std::thread::spawn(move || {
                 barrier.wait();
-                store.try_consume(&charges, 1_000_000 + i).unwrap() == ConsumeOutcome::Consumed
+                store
+                    .try_consume(&charges, 1_000_000 + i)
+                    .unwrap()
+                    .is_consumed()
             })
         })
         .collect();
@@ -286,7 +289,7 @@ fn race_for_a_total(store: Arc<dyn CarpStore>) {
                 store
                     .try_consume(std::slice::from_ref(&charge), at)
                     .unwrap()
-                    == ConsumeOutcome::Consumed
+                    .is_consumed()
             })
         })
         .collect();

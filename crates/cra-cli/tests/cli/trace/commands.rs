@@ -776,6 +776,21 @@ fn drive_refunds(live: &mut Live) -> Vec<Refund> {
     out
 }
 
+/// The refunds atlas as `edit` rewrites its `atlas.json`, in `name` under the server's
+/// directory.
+fn refunds_variant(live: &Live, name: &str, edit: impl Fn(String) -> String) -> PathBuf {
+    let dir = live.dir.path().join(name);
+    std::fs::create_dir_all(dir.join("context")).unwrap();
+    std::fs::copy(
+        refunds_dir().join("context/refunds.md"),
+        dir.join("context/refunds.md"),
+    )
+    .unwrap();
+    let text = std::fs::read_to_string(refunds_dir().join("atlas.json")).unwrap();
+    std::fs::write(dir.join("atlas.json"), edit(text)).unwrap();
+    dir
+}
+
 /// Exports `session`'s chain from the stopped server's data directory and replays it against
 /// `atlas`: the file, the exit and the `-o json` report.
 fn export_and_replay(live: &Live, session: &str, atlas: &Path) -> (PathBuf, Exit, Value) {
@@ -823,24 +838,16 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
     assert_eq!((x.decided, x.flipped()), (lookups + day.len(), 0), "{x:#?}");
     assert!(x.errors.is_empty() && x.skipped.is_empty(), "{x:#?}");
 
-    let dir = live.dir.path().join("planted");
-    std::fs::create_dir_all(dir.join("context")).unwrap();
-    std::fs::copy(
-        refunds_dir().join("context/refunds.md"),
-        dir.join("context/refunds.md"),
-    )
-    .unwrap();
-    let text = std::fs::read_to_string(refunds_dir().join("atlas.json")).unwrap();
-    let planted = text
-        .replacen(
+    let dir = refunds_variant(&live, "planted", |text| {
+        text.replacen(
             r#"{"policy_id": "allow-lookups""#,
             r#"{"policy_id": "deny-large", "type": "deny", "actions": ["refund.issue"], "priority": 100,
                "conditions": {"parameters": [{"pointer": "/amount", "gt": 400}]}},
                {"policy_id": "allow-lookups""#,
             1,
         )
-        .replacen(r#""within_seconds": 3600"#, r#""within_seconds": 60"#, 1);
-    std::fs::write(dir.join("atlas.json"), planted).unwrap();
+        .replacen(r#""within_seconds": 3600"#, r#""within_seconds": 60"#, 1)
+    });
     let want_large = day.iter().filter(|r| r.ran && r.amount > 400).count();
     let want_stale = day
         .iter()
@@ -894,15 +901,48 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
         ),
         "{doc:#}"
     );
-    // One chain cannot hold a global total: replayed alone, the refund refused for
-    // overspending its order across sessions finds nothing spent and comes out allowed. That is
-    // reported as not comparable, and the replay does not fail on it.
+    // A global total lives in other chains, but the refund recorded what its counter held
+    // (`history` in `action.requested`): replayed alone, the refund refused for overspending its
+    // order across sessions is refused again, by the same policy.
     let over = day
         .iter()
         .find(|r| r.order == "capped-0" && !r.ran)
         .unwrap();
-    let (_, exit, doc) = export_and_replay(&live, &over.session, &refunds_dir());
+    let (file, exit, doc) = export_and_replay(&live, &over.session, &refunds_dir());
     assert_eq!(exit, Exit::Success, "{doc:#}");
+    let refund = &doc["executes"][1];
+    assert_eq!(
+        (&refund["outcome"], &refund["replayed"]["policy_id"]),
+        (
+            &serde_json::json!("same"),
+            &serde_json::json!("allow-refunds")
+        ),
+        "{doc:#}"
+    );
+    assert_eq!(
+        refund["recorded"]["error"], "rate_limit_exceeded",
+        "{doc:#}"
+    );
+    // An atlas that asks of the total what the refund did not (a two-day window) is answered
+    // from this one chain, which holds nothing spent: the refund comes out allowed, which is
+    // reported as not comparable and is not an execute divergence. (The replay fails on the
+    // resolve, whose constraint now carries the new window.)
+    let wider = refunds_variant(&live, "wider", |text| {
+        text.replacen(
+            r#""window_seconds": 86400"#,
+            r#""window_seconds": 172800"#,
+            1,
+        )
+    });
+    let (exit, out, _) = cli(&["replay", s(&file), "--atlas", s(&wider), "-o", "json"]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Negative, "{doc:#}");
+    assert_eq!(
+        doc["first_divergence"]["pointer"],
+        "/constraints/0/parameters/steps/0/history/1/sum_within/window_seconds",
+        "{doc:#}"
+    );
+    assert!(doc["first_execute_divergence"].is_null(), "{doc:#}");
     let refund = &doc["executes"][1];
     assert_eq!(
         (

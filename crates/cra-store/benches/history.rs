@@ -17,8 +17,11 @@
 //!
 //! Every predicate holds (the worst case: none short-circuits). The events are spread over 500
 //! customers and 24 hours; the measured customer has its share. Besides criterion's estimates it
-//! prints p50 and p99 over 5,000 individually timed decisions per size, and the first decision in
-//! a freshly opened store (a cold process's first call). Run:
+//! prints the first decision in a freshly opened store, and p50 and p99 over 5,000 individually
+//! timed decisions per size, the sizes taken in turn call by call so the machine's drift falls on
+//! both alike, with the ratio of the two p50s (flat is 1.0). The same figures for a cold process:
+//! this bench started again as a child over the seeded stores, timing its first 1,000 decisions
+//! on each, as a server started on an existing store makes them. Run:
 //! `cargo bench -p cra-store --bench history`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -36,7 +39,7 @@ use cra_carp::validate::{CarpError, compile_schema, parse_request};
 use cra_carp::{CarpRequest, Resolution};
 use cra_store::RedbStore;
 use cra_wire::SequentialIds;
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use serde_json::{Map, json};
 
 #[path = "common/history_atlas.rs"]
@@ -201,7 +204,8 @@ fn sum_charges() -> Vec<Charge> {
         .collect()
 }
 
-fn percentiles(label: &str, mut samples: Vec<u128>) {
+/// Prints `samples`' p50 and p99 (nanoseconds, shown in µs) under `label`; returns the p50 in µs.
+fn percentiles(label: &str, mut samples: Vec<u128>) -> f64 {
     samples.sort_unstable();
     let p = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
     println!(
@@ -210,6 +214,7 @@ fn percentiles(label: &str, mut samples: Vec<u128>) {
         p(0.99),
         samples.len()
     );
+    p(0.50)
 }
 
 fn bench(c: &mut Criterion) {
@@ -252,15 +257,14 @@ fn bench(c: &mut Criterion) {
     } else {
         &[1_000]
     };
-    for &events in sizes {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let store = RedbStore::open(dir.path()).unwrap();
-            store
-                .create_session(&SessionRecord::opened(SESSION, AGENT, NOW.into()))
-                .unwrap();
-            seed(&store, &set, events, now_us);
-        }
+    let seeded: Vec<(u64, tempfile::TempDir)> = sizes
+        .iter()
+        .map(|&events| (events, seeded_store(&set, events, now_us)))
+        .collect();
+    let count = if measuring { COLD_CALLS } else { 1 };
+    cold_process(&seeded, count);
+    let mut stores = Vec::with_capacity(seeded.len());
+    for (events, dir) in &seeded {
         // A freshly opened store: the first decision pays for opening tables and reading pages.
         let store = RedbStore::open(dir.path()).unwrap();
         let t = Instant::now();
@@ -270,7 +274,7 @@ fn bench(c: &mut Criterion) {
             "10 limits charge the call"
         );
         println!(
-            "history/decide/{events}: first decision in a freshly opened store {:.2} us (p50 and p99 below)",
+            "history/decide/{events}: first decision in a freshly opened store {:.2} us",
             t.elapsed().as_nanos() as f64 / 1000.0
         );
         group.bench_function(format!("decide/{events}"), |b| {
@@ -280,18 +284,116 @@ fn bench(c: &mut Criterion) {
         group.bench_function(format!("decide_sum_in_store/{events}"), |b| {
             b.iter(|| black_box(store.try_consume(&charges, now_us).unwrap()))
         });
-        let count = if measuring { 5_000 } else { 1 };
-        let samples = (0..count)
-            .map(|_| {
-                let t = Instant::now();
-                black_box(decide(&store, &the_call, &set, now_us));
-                t.elapsed().as_nanos()
-            })
-            .collect();
-        percentiles(&format!("history/decide/{events}"), samples);
+        stores.push((*events, store));
     }
     group.finish();
+    let count = if measuring { 5_000 } else { 1 };
+    alternating("", &stores, &the_call, &set, now_us, count);
+}
+
+/// A store of `events` recorded events over the atlas's counters, in a new directory.
+fn seeded_store(set: &AtlasSet, events: u64, now_us: i64) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path()).unwrap();
+    store
+        .create_session(&SessionRecord::opened(SESSION, AGENT, NOW.into()))
+        .unwrap();
+    seed(&store, set, events, now_us);
+    dir
+}
+
+/// Times `count` decisions on each store, taking the stores in turn call by call, so that a
+/// change in the machine's speed during the run falls on every size alike; prints each size's
+/// first decision (`label` says in what process), p50 and p99, and the largest size's p50 as a
+/// ratio of the smallest's (flat is 1.0).
+fn alternating(
+    label: &str,
+    stores: &[(u64, RedbStore)],
+    the_call: &Call,
+    set: &AtlasSet,
+    now_us: i64,
+    count: usize,
+) {
+    let mut samples: Vec<Vec<u128>> = vec![Vec::with_capacity(count); stores.len()];
+    for _ in 0..count {
+        for ((_, store), out) in stores.iter().zip(&mut samples) {
+            let t = Instant::now();
+            black_box(decide(store, the_call, set, now_us));
+            out.push(t.elapsed().as_nanos());
+        }
+    }
+    let mut p50s = Vec::with_capacity(stores.len());
+    for ((events, _), taken) in stores.iter().zip(samples) {
+        if !label.is_empty() {
+            println!(
+                "history/decide/{events}{label}: first decision {:.2} us",
+                taken[0] as f64 / 1000.0
+            );
+        }
+        p50s.push(percentiles(&format!("history/decide/{events}{label}"), taken));
+    }
+    if let (Some(first), Some(last)) = (p50s.first(), p50s.last())
+        && p50s.len() > 1
+    {
+        println!(
+            "history/decide{label}: p50 at {} events / p50 at {} events = {:.2}",
+            stores[stores.len() - 1].0,
+            stores[0].0,
+            last / first.max(f64::MIN_POSITIVE)
+        );
+    }
+}
+
+/// How a child process of this bench is told to time a cold process's calls: the seeded
+/// stores as `events=directory` pairs separated by `;`, and the number of calls to time.
+const COLD_STORES: &str = "CRA_BENCH_HISTORY_COLD_STORES";
+const COLD_COUNT: &str = "CRA_BENCH_HISTORY_COLD_CALLS";
+/// The calls a cold process times: a freshly started server's first thousand per store.
+const COLD_CALLS: usize = 1_000;
+
+/// Times the first `calls` decisions of a new process over the seeded stores (this bench run
+/// again as a child), as a server started on an existing store makes them: nothing of the
+/// process, the store's cache or its tables is warm. The child prints its figures.
+fn cold_process(seeded: &[(u64, tempfile::TempDir)], calls: usize) {
+    let stores: Vec<String> = seeded
+        .iter()
+        .map(|(events, dir)| format!("{events}={}", dir.path().display()))
+        .collect();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .env(COLD_STORES, stores.join(";"))
+        .env(COLD_COUNT, calls.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the cold process failed: {out:?}");
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// The child's side of [`cold_process`]: the atlas compiled as a server compiles it at start,
+/// then the stores opened and their first calls timed in turn.
+fn cold_child(stores: &str) {
+    let calls = std::env::var(COLD_COUNT).unwrap().parse().unwrap();
+    let set = atlas();
+    let the_call = call(&set);
+    let now_us = cra_carp::eval::unix_micros(cra_wire::clock::parse_rfc3339(NOW).unwrap());
+    let opened: Vec<(u64, RedbStore)> = stores
+        .split(';')
+        .map(|pair| {
+            let (events, dir) = pair.split_once('=').unwrap();
+            let store = RedbStore::open(std::path::Path::new(dir)).unwrap();
+            (events.parse().unwrap(), store)
+        })
+        .collect();
+    alternating(": a cold process", &opened, &the_call, &set, now_us, calls);
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    match std::env::var(COLD_STORES) {
+        Ok(stores) => cold_child(&stores),
+        Err(_) => {
+            benches();
+            Criterion::default().configure_from_args().final_summary();
+        }
+    }
+}

@@ -508,10 +508,11 @@ fn criterion_bench(
         bail!("cargo bench -p {pkg} wrote no criterion results");
     }
     figures.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-    // Extra lines the benches print themselves (percentiles), kept verbatim.
+    // Extra lines the benches print themselves (percentiles, a cold process's first call),
+    // kept verbatim.
     let notes: Vec<&str> = stdout
         .lines()
-        .filter(|l| l.contains("p50") || l.contains("p99"))
+        .filter(|l| l.contains("p50") || l.contains("p99") || l.contains("first decision"))
         .collect();
     if !notes.is_empty() {
         figures.push(json!({"id": "notes", "lines": notes}));

@@ -330,7 +330,10 @@ fn alternating(
                 taken[0] as f64 / 1000.0
             );
         }
-        p50s.push(percentiles(&format!("history/decide/{events}{label}"), taken));
+        p50s.push(percentiles(
+            &format!("history/decide/{events}{label}"),
+            taken,
+        ));
     }
     if let (Some(first), Some(last)) = (p50s.first(), p50s.last())
         && p50s.len() > 1

@@ -923,6 +923,36 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
         refund["recorded"]["error"], "rate_limit_exceeded",
         "{doc:#}"
     );
+    // A recorded `history` that is not a history read (an edited chain, sealed again) is not
+    // guessed around: that refund is an error saying so, and the replay fails.
+    let mut events = read_events(&file);
+    let requested = events
+        .iter_mut()
+        .filter(|e| e.event_type == "action.requested")
+        .nth(1)
+        .unwrap();
+    assert!(requested.payload.get("history").is_some(), "{requested:?}");
+    requested.payload["history"] = serde_json::json!({"counters": "all of them"});
+    let edited = live.dir.path().join("edited-history.trace.jsonl");
+    std::fs::write(&edited, reseal(&events)).unwrap();
+    let (exit, out, _) = cli(&[
+        "replay",
+        s(&edited),
+        "--atlas",
+        s(&refunds_dir()),
+        "-o",
+        "json",
+    ]);
+    let doc = json(&out);
+    assert_eq!(exit, Exit::Negative, "{doc:#}");
+    let refund = &doc["executes"][1];
+    assert_eq!(refund["outcome"], "error", "{doc:#}");
+    assert!(
+        refund["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("`history` is not a history read")),
+        "{doc:#}"
+    );
     // An atlas that asks of the total what the refund did not (a two-day window) is answered
     // from this one chain, which holds nothing spent: the refund comes out allowed, which is
     // reported as not comparable and is not an execute divergence. (The replay fails on the

@@ -205,6 +205,7 @@ impl History {
                     .saturating_add(earlier_units(charges, at))
             });
             (used.saturating_add(need) > max).then(|| ConsumeOutcome::Refused {
+                at,
                 policy_id: c.policy_id.clone(),
                 scope_key: c.scope_key.clone(),
                 kind: c.kind.clone(),

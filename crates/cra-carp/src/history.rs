@@ -643,16 +643,10 @@ impl HistoryRead {
                 let reads = used.iter().enumerate().map(|(at, &u)| read(at, u));
                 self.counters.extend(reads);
             }
-            ConsumeOutcome::Refused {
-                policy_id,
-                scope_key,
-                kind,
-                used,
-            } => {
-                let at = charges.iter().position(|c| {
-                    &c.policy_id == policy_id && &c.scope_key == scope_key && &c.kind == kind
-                });
-                self.counters.extend(at.map(|at| read(at, *used)));
+            ConsumeOutcome::Refused { at, used, .. } => {
+                if *at < charges.len() {
+                    self.counters.push(read(*at, *used));
+                }
             }
         }
     }
@@ -838,6 +832,7 @@ mod tests {
         );
         assert_eq!(read.counter_used(&charges, 2), Some(13));
         let refused = ConsumeOutcome::Refused {
+            at: 2,
             policy_id: "a".into(),
             scope_key: "global".into(),
             kind: charges[2].kind.clone(),
@@ -847,6 +842,21 @@ mod tests {
         refusal.consumed(&charges, &refused);
         assert_eq!(refusal.counters.len(), 1, "only the counter that refused");
         assert_eq!(refusal.counters[0].used, 95);
+        // Two identical charges on one counter: the store names the one it refused by its
+        // index, so the first's 3 units are taken off what the second found.
+        let twice = [charge("a", 3), charge("a", 3)];
+        let mut refusal = HistoryRead::default();
+        refusal.consumed(
+            &twice,
+            &ConsumeOutcome::Refused {
+                at: 1,
+                policy_id: "a".into(),
+                scope_key: "global".into(),
+                kind: twice[1].kind.clone(),
+                used: 98,
+            },
+        );
+        assert_eq!(refusal.counters[0].used, 95, "the second charge refused");
 
         let now = 1_000 * 1_000_000;
         read.mark("p#0", "global|k", now - 60 * 1_000_000, now, true);

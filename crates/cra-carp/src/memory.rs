@@ -123,6 +123,7 @@ fn consume(s: &mut State, charges: &[Charge], at_us: i64) -> ConsumeOutcome {
         };
         if !fits {
             return ConsumeOutcome::Refused {
+                at: i,
                 policy_id: c.policy_id.clone(),
                 scope_key: c.scope_key.clone(),
                 kind: c.kind.clone(),

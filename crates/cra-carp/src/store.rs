@@ -303,7 +303,9 @@ pub enum ConsumeOutcome {
     },
     /// This charge did not fit; nothing was recorded.
     Refused {
-        /// The first charge (in the order given) that did not fit.
+        /// The first charge that did not fit: its index in the charges given.
+        at: usize,
+        /// Its policy (the charge's `policy_id`).
         policy_id: String,
         /// Its counter.
         scope_key: String,

@@ -464,7 +464,7 @@ fn consume_is_all_or_nothing(s: &dyn CarpStore) {
     };
     assert!(matches!(
         s.try_consume(&[ok.clone(), full], 10).unwrap(),
-        ConsumeOutcome::Refused { ref policy_id, .. } if policy_id == "b"
+        ConsumeOutcome::Refused { at: 1, ref policy_id, .. } if policy_id == "b"
     ));
     assert_eq!(
         s.rate_count("rl", "global", 0, 100).unwrap(),
@@ -472,6 +472,17 @@ fn consume_is_all_or_nothing(s: &dyn CarpStore) {
         "a refused consume records nothing"
     );
     assert_eq!(s.budget_spent("b", "global").unwrap(), 0);
+    // Two identical charges: the refusal names the second by its index, not by its counter.
+    let once = Charge {
+        policy_id: "twice".to_owned(),
+        scope_key: "global".to_owned(),
+        kind: rate(1, 60),
+    };
+    let outcome = s.try_consume(&[once.clone(), once], 10).unwrap();
+    assert!(
+        matches!(outcome, ConsumeOutcome::Refused { at: 1, used: 1, .. }),
+        "the second charge finds the first's unit and is refused: got {outcome:?}"
+    );
 }
 
 /// A pending approval of resolution `res-1` in session `s1`, as the contract uses.
@@ -687,7 +698,7 @@ fn consume_now_is_all_or_nothing(s: &dyn CarpStore) {
         .try_consume_now(&[hourly("rl", 5), budget(3, 2), hourly("rl2", 5)], &clock)
         .unwrap();
     assert!(
-        matches!(outcome, ConsumeOutcome::Refused { ref policy_id, used: 2, .. } if policy_id == "b"),
+        matches!(outcome, ConsumeOutcome::Refused { at: 1, ref policy_id, used: 2, .. } if policy_id == "b"),
         "2 + 2 units of a budget of 3 are refused, naming the budget: got {outcome:?}"
     );
     assert_eq!(

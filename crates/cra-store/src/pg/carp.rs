@@ -132,9 +132,10 @@ impl PgStore {
         let mut rate_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
         let mut budget_added: std::collections::BTreeMap<(&str, &str), u64> = Default::default();
         let mut read = Vec::with_capacity(charges.len());
-        for charge in charges {
+        for (at, charge) in charges.iter().enumerate() {
             let key = (charge.policy_id.as_str(), charge.scope_key.as_str());
             let refused = |used| ConsumeOutcome::Refused {
+                at,
                 policy_id: charge.policy_id.clone(),
                 scope_key: charge.scope_key.clone(),
                 kind: charge.kind.clone(),

@@ -477,11 +477,12 @@ fn consume_in(
     let mut rate_planned: Vec<(&str, &str, u64)> = Vec::new();
     let mut budget_planned: Vec<(&str, &str, u64)> = Vec::new();
     let mut read = Vec::with_capacity(charges.len());
-    for c in charges {
+    for (at, c) in charges.iter().enumerate() {
         let (policy, scope) = (c.policy_id.as_str(), c.scope_key.as_str());
         let refused = |used| {
             Ok((
                 ConsumeOutcome::Refused {
+                    at,
                     policy_id: c.policy_id.clone(),
                     scope_key: c.scope_key.clone(),
                     kind: c.kind.clone(),

@@ -106,6 +106,13 @@ pub fn scope_key(scope: Scope, agent_id: &str, session_id: &str) -> String {
     }
 }
 
+/// Whether a counter key (as [`scope_key`] builds it, possibly narrowed with `|<digest>`) counts
+/// calls of other sessions too: an agent's or the whole server's. A session's key, and the
+/// session-scoped use of a granted approval, count only the session's own calls.
+pub fn reaches_beyond_session(scope_key: &str) -> bool {
+    !scope_key.starts_with("session:")
+}
+
 /// One counter value in a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CounterEntry {

@@ -41,6 +41,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
+use crate::eval::reaches_beyond_session;
 use crate::execute::{Authorization, InForce, authorize, refusal_error};
 use crate::history::{HistoryRead, earlier_units};
 use crate::index::AtlasSet;
@@ -197,7 +198,7 @@ impl History {
         let refused = charges.iter().enumerate().find_map(|(at, c)| {
             let (max, need) = c.kind.cap_and_units();
             let used = recorded.counter_used(charges, at).unwrap_or_else(|| {
-                beyond |= reaches_beyond_session(c);
+                beyond |= reaches_beyond_session(&c.scope_key);
                 let since = c.kind.windowed().map_or(i64::MIN, |(_, _, window)| {
                     now_us.saturating_sub(crate::eval::seconds_to_us(window))
                 });
@@ -223,12 +224,6 @@ impl History {
                 .push((at_us, c.kind.cap_and_units().1));
         }
     }
-}
-
-/// A counter other sessions' calls count on: an agent or global scope (a grant's use, counted
-/// on the approval, is the session's own).
-fn reaches_beyond_session(c: &Charge) -> bool {
-    !c.scope_key.starts_with("session:") && !c.policy_id.starts_with("approval:")
 }
 
 fn micros(timestamp: &str) -> Option<i64> {
@@ -407,7 +402,7 @@ impl Decide<'_> {
             if let Some(found) = recorded.mark_found(counter, key, since_us, now_us) {
                 return Ok(found);
             }
-            beyond.set(beyond.get() || !key.starts_with("session:"));
+            beyond.set(beyond.get() || reaches_beyond_session(key));
             Ok(self.history.has_mark(counter, key, since_us, now_us))
         };
         let decided = authorize(
@@ -648,6 +643,17 @@ mod tests {
         let other_window = [windowed(10, 3_600, 4)];
         let (_, beyond) = empty.refused(&other_window, 100 * S, &recorded);
         assert!(beyond, "a read over another window is another question");
+    }
+
+    /// Marks and counters share one rule for "beyond the session": an agent's or the server's
+    /// key, narrowed or not. A session's key, which a granted approval's use is counted on, is
+    /// the session's own.
+    #[test]
+    fn only_agent_and_global_keys_reach_beyond_the_session() {
+        assert!(!reaches_beyond_session("session:s-1"));
+        assert!(!reaches_beyond_session("session:s-1|sha256:ab"));
+        assert!(reaches_beyond_session("agent:a-1|sha256:ab"));
+        assert!(reaches_beyond_session("global"));
     }
 
     #[test]

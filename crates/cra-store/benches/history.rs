@@ -7,7 +7,8 @@
 //!   resolve only carries the tests into the `parameters` constraint; no counter is read);
 //! * `history/decide/<events>`: the execute-time decision of one call (`execute::authorize`):
 //!   the steps walked, the 10 predicates answered from the store's index
-//!   (`CarpStore::has_event`, one seek each) and the 10 limits' charges built. Consuming the
+//!   (`CarpStore::has_event`, one seek each) and recorded as the engine records them for
+//!   `action.requested`'s `history`, and the 10 limits' charges built. Consuming the
 //!   charges is the store's write, the same as any rate limit's, and not measured here;
 //! * `history/compile_20_tests`: compiling the 20 tests from their written form, which an
 //!   execute does for every step of the stored resolution's `parameters` constraint;
@@ -21,7 +22,8 @@
 //! timed decisions per size, the sizes taken in turn call by call so the machine's drift falls on
 //! both alike, with the ratio of the two p50s (flat is 1.0). The same figures for a cold process:
 //! this bench started again as a child over the seeded stores, timing its first 1,000 decisions
-//! on each, as a server started on an existing store makes them. Run:
+//! on each, as a server started on an existing store makes them. And what recording the reads
+//! costs: the decision with and without the record, in turn call by call. Run:
 //! `cargo bench -p cra-store --bench history`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -30,6 +32,7 @@ use std::time::Instant;
 
 use cra_carp::eval::{CountersSnapshot, ResolveOptions, resolve};
 use cra_carp::execute::authorize;
+use cra_carp::history::HistoryRead;
 use cra_carp::index::AtlasSet;
 use cra_carp::store::{
     CarpStore, CarpStoreError, Charge, ChargeKind, ExecutionRecord, Mark, SessionRecord,
@@ -145,8 +148,8 @@ fn call(set: &AtlasSet) -> Call {
 }
 
 /// The execute-time decision of the call over `store`, as the engine makes it with `set`
-/// loaded: every step walked, predicates read.
-fn decide(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64) -> usize {
+/// loaded: every step walked, predicates read and, when `record`, recorded.
+fn decide_as(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64, record: bool) -> usize {
     let now = cra_wire::clock::parse_rfc3339(NOW).unwrap();
     let action = c
         .resolution
@@ -154,15 +157,21 @@ fn decide(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64) -> usize
         .iter()
         .find(|a| a.action_id.as_str() == TARGET)
         .unwrap();
-    // As the engine does: one reader for the call's predicates, opened at the first one.
+    // As the engine does: one reader for the call's predicates, opened at the first one, and
+    // every answer kept for the call's record (`action.requested`'s `history`).
     let mut reader: Option<Box<dyn cra_carp::store::MarkReader + '_>> = None;
+    let mut read = HistoryRead::default();
     let fail = |e: CarpStoreError| CarpError::new(cra_wire::Token::InternalError, e.to_string());
     let mut marked = |counter: &str, key: &str, since: i64| -> Result<bool, CarpError> {
         let r = match &mut reader {
             Some(r) => r,
             None => reader.insert(store.mark_reader().map_err(fail)?),
         };
-        r.has_event(counter, key, since, now_us).map_err(fail)
+        let found = r.has_event(counter, key, since, now_us).map_err(fail)?;
+        if record {
+            read.mark(counter, key, since, now_us, found);
+        }
+        Ok(found)
     };
     match authorize(
         &c.request,
@@ -179,9 +188,47 @@ fn decide(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64) -> usize
     )
     .unwrap()
     {
-        cra_carp::execute::Authorization::Proceed { charges, .. } => charges.len(),
+        cra_carp::execute::Authorization::Proceed { charges, .. } => {
+            assert_eq!(read.marks.len(), if record { 10 } else { 0 });
+            charges.len()
+        }
         other => panic!("the call was not cleared: {other:?}"),
     }
+}
+
+/// The execute-time decision as the engine makes it, its reads recorded.
+fn decide(store: &dyn CarpStore, c: &Call, set: &AtlasSet, now_us: i64) -> usize {
+    decide_as(store, c, set, now_us, true)
+}
+
+/// What recording the reads costs: `count` decisions on `store` with and without the record,
+/// in turn call by call; prints both p50s and their ratio.
+fn record_cost(
+    events: u64,
+    store: &RedbStore,
+    the_call: &Call,
+    set: &AtlasSet,
+    now_us: i64,
+    count: usize,
+) {
+    let mut with = Vec::with_capacity(count);
+    let mut without = Vec::with_capacity(count);
+    for _ in 0..count {
+        for (record, out) in [(true, &mut with), (false, &mut without)] {
+            let t = Instant::now();
+            black_box(decide_as(store, the_call, set, now_us, record));
+            out.push(t.elapsed().as_nanos());
+        }
+    }
+    let with = percentiles(&format!("history/decide/{events}: reads recorded"), with);
+    let without = percentiles(
+        &format!("history/decide/{events}: reads not recorded"),
+        without,
+    );
+    println!(
+        "history/decide/{events}: p50 recorded / p50 not recorded = {:.2}",
+        with / without.max(f64::MIN_POSITIVE)
+    );
 }
 
 /// Five `sum_within` charges of the measured customer that never fit (a maximum of 0), so the
@@ -289,6 +336,9 @@ fn bench(c: &mut Criterion) {
     group.finish();
     let count = if measuring { 5_000 } else { 1 };
     alternating("", &stores, &the_call, &set, now_us, count);
+    if let Some((events, store)) = stores.first() {
+        record_cost(*events, store, &the_call, &set, now_us, count);
+    }
 }
 
 /// A store of `events` recorded events over the atlas's counters, in a new directory.

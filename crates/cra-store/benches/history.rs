@@ -211,15 +211,11 @@ fn record_cost(
     now_us: i64,
     count: usize,
 ) {
-    let mut with = Vec::with_capacity(count);
-    let mut without = Vec::with_capacity(count);
-    for _ in 0..count {
-        for (record, out) in [(true, &mut with), (false, &mut without)] {
-            let t = Instant::now();
-            black_box(decide_as(store, the_call, set, now_us, record));
-            out.push(t.elapsed().as_nanos());
-        }
-    }
+    let [with, without]: [Vec<u128>; 2] = in_turn(count, 2, |i| {
+        black_box(decide_as(store, the_call, set, now_us, i == 0));
+    })
+    .try_into()
+    .unwrap();
     let with = percentiles(&format!("history/decide/{events}: reads recorded"), with);
     let without = percentiles(
         &format!("history/decide/{events}: reads not recorded"),
@@ -352,6 +348,20 @@ fn seeded_store(set: &AtlasSet, events: u64, now_us: i64) -> tempfile::TempDir {
     dir
 }
 
+/// Times `count` runs of each of `variants` variants of one call (`run(i)` runs variant `i`),
+/// taking the variants in turn call by call; the nanoseconds of each run, per variant.
+fn in_turn(count: usize, variants: usize, mut run: impl FnMut(usize)) -> Vec<Vec<u128>> {
+    let mut samples = vec![Vec::with_capacity(count); variants];
+    for _ in 0..count {
+        for (i, out) in samples.iter_mut().enumerate() {
+            let t = Instant::now();
+            run(i);
+            out.push(t.elapsed().as_nanos());
+        }
+    }
+    samples
+}
+
 /// Times `count` decisions on each store, taking the stores in turn call by call, so that a
 /// change in the machine's speed during the run falls on every size alike; prints each size's
 /// first decision (`label` says in what process), p50 and p99, and the largest size's p50 as a
@@ -364,14 +374,9 @@ fn alternating(
     now_us: i64,
     count: usize,
 ) {
-    let mut samples: Vec<Vec<u128>> = vec![Vec::with_capacity(count); stores.len()];
-    for _ in 0..count {
-        for ((_, store), out) in stores.iter().zip(&mut samples) {
-            let t = Instant::now();
-            black_box(decide(store, the_call, set, now_us));
-            out.push(t.elapsed().as_nanos());
-        }
-    }
+    let samples = in_turn(count, stores.len(), |i| {
+        black_box(decide(&stores[i].1, the_call, set, now_us));
+    });
     let mut p50s = Vec::with_capacity(stores.len());
     for ((events, _), taken) in stores.iter().zip(samples) {
         if !label.is_empty() {

@@ -1,5 +1,5 @@
 //! Reference-counted text and JSON for resolution members that are copied from the compiled
-//! atlas into every resolution (names, descriptions, schemas, context text). Cloning one is a
+//! atlas into every resolution (names, descriptions, schemas, context text). Cloning one is one
 //! counter increment, not a deep copy, which keeps a resolve at 100 actions within microseconds.
 //! On the wire they are plain strings and JSON values.
 //!
@@ -35,34 +35,61 @@ where
     }
 }
 
-/// Shared immutable text; serialises as a JSON string. Equality, order and hash are the text's.
-#[derive(Clone, Default)]
-pub struct SharedStr {
-    text: Arc<str>,
-    /// The text's TRACE canonical form (quoted, escaped), when made with
-    /// [`SharedStr::with_canonical`].
-    canonical: Option<Arc<CanonicalText>>,
+/// A value with its TRACE canonical text, when one was kept, behind one reference count: a
+/// clone of a kept member is one counter increment, not two.
+struct Kept<T> {
+    value: T,
+    canonical: Option<CanonicalText>,
 }
+
+/// The text of a [`SharedStr`]: plain text needs no kept form, so it stays a bare `Arc<str>`.
+#[derive(Clone)]
+enum Text {
+    Plain(Arc<str>),
+    Kept(Arc<Kept<Box<str>>>),
+}
+
+/// Shared immutable text; serialises as a JSON string. Equality, order and hash are the text's.
+#[derive(Clone)]
+pub struct SharedStr(Text);
 
 impl SharedStr {
     /// Shared text that also keeps its TRACE canonical form, for text written into many
     /// canonical payloads.
     pub fn with_canonical(text: &str) -> Self {
-        Self {
-            text: Arc::from(text),
-            canonical: CanonicalText::of(text).ok().map(Arc::new),
-        }
+        Self(Text::Kept(Arc::new(Kept {
+            value: Box::from(text),
+            canonical: CanonicalText::of(text).ok(),
+        })))
     }
 
     /// The text.
     pub fn as_str(&self) -> &str {
-        &self.text
+        match &self.0 {
+            Text::Plain(text) => text,
+            Text::Kept(kept) => &kept.value,
+        }
+    }
+
+    /// The text's TRACE canonical form (quoted, escaped), when made with
+    /// [`SharedStr::with_canonical`].
+    fn canonical(&self) -> Option<&CanonicalText> {
+        match &self.0 {
+            Text::Plain(_) => None,
+            Text::Kept(kept) => kept.canonical.as_ref(),
+        }
+    }
+}
+
+impl Default for SharedStr {
+    fn default() -> Self {
+        Self::from("")
     }
 }
 
 impl PartialEq for SharedStr {
     fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
+        self.as_str() == other.as_str()
     }
 }
 
@@ -76,68 +103,62 @@ impl PartialOrd for SharedStr {
 
 impl Ord for SharedStr {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.text.cmp(&other.text)
+        self.as_str().cmp(other.as_str())
     }
 }
 
 impl Hash for SharedStr {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.text.hash(state);
+        self.as_str().hash(state);
     }
 }
 
 impl Deref for SharedStr {
     type Target = str;
     fn deref(&self) -> &str {
-        &self.text
+        self.as_str()
     }
 }
 
 impl fmt::Debug for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.text, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for SharedStr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.text)
+        f.write_str(self.as_str())
     }
 }
 
 impl From<&str> for SharedStr {
     fn from(s: &str) -> Self {
-        Self {
-            text: Arc::from(s),
-            canonical: None,
-        }
+        Self(Text::Plain(Arc::from(s)))
     }
 }
 
 impl From<String> for SharedStr {
     fn from(s: String) -> Self {
-        Self {
-            text: Arc::from(s),
-            canonical: None,
-        }
+        Self(Text::Plain(Arc::from(s)))
     }
 }
 
 impl PartialEq<str> for SharedStr {
     fn eq(&self, other: &str) -> bool {
-        &*self.text == other
+        self.as_str() == other
     }
 }
 
 impl PartialEq<&str> for SharedStr {
     fn eq(&self, other: &&str) -> bool {
-        &*self.text == *other
+        self.as_str() == *other
     }
 }
 
 impl Serialize for SharedStr {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_kept(self.canonical.as_deref(), &*self.text, s)
+        serialize_kept(self.canonical(), self.as_str(), s)
     }
 }
 
@@ -149,60 +170,58 @@ impl<'de> Deserialize<'de> for SharedStr {
 
 /// A shared immutable JSON value; serialises as the value itself. Equality is the value's.
 #[derive(Clone)]
-pub struct SharedJson {
-    value: Arc<Value>,
-    /// The value's TRACE canonical text, when made with [`SharedJson::with_canonical`].
-    canonical: Option<Arc<CanonicalText>>,
-}
+pub struct SharedJson(Arc<Kept<Value>>);
 
 impl SharedJson {
     /// A shared value that also keeps its TRACE canonical text, for a value written into many
     /// canonical payloads.
     pub fn with_canonical(value: Value) -> Self {
-        let canonical = CanonicalText::of(&value).ok().map(Arc::new);
-        Self {
-            value: Arc::new(value),
-            canonical,
-        }
+        let canonical = CanonicalText::of(&value).ok();
+        Self(Arc::new(Kept { value, canonical }))
     }
 
     /// The value.
     pub fn value(&self) -> &Value {
-        &self.value
+        &self.0.value
+    }
+
+    /// The value's TRACE canonical text, when made with [`SharedJson::with_canonical`].
+    fn canonical(&self) -> Option<&CanonicalText> {
+        self.0.canonical.as_ref()
     }
 }
 
 impl PartialEq for SharedJson {
     fn eq(&self, other: &Self) -> bool {
-        self.value == other.value
+        self.value() == other.value()
     }
 }
 
 impl Deref for SharedJson {
     type Target = Value;
     fn deref(&self) -> &Value {
-        &self.value
+        self.value()
     }
 }
 
 impl fmt::Debug for SharedJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&*self.value, f)
+        fmt::Debug::fmt(self.value(), f)
     }
 }
 
 impl From<Value> for SharedJson {
-    fn from(v: Value) -> Self {
-        Self {
-            value: Arc::new(v),
+    fn from(value: Value) -> Self {
+        Self(Arc::new(Kept {
+            value,
             canonical: None,
-        }
+        }))
     }
 }
 
 impl Serialize for SharedJson {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        serialize_kept(self.canonical.as_deref(), &*self.value, s)
+        serialize_kept(self.canonical(), self.value(), s)
     }
 }
 
@@ -252,7 +271,7 @@ mod tests {
         assert_eq!(to_trace_canonical(&kept).unwrap(), trace_canonical(&value));
         assert_eq!(kept.text, plain.text);
         assert_eq!(kept.schema, plain.schema);
-        assert!(kept.text.canonical.is_some() && kept.schema.canonical.is_some());
-        assert!(plain.text.canonical.is_none() && plain.schema.canonical.is_none());
+        assert!(kept.text.canonical().is_some() && kept.schema.canonical().is_some());
+        assert!(plain.text.canonical().is_none() && plain.schema.canonical().is_none());
     }
 }

@@ -211,8 +211,9 @@ fn record_cost(
     now_us: i64,
     count: usize,
 ) {
-    let [with, without]: [Vec<u128>; 2] = in_turn(count, 2, |i| {
-        black_box(decide_as(store, the_call, set, now_us, i == 0));
+    let record = [true, false];
+    let [with, without]: [Vec<u128>; 2] = in_turn(count, record.len(), |i| {
+        black_box(decide_as(store, the_call, set, now_us, record[i]));
     })
     .try_into()
     .unwrap();

@@ -4,6 +4,7 @@
 //! starting together take a transaction-scoped advisory lock, so each migration runs once.
 
 mod carp;
+pub mod feed;
 mod pool;
 pub(crate) mod state;
 pub(crate) mod trace;
@@ -33,6 +34,10 @@ pub struct PgStore {
 
 struct Inner {
     schema: String,
+    /// The connection URL (the append feed opens a connection of its own).
+    url: String,
+    /// Names this store in the append feed's notifications ([`feed`]).
+    origin: u64,
     pool: Arc<Pool>,
     /// Connections for CARP state writes under [`crate::StateDurability::WithNextAppend`]
     /// (`synchronous_commit` off); `None` when state writes use `pool`.
@@ -69,19 +74,26 @@ impl PgStore {
         let state_pool = (config.state_durability == crate::StateDurability::WithNextAppend)
             .then(|| Pool::new(url, schema, pool_size, false));
         migrate(&pool, schema)?;
+        let origin = random_origin();
         let collector = {
             let (pool, config) = (pool.clone(), config.clone());
+            let notify = trace::Notify {
+                channel: feed::channel(schema),
+                origin,
+            };
             Collector::start("cra-pg-commit", COMMITTERS, move |batch| {
-                trace::commit_batch(&pool, &config, batch);
+                trace::commit_batch(&pool, &config, &notify, batch);
             })?
         };
         Ok(Self {
             inner: Arc::new(Inner {
                 schema: schema.to_owned(),
+                url: url.to_owned(),
                 pool,
                 state_pool,
                 config,
                 collector,
+                origin,
             }),
         })
     }
@@ -129,6 +141,19 @@ impl PgStore {
             .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
             .collect())
     }
+}
+
+/// A number no other store is likely to draw: the standard library's per-process random hash
+/// keys, hashed with the time and the process id. It names a store in notifications only; it is
+/// never stored, so it needs no injected source.
+fn random_origin() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
 }
 
 /// The migrations this build embeds: (version, name), ascending.

@@ -39,8 +39,17 @@ fn to_i64(n: u64) -> i64 {
 /// Tries of a batch that met a deadlock or serialisation failure.
 const TRIES: usize = 3;
 
+/// Where a batch transaction announces its appends (`super::feed`).
+#[derive(Clone)]
+pub(crate) struct Notify {
+    /// The schema's channel.
+    pub(crate) channel: String,
+    /// The store's origin.
+    pub(crate) origin: u64,
+}
+
 /// Seals and commits `batch` in one transaction, then answers every job.
-pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, batch: Vec<Job>) {
+pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, notify: &Notify, batch: Vec<Job>) {
     let (replies, work) = split(batch);
     let mut answers: Vec<Answer> = vec![None; replies.len()];
     let mut result = Err(Retry::Fail(ChainStoreError::Unavailable(
@@ -48,7 +57,7 @@ pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, batch: Vec<Job>) {
     )));
     for _ in 0..TRIES {
         answers.iter_mut().for_each(|a| *a = None);
-        result = try_batch(pool, config, &work, &mut answers);
+        result = try_batch(pool, config, notify, &work, &mut answers);
         match &result {
             Err(Retry::Again(_)) => continue,
             _ => break,
@@ -80,6 +89,7 @@ fn sql(e: postgres::Error) -> Retry {
 fn try_batch(
     pool: &Pool,
     config: &StoreConfig,
+    notify: &Notify,
     work: &[JobWork],
     answers: &mut [Answer],
 ) -> Result<(), Retry> {
@@ -118,6 +128,8 @@ fn try_batch(
     let mut stamps: Vec<String> = Vec::new();
     let mut hashes: Vec<String> = Vec::new();
     let mut texts: Vec<String> = Vec::new();
+    // Where each session's appends in this batch begin.
+    let mut starts: HashMap<&str, u64> = HashMap::new();
     for (w, answer) in work.iter().zip(answers.iter_mut()) {
         let (session_id, drafts) = (&w.session_id, &w.drafts);
         let Some(head) = heads.get(session_id).cloned() else {
@@ -142,6 +154,9 @@ fn try_batch(
                 }
             }
         }
+        starts
+            .entry(session_id.as_str())
+            .or_insert(head.next_sequence);
         let (head, sealed, bodies) =
             seal_all(config, session_id, head, drafts.clone()).map_err(Retry::Fail)?;
         for (event, body) in sealed.iter().zip(bodies) {
@@ -190,6 +205,7 @@ fn try_batch(
             &[&touched, &next, &hash, &first, &last, &ended],
         )
         .map_err(sql)?;
+        announce(&mut tx, notify, &touched, &starts, &heads)?;
     }
     // A session whose every append was refused keeps no (empty) head row.
     let empty: Vec<&str> = sessions
@@ -205,6 +221,39 @@ fn try_batch(
         .map_err(sql)?;
     }
     tx.commit().map_err(sql)?;
+    Ok(())
+}
+
+/// Sends the batch's appends on the feed, in its transaction: listeners hear of them only if it
+/// commits (`super::feed`).
+fn announce(
+    tx: &mut postgres::Transaction<'_>,
+    notify: &Notify,
+    touched: &[&str],
+    starts: &HashMap<&str, u64>,
+    heads: &HashMap<String, HeadRecord>,
+) -> Result<(), Retry> {
+    let appended: Vec<super::feed::Appended> = touched
+        .iter()
+        .filter_map(|s| {
+            let head = heads.get(*s)?;
+            let from = *starts.get(s)?;
+            (from < head.next_sequence).then(|| super::feed::Appended {
+                session_id: (*s).to_owned(),
+                from,
+                to: head.next_sequence,
+                ended: head.ended,
+            })
+        })
+        .collect();
+    let payloads = super::feed::encode(notify.origin, &appended);
+    if !payloads.is_empty() {
+        tx.execute(
+            "SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p",
+            &[&notify.channel, &payloads],
+        )
+        .map_err(sql)?;
+    }
     Ok(())
 }
 

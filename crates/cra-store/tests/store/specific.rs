@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use cra_store::pg::{check_schema_name, embedded_migrations};
 use cra_store::testing::{TestSchema, postgres_url};
-use cra_store::{BackendError, RedbStore, StoreConfig};
+use cra_store::{BackendError, PgStore, RedbStore, StoreConfig};
 use cra_trace::store::ChainStore;
 use redb::{ReadableDatabase, TableDefinition};
 
-use crate::backends::{fixed, note, verify_stored};
+use serde_json::json;
+
+use crate::backends::{draft, fixed, note, verify_stored};
 
 /// redb's TRACE events table, read and written directly by the checks of stored bytes.
 const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> = TableDefinition::new("trace_events");
@@ -235,4 +237,122 @@ fn postgres_replicas_sharing_a_schema_keep_one_chain() {
     }
     let check = schema.store(StoreConfig::default()).unwrap();
     assert_eq!(verify_stored(&check, "shared"), Ok(12 * 40 * 2));
+}
+
+/// Invariant (`pg/feed.rs`): every replica sharing a schema hears of every committed append
+/// exactly once, each session's ranges in sequence order and contiguous, and can tell its own
+/// appends by their origin. A refused append is never announced.
+#[test]
+fn postgres_replicas_hear_every_committed_append_once_in_order() {
+    use cra_store::pg::feed::{FeedEvent, Notice};
+    let Some(url) = postgres_url("postgres_replicas_hear_every_committed_append_once_in_order")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "feed");
+    let replicas: Vec<PgStore> = (0..3)
+        .map(|_| schema.store(StoreConfig::default()).unwrap())
+        .collect();
+    let (tx, rx) = std::sync::mpsc::channel::<Notice>();
+    let listener = replicas[0]
+        .listen(move |e| match e {
+            FeedEvent::Notice(n) => {
+                let _ = tx.send(n);
+            }
+            FeedEvent::Lost { reason } => panic!("the feed broke: {reason}"),
+        })
+        .unwrap();
+    let handles: Vec<_> = (0..6)
+        .map(|t| {
+            let store = replicas[t % 3].clone();
+            std::thread::spawn(move || {
+                for i in 0..20u64 {
+                    let session = format!("feed-{}", i % 2);
+                    store.append(&session, vec![note(i), note(i)]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    replicas[1].append("feed-end", vec![note(0)]).unwrap();
+    replicas[1]
+        .append(
+            "feed-end",
+            vec![draft(cra_trace::store::SESSION_ENDED, json!({}))],
+        )
+        .unwrap();
+    // Refused: the chain has ended. Nothing may be announced for it.
+    assert!(replicas[2].append("feed-end", vec![note(1)]).is_err());
+    replicas[2].append("feed-last", vec![note(0)]).unwrap();
+
+    let mut next: std::collections::HashMap<String, u64> = Default::default();
+    let mut origins = std::collections::HashSet::new();
+    let mut ended = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while next.get("feed-last").is_none() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let notice = rx
+            .recv_timeout(left)
+            .expect("every append is heard within 10 s");
+        origins.insert(notice.origin);
+        for a in notice.appended {
+            let at = next.entry(a.session_id.clone()).or_insert(0);
+            assert_eq!(a.from, *at, "{}: contiguous, in order, once", a.session_id);
+            *at = a.to;
+            if a.ended {
+                ended.push(a.session_id);
+            }
+        }
+    }
+    drop(listener);
+    assert_eq!(next["feed-0"], 6 * 10 * 2);
+    assert_eq!(next["feed-1"], 6 * 10 * 2);
+    assert_eq!(next["feed-end"], 2);
+    assert_eq!(ended, vec!["feed-end".to_owned()]);
+    let all: std::collections::HashSet<u64> = replicas.iter().map(PgStore::origin).collect();
+    assert_eq!(all.len(), 3, "each replica has its own origin");
+    assert_eq!(
+        origins, all,
+        "the listener heard every replica, itself included"
+    );
+}
+
+/// Invariant (`pg/feed.rs`): when the listening connection breaks, the listener reconnects and
+/// says that notifications may have been lost, then hears appends again.
+#[test]
+fn postgres_feed_reports_a_broken_connection_and_listens_again() {
+    use cra_store::pg::feed::{FeedEvent, channel};
+    let Some(url) = postgres_url("postgres_feed_reports_a_broken_connection_and_listens_again")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "feedlost");
+    let store = schema.store(StoreConfig::default()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<FeedEvent>();
+    let _listener = store
+        .listen(move |e| {
+            let _ = tx.send(e);
+        })
+        .unwrap();
+    let ten = std::time::Duration::from_secs(10);
+    let mut admin = store.client().unwrap();
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1",
+            &[&format!("LISTEN \"{}\"", channel(schema.name()))],
+        )
+        .unwrap();
+    drop(admin);
+    assert_eq!(killed.len(), 1, "one listening connection");
+    match rx.recv_timeout(ten).expect("the break is reported") {
+        FeedEvent::Lost { reason } => assert!(reason.contains("broke"), "{reason}"),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    store.append("after", vec![note(0)]).unwrap();
+    match rx.recv_timeout(ten).expect("heard again") {
+        FeedEvent::Notice(n) => assert_eq!(n.appended[0].session_id, "after"),
+        other => panic!("expected a notice, got {other:?}"),
+    }
 }

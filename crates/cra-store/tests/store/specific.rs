@@ -291,7 +291,7 @@ fn postgres_replicas_hear_every_committed_append_once_in_order() {
     let mut origins = std::collections::HashSet::new();
     let mut ended = Vec::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while next.get("feed-last").is_none() {
+    while !next.contains_key("feed-last") {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         let notice = rx
             .recv_timeout(left)

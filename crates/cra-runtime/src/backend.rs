@@ -33,6 +33,9 @@ pub struct Backends {
     /// runtime makes those calls on the async worker instead of hopping to the blocking pool
     /// ([`crate::state::Runtime::quick`]). PostgreSQL answers over the network: `false`.
     pub quick_reads: bool,
+    /// The PostgreSQL store itself, for what only a database shared by replicas offers (the
+    /// append feed of `crate::replicas`); `None` on the embedded store.
+    pub postgres: Option<PgStore>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -67,11 +70,12 @@ pub(crate) fn open(
             Ok(Backends {
                 retention: Arc::new(pg.clone()),
                 state_log: Arc::new(pg.clone()),
-                relay: Arc::new(cra_store::relay::PgRelay::new(pg)),
+                relay: Arc::new(cra_store::relay::PgRelay::new(pg.clone())),
                 chains,
                 carp,
                 kind: "postgres",
                 quick_reads: false,
+                postgres: Some(pg),
             })
         }
         None => {
@@ -84,6 +88,7 @@ pub(crate) fn open(
                 carp: Arc::new(redb),
                 kind: "redb",
                 quick_reads: true,
+                postgres: None,
             })
         }
     }

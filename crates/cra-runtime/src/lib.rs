@@ -12,7 +12,8 @@
 //! * [`atlases`]: the atlases in force, swapped whole on reload or install.
 //! * [`executor`]: the executors allowed actions run through; `inflight`: an execution's
 //!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
-//! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams.
+//! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams;
+//!   `replicas`: other replicas' appends published to this one's streams (PostgreSQL).
 //! * [`conformance`]: the conformance suite's evaluation verbs.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
@@ -29,6 +30,7 @@ pub mod mcp;
 mod metrics;
 pub mod openapi;
 mod ratelimit;
+mod replicas;
 mod routes;
 pub mod server;
 pub mod service;
@@ -43,4 +45,4 @@ pub use inflight::close_interrupted;
 pub use routes::router;
 pub use server::{RunningServer, StartNotice, build_runtime, open_local, open_local_with, start};
 pub use state::{AppState, Runtime};
-pub use stream::CLOSE_SLOW_CONSUMER;
+pub use stream::{CLOSE_MAY_HAVE_MISSED, CLOSE_SLOW_CONSUMER};

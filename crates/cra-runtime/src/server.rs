@@ -333,6 +333,8 @@ pub struct RunningServer {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     /// The scheduled retention, stopped with the server.
     retention: Option<tokio::task::JoinHandle<()>>,
+    /// Other replicas' appends, followed while the server runs (PostgreSQL).
+    replicas: Option<crate::replicas::ReplicaFeed>,
     /// Closed once every connection's service is dropped ([`ServiceGuard`]).
     services_gone: tokio::sync::mpsc::Receiver<()>,
 }
@@ -374,6 +376,7 @@ impl RunningServer {
             state,
             task,
             retention,
+            replicas,
             mut services_gone,
             ..
         } = self;
@@ -389,7 +392,7 @@ impl RunningServer {
         // the state it holds) is dropped.
         while services_gone.recv().await.is_some() {}
         state.mcp.close().await;
-        let _ = tokio::task::spawn_blocking(move || drop(state)).await;
+        let _ = tokio::task::spawn_blocking(move || drop((replicas, state))).await;
         result
     }
 }
@@ -411,6 +414,7 @@ pub async fn start(
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
+    let replicas = crate::replicas::start(&state).await?;
     let (runs, retention_runs) = tokio::sync::watch::channel(None);
     let retention = match &state.config.retention {
         Some(r) => {
@@ -449,6 +453,7 @@ pub async fn start(
         shutdown: Some(tx),
         task,
         retention,
+        replicas,
         services_gone,
     })
 }

@@ -30,6 +30,10 @@ use crate::tracelog::{LiveEvent, StreamFilter, Subscription};
 /// Close code sent to a consumer that fell behind (private-use range 4000-4999).
 pub const CLOSE_SLOW_CONSUMER: u16 = 4008;
 
+/// Close code of an all-sessions stream whose server lost its feed of other replicas' appends
+/// for a while (`crate::replicas`): it may have missed events.
+pub const CLOSE_MAY_HAVE_MISSED: u16 = 4009;
+
 /// Query of `GET /v1/traces/stream`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -283,27 +287,18 @@ async fn session_stream(
     let mut next = since;
     let mut ended = false;
     // Replay what is stored from `since`.
-    loop {
-        let page = match state
-            .read_events_after(&id, next.checked_sub(1), 1024)
-            .await
-        {
-            Ok(p) => p,
-            Err(e) => {
-                close(&mut socket, 1011, e.body.message).await;
-                return;
-            }
-        };
-        if page.is_empty() {
-            break;
-        }
-        let page: Vec<Arc<LiveEvent>> = page
-            .into_iter()
-            .map(|e| Arc::new(LiveEvent::new(e)))
-            .collect();
-        if !send_batch(&mut socket, &page, &filter, &owner, &mut next, &mut ended).await {
-            return;
-        }
+    if !catch_up(
+        &state,
+        &mut socket,
+        &id,
+        &filter,
+        &owner,
+        &mut next,
+        &mut ended,
+    )
+    .await
+    {
+        return;
     }
     // A chain that had ended before the replay has nothing more to come, even when the replay
     // started past its `session.ended` (a resume at the end).
@@ -364,12 +359,50 @@ async fn session_stream(
                     return;
                 }
             }
+            // Other replicas' events may have been missed (`crate::replicas`): the store has them.
+            Ok(()) = sub.resync.changed() => {
+                if !catch_up(&state, &mut socket, &id, &filter, &owner, &mut next, &mut ended).await {
+                    return;
+                }
+            }
             msg = socket.recv() => {
                 match msg {
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                     Some(Ok(_)) => {}
                 }
             }
+        }
+    }
+}
+
+/// Sends what the store holds from `next` on, in pages; `false` when the stream is over (the
+/// client left, or the read failed and the stream was closed saying why).
+async fn catch_up(
+    state: &AppState,
+    socket: &mut WebSocket,
+    id: &str,
+    filter: &StreamFilter,
+    owner: &str,
+    next: &mut u64,
+    ended: &mut bool,
+) -> bool {
+    loop {
+        let page = match state.read_events_after(id, next.checked_sub(1), 1024).await {
+            Ok(p) => p,
+            Err(e) => {
+                close(socket, 1011, e.body.message).await;
+                return false;
+            }
+        };
+        if page.is_empty() {
+            return true;
+        }
+        let page: Vec<Arc<LiveEvent>> = page
+            .into_iter()
+            .map(|e| Arc::new(LiveEvent::new(e)))
+            .collect();
+        if !send_batch(socket, &page, filter, owner, next, ended).await {
+            return false;
         }
     }
 }
@@ -401,6 +434,11 @@ async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscriptio
                 if socket.flush().await.is_err() {
                     return;
                 }
+            }
+            // The all-sessions stream is live only: it cannot say which events it missed.
+            Ok(()) = sub.resync.changed() => {
+                close(&mut socket, CLOSE_MAY_HAVE_MISSED, "events of other replicas may have been missed; reconnect, and read each session's missed events with since_seq".into()).await;
+                return;
             }
             msg = socket.recv() => {
                 match msg {

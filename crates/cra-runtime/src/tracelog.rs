@@ -102,6 +102,9 @@ pub struct Hub {
     next_id: AtomicU64,
     sessions: Mutex<HashMap<String, Vec<Sub>>>,
     all: Mutex<Vec<Sub>>,
+    /// Bumped when events may have reached the store without reaching the hub
+    /// ([`Hub::resync`]).
+    resync: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Hub {
@@ -116,6 +119,9 @@ pub struct Subscription {
     pub rx: mpsc::Receiver<Arc<LiveEvent>>,
     /// Set when the queue overflowed and the hub dropped this subscriber.
     pub overflow: Arc<AtomicBool>,
+    /// Changes when events may have been stored without being published here ([`Hub::resync`]):
+    /// a session's reader then reads the store from where it is.
+    pub resync: tokio::sync::watch::Receiver<u64>,
     id: u64,
     session: Option<String>,
     hub: Weak<Hub>,
@@ -209,6 +215,7 @@ impl Hub {
         Subscription {
             rx,
             overflow,
+            resync: self.resync.subscribe(),
             id,
             session: session.map(str::to_owned),
             hub: Arc::downgrade(self),
@@ -222,6 +229,39 @@ impl Hub {
             .unwrap_or_else(|p| p.into_inner())
             .get(session)
             .map_or(0, Vec::len)
+    }
+
+    /// Whether anybody follows every session.
+    pub fn has_all_subscribers(&self) -> bool {
+        !self
+            .all
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// Tells every subscriber that events may have been stored without being published here
+    /// (the feed of another replica's appends broke for a while): session readers read the
+    /// store from where they are, and all-sessions streams, which cannot, close.
+    pub fn resync(&self) {
+        self.resync.send_modify(|generation| *generation += 1);
+    }
+
+    /// Hands `events` to `session`'s subscribers only, never to the all-sessions streams: for
+    /// events read back from the store that this hub may already have published, which a
+    /// session's reader drops by sequence and an all-sessions stream could not.
+    pub fn republish_to_session(&self, session: &str, events: &[TraceEvent]) {
+        let shared: Vec<Arc<LiveEvent>> = events
+            .iter()
+            .map(|e| Arc::new(LiveEvent::new(e.clone())))
+            .collect();
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(subs) = map.get_mut(session) {
+            fan_out(subs, "", &shared);
+            if subs.is_empty() {
+                map.remove(session);
+            }
+        }
     }
 
     /// Hands freshly appended `events` of a session owned by `owner` to its subscribers.

@@ -13,5 +13,6 @@ mod mcp;
 mod mcp_http;
 mod readme;
 mod relay;
+mod replicas;
 mod serve;
 mod trace;

@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use serde::Serialize;
@@ -16,7 +17,8 @@ use crate::state::AppState;
 /// `GET /v1/health`.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Health {
-    /// `ok` when the server answers and its store is open.
+    /// `ok` when the server answers and its store answers too (PostgreSQL is asked); else
+    /// `unavailable`, with status 503 and `store_error`.
     pub status: String,
     /// The implementation version.
     pub version: String,
@@ -26,19 +28,60 @@ pub(crate) struct Health {
     pub store: String,
     /// Atlases in force.
     pub atlases: usize,
+    /// This replica's id (`replica_id`; `local` on the embedded store): which replica answered.
+    pub replica_id: String,
+    /// Why the store did not answer (only when `status` is `unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_error: Option<String>,
 }
 
-/// Liveness and what is loaded.
+/// How long the health check waits for the database before calling it unavailable.
+const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Readiness: whether this replica can serve, its store included, and what is loaded.
 #[utoipa::path(get, path = "/v1/health", tag = "system",
-    responses((status = 200, description = "The server is up", body = Health)))]
-pub(crate) async fn health(State(state): State<AppState>) -> Json<Health> {
-    Json(Health {
-        status: "ok".into(),
+    responses((status = 200, description = "The server and its store are up", body = Health),
+              (status = 503, description = "The store does not answer", body = Health)))]
+pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
+    let store_error = probe_store(&state).await.err();
+    let status = if store_error.is_none() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let health = Health {
+        status: if store_error.is_none() {
+            "ok"
+        } else {
+            "unavailable"
+        }
+        .into(),
         version: env!("CARGO_PKG_VERSION").into(),
         started_at: state.started_at.clone(),
         store: state.backends.kind.into(),
         atlases: state.atlases().loaded.len(),
-    })
+        replica_id: state.config.replica_id.clone().unwrap_or_default(),
+        store_error,
+    };
+    (status, Json(health))
+}
+
+/// Asks PostgreSQL to answer within [`STORE_PROBE_TIMEOUT`]; the embedded store is in this
+/// process and open while the server runs.
+async fn probe_store(state: &AppState) -> Result<(), String> {
+    let Some(pg) = state.backends.postgres.clone() else {
+        return Ok(());
+    };
+    let ask = tokio::task::spawn_blocking(move || pg.ping());
+    match tokio::time::timeout(STORE_PROBE_TIMEOUT, ask).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(e)) => Err(format!("the probe failed: {e}")),
+        Err(_) => Err(format!(
+            "PostgreSQL did not answer within {} s",
+            STORE_PROBE_TIMEOUT.as_secs()
+        )),
+    }
 }
 
 /// The Relay conformance descriptor.

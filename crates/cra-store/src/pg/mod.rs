@@ -127,6 +127,15 @@ impl PgStore {
         &self.inner.config
     }
 
+    /// Asks the database for `SELECT 1` through the pool: whether it answers now (readiness).
+    pub fn ping(&self) -> Result<(), BackendError> {
+        let mut client = self.client()?;
+        client
+            .simple_query("SELECT 1")
+            .map(drop)
+            .map_err(|e| BackendError::Connect(error_text(&e)))
+    }
+
     /// The versions and names of the migrations applied to this schema, ascending.
     pub fn applied_migrations(&self) -> Result<Vec<(u32, String)>, BackendError> {
         let mut client = self.client()?;

@@ -1,0 +1,334 @@
+//! Three `cra serve` processes on one PostgreSQL schema behave as one server
+//! (`specs/deployment.md`): each is a real OS process with its own `replica_id`, and every test
+//! first checks that all three answered. Skipped (visibly) without `CRA_TEST_POSTGRES_URL`.
+//!
+//! Deadlines are generous (10 s) and only bound a hang; latency is measured by `cargo xtask
+//! bench`, not here.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use cra_store::testing::{TestSchema, postgres_url};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+
+const AGENT: &str = "replica-agent-key-0000";
+const OPERATOR: &str = "replica-operator-key-0";
+const KEYS: &str = r#"
+[[keys]]
+token = "replica-agent-key-0000"
+actor_id = "bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "replica-operator-key-0"
+actor_id = "oscar"
+actor_type = "human"
+roles = ["operator"]
+"#;
+
+/// How long any one wait may take before the test fails.
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// One `cra serve` process.
+struct Replica {
+    child: Child,
+    url: String,
+    id: String,
+}
+
+/// Three replicas on one schema; stopped (SIGTERM, then waited for) when dropped.
+struct Cluster {
+    replicas: Vec<Replica>,
+    _schema: TestSchema,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts three replicas on a fresh schema, each with its own data directory (which holds
+    /// nothing on PostgreSQL) and the trace fixture atlas, and checks that each answers
+    /// `/v1/health` with its own `replica_id` from its own process.
+    fn start(url: &str, prefix: &str) -> Self {
+        let schema = TestSchema::new(url, prefix);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("keys.toml"), KEYS).unwrap();
+        let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+        let replicas: Vec<Replica> = (1..=3)
+            .map(|i| spawn(url, schema.name(), dir.path(), &atlas, i))
+            .collect();
+        let cluster = Self {
+            replicas,
+            _schema: schema,
+            _dir: dir,
+        };
+        cluster.check_three_processes_answer();
+        cluster
+    }
+
+    fn check_three_processes_answer(&self) {
+        let pids: std::collections::BTreeSet<u32> =
+            self.replicas.iter().map(|r| r.child.id()).collect();
+        assert_eq!(pids.len(), 3, "three processes");
+        for r in &self.replicas {
+            let health: Value = reqwest::blocking::get(format!("{}/v1/health", r.url))
+                .unwrap()
+                .json()
+                .unwrap();
+            assert_eq!(health["status"], "ok", "{health}");
+            assert_eq!(health["store"], "postgres", "{health}");
+            assert_eq!(health["replica_id"], r.id.as_str(), "{health}");
+        }
+    }
+
+    fn url(&self, replica: usize) -> &str {
+        &self.replicas[replica - 1].url
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for r in &mut self.replicas {
+            let _ = Command::new("kill")
+                .args(["-TERM", &r.child.id().to_string()])
+                .status();
+        }
+        for r in &mut self.replicas {
+            let _ = r.child.wait();
+        }
+    }
+}
+
+/// `cra serve` as replica `i`: prints its address, which is awaited.
+fn spawn(url: &str, schema: &str, dir: &Path, atlas: &Path, i: usize) -> Replica {
+    let id = format!("replica-{i}");
+    let config = dir.join(format!("{id}.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "postgres_schema = \"{schema}\"\nreplica_id = \"{id}\"\npostgres_pool = 6\n\n[limits]\nrequests_per_second = 0\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--postgres", url])
+        .arg("--config")
+        .arg(&config)
+        .arg("--data")
+        .arg(dir.join(&id))
+        .arg("--atlas")
+        .arg(atlas)
+        .arg("--api-keys")
+        .arg(dir.join("keys.toml"))
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("{id} stopped before listening"))
+            .unwrap();
+        if let Some(a) = line.strip_prefix("cra serve: listening on ") {
+            break a.to_owned();
+        }
+    };
+    // The rest of its output is drained so the process never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    Replica { child, url, id }
+}
+
+/// `method path` on `base` with `token`; the status and the JSON body.
+async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    base: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = http
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// A resolve by the agent in `session`.
+fn resolve_body(session: &str) -> Value {
+    json!({
+        "carp_version": "1.0",
+        "request_id": cra_wire::IdGenerator::new_id(&cra_wire::UuidV7Ids),
+        "timestamp": cra_wire::clock::format_timestamp(cra_wire::Clock::now(&cra_wire::SystemClock)),
+        "operation": "resolve",
+        "requester": {"agent_id": "bot", "session_id": session},
+        "task": {"goal": "read the runbook"},
+        "atlas_ids": ["test.trace.ops"]
+    })
+}
+
+type Socket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// A trace stream of `base` with `query`; once this returns, the server has registered it.
+async fn stream(base: &str, token: &str, query: &str) -> Socket {
+    let ws = base.replacen("http", "ws", 1);
+    let mut req = format!("{ws}/v1/traces/stream?{query}")
+        .into_client_request()
+        .unwrap();
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    tokio_tungstenite::connect_async(req).await.unwrap().0
+}
+
+/// Every event `socket` sends until it closes: the events and the close code.
+async fn read_to_close(socket: &mut Socket) -> (Vec<Value>, Option<u16>) {
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(msg) = socket.next().await {
+            match msg.unwrap() {
+                Message::Text(t) => events.push(serde_json::from_str(t.as_str()).unwrap()),
+                Message::Close(frame) => return frame.map(|f| u16::from(f.code)),
+                _ => {}
+            }
+        }
+        None
+    };
+    let code = tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the stream closes within the deadline");
+    (events, code)
+}
+
+/// Events of `session` from an all-sessions stream, until that session's `session.ended`.
+async fn read_session_from_all(socket: &mut Socket, session: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(msg) = socket.next().await {
+            if let Message::Text(t) = msg.unwrap() {
+                let e: Value = serde_json::from_str(t.as_str()).unwrap();
+                if e["session_id"] == session {
+                    let ended = e["event_type"] == "session.ended";
+                    events.push(e);
+                    if ended {
+                        return;
+                    }
+                }
+            }
+        }
+        panic!("the all-sessions stream closed before the session ended");
+    };
+    tokio::time::timeout(DEADLINE, read)
+        .await
+        .expect("the session's end reaches the all-sessions stream within the deadline");
+    events
+}
+
+fn hashes(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["event_hash"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A session opened on replica 1, appended to through replicas 2 and 3 and ended on replica 2:
+/// the streams on replicas 1 and 3 get every event of the chain once and in order and close with
+/// 1000, and the operator's all-sessions stream on replica 1 gets each event once.
+#[test]
+fn a_stream_on_one_replica_gets_every_replica_s_events_once_in_order_and_closes_at_the_end() {
+    let Some(url) = postgres_url("a_stream_on_one_replica_gets_every_replica_s_events") else {
+        return;
+    };
+    let cluster = Cluster::start(&url, "fanout");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let post = reqwest::Method::POST;
+        // Live only: opened before the session, so it sees the session's first event too.
+        let mut all_on_1 = stream(cluster.url(1), OPERATOR, "all=true").await;
+        let (status, opened) = call(
+            &http,
+            post.clone(),
+            cluster.url(1),
+            "/v1/sessions",
+            AGENT,
+            Some(json!({"agent_id": "bot", "goal": "read the runbook"})),
+        )
+        .await;
+        assert_eq!(status, 201, "{opened}");
+        let sid = opened["session_id"].as_str().unwrap().to_owned();
+        let query = format!("session_id={sid}");
+        let mut on_1 = stream(cluster.url(1), AGENT, &query).await;
+        let mut on_3 = stream(cluster.url(3), AGENT, &query).await;
+        for i in 0..12 {
+            let replica = 2 + i % 2;
+            let (status, body) = call(
+                &http,
+                post.clone(),
+                cluster.url(replica),
+                "/v1/resolve",
+                AGENT,
+                Some(resolve_body(&sid)),
+            )
+            .await;
+            assert_eq!(status, 200, "resolve {i} on replica {replica}: {body}");
+        }
+        let (status, body) = call(
+            &http,
+            reqwest::Method::DELETE,
+            cluster.url(2),
+            &format!("/v1/sessions/{sid}"),
+            AGENT,
+            None,
+        )
+        .await;
+        assert!(status < 300, "end on replica 2: {status} {body}");
+
+        let (status, chain) = call(
+            &http,
+            reqwest::Method::GET,
+            cluster.url(3),
+            &format!("/v1/traces/{sid}"),
+            AGENT,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{chain}");
+        let chain = chain.as_array().unwrap().clone();
+        assert!(chain.len() > 12, "{} events", chain.len());
+        for (name, socket) in [("replica 1", &mut on_1), ("replica 3", &mut on_3)] {
+            let (events, code) = read_to_close(socket).await;
+            assert_eq!(
+                code,
+                Some(1000),
+                "{name}'s stream closes normally at the end"
+            );
+            assert_eq!(
+                hashes(&events),
+                hashes(&chain),
+                "{name}: the chain, once, in order"
+            );
+        }
+        let seen = read_session_from_all(&mut all_on_1, &sid).await;
+        let mut got = hashes(&seen);
+        got.sort();
+        let mut want = hashes(&chain);
+        want.sort();
+        assert_eq!(
+            got, want,
+            "the all-sessions stream: every event of the chain, once"
+        );
+    });
+    cluster.check_three_processes_answer();
+}

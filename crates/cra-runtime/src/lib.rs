@@ -13,7 +13,8 @@
 //! * [`executor`]: the executors allowed actions run through; `inflight`: an execution's
 //!   lease until its outcome is recorded, and the start-up recovery of interrupted ones.
 //! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams;
-//!   `replicas`: other replicas' appends published to this one's streams (PostgreSQL).
+//!   `replicas`: other replicas' appends published to this one's streams (PostgreSQL);
+//!   `leader`: which replica runs the periodic work.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
@@ -26,6 +27,7 @@ mod error;
 pub mod executor;
 mod extract;
 mod inflight;
+mod leader;
 pub mod mcp;
 mod metrics;
 pub mod openapi;

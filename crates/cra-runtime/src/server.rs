@@ -275,6 +275,7 @@ fn assemble(
         ))
     });
     let mcp = crate::executor::mcp::McpExecutors::from_config(&config.executors);
+    let embedded = parts.backends.postgres.is_none();
     let runtime = Runtime {
         relay,
         resolution_cache,
@@ -294,6 +295,7 @@ fn assemble(
         stopping: tokio_util::sync::CancellationToken::new(),
         mcp,
         tool_lists: tokio::sync::watch::Sender::new(0),
+        leading: Arc::new(tokio::sync::watch::Sender::new(embedded)),
     };
     AppState(Arc::new(runtime))
 }
@@ -335,6 +337,8 @@ pub struct RunningServer {
     retention: Option<tokio::task::JoinHandle<()>>,
     /// Other replicas' appends, followed while the server runs (PostgreSQL).
     replicas: Option<crate::replicas::ReplicaFeed>,
+    /// This replica's bid to lead periodic work (PostgreSQL).
+    leader: Option<cra_store::pg::leader::Leadership>,
     /// Closed once every connection's service is dropped ([`ServiceGuard`]).
     services_gone: tokio::sync::mpsc::Receiver<()>,
 }
@@ -377,6 +381,7 @@ impl RunningServer {
             task,
             retention,
             replicas,
+            leader,
             mut services_gone,
             ..
         } = self;
@@ -392,7 +397,7 @@ impl RunningServer {
         // the state it holds) is dropped.
         while services_gone.recv().await.is_some() {}
         state.mcp.close().await;
-        let _ = tokio::task::spawn_blocking(move || drop((replicas, state))).await;
+        let _ = tokio::task::spawn_blocking(move || drop((leader, replicas, state))).await;
         result
     }
 }
@@ -415,11 +420,13 @@ pub async fn start(
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
     let replicas = crate::replicas::start(&state).await?;
+    let leader = crate::leader::bid(&state).await?;
     let (runs, retention_runs) = tokio::sync::watch::channel(None);
     let retention = match &state.config.retention {
         Some(r) => {
             let job = crate::service::retention::scheduled(
                 state.0.clone(),
+                state.leading.subscribe(),
                 r.policy()?,
                 std::time::Duration::from_secs(r.interval_seconds),
                 runs,
@@ -454,6 +461,7 @@ pub async fn start(
         task,
         retention,
         replicas,
+        leader,
         services_gone,
     })
 }

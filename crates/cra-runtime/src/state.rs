@@ -57,6 +57,9 @@ pub struct Runtime {
     /// Bumped whenever what a resolve may allow changes (the atlases in force replaced, an
     /// approval decided): MCP clients are told their tool list changed ([`crate::mcp`]).
     pub tool_lists: tokio::sync::watch::Sender<u64>,
+    /// Whether this replica leads the periodic work (retention): always on the embedded store;
+    /// on PostgreSQL, while it holds the leader lock (`crate::leader`).
+    pub leading: Arc<tokio::sync::watch::Sender<bool>>,
 }
 
 impl Runtime {

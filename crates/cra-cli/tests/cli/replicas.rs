@@ -45,6 +45,8 @@ struct Replica {
 /// Three replicas on one schema; stopped (SIGTERM, then waited for) when dropped.
 struct Cluster {
     replicas: Vec<Replica>,
+    /// Every replica's log lines (standard error), with the replica's number (1-3).
+    logs: std::sync::mpsc::Receiver<(usize, String)>,
     _schema: TestSchema,
     _dir: tempfile::TempDir,
 }
@@ -58,11 +60,13 @@ impl Cluster {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("keys.toml"), KEYS).unwrap();
         let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+        let (log, logs) = std::sync::mpsc::channel();
         let replicas: Vec<Replica> = (1..=3)
-            .map(|i| spawn(url, schema.name(), dir.path(), &atlas, i))
+            .map(|i| spawn(url, schema.name(), dir.path(), &atlas, i, log.clone()))
             .collect();
         let cluster = Self {
             replicas,
+            logs,
             _schema: schema,
             _dir: dir,
         };
@@ -88,14 +92,42 @@ impl Cluster {
     fn url(&self, replica: usize) -> &str {
         &self.replicas[replica - 1].url
     }
+
+    /// `/v1/health` of `replica`.
+    fn health(&self, replica: usize) -> Value {
+        reqwest::blocking::get(format!("{}/v1/health", self.url(replica)))
+            .unwrap()
+            .json()
+            .unwrap()
+    }
+
+    /// Waits for a log line of any replica in `among` containing `text`: the replica's number
+    /// and the line. Lines before it are kept for the failure message.
+    fn await_log(&self, among: &[usize], text: &str) -> (usize, String) {
+        let until = std::time::Instant::now() + DEADLINE;
+        let mut seen = Vec::new();
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match self.logs.recv_timeout(left) {
+                Ok((i, line)) if among.contains(&i) && line.contains(text) => return (i, line),
+                Ok(other) => seen.push(other),
+                Err(_) => panic!(
+                    "no replica of {among:?} logged `{text}` within the deadline; logged: {seen:#?}"
+                ),
+            }
+        }
+    }
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
         for r in &mut self.replicas {
-            let _ = Command::new("kill")
-                .args(["-TERM", &r.child.id().to_string()])
-                .status();
+            // One already reaped (a test killed it) is not signalled: its pid may be reused.
+            if matches!(r.child.try_wait(), Ok(None)) {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &r.child.id().to_string()])
+                    .status();
+            }
         }
         for r in &mut self.replicas {
             let _ = r.child.wait();
@@ -103,14 +135,22 @@ impl Drop for Cluster {
     }
 }
 
-/// `cra serve` as replica `i`: prints its address, which is awaited.
-fn spawn(url: &str, schema: &str, dir: &Path, atlas: &Path, i: usize) -> Replica {
+/// `cra serve` as replica `i`, with retention (so the leader has a job): prints its address,
+/// which is awaited; its log lines go to `log`.
+fn spawn(
+    url: &str,
+    schema: &str,
+    dir: &Path,
+    atlas: &Path,
+    i: usize,
+    log: std::sync::mpsc::Sender<(usize, String)>,
+) -> Replica {
     let id = format!("replica-{i}");
     let config = dir.join(format!("{id}.toml"));
     std::fs::write(
         &config,
         format!(
-            "postgres_schema = \"{schema}\"\nreplica_id = \"{id}\"\npostgres_pool = 6\n\n[limits]\nrequests_per_second = 0\n"
+            "postgres_schema = \"{schema}\"\nreplica_id = \"{id}\"\npostgres_pool = 6\n\n[limits]\nrequests_per_second = 0\n\n[retention]\ndays = 1\n"
         ),
     )
     .unwrap();
@@ -126,9 +166,15 @@ fn spawn(url: &str, schema: &str, dir: &Path, atlas: &Path, i: usize) -> Replica
         .arg(dir.join("keys.toml"))
         .current_dir(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    let errors = BufReader::new(child.stderr.take().unwrap()).lines();
+    std::thread::spawn(move || {
+        for line in errors.map_while(Result::ok) {
+            let _ = log.send((i, line));
+        }
+    });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let url = loop {
         let line = lines
@@ -331,4 +377,29 @@ fn a_stream_on_one_replica_gets_every_replica_s_events_once_in_order_and_closes_
         );
     });
     cluster.check_three_processes_answer();
+}
+
+/// The first replica to start leads the periodic work; killed with SIGKILL, its lock goes with
+/// its connection and one of the two others leads at once, and says so.
+#[test]
+fn killing_the_leader_hands_its_periodic_work_to_another_replica() {
+    let Some(url) = postgres_url("killing_the_leader_hands_its_periodic_work_to_another_replica")
+    else {
+        return;
+    };
+    let mut cluster = Cluster::start(&url, "leader");
+    let leaders: Vec<bool> = (1..=3)
+        .map(|i| cluster.health(i)["leader"].as_bool().unwrap())
+        .collect();
+    assert_eq!(leaders, [true, false, false], "the first to start leads");
+    cluster.await_log(&[1], "now leads periodic work");
+
+    let first = &mut cluster.replicas[0].child;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (next, line) = cluster.await_log(&[2, 3], "now leads periodic work");
+    assert!(line.contains("retention"), "{line}");
+    let other = 5 - next;
+    assert_eq!(cluster.health(next)["leader"], true);
+    assert_eq!(cluster.health(other)["leader"], false);
 }

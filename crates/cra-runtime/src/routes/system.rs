@@ -30,6 +30,9 @@ pub(crate) struct Health {
     pub atlases: usize,
     /// This replica's id (`replica_id`; `local` on the embedded store): which replica answered.
     pub replica_id: String,
+    /// Whether this replica runs the periodic work now (always on the embedded store; on
+    /// PostgreSQL, the one replica holding the leader lock).
+    pub leader: bool,
     /// Why the store did not answer (only when `status` is `unavailable`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
@@ -61,6 +64,7 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
         store: state.backends.kind.into(),
         atlases: state.atlases().loaded.len(),
         replica_id: state.config.replica_id.clone().unwrap_or_default(),
+        leader: *state.leading.borrow(),
         store_error,
     };
     (status, Json(health))

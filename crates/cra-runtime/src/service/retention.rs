@@ -49,29 +49,54 @@ pub async fn apply(rt: &Runtime, policy: RetentionPolicy) -> ApiResult<Retention
     })
 }
 
-/// Runs [`apply`] now and then every `every`, for as long as the server runs; reports each run
-/// on `runs` (how a test waits for one without sleeping) and logs what it removed. A failed run
-/// is logged and tried again at the next tick.
+/// While this replica leads (`leading`: always on the embedded store; see `crate::leader`), runs
+/// [`apply`] at once and then every `every`, for as long as the server runs; reports each run on
+/// `runs` (how a test waits for one without sleeping) and logs what it removed. A failed run is
+/// logged and tried again at the next tick. A replica that starts leading runs at once.
 pub async fn scheduled(
     rt: Arc<Runtime>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
     policy: RetentionPolicy,
     every: Duration,
     runs: tokio::sync::watch::Sender<Option<ApiResult<RetentionRun>>>,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        let outcome = apply(&rt, policy).await;
-        match &outcome {
-            Ok(run) if run.removed.is_empty() => {}
-            Ok(run) => tracing::info!(
-                removed = run.removed.len(),
-                cutoff = %run.cutoff,
-                "retention removed ended sessions (recorded in {OPERATOR_AUDIT_SESSION})"
-            ),
-            Err(e) => tracing::warn!(error = %e, "retention run failed; retrying at the next tick"),
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
         }
-        runs.send_replace(Some(outcome));
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => run_once(&rt, policy, &runs).await,
+                changed = leading.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            if !*leading.borrow() {
+                break;
+            }
+        }
     }
+}
+
+/// One scheduled run: applied, logged, reported.
+async fn run_once(
+    rt: &Arc<Runtime>,
+    policy: RetentionPolicy,
+    runs: &tokio::sync::watch::Sender<Option<ApiResult<RetentionRun>>>,
+) {
+    let outcome = apply(rt, policy).await;
+    match &outcome {
+        Ok(run) if run.removed.is_empty() => {}
+        Ok(run) => tracing::info!(
+            removed = run.removed.len(),
+            cutoff = %run.cutoff,
+            "retention removed ended sessions (recorded in {OPERATOR_AUDIT_SESSION})"
+        ),
+        Err(e) => tracing::warn!(error = %e, "retention run failed; retrying at the next tick"),
+    }
+    runs.send_replace(Some(outcome));
 }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use postgres::fallible_iterator::FallibleIterator as _;
 use postgres::{Client, NoTls};
 
-use super::{PgStore, quote_ident};
+use super::{PgStore, pause, quote_ident};
 use crate::BackendError;
 
 /// Largest notification payload sent; PostgreSQL refuses 8000 bytes or more.
@@ -246,20 +246,6 @@ fn relay<F: FnMut(FeedEvent)>(
         }
     }
     None
-}
-
-/// Sleeps `d` in short steps; `true` when told to stop meanwhile.
-fn pause(stop: &AtomicBool, d: Duration) -> bool {
-    let mut left = d;
-    while !left.is_zero() {
-        if stop.load(Ordering::SeqCst) {
-            return true;
-        }
-        let step = left.min(STOP_CHECK);
-        std::thread::sleep(step);
-        left -= step;
-    }
-    stop.load(Ordering::SeqCst)
 }
 
 #[cfg(test)]

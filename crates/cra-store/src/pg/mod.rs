@@ -2,9 +2,14 @@
 //! pool of synchronous connections, and the embedded migrations (`migrations/NNNN_<area>.sql`)
 //! applied in version order on start, each recorded in `cra_migrations` with a checksum. Replicas
 //! starting together take a transaction-scoped advisory lock, so each migration runs once.
+//!
+//! What replicas share besides the tables: [`feed`], each commit's appends announced to every
+//! replica (`LISTEN`/`NOTIFY`), and [`leader`], one replica chosen by an advisory lock for
+//! periodic work.
 
 mod carp;
 pub mod feed;
+pub mod leader;
 mod pool;
 pub(crate) mod state;
 pub(crate) mod trace;
@@ -163,6 +168,23 @@ fn random_origin() -> u64 {
         h.write_u128(d.as_nanos());
     }
     h.finish()
+}
+
+/// Sleeps `d` in steps of 100 ms at most, for the store's own threads; `true` as soon as `stop`
+/// is set (then it returns early).
+fn pause(stop: &std::sync::atomic::AtomicBool, d: std::time::Duration) -> bool {
+    use std::sync::atomic::Ordering;
+    let step = std::time::Duration::from_millis(100);
+    let mut left = d;
+    while !left.is_zero() {
+        if stop.load(Ordering::SeqCst) {
+            return true;
+        }
+        let s = left.min(step);
+        std::thread::sleep(s);
+        left -= s;
+    }
+    stop.load(Ordering::SeqCst)
 }
 
 /// The migrations this build embeds: (version, name), ascending.

@@ -356,3 +356,54 @@ fn postgres_feed_reports_a_broken_connection_and_listens_again() {
         other => panic!("expected a notice, got {other:?}"),
     }
 }
+
+/// Invariant (`pg/leader.rs`): of the replicas bidding on one schema, exactly one leads; when
+/// the leader's bid ends (its connection closes, as when its process dies), another takes over
+/// at once, without polling.
+#[test]
+fn postgres_one_replica_leads_and_another_takes_over_when_it_goes() {
+    let Some(url) = postgres_url("postgres_one_replica_leads_and_another_takes_over_when_it_goes")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "leader");
+    let store = schema.store(StoreConfig::default()).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, bool)>();
+    let mut bids: Vec<Option<cra_store::pg::leader::Leadership>> = (0..3)
+        .map(|i| {
+            let tx = tx.clone();
+            Some(
+                store
+                    .lead("periodic", move |l| {
+                        let _ = tx.send((i, l));
+                    })
+                    .unwrap(),
+            )
+        })
+        .collect();
+    // The first bid found the lock free and leads before `lead` returned; no other does.
+    assert_eq!(rx.try_recv(), Ok((0, true)));
+    assert!(rx.try_recv().is_err());
+    // Another schema's bid is not in this election.
+    let other = TestSchema::new(&url, "leader2");
+    let (otx, orx) = std::sync::mpsc::channel::<bool>();
+    let _other = other
+        .store(StoreConfig::default())
+        .unwrap()
+        .lead("periodic", move |l| {
+            let _ = otx.send(l);
+        })
+        .unwrap();
+    assert_eq!(orx.try_recv(), Ok(true));
+
+    // A leader that stops says so before its connection (and the lock) goes.
+    bids[0] = None;
+    assert_eq!(rx.try_recv(), Ok((0, false)));
+    let ten = std::time::Duration::from_secs(10);
+    let (next, leading) = rx.recv_timeout(ten).expect("a new leader within 10 s");
+    assert!(leading && next != 0, "{next} {leading}");
+    bids[next] = None;
+    assert_eq!(rx.try_recv(), Ok((next, false)));
+    let (last, leading) = rx.recv_timeout(ten).expect("the last bid leads");
+    assert!(leading && last != 0 && last != next, "{last} {leading}");
+}

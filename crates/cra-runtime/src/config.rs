@@ -220,7 +220,10 @@ pub struct RuntimeConfig {
     pub postgres: Option<String>,
     /// The PostgreSQL schema holding this deployment's tables.
     pub postgres_schema: String,
-    /// PostgreSQL connections in the pool.
+    /// PostgreSQL connections in each of this replica's two pools (reads and TRACE commits, at
+    /// least 5; deferred CARP state writes): a server opens at most `max(postgres_pool, 5) +
+    /// postgres_pool + 2` (the append feed's listener and the leader bid), and logs the figure
+    /// at start (`specs/deployment.md` has a worked example).
     pub postgres_pool: usize,
     /// MiB of pages the embedded store (redb) keeps in memory
     /// ([`cra_store::DEFAULT_REDB_CACHE_BYTES`] says why the default is small).

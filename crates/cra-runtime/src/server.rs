@@ -113,7 +113,11 @@ pub fn build_runtime(
     config.replica_id = Some(owner);
     roll_relay_forward(&backends, &mut notices)?;
     notices.push(StartNotice::Info(match &config.postgres {
-        Some(_) => format!("store: PostgreSQL, schema `{}`", config.postgres_schema),
+        Some(_) => format!(
+            "store: PostgreSQL, schema `{}`{}",
+            config.postgres_schema,
+            connection_budget(&backends)
+        ),
         None => format!("store: redb in {}", config.data.display()),
     }));
     let parts = Parts {
@@ -298,6 +302,22 @@ fn assemble(
         leading: Arc::new(tokio::sync::watch::Sender::new(embedded)),
     };
     AppState(Arc::new(runtime))
+}
+
+/// What a replica may take of the database server's connections, for the start log: each replica
+/// opens at most this many (its pools, the feed's listener, the leader bid), and the replicas
+/// together must stay under the server's `max_connections` (`specs/deployment.md`).
+fn connection_budget(backends: &crate::Backends) -> String {
+    let Some(pg) = &backends.postgres else {
+        return String::new();
+    };
+    let mine = pg.pooled_connections_at_most() + 2;
+    match pg.server_max_connections() {
+        Ok(limit) => format!(
+            "; this replica opens at most {mine} connections, the server allows {limit} (replicas x {mine} must stay under it)"
+        ),
+        Err(_) => format!("; this replica opens at most {mine} connections"),
+    }
 }
 
 /// The lease owner of this instance: the configured `replica_id`, else `local` on the embedded

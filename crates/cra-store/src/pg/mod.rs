@@ -132,6 +132,28 @@ impl PgStore {
         &self.inner.config
     }
 
+    /// The most connections this store's pools open together (the main pool and, with
+    /// [`crate::StateDurability::WithNextAppend`], the state writes' pool). A server adds two of
+    /// its own: the append feed's listener and the leader bid.
+    pub fn pooled_connections_at_most(&self) -> usize {
+        self.inner.pool.max() + self.inner.state_pool.as_ref().map_or(0, Pool::max)
+    }
+
+    /// The database server's `max_connections`.
+    pub fn server_max_connections(&self) -> Result<usize, BackendError> {
+        let mut client = self.client()?;
+        let rows = client
+            .simple_query("SHOW max_connections")
+            .map_err(|e| BackendError::Connect(error_text(&e)))?;
+        Ok(rows
+            .iter()
+            .find_map(|m| match m {
+                postgres::SimpleQueryMessage::Row(r) => r.get(0)?.parse().ok(),
+                _ => None,
+            })
+            .unwrap_or(0))
+    }
+
     /// Asks the database for `SELECT 1` through the pool: whether it answers now (readiness).
     pub fn ping(&self) -> Result<(), BackendError> {
         let mut client = self.client()?;

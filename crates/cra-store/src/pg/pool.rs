@@ -48,6 +48,11 @@ impl Pool {
         }
     }
 
+    /// The most connections this pool opens.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
     /// A connection, waiting for one to come back when `max` are in use.
     pub fn get(&self) -> Result<PooledClient<'_>, BackendError> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());

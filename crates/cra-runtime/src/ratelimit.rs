@@ -1,5 +1,9 @@
-//! Per-key request rate limiting: a token bucket per credential fingerprint, refilled from the
-//! injected clock (so tests control time and never sleep).
+//! Per-key request rate limiting: a token bucket per credential fingerprint. On the embedded
+//! store the buckets are in memory, refilled from the injected clock (so tests control time and
+//! never sleep); on PostgreSQL they are in the database (`cra_store::pg::ratelimit`), refilled at
+//! its clock, so the replicas sharing a schema enforce one limit between them. Should the
+//! database not answer, a request is limited by this replica's own buckets meanwhile (the
+//! request itself will then most likely fail at the store, with a clearer error).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +24,8 @@ pub struct RateLimiter {
     burst: f64,
     clock: Arc<dyn Clock>,
     buckets: Mutex<HashMap<String, Bucket>>,
+    /// The buckets every replica shares, on PostgreSQL.
+    shared: Option<cra_store::PgStore>,
 }
 
 impl RateLimiter {
@@ -30,6 +36,44 @@ impl RateLimiter {
             burst: f64::from(burst.max(1)),
             clock,
             buckets: Mutex::new(HashMap::new()),
+            shared: None,
+        }
+    }
+
+    /// As [`RateLimiter::new`], with the buckets in `pg`'s schema, shared by its replicas.
+    pub fn shared(
+        per_second: u32,
+        burst: u32,
+        clock: Arc<dyn Clock>,
+        pg: cra_store::PgStore,
+    ) -> Self {
+        Self {
+            shared: Some(pg),
+            ..Self::new(per_second, burst, clock)
+        }
+    }
+
+    /// Takes one request from `key`'s bucket, shared or local. `Err(seconds)` says when to retry.
+    pub async fn admit(&self, key: &str) -> Result<(), u64> {
+        let Some(pg) = self.shared.clone().filter(|_| self.per_second > 0.0) else {
+            return self.check(key);
+        };
+        let (k, rate, burst) = (key.to_owned(), self.per_second, self.burst);
+        let taken =
+            tokio::task::spawn_blocking(move || pg.take_request_token(&k, rate, burst)).await;
+        match taken {
+            Ok(Ok(cra_store::pg::ratelimit::Admission::Admitted)) => Ok(()),
+            Ok(Ok(cra_store::pg::ratelimit::Admission::Refused { retry_after })) => {
+                Err(whole_seconds(retry_after))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the shared rate limit could not be read; this replica's own applies");
+                self.check(key)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the shared rate limit task failed; this replica's own applies");
+                self.check(key)
+            }
         }
     }
 
@@ -51,10 +95,15 @@ impl RateLimiter {
             b.tokens -= 1.0;
             Ok(())
         } else {
-            let wait = ((1.0 - b.tokens) / self.per_second).ceil();
-            Err(if wait < 1.0 { 1 } else { wait as u64 })
+            Err(whole_seconds((1.0 - b.tokens) / self.per_second))
         }
     }
+}
+
+/// A wait in seconds as `Retry-After` says it: whole, at least 1.
+fn whole_seconds(wait: f64) -> u64 {
+    let wait = wait.ceil();
+    if wait < 1.0 { 1 } else { wait as u64 }
 }
 
 #[cfg(test)]

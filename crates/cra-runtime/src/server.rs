@@ -260,11 +260,19 @@ fn assemble(
     ids: Arc<dyn IdGenerator>,
     parts: Parts,
 ) -> AppState {
-    let limiter = RateLimiter::new(
-        config.limits.requests_per_second,
-        config.limits.burst,
-        clock.clone(),
-    );
+    let limiter = match &parts.backends.postgres {
+        Some(pg) => RateLimiter::shared(
+            config.limits.requests_per_second,
+            config.limits.burst,
+            clock.clone(),
+            pg.clone(),
+        ),
+        None => RateLimiter::new(
+            config.limits.requests_per_second,
+            config.limits.burst,
+            clock.clone(),
+        ),
+    };
     let relay = cra_relay::Relay::new(
         parts.backends.relay.clone(),
         clock.clone(),

@@ -56,13 +56,29 @@ impl Cluster {
     /// nothing on PostgreSQL) and the trace fixture atlas, and checks that each answers
     /// `/v1/health` with its own `replica_id` from its own process.
     fn start(url: &str, prefix: &str) -> Self {
+        Self::start_with(url, prefix, 0, 1000)
+    }
+
+    /// As [`Cluster::start`], with the HTTP rate limit `per_second` (0: none) and `burst`.
+    fn start_with(url: &str, prefix: &str, per_second: u32, burst: u32) -> Self {
         let schema = TestSchema::new(url, prefix);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("keys.toml"), KEYS).unwrap();
         let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
         let (log, logs) = std::sync::mpsc::channel();
         let replicas: Vec<Replica> = (1..=3)
-            .map(|i| spawn(url, schema.name(), dir.path(), &atlas, i, log.clone()))
+            .map(|i| {
+                let limits = format!("requests_per_second = {per_second}\nburst = {burst}\n");
+                spawn(
+                    url,
+                    schema.name(),
+                    dir.path(),
+                    &atlas,
+                    i,
+                    &limits,
+                    log.clone(),
+                )
+            })
             .collect();
         let cluster = Self {
             replicas,
@@ -143,6 +159,7 @@ fn spawn(
     dir: &Path,
     atlas: &Path,
     i: usize,
+    limits: &str,
     log: std::sync::mpsc::Sender<(usize, String)>,
 ) -> Replica {
     let id = format!("replica-{i}");
@@ -150,7 +167,7 @@ fn spawn(
     std::fs::write(
         &config,
         format!(
-            "postgres_schema = \"{schema}\"\nreplica_id = \"{id}\"\npostgres_pool = 6\n\n[limits]\nrequests_per_second = 0\n\n[retention]\ndays = 1\n"
+            "postgres_schema = \"{schema}\"\nreplica_id = \"{id}\"\npostgres_pool = 6\n\n[limits]\n{limits}\n[retention]\ndays = 1\n"
         ),
     )
     .unwrap();
@@ -402,4 +419,37 @@ fn killing_the_leader_hands_its_periodic_work_to_another_replica() {
     let other = 5 - next;
     assert_eq!(cluster.health(next)["leader"], true);
     assert_eq!(cluster.health(other)["leader"], false);
+}
+
+/// The HTTP rate limit is one limit for the three replicas, counted at the database's clock: a
+/// key sending 30 requests round-robin gets its burst of 10, plus at most what the rate refilled
+/// meanwhile, in total (not 10 per replica), and the refusals are 429 with `Retry-After`.
+#[test]
+fn the_http_rate_limit_holds_in_total_across_replicas() {
+    let Some(url) = postgres_url("the_http_rate_limit_holds_in_total_across_replicas") else {
+        return;
+    };
+    let cluster = Cluster::start_with(&url, "ratelimit", 1, 10);
+    let http = reqwest::blocking::Client::new();
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    for i in 0..30 {
+        let resp = http
+            .get(format!("{}/v1/traces", cluster.url(1 + i % 3)))
+            .bearer_auth(AGENT)
+            .send()
+            .unwrap();
+        match resp.status().as_u16() {
+            200 => admitted += 1,
+            429 => assert!(resp.headers().contains_key("retry-after")),
+            other => panic!("request {i}: {other} {}", resp.text().unwrap()),
+        }
+    }
+    // One token a second refills while the requests run.
+    let refilled = started.elapsed().as_secs() + 1;
+    assert!(
+        (10..=10 + refilled).contains(&admitted),
+        "admitted {admitted} of 30 in {:?}; the burst is 10 for all replicas together",
+        started.elapsed()
+    );
 }

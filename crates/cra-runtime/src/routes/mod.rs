@@ -137,7 +137,7 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };
-    if let Err(retry) = state.limiter.check(&actor.key_fingerprint) {
+    if let Err(retry) = state.limiter.admit(&actor.key_fingerprint).await {
         state
             .metrics
             .rate_limited

@@ -444,6 +444,57 @@ async fn replicas_with_skewed_clocks_share_one_rate_limit_postgres() {
         .unwrap();
 }
 
+/// Two replicas on one schema whose clocks are an hour apart (and stand still), with an HTTP
+/// limit of 1 request a second and a burst of 10: 12 requests on each admit the burst once
+/// between them, plus what the database's clock refilled meanwhile, not 10 on each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_rate_limit_is_one_for_replicas_with_skewed_clocks_postgres() {
+    let Some(url) =
+        postgres_url("the_http_rate_limit_is_one_for_replicas_with_skewed_clocks_postgres")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "http_limit");
+    let t0 = cra_wire::clock::parse_rfc3339(T0).unwrap();
+    let mut servers = Vec::new();
+    for at in [t0, t0 - time::Duration::hours(1)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut config, data) = crate::support::test_config(dir.path());
+        config.postgres = Some(url.clone());
+        config.postgres_schema = schema.name().to_owned();
+        config.limits.requests_per_second = 1;
+        config.limits.burst = 10;
+        let clock = Arc::new(FixedClock::new(at));
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
+        let (state, _) = tokio::task::spawn_blocking(move || build_runtime(config, clock, ids))
+            .await
+            .unwrap()
+            .unwrap();
+        servers.push(serve(state, dir, data).await);
+    }
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    for s in &servers {
+        for _ in 0..12 {
+            let (st, body) = s.get(Some(MAINT), "/v1/traces").await;
+            assert!(st == 200 || st == 429, "{st} {body}");
+            admitted += u64::from(st == 200);
+        }
+    }
+    let refilled = started.elapsed().as_secs() + 1;
+    assert!(
+        (10..=10 + refilled).contains(&admitted),
+        "admitted {admitted} of 24 in {:?}: one burst of 10 for both replicas",
+        started.elapsed()
+    );
+    for s in servers {
+        s.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
 /// The runtime's state log, holding every decision until [`HeldDecisions::release`]: the hook
 /// that puts a session's end between a decision's check and its write. It holds without
 /// blocking (the runtime may call it on an async worker).

@@ -4,13 +4,14 @@
 //! starting together take a transaction-scoped advisory lock, so each migration runs once.
 //!
 //! What replicas share besides the tables: [`feed`], each commit's appends announced to every
-//! replica (`LISTEN`/`NOTIFY`), and [`leader`], one replica chosen by an advisory lock for
-//! periodic work.
+//! replica (`LISTEN`/`NOTIFY`), [`leader`], one replica chosen by an advisory lock for
+//! periodic work, and [`ratelimit`], the HTTP rate limiter's buckets.
 
 mod carp;
 pub mod feed;
 pub mod leader;
 mod pool;
+pub mod ratelimit;
 pub(crate) mod state;
 pub(crate) mod trace;
 

@@ -225,3 +225,72 @@ async fn a_live_resolve_streams_the_events_as_stored() {
     assert_eq!(completed["payload"]["resolution"], res);
     s.stop().await;
 }
+
+/// When a replica's feed of the other replicas' appends breaks (its listening connection is
+/// terminated), its all-sessions streams close with 4009, since they cannot say what they
+/// missed, and its session streams stay open and read the store: events another replica
+/// appended meanwhile arrive once and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_replica_feed_closes_all_streams_with_4009_and_session_streams_read_on_postgres() {
+    use cra_store::testing::{TestSchema, postgres_url};
+    let Some(url) = postgres_url("a_broken_replica_feed_closes_all_streams_with_4009") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "feedloss");
+    let name = schema.name().to_owned();
+    let s = TestServer::start_with(|c| {
+        c.postgres = Some(url.clone());
+        c.postgres_schema = name;
+    })
+    .await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let mut session = connect(&s, AGENT, &format!("session_id={sid}")).await;
+    assert_eq!(next_event(&mut session).await.unwrap()["sequence"], 0);
+    let mut all = connect(&s, OPERATOR, "all=true").await;
+
+    let other = {
+        let schema_name = schema.name().to_owned();
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let other = cra_store::PgStore::connect(&url, &schema_name).unwrap();
+            let killed = other
+                .client()
+                .unwrap()
+                .query(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1",
+                    &[&format!(
+                        "LISTEN \"{}\"",
+                        cra_store::pg::feed::channel(&schema_name)
+                    )],
+                )
+                .unwrap()
+                .len();
+            assert_eq!(killed, 1, "the server's one listening connection");
+            other
+        })
+        .await
+        .unwrap()
+    };
+    let (code, reason) = next_event(&mut all).await.unwrap_err();
+    assert_eq!(code, cra_runtime::CLOSE_MAY_HAVE_MISSED, "{reason}");
+    assert!(reason.contains("since_seq"), "{reason}");
+
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || {
+        cra_trace::store::ChainStore::append(&other, &sid2, vec![tick(1), tick(2)]).unwrap();
+        drop(other);
+    })
+    .await
+    .unwrap();
+    for want in [1, 2] {
+        let e = next_event(&mut session).await.unwrap();
+        assert_eq!(
+            (e["sequence"].as_u64(), &e["event_type"]),
+            (Some(want), &json!("test.tick"))
+        );
+    }
+    s.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

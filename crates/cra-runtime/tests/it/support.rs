@@ -111,7 +111,12 @@ impl TestServer {
         tweak(&mut config);
         let clock = Arc::new(FixedClock::parse(T0).unwrap());
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, id_seed));
-        let (state, _notices) = build_runtime(config, clock.clone(), ids).unwrap();
+        // On a blocking thread: a PostgreSQL store connects synchronous clients.
+        let c = clock.clone();
+        let (state, _notices) = tokio::task::spawn_blocking(move || build_runtime(config, c, ids))
+            .await
+            .unwrap()
+            .unwrap();
         let server = start(state, std::future::pending()).await.unwrap();
         let base = format!("http://{}", server.addr);
         Self {

@@ -142,7 +142,7 @@ pub fn decode(payload: &str) -> Option<Notice> {
 }
 
 /// A listening connection's thread; dropping it stops the thread and waits for it (at most
-/// about [`STOP_CHECK`]).
+/// about `STOP_CHECK`, 200 ms).
 #[derive(Debug)]
 pub struct Listener {
     stop: Arc<AtomicBool>,

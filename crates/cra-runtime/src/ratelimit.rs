@@ -59,19 +59,17 @@ impl RateLimiter {
             return self.check(key);
         };
         let (k, rate, burst) = (key.to_owned(), self.per_second, self.burst);
-        let taken =
-            tokio::task::spawn_blocking(move || pg.take_request_token(&k, rate, burst)).await;
+        let taken = tokio::task::spawn_blocking(move || pg.take_request_token(&k, rate, burst))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()));
         match taken {
-            Ok(Ok(cra_store::pg::ratelimit::Admission::Admitted)) => Ok(()),
-            Ok(Ok(cra_store::pg::ratelimit::Admission::Refused { retry_after })) => {
+            Ok(cra_store::pg::ratelimit::Admission::Admitted) => Ok(()),
+            Ok(cra_store::pg::ratelimit::Admission::Refused { retry_after }) => {
                 Err(whole_seconds(retry_after))
             }
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "the shared rate limit could not be read; this replica's own applies");
-                self.check(key)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "the shared rate limit task failed; this replica's own applies");
+            Err(error) => {
+                tracing::warn!(%error, "the shared rate limit could not be read; this replica's own applies");
                 self.check(key)
             }
         }

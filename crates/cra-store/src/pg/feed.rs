@@ -77,14 +77,12 @@ pub enum FeedEvent {
 
 /// The notification channel of `schema`: one per schema, so deployments sharing a database
 /// never hear each other. Schema names may take 63 bytes and channel names may not exceed 63,
-/// so the channel is named by a 64-bit FNV-1a hash of the schema.
+/// so the channel is named by a number derived from the schema (`super::name_key`).
 pub fn channel(schema: &str) -> String {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in schema.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("cra_appended_{hash:016x}")
+    format!(
+        "cra_appended_{:016x}",
+        super::name_key(&format!("cra-store feed {schema}"))
+    )
 }
 
 /// `appended` by `origin` as notification payloads, each under PostgreSQL's size limit: the tag

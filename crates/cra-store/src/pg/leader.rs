@@ -29,20 +29,10 @@ pub const HOLD_CHECK: Duration = Duration::from_secs(1);
 /// Longest wait between two attempts to reconnect.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// The advisory lock key of `job` on `schema`: a 64-bit FNV-1a hash of both, so each schema (and
-/// each job) has its own leader. Migrations lock other keys (transaction-scoped, per schema).
+/// The advisory lock key of `job` on `schema` (`super::name_key`), so each schema (and each
+/// job) has its own leader; migrations lock other keys (transaction-scoped, per schema).
 pub fn lock_key(schema: &str, job: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in "cra-leader\0"
-        .bytes()
-        .chain(schema.bytes())
-        .chain([0])
-        .chain(job.bytes())
-    {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    i64::from_ne_bytes(hash.to_ne_bytes())
+    super::name_key(&format!("cra-store leader {schema}\0{job}"))
 }
 
 /// A replica's bid for leadership; dropping it gives leadership up (its connection closes) and

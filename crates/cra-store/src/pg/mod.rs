@@ -245,15 +245,22 @@ pub(crate) fn error_text(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// A 64-bit number named by `text`, for what PostgreSQL names by number or by a short
+/// identifier: advisory lock keys (migrations, the leader) and the feed's channel. It is the
+/// first eight bytes of the hex SHA-256 of `text`; released lock keys never change, or replicas
+/// of two builds would stop excluding each other.
+pub(crate) fn name_key(text: &str) -> i64 {
+    i64::from_be_bytes(
+        cra_wire::hash::sha256_hex(text.as_bytes()).as_bytes()[..8]
+            .try_into()
+            .unwrap_or([0; 8]),
+    )
+}
+
 fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
     let mut client = pool.get()?;
     let mut tx = client.transaction().map_err(pg)?;
-    let key = i64::from_be_bytes(
-        cra_wire::hash::sha256_hex(format!("cra-store migrations {schema}").as_bytes()).as_bytes()
-            [..8]
-            .try_into()
-            .unwrap_or([0; 8]),
-    );
+    let key = name_key(&format!("cra-store migrations {schema}"));
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
         .map_err(pg)?;
     let q = quote_ident(schema);

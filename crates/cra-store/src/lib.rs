@@ -14,6 +14,8 @@
 //! * `collector`: group commit for TRACE appends, shared by both backends (an append is
 //!   answered only once the transaction holding it is durable); `chain`: the chain-store
 //!   plumbing both backends share; `error`: the store's errors.
+//! * [`catalog`] ([`AtlasCatalog`]): the atlases in force, stored as numbered generations,
+//!   so they survive restarts and replicas share them.
 //! * [`relay`]: the `cra_relay::store` implementation for both backends.
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
@@ -22,6 +24,7 @@
 //! Every trait is synchronous; async callers use `spawn_blocking`. Time and ids are injected
 //! through [`StoreConfig`].
 
+pub mod catalog;
 mod chain;
 mod collector;
 mod error;
@@ -35,6 +38,7 @@ use std::sync::Arc;
 
 use cra_wire::{Clock, IdGenerator, SystemClock, UuidV7Ids};
 
+pub use catalog::AtlasCatalog;
 pub use collector::MAX_BATCH_APPENDS;
 pub use error::BackendError;
 pub use pg::PgStore;

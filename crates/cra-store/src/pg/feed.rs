@@ -11,6 +11,10 @@
 //! wants them reads them from the store. It also carries the sending store's origin, so a
 //! replica can tell its own appends (already published to its own subscribers) from others'.
 //!
+//! The same channel announces each new generation of the atlas catalog (`crate::catalog`): a
+//! one-line payload, [`encode_generation`], sent inside the transaction that commits it, so
+//! every replica reads the new set in force as soon as it is committed.
+//!
 //! [`PgStore::listen`] holds one dedicated connection (not from the pool) that listens, and a
 //! thread that hands each notice to the caller. When that connection breaks, notifications sent
 //! meanwhile are lost: the thread reconnects (backing off up to [`MAX_BACKOFF`]) and reports
@@ -27,6 +31,9 @@ use postgres::{Client, NoTls};
 
 use super::{PgStore, pause, quote_ident};
 use crate::BackendError;
+
+/// The tag of an atlas catalog announcement: the tag, the origin, the generation.
+const GENERATION_TAG: &str = "cra-atlases/1";
 
 /// Largest notification payload sent; PostgreSQL refuses 8000 bytes or more.
 const MAX_PAYLOAD: usize = 7900;
@@ -67,6 +74,13 @@ pub struct Notice {
 pub enum FeedEvent {
     /// Appends some store committed (this one's included: compare [`Notice::origin`]).
     Notice(Notice),
+    /// Some store committed a new generation of the atlas catalog.
+    Atlases {
+        /// The sending store's origin.
+        origin: u64,
+        /// The generation committed.
+        generation: u64,
+    },
     /// The listening connection broke and is back: notifications sent meanwhile were lost. Read
     /// the store for anything a reader is waiting on.
     Lost {
@@ -137,6 +151,29 @@ pub fn decode(payload: &str) -> Option<Notice> {
         })
         .collect::<Option<Vec<_>>>()?;
     Some(Notice { origin, appended })
+}
+
+/// The payload announcing generation `generation` of the atlas catalog, committed by `origin`.
+pub fn encode_generation(origin: u64, generation: u64) -> String {
+    format!("{GENERATION_TAG} {origin:016x} {generation}")
+}
+
+/// The origin and generation of a payload [`encode_generation`] wrote; `None` for anything else.
+pub fn decode_generation(payload: &str) -> Option<(u64, u64)> {
+    let rest = payload.strip_prefix(GENERATION_TAG)?.strip_prefix(' ')?;
+    let (origin, generation) = rest.split_once(' ')?;
+    let origin = u64::from_str_radix(origin, 16).ok()?;
+    let generation: u64 = generation.parse().ok().filter(|g| *g > 0)?;
+    Some((origin, generation))
+}
+
+/// The event a payload on the channel stands for, if it is one of ours.
+fn event_of(payload: &str) -> Option<FeedEvent> {
+    if let Some(notice) = decode(payload) {
+        return Some(FeedEvent::Notice(notice));
+    }
+    let (origin, generation) = decode_generation(payload)?;
+    Some(FeedEvent::Atlases { origin, generation })
 }
 
 /// A listening connection's thread; dropping it stops the thread and waits for it (at most
@@ -234,8 +271,8 @@ fn relay<F: FnMut(FeedEvent)>(
         loop {
             match waiting.next() {
                 Ok(Some(n)) => {
-                    if let Some(notice) = decode(n.payload()) {
-                        sink(FeedEvent::Notice(notice));
+                    if let Some(event) = event_of(n.payload()) {
+                        sink(event);
                     }
                 }
                 Ok(None) => break,
@@ -309,6 +346,29 @@ mod tests {
             "cra-appended/1 01\n0 o s",
         ] {
             assert_eq!(decode(stray), None, "{stray:?}");
+        }
+    }
+
+    #[test]
+    fn atlas_generations_are_announced_apart_from_appends() {
+        let payload = encode_generation(0xab, 42);
+        assert_eq!(payload, "cra-atlases/1 00000000000000ab 42");
+        assert_eq!(
+            event_of(&payload),
+            Some(FeedEvent::Atlases {
+                origin: 0xab,
+                generation: 42
+            })
+        );
+        assert_eq!(decode(&payload), None);
+        for stray in [
+            "cra-atlases/1 ab",
+            "cra-atlases/1 zz 1",
+            "cra-atlases/1 ab 0",
+            "cra-atlases/1 ab x",
+            "cra-atlases/2 ab 1",
+        ] {
+            assert_eq!(event_of(stray), None, "{stray:?}");
         }
     }
 

@@ -5,9 +5,11 @@
 //!
 //! What replicas share besides the tables: [`feed`], each commit's appends announced to every
 //! replica (`LISTEN`/`NOTIFY`), [`leader`], one replica chosen by an advisory lock for
-//! periodic work, and [`ratelimit`], the HTTP rate limiter's buckets.
+//! periodic work, [`ratelimit`], the HTTP rate limiter's buckets, and `catalog`, the atlas catalog
+//! (`crate::catalog`), whose new generations the feed announces.
 
 mod carp;
+mod catalog;
 pub mod feed;
 pub mod leader;
 mod pool;

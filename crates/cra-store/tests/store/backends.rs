@@ -11,10 +11,13 @@ use serde_json::{Value, json};
 
 /// A store under test, whichever backend.
 pub(crate) trait TestStore:
-    ChainStore + SessionRemoval + cra_carp::store::CarpStore
+    ChainStore + SessionRemoval + cra_carp::store::CarpStore + cra_store::AtlasCatalog
 {
 }
-impl<T: ChainStore + SessionRemoval + cra_carp::store::CarpStore> TestStore for T {}
+impl<T: ChainStore + SessionRemoval + cra_carp::store::CarpStore + cra_store::AtlasCatalog>
+    TestStore for T
+{
+}
 
 /// A fresh store and what keeps its storage alive.
 pub(crate) struct Fresh {

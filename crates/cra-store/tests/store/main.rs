@@ -7,6 +7,7 @@
 
 mod backends;
 mod carp;
+mod catalog;
 mod chain;
 mod concurrency;
 mod crash;

@@ -260,6 +260,7 @@ fn postgres_replicas_hear_every_committed_append_once_in_order() {
                 let _ = tx.send(n);
             }
             FeedEvent::Lost { reason } => panic!("the feed broke: {reason}"),
+            FeedEvent::Atlases { .. } => panic!("no atlas catalog change was made"),
         })
         .unwrap();
     let handles: Vec<_> = (0..6)

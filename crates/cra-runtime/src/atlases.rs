@@ -8,6 +8,13 @@
 //! as a directory holding the same files ([`load_inline`]); installed atlases stay in force across
 //! `--watch` reloads (an installed atlas stands in for a source atlas with the same id) until the
 //! server restarts. Every change builds a new generation and swaps it in with one pointer swap.
+//!
+//! A server keeps the atlases in force in its store's atlas catalog (`catalog`): every change
+//! is committed there before it is swapped in, so installed atlases survive restarts and every
+//! replica sharing a PostgreSQL schema decides with the same ones. A front door on a data
+//! directory (`crate::open_local`) uses only the atlases it is given and stores none.
+
+pub(crate) mod catalog;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,7 +31,7 @@ use crate::extract::escape_pointer_token;
 use crate::state::Runtime;
 
 /// One consistent generation of atlases.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct AtlasState {
     /// As loaded (manifests, files, digests).
     pub loaded: Vec<LoadedAtlas>,
@@ -34,6 +41,11 @@ pub struct AtlasState {
     pub sources: Vec<PathBuf>,
     /// The ids of the atlases of `loaded` installed over HTTP (kept across reloads).
     pub posted: BTreeSet<String>,
+    /// `atlas_id -> digest` of the atlases this process's sources last loaded (what a reload
+    /// may change).
+    pub source_digests: BTreeMap<String, String>,
+    /// The atlas catalog's generation this set is (`None`: nothing stored).
+    pub generation: Option<u64>,
 }
 
 impl AtlasState {
@@ -44,6 +56,8 @@ impl AtlasState {
             set: Arc::new(AtlasSet::default()),
             sources: Vec::new(),
             posted: BTreeSet::new(),
+            source_digests: BTreeMap::new(),
+            generation: None,
         }
     }
 
@@ -122,6 +136,10 @@ fn compose(
     posted: Vec<LoadedAtlas>,
 ) -> Result<AtlasState, String> {
     let posted_ids: BTreeSet<String> = posted.iter().map(|a| a.id().to_owned()).collect();
+    let source_digests = from_sources
+        .iter()
+        .map(|a| (a.id().to_owned(), a.digest.clone()))
+        .collect();
     let mut loaded: Vec<LoadedAtlas> = from_sources
         .into_iter()
         .filter(|a| !posted_ids.contains(a.id()))
@@ -133,6 +151,8 @@ fn compose(
         set: Arc::new(set),
         sources,
         posted: posted_ids,
+        source_digests,
+        generation: None,
     })
 }
 
@@ -386,64 +406,137 @@ impl Runtime {
             .clone()
     }
 
-    /// Builds the next generation from the current one with `next` and swaps it in, unless
-    /// another change landed meanwhile (then `next` runs again on that one), so concurrent
-    /// changes never lose each other. `next` answering `Ok(None)` changes nothing (no swap).
+    /// Builds the next generation from the current one with `next`, commits it to the atlas
+    /// catalog (when the server keeps one) as `actor` for `reason`, and swaps it in. When another
+    /// change landed meanwhile, here or on another replica, `next` runs again on that one, so
+    /// concurrent changes never lose each other. `next` answering `Ok(None)` changes nothing (no
+    /// commit, no swap); a catalog failure is answered through `fail`, and nothing changes.
     fn change_atlases<T, E>(
         &self,
+        actor: &str,
+        reason: &str,
         next: impl Fn(&AtlasState) -> Result<(Option<AtlasState>, T), E>,
+        fail: impl Fn(String) -> E,
     ) -> Result<(T, Option<Swapped>), E> {
         loop {
             let current = self.atlases();
             let (state, out) = next(&current)?;
-            let Some(state) = state else {
+            let Some(mut state) = state else {
                 return Ok((out, None));
             };
-            let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
-            if Arc::ptr_eq(&guard, &current) {
-                let after = Arc::new(state);
-                *guard = after.clone();
-                let swap = Swapped {
-                    before: current,
-                    after,
-                };
-                drop(guard);
-                self.tool_lists_changed();
+            if let Some(store) = &self.atlas_catalog {
+                match catalog::commit(store.as_ref(), current.generation, &state, actor, reason) {
+                    Ok(n) => state.generation = Some(n),
+                    Err(cra_store::catalog::CommitError::Stale { .. }) => {
+                        self.refresh_atlases().map_err(&fail)?;
+                        continue;
+                    }
+                    Err(e) => {
+                        return Err(fail(format!(
+                            "the atlas change could not be stored, and nothing changed: {e}"
+                        )));
+                    }
+                }
+            }
+            if let Some(swap) = self.swap_in(&current, state) {
                 return Ok((out, Some(swap)));
             }
         }
     }
 
-    /// Undoes `swap`, a change whose event could not be recorded, when nothing has changed the
-    /// set since (its generation is still in force); returns whether it did. A change is never
-    /// left in force unrecorded unless another change was built on it meanwhile.
-    pub(crate) fn undo_atlas_change(&self, swap: &Swapped) -> bool {
+    /// Swaps `state` in when `current` is still in force, or (a stored generation) when it is
+    /// newer than the generation in force; answers the swap, or `None` when it was not made.
+    fn swap_in(&self, current: &Arc<AtlasState>, state: AtlasState) -> Option<Swapped> {
         let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
-        if Arc::ptr_eq(&guard, &swap.after) {
-            *guard = swap.before.clone();
+        let newer = match (state.generation, guard.generation) {
+            (Some(n), Some(old)) => n > old,
+            (Some(_), None) => true,
+            (None, _) => Arc::ptr_eq(&guard, current),
+        };
+        if !newer {
+            return None;
+        }
+        let after = Arc::new(state);
+        let before = std::mem::replace(&mut *guard, after.clone());
+        drop(guard);
+        self.tool_lists_changed();
+        Some(Swapped { before, after })
+    }
+
+    /// Reads the atlas catalog's newest generation and swaps it in when it is newer than the set
+    /// in force (another replica's change); answers whether it did. Without a catalog, or when
+    /// the generation cannot be used (the last good set stays; the reason is answered), nothing
+    /// changes.
+    pub fn refresh_atlases(&self) -> Result<bool, String> {
+        let Some(store) = &self.atlas_catalog else {
+            return Ok(false);
+        };
+        let Some(head) = store.head().map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let current = self.atlases();
+        if current.generation.is_some_and(|g| g >= head.number) {
+            return Ok(false);
+        }
+        let state = catalog::state_of(store.as_ref(), &head, &current)?;
+        let swapped = self.swap_in(&current, state).is_some();
+        if swapped {
+            tracing::info!(generation = head.number, actor = %head.actor, reason = %head.reason, "atlases changed in the catalog are now in force");
+        }
+        Ok(swapped)
+    }
+
+    /// Undoes `swap`, a change whose event could not be recorded, when nothing has changed the
+    /// set since (its generation is still in force; with a catalog, still its newest); returns
+    /// whether it did. A change is never left in force unrecorded unless another change was
+    /// built on it meanwhile.
+    pub(crate) fn undo_atlas_change(&self, swap: &Swapped) -> bool {
+        let mut before = (*swap.before).clone();
+        if let Some(store) = &self.atlas_catalog {
+            let actor = cra_store::retention::OPERATOR_AGENT;
+            match catalog::commit(
+                store.as_ref(),
+                swap.after.generation,
+                &before,
+                actor,
+                "undo",
+            ) {
+                Ok(n) => before.generation = Some(n),
+                Err(_) => return false,
+            }
+        }
+        let mut guard = self.atlas_state.write().unwrap_or_else(|p| p.into_inner());
+        let in_force = Arc::ptr_eq(&guard, &swap.after);
+        if in_force {
+            *guard = Arc::new(before);
             drop(guard);
             self.tool_lists_changed();
-            return true;
         }
-        false
+        in_force
     }
 
     /// Reloads every source; on success swaps the new set in atomically, on failure keeps the
     /// current one and returns the reason. Atlases installed over HTTP stay in force.
     pub fn reload_atlases(&self) -> Result<usize, String> {
+        let actor = cra_store::retention::OPERATOR_AGENT;
         let result = self
-            .change_atlases(|current| {
-                let fresh = load_sources(&current.sources)?;
-                let posted: Vec<LoadedAtlas> = current
-                    .loaded
-                    .iter()
-                    .filter(|a| current.posted.contains(a.id()))
-                    .cloned()
-                    .collect();
-                let state = resolved(compose(current.sources.clone(), fresh, posted)?)?;
-                let n = state.loaded.len();
-                Ok::<_, String>((Some(state), n))
-            })
+            .change_atlases(
+                actor,
+                "watch",
+                |current| {
+                    let fresh = load_sources(&current.sources)?;
+                    let posted: Vec<LoadedAtlas> = current
+                        .loaded
+                        .iter()
+                        .filter(|a| current.posted.contains(a.id()))
+                        .cloned()
+                        .collect();
+                    let state = resolved(compose(current.sources.clone(), fresh, posted)?)?;
+                    let n = state.loaded.len();
+                    Ok::<_, String>((Some(state), n))
+                },
+                |e| e,
+            )
             .map(|(n, _)| n);
         match result {
             Ok(n) => {
@@ -468,41 +561,48 @@ impl Runtime {
     /// change made, if any, for [`Runtime::undo_atlas_change`].
     pub(crate) fn install_atlas(
         &self,
+        actor: &str,
         atlas: LoadedAtlas,
     ) -> Result<(Installed, Option<Swapped>), ApiError> {
         let id = atlas.id().to_owned();
-        let out = self.change_atlases(|current| {
-            let installed = match current.get(&id) {
-                Some(old) if old.digest == atlas.digest => {
-                    return Ok::<_, ApiError>((None, Installed::Unchanged));
-                }
-                Some(old) if old.manifest.version == atlas.manifest.version => {
-                    return Err(version_conflict(old, &atlas));
-                }
-                Some(old) => Installed::Replaced {
-                    version: old.manifest.version.clone(),
-                    digest: old.digest.clone(),
-                },
-                None => Installed::Added,
-            };
-            let mut posted: Vec<LoadedAtlas> = current
-                .loaded
-                .iter()
-                .filter(|a| current.posted.contains(a.id()) && a.id() != id)
-                .cloned()
-                .collect();
-            posted.push(atlas.clone());
-            let from_sources: Vec<LoadedAtlas> = current
-                .loaded
-                .iter()
-                .filter(|a| !current.posted.contains(a.id()))
-                .cloned()
-                .collect();
-            let state = compose(current.sources.clone(), from_sources, posted)
-                .map_err(|e| ApiError::new(Token::InvalidAtlas, e))?;
-            check_dependencies(&state.loaded, &|a| (a == id).then(String::new))?;
-            Ok((Some(state), installed))
-        })?;
+        let out = self.change_atlases(
+            actor,
+            "install",
+            |current| {
+                let installed = match current.get(&id) {
+                    Some(old) if old.digest == atlas.digest => {
+                        return Ok::<_, ApiError>((None, Installed::Unchanged));
+                    }
+                    Some(old) if old.manifest.version == atlas.manifest.version => {
+                        return Err(version_conflict(old, &atlas));
+                    }
+                    Some(old) => Installed::Replaced {
+                        version: old.manifest.version.clone(),
+                        digest: old.digest.clone(),
+                    },
+                    None => Installed::Added,
+                };
+                let mut posted: Vec<LoadedAtlas> = current
+                    .loaded
+                    .iter()
+                    .filter(|a| current.posted.contains(a.id()) && a.id() != id)
+                    .cloned()
+                    .collect();
+                posted.push(atlas.clone());
+                let from_sources: Vec<LoadedAtlas> = current
+                    .loaded
+                    .iter()
+                    .filter(|a| !current.posted.contains(a.id()))
+                    .cloned()
+                    .collect();
+                let mut state = compose(current.sources.clone(), from_sources, posted)
+                    .map_err(|e| ApiError::new(Token::InvalidAtlas, e))?;
+                state.source_digests = current.source_digests.clone();
+                check_dependencies(&state.loaded, &|a| (a == id).then(String::new))?;
+                Ok((Some(state), installed))
+            },
+            unavailable,
+        )?;
         if out.0 != Installed::Unchanged {
             tracing::info!(atlas = %id, digest = %atlas.digest, "atlas installed over HTTP");
         }
@@ -513,7 +613,11 @@ impl Runtime {
     /// sources leave the set (and `--watch` has nothing left to reload) until the server
     /// restarts. Refused (nothing changes) when a dependency does not resolve inside the list.
     /// Answers the change, for [`Runtime::undo_atlas_change`].
-    pub(crate) fn replace_atlases(&self, atlases: Vec<LoadedAtlas>) -> Result<Swapped, ApiError> {
+    pub(crate) fn replace_atlases(
+        &self,
+        actor: &str,
+        atlases: Vec<LoadedAtlas>,
+    ) -> Result<Option<Swapped>, ApiError> {
         let index: BTreeMap<String, usize> = atlases
             .iter()
             .enumerate()
@@ -525,15 +629,16 @@ impl Runtime {
             index.get(a).map(|i| format!("/atlases/{i}"))
         })?;
         let ids: Vec<String> = state.loaded.iter().map(|a| a.id().to_owned()).collect();
-        let after = Arc::new(state);
-        let before = std::mem::replace(
-            &mut *self.atlas_state.write().unwrap_or_else(|p| p.into_inner()),
-            after.clone(),
-        );
+        let next = |_: &AtlasState| Ok::<_, ApiError>((Some(state.clone()), ()));
+        let ((), swap) = self.change_atlases(actor, "replace_set", next, unavailable)?;
         tracing::info!(atlases = ?ids, "atlas set replaced over HTTP");
-        self.tool_lists_changed();
-        Ok(Swapped { before, after })
+        Ok(swap)
     }
+}
+
+/// 503 `unavailable` for an atlas change the catalog could not take (`message` says why).
+fn unavailable(message: String) -> ApiError {
+    ApiError::new(Token::Unavailable, message)
 }
 
 /// The refusal of `atlas` where `old`, the same id and version, is in force with other content.

@@ -24,6 +24,8 @@ pub struct Backends {
     pub state_log: Arc<dyn StateLog>,
     /// Relay projects, packages, facts.
     pub relay: Arc<dyn cra_relay::RelayStore>,
+    /// The atlas catalog: the atlases in force, stored (`crate::atlases::catalog`).
+    pub catalog: Arc<dyn cra_store::AtlasCatalog>,
     /// The chains again, with whole-chain removal: what retention runs on.
     pub retention: Arc<dyn RetentionStore>,
     /// `redb` or `postgres`.
@@ -69,6 +71,7 @@ pub(crate) fn open(
             let carp: Arc<dyn CarpStore> = Arc::new(pg.clone());
             Ok(Backends {
                 retention: Arc::new(pg.clone()),
+                catalog: Arc::new(pg.clone()),
                 state_log: Arc::new(pg.clone()),
                 relay: Arc::new(cra_store::relay::PgRelay::new(pg.clone())),
                 chains,
@@ -82,6 +85,7 @@ pub(crate) fn open(
             let redb = RedbStore::open_with(&config.data, store_config)?;
             Ok(Backends {
                 retention: Arc::new(redb.clone()),
+                catalog: Arc::new(redb.clone()),
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
                 state_log: Arc::new(redb.clone()),

@@ -232,6 +232,9 @@ pub struct RuntimeConfig {
     pub atlases: Vec<PathBuf>,
     /// Reload atlases when their files change.
     pub watch: bool,
+    /// At start, let a directory atlas replace the stored atlas with the same id and version
+    /// and other content (otherwise the start fails: a published version never changes).
+    pub replace_atlases: bool,
     /// Log line format.
     pub log_format: LogFormat,
     /// The API keys file. Absent: `<data>/api-keys.toml`, created with one admin key on first start.
@@ -274,6 +277,7 @@ impl Default for RuntimeConfig {
             redb_cache_mib: cra_store::DEFAULT_REDB_CACHE_BYTES >> 20,
             atlases: Vec::new(),
             watch: false,
+            replace_atlases: false,
             log_format: LogFormat::Text,
             api_keys: None,
             resolution_ttl_seconds: 3600,

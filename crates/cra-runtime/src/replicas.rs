@@ -10,6 +10,10 @@
 //! order (its reader puts concurrent arrivals in order, `crate::stream`); a session that ends on
 //! any replica closes its streams everywhere.
 //!
+//! The same feed announces each new generation of the atlas catalog: one committed by another
+//! replica is read and swapped in at once ([`crate::state::Runtime::refresh_atlases`]), so a
+//! decision here uses an atlas installed there as soon as the install is answered.
+//!
 //! Nothing polls the store. It is read without an announcement only when one was lost:
 //! - a session followed here whose next announced range does not start where the last one ended
 //!   (a sequence gap) has the missing events read and handed to its session readers;
@@ -116,8 +120,29 @@ impl Follower {
                         }
                     }
                 }
-                FeedEvent::Lost { reason } => self.lost(&reason),
+                FeedEvent::Atlases { origin, .. } if origin != self.own_origin => {
+                    self.refresh_atlases().await;
+                }
+                FeedEvent::Atlases { .. } => {}
+                FeedEvent::Lost { reason } => {
+                    self.lost(&reason);
+                    self.refresh_atlases().await;
+                }
             }
+        }
+    }
+
+    /// Swaps in the atlas catalog's newest generation when another replica committed it (or an
+    /// announcement may have been lost); a generation that cannot be used leaves the last good
+    /// set in force, logged.
+    async fn refresh_atlases(&self) {
+        let rt = self.state.0.clone();
+        match tokio::task::spawn_blocking(move || rt.refresh_atlases()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "another replica's atlases cannot be used here; the last good atlases stay in force");
+            }
+            Err(e) => tracing::error!(error = %e, "reading the stored atlases failed"),
         }
     }
 

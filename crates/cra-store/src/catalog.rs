@@ -91,7 +91,7 @@ pub enum CommitError {
 }
 
 /// The stored atlases (module documentation). Both backends implement it.
-pub trait AtlasCatalog: Send + Sync {
+pub trait AtlasCatalog: Send + Sync + std::fmt::Debug {
     /// The newest generation, or `None` while nothing was ever committed.
     fn head(&self) -> Result<Option<Generation>, BackendError>;
     /// The files stored under `digest`, or `None`.

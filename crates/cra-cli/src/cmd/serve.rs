@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Reload atlases when their files change (the last good version stays on failure).
     #[arg(long)]
     pub watch: bool,
+    /// Let a directory atlas replace the stored atlas with the same id and version but other
+    /// content (without it such a start fails: a published version never changes).
+    #[arg(long)]
+    pub replace_atlases: bool,
     /// A TOML configuration file.
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -77,6 +81,7 @@ impl ServeArgs {
             c.atlases = self.atlases.clone();
         }
         c.watch |= self.watch;
+        c.replace_atlases |= self.replace_atlases;
         c.test_clock |= self.test_clock;
         if let Some(f) = self.log_format {
             c.log_format = match f {

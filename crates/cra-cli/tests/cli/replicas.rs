@@ -18,7 +18,14 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 const AGENT: &str = "replica-agent-key-0000";
 const OPERATOR: &str = "replica-operator-key-0";
+const AUTHOR: &str = "replica-author-key-000";
 const KEYS: &str = r#"
+[[keys]]
+token = "replica-author-key-000"
+actor_id = "alice"
+actor_type = "human"
+roles = ["author"]
+
 [[keys]]
 token = "replica-agent-key-0000"
 actor_id = "bot"
@@ -90,6 +97,37 @@ impl Cluster {
         cluster
     }
 
+    /// Stops every replica (SIGTERM, then waited for) and starts three again on the same schema
+    /// and directory, as a rolling restart that happened to take all of them.
+    fn restart_all(&mut self, url: &str) {
+        self.stop_all();
+        let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+        let (log, logs) = std::sync::mpsc::channel();
+        self.logs = logs;
+        let limits = "requests_per_second = 0\nburst = 1000\n";
+        self.replicas = (1..=3)
+            .map(|i| {
+                let (schema, dir) = (self._schema.name(), self._dir.path());
+                spawn(url, schema, dir, &atlas, i, limits, log.clone())
+            })
+            .collect();
+        self.check_three_processes_answer();
+    }
+
+    fn stop_all(&mut self) {
+        for r in &mut self.replicas {
+            // One already reaped (a test killed it) is not signalled: its pid may be reused.
+            if matches!(r.child.try_wait(), Ok(None)) {
+                let _ = Command::new("kill")
+                    .args(["-TERM", &r.child.id().to_string()])
+                    .status();
+            }
+        }
+        for r in &mut self.replicas {
+            let _ = r.child.wait();
+        }
+    }
+
     fn check_three_processes_answer(&self) {
         let pids: std::collections::BTreeSet<u32> =
             self.replicas.iter().map(|r| r.child.id()).collect();
@@ -137,17 +175,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for r in &mut self.replicas {
-            // One already reaped (a test killed it) is not signalled: its pid may be reused.
-            if matches!(r.child.try_wait(), Ok(None)) {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &r.child.id().to_string()])
-                    .status();
-            }
-        }
-        for r in &mut self.replicas {
-            let _ = r.child.wait();
-        }
+        self.stop_all();
     }
 }
 
@@ -452,4 +480,136 @@ fn the_http_rate_limit_holds_in_total_across_replicas() {
         "admitted {admitted} of 30 in {:?}; the burst is 10 for all replicas together",
         started.elapsed()
     );
+}
+
+/// The fixture atlas as an inline atlas with id `atlas_id` whose one policy denies `doc.read`
+/// with a reason naming `atlas_id`, so a decision shows which atlas made it.
+fn denying_atlas(atlas_id: &str) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+    let text = std::fs::read_to_string(root.join("atlas.json")).unwrap();
+    let mut manifest: Value = serde_json::from_str(&text).unwrap();
+    manifest["atlas_id"] = json!(atlas_id);
+    manifest["policies"] = json!([{
+        "policy_id": "deny-reads",
+        "type": "deny",
+        "actions": ["doc.read"],
+        "parameters": {"reason": format!("reads are denied by {atlas_id}")}
+    }]);
+    let runbook = std::fs::read_to_string(root.join("context/runbook.md")).unwrap();
+    json!({"manifest": manifest, "files": {"context/runbook.md": runbook}})
+}
+
+/// A resolve on `base` against `atlas_id` in a new session: the decision's body and the digest
+/// its `carp.request.received` recorded for that atlas.
+async fn decide_with(http: &reqwest::Client, base: &str, atlas_id: &str) -> (Value, Value) {
+    let post = reqwest::Method::POST;
+    let opened = json!({"agent_id": "bot", "goal": "read the runbook"});
+    let (status, opened) = call(
+        http,
+        post.clone(),
+        base,
+        "/v1/sessions",
+        AGENT,
+        Some(opened),
+    )
+    .await;
+    assert_eq!(status, 201, "{opened}");
+    let sid = opened["session_id"].as_str().unwrap();
+    let mut body = resolve_body(sid);
+    body["atlas_ids"] = json!([atlas_id]);
+    body["task"]["required_capabilities"] = json!(["read"]);
+    let (status, decided) = call(http, post, base, "/v1/resolve", AGENT, Some(body)).await;
+    assert_eq!(status, 200, "{base}: {decided}");
+    let get = reqwest::Method::GET;
+    let (status, events) = call(http, get, base, &format!("/v1/traces/{sid}"), AGENT, None).await;
+    assert_eq!(status, 200, "{events}");
+    let received = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "carp.request.received")
+        .unwrap();
+    (
+        decided,
+        received["payload"]["atlas_digests"][atlas_id].clone(),
+    )
+}
+
+/// Whether `base` has `atlas_id` in force, asked until it does or the deadline passes (each
+/// question is an HTTP round trip; nothing sleeps).
+async fn awaits_atlas(http: &reqwest::Client, base: &str, atlas_id: &str) -> bool {
+    let until = std::time::Instant::now() + DEADLINE;
+    while std::time::Instant::now() < until {
+        let get = reqwest::Method::GET;
+        let (_, atlases) = call(http, get, base, "/v1/atlases", AGENT, None).await;
+        if atlases
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x["atlas_id"] == atlas_id))
+        {
+            return true;
+        }
+        tokio::task::yield_now().await;
+    }
+    false
+}
+
+/// Acceptance (issue 28): an atlas installed through each replica decides resolves on the two
+/// others (the decision its policy makes, and the digest recorded), and still does after every
+/// replica restarted.
+#[test]
+fn an_atlas_installed_on_one_replica_decides_on_the_others_also_after_all_restart() {
+    let Some(url) = postgres_url("an_atlas_installed_on_one_replica_decides_on_the_others") else {
+        return;
+    };
+    let mut cluster = Cluster::start(&url, "atlases");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let http = reqwest::Client::new();
+    let mut digests = Vec::new();
+    rt.block_on(async {
+        for i in 1..=3 {
+            let atlas_id = format!("test.replica.r{i}");
+            let (status, installed) = call(
+                &http,
+                reqwest::Method::POST,
+                cluster.url(i),
+                "/v1/atlases",
+                AUTHOR,
+                Some(denying_atlas(&atlas_id)),
+            )
+            .await;
+            assert_eq!(status, 201, "{installed}");
+            digests.push((atlas_id, installed["digest"].clone()));
+        }
+        for (i, (atlas_id, digest)) in digests.iter().enumerate() {
+            for other in (1..=3).filter(|r| *r != i + 1) {
+                let base = cluster.url(other);
+                assert!(
+                    awaits_atlas(&http, base, atlas_id).await,
+                    "{atlas_id} on {other}"
+                );
+                let (decided, recorded) = decide_with(&http, base, atlas_id).await;
+                assert!(
+                    decided
+                        .to_string()
+                        .contains(&format!("denied by {atlas_id}")),
+                    "{decided}"
+                );
+                assert_eq!(&recorded, digest, "replica {other} decided with {atlas_id}");
+            }
+        }
+    });
+    cluster.restart_all(&url);
+    rt.block_on(async {
+        for (i, (atlas_id, digest)) in digests.iter().enumerate() {
+            let base = cluster.url(1 + (i + 1) % 3);
+            let (decided, recorded) = decide_with(&http, base, atlas_id).await;
+            assert!(
+                decided
+                    .to_string()
+                    .contains(&format!("denied by {atlas_id}")),
+                "{decided}"
+            );
+            assert_eq!(&recorded, digest, "after the restart, {atlas_id}");
+        }
+    });
 }

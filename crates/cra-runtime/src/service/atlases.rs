@@ -116,11 +116,12 @@ impl Runtime {
         actor.require(&[Role::Author], "installing an atlas")?;
         let chain = operator::lock(self).await?;
         let rt = Arc::clone(self);
+        let actor_id = actor.id.clone();
         let outcome = run_blocking("installing the atlas failed", move || {
             // A refusal keeps the atlas it refused, when it loaded far enough to be known.
             let atlas = load_inline(&inline, "").map_err(|e| Box::new((None, e)))?;
             let summary = AtlasSummary::of(&atlas);
-            let (installed, swap) = match rt.install_atlas(atlas) {
+            let (installed, swap) = match rt.install_atlas(&actor_id, atlas) {
                 Ok(i) => i,
                 Err(e) => return Err(Box::new((Some(summary), e))),
             };
@@ -174,8 +175,9 @@ impl Runtime {
         let chain = operator::lock(self).await?;
         let before = self.atlas_summaries();
         let rt = Arc::clone(self);
+        let actor_id = actor.id.clone();
         let outcome = run_blocking("replacing the atlases failed", move || {
-            let swap = rt.replace_atlases(load_set(&set)?)?;
+            let swap = rt.replace_atlases(&actor_id, load_set(&set)?)?;
             Ok((rt.atlas_summaries(), swap))
         })
         .await?;
@@ -184,7 +186,7 @@ impl Runtime {
                 let drafts =
                     self.set_changed_events(&actor.id, AtlasSource::ReplaceSet, &before, &after);
                 let recorded = chain.append(drafts).await;
-                self.undo_unrecorded(Some(&swap), &recorded);
+                self.undo_unrecorded(swap.as_ref(), &recorded);
                 recorded?;
                 Ok(after)
             }
@@ -330,6 +332,26 @@ pub(crate) async fn record_reload(
     };
     if let Err(e) = chain.append(drafts).await {
         tracing::warn!(error = %e, "the atlas reload could not be recorded");
+    }
+}
+
+/// Records what the start did to the stored atlases, if anything (taken once; failures to
+/// record are logged).
+pub(crate) async fn record_start(rt: &Runtime) {
+    let before = rt
+        .atlases_changed_at_start
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    let Some(before) = before else { return };
+    let actor = cra_store::retention::OPERATOR_AGENT;
+    let drafts = rt.set_changed_events(actor, AtlasSource::Start, &before, &rt.atlas_summaries());
+    let recorded = match operator::lock(rt).await {
+        Ok(chain) => chain.append(drafts).await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = recorded {
+        tracing::warn!(error = %e, "the atlases the start stored could not be recorded");
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod authz;
 mod bad_requests;
+mod catalog;
 mod concurrency;
 mod crash;
 mod fidelity;

@@ -101,6 +101,15 @@ impl TestServer {
         Self::start_over(tempfile::tempdir().unwrap(), 42, tweak).await
     }
 
+    /// As [`TestServer::start_with`], with ids from `id_seed` (replicas on one schema need
+    /// their own).
+    pub(crate) async fn start_with_seed(
+        id_seed: u64,
+        tweak: impl FnOnce(&mut RuntimeConfig),
+    ) -> Self {
+        Self::start_over(tempfile::tempdir().unwrap(), id_seed, tweak).await
+    }
+
     /// A server over `dir` (keys file, data directory) whose ids start from `id_seed`.
     async fn start_over(
         dir: tempfile::TempDir,

@@ -15,6 +15,8 @@ pub(crate) enum AtlasSource {
     ReplaceSet,
     /// `--watch`: the configured sources reloaded after their files changed.
     Watch,
+    /// A server's start: its directory atlases loaded into the stored set.
+    Start,
 }
 
 /// The atlas an event is about, and who changed it how.

@@ -1,0 +1,181 @@
+//! The atlases in force kept in the store's atlas catalog (`crate::atlases::catalog`): an
+//! installed atlas survives a restart; a directory atlas whose id and version are stored with
+//! other content fails the start unless `--replace-atlases`; on PostgreSQL an install on one
+//! replica reaches another's decisions.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cra_runtime::build_runtime;
+use cra_store::retention::OPERATOR_AUDIT_SESSION;
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_wire::{FixedClock, SequentialIds};
+use serde_json::Value;
+
+use crate::support::*;
+use crate::system::inline_example;
+
+const PAYMENTS: &str = "com.example.payments";
+
+/// A copy of the `dev.cra.github-ops` atlas under `dir` whose description says `description`:
+/// the same id and version, other content.
+fn edited_github_ops(dir: &Path, description: &str) -> PathBuf {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../atlases/dev.cra.github-ops");
+    let to = dir.join("github-ops-edited");
+    copy_dir(&from, &to);
+    let manifest = to.join("atlas.json");
+    let mut m: Value = serde_json::from_str(&std::fs::read_to_string(&manifest).unwrap()).unwrap();
+    m["description"] = Value::from(description);
+    std::fs::write(&manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    to
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        let target = to.join(p.file_name().unwrap());
+        if p.is_dir() {
+            copy_dir(&p, &target);
+        } else {
+            std::fs::copy(&p, &target).unwrap();
+        }
+    }
+}
+
+/// `atlas_id -> digest` of the atlases `s` has in force.
+async fn in_force(s: &TestServer) -> Vec<(String, String)> {
+    let (st, body) = s.get(Some(AGENT), "/v1/atlases").await;
+    assert_eq!(st, 200, "{body}");
+    let mut out: Vec<(String, String)> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let field = |k: &str| a[k].as_str().unwrap().to_owned();
+            (field("atlas_id"), field("digest"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn digest_of(set: &[(String, String)], id: &str) -> Option<String> {
+    set.iter().find(|(a, _)| a == id).map(|(_, d)| d.clone())
+}
+
+/// Invariant: the atlases in force are the store's; an install survives the restart, and a
+/// directory atlas never silently changes a published version.
+#[tokio::test]
+async fn an_installed_atlas_survives_a_restart_and_a_changed_published_version_needs_replace() {
+    let s = TestServer::start().await;
+    let (st, body) = s
+        .post(Some(AUTHOR), "/v1/atlases", &inline_example(PAYMENTS))
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let before = in_force(&s).await;
+    let dir = s.stop_keep().await;
+
+    let s = TestServer::start_in(dir, |_| {}).await;
+    assert_eq!(
+        in_force(&s).await,
+        before,
+        "the install outlived the restart"
+    );
+    let dir = s.stop_keep().await;
+
+    // The same id and version with other content: the start fails and says what to do.
+    let edited = edited_github_ops(dir.path(), "edited without a new version");
+    let (mut config, _) = test_config(dir.path());
+    config.atlases = vec![edited.clone()];
+    let clock = Arc::new(FixedClock::parse(T0).unwrap());
+    let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 44));
+    let refused = tokio::task::spawn_blocking(move || build_runtime(config, clock, ids))
+        .await
+        .unwrap();
+    let message = match refused {
+        Ok(_) => panic!("a changed published version started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        message.contains("dev.cra.github-ops") && message.contains("--replace-atlases"),
+        "{message}"
+    );
+
+    // With --replace-atlases it replaces the stored one; the installed atlas stays, and the
+    // start's change is in the operator audit chain.
+    let s = TestServer::start_in(dir, |c| {
+        c.atlases = vec![edited];
+        c.replace_atlases = true;
+    })
+    .await;
+    let after = in_force(&s).await;
+    assert_eq!(digest_of(&after, PAYMENTS), digest_of(&before, PAYMENTS));
+    assert_ne!(
+        digest_of(&after, "dev.cra.github-ops"),
+        digest_of(&before, "dev.cra.github-ops")
+    );
+    let events = s.events(OPERATOR_AUDIT_SESSION).await;
+    let last = events.last().unwrap();
+    assert_eq!(last["event_type"], "atlas.replaced");
+    assert_eq!(last["payload"]["source"], "start");
+    assert_eq!(last["payload"]["atlas_id"], "dev.cra.github-ops");
+    s.stop().await;
+}
+
+/// Invariant: on a schema shared by replicas, an atlas installed through one is in force on
+/// the others as soon as the feed announces it, and their decisions record its digest; a
+/// replica started later reads it from the store.
+#[tokio::test]
+async fn an_atlas_installed_on_one_replica_decides_on_another_postgres() {
+    let Some(url) = postgres_url("an_atlas_installed_on_one_replica_decides_on_another_postgres")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "atlas_replicas");
+    let replica = |seed: u64| {
+        let (url, name) = (url.clone(), schema.name().to_owned());
+        async move {
+            TestServer::start_with_seed(seed, move |c| {
+                c.postgres = Some(url);
+                c.postgres_schema = name;
+            })
+            .await
+        }
+    };
+    let (one, two) = (replica(7).await, replica(8).await);
+    let mut changed = two.server.as_ref().unwrap().state.tool_lists.subscribe();
+    let (st, installed) = one
+        .post(Some(AUTHOR), "/v1/atlases", &inline_example(PAYMENTS))
+        .await;
+    assert_eq!(st, 201, "{installed}");
+    let deadline = std::time::Duration::from_secs(10);
+    tokio::time::timeout(deadline, async {
+        while digest_of(&in_force(&two).await, PAYMENTS).is_none() {
+            changed.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the other replica took the install within the deadline");
+
+    let sid = two.open_session(AGENT, "ops-bot").await;
+    let mut request = resolve_request("ops-bot", &sid, &rid(), &["treasury-read"]);
+    request["atlas_ids"] = serde_json::json!([PAYMENTS]);
+    let (st, res) = two.post(Some(AGENT), "/v1/resolve", &request).await;
+    assert_eq!(st, 200, "{res}");
+    let events = two.events(&sid).await;
+    assert_eq!(
+        events[1]["payload"]["atlas_digests"][PAYMENTS], installed["digest"],
+        "the decision records the digest it used"
+    );
+
+    // A replica started after the install, with only the directory atlas, has it too.
+    let three = replica(9).await;
+    assert_eq!(in_force(&three).await, in_force(&one).await);
+    for s in [one, two, three] {
+        s.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

@@ -397,6 +397,13 @@ pub(crate) struct Swapped {
     after: Arc<AtlasState>,
 }
 
+impl Swapped {
+    /// The stored generation the change swapped in (`None` without a catalog).
+    pub(crate) fn generation(&self) -> Option<u64> {
+        self.after.generation
+    }
+}
+
 impl Runtime {
     /// The atlases in force now.
     pub fn atlases(&self) -> Arc<AtlasState> {
@@ -425,7 +432,8 @@ impl Runtime {
                 return Ok((out, None));
             };
             if let Some(store) = &self.atlas_catalog {
-                match catalog::commit(store.as_ref(), current.generation, &state, actor, reason) {
+                let by = (actor, reason);
+                match catalog::commit(store.as_ref(), current.generation, &state, by, false) {
                     Ok(n) => state.generation = Some(n),
                     Err(cra_store::catalog::CommitError::Stale { .. }) => {
                         self.refresh_atlases().map_err(&fail)?;
@@ -486,6 +494,17 @@ impl Runtime {
         Ok(swapped)
     }
 
+    /// Marks the stored generation `generation` recorded in the operator audit chain, once its
+    /// events are appended (a failure is logged: the next start would record the change again).
+    pub(crate) fn mark_atlases_recorded(&self, generation: Option<u64>) {
+        let (Some(store), Some(n)) = (&self.atlas_catalog, generation) else {
+            return;
+        };
+        if let Err(e) = store.mark_recorded(n) {
+            tracing::warn!(error = %e, generation = n, "an atlas change was recorded but could not be marked so; the next start records it again");
+        }
+    }
+
     /// Undoes `swap`, a change whose event could not be recorded, when nothing has changed the
     /// set since (its generation is still in force; with a catalog, still its newest); returns
     /// whether it did. A change is never left in force unrecorded unless another change was
@@ -494,13 +513,8 @@ impl Runtime {
         let mut before = (*swap.before).clone();
         if let Some(store) = &self.atlas_catalog {
             let actor = cra_store::retention::OPERATOR_AGENT;
-            match catalog::commit(
-                store.as_ref(),
-                swap.after.generation,
-                &before,
-                actor,
-                "undo",
-            ) {
+            let by = (actor, "undo");
+            match catalog::commit(store.as_ref(), swap.after.generation, &before, by, true) {
                 Ok(n) => before.generation = Some(n),
                 Err(_) => return false,
             }
@@ -710,7 +724,7 @@ impl Watcher {
         match polled {
             Ok((w, outcome)) => {
                 if let Some(o) = &outcome {
-                    crate::service::atlases::record_reload(state, &before, o).await;
+                    crate::service::atlases::record_reload(&state.0, &before, o).await;
                 }
                 (w, outcome)
             }

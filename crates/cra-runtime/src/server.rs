@@ -17,7 +17,6 @@ use crate::config::RuntimeConfig;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes;
-use crate::service::atlases::AtlasSummary;
 use crate::state::{AppState, Runtime};
 
 /// Why the server could not start.
@@ -89,17 +88,13 @@ pub fn build_runtime(
     let auth = Authenticator::new(&keys, config.jwt.as_ref())?;
     let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
     let sources = crate::atlases::sources(&config.atlases);
-    let opened = crate::atlases::catalog::open(
+    let atlas_state = crate::atlases::catalog::open(
         backends.catalog.as_ref(),
         &sources,
         config.replace_atlases,
         cra_store::retention::OPERATOR_AGENT,
     )
     .map_err(StartError::Other)?;
-    let changed_at_start = opened
-        .changed_from()
-        .map(|before| before.iter().map(AtlasSummary::of).collect());
-    let atlas_state = opened.state;
     notices.push(StartNotice::Info(format!(
         "atlases: {}",
         if atlas_state.loaded.is_empty() {
@@ -136,7 +131,6 @@ pub fn build_runtime(
         backends,
         atlas_state,
         catalogued: true,
-        changed_at_start,
         test_clock,
     };
     Ok((assemble(config, clock, ids, parts), notices))
@@ -208,7 +202,6 @@ pub fn open_local_with(
         backends,
         atlas_state,
         catalogued: false,
-        changed_at_start: None,
         test_clock: None,
     };
     Ok((assemble(config, clock, ids, parts), notices))
@@ -267,8 +260,6 @@ struct Parts {
     atlas_state: crate::atlases::AtlasState,
     /// Whether atlas changes are committed to the store's catalog (a server) or not (a door).
     catalogued: bool,
-    /// The atlases the catalog held before the start changed them, when it did.
-    changed_at_start: Option<Vec<AtlasSummary>>,
     test_clock: Option<Arc<crate::conformance::TestClock>>,
 }
 
@@ -322,7 +313,6 @@ fn assemble(
         hub: Arc::new(crate::tracelog::Hub::default()),
         atlas_state: std::sync::RwLock::new(Arc::new(parts.atlas_state)),
         atlas_catalog,
-        atlases_changed_at_start: std::sync::Mutex::new(parts.changed_at_start),
         test_clock: parts.test_clock,
         http: reqwest::Client::new(),
         operator_chain: tokio::sync::Mutex::new(false),
@@ -469,7 +459,7 @@ pub async fn start(
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
-    crate::service::atlases::record_start(&state).await;
+    crate::service::atlases::record_unrecorded(&state.0).await;
     let replicas = crate::replicas::start(&state).await?;
     let leader = crate::leader::bid(&state).await?;
     let (runs, retention_runs) = tokio::sync::watch::channel(None);

@@ -44,11 +44,6 @@ pub struct Runtime {
     /// Where every change of the atlases in force is committed first (the store's atlas
     /// catalog); `None` for a front door on a data directory, whose atlases are only its own.
     pub atlas_catalog: Option<Arc<dyn cra_store::AtlasCatalog>>,
-    /// The atlases the catalog held before this start loaded the directory atlases into it,
-    /// when that changed them: taken when the server starts serving, which records the change
-    /// in the operator audit chain.
-    pub atlases_changed_at_start:
-        std::sync::Mutex<Option<Vec<crate::service::atlases::AtlasSummary>>>,
     /// The settable clock `clock` reads, when the server runs with `test_clock = true`.
     pub test_clock: Option<Arc<crate::conformance::TestClock>>,
     /// Serialises this process's writes to the operator audit chain

@@ -19,5 +19,8 @@ CREATE TABLE atlas_generations (
     members      jsonb NOT NULL,
     actor        text NOT NULL,
     reason       text NOT NULL,
+    -- Whether the change is in the operator audit chain: set once its events are appended; a
+    -- start records the changes a crash left unrecorded (crates/cra-runtime, atlases/catalog.rs).
+    recorded     boolean NOT NULL,
     committed_at timestamptz NOT NULL DEFAULT now()
 );

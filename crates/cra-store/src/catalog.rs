@@ -13,6 +13,10 @@
 //! commit also announces the new generation on the schema's feed channel
 //! (`crate::pg::feed`), so other replicas read it at once instead of polling.
 //!
+//! Each generation also says whether its change is recorded in the operator audit chain: a change
+//! is committed first and recorded after, so a crash between the two leaves a generation
+//! unrecorded, which the next start finds ([`AtlasCatalog::last_recorded`]) and records.
+//!
 //! The store keeps files as bytes and checks nothing about them: validating an atlas, and
 //! checking that stored files still hash to their digest, is the runtime's job.
 
@@ -46,6 +50,9 @@ pub struct Generation {
     pub reason: String,
     /// When it was committed, RFC 3339 (the database's clock on PostgreSQL).
     pub committed_at: String,
+    /// Whether the change is recorded in the operator audit chain ([`AtlasCatalog::mark_recorded`]).
+    #[serde(default)]
+    pub recorded: bool,
 }
 
 /// The next generation to write.
@@ -62,6 +69,9 @@ pub struct CatalogChange<'a> {
     pub actor: &'a str,
     /// Why (see [`Generation::reason`]).
     pub reason: &'a str,
+    /// Whether it needs no record (a first configuration, an undo); otherwise it is recorded
+    /// later and marked ([`AtlasCatalog::mark_recorded`]).
+    pub recorded: bool,
 }
 
 /// Why a commit wrote nothing.
@@ -99,6 +109,10 @@ pub trait AtlasCatalog: Send + Sync + std::fmt::Debug {
     /// Writes `change` as generation `change.after + 1` with the files it names, all in one
     /// transaction, only while `change.after` is still the newest; answers the new number.
     fn commit(&self, change: &CatalogChange<'_>) -> Result<u64, CommitError>;
+    /// Marks generation `number` recorded; answers whether it was not yet.
+    fn mark_recorded(&self, number: u64) -> Result<bool, BackendError>;
+    /// The newest generation marked recorded, or `None`.
+    fn last_recorded(&self) -> Result<Option<Generation>, BackendError>;
 }
 
 /// The first bytes of an encoded file set, naming the format.

@@ -13,6 +13,12 @@
 //!   version are stored with other content fails the start unless `--replace-atlases` is given
 //!   (a published version never changes); one with another version replaces the stored one.
 //!   Stored atlases no directory holds stay in force.
+//! - A change is committed first and recorded in the operator audit chain after, then marked
+//!   recorded in the catalog. A crash in between leaves the newest generation unrecorded: the
+//!   next start records the change from the last recorded generation to the newest
+//!   (`crate::service::atlases::record_unrecorded`). Recording is at least once: two replicas
+//!   starting together, or one starting while another's change is between its commit and its
+//!   mark, may both record it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -42,13 +48,14 @@ pub(crate) fn members(state: &AtlasState) -> Vec<CatalogEntry> {
 }
 
 /// Commits `state` as the generation after `after`, with the files of each of its atlases (the
-/// store keeps those it already holds); answers the generation's number.
+/// store keeps those it already holds); answers the generation's number. `recorded`: the change
+/// needs no event (see [`CatalogChange::recorded`]).
 pub(crate) fn commit(
     catalog: &dyn AtlasCatalog,
     after: Option<u64>,
     state: &AtlasState,
-    actor: &str,
-    reason: &str,
+    (actor, reason): (&str, &str),
+    recorded: bool,
 ) -> Result<u64, CommitError> {
     let files: BTreeMap<String, &BTreeMap<String, Vec<u8>>> = state
         .loaded
@@ -61,6 +68,7 @@ pub(crate) fn commit(
         files: &files,
         actor,
         reason,
+        recorded,
     })
 }
 
@@ -124,29 +132,6 @@ pub(crate) fn state_of(
     Ok(state)
 }
 
-/// What [`open`] did: the atlases in force, and the set before the start changed it (for the
-/// operator audit chain).
-#[derive(Debug)]
-pub(crate) struct Opened {
-    /// The atlases in force.
-    pub state: AtlasState,
-    /// The stored set the start found, when the catalog had a generation; `None` on a
-    /// deployment's first start, whose directory atlases become the first generation.
-    pub before: Option<Vec<LoadedAtlas>>,
-}
-
-impl Opened {
-    /// The stored set before the start, when the start changed a stored set (a change of the
-    /// deployment's atlases, which the operator audit chain records); `None` when it changed
-    /// nothing or stored the first generation (the configuration, as atlases loaded at start
-    /// always were: every decision records their digests).
-    pub(crate) fn changed_from(&self) -> Option<&[LoadedAtlas]> {
-        let before = self.before.as_deref()?;
-        let digests = |l: &[LoadedAtlas]| l.iter().map(|a| a.digest.clone()).collect::<Vec<_>>();
-        (digests(before) != digests(&self.state.loaded)).then_some(before)
-    }
-}
-
 /// The atlases in force at start: the catalog's newest generation with the atlases of
 /// `sources` loaded into it (module documentation). `replace` lets a source atlas replace a
 /// stored one with the same id and version and other content.
@@ -155,7 +140,7 @@ pub(crate) fn open(
     sources: &[PathBuf],
     replace: bool,
     actor: &str,
-) -> Result<Opened, String> {
+) -> Result<AtlasState, String> {
     let from_sources = load_sources(sources)?;
     let source_digests: BTreeMap<String, String> = from_sources
         .iter()
@@ -182,18 +167,13 @@ pub(crate) fn open(
         };
         if unchanged {
             state.generation = number;
-            return Ok(Opened {
-                state,
-                before: head.is_some().then_some(stored),
-            });
+            return Ok(state);
         }
-        match commit(catalog, number, &state, actor, "start") {
+        // A deployment's first set is its configuration, not a change to record.
+        match commit(catalog, number, &state, (actor, "start"), head.is_none()) {
             Ok(n) => {
                 state.generation = Some(n);
-                return Ok(Opened {
-                    state,
-                    before: head.is_some().then_some(stored),
-                });
+                return Ok(state);
             }
             Err(CommitError::Stale { .. }) => continue,
             Err(e) => return Err(format!("storing the atlases failed: {e}")),

@@ -12,6 +12,7 @@ pub mod events;
 use std::sync::Arc;
 
 use cra_atlas::LoadedAtlas;
+use cra_store::catalog::CatalogEntry;
 use cra_trace::EventDraft;
 use cra_wire::Token;
 use serde::Serialize;
@@ -22,7 +23,7 @@ use self::events::{
     AtlasChange, AtlasInstalled, AtlasRefused, AtlasRemoved, AtlasReplaced, AtlasSource,
 };
 use super::operator;
-use crate::atlases::{Installed, load_inline};
+use crate::atlases::{Installed, Swapped, load_inline};
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
 use crate::state::Runtime;
@@ -143,7 +144,7 @@ impl Runtime {
         match outcome {
             Ok((installed, swap)) => {
                 let recorded = chain.append(self.installed_events(actor, &installed)).await;
-                self.undo_unrecorded(swap.as_ref(), &recorded);
+                self.settle(swap, &recorded).await;
                 recorded?;
                 Ok(installed)
             }
@@ -183,10 +184,11 @@ impl Runtime {
         .await?;
         match outcome {
             Ok((after, swap)) => {
+                let (was, now) = (entries(&before), entries(&after));
                 let drafts =
-                    self.set_changed_events(&actor.id, AtlasSource::ReplaceSet, &before, &after);
+                    self.set_changed_events(&actor.id, AtlasSource::ReplaceSet, &was, &now);
                 let recorded = chain.append(drafts).await;
-                self.undo_unrecorded(swap.as_ref(), &recorded);
+                self.settle(swap, &recorded).await;
                 recorded?;
                 Ok(after)
             }
@@ -200,14 +202,25 @@ impl Runtime {
         }
     }
 
-    /// Undoes `swap` when its events were not `recorded` (the failure is then answered).
-    fn undo_unrecorded<T>(&self, swap: Option<&crate::atlases::Swapped>, recorded: &ApiResult<T>) {
-        if let (Some(swap), Err(e)) = (swap, recorded) {
-            if self.undo_atlas_change(swap) {
+    /// Settles `swap` once its events were appended or not (`recorded`): marks its stored
+    /// generation recorded, or undoes it (the failure is then answered). On the blocking pool:
+    /// both write the store's atlas catalog.
+    async fn settle<T>(self: &Arc<Self>, swap: Option<Swapped>, recorded: &ApiResult<T>) {
+        let Some(swap) = swap else { return };
+        let failure = recorded.as_ref().err().map(|e| e.body.message.clone());
+        let rt = Arc::clone(self);
+        let settled = tokio::task::spawn_blocking(move || match failure {
+            None => rt.mark_atlases_recorded(swap.generation()),
+            Some(e) if rt.undo_atlas_change(&swap) => {
                 tracing::warn!(error = %e, "an atlas change could not be recorded and was undone");
-            } else {
-                tracing::error!(error = %e, "an atlas change could not be recorded, and a later change was built on it: it stays in force unrecorded");
             }
+            Some(e) => {
+                tracing::error!(error = %e, "an atlas change could not be recorded, and a later change was built on it: it stays in force unrecorded until the next start records it");
+            }
+        })
+        .await;
+        if let Err(e) = settled {
+            tracing::error!(error = %e, "settling an atlas change failed");
         }
     }
 
@@ -216,7 +229,7 @@ impl Runtime {
         if installed.unchanged {
             return Vec::new();
         }
-        let a = &installed.atlas;
+        let a = &entries(std::slice::from_ref(&installed.atlas))[0];
         let atlas = change(a, &actor.id, AtlasSource::Install);
         let draft = match &installed.replaced {
             None => operator::draft(self, &AtlasInstalled(atlas)),
@@ -260,8 +273,8 @@ impl Runtime {
         &self,
         actor: &str,
         source: AtlasSource,
-        before: &[AtlasSummary],
-        after: &[AtlasSummary],
+        before: &[CatalogEntry],
+        after: &[CatalogEntry],
     ) -> Vec<EventDraft> {
         let mut drafts = Vec::new();
         for a in after {
@@ -289,8 +302,20 @@ impl Runtime {
     }
 }
 
+/// The catalog entries (id, version, digest) of `summaries`.
+fn entries(summaries: &[AtlasSummary]) -> Vec<CatalogEntry> {
+    summaries
+        .iter()
+        .map(|a| CatalogEntry {
+            atlas_id: a.atlas_id.clone(),
+            version: a.version.clone(),
+            digest: a.digest.clone(),
+        })
+        .collect()
+}
+
 /// The event members naming atlas `a`, changed by `actor` through `source`.
-fn change<'a>(a: &'a AtlasSummary, actor: &'a str, source: AtlasSource) -> AtlasChange<'a> {
+fn change<'a>(a: &'a CatalogEntry, actor: &'a str, source: AtlasSource) -> AtlasChange<'a> {
     AtlasChange {
         atlas_id: &a.atlas_id,
         version: &a.version,
@@ -303,7 +328,7 @@ fn change<'a>(a: &'a AtlasSummary, actor: &'a str, source: AtlasSource) -> Atlas
 /// Records what a `--watch` reload did: the set's changes from `before`, or the refusal
 /// (`message`) that left the last good set in force. Failures to record are logged.
 pub(crate) async fn record_reload(
-    rt: &Runtime,
+    rt: &Arc<Runtime>,
     before: &[AtlasSummary],
     outcome: &Result<usize, String>,
 ) {
@@ -316,7 +341,10 @@ pub(crate) async fn record_reload(
         }
     };
     let drafts = match outcome {
-        Ok(_) => rt.set_changed_events(actor, AtlasSource::Watch, before, &rt.atlas_summaries()),
+        Ok(_) => {
+            let now = entries(&rt.atlas_summaries());
+            rt.set_changed_events(actor, AtlasSource::Watch, &entries(before), &now)
+        }
         Err(message) => vec![operator::draft(
             rt,
             &AtlasRefused {
@@ -330,28 +358,62 @@ pub(crate) async fn record_reload(
             },
         )],
     };
-    if let Err(e) = chain.append(drafts).await {
-        tracing::warn!(error = %e, "the atlas reload could not be recorded");
+    let generation = rt.atlases().generation;
+    match chain.append(drafts).await {
+        Ok(_) if outcome.is_ok() => {
+            let rt = Arc::clone(rt);
+            let marked = tokio::task::spawn_blocking(move || rt.mark_atlases_recorded(generation));
+            let _ = marked.await;
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "the atlas reload could not be recorded"),
     }
 }
 
-/// Records what the start did to the stored atlases, if anything (taken once; failures to
-/// record are logged).
-pub(crate) async fn record_start(rt: &Runtime) {
-    let before = rt
-        .atlases_changed_at_start
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    let Some(before) = before else { return };
-    let actor = cra_store::retention::OPERATOR_AGENT;
-    let drafts = rt.set_changed_events(actor, AtlasSource::Start, &before, &rt.atlas_summaries());
+/// Records the change a stopped server left stored but unrecorded, if any (the catalog's
+/// newest generation is not marked recorded): the change from the newest recorded generation
+/// to the newest one, as its own door when it is one generation (a start's own change is one),
+/// else as `recovered`; then marks it. Called as a server starts serving; failures are logged
+/// and the next start tries again.
+pub(crate) async fn record_unrecorded(rt: &Arc<Runtime>) {
+    let Some(store) = rt.atlas_catalog.clone() else {
+        return;
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        Ok::<_, cra_store::BackendError>((store.head()?, store.last_recorded()?))
+    });
+    let (head, last) = match read.await {
+        Ok(Ok(found)) => found,
+        Ok(Err(e)) => {
+            return tracing::warn!(error = %e, "the stored atlases could not be read to record their changes");
+        }
+        Err(e) => return tracing::warn!(error = %e, "reading the stored atlases failed"),
+    };
+    let Some(head) = head.filter(|g| !g.recorded) else {
+        return;
+    };
+    let before = last.as_ref().map(|g| g.members.clone()).unwrap_or_default();
+    let consecutive = last.as_ref().map_or(0, |g| g.number) + 1 == head.number;
+    let (actor, source) = match (consecutive, head.reason.as_str()) {
+        (true, "install") => (head.actor.as_str(), AtlasSource::Install),
+        (true, "replace_set") => (head.actor.as_str(), AtlasSource::ReplaceSet),
+        (true, "watch") => (head.actor.as_str(), AtlasSource::Watch),
+        (true, "start") => (head.actor.as_str(), AtlasSource::Start),
+        _ => (cra_store::retention::OPERATOR_AGENT, AtlasSource::Recovered),
+    };
+    let drafts = rt.set_changed_events(actor, source, &before, &head.members);
     let recorded = match operator::lock(rt).await {
         Ok(chain) => chain.append(drafts).await.map(|_| ()),
         Err(e) => Err(e),
     };
-    if let Err(e) = recorded {
-        tracing::warn!(error = %e, "the atlases the start stored could not be recorded");
+    match recorded {
+        Ok(()) => {
+            let (rt, n) = (Arc::clone(rt), head.number);
+            let _ = tokio::task::spawn_blocking(move || rt.mark_atlases_recorded(Some(n))).await;
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the stored atlas change could not be recorded; the next start tries again")
+        }
     }
 }
 

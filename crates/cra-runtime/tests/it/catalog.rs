@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cra_runtime::build_runtime;
+use cra_store::AtlasCatalog;
 use cra_store::retention::OPERATOR_AUDIT_SESSION;
 use cra_store::testing::{TestSchema, postgres_url};
 use cra_wire::{FixedClock, SequentialIds};
@@ -120,6 +121,55 @@ async fn an_installed_atlas_survives_a_restart_and_a_changed_published_version_n
     assert_eq!(last["event_type"], "atlas.replaced");
     assert_eq!(last["payload"]["source"], "start");
     assert_eq!(last["payload"]["atlas_id"], "dev.cra.github-ops");
+    s.stop().await;
+}
+
+/// Invariant: a change stored but not recorded (a crash between the catalog commit and the
+/// event's append) is recorded by the next start, once.
+#[tokio::test]
+async fn a_stored_change_a_crash_left_unrecorded_is_recorded_by_the_next_start() {
+    let s = TestServer::start().await;
+    let dir = s.stop_keep().await;
+    {
+        // What the crashed server did: commit a generation without its event.
+        let store = cra_store::RedbStore::open(dir.path().join("data")).unwrap();
+        let head = store.head().unwrap().unwrap();
+        assert!(
+            head.recorded,
+            "a first start's set is configuration, not a change"
+        );
+        let no_files = std::collections::BTreeMap::new();
+        store
+            .commit(&cra_store::catalog::CatalogChange {
+                after: Some(head.number),
+                members: &[],
+                files: &no_files,
+                actor: "root",
+                reason: "replace_set",
+                recorded: false,
+            })
+            .unwrap();
+    }
+    // Started without directory atlases, so the start changes nothing itself.
+    let s = TestServer::start_in(dir, |c| c.atlases = Vec::new()).await;
+    assert!(in_force(&s).await.is_empty());
+    let events = s.events(OPERATOR_AUDIT_SESSION).await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["session.started", "atlas.removed"]);
+    let removed = &events[1]["payload"];
+    assert_eq!(removed["atlas_id"], "dev.cra.github-ops");
+    assert_eq!(removed["actor"], "root");
+    assert_eq!(removed["source"], "replace_set");
+    let dir = s.stop_keep().await;
+    let s = TestServer::start_in(dir, |c| c.atlases = Vec::new()).await;
+    assert_eq!(
+        s.events(OPERATOR_AUDIT_SESSION).await.len(),
+        2,
+        "recorded once"
+    );
     s.stop().await;
 }
 

@@ -18,29 +18,23 @@ use crate::catalog::{
 
 impl AtlasCatalog for PgStore {
     fn head(&self) -> Result<Option<Generation>, BackendError> {
+        self.newest_generation("")
+    }
+
+    fn last_recorded(&self) -> Result<Option<Generation>, BackendError> {
+        self.newest_generation("WHERE recorded")
+    }
+
+    fn mark_recorded(&self, number: u64) -> Result<bool, BackendError> {
         let mut client = self.client()?;
-        let row = client
-            .query_opt(
-                "SELECT generation, members::text, actor, reason,
-                        to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
-                 FROM atlas_generations ORDER BY generation DESC LIMIT 1",
-                &[],
+        let n = client
+            .execute(
+                "UPDATE atlas_generations SET recorded = true
+                 WHERE generation = $1 AND NOT recorded",
+                &[&(number as i64)],
             )
             .map_err(pg)?;
-        row.map(|row| {
-            let members: Vec<CatalogEntry> =
-                serde_json::from_str(row.get::<_, &str>(1)).map_err(|e| {
-                    BackendError::Backend(format!("a stored generation is unreadable: {e}"))
-                })?;
-            Ok(Generation {
-                number: row.get::<_, i64>(0).unsigned_abs(),
-                members,
-                actor: row.get(2),
-                reason: row.get(3),
-                committed_at: row.get(4),
-            })
-        })
-        .transpose()
+        Ok(n == 1)
     }
 
     fn files(&self, digest: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, BackendError> {
@@ -87,13 +81,14 @@ impl AtlasCatalog for PgStore {
             .map_err(pg)?;
         }
         let inserted = tx.execute(
-            "INSERT INTO atlas_generations (generation, members, actor, reason)
-             VALUES ($1, $2::text::jsonb, $3, $4)",
+            "INSERT INTO atlas_generations (generation, members, actor, reason, recorded)
+             VALUES ($1, $2::text::jsonb, $3, $4, $5)",
             &[
                 &(number as i64),
                 &members_json,
                 &change.actor,
                 &change.reason,
+                &change.recorded,
             ],
         );
         match inserted {
@@ -114,5 +109,33 @@ impl AtlasCatalog for PgStore {
         .map_err(pg)?;
         tx.commit().map_err(pg)?;
         Ok(number)
+    }
+}
+
+impl PgStore {
+    /// The newest generation passing `filter` (a `WHERE` clause, or empty).
+    fn newest_generation(&self, filter: &str) -> Result<Option<Generation>, BackendError> {
+        let mut client = self.client()?;
+        let sql = format!(
+            "SELECT generation, members::text, actor, reason, recorded,
+                    to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
+             FROM atlas_generations {filter} ORDER BY generation DESC LIMIT 1"
+        );
+        let row = client.query_opt(&sql, &[]).map_err(pg)?;
+        row.map(|row| {
+            let members: Vec<CatalogEntry> =
+                serde_json::from_str(row.get::<_, &str>(1)).map_err(|e| {
+                    BackendError::Backend(format!("a stored generation is unreadable: {e}"))
+                })?;
+            Ok(Generation {
+                number: row.get::<_, i64>(0).unsigned_abs(),
+                members,
+                actor: row.get(2),
+                reason: row.get(3),
+                recorded: row.get(4),
+                committed_at: row.get(5),
+            })
+        })
+        .transpose()
     }
 }

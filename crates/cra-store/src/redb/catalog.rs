@@ -39,6 +39,46 @@ impl AtlasCatalog for RedbStore {
         last.map(|(_, v)| decode_generation(v.value())).transpose()
     }
 
+    fn last_recorded(&self) -> Result<Option<Generation>, BackendError> {
+        let txn = self.database().begin_read().map_err(backend)?;
+        let t = txn.open_table(GENERATIONS).map_err(backend)?;
+        for entry in t.iter().map_err(backend)?.rev() {
+            let (_, v) = entry.map_err(backend)?;
+            let g = decode_generation(v.value())?;
+            if g.recorded {
+                return Ok(Some(g));
+            }
+        }
+        Ok(None)
+    }
+
+    fn mark_recorded(&self, number: u64) -> Result<bool, BackendError> {
+        let txn = self.database().begin_write().map_err(backend)?;
+        let changed = {
+            let mut t = txn.open_table(GENERATIONS).map_err(backend)?;
+            let found = t
+                .get(number)
+                .map_err(backend)?
+                .map(|v| decode_generation(v.value()))
+                .transpose()?;
+            let Some(mut g) = found else {
+                return Ok(false);
+            };
+            if g.recorded {
+                false
+            } else {
+                g.recorded = true;
+                let bytes = serde_json::to_vec(&g).map_err(|e| {
+                    BackendError::Backend(format!("cannot encode a generation: {e}"))
+                })?;
+                t.insert(number, bytes.as_slice()).map_err(backend)?;
+                true
+            }
+        };
+        txn.commit().map_err(backend)?;
+        Ok(changed)
+    }
+
     fn files(&self, digest: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, BackendError> {
         let txn = self.database().begin_read().map_err(backend)?;
         let t = txn.open_table(CONTENTS).map_err(backend)?;
@@ -83,6 +123,7 @@ impl AtlasCatalog for RedbStore {
             actor: change.actor.to_owned(),
             reason: change.reason.to_owned(),
             committed_at: cra_wire::clock::format_timestamp(self.config().clock.now()),
+            recorded: change.recorded,
         };
         let bytes = serde_json::to_vec(&generation)
             .map_err(|e| BackendError::Backend(format!("cannot encode a generation: {e}")))?;

@@ -40,11 +40,13 @@ fn commit(
         files: &files,
         actor: "tester",
         reason: "install",
+        recorded: false,
     })
 }
 
 /// Invariant: a commit writes generation `after + 1` only while `after` is the newest; a stale
-/// or incomplete change writes nothing (no generation, no files).
+/// or incomplete change writes nothing (no generation, no files); a generation is marked
+/// recorded once, and the newest recorded one is found.
 #[test]
 fn the_catalog_commits_only_on_its_newest_generation_and_refusals_write_nothing() {
     let (_, config) = fixed();
@@ -94,6 +96,23 @@ fn the_catalog_commits_only_on_its_newest_generation_and_refusals_write_nothing(
         // Stored files are reused: generation 3 names an atlas of generation 1 without files.
         assert_eq!(commit(store, Some(2), &first, &[]).unwrap(), 3);
         assert_eq!(store.head().unwrap().unwrap().members.len(), 2);
+        // Recording: the newest recorded generation, marked once.
+        assert_eq!(store.last_recorded().unwrap(), None, "{}", b.name);
+        assert!(store.mark_recorded(2).unwrap());
+        assert!(!store.mark_recorded(2).unwrap(), "{}: marked once", b.name);
+        assert!(
+            !store.mark_recorded(9).unwrap(),
+            "{}: no such generation",
+            b.name
+        );
+        let recorded = store.last_recorded().unwrap().unwrap();
+        assert_eq!(
+            (recorded.number, recorded.recorded),
+            (2, true),
+            "{}",
+            b.name
+        );
+        assert!(!store.head().unwrap().unwrap().recorded);
         // Two members with one id are refused.
         let twice = [entry("x", "1.0.0", "da1"), entry("x", "2.0.0", "da2")];
         assert!(commit(store, Some(3), &twice, &[]).is_err(), "{}", b.name);

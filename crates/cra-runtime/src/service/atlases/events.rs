@@ -17,6 +17,9 @@ pub(crate) enum AtlasSource {
     Watch,
     /// A server's start: its directory atlases loaded into the stored set.
     Start,
+    /// Changes a crash left stored but unrecorded (several, or of unknown origin), recorded by
+    /// the next start as one change from the last recorded set.
+    Recovered,
 }
 
 /// The atlas an event is about, and who changed it how.

@@ -383,6 +383,61 @@ async fn racing_first_uses_of_an_idempotency_key_run_once_postgres() {
         .unwrap();
 }
 
+/// Three replicas on one schema: the first use of a key runs on replica 1 and is held in its
+/// executor; the same key's first uses on replicas 2 and 3 meanwhile are refused with
+/// `execution_in_progress`, the executor runs once, and a use after it finished, on replica 3,
+/// gets replica 1's response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_first_uses_of_an_idempotency_key_on_three_replicas_run_once_postgres() {
+    let Some(url) = postgres_url("racing_first_uses_of_an_idempotency_key_on_three_replicas")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "idem_replicas");
+    let exec = HeldExecutor::start().await;
+    let t0 = cra_wire::clock::parse_rfc3339(T0).unwrap();
+    let mut replicas = Vec::new();
+    for k in 0..3 {
+        let at = t0 + time::Duration::seconds(k);
+        replicas.push(pg_server(&url, schema.name(), at, &exec.url).await);
+    }
+    let (sid, resolution_id) = resolved(&replicas[0]).await;
+    // Each use is its own request (its own request id) with the one key.
+    let use_on = |s: &TestServer| {
+        let body = comment(&sid, &resolution_id, Some("once"));
+        let request = s.http.post(s.url("/v1/execute")).bearer_auth(MAINT);
+        tokio::spawn(crate::support::send(request.json(&body)))
+    };
+    let first = use_on(&replicas[0]);
+    exec.wait_calls(1).await;
+    for other in &replicas[1..] {
+        let racing = use_on(other);
+        let answered = tokio::select! {
+            r = racing => Some(r.unwrap()),
+            () = exec.wait_calls(2) => None,
+        };
+        let answered = answered.expect("another replica ran the executor for the same key");
+        crate::support::assert_refused(&answered, 409, "execution_in_progress");
+    }
+    exec.open();
+    let first = first.await.unwrap();
+    assert_eq!(first.0, 200, "{}", first.1);
+    let later = use_on(&replicas[2]).await.unwrap();
+    assert_eq!(later.0, 200, "{}", later.1);
+    assert_eq!(later.1["execution_id"], first.1["execution_id"]);
+    assert_eq!(
+        exec.calls.load(Ordering::SeqCst),
+        1,
+        "the executor ran once"
+    );
+    for s in replicas {
+        s.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
 /// A server on PostgreSQL schema `schema` whose clock reads `at`.
 async fn pg_server(url: &str, schema: &str, at: OffsetDateTime, executor: &str) -> TestServer {
     let dir = tempfile::tempdir().unwrap();

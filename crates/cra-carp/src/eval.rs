@@ -22,7 +22,7 @@ use crate::explain::{
 };
 use crate::index::{AtlasSet, CompiledAtlas, CompiledConditions, PolicyParams, Scope, type_slot};
 use crate::shared::SharedStr;
-use crate::store::{CarpStore, CarpStoreError};
+use crate::store::{CarpStore, CarpStoreError, CounterRead};
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, Constraint, ConstraintParameters, ConstraintType,
     ContextBlock, Decision, DecisionType, DeniedAction, Resolution,
@@ -199,8 +199,8 @@ impl CountersSnapshot {
     ) -> Result<Self, CarpStoreError> {
         let now_us = unix_micros(now);
         let (agent, session) = (&request.requester.agent_id, &request.requester.session_id);
-        let mut rate = Vec::new();
-        let mut budget = Vec::new();
+        // (is rate, policy, scope key, window start) of every counter, then one read of all.
+        let mut wanted: Vec<(bool, &str, String, i64)> = Vec::new();
         let requested = request.requested_atlases();
         for atlas in atlases.atlases() {
             if !requested.is_empty() && !requested.iter().any(|r| *r == *atlas.atlas_id) {
@@ -213,26 +213,54 @@ impl CountersSnapshot {
                         scope,
                         ..
                     } => {
-                        let key = scope_key(scope, agent, session);
                         let since = now_us.saturating_sub(seconds_to_us(window_seconds));
-                        let value = store.rate_count(&p.policy_id, &key, since, now_us)?;
-                        rate.push(CounterEntry {
-                            policy_id: p.policy_id.to_string(),
-                            scope_key: key,
-                            value,
-                        });
+                        wanted.push((true, &p.policy_id, scope_key(scope, agent, session), since));
                     }
                     PolicyParams::Budget { scope, .. } => {
-                        let key = scope_key(scope, agent, session);
-                        let value = store.budget_spent(&p.policy_id, &key)?;
-                        budget.push(CounterEntry {
-                            policy_id: p.policy_id.to_string(),
-                            scope_key: key,
-                            value,
-                        });
+                        wanted.push((false, &p.policy_id, scope_key(scope, agent, session), 0));
                     }
                     _ => {}
                 }
+            }
+        }
+        let reads: Vec<CounterRead<'_>> = wanted
+            .iter()
+            .map(|(is_rate, policy_id, key, since)| match is_rate {
+                true => CounterRead::Rate {
+                    policy_id,
+                    scope_key: key,
+                    since_us: *since,
+                    until_us: now_us,
+                },
+                false => CounterRead::Budget {
+                    policy_id,
+                    scope_key: key,
+                },
+            })
+            .collect();
+        let values = if reads.is_empty() {
+            Vec::new()
+        } else {
+            store.read_counters(&reads)?
+        };
+        if values.len() != wanted.len() {
+            return Err(CarpStoreError::Backend(format!(
+                "asked for {} counters, the store answered {}",
+                wanted.len(),
+                values.len()
+            )));
+        }
+        let (mut rate, mut budget) = (Vec::new(), Vec::new());
+        for ((is_rate, policy_id, key, _), value) in wanted.into_iter().zip(values) {
+            let entry = CounterEntry {
+                policy_id: policy_id.to_owned(),
+                scope_key: key,
+                value,
+            };
+            if is_rate {
+                rate.push(entry);
+            } else {
+                budget.push(entry);
             }
         }
         Ok(Self::new(rate, budget))

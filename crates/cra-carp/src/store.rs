@@ -607,6 +607,27 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// Units spent so far on `(policy_id, scope_key)`.
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpStoreError>;
 
+    /// The value of each counter of `reads`, in order: what [`CarpStore::rate_count`] or
+    /// [`CarpStore::budget_spent`] answers for it. A backend reached over a network answers
+    /// them in one round trip; the default asks one at a time.
+    fn read_counters(&self, reads: &[CounterRead<'_>]) -> Result<Vec<u64>, CarpStoreError> {
+        reads
+            .iter()
+            .map(|r| match *r {
+                CounterRead::Rate {
+                    policy_id,
+                    scope_key,
+                    since_us,
+                    until_us,
+                } => self.rate_count(policy_id, scope_key, since_us, until_us),
+                CounterRead::Budget {
+                    policy_id,
+                    scope_key,
+                } => self.budget_spent(policy_id, scope_key),
+            })
+            .collect()
+    }
+
     /// Checks every charge at instant `at_us` and, only if all fit, records them all
     /// (one execution at `at_us` per rate charge, `units` per budget charge). A rate charge fits
     /// when fewer than `max_calls` executions fall in `(at_us - window_seconds, at_us]`; a budget
@@ -991,4 +1012,27 @@ impl RecordThenAppend {
             self.chains.append(change.session_id(), drafts)?,
         ))
     }
+}
+
+/// One counter a resolve reads ([`CarpStore::read_counters`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterRead<'a> {
+    /// Executions of `(policy_id, scope_key)` at instants in `(since_us, until_us]`.
+    Rate {
+        /// The rate-limit policy.
+        policy_id: &'a str,
+        /// Its scope's key.
+        scope_key: &'a str,
+        /// The window's start (excluded).
+        since_us: i64,
+        /// The window's end (included).
+        until_us: i64,
+    },
+    /// Units spent on `(policy_id, scope_key)`.
+    Budget {
+        /// The budget policy.
+        policy_id: &'a str,
+        /// Its scope's key.
+        scope_key: &'a str,
+    },
 }

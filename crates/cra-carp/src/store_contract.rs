@@ -7,8 +7,8 @@ use serde_json::Map;
 
 use crate::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError, Charge,
-    ChargeKind, ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord,
-    StoredResolution,
+    ChargeKind, ClaimOutcome, ConsumeOutcome, CounterRead, ExecutionLease, ExecutionRecord,
+    SessionRecord, StoredResolution,
 };
 use crate::types::{
     CARP_VERSION, Decision, DecisionType, ExecuteResponse, ExecuteStatus, Resolution,
@@ -439,6 +439,37 @@ fn uncapped_charges_always_fit_and_are_counted(s: &dyn CarpStore) {
     }
     assert_eq!(s.rate_count("rl", "session:s1", 0, 3).unwrap(), 3);
     assert_eq!(s.budget_spent("b", "session:s1").unwrap(), 6);
+    // Every counter in one read answers what each read alone does, in the order asked.
+    let reads = [
+        CounterRead::Budget {
+            policy_id: "b",
+            scope_key: "session:s1",
+        },
+        CounterRead::Rate {
+            policy_id: "rl",
+            scope_key: "session:s1",
+            since_us: 1,
+            until_us: 3,
+        },
+        CounterRead::Budget {
+            policy_id: "none",
+            scope_key: "session:s1",
+        },
+        CounterRead::Rate {
+            policy_id: "rl",
+            scope_key: "session:s2",
+            since_us: 0,
+            until_us: i64::MAX,
+        },
+        CounterRead::Rate {
+            policy_id: "rl",
+            scope_key: "session:s1",
+            since_us: 0,
+            until_us: 3,
+        },
+    ];
+    assert_eq!(s.read_counters(&reads).unwrap(), vec![6, 2, 0, 0, 3]);
+    assert_eq!(s.read_counters(&[]).unwrap(), Vec::<u64>::new());
     assert!(
         matches!(
             s.try_consume(&[of("rl", limit)], 4).unwrap(),

@@ -13,7 +13,8 @@ use std::collections::BTreeSet;
 
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, CarpStore, CarpStoreError as CarpError, Charge, ChargeKind,
-    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, SessionRecord, StoredResolution,
+    ClaimOutcome, ConsumeOutcome, CounterRead, ExecutionLease, ExecutionRecord, SessionRecord,
+    StoredResolution,
 };
 use postgres::error::SqlState;
 use serde::Serialize;
@@ -493,6 +494,53 @@ impl CarpStore for PgStore {
             client: self.carp_client()?,
             exists: None,
         }))
+    }
+
+    fn read_counters(&self, reads: &[CounterRead<'_>]) -> Result<Vec<u64>, CarpError> {
+        // One statement for every counter: a resolve reads them all before it decides.
+        let mut kinds: Vec<bool> = Vec::with_capacity(reads.len());
+        let (mut policies, mut keys) = (Vec::new(), Vec::new());
+        let (mut since, mut until) = (Vec::new(), Vec::new());
+        for r in reads {
+            let (rate, p, k, s, u) = match *r {
+                CounterRead::Rate {
+                    policy_id,
+                    scope_key,
+                    since_us,
+                    until_us,
+                } => (true, policy_id, scope_key, since_us, until_us),
+                CounterRead::Budget {
+                    policy_id,
+                    scope_key,
+                } => (false, policy_id, scope_key, 0, 0),
+            };
+            kinds.push(rate);
+            policies.push(p);
+            keys.push(k);
+            since.push(s);
+            until.push(u);
+        }
+        let mut c = self.carp_client()?;
+        let rows = c
+            .query(
+                "SELECT CASE WHEN q.rate THEN
+                     (SELECT COALESCE(SUM(n), 0)::bigint FROM carp_rate_events e
+                      WHERE e.policy_id = q.p AND e.scope_key = q.k
+                        AND e.at_us > q.s AND e.at_us <= q.u)
+                   ELSE
+                     COALESCE((SELECT spent FROM carp_counters c
+                               WHERE c.policy_id = q.p AND c.scope_key = q.k), 0)
+                   END
+                 FROM unnest($1::boolean[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])
+                      WITH ORDINALITY AS q(rate, p, k, s, u, i)
+                 ORDER BY q.i",
+                &[&kinds, &policies, &keys, &since, &until],
+            )
+            .map_err(be)?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, i64>(0).unsigned_abs())
+            .collect())
     }
 
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {

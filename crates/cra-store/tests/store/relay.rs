@@ -119,6 +119,8 @@ relay_suite!(
     l3_review_gates,
     sessions_callsign_and_provenance,
     orchestrate_digest,
+    orient_window_answers_as_a_full_scan,
+    orient_reads_only_the_window,
     export_import_round_trip,
     import_refuses_tampered_package,
 );

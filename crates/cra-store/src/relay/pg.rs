@@ -7,7 +7,9 @@
 //! PostgreSQL full-text search (`english` configuration, `ts_rank_cd`) over the same chunks the
 //! embedded backend indexes, best chunk per package. A write made through a store with an
 //! outbox ([`RelayStore::with_outbox`]) stores the outbox's entries in `relay_outbox`
-//! (`migrations/0011`) in its own transaction.
+//! (`migrations/0011`) in its own transaction. Each package row carries its
+//! [`cra_relay::store::created_key`] (`migrations/0015`, which keys the rows stored before it),
+//! indexed by project, so a windowed listing (orient, orchestrate) reads the window.
 
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
@@ -15,7 +17,7 @@ use std::sync::Arc;
 
 use cra_relay::store::{
     InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, SearchHit,
-    SearchQuery, Snapshot, Written,
+    SearchQuery, Snapshot, Written, created_key,
 };
 use postgres::Transaction;
 use serde_json::Value;
@@ -56,6 +58,17 @@ fn dec_package(
     p.quarantined = quarantined;
     Ok(p)
 }
+
+/// A windowed listing ([`PackageFilter::created_since`]): the project's (`$1`) rows keyed at or
+/// after `$2` (quarantined ones only when `$3`), newest deposit first, at most `$4` (NULL: all),
+/// from the index `relay_packages_created`; plus every row of the project without a key, which
+/// the caller checks. Public so a test can explain it.
+pub const WINDOW_SQL: &str = "(SELECT seq, body, content_hash, quarantined FROM relay_packages
+   WHERE project_id = $1 AND created_key >= $2 AND ($3 OR quarantined IS NULL)
+   ORDER BY seq DESC LIMIT $4)
+ UNION ALL
+ (SELECT seq, body, content_hash, quarantined FROM relay_packages
+   WHERE project_id = $1 AND created_key IS NULL)";
 
 /// Rows per statement when restoring an import.
 const RESTORE_BATCH: usize = 2000;
@@ -138,9 +151,10 @@ impl PgRelay {
         let body = enc(&Value::Object(p.package.as_object().clone()))?;
         let n = tx
             .execute(
-                "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, package_id) DO NOTHING",
-                &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body],
+                "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body, created_key)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (project_id, package_id) DO NOTHING",
+                &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body,
+                  &created_key(p.package.created_at())],
             )
             .map_err(be)?;
         if n == 1 {
@@ -320,13 +334,42 @@ impl RelayStore for PgRelay {
         filter: &PackageFilter,
     ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        if let Some(since) = &filter.created_since {
+            // The window's keyed rows (the status filter, applied here, is the only one SQL does
+            // not apply, so the limit goes to SQL without it), and every row without a key
+            // (stored before migration 0015 in an unusual form), checked here. One statement,
+            // one snapshot.
+            let sql_limit = filter
+                .status
+                .is_none()
+                .then(|| i64::try_from(limit).unwrap_or(i64::MAX));
+            let rows = c
+                .query(
+                    WINDOW_SQL,
+                    &[&project_id, since, &filter.include_quarantined, &sql_limit],
+                )
+                .map_err(be)?;
+            let mut rows: Vec<&postgres::Row> = rows.iter().collect();
+            rows.sort_by_key(|r| std::cmp::Reverse(r.get::<_, i64>(0)));
+            let mut out = Vec::new();
+            for r in rows {
+                if out.len() >= limit {
+                    break;
+                }
+                let p = dec_package(r.get(1), r.get(2), r.get(3))?;
+                if filter.admits(&p) {
+                    out.push(p);
+                }
+            }
+            return Ok(out);
+        }
         let rows = c
             .query(
                 "SELECT body, content_hash, quarantined FROM relay_packages WHERE project_id = $1 ORDER BY seq DESC",
                 &[&project_id],
             )
             .map_err(be)?;
-        let limit = filter.limit.unwrap_or(usize::MAX);
         let mut out = Vec::new();
         for r in &rows {
             if out.len() >= limit {
@@ -360,9 +403,10 @@ impl RelayStore for PgRelay {
             }
             let body = enc(&Value::Object(updated.package.as_object().clone()))?;
             tx.execute(
-                "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5
+                "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5, created_key = $6
                   WHERE project_id = $1 AND package_id = $2",
-                &[&project, &id, &body, &updated.content_hash, &updated.quarantined],
+                &[&project, &id, &body, &updated.content_hash, &updated.quarantined,
+                  &created_key(updated.package.created_at())],
             )
             .map_err(be)?;
             Self::write_chunks(tx, updated)?;
@@ -665,6 +709,7 @@ impl RelayStore for PgRelay {
             for batch in snapshot.packages.chunks(RESTORE_BATCH) {
                 let mut cols: [Vec<String>; 4] = Default::default();
                 let mut quarantined: Vec<Option<String>> = Vec::new();
+                let mut keys: Vec<Option<String>> = Vec::new();
                 let (mut c_id, mut c_proj, mut c_ord, mut c_field, mut c_text) =
                     (Vec::new(), Vec::new(), Vec::<i32>::new(), Vec::new(), Vec::new());
                 for p in batch {
@@ -674,6 +719,7 @@ impl RelayStore for PgRelay {
                     cols[2].push(p.content_hash.clone());
                     cols[3].push(enc(&Value::Object(p.package.as_object().clone()))?);
                     quarantined.push(p.quarantined.clone());
+                    keys.push(created_key(p.package.created_at()));
                     if p.quarantined.is_none() {
                         for (i, (field, text)) in cra_relay::search::chunks(&p.package).into_iter().enumerate() {
                             c_id.push(id.clone());
@@ -685,10 +731,10 @@ impl RelayStore for PgRelay {
                     }
                 }
                 tx.execute(
-                    "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
-                     SELECT a, b, c, d, e FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-                          WITH ORDINALITY AS t(a, b, c, d, e, n) ORDER BY n",
-                    &[&cols[0], &cols[1], &cols[2], &quarantined, &cols[3]],
+                    "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body, created_key)
+                     SELECT a, b, c, d, e, f FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                          WITH ORDINALITY AS t(a, b, c, d, e, f, n) ORDER BY n",
+                    &[&cols[0], &cols[1], &cols[2], &quarantined, &cols[3], &keys],
                 )
                 .map_err(be)?;
                 tx.execute(

@@ -15,5 +15,5 @@ UPDATE relay_packages
           FROM relay_packages) AS stated
  WHERE project_id = stated.p AND package_id = stated.i
    AND c ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-5][0-9](\.[0-9]{1,9})?([Zz]|\+00:00)$';
-CREATE INDEX relay_packages_created ON relay_packages (project_id, created_key);
+CREATE INDEX relay_packages_created ON relay_packages (project_id, created_key, seq);
 CREATE INDEX relay_packages_unkeyed ON relay_packages (project_id, seq) WHERE created_key IS NULL;

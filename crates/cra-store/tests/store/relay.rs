@@ -368,14 +368,17 @@ fn postgres_packages_stored_before_0015_are_keyed_by_the_migration() {
     );
 }
 
-/// On PostgreSQL a windowed listing reads the window through `relay_packages_created`: over
-/// 3,000 packages created long ago and 5 in the window, the plan of the listing (no limit, as
-/// orchestrate asks; and orient's limit of 20) scans that index, never the table or the
-/// project's deposit order, and orient answers the 5.
+/// On PostgreSQL a windowed listing pages its two walks with plans that read no more than the
+/// page (here its first, 32 rows): the deposit walk backwards along a deposit-order index, the
+/// window walk along `relay_packages_created`, neither scanning the table nor sorting, right
+/// after an import
+/// (which gathers the statistics) of two projects, one with 5 of 3,005 packages in the window,
+/// the other all in it; one plan per walk, whichever project. orient answers both projects as a
+/// full scan does.
 #[test]
-fn postgres_windowed_listing_reads_the_creation_index() {
+fn postgres_windowed_listing_pages_both_walks_by_index() {
     use cra_relay::testkit::PROJECT;
-    let Some(url) = postgres_url("relay::postgres_windowed_listing_reads_the_creation_index")
+    let Some(url) = postgres_url("relay::postgres_windowed_listing_pages_both_walks_by_index")
     else {
         return;
     };
@@ -390,10 +393,16 @@ fn postgres_windowed_listing_reads_the_creation_index() {
         }],
         ..Default::default()
     };
-    for i in 0..3005 {
+    let mut full = snap.projects[0].clone();
+    full.project_id = "proj_full".to_owned();
+    snap.projects.push(full);
+    for i in 0..6005 {
         let mut p = testkit::package(&format!("pkg_{i:04}"), "complete");
-        if i >= 5 {
+        if (5..3005).contains(&i) {
             p["created_at"] = serde_json::json!("2025-06-01T00:00:00Z");
+        }
+        if i >= 3005 {
+            p["project_id"] = serde_json::json!("proj_full");
         }
         let hash = cra_relay::model::content_hash_of(p.as_object().unwrap()).unwrap();
         p["content_hash"] = serde_json::json!(hash);
@@ -403,25 +412,38 @@ fn postgres_windowed_listing_reads_the_creation_index() {
     relay.restore(&snap).unwrap();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client
-        .batch_execute(&format!(
-            "SET search_path TO {}; ANALYZE relay_packages;",
-            schema.name()
-        ))
+        .batch_execute(&format!("SET search_path TO {};", schema.name()))
         .unwrap();
     let since = cra_relay::store::created_key("2026-04-01T00:00:00Z").unwrap();
-    for limit in [None, Some(20i64)] {
-        let plan: String = client
-            .query(
-                &format!("EXPLAIN {}", cra_store::relay::pg::WINDOW_SQL),
-                &[&PROJECT, &since, &false, &limit],
-            )
+    let explain = |client: &mut postgres::Client,
+                   sql: &str,
+                   params: &[&(dyn postgres::types::ToSql + Sync)]| {
+        client
+            .query(&format!("EXPLAIN {sql}"), params)
             .unwrap()
             .iter()
             .map(|r| r.get::<_, String>(0) + "\n")
-            .collect();
-        assert!(plan.contains("relay_packages_created"), "{plan}");
-        assert!(!plan.contains("Seq Scan"), "{plan}");
-        assert!(!plan.contains("relay_packages_project_seq"), "{plan}");
+            .collect::<String>()
+    };
+    for project in [PROJECT, "proj_full"] {
+        let deposits = explain(
+            &mut client,
+            cra_store::relay::pg::DEPOSITS_PAGE_SQL,
+            &[&project, &i64::MAX, &32i64],
+        );
+        assert!(deposits.contains("Index Scan Backward"), "{deposits}");
+        let window = explain(
+            &mut client,
+            cra_store::relay::pg::WINDOW_PAGE_SQL,
+            &[&project, &since, &since, &i64::MIN, &32i64],
+        );
+        assert!(window.contains("using relay_packages_created"), "{window}");
+        for plan in [&deposits, &window] {
+            assert!(
+                !plan.contains("Seq Scan") && !plan.contains("Sort"),
+                "{plan}"
+            );
+        }
     }
     let r = cra_relay::Relay::new(
         Arc::new(relay),
@@ -433,6 +455,15 @@ fn postgres_windowed_listing_reads_the_creation_index() {
         orient_ids(&r),
         ["pkg_0004", "pkg_0003", "pkg_0002", "pkg_0001", "pkg_0000"]
     );
+    let full: Vec<String> = r
+        .orient("proj_full", None)
+        .unwrap()
+        .recent_packages
+        .iter()
+        .map(|p| p["package_id"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("pkg_{:04}", 6004 - i)).collect();
+    assert_eq!(full, expected);
 }
 
 /// Writes into schema `schema` what a server of the version before 0012 left: migrations 0001 to

@@ -12,7 +12,8 @@
 //!   verifier vs raw SHA-256 of the same preimages, in one process), cra-trace's `verify_file`
 //!   example end to end, and the Appendix B Python verifier (`tools/appendix_b.py`) on the same
 //!   file; then verify time vs chain length (10k, 100k and, in the full run, 1M events);
-//! * Relay: `orient-growth` (orient latency vs package count);
+//! * Relay: `orient-growth` (orient latency vs package count on the in-memory store, redb and,
+//!   when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL);
 //! * HTTP and WebSocket: `http-load` against a `cra serve` release binary it starts on loopback
 //!   (resolve / execute / deposit at 1, 16, 64 clients; fan-out of one session emitting 100
 //!   events/s to 1, 100, 1,000 subscribers, beside a bare in-process broadcast);
@@ -987,6 +988,66 @@ fn render_verify_growth(s: &mut String, r: &Value, growth: &mut Vec<GrowthRow>) 
 }
 
 fn render_orient(s: &mut String, r: &Value, growth: &mut Vec<GrowthRow>) {
+    use std::fmt::Write;
+    if r.get("rows").is_none() {
+        return render_orient_memory_only(s, r, growth);
+    }
+    let _ = writeln!(s, "## Relay orient vs package count, per store\n");
+    for (name, what) in r["stores"].as_object().into_iter().flatten() {
+        let _ = writeln!(s, "- {name}: {}", what.as_str().unwrap_or("?"));
+    }
+    for (name, what) in r["shapes"].as_object().into_iter().flatten() {
+        let _ = writeln!(s, "- shape `{name}`: {}", what.as_str().unwrap_or("?"));
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "| store | shape | packages | orient µs | vs the smallest size | load s | recent packages returned |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---|---:|---:|---:|");
+    let rows: Vec<Value> = r["rows"].as_array().cloned().unwrap_or_default();
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for z in &rows {
+        let key = (
+            z["store"].as_str().unwrap_or("?").to_owned(),
+            z["shape"].as_str().unwrap_or("?").to_owned(),
+        );
+        if !groups.contains(&key) {
+            groups.push(key);
+        }
+    }
+    for (store, shape) in &groups {
+        let of: Vec<Value> = rows
+            .iter()
+            .filter(|z| z["store"] == json!(store) && z["shape"] == json!(shape))
+            .cloned()
+            .collect();
+        let base = of.first().and_then(|z| f(&z["orient_us"]["median"]));
+        for z in &of {
+            let ratio = f(&z["orient_us"]["median"])
+                .zip(base)
+                .map_or("n/a".to_owned(), |(t, b)| format!("{:.2}x", t / b));
+            let _ = writeln!(
+                s,
+                "| {store} | {shape} | {} | {} | {ratio} | {:.2} | {} |",
+                thousands(f(&z["packages"]).unwrap_or(0.0)),
+                fmt_mmm(&z["orient_us"], 1.0, 1),
+                f(&z["load_seconds"]).unwrap_or(f64::NAN),
+                z["recent_packages_returned"]
+            );
+        }
+        growth.push(GrowthRow {
+            what: format!("Relay orient vs packages in the project ({store}, {shape})"),
+            unit: "µs",
+            digits: 1,
+            points: points(&Value::Array(of), "packages", &["orient_us"], 1.0),
+        });
+    }
+    let _ = writeln!(s);
+}
+
+/// The results of `orient-growth` before it measured every store (the in-memory store only).
+fn render_orient_memory_only(s: &mut String, r: &Value, growth: &mut Vec<GrowthRow>) {
     use std::fmt::Write;
     let _ = writeln!(
         s,

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cra_wire::clock::parse_rfc3339;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::Duration;
@@ -12,7 +11,7 @@ use crate::error::RelayError;
 use crate::fact::{FactQuery, FactRecord};
 use crate::model::{Project, Status, StoredPackage};
 use crate::ops::Relay;
-use crate::store::PackageFilter;
+use crate::store::{PackageFilter, instant_key};
 
 /// Default `window_days` of orient (§8.3) and orchestrate.
 pub const DEFAULT_WINDOW_DAYS: u32 = 14;
@@ -113,9 +112,20 @@ pub struct DigestBundle {
     pub projects: Vec<ProjectCounts>,
 }
 
-fn in_window(relay: &Relay, p: &StoredPackage, window_days: u32) -> bool {
-    let start = relay.clock().now() - Duration::days(i64::from(window_days));
-    parse_rfc3339(p.package.created_at()).is_ok_and(|t| t >= start)
+/// The filter of the packages created in the last `window_days` (at or after now minus the
+/// window; a window reaching before year -9999 holds every package), newest deposit first, at
+/// most `limit`. The store answers it from its creation-time index, so orient and orchestrate
+/// read the window, not the project.
+fn window_filter(relay: &Relay, window_days: u32, limit: Option<usize>) -> PackageFilter {
+    let start = relay
+        .clock()
+        .now()
+        .checked_sub(Duration::days(i64::from(window_days)));
+    PackageFilter {
+        limit,
+        created_since: Some(start.map(instant_key).unwrap_or_default()),
+        ..PackageFilter::default()
+    }
 }
 
 fn dedupe<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<String> {
@@ -139,13 +149,17 @@ impl Relay {
     ) -> Result<OrientationBundle, RelayError> {
         let window_days = window_days.unwrap_or(DEFAULT_WINDOW_DAYS);
         let project = self.project(project_id)?;
-        let pulled = self.list(project_id, &PackageFilter::default())?;
-        let recent: Vec<&StoredPackage> = pulled
-            .packages
-            .iter()
-            .filter(|p| in_window(self, p, window_days))
-            .take(ORIENT_MAX_PACKAGES)
-            .collect();
+        let mut pulled = self.list(
+            project_id,
+            &window_filter(self, window_days, Some(ORIENT_MAX_PACKAGES)),
+        )?;
+        if !pulled.quarantined.is_empty() {
+            // A package failed verification (and is now quarantined): the answer is the first
+            // ORIENT_MAX_PACKAGES that pass, so read the whole window, as a listing does.
+            pulled = self.list(project_id, &window_filter(self, window_days, None))?;
+        }
+        let recent: Vec<&StoredPackage> =
+            pulled.packages.iter().take(ORIENT_MAX_PACKAGES).collect();
         let open_questions = dedupe(recent.iter().flat_map(|p| p.package.open_questions()));
         let facts = self.facts(project_id, &FactQuery::default())?;
         Ok(OrientationBundle {
@@ -206,11 +220,11 @@ impl Relay {
         let mut window_packages: Vec<StoredPackage> = Vec::new();
         let mut counts = Vec::new();
         for project in projects {
-            let pulled = self.list(&project.project_id, &PackageFilter::default())?;
+            let pulled = self.list(&project.project_id, &window_filter(self, window_days, None))?;
             let recent: Vec<StoredPackage> = pulled
                 .packages
                 .into_iter()
-                .filter(|p| p.package.status() != Status::Draft && in_window(self, p, window_days))
+                .filter(|p| p.package.status() != Status::Draft)
                 .collect();
             let awaiting = self.awaiting_review(&project.project_id)?.packages.len();
             let facts = self.facts(&project.project_id, &FactQuery::default())?;

@@ -55,14 +55,108 @@ pub struct PackageFilter {
     pub limit: Option<usize>,
     /// Include packages quarantined after a failed verification.
     pub include_quarantined: bool,
+    /// Only packages whose `created_at` is at or after this instant, given as a [`created_key`]
+    /// (orient's and orchestrate's window). A package whose `created_at` does not parse is
+    /// never admitted. Backends answer it from an index of the keys, so a windowed listing
+    /// reads the window, not the project.
+    pub created_since: Option<String>,
 }
 
 impl PackageFilter {
-    /// True when `p` passes the status and quarantine filters.
+    /// True when `p` passes the status, quarantine and creation-time filters.
     pub fn admits(&self, p: &StoredPackage) -> bool {
         (self.include_quarantined || p.quarantined.is_none())
             && self.status.is_none_or(|s| p.package.status() == s)
+            && self.created_since.as_deref().is_none_or(|since| {
+                created_key(p.package.created_at()).is_some_and(|k| k.as_str() >= since)
+            })
     }
+}
+
+/// The index key of a package's `created_at`: its UTC instant as fixed-width text,
+/// `YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ` (nine fractional digits), so that text order is time order
+/// whatever form the package stated (`Z` or `+00:00`, any number of fractional digits). `None`
+/// when the text is not an RFC 3339 timestamp. Stores index packages by this key.
+pub fn created_key(created_at: &str) -> Option<String> {
+    cra_wire::clock::parse_rfc3339(created_at)
+        .ok()
+        .map(instant_key)
+}
+
+/// The [`created_key`] of an instant (for the lower bound of a window).
+pub fn instant_key(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.nanosecond()
+    )
+}
+
+/// A windowed listing ([`PackageFilter::created_since`]) for a backend that can walk a project's
+/// deposits newest first and, separately, the keys of its creation-time index from the window's
+/// start. It walks both in lockstep and answers from whichever ends first, so it reads about
+/// min(deposits newer than the `limit`-th admitted one, packages in the window) rows:
+///
+/// - `by_deposit`: the project's packages, newest deposit first, loaded lazily. When it ends, or
+///   has yielded `limit` packages that `filter` admits, those are the answer. Without a limit it
+///   is not walked.
+/// - `window`: (deposit sequence, handle) of every package of the project whose key is at or
+///   after `created_since`, in any order. When it ends, the handles are sorted newest deposit
+///   first and loaded by `load` (a handle whose package is gone yields `None`) until `limit`
+///   admitted packages are found.
+pub fn list_window<H, E>(
+    filter: &PackageFilter,
+    by_deposit: impl Iterator<Item = Result<StoredPackage, E>>,
+    window: impl Iterator<Item = Result<(u64, H), E>>,
+    mut load: impl FnMut(H) -> Result<Option<StoredPackage>, E>,
+) -> Result<Vec<StoredPackage>, E> {
+    let limit = filter.limit.unwrap_or(usize::MAX);
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut by_deposit = filter.limit.is_some().then_some(by_deposit);
+    let mut window = window;
+    let mut found = Vec::new();
+    let mut handles = Vec::new();
+    loop {
+        if let Some(walk) = by_deposit.as_mut() {
+            match walk.next() {
+                None => return Ok(found),
+                Some(p) => {
+                    let p = p?;
+                    if filter.admits(&p) {
+                        found.push(p);
+                        if found.len() >= limit {
+                            return Ok(found);
+                        }
+                    }
+                }
+            }
+        }
+        match window.next() {
+            None => break,
+            Some(h) => handles.push(h?),
+        }
+    }
+    handles.sort_unstable_by_key(|h| std::cmp::Reverse(h.0));
+    let mut out = Vec::new();
+    for (_, h) in handles {
+        if out.len() >= limit {
+            break;
+        }
+        if let Some(p) = load(h)?
+            && filter.admits(&p)
+        {
+            out.push(p);
+        }
+    }
+    Ok(out)
 }
 
 /// A `pull` mode `relevant` query.

@@ -19,7 +19,9 @@ use crate::fact::{FactQuery, FactView, check_history};
 use crate::model::{Actor, ActorType, Status, StoredPackage};
 use crate::ops::Relay;
 use crate::session::{SeededCallsigns, is_callsign};
-use crate::store::{PackageFilter, RelayStore, Snapshot};
+use crate::store::{
+    InsertOutcome, PackageFilter, RelayStore, RelayStoreError as StoreError, Snapshot,
+};
 
 /// A store factory: a fresh, empty store per call.
 pub type Factory<'a> = &'a dyn Fn() -> Arc<dyn RelayStore>;
@@ -75,6 +77,11 @@ pub const SUITE: &[(&str, Case)] = &[
         sessions_callsign_and_provenance,
     ),
     ("orchestrate_digest", orchestrate_digest),
+    (
+        "orient_window_answers_as_a_full_scan",
+        orient_window_answers_as_a_full_scan,
+    ),
+    ("orient_reads_only_the_window", orient_reads_only_the_window),
     ("export_import_round_trip", export_import_round_trip),
     (
         "import_refuses_tampered_package",
@@ -1201,6 +1208,280 @@ fn orchestrate_digest(f: Factory<'_>) {
     ] {
         assert!(json.get(k).is_some(), "{k}");
     }
+}
+
+/// The packages of a project created at or after `now - window_days`, newest deposit first, as
+/// orient and orchestrate chose them before the store had a creation-time index: every package
+/// listed and verified, then filtered.
+fn window_by_full_scan(r: &Relay, clock: &FixedClock, window_days: u32) -> Vec<StoredPackage> {
+    use cra_wire::Clock;
+    let start = clock.now() - time::Duration::days(i64::from(window_days));
+    r.list(PROJECT, &PackageFilter::default())
+        .unwrap()
+        .packages
+        .into_iter()
+        .filter(|p| {
+            cra_wire::clock::parse_rfc3339(p.package.created_at()).is_ok_and(|t| t >= start)
+        })
+        .collect()
+}
+
+/// orient and orchestrate answer from the store's creation-time index exactly what a full scan
+/// of the project answers: packages in and out of the window interleaved in deposit order,
+/// `created_at` out of deposit order and stated in several forms (`Z`, `+00:00`, zero to nine
+/// fractional digits, one exactly at the window's start and one a nanosecond before), drafts, a
+/// reviewed package, more than `ORIENT_MAX_PACKAGES` in the window, and a tampered package
+/// among the newest (restored into a fresh store, which also builds the index on restore).
+fn orient_window_answers_as_a_full_scan(f: Factory<'_>) {
+    use cra_wire::Clock;
+    let store = f();
+    let (r, clock) = relay(store.clone());
+    r.create_project(PROJECT, "Relay dev").unwrap();
+    // START is 2026-04-18T20:00:00Z; orient runs at START + 1 h, so a 14-day window starts at
+    // 2026-04-04T21:00:00Z.
+    let created = [
+        "2026-04-18T20:00:00Z",
+        "2026-03-01T00:00:00Z",
+        "2026-04-04T21:00:00Z",
+        "2026-04-04T20:59:59.999999999Z",
+        "2026-04-10T08:30:00.5Z",
+        "2026-04-10T08:30:00+00:00",
+        "2026-04-10T08:30:00.25Z",
+        "2026-01-01T00:00:00.123456789Z",
+        "2026-04-18T20:59:00.000001Z",
+        "2026-05-01T00:00:00Z",
+    ];
+    for i in 0..60 {
+        let status = if i % 7 == 3 { "draft" } else { "complete" };
+        let mut p = package(&format!("pkg_w{i:03}"), status);
+        p["created_at"] = json!(created[(i * 7) % created.len()]);
+        p["open_questions"] = json!([format!("Question {}?", i % 9)]);
+        r.deposit(PROJECT, &jordan(), &p).unwrap();
+    }
+    r.flag_for_review(PROJECT, "pkg_w003", "human", None, &jordan())
+        .unwrap();
+    let mut snap = store.snapshot().unwrap();
+    let mut bad = snap
+        .packages
+        .iter()
+        .rev()
+        .find(|p| p.package.created_at() == "2026-04-18T20:00:00Z")
+        .unwrap()
+        .to_wire();
+    bad["title"] = json!("Tampered");
+    bad["package_id"] = json!("pkg_w_bad");
+    snap.packages.push(StoredPackage::from_wire(&bad).unwrap());
+    let store2 = f();
+    store2.restore(&snap).unwrap();
+    let (r, clock2) = relay(store2);
+    clock2.set(clock.now());
+    clock2.advance(time::Duration::hours(1));
+
+    for window in [None, Some(0), Some(20), Some(60), Some(400)] {
+        let days = window.unwrap_or(crate::digest::DEFAULT_WINDOW_DAYS);
+        let o = r.orient(PROJECT, window).unwrap();
+        let expected: Vec<StoredPackage> = window_by_full_scan(&r, &clock2, days)
+            .into_iter()
+            .take(crate::digest::ORIENT_MAX_PACKAGES)
+            .collect();
+        let wire: Vec<Value> = expected.iter().map(StoredPackage::to_wire).collect();
+        assert_eq!(o.recent_packages, wire, "window {window:?}");
+        let mut seen = std::collections::BTreeSet::new();
+        let questions: Vec<String> = expected
+            .iter()
+            .flat_map(|p| p.package.open_questions())
+            .map(|q| q.trim().to_owned())
+            .filter(|q| seen.insert(q.to_lowercase()))
+            .collect();
+        assert_eq!(o.open_questions, questions, "window {window:?}");
+
+        let d = r.orchestrate(Some(PROJECT), None, None, window).unwrap();
+        let non_drafts: Vec<StoredPackage> = window_by_full_scan(&r, &clock2, days)
+            .into_iter()
+            .filter(|p| p.package.status() != Status::Draft)
+            .collect();
+        assert_eq!(d.activity.packages, non_drafts.len(), "window {window:?}");
+        let mut by_status = std::collections::BTreeMap::new();
+        for p in &non_drafts {
+            *by_status
+                .entry(p.package.status().as_str().to_owned())
+                .or_insert(0usize) += 1;
+        }
+        assert_eq!(d.activity.by_status, by_status, "window {window:?}");
+    }
+    let o = r.orient(PROJECT, None).unwrap();
+    assert_eq!(o.recent_packages.len(), crate::digest::ORIENT_MAX_PACKAGES);
+    assert!(
+        o.recent_packages
+            .iter()
+            .all(|p| p["package_id"] != "pkg_w_bad"),
+        "the tampered package is left out"
+    );
+}
+
+/// A [`RelayStore`] that counts the packages its listings hand back (what a Relay operation
+/// reads of a project), passing every call to the store it wraps.
+#[derive(Debug)]
+pub struct CountingStore {
+    inner: Arc<dyn RelayStore>,
+    listed: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingStore {
+    /// Counts what `inner` lists.
+    pub fn new(inner: Arc<dyn RelayStore>) -> Self {
+        Self {
+            inner,
+            listed: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
+
+    /// Packages listed since the last call.
+    pub fn take_listed(&self) -> usize {
+        self.listed.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl RelayStore for CountingStore {
+    fn create_project(&self, project: &crate::model::Project) -> Result<(), StoreError> {
+        self.inner.create_project(project)
+    }
+    fn get_project(&self, id: &str) -> Result<Option<crate::model::Project>, StoreError> {
+        self.inner.get_project(id)
+    }
+    fn list_projects(&self) -> Result<Vec<crate::model::Project>, StoreError> {
+        self.inner.list_projects()
+    }
+    fn set_archived(
+        &self,
+        id: &str,
+        archived_at: Option<&str>,
+    ) -> Result<crate::model::Project, StoreError> {
+        self.inner.set_archived(id, archived_at)
+    }
+    fn insert_package(&self, p: &StoredPackage) -> Result<InsertOutcome, StoreError> {
+        self.inner.insert_package(p)
+    }
+    fn get_package(&self, project: &str, id: &str) -> Result<Option<StoredPackage>, StoreError> {
+        self.inner.get_package(project, id)
+    }
+    fn find_package(&self, id: &str) -> Result<Vec<StoredPackage>, StoreError> {
+        self.inner.find_package(id)
+    }
+    fn list_packages(
+        &self,
+        project: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, StoreError> {
+        let out = self.inner.list_packages(project, filter)?;
+        self.listed
+            .fetch_add(out.len(), std::sync::atomic::Ordering::SeqCst);
+        Ok(out)
+    }
+    fn update_package(
+        &self,
+        expected_hash: &str,
+        updated: &StoredPackage,
+        review: &crate::model::ReviewRecord,
+    ) -> Result<(), StoreError> {
+        self.inner.update_package(expected_hash, updated, review)
+    }
+    fn quarantine_package(&self, project: &str, id: &str, reason: &str) -> Result<(), StoreError> {
+        self.inner.quarantine_package(project, id, reason)
+    }
+    fn list_reviews(
+        &self,
+        project: &str,
+        id: &str,
+    ) -> Result<Vec<crate::model::ReviewRecord>, StoreError> {
+        self.inner.list_reviews(project, id)
+    }
+    fn assert_fact(
+        &self,
+        new: crate::fact::NewFact,
+        now: &dyn Fn() -> String,
+    ) -> Result<crate::fact::FactRecord, StoreError> {
+        self.inner.assert_fact(new, now)
+    }
+    fn invalidate_facts(
+        &self,
+        project: &str,
+        subject: &str,
+        predicate: &str,
+        now: &dyn Fn() -> String,
+    ) -> Result<usize, StoreError> {
+        self.inner
+            .invalidate_facts(project, subject, predicate, now)
+    }
+    fn facts(
+        &self,
+        project: &str,
+        query: &FactQuery,
+    ) -> Result<Vec<crate::fact::FactRecord>, StoreError> {
+        self.inner.facts(project, query)
+    }
+    fn put_session(&self, session: &crate::model::Session) -> Result<(), StoreError> {
+        self.inner.put_session(session)
+    }
+    fn get_session(&self, id: &str) -> Result<Option<crate::model::Session>, StoreError> {
+        self.inner.get_session(id)
+    }
+    fn end_session(
+        &self,
+        id: &str,
+        ended_at: &str,
+    ) -> Result<Option<crate::model::Session>, StoreError> {
+        self.inner.end_session(id, ended_at)
+    }
+    fn supports_search(&self) -> bool {
+        self.inner.supports_search()
+    }
+    fn search(
+        &self,
+        query: &crate::store::SearchQuery,
+    ) -> Result<Vec<crate::store::SearchHit>, StoreError> {
+        self.inner.search(query)
+    }
+    fn with_outbox(&self, outbox: Arc<dyn crate::store::Outbox>) -> Arc<dyn RelayStore> {
+        self.inner.with_outbox(outbox)
+    }
+    fn outbox(&self) -> Result<Vec<crate::store::OutboxEntry>, StoreError> {
+        self.inner.outbox()
+    }
+    fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        self.inner.snapshot()
+    }
+    fn restore(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.inner.restore(snapshot)
+    }
+}
+
+/// orient and orchestrate read the window, not the project: over 5 packages in the window and
+/// 300 older ones deposited after them, orient's listings hand back the 5 (before the
+/// creation-time index, all 305), and so do orchestrate's.
+fn orient_reads_only_the_window(f: Factory<'_>) {
+    let counting = Arc::new(CountingStore::new(f()));
+    let (r, clock) = relay(counting.clone());
+    r.create_project(PROJECT, "window").unwrap();
+    for i in 0..305 {
+        let mut p = package(&format!("pkg_{i:03}"), "complete");
+        if i >= 5 {
+            p["created_at"] = json!("2025-12-01T00:00:00Z");
+        }
+        r.deposit(PROJECT, &jordan(), &p).unwrap();
+    }
+    clock.advance(time::Duration::hours(1));
+    counting.take_listed();
+    let o = r.orient(PROJECT, None).unwrap();
+    assert_eq!(o.recent_packages.len(), 5);
+    assert_eq!(counting.take_listed(), 5, "orient listed the window only");
+    let d = r.orchestrate(Some(PROJECT), None, None, None).unwrap();
+    assert_eq!(d.activity.packages, 5);
+    assert_eq!(
+        counting.take_listed(),
+        5,
+        "orchestrate listed the window only"
+    );
 }
 
 /// Fills a store with projects, packages (some reviewed), facts with history and a session.

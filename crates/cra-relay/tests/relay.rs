@@ -69,6 +69,8 @@ suite_tests!(
     l3_review_gates,
     sessions_callsign_and_provenance,
     orchestrate_digest,
+    orient_window_answers_as_a_full_scan,
+    orient_reads_only_the_window,
     export_import_round_trip,
     import_refuses_tampered_package,
 );
@@ -205,4 +207,111 @@ fn fact_and_session_schemas_accept_what_the_domain_emits() {
         assert!(sessions.is_valid(&v), "{v}");
     }
     assert!(!snap.sessions.is_empty());
+}
+
+/// `created_key` is fixed-width UTC text, so its text order is the instants' order whatever form
+/// `created_at` was stated in; text that is not RFC 3339 has no key.
+#[test]
+fn created_key_orders_as_time_whatever_the_stated_form() {
+    use cra_relay::store::created_key;
+    let key = |s: &str| created_key(s).unwrap();
+    assert_eq!(
+        key("2026-04-10T08:30:00Z"),
+        "2026-04-10T08:30:00.000000000Z"
+    );
+    assert_eq!(
+        key("2026-04-10T08:30:00+00:00"),
+        key("2026-04-10T08:30:00Z")
+    );
+    assert_eq!(
+        key("2026-04-10T08:30:00.5Z"),
+        "2026-04-10T08:30:00.500000000Z"
+    );
+    // As stated, `.5Z` sorts before `Z` (`.` < `Z`); as keys, after.
+    assert!("2026-04-10T08:30:00.5Z" < "2026-04-10T08:30:00Z");
+    assert!(key("2026-04-10T08:30:00.5Z") > key("2026-04-10T08:30:00Z"));
+    assert!(key("2026-04-10T08:30:00.000000001Z") > key("2026-04-10T08:30:00Z"));
+    assert!(key("2026-04-10T10:30:00+02:00") == key("2026-04-10T08:30:00Z"));
+    assert_eq!(created_key("yesterday"), None);
+    assert_eq!(created_key(""), None);
+}
+
+fn numbered(n: usize, created_at: &str) -> cra_relay::model::StoredPackage {
+    let mut p = testkit::package(&format!("pkg_{n:05}"), "complete");
+    p["created_at"] = serde_json::json!(created_at);
+    let hash = cra_relay::model::content_hash_of(p.as_object().unwrap()).unwrap();
+    p["content_hash"] = serde_json::json!(hash);
+    cra_relay::model::StoredPackage::from_wire(&p).unwrap()
+}
+
+/// `list_window` walks a project's deposits and its creation-time index in lockstep and stops
+/// with whichever answers first: with the whole project in the window it reads `limit`
+/// deposits, with a small window among many newer out-of-window deposits it reads about the
+/// window; without a limit it never walks the deposits.
+#[test]
+fn list_window_reads_the_shorter_walk() {
+    use cra_relay::store::{PackageFilter, list_window};
+    use std::cell::Cell;
+    const IN: &str = "2026-04-18T20:00:00Z";
+    const OUT: &str = "2025-01-01T00:00:00Z";
+    // 1,000 deposits (seq 0..1000); `created(seq)` says which are in the window.
+    let run = |created: &dyn Fn(u64) -> &'static str, limit: Option<usize>| {
+        let (walked, indexed) = (Cell::new(0usize), Cell::new(0usize));
+        let packages: Vec<_> = (0..1000u64)
+            .map(|s| numbered(s as usize, created(s)))
+            .collect();
+        let filter = PackageFilter {
+            limit,
+            created_since: cra_relay::store::created_key("2026-04-01T00:00:00Z"),
+            ..PackageFilter::default()
+        };
+        let by_deposit = packages.iter().rev().map(|p| {
+            walked.set(walked.get() + 1);
+            Ok::<_, ()>(p.clone())
+        });
+        let window = (0..1000u64).filter(|s| created(*s) == IN).map(|s| {
+            indexed.set(indexed.get() + 1);
+            Ok((s, s))
+        });
+        let out = list_window(&filter, by_deposit, window, |s| {
+            Ok(packages.get(s as usize).cloned())
+        })
+        .unwrap();
+        let ids: Vec<String> = out
+            .iter()
+            .map(|p| p.package.package_id().to_owned())
+            .collect();
+        (ids, walked.get(), indexed.get())
+    };
+
+    let (ids, walked, indexed) = run(&|_| IN, Some(20));
+    assert_eq!(ids.len(), 20);
+    assert_eq!(ids[0], "pkg_00999", "newest deposit first");
+    assert_eq!(
+        (walked, indexed),
+        (20, 19),
+        "all in the window: limit deposits read"
+    );
+
+    // The window holds seqs 10..15; the 985 newer deposits are older packages.
+    let small = |s: u64| if (10..15).contains(&s) { IN } else { OUT };
+    let (ids, walked, indexed) = run(&small, Some(20));
+    assert_eq!(
+        ids,
+        [
+            "pkg_00014",
+            "pkg_00013",
+            "pkg_00012",
+            "pkg_00011",
+            "pkg_00010"
+        ]
+    );
+    assert!(
+        walked <= 6 && indexed == 5,
+        "read the window: {walked} deposits, {indexed} keys"
+    );
+
+    let (ids, walked, indexed) = run(&small, None);
+    assert_eq!(ids.len(), 5);
+    assert_eq!((walked, indexed), (0, 5), "no limit: only the index");
 }

@@ -1,12 +1,14 @@
 //! An in-memory [`RelayStore`] for unit tests only (a mutex around maps; every method is one
-//! critical section, so multi-row changes are atomic). Never used by the product.
+//! critical section, so multi-row changes are atomic). Never used by the product. Like the
+//! product's backends it keeps each project's deposit order and a creation-time index, so a
+//! listing reads what it returns and a windowed one the window ([`super::list_window`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use super::{
     InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, Snapshot,
-    Written,
+    Written, created_key, list_window,
 };
 use crate::fact::{self, FactQuery, FactRecord, NewFact};
 use crate::model::{Project, ReviewRecord, Session, StoredPackage};
@@ -16,6 +18,11 @@ struct Inner {
     projects: BTreeMap<String, Project>,
     /// By (project_id, package_id).
     packages: BTreeMap<(String, String), (u64, StoredPackage)>,
+    /// (project_id, seq) -> package_id: deposit order.
+    order: BTreeMap<(String, u64), String>,
+    /// (project_id, created key, seq): the creation-time index (packages whose `created_at`
+    /// parses).
+    created: BTreeSet<(String, String, u64)>,
     next_seq: u64,
     reviews: Vec<ReviewRecord>,
     facts: Vec<FactRecord>,
@@ -24,6 +31,18 @@ struct Inner {
 }
 
 impl Inner {
+    /// Stores `p` as the next deposit.
+    fn push_package(&mut self, p: &StoredPackage) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (project, id) = package_key(p);
+        self.order.insert((project.clone(), seq), id);
+        if let Some(k) = created_key(p.package.created_at()) {
+            self.created.insert((project, k, seq));
+        }
+        self.packages.insert(package_key(p), (seq, p.clone()));
+    }
+
     /// The recorded instant of a fact write to `project_id` (see [`fact::recorded_instant`]).
     fn stamp(&self, project_id: &str, now: &str) -> String {
         let last = fact::latest_recorded(
@@ -138,9 +157,7 @@ impl RelayStore for MemoryStore {
             return Ok(InsertOutcome::Existing(existing.clone()));
         }
         self.owe(&mut g, Written::Package(package))?;
-        let seq = g.next_seq;
-        g.next_seq += 1;
-        g.packages.insert(key, (seq, package.clone()));
+        g.push_package(package);
         if let Some(sid) = package.package.session_id()
             && let Some(s) = g.sessions.get_mut(sid)
         {
@@ -174,18 +191,33 @@ impl RelayStore for MemoryStore {
         filter: &PackageFilter,
     ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let g = self.lock();
-        let mut rows: Vec<&(u64, StoredPackage)> = g
-            .packages
-            .values()
-            .filter(|(_, p)| p.package.project_id() == project_id && filter.admits(p))
-            .collect();
-        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
-        let limit = filter.limit.unwrap_or(usize::MAX);
-        Ok(rows
-            .into_iter()
-            .take(limit)
-            .map(|(_, p)| p.clone())
-            .collect())
+        let project = project_id.to_owned();
+        let load = |id: &String| {
+            g.packages
+                .get(&(project.clone(), id.clone()))
+                .map(|(_, p)| p.clone())
+        };
+        let by_deposit = g
+            .order
+            .range((project.clone(), 0)..=(project.clone(), u64::MAX))
+            .rev()
+            .filter_map(|(_, id)| load(id));
+        let Some(since) = &filter.created_since else {
+            let limit = filter.limit.unwrap_or(usize::MAX);
+            return Ok(by_deposit
+                .filter(|p| filter.admits(p))
+                .take(limit)
+                .collect());
+        };
+        let window = g
+            .created
+            .range((project.clone(), since.clone(), 0)..)
+            .take_while(|(p, _, _)| *p == project)
+            .filter_map(|(_, _, seq)| {
+                let id = g.order.get(&(project.clone(), *seq))?;
+                Some(Ok((*seq, id)))
+            });
+        list_window(filter, by_deposit.map(Ok), window, |id| Ok(load(id)))
     }
 
     fn update_package(
@@ -206,6 +238,15 @@ impl RelayStore for MemoryStore {
             return Err(RelayStoreError::Conflict(format!("package {id}")));
         }
         self.owe(&mut g, Written::Package(updated))?;
+        if let Some((seq, old)) = g.packages.get(&key).cloned() {
+            let project = key.0.clone();
+            if let Some(k) = created_key(old.package.created_at()) {
+                g.created.remove(&(project.clone(), k, seq));
+            }
+            if let Some(k) = created_key(updated.package.created_at()) {
+                g.created.insert((project, k, seq));
+            }
+        }
         if let Some(entry) = g.packages.get_mut(&key) {
             entry.1 = updated.clone();
         }
@@ -396,9 +437,7 @@ impl RelayStore for MemoryStore {
             g.projects.insert(p.project_id.clone(), p.clone());
         }
         for p in &snapshot.packages {
-            let seq = g.next_seq;
-            g.next_seq += 1;
-            g.packages.insert(package_key(p), (seq, p.clone()));
+            g.push_package(p);
         }
         g.facts = snapshot.facts.clone();
         for s in &snapshot.sessions {

@@ -7,7 +7,9 @@
 //! PostgreSQL full-text search (`english` configuration, `ts_rank_cd`) over the same chunks the
 //! embedded backend indexes, best chunk per package. A write made through a store with an
 //! outbox ([`RelayStore::with_outbox`]) stores the outbox's entries in `relay_outbox`
-//! (`migrations/0011`) in its own transaction.
+//! (`migrations/0011`) in its own transaction. Each package row carries its
+//! [`cra_relay::store::created_key`] (`migrations/0015`, which keys the rows stored before it),
+//! indexed by project, so a windowed listing (orient, orchestrate) reads the window.
 
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
@@ -15,7 +17,7 @@ use std::sync::Arc;
 
 use cra_relay::store::{
     InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, SearchHit,
-    SearchQuery, Snapshot, Written,
+    SearchQuery, Snapshot, Written, created_key,
 };
 use postgres::Transaction;
 use serde_json::Value;
@@ -56,6 +58,28 @@ fn dec_package(
     p.quarantined = quarantined;
     Ok(p)
 }
+
+/// A page of a project's (`$1`) deposits older than `$2`, newest first, at most `$3`: the
+/// deposit walk of a windowed listing, backwards along a deposit-order index. (The listing
+/// pages both walks itself rather than leave the choice to the planner, whose estimate of a
+/// project's window from whole-table statistics can be wrong by the whole project.) Public so a
+/// test can explain it.
+pub const DEPOSITS_PAGE_SQL: &str =
+    "SELECT seq, body, content_hash, quarantined FROM relay_packages
+  WHERE project_id = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+
+/// A page of the creation-time index of project `$1` from key `$2` on, after (`$3`, `$4`) in
+/// (key, seq) order, at most `$5` entries: the window walk of a windowed listing, an index-only
+/// scan of `relay_packages_created`. The first page passes (`$2`, the least seq) as (`$3`,
+/// `$4`): the scan starts at the row bound. Public so a test can explain it.
+pub const WINDOW_PAGE_SQL: &str = "SELECT created_key, seq FROM relay_packages
+  WHERE project_id = $1 AND created_key >= $2 AND (created_key, seq) > ($3, $4)
+  ORDER BY created_key, seq LIMIT $5";
+
+/// The first page of either walk; each next page is twice as long (to [`MAX_PAGE`]), so a walk
+/// of n rows takes about log2(n) round trips.
+const FIRST_PAGE: i64 = 32;
+const MAX_PAGE: i64 = 8192;
 
 /// Rows per statement when restoring an import.
 const RESTORE_BATCH: usize = 2000;
@@ -138,9 +162,10 @@ impl PgRelay {
         let body = enc(&Value::Object(p.package.as_object().clone()))?;
         let n = tx
             .execute(
-                "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
-                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT (project_id, package_id) DO NOTHING",
-                &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body],
+                "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body, created_key)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (project_id, package_id) DO NOTHING",
+                &[&p.package.package_id(), &p.package.project_id(), &p.content_hash, &p.quarantined, &body,
+                  &created_key(p.package.created_at())],
             )
             .map_err(be)?;
         if n == 1 {
@@ -181,6 +206,109 @@ impl PgRelay {
         )
         .map_err(be)?;
         Ok(stamp)
+    }
+
+    /// A windowed listing: [`cra_relay::store::list_window`] over pages of the project's
+    /// deposits ([`DEPOSITS_PAGE_SQL`]) and of its creation-time index ([`WINDOW_PAGE_SQL`]),
+    /// plus the project's rows without a key (stored before migration 0015 in an unusual form),
+    /// which join the window's candidates and are checked here; in one read-only
+    /// repeatable-read transaction, so both walks see one snapshot.
+    fn list_window(
+        c: &mut postgres::Client,
+        project_id: &str,
+        since: &str,
+        filter: &PackageFilter,
+    ) -> Result<Vec<StoredPackage>, RelayStoreError> {
+        use std::cell::RefCell;
+        use std::collections::VecDeque;
+        let tx = c
+            .build_transaction()
+            .isolation_level(postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(be)?;
+        let tx = RefCell::new(tx);
+        let row_package = |r: &postgres::Row| dec_package(r.get(1), r.get(2), r.get(3));
+
+        // The deposit walk.
+        let mut deposits: VecDeque<StoredPackage> = VecDeque::new();
+        let (mut before, mut page, mut deposits_done) = (i64::MAX, FIRST_PAGE, false);
+        let by_deposit = std::iter::from_fn(|| {
+            if deposits.is_empty() && !deposits_done {
+                let rows = tx
+                    .borrow_mut()
+                    .query(DEPOSITS_PAGE_SQL, &[&project_id, &before, &page])
+                    .map_err(be);
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(e) => return Some(Err(e)),
+                };
+                deposits_done = i64::try_from(rows.len()).unwrap_or(i64::MAX) < page;
+                page = (page * 2).min(MAX_PAGE);
+                for r in &rows {
+                    before = r.get(0);
+                    match row_package(r) {
+                        Ok(p) => deposits.push_back(p),
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+            }
+            deposits.pop_front().map(Ok)
+        });
+
+        // The window walk: the unkeyed rows first (one query; normally none), then the index.
+        let unkeyed: Vec<i64> = tx
+            .borrow_mut()
+            .query(
+                "SELECT seq FROM relay_packages WHERE project_id = $1 AND created_key IS NULL",
+                &[&project_id],
+            )
+            .map_err(be)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        let mut entries: VecDeque<i64> = unkeyed.into();
+        // The walk starts at (since, MIN), not before it: the btree scan starts at the row
+        // bound, so a bound below `since` would read every older entry of the project first.
+        let (mut after, mut wpage, mut window_done) =
+            ((since.to_owned(), i64::MIN), FIRST_PAGE, false);
+        let window = std::iter::from_fn(|| {
+            if entries.is_empty() && !window_done {
+                let rows = tx
+                    .borrow_mut()
+                    .query(
+                        WINDOW_PAGE_SQL,
+                        &[&project_id, &since, &after.0, &after.1, &wpage],
+                    )
+                    .map_err(be);
+                let rows = match rows {
+                    Ok(rows) => rows,
+                    Err(e) => return Some(Err(e)),
+                };
+                window_done = i64::try_from(rows.len()).unwrap_or(i64::MAX) < wpage;
+                wpage = (wpage * 2).min(MAX_PAGE);
+                for r in &rows {
+                    after = (r.get(0), r.get(1));
+                    entries.push_back(after.1);
+                }
+            }
+            entries
+                .pop_front()
+                .map(|seq| Ok((u64::try_from(seq).unwrap_or(0), seq)))
+        });
+        let load = |seq: i64| -> Result<Option<StoredPackage>, RelayStoreError> {
+            tx.borrow_mut()
+                .query_opt(
+                    "SELECT seq, body, content_hash, quarantined FROM relay_packages WHERE seq = $1",
+                    &[&seq],
+                )
+                .map_err(be)?
+                .map(|r| row_package(&r))
+                .transpose()
+        };
+        let out = cra_relay::store::list_window(filter, by_deposit, window, load)?;
+        tx.into_inner().commit().map_err(be)?;
+        Ok(out)
     }
 
     fn lock_key(tx: &mut Transaction<'_>, key: &str) -> Result<(), RelayStoreError> {
@@ -320,13 +448,16 @@ impl RelayStore for PgRelay {
         filter: &PackageFilter,
     ) -> Result<Vec<StoredPackage>, RelayStoreError> {
         let mut c = self.store.client().map_err(be)?;
+        let limit = filter.limit.unwrap_or(usize::MAX);
+        if let Some(since) = &filter.created_since {
+            return Self::list_window(&mut c, project_id, since, filter);
+        }
         let rows = c
             .query(
                 "SELECT body, content_hash, quarantined FROM relay_packages WHERE project_id = $1 ORDER BY seq DESC",
                 &[&project_id],
             )
             .map_err(be)?;
-        let limit = filter.limit.unwrap_or(usize::MAX);
         let mut out = Vec::new();
         for r in &rows {
             if out.len() >= limit {
@@ -360,9 +491,10 @@ impl RelayStore for PgRelay {
             }
             let body = enc(&Value::Object(updated.package.as_object().clone()))?;
             tx.execute(
-                "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5
+                "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5, created_key = $6
                   WHERE project_id = $1 AND package_id = $2",
-                &[&project, &id, &body, &updated.content_hash, &updated.quarantined],
+                &[&project, &id, &body, &updated.content_hash, &updated.quarantined,
+                  &created_key(updated.package.created_at())],
             )
             .map_err(be)?;
             Self::write_chunks(tx, updated)?;
@@ -665,6 +797,7 @@ impl RelayStore for PgRelay {
             for batch in snapshot.packages.chunks(RESTORE_BATCH) {
                 let mut cols: [Vec<String>; 4] = Default::default();
                 let mut quarantined: Vec<Option<String>> = Vec::new();
+                let mut keys: Vec<Option<String>> = Vec::new();
                 let (mut c_id, mut c_proj, mut c_ord, mut c_field, mut c_text) =
                     (Vec::new(), Vec::new(), Vec::<i32>::new(), Vec::new(), Vec::new());
                 for p in batch {
@@ -674,6 +807,7 @@ impl RelayStore for PgRelay {
                     cols[2].push(p.content_hash.clone());
                     cols[3].push(enc(&Value::Object(p.package.as_object().clone()))?);
                     quarantined.push(p.quarantined.clone());
+                    keys.push(created_key(p.package.created_at()));
                     if p.quarantined.is_none() {
                         for (i, (field, text)) in cra_relay::search::chunks(&p.package).into_iter().enumerate() {
                             c_id.push(id.clone());
@@ -685,10 +819,10 @@ impl RelayStore for PgRelay {
                     }
                 }
                 tx.execute(
-                    "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body)
-                     SELECT a, b, c, d, e FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-                          WITH ORDINALITY AS t(a, b, c, d, e, n) ORDER BY n",
-                    &[&cols[0], &cols[1], &cols[2], &quarantined, &cols[3]],
+                    "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body, created_key)
+                     SELECT a, b, c, d, e, f FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+                          WITH ORDINALITY AS t(a, b, c, d, e, f, n) ORDER BY n",
+                    &[&cols[0], &cols[1], &cols[2], &quarantined, &cols[3], &keys],
                 )
                 .map_err(be)?;
                 tx.execute(
@@ -735,6 +869,10 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             }
+            // A bulk load: give the planner the packages' statistics now, as autovacuum would
+            // only later, so the windowed listing's page queries walk their indexes from the
+            // first read (ANALYZE counts this transaction's own rows).
+            tx.batch_execute("ANALYZE relay_packages").map_err(be)?;
             self.owe(tx, Written::Restored(snapshot))
         })
     }

@@ -8,10 +8,15 @@
 //! `relay_sessions` (session_id), `relay_meta` (counters), `relay_fact_clock` (project_id -> the
 //! latest recorded instant of its facts; created on open, and seeded from the stored rows the
 //! first time a project without a mark is written, so data written before it keeps working),
-//! `relay_outbox` (key -> the events a write owes its chain, as text; emptied by the trace committer).
+//! `relay_outbox` (key -> the events a write owes its chain, as text; emptied by the trace committer),
+//! `relay_package_created` ((project_id, created key, seq) -> package_id: the creation-time index
+//! that orient's and orchestrate's window reads, keyed by
+//! [`cra_relay::store::created_key`]; packages whose `created_at` does not parse have no entry).
 //!
 //! Data written before ids were per project keyed packages and reviews by `package_id` alone;
-//! opening such a database rekeys them once, in one transaction ([`RedbRelay::new`]).
+//! opening such a database rekeys them once, in one transaction ([`RedbRelay::new`]). Data written
+//! before the creation-time index gets it the same way: the first open builds it from the stored
+//! packages and marks the database (`relay_meta` `package_created`).
 //!
 //! redb serialises write transactions, so each multi-row change (insert-if-absent plus session
 //! append, compare-and-swap plus review record, supersession plus insert) is one atomic commit.
@@ -27,6 +32,7 @@ use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
 use cra_relay::store::{
     InsertOutcome, PackageFilter, RelayStore, RelayStoreError, SearchHit, SearchQuery, Snapshot,
+    created_key, list_window,
 };
 use serde_json::{Value, json};
 
@@ -35,6 +41,8 @@ use super::search::{ChunkIndex, hits};
 const PROJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_projects");
 const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
 const ORDER: TableDefinition<'_, (&str, u64), &str> = TableDefinition::new("relay_package_order");
+const CREATED: TableDefinition<'_, (&str, &str, u64), &str> =
+    TableDefinition::new("relay_package_created");
 const REVIEWS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("relay_reviews");
 const FACTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_facts");
 const CURRENT: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_current");
@@ -143,6 +151,41 @@ fn rekey_packages(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> 
     Ok(())
 }
 
+/// Adds package `p` (deposit `seq`) to the creation-time index, if its `created_at` parses.
+fn index_created(
+    created: &mut ::redb::Table<'_, (&str, &str, u64), &str>,
+    seq: u64,
+    p: &StoredPackage,
+) -> Result<(), RelayStoreError> {
+    if let Some(k) = created_key(p.package.created_at()) {
+        created
+            .insert(
+                (p.package.project_id(), k.as_str(), seq),
+                p.package.package_id(),
+            )
+            .map_err(be)?;
+    }
+    Ok(())
+}
+
+/// Builds the creation-time index of the packages stored before it existed, once: `relay_meta`
+/// `package_created` marks a database done (every later write keeps the index).
+fn build_created_index(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> {
+    let mut meta = tx.open_table(META).map_err(be)?;
+    if meta.get("package_created").map_err(be)?.is_some() {
+        return Ok(());
+    }
+    let packages = tx.open_table(PACKAGES).map_err(be)?;
+    let mut created = tx.open_table(CREATED).map_err(be)?;
+    for row in packages.iter().map_err(be)? {
+        let (_, v) = row.map_err(be)?;
+        let (seq, p) = dec_package(v.value())?;
+        index_created(&mut created, seq, &p)?;
+    }
+    meta.insert("package_created", 1).map_err(be)?;
+    Ok(())
+}
+
 fn fact_prefix(project: &str, subject: &str, predicate: &str) -> String {
     format!("{project}\0{subject}\0{predicate}")
 }
@@ -177,6 +220,7 @@ impl RedbRelay {
             tx.open_table(PROJECTS).map_err(be)?;
             tx.open_table(PACKAGES).map_err(be)?;
             tx.open_table(ORDER).map_err(be)?;
+            tx.open_table(CREATED).map_err(be)?;
             tx.open_table(REVIEWS).map_err(be)?;
             tx.open_table(FACTS).map_err(be)?;
             tx.open_table(CURRENT).map_err(be)?;
@@ -186,6 +230,7 @@ impl RedbRelay {
             tx.open_table(OUTBOX).map_err(be)?;
         }
         rekey_packages(&tx)?;
+        build_created_index(&tx)?;
         tx.commit().map_err(be)?;
         Ok(Self {
             db,
@@ -365,6 +410,7 @@ impl RelayStore for RedbRelay {
                 .map_err(be)?
                 .insert((package.package.project_id(), seq), id)
                 .map_err(be)?;
+            index_created(&mut tx.open_table(CREATED).map_err(be)?, seq, package)?;
             if let Some(sid) = package.package.session_id() {
                 let mut st = tx.open_table(SESSIONS).map_err(be)?;
                 let existing: Option<Session> = st
@@ -421,6 +467,33 @@ impl RelayStore for RedbRelay {
         let tx = self.db.begin_read().map_err(be)?;
         let order = tx.open_table(ORDER).map_err(be)?;
         let t = tx.open_table(PACKAGES).map_err(be)?;
+        if let Some(since) = &filter.created_since {
+            let load = |id: &str| -> Result<Option<StoredPackage>, RelayStoreError> {
+                t.get(package_key(project_id, id).as_str())
+                    .map_err(be)?
+                    .map(|g| dec_package(g.value()).map(|(_, p)| p))
+                    .transpose()
+            };
+            let by_deposit = order
+                .range((project_id, 0u64)..=(project_id, u64::MAX))
+                .map_err(be)?
+                .rev()
+                .filter_map(|row| match row.map_err(be) {
+                    Ok((_, id)) => load(id.value()).transpose(),
+                    Err(e) => Some(Err(e)),
+                });
+            let created = tx.open_table(CREATED).map_err(be)?;
+            let window = created
+                .range((project_id, since.as_str(), 0u64)..)
+                .map_err(be)?
+                .map(|row| {
+                    let (k, id) = row.map_err(be)?;
+                    let (project, _, seq) = k.value();
+                    Ok((project == project_id).then(|| (seq, id.value().to_owned())))
+                })
+                .map_while(Result::transpose);
+            return list_window(filter, by_deposit, window, |id| load(&id));
+        }
         let limit = filter.limit.unwrap_or(usize::MAX);
         let mut out = Vec::new();
         for row in order
@@ -463,6 +536,19 @@ impl RelayStore for RedbRelay {
             }
             t.insert(key.as_str(), enc_package(seq, updated)?.as_slice())
                 .map_err(be)?;
+            let (was, now) = (
+                created_key(current.package.created_at()),
+                created_key(updated.package.created_at()),
+            );
+            if was != now {
+                let mut created = tx.open_table(CREATED).map_err(be)?;
+                if let Some(k) = was {
+                    created
+                        .remove((updated.package.project_id(), k.as_str(), seq))
+                        .map_err(be)?;
+                }
+                index_created(&mut created, seq, updated)?;
+            }
             let mut meta = tx.open_table(META).map_err(be)?;
             let n = Self::next(&mut meta, "review_seq")?;
             tx.open_table(REVIEWS)
@@ -768,6 +854,7 @@ impl RelayStore for RedbRelay {
                 ));
             }
             let mut order = tx.open_table(ORDER).map_err(be)?;
+            let mut created = tx.open_table(CREATED).map_err(be)?;
             let mut meta = tx.open_table(META).map_err(be)?;
             let mut current = tx.open_table(CURRENT).map_err(be)?;
             let mut sessions = tx.open_table(SESSIONS).map_err(be)?;
@@ -786,6 +873,7 @@ impl RelayStore for RedbRelay {
                 order
                     .insert((p.package.project_id(), seq), id)
                     .map_err(be)?;
+                index_created(&mut created, seq, p)?;
             }
             for r in &snapshot.facts {
                 let key = fact_key(r);

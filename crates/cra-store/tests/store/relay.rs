@@ -119,6 +119,8 @@ relay_suite!(
     l3_review_gates,
     sessions_callsign_and_provenance,
     orchestrate_digest,
+    orient_window_answers_as_a_full_scan,
+    orient_reads_only_the_window,
     export_import_round_trip,
     import_refuses_tampered_package,
 );
@@ -208,42 +210,267 @@ fn postgres_packages_of_an_earlier_version_are_rekeyed_by_migration_0012() {
     assert!(r.deposit("proj_b", &jordan, &again).unwrap().created);
 }
 
+/// The ids orient should answer over `relay` at `now` (window 14 days), found the way orient
+/// found them before the creation-time index: every package listed, then filtered.
+fn orient_ids_by_full_scan(relay: &cra_relay::Relay, now: &str) -> Vec<String> {
+    let start = cra_wire::clock::parse_rfc3339(now).unwrap() - time::Duration::days(14);
+    relay
+        .list(
+            testkit::PROJECT,
+            &cra_relay::store::PackageFilter::default(),
+        )
+        .unwrap()
+        .packages
+        .iter()
+        .filter(|p| cra_wire::clock::parse_rfc3339(p.package.created_at()).unwrap() >= start)
+        .take(cra_relay::digest::ORIENT_MAX_PACKAGES)
+        .map(|p| p.package.package_id().to_owned())
+        .collect()
+}
+
+fn orient_ids(relay: &cra_relay::Relay) -> Vec<String> {
+    relay
+        .orient(testkit::PROJECT, None)
+        .unwrap()
+        .recent_packages
+        .iter()
+        .map(|p| p["package_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// `created_at` forms for the upgrade tests, in and out of a 14-day window ending at
+/// `2026-04-18T21:00:00Z`.
+const STATED: [&str; 6] = [
+    "2026-04-18T20:00:00Z",
+    "2026-03-01T00:00:00Z",
+    "2026-04-10T08:30:00.5Z",
+    "2026-04-10T08:30:00+00:00",
+    "2026-04-04T20:59:59.999999999Z",
+    "2026-04-18t20:59:00.000001z",
+];
+
+/// A redb database written before the creation-time index (no `relay_package_created` entries,
+/// no mark) gets the index when Relay opens it, once: orient then answers what a full scan
+/// answers (with no index it would answer nothing).
+#[test]
+fn redb_packages_stored_before_the_creation_index_are_indexed_on_open() {
+    use cra_relay::testkit::PROJECT;
+    const NOW: &str = "2026-04-18T21:00:00Z";
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open(dir.path()).unwrap();
+    let relay = |s: &RedbStore| {
+        cra_relay::Relay::new(
+            Arc::new(RedbRelay::open(s).unwrap()),
+            Arc::new(cra_wire::FixedClock::parse(NOW).unwrap()),
+            Arc::new(cra_wire::SequentialIds::new(1_772_445_600_000, 5)),
+            Arc::new(cra_relay::session::SeededCallsigns::new(5)),
+        )
+    };
+    let r = relay(&store);
+    let jordan = cra_relay::Actor::new("jordan", cra_relay::ActorType::Human);
+    r.create_project(PROJECT, "dev").unwrap();
+    for i in 0..30 {
+        let mut p = testkit::package(&format!("pkg_{i:02}"), "complete");
+        p["created_at"] = serde_json::json!(STATED[i % STATED.len()]);
+        r.deposit(PROJECT, &jordan, &p).unwrap();
+    }
+    let before = orient_ids(&r);
+    drop(r);
+    {
+        use redb::TableDefinition;
+        const CREATED: TableDefinition<'_, (&str, &str, u64), &str> =
+            TableDefinition::new("relay_package_created");
+        const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
+        let tx = store.database().begin_write().unwrap();
+        tx.delete_table(CREATED).unwrap();
+        tx.open_table(META)
+            .unwrap()
+            .remove("package_created")
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let r = relay(&store);
+    assert_eq!(orient_ids(&r), before);
+    assert_eq!(orient_ids(&r), orient_ids_by_full_scan(&r, NOW));
+    assert_eq!(before.len(), 20);
+}
+
+/// A PostgreSQL schema written before 0015 (packages without `created_key`) is keyed by the
+/// migration: each usual `created_at` form gets exactly the application's key, an unusual one
+/// (a leap second) is left NULL and still read, and orient answers what a full scan answers.
+#[test]
+fn postgres_packages_stored_before_0015_are_keyed_by_the_migration() {
+    use cra_relay::testkit::PROJECT;
+    const NOW: &str = "2026-04-18T21:00:00Z";
+    let name = "postgres_packages_stored_before_0015_are_keyed_by_the_migration";
+    let Some(url) = postgres_url(name) else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "created");
+    let mut client = schema_before(&url, schema.name(), 15);
+    let project = serde_json::json!({"project_id": PROJECT, "name": "dev",
+        "created_at": "2026-03-02T10:00:00Z"})
+    .to_string();
+    client
+        .execute(
+            "INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)",
+            &[&PROJECT, &project],
+        )
+        .unwrap();
+    let unusual = "2026-04-30T23:59:60Z";
+    let mut stated: Vec<&str> = STATED.iter().copied().cycle().take(30).collect();
+    stated.insert(3, unusual);
+    for (i, created_at) in stated.iter().enumerate() {
+        let mut p = testkit::package(&format!("pkg_{i:02}"), "complete");
+        p["created_at"] = serde_json::json!(created_at);
+        let hash = cra_relay::model::content_hash_of(p.as_object().unwrap()).unwrap();
+        let (id, body) = (format!("pkg_{i:02}"), p.to_string());
+        client
+            .execute(
+                "INSERT INTO relay_packages (package_id, project_id, content_hash, body)
+                 VALUES ($1, $2, $3, $4)",
+                &[&id, &PROJECT, &hash, &body],
+            )
+            .unwrap();
+    }
+    let relay = PgRelay::new(schema.store(StoreConfig::default()).unwrap());
+    let keys = client
+        .query(
+            "SELECT body::jsonb ->> 'created_at', created_key FROM relay_packages",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(keys.len(), stated.len());
+    for row in keys {
+        let (created_at, key): (String, Option<String>) = (row.get(0), row.get(1));
+        if created_at == unusual {
+            assert_eq!(key, None, "left to the application");
+            assert!(cra_relay::store::created_key(&created_at).is_some());
+        } else {
+            assert_eq!(
+                key,
+                cra_relay::store::created_key(&created_at),
+                "{created_at}"
+            );
+        }
+    }
+    let r = cra_relay::Relay::new(
+        Arc::new(relay),
+        Arc::new(cra_wire::FixedClock::parse(NOW).unwrap()),
+        Arc::new(cra_wire::SequentialIds::new(1_772_445_600_000, 5)),
+        Arc::new(cra_relay::session::SeededCallsigns::new(5)),
+    );
+    let ids = orient_ids(&r);
+    assert_eq!(ids, orient_ids_by_full_scan(&r, NOW));
+    assert!(
+        ids.contains(&"pkg_03".to_owned()),
+        "the unkeyed row is read"
+    );
+}
+
+/// On PostgreSQL a windowed listing pages its two walks with plans that read no more than the
+/// page (here its first, 32 rows): the deposit walk backwards along a deposit-order index, the
+/// window walk along `relay_packages_created`, neither scanning the table nor sorting, right
+/// after an import
+/// (which gathers the statistics) of two projects, one with 5 of 3,005 packages in the window,
+/// the other all in it; one plan per walk, whichever project. orient answers both projects as a
+/// full scan does.
+#[test]
+fn postgres_windowed_listing_pages_both_walks_by_index() {
+    use cra_relay::testkit::PROJECT;
+    let Some(url) = postgres_url("relay::postgres_windowed_listing_pages_both_walks_by_index")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "window");
+    let relay = PgRelay::new(schema.store(StoreConfig::default()).unwrap());
+    let mut snap = cra_relay::store::Snapshot {
+        projects: vec![cra_relay::model::Project {
+            project_id: PROJECT.to_owned(),
+            name: "window".to_owned(),
+            created_at: "2026-01-01T00:00:00Z".to_owned(),
+            archived_at: None,
+        }],
+        ..Default::default()
+    };
+    let mut full = snap.projects[0].clone();
+    full.project_id = "proj_full".to_owned();
+    snap.projects.push(full);
+    for i in 0..6005 {
+        let mut p = testkit::package(&format!("pkg_{i:04}"), "complete");
+        if (5..3005).contains(&i) {
+            p["created_at"] = serde_json::json!("2025-06-01T00:00:00Z");
+        }
+        if i >= 3005 {
+            p["project_id"] = serde_json::json!("proj_full");
+        }
+        let hash = cra_relay::model::content_hash_of(p.as_object().unwrap()).unwrap();
+        p["content_hash"] = serde_json::json!(hash);
+        snap.packages
+            .push(cra_relay::model::StoredPackage::from_wire(&p).unwrap());
+    }
+    relay.restore(&snap).unwrap();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!("SET search_path TO {};", schema.name()))
+        .unwrap();
+    let since = cra_relay::store::created_key("2026-04-01T00:00:00Z").unwrap();
+    let explain = |client: &mut postgres::Client,
+                   sql: &str,
+                   params: &[&(dyn postgres::types::ToSql + Sync)]| {
+        client
+            .query(&format!("EXPLAIN {sql}"), params)
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<_, String>(0) + "\n")
+            .collect::<String>()
+    };
+    for project in [PROJECT, "proj_full"] {
+        let deposits = explain(
+            &mut client,
+            cra_store::relay::pg::DEPOSITS_PAGE_SQL,
+            &[&project, &i64::MAX, &32i64],
+        );
+        assert!(deposits.contains("Index Scan Backward"), "{deposits}");
+        let window = explain(
+            &mut client,
+            cra_store::relay::pg::WINDOW_PAGE_SQL,
+            &[&project, &since, &since, &i64::MIN, &32i64],
+        );
+        assert!(window.contains("using relay_packages_created"), "{window}");
+        for plan in [&deposits, &window] {
+            assert!(
+                !plan.contains("Seq Scan") && !plan.contains("Sort"),
+                "{plan}"
+            );
+        }
+    }
+    let r = cra_relay::Relay::new(
+        Arc::new(relay),
+        Arc::new(cra_wire::FixedClock::parse("2026-04-18T21:00:00Z").unwrap()),
+        Arc::new(cra_wire::SequentialIds::new(1_772_445_600_000, 5)),
+        Arc::new(cra_relay::session::SeededCallsigns::new(5)),
+    );
+    assert_eq!(
+        orient_ids(&r),
+        ["pkg_0004", "pkg_0003", "pkg_0002", "pkg_0001", "pkg_0000"]
+    );
+    let full: Vec<String> = r
+        .orient("proj_full", None)
+        .unwrap()
+        .recent_packages
+        .iter()
+        .map(|p| p["package_id"].as_str().unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("pkg_{:04}", 6004 - i)).collect();
+    assert_eq!(full, expected);
+}
+
 /// Writes into schema `schema` what a server of the version before 0012 left: migrations 0001 to
 /// 0011 applied and recorded as `cra-store` records them, project [`testkit::PROJECT`], the
 /// package `old` (content hash `hash`) with one search chunk, and one review record.
 fn schema_before_0012(url: &str, schema: &str, old: &serde_json::Value, hash: &str) {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
-    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    files.sort();
-    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; SET search_path TO {schema};
-             CREATE TABLE cra_migrations (version integer PRIMARY KEY, name text NOT NULL,
-                 checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());"
-        ))
-        .unwrap();
-    for path in files {
-        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
-        let (number, rest) = file.split_once('_').unwrap();
-        let version: i32 = number.parse().unwrap();
-        if version >= 12 {
-            continue;
-        }
-        let sql = std::fs::read_to_string(&path).unwrap();
-        client.batch_execute(&sql).unwrap();
-        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
-        let name = rest.trim_end_matches(".sql");
-        client
-            .execute(
-                "INSERT INTO cra_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-                &[&version, &name, &checksum],
-            )
-            .unwrap();
-    }
+    let mut client = schema_before(url, schema, 12);
     let project = serde_json::json!({"project_id": testkit::PROJECT, "name": "dev",
         "created_at": "2026-03-02T10:00:00Z"});
     let review = serde_json::json!({"package_id": "pkg_old", "project_id": testkit::PROJECT,
@@ -278,6 +505,43 @@ fn schema_before_0012(url: &str, schema: &str, old: &serde_json::Value, hash: &s
     }
 }
 
+/// Creates schema `schema` with migrations 0001 up to (not including) `before` applied and
+/// recorded as `cra-store` records them; returns a connection whose search path is the schema.
+fn schema_before(url: &str, schema: &str, before: i32) -> postgres::Client {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; SET search_path TO {schema};
+             CREATE TABLE cra_migrations (version integer PRIMARY KEY, name text NOT NULL,
+                 checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());"
+        ))
+        .unwrap();
+    for path in files {
+        let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let (number, rest) = file.split_once('_').unwrap();
+        let version: i32 = number.parse().unwrap();
+        if version >= before {
+            continue;
+        }
+        let sql = std::fs::read_to_string(&path).unwrap();
+        client.batch_execute(&sql).unwrap();
+        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
+        let name = rest.trim_end_matches(".sql");
+        client
+            .execute(
+                "INSERT INTO cra_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+                &[&version, &name, &checksum],
+            )
+            .unwrap();
+    }
+    client
+}
 /// Rewrites `db`'s package and review keys in the form of the version before per-project ids,
 /// and removes the mark of the rekeying.
 fn earlier_version_keys(db: &redb::Database) {

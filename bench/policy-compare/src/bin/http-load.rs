@@ -29,10 +29,17 @@
 //!   ~1 KB messages to N receiver tasks doing the same per-message bookkeeping, at full speed: the
 //!   in-process ceiling of deliveries/s with no I/O, no JSON and no durability.
 //!
+//! * **Replicas** (`--replicas N`, with `--server-config` naming a PostgreSQL store): every server
+//!   above is N `cra serve` processes on one schema. In the HTTP phases client `i` opens its
+//!   session on replica `i % N` and sends every request there, so the figures are the replicas'
+//!   total; in the fan-out the busy session is written through replica 2 and every subscriber
+//!   listens on replica 1, so the latency is cross-replica delivery (the store's append feed,
+//!   then a read of the announced events).
+//!
 //! Output: one JSON document on stdout. Usage:
 //! `http-load --cra PATH --atlas DIR --work DIR [--quick | --smoke] [--runs N] [--seconds S]
 //!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws]
-//!  [--server-config 'key = value']` (a top-level line added to the server's configuration, for
+//!  [--replicas N] [--server-config 'key = value']` (a top-level line added to the server's configuration, for
 //!  same-run A/B pairs such as `resolution_cache_entries = 0`)
 
 use std::path::PathBuf;
@@ -71,6 +78,8 @@ struct Options {
     ws_wait: u64,
     only: Option<String>,
     server_config: Vec<String>,
+    /// `cra serve` processes per server (on one PostgreSQL schema when more than one).
+    replicas: usize,
 }
 
 fn list(v: &str) -> anyhow::Result<Vec<usize>> {
@@ -96,6 +105,7 @@ fn parse_args() -> anyhow::Result<Options> {
         ws_wait: 20,
         only: None,
         server_config: Vec::new(),
+        replicas: 1,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -111,6 +121,7 @@ fn parse_args() -> anyhow::Result<Options> {
             "--ws-seconds" => o.ws_seconds = val()?.parse()?,
             "--only" => o.only = Some(val()?),
             "--server-config" => o.server_config.push(val()?),
+            "--replicas" => o.replicas = val()?.parse::<usize>()?.max(1),
             "--quick" => {
                 o.runs = 1;
                 o.seconds = 1.5;
@@ -216,6 +227,21 @@ impl Server {
         })
     }
 
+    /// `o.replicas` servers named `name` (one schema when `o.server_config` names PostgreSQL),
+    /// started one after the other.
+    async fn start_replicas(o: &Options, name: &str, executor_url: &str) -> anyhow::Result<Vec<Self>> {
+        let mut servers = Vec::with_capacity(o.replicas);
+        for k in 0..o.replicas {
+            let named = if o.replicas == 1 {
+                name.to_owned()
+            } else {
+                format!("{name}-r{}", k + 1)
+            };
+            servers.push(Self::start(o, &named, executor_url).await?);
+        }
+        Ok(servers)
+    }
+
     /// SIGTERM (graceful: in-flight requests finish, stores close), then wait.
     async fn stop(mut self) -> anyhow::Result<()> {
         if let Some(pid) = self.child.id() {
@@ -232,8 +258,13 @@ impl Server {
                 self.child.wait().await?;
             }
         }
-        std::fs::remove_dir_all(&self.data)
-            .with_context(|| format!("cannot remove {}", self.data.display()))
+        // A server on PostgreSQL may never have made its data directory.
+        match std::fs::remove_dir_all(&self.data) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("cannot remove {}", self.data.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -337,6 +368,8 @@ async fn expect(
 /// One load client: its own connection pool, session and project.
 struct LoadClient {
     http: reqwest::Client,
+    /// The replica this client talks to.
+    base: String,
     index: usize,
     session: String,
     project: String,
@@ -368,6 +401,7 @@ async fn open_client(base: &str, index: usize, tag: &str) -> anyhow::Result<Load
         .to_owned();
     Ok(LoadClient {
         http,
+        base: base.to_owned(),
         index,
         session,
         project,
@@ -496,7 +530,7 @@ async fn phase(
         for c in clients {
             let v = expect(
                 &c.http,
-                &format!("{base}/v1/resolve"),
+                &format!("{}/v1/resolve", c.base),
                 &resolve_body(&c.session, c.index, u64::MAX),
                 200,
             )
@@ -516,7 +550,7 @@ async fn phase(
     let mut tasks = Vec::new();
     for (k, c) in clients.iter().enumerate() {
         let c = c.clone();
-        let base = base.to_owned();
+        let base = c.base.clone();
         let budget = budget.clone();
         let resolution = resolutions.get(k).cloned().unwrap_or_default();
         tasks.push(tokio::spawn(async move {
@@ -633,15 +667,17 @@ async fn http_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();
     for run in 0..o.runs {
         for &n in &o.clients {
-            let server = Server::start(o, &format!("http-{n}"), executor).await?;
-            let base = server.base.clone();
+            let servers = Server::start_replicas(o, &format!("http-{n}"), executor).await?;
+            let base = servers[0].base.clone();
             let mut clients = Vec::new();
             for i in 0..n {
-                clients.push(Arc::new(open_client(&base, i, "h").await?));
+                let on = &servers[i % servers.len()].base;
+                clients.push(Arc::new(open_client(on, i, "h").await?));
             }
             for op in [Op::Resolve, Op::Execute, Op::Deposit] {
                 let mut r = phase(&base, &clients, op, o.seconds, run).await?;
                 r["run"] = json!(run);
+                r["replicas"] = json!(servers.len());
                 out.push(r);
             }
             // The server verifies the first client's whole chain.
@@ -657,7 +693,9 @@ async fn http_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
                 bail!("the chain of {} does not verify: {v}", c.session);
             }
             drop(clients);
-            server.stop().await?;
+            for s in servers {
+                s.stop().await?;
+            }
         }
     }
     Ok(out)
@@ -812,9 +850,10 @@ async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> boo
 
 async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
     let mut out = Vec::new();
-    let server = Server::start(o, "ws", executor).await?;
-    let base = server.base.clone();
-    let emitter = Arc::new(open_client(&base, 0, "w").await?);
+    let servers = Server::start_replicas(o, "ws", executor).await?;
+    // Subscribers listen on the first replica; the busy session is written through the last.
+    let base = servers[0].base.clone();
+    let emitter = Arc::new(open_client(&servers[servers.len() - 1].base, 0, "w").await?);
     let mut next_pkg = 0u64;
     for run in 0..o.runs {
         for &n in &o.subscribers {
@@ -852,7 +891,7 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
             .await;
             let deposit = |i: u64| {
                 let e = emitter.clone();
-                let base = base.clone();
+                let base = e.base.clone();
                 async move {
                     let id = format!("pkg_ws_{i}");
                     post(
@@ -946,6 +985,7 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
             let delivered_secs = ((last_us - start_us) as f64 / 1e6).max(1e-3);
             let r = json!({
                 "run": run,
+                "replicas": servers.len(),
                 "subscribers": n,
                 "subscribers_live_before_timing": live,
                 "events_emitted": total - emit_errors,
@@ -975,7 +1015,9 @@ async fn ws_bench(o: &Options, executor: &str) -> anyhow::Result<Vec<Value>> {
             out.push(r);
         }
     }
-    server.stop().await?;
+    for s in servers {
+        s.stop().await?;
+    }
     Ok(out)
 }
 

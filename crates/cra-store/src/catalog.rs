@@ -100,6 +100,22 @@ pub enum CommitError {
     Backend(#[from] BackendError),
 }
 
+impl CatalogChange<'_> {
+    /// The files given for `member`, which the store does not hold yet; refused when none were.
+    pub(crate) fn files_of(
+        &self,
+        member: &CatalogEntry,
+    ) -> Result<&BTreeMap<String, Vec<u8>>, CommitError> {
+        self.files
+            .get(&member.digest)
+            .copied()
+            .ok_or_else(|| CommitError::MissingFiles {
+                atlas_id: member.atlas_id.clone(),
+                digest: member.digest.clone(),
+            })
+    }
+}
+
 /// The stored atlases (module documentation). Both backends implement it.
 pub trait AtlasCatalog: Send + Sync + std::fmt::Debug {
     /// The newest generation, or `None` while nothing was ever committed.

@@ -66,13 +66,7 @@ impl AtlasCatalog for PgStore {
             if stored {
                 continue;
             }
-            let files = change
-                .files
-                .get(&m.digest)
-                .ok_or_else(|| CommitError::MissingFiles {
-                    atlas_id: m.atlas_id.clone(),
-                    digest: m.digest.clone(),
-                })?;
+            let files = change.files_of(m)?;
             tx.execute(
                 "INSERT INTO atlas_contents (digest, atlas_id, version, files)
                  VALUES ($1, $2, $3, $4) ON CONFLICT (digest) DO NOTHING",

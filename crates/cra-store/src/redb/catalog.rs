@@ -103,14 +103,7 @@ impl AtlasCatalog for RedbStore {
                 if contents.get(m.digest.as_str()).map_err(backend)?.is_some() {
                     continue;
                 }
-                let files =
-                    change
-                        .files
-                        .get(&m.digest)
-                        .ok_or_else(|| CommitError::MissingFiles {
-                            atlas_id: m.atlas_id.clone(),
-                            digest: m.digest.clone(),
-                        })?;
+                let files = change.files_of(m)?;
                 contents
                     .insert(m.digest.as_str(), encode_files(files).as_slice())
                     .map_err(backend)?;

@@ -85,17 +85,7 @@ pub fn created_key(created_at: &str) -> Option<String> {
 
 /// The [`created_key`] of an instant (for the lower bound of a window).
 pub fn instant_key(t: time::OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:09}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.nanosecond()
-    )
+    cra_wire::clock::format_timestamp_nanos(t)
 }
 
 /// A windowed listing ([`PackageFilter::created_since`]) for a backend that can walk a project's

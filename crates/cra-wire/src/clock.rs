@@ -82,16 +82,31 @@ pub fn millis_between(from: OffsetDateTime, to: OffsetDateTime) -> u64 {
 
 /// Renders `t` in cra's wire form: UTC, microseconds, `Z` (`2024-12-28T12:00:00.000123Z`).
 pub fn format_timestamp(t: OffsetDateTime) -> String {
+    utc_text(t, false)
+}
+
+/// Renders `t` in UTC with nanoseconds and `Z` (`2024-12-28T12:00:00.000123456Z`): fixed width,
+/// so the texts of instants order as the instants do (years 0-9999).
+pub fn format_timestamp_nanos(t: OffsetDateTime) -> String {
+    utc_text(t, true)
+}
+
+/// `t` in UTC, with six fractional digits or (`nanos`) nine, then `Z`.
+fn utc_text(t: OffsetDateTime, nanos: bool) -> String {
     let t = t.to_offset(UtcOffset::UTC);
+    let (fraction, digits) = if nanos {
+        (t.nanosecond(), 9)
+    } else {
+        (t.microsecond(), 6)
+    };
     format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{fraction:0digits$}Z",
         t.year(),
         u8::from(t.month()),
         t.day(),
         t.hour(),
         t.minute(),
         t.second(),
-        t.microsecond()
     )
 }
 

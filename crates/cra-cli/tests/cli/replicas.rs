@@ -535,6 +535,24 @@ async fn decide_with(http: &reqwest::Client, base: &str, atlas_id: &str) -> (Val
     )
 }
 
+/// A resolve on `base` against `atlas_id` is denied by that atlas's policy and records
+/// `digest` for it (`when` names the case in a failure).
+async fn assert_decided_by(
+    http: &reqwest::Client,
+    base: &str,
+    atlas_id: &str,
+    digest: &Value,
+    when: &str,
+) {
+    let (decided, recorded) = decide_with(http, base, atlas_id).await;
+    let reason = format!("denied by {atlas_id}");
+    assert!(decided.to_string().contains(&reason), "{when}: {decided}");
+    assert_eq!(
+        &recorded, digest,
+        "{when}: the digest recorded for {atlas_id}"
+    );
+}
+
 /// Whether `base` has `atlas_id` in force, asked until it does or the deadline passes (each
 /// question is an HTTP round trip; nothing sleeps).
 async fn awaits_atlas(http: &reqwest::Client, base: &str, atlas_id: &str) -> bool {
@@ -587,14 +605,8 @@ fn an_atlas_installed_on_one_replica_decides_on_the_others_also_after_all_restar
                     awaits_atlas(&http, base, atlas_id).await,
                     "{atlas_id} on {other}"
                 );
-                let (decided, recorded) = decide_with(&http, base, atlas_id).await;
-                assert!(
-                    decided
-                        .to_string()
-                        .contains(&format!("denied by {atlas_id}")),
-                    "{decided}"
-                );
-                assert_eq!(&recorded, digest, "replica {other} decided with {atlas_id}");
+                let when = format!("on replica {other}");
+                assert_decided_by(&http, base, atlas_id, digest, &when).await;
             }
         }
     });
@@ -602,14 +614,7 @@ fn an_atlas_installed_on_one_replica_decides_on_the_others_also_after_all_restar
     rt.block_on(async {
         for (i, (atlas_id, digest)) in digests.iter().enumerate() {
             let base = cluster.url(1 + (i + 1) % 3);
-            let (decided, recorded) = decide_with(&http, base, atlas_id).await;
-            assert!(
-                decided
-                    .to_string()
-                    .contains(&format!("denied by {atlas_id}")),
-                "{decided}"
-            );
-            assert_eq!(&recorded, digest, "after the restart, {atlas_id}");
+            assert_decided_by(&http, base, atlas_id, digest, "after the restart").await;
         }
     });
 }

@@ -124,6 +124,115 @@ async fn an_installed_atlas_survives_a_restart_and_a_changed_published_version_n
     s.stop().await;
 }
 
+/// The store's catalog behind a test's hand: the first commit finds another replica's change
+/// committed just before it (`Interloper`), or every commit fails (`Down`).
+#[derive(Debug)]
+struct Meddling {
+    inner: Arc<dyn AtlasCatalog>,
+    down: bool,
+    interloped: std::sync::atomic::AtomicBool,
+}
+
+impl AtlasCatalog for Meddling {
+    fn head(&self) -> Result<Option<cra_store::catalog::Generation>, cra_store::BackendError> {
+        self.inner.head()
+    }
+    fn files(
+        &self,
+        digest: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, Vec<u8>>>, cra_store::BackendError> {
+        self.inner.files(digest)
+    }
+    fn commit(
+        &self,
+        change: &cra_store::catalog::CatalogChange<'_>,
+    ) -> Result<u64, cra_store::catalog::CommitError> {
+        if self.down {
+            let e = cra_store::BackendError::Backend("the catalog is down".to_owned());
+            return Err(e.into());
+        }
+        if !self
+            .interloped
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            let head = self.inner.head().unwrap().unwrap();
+            let none = std::collections::BTreeMap::new();
+            self.inner
+                .commit(&cra_store::catalog::CatalogChange {
+                    after: Some(head.number),
+                    members: &head.members,
+                    files: &none,
+                    actor: "another-replica",
+                    reason: "install",
+                    recorded: true,
+                })
+                .unwrap();
+        }
+        self.inner.commit(change)
+    }
+    fn mark_recorded(&self, number: u64) -> Result<bool, cra_store::BackendError> {
+        self.inner.mark_recorded(number)
+    }
+    fn last_recorded(
+        &self,
+    ) -> Result<Option<cra_store::catalog::Generation>, cra_store::BackendError> {
+        self.inner.last_recorded()
+    }
+}
+
+fn meddle(rt: &mut cra_runtime::Runtime, down: bool) {
+    let inner = rt.atlas_catalog.clone().unwrap();
+    rt.atlas_catalog = Some(Arc::new(Meddling {
+        inner,
+        down,
+        interloped: std::sync::atomic::AtomicBool::new(false),
+    }));
+}
+
+/// Invariant: a change built on a generation another replica replaced meanwhile is built again
+/// on the newest one and committed after it (nothing of either is lost).
+#[tokio::test]
+async fn a_change_that_lost_the_race_to_the_catalog_is_built_again_on_the_newest() {
+    let s = TestServer::start_hooked(|rt| meddle(rt, false)).await;
+    let (st, body) = s
+        .post(Some(AUTHOR), "/v1/atlases", &inline_example(PAYMENTS))
+        .await;
+    assert_eq!(st, 201, "{body}");
+    assert!(digest_of(&in_force(&s).await, PAYMENTS).is_some());
+    let head = s
+        .server
+        .as_ref()
+        .unwrap()
+        .state
+        .atlas_catalog
+        .as_ref()
+        .unwrap()
+        .head();
+    let head = head.unwrap().unwrap();
+    assert_eq!(
+        head.number, 3,
+        "the start's, the other replica's, then the install"
+    );
+    assert_eq!(head.members.len(), 2);
+    s.stop().await;
+}
+
+/// Invariant: an install the catalog cannot take is 503 `unavailable` and changes nothing in
+/// force.
+#[tokio::test]
+async fn an_install_the_catalog_cannot_take_is_unavailable_and_changes_nothing() {
+    let s = TestServer::start_hooked(|rt| meddle(rt, true)).await;
+    let before = in_force(&s).await;
+    assert_error(
+        &s.post(Some(AUTHOR), "/v1/atlases", &inline_example(PAYMENTS))
+            .await,
+        503,
+        "unavailable",
+    );
+    assert_eq!(in_force(&s).await, before);
+    s.stop().await;
+}
+
 /// Invariant: a change stored but not recorded (a crash between the catalog commit and the
 /// event's append) is recorded by the next start, once.
 #[tokio::test]

@@ -54,6 +54,10 @@ struct Cluster {
     replicas: Vec<Replica>,
     /// Every replica's log lines (standard error), with the replica's number (1-3).
     logs: std::sync::mpsc::Receiver<(usize, String)>,
+    /// The database the replicas share.
+    url: String,
+    /// The `[limits]` lines of every replica's configuration.
+    limits: String,
     _schema: TestSchema,
     _dir: tempfile::TempDir,
 }
@@ -71,47 +75,35 @@ impl Cluster {
         let schema = TestSchema::new(url, prefix);
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("keys.toml"), KEYS).unwrap();
-        let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
-        let (log, logs) = std::sync::mpsc::channel();
-        let replicas: Vec<Replica> = (1..=3)
-            .map(|i| {
-                let limits = format!("requests_per_second = {per_second}\nburst = {burst}\n");
-                spawn(
-                    url,
-                    schema.name(),
-                    dir.path(),
-                    &atlas,
-                    i,
-                    &limits,
-                    log.clone(),
-                )
-            })
-            .collect();
-        let cluster = Self {
-            replicas,
-            logs,
+        let mut cluster = Self {
+            replicas: Vec::new(),
+            logs: std::sync::mpsc::channel().1,
+            url: url.to_owned(),
+            limits: format!("requests_per_second = {per_second}\nburst = {burst}\n"),
             _schema: schema,
             _dir: dir,
         };
-        cluster.check_three_processes_answer();
+        cluster.spawn_all();
         cluster
+    }
+
+    /// Starts the three replicas (with fresh logs) and checks that each answers.
+    fn spawn_all(&mut self) {
+        let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+        let (log, logs) = std::sync::mpsc::channel();
+        self.logs = logs;
+        let (schema, dir) = (self._schema.name(), self._dir.path());
+        self.replicas = (1..=3)
+            .map(|i| spawn(&self.url, schema, dir, &atlas, i, &self.limits, log.clone()))
+            .collect();
+        self.check_three_processes_answer();
     }
 
     /// Stops every replica (SIGTERM, then waited for) and starts three again on the same schema
     /// and directory, as a rolling restart that happened to take all of them.
-    fn restart_all(&mut self, url: &str) {
+    fn restart_all(&mut self) {
         self.stop_all();
-        let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
-        let (log, logs) = std::sync::mpsc::channel();
-        self.logs = logs;
-        let limits = "requests_per_second = 0\nburst = 1000\n";
-        self.replicas = (1..=3)
-            .map(|i| {
-                let (schema, dir) = (self._schema.name(), self._dir.path());
-                spawn(url, schema, dir, &atlas, i, limits, log.clone())
-            })
-            .collect();
-        self.check_three_processes_answer();
+        self.spawn_all();
     }
 
     fn stop_all(&mut self) {
@@ -610,7 +602,7 @@ fn an_atlas_installed_on_one_replica_decides_on_the_others_also_after_all_restar
             }
         }
     });
-    cluster.restart_all(&url);
+    cluster.restart_all();
     rt.block_on(async {
         for (i, (atlas_id, digest)) in digests.iter().enumerate() {
             let base = cluster.url(1 + (i + 1) % 3);

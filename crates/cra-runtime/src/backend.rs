@@ -1,11 +1,14 @@
 //! Opening the store behind every area: redb in the data directory (default) or PostgreSQL
 //! (`--postgres URL`). One backend object implements every protocol crate's storage trait; the
-//! runtime holds it as one `Arc<dyn ...>` per trait.
+//! runtime holds it as one `Arc<dyn ...>` per trait. On PostgreSQL the runtime's time is the
+//! database's clock ([`cra_store::pg::clock::DatabaseClock`]), sampled again by [`keep_clock`]
+//! while the server runs.
 
 use std::sync::Arc;
 
 use cra_carp::CarpStore;
 use cra_carp::store::StateLog;
+use cra_store::pg::clock::DatabaseClock;
 use cra_store::{PgStore, RedbStore, RetentionStore, StateDurability, StoreConfig};
 use cra_trace::store::ChainStore;
 use cra_wire::{Clock, IdGenerator};
@@ -38,6 +41,9 @@ pub struct Backends {
     /// The PostgreSQL store itself, for what only a database shared by replicas offers (the
     /// append feed of `crate::replicas`); `None` on the embedded store.
     pub postgres: Option<PgStore>,
+    /// The database's clock the runtime and the store read, when the server uses it
+    /// ([`crate::config::ClockSource::Database`] on PostgreSQL).
+    pub database_clock: Option<Arc<DatabaseClock>>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -79,6 +85,7 @@ pub(crate) fn open(
                 kind: "postgres",
                 quick_reads: false,
                 postgres: Some(pg),
+                database_clock: None,
             })
         }
         None => {
@@ -93,7 +100,43 @@ pub(crate) fn open(
                 kind: "redb",
                 quick_reads: true,
                 postgres: None,
+                database_clock: None,
             })
+        }
+    }
+}
+
+/// Seconds between two samples of the database's clock ([`keep_clock`]): a local clock set
+/// forward or back moves the runtime's time for at most this long.
+const CLOCK_SAMPLE_SECONDS: u64 = 10;
+
+/// Samples the database's clock every [`CLOCK_SAMPLE_SECONDS`] until the server stops, when
+/// the runtime reads it; a failed sample keeps the last one and is logged.
+pub(crate) async fn keep_clock(state: crate::state::AppState) {
+    let (Some(clock), Some(pg)) = (
+        state.backends.database_clock.clone(),
+        state.backends.postgres.clone(),
+    ) else {
+        return;
+    };
+    let every = std::time::Duration::from_secs(CLOCK_SAMPLE_SECONDS);
+    loop {
+        tokio::select! {
+            () = state.stopping.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let (clock, pg) = (clock.clone(), pg.clone());
+        match tokio::task::spawn_blocking(move || clock.sync(&pg)).await {
+            Ok(Ok(sample)) if !sample.taken => tracing::debug!(
+                round_trip_ms = sample.round_trip.whole_milliseconds(),
+                "a slow sample of the database's clock was not taken"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(
+                error = %e,
+                "cannot sample the database's clock; the last sample stays in use"
+            ),
+            Err(e) => tracing::warn!(error = %e, "the database clock's sample did not finish"),
         }
     }
 }

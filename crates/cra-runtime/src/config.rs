@@ -21,6 +21,18 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where a server on PostgreSQL reads the time from (`clock = "database" | "local"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockSource {
+    /// The database's clock, so every replica records and orders by one clock
+    /// (`cra_store::pg::clock`); the embedded store has no other clock than the local one.
+    #[default]
+    Database,
+    /// The clock the server was started with (tests that fix the time).
+    Local,
+}
+
 /// Limits that protect the server from its callers.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -246,6 +258,9 @@ pub struct RuntimeConfig {
     pub resolution_cache_entries: usize,
     /// Largest accepted difference between a request's timestamp and the runtime clock.
     pub clock_skew_seconds: u64,
+    /// On PostgreSQL, whose clock the server's times come from: the database's (the default;
+    /// replicas then agree however far their own clocks are off) or the local one.
+    pub clock: ClockSource,
     /// Request limits.
     pub limits: Limits,
     /// Optional JWT verification.
@@ -283,6 +298,7 @@ impl Default for RuntimeConfig {
             resolution_ttl_seconds: 3600,
             resolution_cache_entries: 10_000,
             clock_skew_seconds: 300,
+            clock: ClockSource::Database,
             limits: Limits::default(),
             jwt: None,
             executors: BTreeMap::new(),

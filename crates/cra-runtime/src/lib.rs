@@ -41,7 +41,7 @@ mod stream;
 mod tracelog;
 
 pub use backend::Backends;
-pub use config::RuntimeConfig;
+pub use config::{ClockSource, RuntimeConfig};
 pub use error::{ApiError, ApiResult};
 pub use inflight::close_interrupted;
 pub use routes::router;

@@ -8,12 +8,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
+use cra_store::pg::clock::DatabaseClock;
 use cra_wire::{Clock, IdGenerator};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::auth::{Authenticator, KeysFile};
-use crate::config::RuntimeConfig;
+use crate::config::{ClockSource, RuntimeConfig};
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes;
@@ -86,7 +87,24 @@ pub fn build_runtime(
         KeysFile::load(&keys_path)?
     };
     let auth = Authenticator::new(&keys, config.jwt.as_ref())?;
-    let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
+    let database_clock = (config.postgres.is_some()
+        && config.clock == ClockSource::Database
+        && test_clock.is_none())
+    .then(|| Arc::new(DatabaseClock::new(clock.clone())));
+    let clock: Arc<dyn Clock> = match &database_clock {
+        Some(c) => c.clone(),
+        None => clock,
+    };
+    let mut backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
+    if let (Some(c), Some(pg)) = (&database_clock, &backends.postgres) {
+        let sample = c.sync(pg)?;
+        notices.push(StartNotice::Info(format!(
+            "clock: the database's ({:+} ms from this machine's, sampled in {} ms)",
+            sample.offset.whole_milliseconds(),
+            sample.round_trip.whole_milliseconds()
+        )));
+    }
+    backends.database_clock = database_clock;
     let sources = crate::atlases::sources(&config.atlases);
     let atlas_state = crate::atlases::catalog::open(
         backends.catalog.as_ref(),
@@ -459,6 +477,7 @@ pub async fn start(
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
+    tokio::spawn(crate::backend::keep_clock(state.clone()));
     crate::service::atlases::record_unrecorded(&state.0).await;
     let replicas = crate::replicas::start(&state).await?;
     let leader = crate::leader::bid(&state).await?;

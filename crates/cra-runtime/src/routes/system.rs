@@ -33,6 +33,11 @@ pub(crate) struct Health {
     /// Whether this replica runs the periodic work now (always on the embedded store; on
     /// PostgreSQL, the one replica holding the leader lock).
     pub leader: bool,
+    /// The database's clock minus this machine's, in milliseconds, by the last sample: how far
+    /// this replica's own clock is off (only on PostgreSQL, where the server's times are the
+    /// database's, `specs/deployment.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clock_offset_ms: Option<i64>,
     /// Why the store did not answer (only when `status` is `unavailable`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
@@ -65,6 +70,12 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
         atlases: state.atlases().loaded.len(),
         replica_id: state.config.replica_id.clone().unwrap_or_default(),
         leader: *state.leading.borrow(),
+        clock_offset_ms: state
+            .backends
+            .database_clock
+            .as_ref()
+            .and_then(|c| c.offset())
+            .map(|o| i64::try_from(o.whole_milliseconds()).unwrap_or(i64::MAX)),
         store_error,
     };
     (status, Json(health))

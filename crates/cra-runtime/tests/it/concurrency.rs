@@ -550,6 +550,84 @@ async fn the_http_rate_limit_is_one_for_replicas_with_skewed_clocks_postgres() {
         .unwrap();
 }
 
+/// The system's clock `0` off: a replica whose own clock is wrong.
+#[derive(Debug)]
+struct Skewed(time::Duration);
+
+impl Clock for Skewed {
+    fn now(&self) -> OffsetDateTime {
+        OffsetDateTime::now_utc() + self.0
+    }
+}
+
+/// Invariant (`cra_store::pg::clock`, issue 28 item 3): on PostgreSQL every time a replica
+/// records is the database's. Two replicas whose own clocks are an hour ahead and an hour behind
+/// serve one session; every event of its chain carries the database's time (without it, the
+/// hour-ahead replica's events, and by the chain's clamp every later one, would be an hour
+/// ahead), and each replica's health says how far its clock is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_with_clocks_an_hour_off_record_the_database_s_time_postgres() {
+    let Some(url) =
+        postgres_url("replicas_with_clocks_an_hour_off_record_the_database_s_time_postgres")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "db_clock");
+    let hour = time::Duration::hours(1);
+    let mut servers = Vec::new();
+    for (seed, skew) in [(7, hour), (8, -hour)] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut config, data) = crate::support::test_config(dir.path());
+        config.postgres = Some(url.clone());
+        config.postgres_schema = schema.name().to_owned();
+        config.clock = cra_runtime::ClockSource::Database;
+        let clock = Arc::new(Skewed(skew));
+        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, seed));
+        let (state, _) = tokio::task::spawn_blocking(move || build_runtime(config, clock, ids))
+            .await
+            .unwrap()
+            .unwrap();
+        servers.push(serve(state, dir, data).await);
+    }
+    for (s, skew) in servers.iter().zip([hour, -hour]) {
+        let (st, health) = s.get(None, "/v1/health").await;
+        assert_eq!(st, 200, "{health}");
+        let off = health["clock_offset_ms"].as_i64().unwrap();
+        let expected = -i64::try_from(skew.whole_milliseconds()).unwrap();
+        assert!(
+            (off - expected).abs() < 1000,
+            "offset {off} ms for a skew of {skew}"
+        );
+    }
+    let before = OffsetDateTime::now_utc();
+    let sid = servers[0].open_session(MAINT, "maintainer-bot").await;
+    for (i, s) in servers.iter().chain(servers.iter()).enumerate() {
+        let mut body = resolve_request("maintainer-bot", &sid, &rid(), &["contribute"]);
+        body["timestamp"] = json!(cra_wire::clock::format_timestamp(OffsetDateTime::now_utc()));
+        let (st, answer) = s.post(Some(MAINT), "/v1/resolve", &body).await;
+        assert_eq!(st, 200, "resolve {i}: {answer}");
+    }
+    let after = OffsetDateTime::now_utc();
+    let events = servers[1].events(&sid).await;
+    assert!(events.len() >= 5, "{events:?}");
+    // This machine's clock is the database's (one machine): a generous second either side.
+    let slack = time::Duration::seconds(1);
+    for e in &events {
+        let t = cra_wire::clock::parse_rfc3339(e["timestamp"].as_str().unwrap()).unwrap();
+        assert!(
+            t >= before - slack && t <= after + slack,
+            "event {} at {t}, outside [{before}, {after}]",
+            e["sequence"]
+        );
+    }
+    for s in servers {
+        s.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
 /// The runtime's state log, holding every decision until [`HeldDecisions::release`]: the hook
 /// that puts a session's end between a decision's check and its write. It holds without
 /// blocking (the runtime may call it on an async worker).

@@ -141,6 +141,8 @@ fn child_server() {
         config.postgres = Some(url);
         config.postgres_schema = std::env::var(PG_SCHEMA_VAR).unwrap();
         config.postgres_pool = 8;
+        // Each cycle's own clock, not the database's.
+        config.clock = cra_runtime::ClockSource::Local;
     }
     config.executors.insert(
         "github".into(),

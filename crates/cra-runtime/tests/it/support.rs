@@ -75,6 +75,8 @@ pub(crate) fn test_config(dir: &std::path::Path) -> (RuntimeConfig, PathBuf) {
         ..RuntimeConfig::default()
     };
     config.limits.requests_per_second = 0;
+    // The fixed test clock also on PostgreSQL (the database's clock has its own test).
+    config.clock = cra_runtime::ClockSource::Local;
     config.atlases = vec![PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../atlases/dev.cra.github-ops"

@@ -5,11 +5,13 @@
 //!
 //! What replicas share besides the tables: [`feed`], each commit's appends announced to every
 //! replica (`LISTEN`/`NOTIFY`), [`leader`], one replica chosen by an advisory lock for
-//! periodic work, [`ratelimit`], the HTTP rate limiter's buckets, and `catalog`, the atlas catalog
-//! (`crate::catalog`), whose new generations the feed announces.
+//! periodic work, [`ratelimit`], the HTTP rate limiter's buckets, `catalog`, the atlas catalog
+//! (`crate::catalog`), whose new generations the feed announces, and [`clock`], the database's
+//! clock every replica reads its time from.
 
 mod carp;
 mod catalog;
+pub mod clock;
 pub mod feed;
 pub mod leader;
 mod pool;

@@ -239,6 +239,78 @@ fn postgres_replicas_sharing_a_schema_keep_one_chain() {
     assert_eq!(verify_stored(&check, "shared"), Ok(12 * 40 * 2));
 }
 
+/// A local clock `skew` off the system's: a replica whose clock is wrong.
+#[derive(Debug)]
+struct Skewed(time::Duration);
+
+impl cra_wire::Clock for Skewed {
+    fn now(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc() + self.0
+    }
+}
+
+/// The database's clock now, read directly.
+fn database_now(store: &PgStore) -> time::OffsetDateTime {
+    let mut client = store.client().unwrap();
+    let row = client
+        .query_one("SELECT clock_timestamp()::text", &[])
+        .unwrap();
+    let text: String = row.get(0);
+    // `2026-11-28 19:40:01.123456+00` as RFC 3339.
+    let rfc = format!("{}:00", text.replacen(' ', "T", 1));
+    cra_wire::clock::parse_rfc3339(&rfc).unwrap()
+}
+
+/// Invariant (`pg/clock.rs`): replicas whose own clocks are an hour ahead and an hour behind
+/// stamp one chain's events with the database's time, so neither pushes the chain's times away
+/// from the others' (without it, the chain's clamp would keep every later event an hour ahead).
+#[test]
+fn postgres_replicas_with_skewed_clocks_record_the_database_s_time() {
+    use cra_store::pg::clock::DatabaseClock;
+    let Some(url) = postgres_url("postgres_replicas_with_skewed_clocks_record_the_database_s_time")
+    else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "clock");
+    let replicas: Vec<PgStore> = [time::Duration::hours(1), time::Duration::hours(-1)]
+        .into_iter()
+        .enumerate()
+        .map(|(n, skew)| {
+            let clock = Arc::new(DatabaseClock::new(Arc::new(Skewed(skew))));
+            let ids = Arc::new(cra_wire::SequentialIds::new(1_772_366_400_000, n as u64));
+            let store = schema.store(StoreConfig::new(clock.clone(), ids)).unwrap();
+            let sample = clock.sync(&store).unwrap();
+            assert!(sample.taken);
+            let off = (sample.offset + skew).abs();
+            assert!(
+                off < time::Duration::seconds(1),
+                "offset {} for skew {skew}",
+                sample.offset
+            );
+            store
+        })
+        .collect();
+    let before = database_now(&replicas[0]);
+    for i in 0..6u64 {
+        replicas[(i % 2) as usize]
+            .append("skewed", vec![note(i)])
+            .unwrap();
+    }
+    let after = database_now(&replicas[1]);
+    let events = replicas[0].read_after("skewed", None, 100).unwrap();
+    assert_eq!(events.len(), 6);
+    let slack = time::Duration::seconds(1);
+    for e in &events {
+        let t = cra_wire::clock::parse_rfc3339(&e.timestamp).unwrap();
+        assert!(
+            t >= before - slack && t <= after + slack,
+            "event {} at {} outside the database's [{before}, {after}]",
+            e.sequence,
+            e.timestamp
+        );
+    }
+}
+
 /// Invariant (`pg/feed.rs`): every replica sharing a schema hears of every committed append
 /// exactly once, each session's ranges in sequence order and contiguous, and can tell its own
 /// appends by their origin. A refused append is never announced.

@@ -80,6 +80,8 @@ impl Live {
         if let Some((url, schema)) = postgres {
             config.postgres = Some(url.to_owned());
             config.postgres_schema = schema.to_owned();
+            // The fixed test clock, not the database's.
+            config.clock = cra_runtime::ClockSource::Local;
         }
         let clock = Arc::new(FixedClock::parse("2026-03-02T10:00:00Z").unwrap());
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));

@@ -60,6 +60,7 @@ pub(crate) struct ErrorBodySchema {
         routes::atlases::get,
         routes::atlases::install,
         routes::atlases::replace,
+        routes::atlases::history,
         crate::conformance::eval,
         crate::conformance::set_clock,
         routes::carp::resolve,

@@ -129,6 +129,9 @@ pub trait AtlasCatalog: Send + Sync + std::fmt::Debug {
     fn mark_recorded(&self, number: u64) -> Result<bool, BackendError>;
     /// The newest generation marked recorded, or `None`.
     fn last_recorded(&self) -> Result<Option<Generation>, BackendError>;
+    /// The catalog's history: up to `limit` generations numbered below `before` (any, when
+    /// `None`), newest first.
+    fn history(&self, before: Option<u64>, limit: usize) -> Result<Vec<Generation>, BackendError>;
 }
 
 /// The first bytes of an encoded file set, naming the format.

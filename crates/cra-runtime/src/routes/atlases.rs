@@ -1,17 +1,20 @@
 //! `GET /v1/atlases` (summaries) and `GET /v1/atlases/{atlas_id}` (the merged manifest), for any
 //! authenticated caller; `POST /v1/atlases` (install one inline atlas, authors and admins) and
-//! `PUT /v1/atlases` (replace the whole set in force, admins). The rules are the service's
+//! `PUT /v1/atlases` (replace the whole set in force, admins); `GET /v1/atlases/history` (the
+//! atlas catalog's generations, newest first; authors, auditors, operators). The rules are the service's
 //! ([`crate::service::atlases`]).
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::ApiResult;
 use crate::extract::RawJson;
+use crate::extract::{QueryParams, query_u64};
 use crate::routes::Caller;
-use crate::service::atlases::{AtlasSummary, InstalledAtlas};
+use crate::service::atlases::{AtlasSummary, CatalogHistory, InstalledAtlas};
 use crate::state::AppState;
 
 /// Every atlas in force.
@@ -74,4 +77,45 @@ pub(crate) async fn get(
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
     state.atlas_manifest(&id).map(Json)
+}
+
+/// `GET /v1/atlases/history` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HistoryQuery {
+    /// Only generations numbered below this one (the previous page's `next_before`).
+    #[serde(default)]
+    pub before: Option<String>,
+    /// Generations per page, 1 to 100 (default 20).
+    #[serde(default)]
+    pub limit: Option<String>,
+}
+
+/// Generations per history page unless `limit` says otherwise.
+const HISTORY_PAGE: u64 = 20;
+
+/// The atlas catalog's history: each change of the atlases in force (who, when, why, and the
+/// set from then on), newest first, paged with `before`.
+#[utoipa::path(get, path = "/v1/atlases/history", tag = "atlases",
+    params(("before" = Option<u64>, Query, description = "Only generations numbered below this one"),
+           ("limit" = Option<u64>, Query, description = "Generations per page, 1-100 (default 20)")),
+    responses((status = 200, description = "Generations, newest first", body = CatalogHistory),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 503, description = "The catalog cannot be read now", body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn history(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    QueryParams(q): QueryParams<HistoryQuery>,
+) -> ApiResult<Json<CatalogHistory>> {
+    let before = match q.before.as_deref() {
+        Some(b) => Some(query_u64("before", Some(b))?),
+        None => None,
+    };
+    let limit = match q.limit.as_deref() {
+        Some(l) => query_u64("limit", Some(l))?,
+        None => HISTORY_PAGE,
+    };
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    Ok(Json(state.0.atlas_history(&actor, before, limit).await?))
 }

@@ -42,6 +42,7 @@ pub fn router(state: AppState) -> Router {
                 .put(atlases::replace),
         )
         .merge(crate::conformance::routes())
+        .route("/v1/atlases/history", get(atlases::history))
         .route("/v1/atlases/{atlas_id}", get(atlases::get))
         .route("/v1/resolve", post(carp::resolve))
         .route("/v1/execute", post(carp::execute))

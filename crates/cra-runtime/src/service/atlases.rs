@@ -83,7 +83,95 @@ pub struct InstalledAtlas {
     pub unchanged: bool,
 }
 
+/// The most generations one page of the catalog's history holds.
+pub const HISTORY_PAGE_MAX: usize = 100;
+
+/// One change of the atlases in force, as the catalog keeps it (`GET /v1/atlases/history`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CatalogGeneration {
+    /// Its number: 1 for the first change, each next one more.
+    pub generation: u64,
+    /// When it was committed (the database's clock on PostgreSQL).
+    pub committed_at: String,
+    /// Who made it.
+    pub actor: String,
+    /// What made it: `install`, `replace_set`, `watch`, `start`, `undo`.
+    pub reason: String,
+    /// Whether it is recorded in the operator audit chain (a change is committed, then recorded;
+    /// a start records one a crash left unrecorded).
+    pub recorded: bool,
+    /// The atlases in force from it on, ascending by id.
+    #[schema(value_type = Vec<Object>)]
+    pub atlases: Vec<CatalogEntry>,
+}
+
+/// One page of the catalog's history, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CatalogHistory {
+    /// The generations, newest first.
+    pub generations: Vec<CatalogGeneration>,
+    /// Pass as `before` for the next (older) page; absent on the last page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_before: Option<u64>,
+}
+
 impl Runtime {
+    /// The catalog's history (authors, auditors, operators and admins): up to `limit` (1 to
+    /// [`HISTORY_PAGE_MAX`]) generations numbered below `before`, newest first. A runtime
+    /// without a catalog (a front door on a data directory) has no history.
+    pub async fn atlas_history(
+        &self,
+        actor: &Actor,
+        before: Option<u64>,
+        limit: usize,
+    ) -> ApiResult<CatalogHistory> {
+        actor.require(
+            &[Role::Author, Role::Auditor, Role::Operator],
+            "reading the atlas catalog's history",
+        )?;
+        if !(1..=HISTORY_PAGE_MAX).contains(&limit) {
+            return Err(ApiError::new(
+                Token::InvalidRequest,
+                format!("query parameter `limit`: {limit} is not between 1 and {HISTORY_PAGE_MAX}"),
+            ));
+        }
+        let Some(catalog) = self.atlas_catalog.clone() else {
+            return Ok(CatalogHistory {
+                generations: Vec::new(),
+                next_before: None,
+            });
+        };
+        let page = run_blocking("reading the atlas catalog failed", move || {
+            catalog.history(before, limit)
+        })
+        .await?
+        .map_err(|e| {
+            ApiError::new(
+                Token::Unavailable,
+                format!("the atlas catalog cannot be read now ({e}); try again"),
+            )
+        })?;
+        let next_before = page
+            .last()
+            .filter(|g| page.len() == limit && g.number > 1)
+            .map(|g| g.number);
+        let generations = page
+            .into_iter()
+            .map(|g| CatalogGeneration {
+                generation: g.number,
+                committed_at: g.committed_at,
+                actor: g.actor,
+                reason: g.reason,
+                recorded: g.recorded,
+                atlases: g.members,
+            })
+            .collect();
+        Ok(CatalogHistory {
+            generations,
+            next_before,
+        })
+    }
+
     /// Every atlas in force (any authenticated caller).
     pub fn atlas_summaries(&self) -> Vec<AtlasSummary> {
         self.atlases().loaded.iter().map(AtlasSummary::of).collect()

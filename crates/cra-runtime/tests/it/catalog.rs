@@ -1,7 +1,7 @@
 //! The atlases in force kept in the store's atlas catalog (`crate::atlases::catalog`): an
 //! installed atlas survives a restart; a directory atlas whose id and version are stored with
 //! other content fails the start unless `--replace-atlases`; on PostgreSQL an install on one
-//! replica reaches another's decisions.
+//! replica reaches another's decisions; the history of changes reads newest first.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -124,6 +124,66 @@ async fn an_installed_atlas_survives_a_restart_and_a_changed_published_version_n
     s.stop().await;
 }
 
+/// Invariant: every change of the atlases in force is a generation of the catalog's history,
+/// readable newest first by authors, auditors and operators (not agents), paged by `before`.
+#[tokio::test]
+async fn the_catalog_s_history_lists_every_change_newest_first() {
+    let s = TestServer::start().await;
+    let (st, body) = s
+        .post(Some(AUTHOR), "/v1/atlases", &inline_example(PAYMENTS))
+        .await;
+    assert_eq!(st, 201, "{body}");
+    let (st, page) = s.get(Some(AUDITOR), "/v1/atlases/history").await;
+    assert_eq!(st, 200, "{page}");
+    let generations = page["generations"].as_array().unwrap();
+    let numbers: Vec<u64> = generations
+        .iter()
+        .map(|g| g["generation"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![2, 1], "{page}");
+    let newest = &generations[0];
+    assert_eq!(
+        (newest["actor"].as_str(), newest["reason"].as_str()),
+        (Some("alice"), Some("install")),
+        "{newest}"
+    );
+    assert_eq!(newest["recorded"], true, "{newest}");
+    let ids: Vec<&str> = newest["atlases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["atlas_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![PAYMENTS, "dev.cra.github-ops"]);
+    assert_eq!(generations[1]["reason"], "start", "{page}");
+    assert!(page.get("next_before").is_none(), "the last page: {page}");
+
+    // One per page: the first names the next; the next is the last.
+    let (st, first) = s.get(Some(OPERATOR), "/v1/atlases/history?limit=1").await;
+    assert_eq!(st, 200, "{first}");
+    assert_eq!(first["generations"][0]["generation"], 2);
+    assert_eq!(first["next_before"], 2, "{first}");
+    let (st, last) = s
+        .get(Some(AUTHOR), "/v1/atlases/history?limit=1&before=2")
+        .await;
+    assert_eq!(st, 200, "{last}");
+    assert_eq!(last["generations"][0]["generation"], 1);
+    assert!(last.get("next_before").is_none(), "{last}");
+
+    assert_error(
+        &s.get(Some(AGENT), "/v1/atlases/history").await,
+        403,
+        "forbidden",
+    );
+    for bad in ["limit=0", "limit=101", "limit=x", "before=-1", "since=3"] {
+        let got = s
+            .get(Some(AUDITOR), &format!("/v1/atlases/history?{bad}"))
+            .await;
+        assert_error(&got, 400, "invalid_request");
+    }
+    s.stop().await;
+}
+
 /// The store's catalog behind a test's hand: the first commit finds another replica's change
 /// committed just before it (`Interloper`), or every commit fails (`Down`).
 #[derive(Debug)]
@@ -177,6 +237,13 @@ impl AtlasCatalog for Meddling {
         &self,
     ) -> Result<Option<cra_store::catalog::Generation>, cra_store::BackendError> {
         self.inner.last_recorded()
+    }
+    fn history(
+        &self,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<cra_store::catalog::Generation>, cra_store::BackendError> {
+        self.inner.history(before, limit)
     }
 }
 

@@ -25,6 +25,11 @@ impl AtlasCatalog for PgStore {
         self.newest_generation("WHERE recorded")
     }
 
+    fn history(&self, before: Option<u64>, limit: usize) -> Result<Vec<Generation>, BackendError> {
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        self.generations("WHERE generation < $1", &[&before], limit)
+    }
+
     fn mark_recorded(&self, number: u64) -> Result<bool, BackendError> {
         let mut client = self.client()?;
         let n = client
@@ -109,27 +114,38 @@ impl AtlasCatalog for PgStore {
 impl PgStore {
     /// The newest generation passing `filter` (a `WHERE` clause, or empty).
     fn newest_generation(&self, filter: &str) -> Result<Option<Generation>, BackendError> {
+        Ok(self.generations(filter, &[], 1)?.pop())
+    }
+
+    /// Up to `limit` generations matching `filter` (a `WHERE` clause over `params`), newest first.
+    fn generations(
+        &self,
+        filter: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+        limit: usize,
+    ) -> Result<Vec<Generation>, BackendError> {
         let mut client = self.client()?;
         let sql = format!(
             "SELECT generation, members::text, actor, reason, recorded,
                     to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')
-             FROM atlas_generations {filter} ORDER BY generation DESC LIMIT 1"
+             FROM atlas_generations {filter} ORDER BY generation DESC LIMIT {limit}"
         );
-        let row = client.query_opt(&sql, &[]).map_err(pg)?;
-        row.map(|row| {
-            let members: Vec<CatalogEntry> =
-                serde_json::from_str(row.get::<_, &str>(1)).map_err(|e| {
-                    BackendError::Backend(format!("a stored generation is unreadable: {e}"))
-                })?;
-            Ok(Generation {
-                number: row.get::<_, i64>(0).unsigned_abs(),
-                members,
-                actor: row.get(2),
-                reason: row.get(3),
-                recorded: row.get(4),
-                committed_at: row.get(5),
+        let rows = client.query(&sql, params).map_err(pg)?;
+        rows.iter()
+            .map(|row| {
+                let members: Vec<CatalogEntry> = serde_json::from_str(row.get::<_, &str>(1))
+                    .map_err(|e| {
+                        BackendError::Backend(format!("a stored generation is unreadable: {e}"))
+                    })?;
+                Ok(Generation {
+                    number: row.get::<_, i64>(0).unsigned_abs(),
+                    members,
+                    actor: row.get(2),
+                    reason: row.get(3),
+                    recorded: row.get(4),
+                    committed_at: row.get(5),
+                })
             })
-        })
-        .transpose()
+            .collect()
     }
 }

@@ -52,6 +52,20 @@ impl AtlasCatalog for RedbStore {
         Ok(None)
     }
 
+    fn history(&self, before: Option<u64>, limit: usize) -> Result<Vec<Generation>, BackendError> {
+        let txn = self.database().begin_read().map_err(backend)?;
+        let t = txn.open_table(GENERATIONS).map_err(backend)?;
+        let range = t.range(..before.unwrap_or(u64::MAX)).map_err(backend)?;
+        range
+            .rev()
+            .take(limit)
+            .map(|entry| {
+                let (_, v) = entry.map_err(backend)?;
+                decode_generation(v.value())
+            })
+            .collect()
+    }
+
     fn mark_recorded(&self, number: u64) -> Result<bool, BackendError> {
         let txn = self.database().begin_write().map_err(backend)?;
         let changed = {

@@ -1,6 +1,6 @@
 //! The atlas catalog (`cra_store::catalog`) on both backends: generations are dense and only
 //! added, a commit is a compare-and-set on the newest one, files are stored once by digest, and
-//! everything survives reopening. On PostgreSQL a commit is announced on the feed.
+//! everything survives reopening; the history reads newest first. On PostgreSQL a commit is announced on the feed.
 
 use std::collections::BTreeMap;
 
@@ -117,6 +117,18 @@ fn the_catalog_commits_only_on_its_newest_generation_and_refusals_write_nothing(
         let twice = [entry("x", "1.0.0", "da1"), entry("x", "2.0.0", "da2")];
         assert!(commit(store, Some(3), &twice, &[]).is_err(), "{}", b.name);
         assert_eq!(store.head().unwrap().unwrap().number, 3, "{}", b.name);
+        // The history: newest first, paged by `before`.
+        let numbers = |before, limit| -> Vec<u64> {
+            let page = store.history(before, limit).unwrap();
+            page.iter().map(|g| g.number).collect()
+        };
+        assert_eq!(numbers(None, 10), vec![3, 2, 1], "{}", b.name);
+        assert_eq!(numbers(None, 2), vec![3, 2], "{}", b.name);
+        assert_eq!(numbers(Some(2), 10), vec![1], "{}", b.name);
+        assert_eq!(numbers(Some(1), 10), Vec::<u64>::new(), "{}", b.name);
+        let second = &store.history(Some(3), 1).unwrap()[0];
+        assert_eq!((second.number, second.recorded), (2, true), "{}", b.name);
+        assert_eq!(second.members, vec![entry("com.example.a", "2.0.0", "da2")]);
     }
 }
 

@@ -1,1 +1,16 @@
-fn main() {}
+//! The integration tests of `cra-tlog`, one binary:
+//!
+//! * `vectors`: the RFC 6962 reference vectors (`tests/fixtures/rfc6962_vectors.txt`);
+//! * `azul_note`: notes and checkpoints against Cloudflare's `signed_note` and `tlog_tiles`;
+//! * `azul_tlog`: proofs, tile paths and tile contents against `tlog_tiles`;
+//! * `tamper`: every flipped byte of a proof, checkpoint or signature fails;
+//! * `properties`: the tiles reader agrees with the in-memory tree.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod azul_note;
+mod azul_tlog;
+mod properties;
+mod support;
+mod tamper;
+mod vectors;

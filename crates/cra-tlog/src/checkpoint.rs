@@ -15,7 +15,8 @@
 //! * formatting a parsed checkpoint gives the same text (`checkpoints_round_trip`);
 //! * sizes are canonical decimals and roots canonical base64 of 32 bytes, extension lines are
 //!   non-empty (`malformed_checkpoints_say_which_line`);
-//! * [`Checkpoint::open`] returns a checkpoint only from a verified note of the expected origin
+//! * [`Checkpoint::open`] returns a checkpoint only from a note verified by the log's own key
+//!   (named after the origin) whose body has the expected origin
 //!   (`open_needs_the_origin_and_a_valid_signature`).
 
 use crate::hash::{self, Hash};
@@ -59,6 +60,14 @@ pub enum CheckpointError {
         expected: String,
         /// The origin found.
         found: String,
+    },
+    /// The note verifies, but not by a key named after the origin (only by witnesses, say).
+    #[error(
+        "no valid signature on the checkpoint is by the log's key {origin}; witness cosignatures alone do not make a checkpoint"
+    )]
+    NotSignedByLog {
+        /// The origin, which is the log key's name.
+        origin: String,
     },
     /// The note around it is malformed or does not verify.
     #[error(transparent)]
@@ -181,18 +190,24 @@ impl Checkpoint {
     }
 
     /// Reads a signed checkpoint note, verifies it against `known` (see [`Note::verify`]) and
-    /// returns the checkpoint if it is of `origin`, with the note (for cosignatures).
+    /// returns the checkpoint if it is of `origin` and a verified signature is by a key named
+    /// `origin` (the log's), with the note (for cosignatures).
     ///
     /// # Errors
-    /// [`CheckpointError::Note`] when the note is malformed or unverified, then the
-    /// checkpoint's own errors, then [`CheckpointError::WrongOrigin`].
+    /// [`CheckpointError::Note`] when the note is malformed or unverified,
+    /// [`CheckpointError::NotSignedByLog`], then the checkpoint's own errors, then
+    /// [`CheckpointError::WrongOrigin`].
     pub fn open(
         signed: &[u8],
         origin: &str,
         known: &Verifiers,
     ) -> Result<(Self, Note), CheckpointError> {
         let note = Note::parse(signed)?;
-        note.verify(known)?;
+        if !note.verify(known)?.iter().any(|s| s.name() == origin) {
+            return Err(CheckpointError::NotSignedByLog {
+                origin: origin.to_owned(),
+            });
+        }
         let checkpoint = Self::parse(note.text())?;
         if checkpoint.origin != origin {
             return Err(CheckpointError::WrongOrigin {
@@ -287,7 +302,33 @@ mod tests {
         assert_eq!(opened.map(|(c, _)| c), Ok(checkpoint.clone()));
         assert!(matches!(
             Checkpoint::open(text.as_bytes(), "log.example/b", &known),
+            Err(CheckpointError::NotSignedByLog { .. })
+        ));
+        // signed by a key named "log.example/b" but the body says "log.example/a"
+        let Ok(b) = Ed25519Signer::from_seed("log.example/b", &[6; 32]) else {
+            unreachable!()
+        };
+        let Ok(mut misnamed) = Note::new(&checkpoint.to_text()) else {
+            unreachable!()
+        };
+        assert_eq!(misnamed.sign(&b), Ok(()));
+        let known_b = Verifiers::new(vec![b.verifier()]).unwrap_or_default();
+        assert!(matches!(
+            Checkpoint::open(misnamed.to_text().as_bytes(), "log.example/b", &known_b),
             Err(CheckpointError::WrongOrigin { .. })
+        ));
+        // a witness's valid cosignature alone does not open a checkpoint
+        let Ok(w) = Ed25519Signer::from_seed("witness.example", &[8; 32]) else {
+            unreachable!()
+        };
+        let Ok(mut witnessed) = Note::new(&checkpoint.to_text()) else {
+            unreachable!()
+        };
+        assert_eq!(witnessed.sign(&w), Ok(()));
+        let known_w = Verifiers::new(vec![w.verifier(), signer.verifier()]).unwrap_or_default();
+        assert!(matches!(
+            Checkpoint::open(witnessed.to_text().as_bytes(), "log.example/a", &known_w),
+            Err(CheckpointError::NotSignedByLog { .. })
         ));
         assert!(matches!(
             Checkpoint::open(text.as_bytes(), "log.example/a", &Verifiers::default()),

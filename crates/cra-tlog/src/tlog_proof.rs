@@ -245,7 +245,7 @@ mod tests {
         assert!(matches!(
             p.verify(&leaf, "log.example/other", &known),
             Err(TlogProofError::Checkpoint(
-                CheckpointError::WrongOrigin { .. }
+                CheckpointError::NotSignedByLog { .. }
             ))
         ));
     }

@@ -1,11 +1,14 @@
 //! Properties over random trees: the tiles a store would keep answer the same roots and proofs
-//! as the in-memory tree, so a tile store never needs the tree rebuilt.
+//! as the in-memory tree, so a tile store never needs the tree rebuilt; and verification and
+//! parsing are total (any input gives a value or a typed error, never a panic).
 
 use std::collections::HashMap;
 
 use cra_tlog::tiles::{Tile, tile_data, tiles_for_size};
 use cra_tlog::{
-    HashReadError, MemoryTree, TileHashReader, TileReader, consistency_proof, inclusion_proof, root,
+    Checkpoint, Ed25519Signer, Ed25519Verifier, Hash, HashReadError, MemoryTree, Note,
+    TileHashReader, TileReader, TlogProof, consistency_proof, inclusion_proof, root,
+    verify_consistency, verify_inclusion,
 };
 use proptest::prelude::*;
 
@@ -53,5 +56,42 @@ proptest! {
             );
             prop_assert_eq!(root(&reader, old).ok(), root(&tree, old).ok());
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Verification is total: any coordinates and any proof give `Ok` or a typed error.
+    #[test]
+    fn verification_never_panics(
+        index in any::<u64>(),
+        size in prop_oneof![any::<u64>(), 0u64..100, Just(u64::MAX)],
+        old in prop_oneof![any::<u64>(), 0u64..100, Just(u64::MAX - 1)],
+        proof in prop::collection::vec(any::<[u8; 32]>(), 0..70),
+        root_a in any::<[u8; 32]>(),
+        root_b in any::<[u8; 32]>(),
+    ) {
+        let proof: Vec<Hash> = proof;
+        let _ = verify_inclusion(&root_a, index, size, &proof, &root_b);
+        let _ = verify_inclusion(&root_a, size.saturating_sub(1), size, &proof, &root_b);
+        let _ = verify_consistency(old, size, &root_a, &root_b, &proof);
+        let _ = verify_consistency(size.saturating_sub(1), size, &root_a, &root_b, &proof);
+    }
+
+    /// Parsers are total: any text gives a value or a typed error.
+    #[test]
+    fn parsers_never_panic(text in ".{0,300}", bytes in prop::collection::vec(any::<u8>(), 0..300)) {
+        for t in [text.as_str(), &format!("a\n\n\u{2014} {text}\n"), &format!("o\n{text}\n")] {
+            let _ = Note::parse(t.as_bytes());
+            let _ = Checkpoint::parse(t);
+            let _ = TlogProof::parse(t);
+            let _ = TlogProof::parse(&format!("c2sp.org/tlog-proof@v1\n{t}"));
+            let _ = Tile::parse_path(t);
+            let _ = Tile::parse_path(&format!("tile/{t}"));
+            let _ = Ed25519Verifier::parse(t);
+            let _ = Ed25519Signer::parse(t);
+        }
+        let _ = Note::parse(&bytes);
     }
 }

@@ -4,13 +4,16 @@
 //! * `azul_note`: notes and checkpoints against Cloudflare's `signed_note` and `tlog_tiles`;
 //! * `azul_tlog`: proofs, tile paths and tile contents against `tlog_tiles`;
 //! * `tamper`: every flipped byte of a proof, checkpoint or signature fails;
-//! * `properties`: the tiles reader agrees with the in-memory tree.
+//! * `properties`: the tiles reader agrees with the in-memory tree;
+//! * `python`: the independent verifier `tools/tlog_verify.py` accepts what cra-tlog makes and
+//!   rejects it tampered.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod azul_note;
 mod azul_tlog;
 mod properties;
+mod python;
 mod support;
 mod tamper;
 mod vectors;

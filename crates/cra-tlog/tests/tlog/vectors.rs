@@ -8,11 +8,11 @@ use cra_tlog::{
 };
 
 #[derive(Default)]
-struct Vectors {
-    leaves: Vec<Vec<u8>>,
-    roots: Vec<(u64, Hash)>,
-    inclusions: Vec<(u64, u64, Vec<Hash>)>,
-    consistencies: Vec<(u64, u64, Vec<Hash>)>,
+pub(crate) struct Vectors {
+    pub(crate) leaves: Vec<Vec<u8>>,
+    pub(crate) roots: Vec<(u64, Hash)>,
+    pub(crate) inclusions: Vec<(u64, u64, Vec<Hash>)>,
+    pub(crate) consistencies: Vec<(u64, u64, Vec<Hash>)>,
 }
 
 fn number(word: Option<&str>) -> u64 {
@@ -24,7 +24,7 @@ fn hash(word: &str) -> Hash {
     from_hex(word).unwrap_or_else(|e| panic!("bad hash {word}: {e}"))
 }
 
-fn load() -> Vectors {
+pub(crate) fn load() -> Vectors {
     let text = include_str!("../fixtures/rfc6962_vectors.txt");
     let mut v = Vectors::default();
     for line in text

@@ -278,11 +278,10 @@ pub(crate) fn insert_marks(
 const HAS_EVENT: &str = "SELECT EXISTS (SELECT 1 FROM carp_rate_events
      WHERE policy_id = $1 AND scope_key = $2 AND at_us > $3 AND at_us <= $4)";
 
-/// History predicates answered over one pooled connection, the question prepared once
+/// History predicates answered over one pooled connection, which keeps the question prepared
 /// ([`cra_carp::store::CarpStore::mark_reader`]).
 struct PgMarks<'a> {
     client: PooledClient<'a>,
-    exists: Option<postgres::Statement>,
 }
 
 impl cra_carp::store::MarkReader for PgMarks<'_> {
@@ -293,16 +292,10 @@ impl cra_carp::store::MarkReader for PgMarks<'_> {
         since_us: i64,
         until_us: i64,
     ) -> Result<bool, CarpError> {
-        let statement = match &self.exists {
-            Some(s) => s.clone(),
-            None => self
-                .exists
-                .insert(self.client.prepare(HAS_EVENT).map_err(be)?)
-                .clone(),
-        };
+        // The connection keeps the statement prepared (`super::pool`).
         let row = self
             .client
-            .query_one(&statement, &[&counter, &scope_key, &since_us, &until_us])
+            .query_one(HAS_EVENT, &[&counter, &scope_key, &since_us, &until_us])
             .map_err(be)?;
         Ok(row.get::<_, bool>(0))
     }
@@ -492,7 +485,6 @@ impl CarpStore for PgStore {
     fn mark_reader(&self) -> Result<Box<dyn cra_carp::store::MarkReader + '_>, CarpError> {
         Ok(Box::new(PgMarks {
             client: self.carp_client()?,
-            exists: None,
         }))
     }
 

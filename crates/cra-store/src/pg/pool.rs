@@ -1,11 +1,18 @@
 //! A small pool of synchronous PostgreSQL connections, each with its `search_path` set to the
 //! store's schema and `synchronous_commit` on (a commit returns only once its WAL is flushed) or,
 //! for a pool of deferred state writes, off (a later synchronous commit flushes the WAL past it).
+//!
+//! Each connection keeps the statements run through [`PooledClient`]'s own `query`, `query_one`,
+//! `query_opt` and `execute` prepared (up to [`CACHED_STATEMENTS`]): a statement is parsed and
+//! planned once per connection, and each later use is one round trip instead of two (prepare,
+//! then execute). Statements inside a transaction are prepared for each use, as before.
 
+use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Condvar, Mutex};
 
-use postgres::{Client, NoTls};
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Row, Statement};
 
 use crate::BackendError;
 
@@ -19,9 +26,19 @@ pub struct Pool {
     freed: Condvar,
 }
 
+/// Statements one connection keeps prepared at most; any other is prepared for each use (so a
+/// statement whose text varies cannot grow the cache without bound).
+pub(crate) const CACHED_STATEMENTS: usize = 64;
+
 struct State {
-    idle: Vec<Client>,
+    idle: Vec<Conn>,
     open: usize,
+}
+
+/// An open connection and the statements prepared on it, by their text.
+struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -69,7 +86,10 @@ impl Pool {
                 return match self.connect() {
                     Ok(client) => Ok(PooledClient {
                         pool: self,
-                        client: Some(client),
+                        client: Some(Conn {
+                            client,
+                            statements: HashMap::new(),
+                        }),
                     }),
                     Err(e) => {
                         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -96,9 +116,9 @@ impl Pool {
         Ok(client)
     }
 
-    fn give_back(&self, client: Client) {
+    fn give_back(&self, client: Conn) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if client.is_closed() {
+        if client.client.is_closed() {
             state.open -= 1;
         } else {
             state.idle.push(client);
@@ -110,7 +130,7 @@ impl Pool {
 /// A connection borrowed from a [`Pool`]; it goes back when dropped (a closed one is discarded).
 pub struct PooledClient<'a> {
     pool: &'a Pool,
-    client: Option<Client>,
+    client: Option<Conn>,
 }
 
 impl std::fmt::Debug for PooledClient<'_> {
@@ -123,13 +143,68 @@ impl Deref for PooledClient<'_> {
     type Target = Client;
     fn deref(&self) -> &Client {
         // Invariant: `client` is `Some` until `drop`.
-        self.client.as_ref().unwrap_or_else(|| unreachable!())
+        &self
+            .client
+            .as_ref()
+            .unwrap_or_else(|| unreachable!())
+            .client
     }
 }
 
 impl DerefMut for PooledClient<'_> {
     fn deref_mut(&mut self) -> &mut Client {
+        &mut self.conn().client
+    }
+}
+
+/// Parameters of a statement.
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+impl PooledClient<'_> {
+    fn conn(&mut self) -> &mut Conn {
         self.client.as_mut().unwrap_or_else(|| unreachable!())
+    }
+
+    /// `sql` prepared on this connection: from its cache, or prepared now (and kept while the
+    /// cache has room).
+    fn statement(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        let conn = self.conn();
+        if let Some(s) = conn.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = conn.client.prepare(sql)?;
+        if conn.statements.len() < CACHED_STATEMENTS {
+            conn.statements.insert(sql.to_owned(), s.clone());
+        }
+        Ok(s)
+    }
+
+    /// [`Client::query`] with `sql` prepared once per connection.
+    pub fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>, postgres::Error> {
+        let st = self.statement(sql)?;
+        self.conn().client.query(&st, params)
+    }
+
+    /// [`Client::query_one`] with `sql` prepared once per connection.
+    pub fn query_one(&mut self, sql: &str, params: &Params<'_>) -> Result<Row, postgres::Error> {
+        let st = self.statement(sql)?;
+        self.conn().client.query_one(&st, params)
+    }
+
+    /// [`Client::query_opt`] with `sql` prepared once per connection.
+    pub fn query_opt(
+        &mut self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Option<Row>, postgres::Error> {
+        let st = self.statement(sql)?;
+        self.conn().client.query_opt(&st, params)
+    }
+
+    /// [`Client::execute`] with `sql` prepared once per connection.
+    pub fn execute(&mut self, sql: &str, params: &Params<'_>) -> Result<u64, postgres::Error> {
+        let st = self.statement(sql)?;
+        self.conn().client.execute(&st, params)
     }
 }
 

@@ -399,13 +399,11 @@ impl Ed25519Signer {
 
     /// The signer key string (secret: store it as one).
     pub fn to_key_string(&self) -> String {
-        let mut material = vec![ED25519_TYPE];
-        material.extend_from_slice(self.key.as_bytes());
-        format!(
-            "{PRIVATE_KEY_PREFIX}{}+{:08x}+{}",
-            self.name,
+        key_string(
+            PRIVATE_KEY_PREFIX,
+            &self.name,
             self.key_id,
-            STANDARD.encode(material)
+            self.key.as_bytes(),
         )
     }
 
@@ -486,14 +484,7 @@ impl Ed25519Verifier {
 
     /// The verifier key string.
     pub fn to_key_string(&self) -> String {
-        let mut material = vec![ED25519_TYPE];
-        material.extend_from_slice(self.key.as_bytes());
-        format!(
-            "{}+{:08x}+{}",
-            self.name,
-            self.key_id,
-            STANDARD.encode(material)
-        )
+        key_string("", &self.name, self.key_id, self.key.as_bytes())
     }
 
     /// The key name.
@@ -513,6 +504,14 @@ impl Ed25519Verifier {
         };
         self.key.verify_strict(message, &signature).is_ok()
     }
+}
+
+/// `<prefix><name>+<hex id>+<base64(0x01 || key)>`: the form of both key strings, which
+/// [`split_key`] and [`key_material`] read back.
+fn key_string(prefix: &str, name: &str, key_id: u32, key: &[u8; 32]) -> String {
+    let mut material = vec![ED25519_TYPE];
+    material.extend_from_slice(key);
+    format!("{prefix}{name}+{key_id:08x}+{}", STANDARD.encode(material))
 }
 
 /// `name+hex8+material` with a strictly 8-lowercase-hex-digit ID.

@@ -1,5 +1,6 @@
 //! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
-//! test, dropped when the guard goes, and the visible skip when no server is configured.
+//! test, dropped when the guard goes, the visible skip when no server is configured, and a
+//! replica's wrong clock ([`SkewedClock`]).
 
 use crate::{BackendError, PgStore, StoreConfig};
 
@@ -67,5 +68,15 @@ impl Drop for TestSchema {
                 crate::pg::quote_ident(&self.name)
             ));
         }
+    }
+}
+
+/// The system's clock off by a fixed amount: a replica whose own clock is wrong.
+#[derive(Debug, Clone, Copy)]
+pub struct SkewedClock(pub time::Duration);
+
+impl cra_wire::Clock for SkewedClock {
+    fn now(&self) -> time::OffsetDateTime {
+        time::OffsetDateTime::now_utc() + self.0
     }
 }

@@ -108,14 +108,15 @@ pub(crate) async fn history(
     Caller(actor): Caller,
     QueryParams(q): QueryParams<HistoryQuery>,
 ) -> ApiResult<Json<CatalogHistory>> {
-    let before = match q.before.as_deref() {
-        Some(b) => Some(query_u64("before", Some(b))?),
-        None => None,
-    };
-    let limit = match q.limit.as_deref() {
-        Some(l) => query_u64("limit", Some(l))?,
-        None => HISTORY_PAGE,
-    };
+    let before = q
+        .before
+        .as_deref()
+        .map(|b| query_u64("before", Some(b)))
+        .transpose()?;
+    let limit = q
+        .limit
+        .as_deref()
+        .map_or(Ok(HISTORY_PAGE), |l| query_u64("limit", Some(l)))?;
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     Ok(Json(state.0.atlas_history(&actor, before, limit).await?))
 }

@@ -14,7 +14,7 @@ use cra_carp::store::{
     StoredResolution,
 };
 use cra_runtime::{AppState, build_runtime, start};
-use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::testing::{SkewedClock, TestSchema, postgres_url};
 use cra_wire::{Clock, FixedClock, SequentialIds};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
@@ -550,16 +550,6 @@ async fn the_http_rate_limit_is_one_for_replicas_with_skewed_clocks_postgres() {
         .unwrap();
 }
 
-/// The system's clock `0` off: a replica whose own clock is wrong.
-#[derive(Debug)]
-struct Skewed(time::Duration);
-
-impl Clock for Skewed {
-    fn now(&self) -> OffsetDateTime {
-        OffsetDateTime::now_utc() + self.0
-    }
-}
-
 /// Invariant (`cra_store::pg::clock`, issue 28 item 3): on PostgreSQL every time a replica
 /// records is the database's. Two replicas whose own clocks are an hour ahead and an hour behind
 /// serve one session; every event of its chain carries the database's time (without it, the
@@ -581,7 +571,7 @@ async fn replicas_with_clocks_an_hour_off_record_the_database_s_time_postgres() 
         config.postgres = Some(url.clone());
         config.postgres_schema = schema.name().to_owned();
         config.clock = cra_runtime::ClockSource::Database;
-        let clock = Arc::new(Skewed(skew));
+        let clock = Arc::new(SkewedClock(skew));
         let ids = Arc::new(SequentialIds::new(1_772_445_600_000, seed));
         let (state, _) = tokio::task::spawn_blocking(move || build_runtime(config, clock, ids))
             .await

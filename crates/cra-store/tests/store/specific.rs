@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cra_store::pg::{check_schema_name, embedded_migrations};
-use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::testing::{SkewedClock, TestSchema, postgres_url};
 use cra_store::{BackendError, PgStore, RedbStore, StoreConfig};
 use cra_trace::store::ChainStore;
 use redb::{ReadableDatabase, TableDefinition};
@@ -282,26 +282,17 @@ fn postgres_replicas_sharing_a_schema_keep_one_chain() {
     assert_eq!(verify_stored(&check, "shared"), Ok(12 * 40 * 2));
 }
 
-/// A local clock `skew` off the system's: a replica whose clock is wrong.
-#[derive(Debug)]
-struct Skewed(time::Duration);
-
-impl cra_wire::Clock for Skewed {
-    fn now(&self) -> time::OffsetDateTime {
-        time::OffsetDateTime::now_utc() + self.0
-    }
-}
-
 /// The database's clock now, read directly.
 fn database_now(store: &PgStore) -> time::OffsetDateTime {
     let mut client = store.client().unwrap();
-    let row = client
-        .query_one("SELECT clock_timestamp()::text", &[])
-        .unwrap();
-    let text: String = row.get(0);
-    // `2026-11-28 19:40:01.123456+00` as RFC 3339.
-    let rfc = format!("{}:00", text.replacen(' ', "T", 1));
-    cra_wire::clock::parse_rfc3339(&rfc).unwrap()
+    let micros: i64 = client
+        .query_one(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000).unwrap()
 }
 
 /// Invariant (`pg/clock.rs`): replicas whose own clocks are an hour ahead and an hour behind
@@ -319,7 +310,7 @@ fn postgres_replicas_with_skewed_clocks_record_the_database_s_time() {
         .into_iter()
         .enumerate()
         .map(|(n, skew)| {
-            let clock = Arc::new(DatabaseClock::new(Arc::new(Skewed(skew))));
+            let clock = Arc::new(DatabaseClock::new(Arc::new(SkewedClock(skew))));
             let ids = Arc::new(cra_wire::SequentialIds::new(1_772_366_400_000, n as u64));
             let store = schema.store(StoreConfig::new(clock.clone(), ids)).unwrap();
             let sample = clock.sync(&store).unwrap();

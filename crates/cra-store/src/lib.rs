@@ -18,6 +18,8 @@
 //!   so they survive restarts and replicas share them.
 //! * [`relay`]: the `cra_relay::store` implementation for both backends.
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
+//! * [`tlog`]: the transparency log over every TRACE event (an RFC 6962 tree kept as C2SP
+//!   tiles, appended in the same transaction as the events), read through [`tlog::LogStore`].
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
 //!   `CRA_TEST_POSTGRES_URL` is unset).
 //!
@@ -33,6 +35,7 @@ pub mod redb;
 pub mod relay;
 pub mod retention;
 pub mod testing;
+pub mod tlog;
 
 use std::sync::Arc;
 

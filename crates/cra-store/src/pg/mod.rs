@@ -7,7 +7,8 @@
 //! replica (`LISTEN`/`NOTIFY`), [`leader`], one replica chosen by an advisory lock for
 //! periodic work, [`ratelimit`], the HTTP rate limiter's buckets, `catalog`, the atlas catalog
 //! (`crate::catalog`), whose new generations the feed announces, and [`clock`], the database's
-//! clock every replica reads its time from.
+//! clock every replica reads its time from. `tlog` keeps the transparency log (`crate::tlog`):
+//! its one row hands out leaf indexes to every replica's commits in commit order.
 
 mod carp;
 mod catalog;
@@ -17,6 +18,7 @@ pub mod leader;
 mod pool;
 pub mod ratelimit;
 pub(crate) mod state;
+pub(crate) mod tlog;
 pub(crate) mod trace;
 
 use std::collections::BTreeMap;
@@ -318,6 +320,7 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
         )
         .map_err(failed)?;
     }
+    tlog::backfill(&mut tx).map_err(|e| BackendError::Backend(e.to_string()))?;
     tx.commit().map_err(pg)
 }
 

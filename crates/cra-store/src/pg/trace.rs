@@ -12,7 +12,9 @@
 //!
 //! An append may carry a change of CARP state (`cra_carp::store::StateLog`): it is written in
 //! the batch's transaction once its chain has accepted the drafts and before its events
-//! (`super::state`), so the state and the events are committed together or not at all.
+//! (`super::state`), so the state and the events are committed together or not at all. The
+//! batch's events become the transparency log's next leaves in the same transaction, last
+//! (`super::tlog`).
 
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, GENESIS_PREVIOUS_HASH, PreparedDraft, TraceEvent};
@@ -27,6 +29,7 @@ use super::{PgStore, Pool};
 use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
 use crate::collector::{Answer, Job, JobWork, answer_all, split};
+use crate::tlog::NewLeaf;
 
 fn unavailable(e: impl std::error::Error) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("postgres: {}", super::error_text(&e)))
@@ -130,6 +133,8 @@ fn try_batch(
     let mut texts: Vec<String> = Vec::new();
     // Where each session's appends in this batch begin.
     let mut starts: HashMap<&str, u64> = HashMap::new();
+    // The batch's events in the order they are written: the log's new leaves.
+    let mut leaves = Vec::new();
     for (w, answer) in work.iter().zip(answers.iter_mut()) {
         let (session_id, drafts) = (&w.session_id, &w.drafts);
         let Some(head) = heads.get(session_id).cloned() else {
@@ -166,6 +171,9 @@ fn try_batch(
             stamps.push(event.timestamp.clone());
             hashes.push(event.event_hash.clone());
             texts.push(String::from_utf8(body).map_err(|e| Retry::Fail(unavailable(e)))?);
+        }
+        for event in &sealed {
+            leaves.push(NewLeaf::of(event).map_err(|e| Retry::Fail(log_failed(e)))?);
         }
         heads.insert(session_id.clone(), head);
         *answer = Some(Ok(sealed));
@@ -220,8 +228,14 @@ fn try_batch(
         )
         .map_err(sql)?;
     }
+    // Last, so the log's lock is held for as little as possible (`super::tlog`).
+    super::tlog::append_leaves(&mut tx, &leaves).map_err(|e| Retry::Fail(log_failed(e)))?;
     tx.commit().map_err(sql)?;
     Ok(())
+}
+
+fn log_failed(e: crate::tlog::LogError) -> ChainStoreError {
+    ChainStoreError::Unavailable(format!("postgres: {e}"))
 }
 
 /// Sends the batch's appends on the feed, in its transaction: listeners hear of them only if it

@@ -1,6 +1,6 @@
 //! The embedded backend: one data directory holding one redb database file, `cra.redb`, shared by
-//! every area (TRACE chains here, CARP state in `carp.rs`, the atlas catalog in `catalog.rs`, Relay in
-//! `src/relay/`).
+//! every area (TRACE chains here, CARP state in `carp.rs`, the atlas catalog in `catalog.rs`, the
+//! transparency log in `tlog.rs`, Relay in `src/relay/`).
 //!
 //! redb lets one process open the file at a time; a second open fails with
 //! [`BackendError::InUse`], naming the holder recorded in the directory's `owner` file.
@@ -9,6 +9,7 @@ pub(crate) mod carp;
 pub(crate) mod catalog;
 mod heads;
 pub mod record;
+pub(crate) mod tlog;
 pub(crate) mod trace;
 
 use std::path::{Path, PathBuf};
@@ -92,6 +93,7 @@ impl RedbStore {
         trace::create_tables(&db)?;
         carp::create_tables(&db)?;
         catalog::create_tables(&db)?;
+        tlog::create_tables(&db)?;
         let collector = {
             let (db, config) = (db.clone(), config.clone());
             // One committer: redb runs one write transaction at a time anyway; appenders seal.

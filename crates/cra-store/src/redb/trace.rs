@@ -25,7 +25,9 @@
 //! events cost one B-tree insert, not sixteen; a record of one event is the event's JSON alone,
 //! which is also how databases written before records held several events read), compressed
 //! with LZ4 when it is large (`super::record`);
-//! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON).
+//! `trace_heads` maps `session_id` to its [`HeadRecord`] (JSON). The batch's events become the
+//! transparency log's next leaves in the same transaction, in the order they are written
+//! (`super::tlog`).
 //!
 //! A change of CARP state (`cra_carp::store::StateLog`: a resolve's request id, resolution and
 //! approval, an approval's decision, or an execution's outcome with its lease released) may ride
@@ -48,6 +50,7 @@ use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
 use crate::collector::{Answer, Reply, check_append, settle, stopped, wait_for};
+use crate::tlog::NewLeaf;
 use crate::{BackendError, StoreConfig};
 
 pub(crate) const EVENTS: TableDefinition<'static, (&str, u64), &[u8]> =
@@ -241,6 +244,8 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
     // Sealed appends refused here: their slots' heads are wrong.
     let mut spoiled = vec![false; tickets.len()];
     let result = (|| -> Result<(), ChainStoreError> {
+        // The batch's events in the order they are written: the log's new leaves.
+        let mut leaves = Vec::new();
         let mut txn = db.begin_write().map_err(unavailable)?;
         txn.set_durability(Durability::Immediate)
             .map_err(unavailable)?;
@@ -308,6 +313,9 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                 events
                     .insert((session_id.as_str(), first), record.as_slice())
                     .map_err(unavailable)?;
+                for event in &sealed {
+                    leaves.push(NewLeaf::of(event).map_err(unavailable)?);
+                }
                 touched.insert(session_id, head);
                 answers[i] = Some(Ok(sealed));
             }
@@ -318,6 +326,7 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                     .map_err(unavailable)?;
             }
         }
+        super::tlog::append_leaves(&txn, &leaves).map_err(unavailable)?;
         txn.commit().map_err(unavailable)
     })();
     for ((ticket, answer), spoiled) in tickets.into_iter().zip(answers).zip(spoiled) {

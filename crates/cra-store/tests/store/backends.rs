@@ -11,11 +11,20 @@ use serde_json::{Value, json};
 
 /// A store under test, whichever backend.
 pub(crate) trait TestStore:
-    ChainStore + SessionRemoval + cra_carp::store::CarpStore + cra_store::AtlasCatalog
+    ChainStore
+    + SessionRemoval
+    + cra_carp::store::CarpStore
+    + cra_store::AtlasCatalog
+    + cra_store::tlog::LogStore
 {
 }
-impl<T: ChainStore + SessionRemoval + cra_carp::store::CarpStore + cra_store::AtlasCatalog>
-    TestStore for T
+impl<
+    T: ChainStore
+        + SessionRemoval
+        + cra_carp::store::CarpStore
+        + cra_store::AtlasCatalog
+        + cra_store::tlog::LogStore,
+> TestStore for T
 {
 }
 

@@ -15,3 +15,4 @@ mod relay;
 mod retention;
 mod specific;
 mod state_log;
+mod tlog;

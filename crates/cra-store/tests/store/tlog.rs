@@ -1,0 +1,194 @@
+//! The transparency log as each backend keeps it: one leaf per stored event, in commit order,
+//! appended with the events, and a store written before the log backfilled on open.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cra_store::RedbStore;
+use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::tlog::LogReader;
+use cra_trace::TraceEvent;
+use cra_trace::store::ChainStore;
+
+use crate::backends::{TestStore, backends, fixed, note};
+
+/// Every stored event of `sessions`, by its hash.
+fn stored(store: &dyn TestStore, sessions: &[String]) -> Vec<TraceEvent> {
+    sessions
+        .iter()
+        .flat_map(|s| store.read_range(s, 0, u64::MAX).unwrap())
+        .collect()
+}
+
+/// Checks the invariant: the log holds exactly one leaf per stored event, each event's place
+/// names its chain and sequence, a chain's leaves are in its order, and the stored tree's root
+/// is the Merkle Tree Hash of the entry bundles' event hashes in leaf order.
+fn check_one_leaf_per_event(store: &dyn TestStore, events: &[TraceEvent]) -> Vec<String> {
+    let size = store.log_size().unwrap();
+    assert_eq!(size, events.len() as u64, "one leaf per event");
+    let mut by_index = BTreeMap::new();
+    for e in events {
+        let hash = cra_tlog::hash::from_hex(&e.event_hash).unwrap();
+        let place = store
+            .leaf_place(&hash)
+            .unwrap()
+            .expect("every event has a leaf");
+        assert_eq!(
+            (place.session_id.as_str(), place.sequence),
+            (e.session_id.as_str(), e.sequence)
+        );
+        assert!(
+            by_index.insert(place.leaf_index, e.clone()).is_none(),
+            "two events, one leaf"
+        );
+    }
+    assert_eq!(
+        by_index.keys().copied().collect::<Vec<_>>(),
+        (0..size).collect::<Vec<_>>()
+    );
+    let mut last: BTreeMap<&str, u64> = BTreeMap::new();
+    for e in by_index.values() {
+        if let Some(before) = last.insert(&e.session_id, e.sequence) {
+            assert!(before < e.sequence, "a chain's leaves follow its order");
+        }
+    }
+    let leaves: Vec<_> = by_index
+        .values()
+        .map(|e| cra_tlog::leaf_hash(&cra_tlog::hash::from_hex(&e.event_hash).unwrap()))
+        .collect();
+    let reader = LogReader::new(store).unwrap();
+    assert_eq!(reader.root(size).unwrap(), cra_tlog::root_of(&leaves));
+    by_index.values().map(|e| e.event_hash.clone()).collect()
+}
+
+#[test]
+fn every_stored_event_is_one_leaf_in_commit_order() {
+    let (_, config) = fixed();
+    for b in backends("every_stored_event_is_one_leaf", || config.clone()) {
+        let store = b.store.clone();
+        let sessions: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+        std::thread::scope(|scope| {
+            for s in &sessions {
+                let store = store.clone();
+                scope.spawn(move || {
+                    for n in 0..40 {
+                        let drafts = (0..(n % 3 + 1)).map(note).collect();
+                        store.append(s, drafts).unwrap();
+                    }
+                });
+            }
+        });
+        let events = stored(&*store, &sessions);
+        assert_eq!(events.len(), 6 * (14 * 1 + 13 * 2 + 13 * 3), "{}", b.name);
+        check_one_leaf_per_event(&*store, &events);
+    }
+}
+
+#[test]
+fn a_refused_append_adds_no_leaf() {
+    let (_, config) = fixed();
+    for b in backends("a_refused_append_adds_no_leaf", || config.clone()) {
+        let store = &*b.store;
+        store.append("s", vec![note(0)]).unwrap();
+        store
+            .append(
+                "s",
+                vec![crate::backends::draft(
+                    cra_trace::store::SESSION_ENDED,
+                    serde_json::json!({}),
+                )],
+            )
+            .unwrap();
+        assert!(store.append("s", vec![note(2)]).is_err(), "{}", b.name);
+        let events = stored(store, &["s".to_owned()]);
+        assert_eq!(events.len(), 2);
+        check_one_leaf_per_event(store, &events);
+    }
+}
+
+/// A redb data directory written before the log (its tables dropped here) gets every event as
+/// a leaf when opened, ordered by `(timestamp, session_id, sequence)`.
+#[test]
+fn a_redb_directory_written_before_the_log_is_backfilled() {
+    let (clock, config) = fixed();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let sessions: Vec<String> = ["b", "a", "c"].iter().map(|s| (*s).to_owned()).collect();
+    {
+        let store = RedbStore::open_with(&path, config.clone()).unwrap();
+        for round in 0..3 {
+            for s in &sessions {
+                store
+                    .append(s, vec![note(round), note(round + 10)])
+                    .unwrap();
+            }
+            clock.advance(time::Duration::seconds(1));
+        }
+    }
+    {
+        let db = redb::Database::open(path.join(cra_store::redb::DATABASE_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        for table in ["tlog_tiles", "tlog_leaves", "tlog_meta", "tlog_checkpoints"] {
+            txn.delete_table(redb::TableDefinition::<(), ()>::new(table))
+                .unwrap_or_default();
+        }
+        txn.commit().unwrap();
+    }
+    let store: Arc<dyn TestStore> = Arc::new(RedbStore::open_with(&path, config).unwrap());
+    let events = stored(&*store, &sessions);
+    let order = check_one_leaf_per_event(&*store, &events);
+    let mut expected = events.clone();
+    expected.sort_by(|x, y| {
+        (&x.timestamp, &x.session_id, x.sequence).cmp(&(&y.timestamp, &y.session_id, y.sequence))
+    });
+    assert_eq!(
+        order,
+        expected
+            .iter()
+            .map(|e| e.event_hash.clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The same on PostgreSQL: a schema whose log is empty (as migration 0017 leaves one written
+/// before it) is backfilled by the next server to start, in the same order.
+#[test]
+fn a_postgres_schema_written_before_the_log_is_backfilled() {
+    let Some(url) = postgres_url("a_postgres_schema_written_before_the_log_is_backfilled") else {
+        return;
+    };
+    let (clock, config) = fixed();
+    let schema = TestSchema::new(&url, "tlog_backfill");
+    let sessions: Vec<String> = ["b", "a", "c"].iter().map(|s| (*s).to_owned()).collect();
+    {
+        let store = schema.store(config.clone()).unwrap();
+        for round in 0..3 {
+            for s in &sessions {
+                store
+                    .append(s, vec![note(round), note(round + 10)])
+                    .unwrap();
+            }
+            clock.advance(time::Duration::seconds(1));
+        }
+        let mut client = store.client().unwrap();
+        client
+            .batch_execute(
+                "DELETE FROM tlog_state; DELETE FROM tlog_tiles; DELETE FROM tlog_leaves;",
+            )
+            .unwrap();
+    }
+    let store: Arc<dyn TestStore> = Arc::new(schema.store(config).unwrap());
+    let events = stored(&*store, &sessions);
+    let order = check_one_leaf_per_event(&*store, &events);
+    let mut expected = events.clone();
+    expected.sort_by(|x, y| {
+        (&x.timestamp, &x.session_id, x.sequence).cmp(&(&y.timestamp, &y.session_id, y.sequence))
+    });
+    assert_eq!(
+        order,
+        expected
+            .iter()
+            .map(|e| e.event_hash.clone())
+            .collect::<Vec<_>>()
+    );
+}

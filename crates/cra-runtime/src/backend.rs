@@ -31,6 +31,8 @@ pub struct Backends {
     pub catalog: Arc<dyn cra_store::AtlasCatalog>,
     /// The chains again, with whole-chain removal: what retention runs on.
     pub retention: Arc<dyn RetentionStore>,
+    /// The transparency log's tree and checkpoints.
+    pub log: Arc<dyn cra_store::tlog::LogStore>,
     /// `redb` or `postgres`.
     pub kind: &'static str,
     /// Whether reads and queued appends return without waiting on a network or on another
@@ -77,6 +79,7 @@ pub(crate) fn open(
             let carp: Arc<dyn CarpStore> = Arc::new(pg.clone());
             Ok(Backends {
                 retention: Arc::new(pg.clone()),
+                log: Arc::new(pg.clone()),
                 catalog: Arc::new(pg.clone()),
                 state_log: Arc::new(pg.clone()),
                 relay: Arc::new(cra_store::relay::PgRelay::new(pg.clone())),
@@ -92,6 +95,7 @@ pub(crate) fn open(
             let redb = RedbStore::open_with(&config.data, store_config)?;
             Ok(Backends {
                 retention: Arc::new(redb.clone()),
+                log: Arc::new(redb.clone()),
                 catalog: Arc::new(redb.clone()),
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),

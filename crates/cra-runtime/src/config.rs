@@ -194,6 +194,33 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
 }
 
+/// The transparency log (`[log]`, `specs/tlog.md`): every TRACE event is a leaf of one Merkle
+/// tree whose signed checkpoints let anyone who saw one detect a rewritten history.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// The checkpoints' origin line and the log key's name. Absent: `<hostname>/cra-log`. Replicas
+    /// of one PostgreSQL deployment must all set the same one.
+    pub origin: Option<String>,
+    /// A file holding the log's signer key string (`PRIVATE+KEY+<origin>+...`, made by `cra log
+    /// key generate`). Absent: on the embedded store, `<data>/log.key`, created on first start;
+    /// on PostgreSQL the log keeps its leaves but signs no checkpoint until one is configured
+    /// (every replica must be given the same file).
+    pub key_file: Option<PathBuf>,
+    /// Seconds between the leader's checkpoints (cut only when the tree grew); at least 1.
+    pub checkpoint_interval_seconds: u64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            origin: None,
+            key_file: None,
+            checkpoint_interval_seconds: 60,
+        }
+    }
+}
+
 /// Retention (TRACE §4.6): `[retention] days = N` keeps an ended session N days after its last
 /// event, then `cra serve` removes it (recorded first in the operator audit chain). Absent:
 /// everything is kept.
@@ -279,6 +306,8 @@ pub struct RuntimeConfig {
     pub retention: Option<RetentionConfig>,
     /// The MCP door `/mcp` (`[mcp]`).
     pub mcp: McpConfig,
+    /// The transparency log (`[log]`).
+    pub log: LogConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -306,6 +335,7 @@ impl Default for RuntimeConfig {
             replica_id: None,
             retention: None,
             mcp: McpConfig::default(),
+            log: LogConfig::default(),
         }
     }
 }
@@ -378,6 +408,11 @@ impl RuntimeConfig {
                     r.interval_seconds
                 )));
             }
+        }
+        if self.log.checkpoint_interval_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "`log.checkpoint_interval_seconds` must be at least 1".into(),
+            ));
         }
         for (name, ex) in &self.executors {
             ex.check(name)?;

@@ -16,6 +16,7 @@
 //!   `replicas`: other replicas' appends published to this one's streams (PostgreSQL);
 //!   `leader`: which replica runs the periodic work.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
+//! * [`tlog`]: the transparency log's key, origin and checkpoints (`/v1/log/*`).
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
@@ -38,6 +39,7 @@ pub mod server;
 pub mod service;
 pub mod state;
 mod stream;
+pub mod tlog;
 mod tracelog;
 
 pub use backend::Backends;

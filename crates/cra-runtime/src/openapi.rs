@@ -91,6 +91,12 @@ pub(crate) struct ErrorBodySchema {
         routes::relay::export_all,
         routes::relay::export_project,
         routes::relay::import,
+        routes::log::key,
+        routes::log::checkpoint,
+        routes::log::cut,
+        routes::log::inclusion,
+        routes::log::consistency,
+        routes::log::tile,
     ),
     components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))
 )]

@@ -144,12 +144,16 @@ pub fn build_runtime(
         ),
         None => format!("store: redb in {}", config.data.display()),
     }));
+    let (log, notice) =
+        crate::tlog::Log::open(&config, backends.log.clone()).map_err(StartError::Other)?;
+    notices.push(StartNotice::Info(notice));
     let parts = Parts {
         auth,
         backends,
         atlas_state,
         catalogued: true,
         test_clock,
+        log,
     };
     Ok((assemble(config, clock, ids, parts), notices))
 }
@@ -215,7 +219,10 @@ pub fn open_local_with(
         )?;
     }
     roll_relay_forward(&backends, &mut notices)?;
+    let (log, _) =
+        crate::tlog::Log::open(&config, backends.log.clone()).map_err(StartError::Other)?;
     let parts = Parts {
+        log,
         auth: Authenticator::new(&KeysFile::default(), None)?,
         backends,
         atlas_state,
@@ -279,6 +286,7 @@ struct Parts {
     /// Whether atlas changes are committed to the store's catalog (a server) or not (a door).
     catalogued: bool,
     test_clock: Option<Arc<crate::conformance::TestClock>>,
+    log: crate::tlog::Log,
 }
 
 /// The runtime of `config` over opened stores.
@@ -338,6 +346,7 @@ fn assemble(
         mcp,
         tool_lists: tokio::sync::watch::Sender::new(0),
         leading: Arc::new(tokio::sync::watch::Sender::new(embedded)),
+        log: Arc::new(parts.log),
     };
     AppState(Arc::new(runtime))
 }
@@ -393,6 +402,8 @@ pub struct RunningServer {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     /// The scheduled retention, stopped with the server.
     retention: Option<tokio::task::JoinHandle<()>>,
+    /// The leader's checkpoint timer, stopped with the server.
+    checkpoints: tokio::task::JoinHandle<()>,
     /// Other replicas' appends, followed while the server runs (PostgreSQL).
     replicas: Option<crate::replicas::ReplicaFeed>,
     /// This replica's bid to lead periodic work (PostgreSQL).
@@ -438,6 +449,7 @@ impl RunningServer {
             state,
             task,
             retention,
+            checkpoints,
             replicas,
             leader,
             mut services_gone,
@@ -447,6 +459,8 @@ impl RunningServer {
             job.abort();
             let _ = job.await;
         }
+        checkpoints.abort();
+        let _ = checkpoints.await;
         let result = match task.await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
@@ -495,6 +509,11 @@ pub async fn start(
         }
         None => None,
     };
+    let checkpoints = tokio::spawn(crate::tlog::keep_checkpoints(
+        state.log.clone(),
+        state.leading.subscribe(),
+        std::time::Duration::from_secs(state.config.log.checkpoint_interval_seconds),
+    ));
     let (tx, rx) = oneshot::channel::<()>();
     let stopping = state.stopping.clone();
     let task = tokio::spawn(async move {
@@ -520,6 +539,7 @@ pub async fn start(
         shutdown: Some(tx),
         task,
         retention,
+        checkpoints,
         replicas,
         leader,
         services_gone,

@@ -63,6 +63,8 @@ pub struct Runtime {
     /// Whether this replica leads the periodic work (retention): always on the embedded store;
     /// on PostgreSQL, while it holds the leader lock (`crate::leader`).
     pub leading: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The transparency log: its tree, origin, key and checkpoints.
+    pub log: Arc<crate::tlog::Log>,
 }
 
 impl Runtime {

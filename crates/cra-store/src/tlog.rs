@@ -463,7 +463,7 @@ pub(crate) fn append(
                     .filter_map(|c| Hash::try_from(c).ok()),
             );
         }
-        hashes.extend(new.drain(..));
+        hashes.append(&mut new);
         for (i, chunk) in hashes.chunks(TILE_WIDTH).enumerate() {
             let key = TileKey {
                 level,

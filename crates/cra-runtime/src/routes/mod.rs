@@ -4,6 +4,7 @@
 pub(crate) mod approvals;
 pub(crate) mod atlases;
 pub(crate) mod carp;
+pub(crate) mod log;
 pub(crate) mod relay;
 pub(crate) mod sessions;
 pub(crate) mod system;
@@ -23,6 +24,22 @@ use crate::state::AppState;
 
 /// Paths answered without credentials.
 const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/conformance"];
+
+/// Whether a request is answered without credentials: health, conformance, and the
+/// transparency log's key, checkpoint (read), consistency proofs and tiles, which any auditor
+/// must be able to fetch (`specs/tlog.md`).
+fn is_public(method: &axum::http::Method, path: &str) -> bool {
+    PUBLIC_PATHS.contains(&path)
+        || (method == axum::http::Method::GET
+            && (PUBLIC_LOG_PATHS.contains(&path) || path.starts_with("/v1/log/tile/")))
+}
+
+/// The log's public reads (GET only: cutting a checkpoint needs an operator).
+const PUBLIC_LOG_PATHS: &[&str] = &[
+    "/v1/log/key",
+    "/v1/log/checkpoint",
+    "/v1/log/proof/consistency",
+];
 
 /// The whole HTTP API.
 pub fn router(state: AppState) -> Router {
@@ -103,6 +120,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/packages/{package_id}", get(relay::get_package))
         .route("/v1/packages/{package_id}/flag", post(relay::flag))
         .route("/v1/packages/{package_id}/review", post(relay::review))
+        .route("/v1/log/key", get(log::key))
+        .route("/v1/log/checkpoint", get(log::checkpoint).post(log::cut))
+        .route("/v1/log/proof/inclusion", get(log::inclusion))
+        .route("/v1/log/proof/consistency", get(log::consistency))
+        .route("/v1/log/tile/{*path}", get(log::tile))
         .route("/v1/traces/stream", get(crate::stream::stream))
         .route("/v1/traces", get(traces::list))
         .route("/v1/traces/{session_id}", get(traces::get))
@@ -127,7 +149,7 @@ async fn method_not_allowed() -> ApiError {
 /// Authenticates every request but the public ones, applies the per-key rate limit, and leaves
 /// the [`Actor`] in the request's extensions.
 async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
-    if PUBLIC_PATHS.contains(&req.uri().path()) {
+    if is_public(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
     let header = req

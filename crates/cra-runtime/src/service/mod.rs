@@ -16,6 +16,7 @@
 //! * [`relay`]: Relay's projects, packages, reviews and facts, with their grants and events.
 //! * [`traces`]: the chains a caller may read, one chain's events, a stored chain re-verified.
 //! * [`retention`]: the configured retention of ended sessions, applied and recorded.
+//! * [`log`]: the transparency log: key, checkpoints, proofs and tiles.
 //! * [`operator`]: the operator audit chain, where atlas changes and retention runs are
 //!   recorded.
 //!
@@ -25,6 +26,7 @@
 pub mod approvals;
 pub mod atlases;
 pub mod carp;
+pub mod log;
 pub mod operator;
 pub mod relay;
 pub mod retention;

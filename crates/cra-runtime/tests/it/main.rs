@@ -22,4 +22,5 @@ mod stream;
 mod support;
 mod system;
 mod tamper;
+mod tlog;
 mod watch;

@@ -1,0 +1,238 @@
+//! The transparency log as this server runs it (`specs/tlog.md`): the log's origin and signing
+//! key, checkpoints cut on demand and on the leader's timer, and what the `/v1/log/*` routes
+//! read. The tree itself is the store's (`cra_store::tlog`), appended with every event.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cra_store::tlog::{LogError, LogIdentity, LogReader, LogStore};
+use cra_tlog::{Checkpoint, Ed25519Signer};
+
+use crate::config::RuntimeConfig;
+
+/// The log of this server: where its tree is, its origin and, when configured, its signer.
+pub struct Log {
+    /// The tree and its published checkpoints.
+    pub store: Arc<dyn LogStore>,
+    /// The checkpoints' origin (also the key's name).
+    pub origin: String,
+    /// The signer; `None` when no key is configured (PostgreSQL without `log.key_file`).
+    signer: Option<Ed25519Signer>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("origin", &self.origin)
+            .field("signed", &self.signer.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// `<hostname>/cra-log`: the origin when none is configured.
+pub fn default_origin() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && !h.contains(char::is_whitespace) && !h.contains('+'))
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}/cra-log")
+}
+
+/// A new signer key string for a log named `origin`, from the operating system's randomness.
+///
+/// # Errors
+/// When `origin` cannot name a key (empty, a space or a `+`).
+pub fn generate_key(origin: &str) -> Result<String, String> {
+    let seed: [u8; 32] = rand::random();
+    Ed25519Signer::from_seed(origin, &seed)
+        .map(|s| s.to_key_string())
+        .map_err(|e| format!("`log.origin` = `{origin}` cannot name a log key: {e}"))
+}
+
+impl Log {
+    /// The log of a server configured with `config` over `store`: its key from `log.key_file`,
+    /// else (embedded store) `<data>/log.key`, created on first start; the identity is checked
+    /// against what the store recorded. Answers the log and what to tell the operator.
+    ///
+    /// # Errors
+    /// An unreadable or malformed key, a key named other than the origin, or a store that
+    /// belongs to another log.
+    pub fn open(
+        config: &RuntimeConfig,
+        store: Arc<dyn LogStore>,
+    ) -> Result<(Self, String), String> {
+        let key_file = match (&config.log.key_file, &config.postgres) {
+            (Some(f), _) => Some(f.clone()),
+            (None, None) => Some(config.data.join("log.key")),
+            (None, Some(_)) => None,
+        };
+        let configured_origin = config.log.origin.clone();
+        let signer = match &key_file {
+            Some(path) => Some(load_or_create(
+                path,
+                config.log.key_file.is_none(),
+                configured_origin.as_deref(),
+            )?),
+            None => None,
+        };
+        let origin = match (&configured_origin, &signer) {
+            (Some(o), _) => o.clone(),
+            (None, Some(s)) => s.name().to_owned(),
+            (None, None) => default_origin(),
+        };
+        if let Some(s) = &signer
+            && s.name() != origin
+        {
+            return Err(format!(
+                "the log key is named `{}` but `log.origin` is `{origin}`; a checkpoint's key is named after its origin (make a key with `cra log key generate --origin {origin}`)",
+                s.name()
+            ));
+        }
+        let notice = match &signer {
+            Some(s) => {
+                let verifier = s.verifier().to_key_string();
+                store
+                    .settle_identity(&LogIdentity {
+                        origin: origin.clone(),
+                        verifier_key: verifier.clone(),
+                    })
+                    .map_err(|e| e.to_string())?;
+                format!("transparency log `{origin}`, verifier key {verifier}")
+            }
+            None => format!(
+                "transparency log `{origin}`: leaves are recorded, but no checkpoint is signed until `log.key_file` is configured"
+            ),
+        };
+        Ok((
+            Self {
+                store,
+                origin,
+                signer,
+            },
+            notice,
+        ))
+    }
+
+    /// The verifier key string auditors check checkpoints with, when the log signs.
+    pub fn verifier_key(&self) -> Option<String> {
+        self.signer.as_ref().map(|s| s.verifier().to_key_string())
+    }
+
+    /// The latest published checkpoint (a signed note), if any.
+    ///
+    /// # Errors
+    /// [`LogError`] when the store cannot be read.
+    pub fn latest(&self) -> Result<Option<String>, LogError> {
+        Ok(self.store.checkpoints(1)?.into_iter().next())
+    }
+
+    /// Signs and publishes a checkpoint of the tree as it is now, unless the latest published
+    /// one already covers it; answers the latest. `None` when the log has no key.
+    ///
+    /// # Errors
+    /// [`LogError`] when the store cannot be read or written.
+    pub fn cut(&self) -> Result<Option<String>, LogError> {
+        let Some(signer) = &self.signer else {
+            return Ok(None);
+        };
+        let size = self.store.log_size()?;
+        if let Some(latest) = self.latest()? {
+            let covered = Checkpoint::parse(checkpoint_text(&latest))
+                .map(|c| c.size() >= size)
+                .unwrap_or(false);
+            if covered {
+                return Ok(Some(latest));
+            }
+        }
+        let root = LogReader::at(self.store.as_ref(), size).root(size)?;
+        let note = Checkpoint::new(&self.origin, size, root)
+            .and_then(|c| c.sign(signer))
+            .map_err(|e| LogError::Range(e.to_string()))?;
+        Ok(Some(self.store.publish_checkpoint(size, &note.to_text())?))
+    }
+}
+
+/// The checkpoint body of a signed note's text (what precedes the signatures).
+fn checkpoint_text(note: &str) -> &str {
+    note.rsplit_once("\n\n").map_or(note, |(text, _)| text)
+}
+
+/// Reads the signer key in `path`; when `create` and the file does not exist, makes one named
+/// `origin` (or the default origin) and writes it, readable by its owner only.
+fn load_or_create(
+    path: &Path,
+    create: bool,
+    origin: Option<&str>,
+) -> Result<Ed25519Signer, String> {
+    if create && !path.exists() {
+        let origin = origin.map_or_else(default_origin, str::to_owned);
+        let key = generate_key(&origin)?;
+        write_private(path, &key)
+            .map_err(|e| format!("cannot write the log key {}: {e}", path.display()))?;
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "cannot read the log key {}: {e}; make one with `cra log key generate`",
+            path.display()
+        )
+    })?;
+    Ed25519Signer::parse(text.trim()).map_err(|e| {
+        format!(
+            "the log key {} is not a signer key string (`PRIVATE+KEY+<origin>+<id>+<key>`): {e}",
+            path.display()
+        )
+    })
+}
+
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut file = options.open(path)?;
+    file.write_all(text.as_bytes())?;
+    file.write_all(b"\n")?;
+    file.sync_all()
+}
+
+/// While this replica leads, cuts a checkpoint every `log.checkpoint_interval_seconds` when the
+/// tree grew (one at once when it starts leading); a failure is logged and tried at the next
+/// tick.
+pub(crate) async fn keep_checkpoints(
+    log: Arc<Log>,
+    mut leading: tokio::sync::watch::Receiver<bool>,
+    every: std::time::Duration,
+) {
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {
+                    let log = log.clone();
+                    match tokio::task::spawn_blocking(move || log.cut()).await {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(e)) => tracing::warn!(error = %e, "cutting a checkpoint failed; retrying at the next tick"),
+                        Err(e) => tracing::warn!(error = %e, "the checkpoint task failed"),
+                    }
+                }
+                changed = leading.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+            if !*leading.borrow() {
+                break;
+            }
+        }
+    }
+}

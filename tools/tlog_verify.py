@@ -3,7 +3,8 @@
 
 The algorithms are the specifications': RFC 6962 / RFC 9162 (Merkle Tree Hash, inclusion proof
 verification §2.1.3.2, consistency proof verification §2.1.4.2), RFC 8032 (Ed25519 point
-decoding §5.1.3 and verification §5.1.7), C2SP signed-note, tlog-checkpoint and tlog-proof@v1.
+decoding §5.1.3 and verification §5.1.7), C2SP signed-note, tlog-checkpoint, tlog-proof@v1 and
+tlog-cosignature (Ed25519 cosignature/v1).
 The code is ours, written from those texts and not from cra-tlog, so that CI checks the Rust
 crate against a second reading of the same specifications. Python's standard library has no
 Ed25519, so verification is implemented below with integer arithmetic (only verification: it
@@ -31,6 +32,11 @@ Usage (exit 0 valid, 2 invalid with a one-line reason on stderr, 1 usage or read
                  FILE|- [--json]
       A C2SP tlog-proof@v1: the checkpoint as above, then the leaf's inclusion at the proof's
       index against the checkpoint's root.
+  tlog_verify.py cosignature --key VKEY FILE|- [--json]
+      A C2SP cosignature/v1 (Ed25519): VKEY is the cosigner's key of type 0x04; every line of
+      the note by that key (name and key ID) must be 8 timestamp bytes (1 to 2^63 - 1) and an
+      Ed25519 signature of `cosignature/v1`, `time <timestamp>` and the note's text; prints the
+      timestamp.
   tlog_verify.py ed25519 --public-key HEX --signature HEX --message HEX [--json]
       Plain RFC 8032 Ed25519 verification (for the RFC's test vectors).
   tlog_verify.py batch
@@ -370,6 +376,52 @@ def parse_verifier_key(vkey):
     return (name, int(id_hex, 16), public_key)
 
 
+COSIGNATURE_V1_TYPE = 0x04
+
+
+def parse_cosigner_key(vkey):
+    """`<name>+<hex key ID>+<base64(0x04 || public key)>` to (name, key ID, public key)."""
+    parts = vkey.split("+", 2)
+    if len(parts) != 3:
+        raise UsageError("cosigner key %r is not name+id+key" % vkey)
+    name, id_hex, material = parts
+    if not valid_key_name(name):
+        raise UsageError("cosigner key name %r is empty or has a space" % name)
+    if len(id_hex) != 8 or any(c not in "0123456789abcdef" for c in id_hex):
+        raise UsageError("cosigner key %r: the key ID is not 8 lowercase hex digits" % vkey)
+    data = decode_base64(material)
+    if data is None or len(data) != 33 or data[0] != COSIGNATURE_V1_TYPE:
+        raise UsageError("cosigner key %r: not base64 of 0x04 and a 32-byte Ed25519 key" % vkey)
+    public_key = data[1:]
+    if int(id_hex, 16) != key_id(name, COSIGNATURE_V1_TYPE, public_key):
+        raise UsageError("cosigner key %r: the key ID is not the one its name and key give" % vkey)
+    if decode_point(public_key) is None:
+        raise UsageError("cosigner key %r: the public key is not an Ed25519 point" % vkey)
+    return (name, int(id_hex, 16), public_key)
+
+
+def verify_cosignature(data, key):
+    """tlog-cosignature, cosignature/v1: the lines of the note by `key` verify over its text;
+    returns the timestamp of the first."""
+    text, signatures = parse_note(data)
+    name, kid, public_key = key
+    mine = [signature for n, k, signature in signatures if (n, k) == (name, kid)]
+    if not mine:
+        raise Invalid("the note has no cosignature by %s+%08x" % (name, kid))
+    timestamps = []
+    for signature in mine:
+        if len(signature) != 8 + 64:
+            raise Invalid("a cosignature/v1 is 8 timestamp bytes and 64 signature bytes")
+        timestamp = int.from_bytes(signature[:8], "big")
+        if timestamp == 0 or timestamp > 2**63 - 1:
+            raise Invalid("the cosignature's timestamp %d is not in 1..2^63-1" % timestamp)
+        message = b"cosignature/v1\ntime " + str(timestamp).encode("ascii") + b"\n" + text.encode("utf-8")
+        if not ed25519_verify(public_key, message, signature[8:]):
+            raise Invalid("the cosignature by %s+%08x does not verify" % (name, kid))
+        timestamps.append(timestamp)
+    return timestamps[0]
+
+
 def parse_note(data):
     """A signed note's bytes to (text, [(name, key ID, signature bytes)]); Invalid if
     malformed."""
@@ -580,6 +632,12 @@ def cmd_proof(args, stdin):
     return result, "valid: leaf %d of %d" % (index, size)
 
 
+def cmd_cosignature(args, stdin):
+    """cosignature: a C2SP cosignature/v1 by --key on the note."""
+    timestamp = verify_cosignature(read_input(args.file, stdin), parse_cosigner_key(args.key))
+    return {"valid": True, "timestamp": timestamp}, "valid, time %d" % timestamp
+
+
 def cmd_ed25519(args, stdin):
     """ed25519: RFC 8032 §5.1.7 verification of one signature."""
     public_key = decode_hex(args.public_key, "--public-key", 32)
@@ -637,6 +695,9 @@ def build_parser():
     sub.add_argument("--leaf-data")
     sub.add_argument("--origin", required=True)
     sub.add_argument("--key", action="append", required=True)
+    sub.add_argument("file")
+    sub = command("cosignature", cmd_cosignature)
+    sub.add_argument("--key", required=True)
     sub.add_argument("file")
     sub = command("ed25519", cmd_ed25519)
     sub.add_argument("--public-key", required=True)

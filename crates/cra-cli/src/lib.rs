@@ -50,6 +50,9 @@ pub enum Command {
     /// List, show (and wait on), grant and reject approvals on a running server.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
+    /// Run a C2SP tlog-witness that cosigns checkpoints of the logs it is given; make its key.
+    #[command(subcommand)]
+    Witness(cmd::witness::WitnessCommand),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -63,5 +66,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Resolve(a) => cmd::resolve::run(a),
         Command::Mcp(c) => cmd::mcp::run(c),
         Command::Approvals(c) => cmd::approvals::run(c),
+        Command::Witness(c) => cmd::witness::run(c),
     }
 }

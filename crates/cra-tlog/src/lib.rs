@@ -13,15 +13,21 @@
 //! * [`tiles`]: C2SP tlog-tiles coordinates and paths, tile contents from stored hashes, and a
 //!   [`HashReader`] over tiles.
 //! * [`tlog_proof`]: C2SP `tlog-proof@v1`, the offline proof of one leaf.
+//! * [`cosignature`]: C2SP `tlog-cosignature`, the Ed25519 `cosignature/v1` witnesses sign.
+//! * [`witness`]: C2SP `tlog-witness`: the `add-checkpoint` request and the witness's decision,
+//!   with the status code of each refusal.
 
 pub mod checkpoint;
+pub mod cosignature;
 pub mod hash;
 pub mod note;
 pub mod proof;
 pub mod tiles;
 pub mod tlog_proof;
+pub mod witness;
 
 pub use checkpoint::{Checkpoint, CheckpointError};
+pub use cosignature::{CosignatureError, CosignatureSigner, CosignatureVerifier};
 pub use hash::{Hash, HashError, empty_root, leaf_hash, node_hash, root_of};
 pub use note::{Ed25519Signer, Ed25519Verifier, Note, NoteError, Signature, Verifiers};
 pub use proof::{
@@ -30,3 +36,4 @@ pub use proof::{
 };
 pub use tiles::{Tile, TileError, TileHashReader, TileKind, TileReader};
 pub use tlog_proof::{TlogProof, TlogProofError};
+pub use witness::{AddCheckpoint, LogState, Witness, WitnessError};

@@ -33,7 +33,7 @@ pub const ED25519_TYPE: u8 = 0x01;
 pub const SIGNATURE_PREFIX: &str = "\u{2014} ";
 
 /// The prefix of a signer (private) key string, as in Go's `sumdb/note`.
-const PRIVATE_KEY_PREFIX: &str = "PRIVATE+KEY+";
+pub(crate) const PRIVATE_KEY_PREFIX: &str = "PRIVATE+KEY+";
 
 /// Why a note, a key string or a verification failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -389,7 +389,8 @@ impl Ed25519Signer {
             .strip_prefix(PRIVATE_KEY_PREFIX)
             .ok_or(bad("no PRIVATE+KEY+ prefix"))?;
         let (name, id, material) = split_key(rest).ok_or(bad("not name+id+key"))?;
-        let seed = key_material(material).ok_or(bad("not base64 of 0x01 and a 32-byte seed"))?;
+        let seed = key_material(material, ED25519_TYPE)
+            .ok_or(bad("not base64 of 0x01 and a 32-byte seed"))?;
         let signer = Self::from_seed(name, &seed)?;
         if id != signer.key_id {
             return Err(bad("the key ID is not the one the name and key give"));
@@ -403,6 +404,7 @@ impl Ed25519Signer {
             PRIVATE_KEY_PREFIX,
             &self.name,
             self.key_id,
+            ED25519_TYPE,
             self.key.as_bytes(),
         )
     }
@@ -474,7 +476,8 @@ impl Ed25519Verifier {
             why,
         };
         let (name, id, material) = split_key(vkey).ok_or(bad("not name+id+key"))?;
-        let key = key_material(material).ok_or(bad("not base64 of 0x01 and a 32-byte key"))?;
+        let key = key_material(material, ED25519_TYPE)
+            .ok_or(bad("not base64 of 0x01 and a 32-byte key"))?;
         let verifier = Self::from_public_key(name, &key)?;
         if id != verifier.key_id {
             return Err(bad("the key ID is not the one the name and key give"));
@@ -484,7 +487,13 @@ impl Ed25519Verifier {
 
     /// The verifier key string.
     pub fn to_key_string(&self) -> String {
-        key_string("", &self.name, self.key_id, self.key.as_bytes())
+        key_string(
+            "",
+            &self.name,
+            self.key_id,
+            ED25519_TYPE,
+            self.key.as_bytes(),
+        )
     }
 
     /// The key name.
@@ -506,16 +515,22 @@ impl Ed25519Verifier {
     }
 }
 
-/// `<prefix><name>+<hex id>+<base64(0x01 || key)>`: the form of both key strings, which
-/// [`split_key`] and [`key_material`] read back.
-fn key_string(prefix: &str, name: &str, key_id: u32, key: &[u8; 32]) -> String {
-    let mut material = vec![ED25519_TYPE];
+/// `<prefix><name>+<hex id>+<base64(type || key)>`: the form of every key string (notes use
+/// type `0x01`, cosignatures `0x04`), which [`split_key`] and [`key_material`] read back.
+pub(crate) fn key_string(
+    prefix: &str,
+    name: &str,
+    key_id: u32,
+    sig_type: u8,
+    key: &[u8; 32],
+) -> String {
+    let mut material = vec![sig_type];
     material.extend_from_slice(key);
     format!("{prefix}{name}+{key_id:08x}+{}", STANDARD.encode(material))
 }
 
 /// `name+hex8+material` with a strictly 8-lowercase-hex-digit ID.
-fn split_key(text: &str) -> Option<(&str, u32, &str)> {
+pub(crate) fn split_key(text: &str) -> Option<(&str, u32, &str)> {
     let (name, rest) = text.split_once('+')?;
     let (id, material) = rest.split_once('+')?;
     let hex_ok = id.len() == 8
@@ -528,11 +543,11 @@ fn split_key(text: &str) -> Option<(&str, u32, &str)> {
     Some((name, u32::from_str_radix(id, 16).ok()?, material))
 }
 
-/// base64(0x01 || 32 bytes) → the 32 bytes.
-fn key_material(text: &str) -> Option<[u8; 32]> {
+/// base64(`want_type` || 32 bytes) → the 32 bytes.
+pub(crate) fn key_material(text: &str, want_type: u8) -> Option<[u8; 32]> {
     let bytes = STANDARD.decode(text).ok()?;
     let (&sig_type, key) = bytes.split_first()?;
-    if sig_type != ED25519_TYPE {
+    if sig_type != want_type {
         return None;
     }
     key.try_into().ok()

@@ -21,3 +21,4 @@ pub mod trace_io;
 pub mod trace_replay;
 pub mod trace_retention;
 pub mod trace_state;
+pub mod witness;

@@ -16,3 +16,4 @@ mod relay;
 mod replicas;
 mod serve;
 mod trace;
+mod witness;

@@ -5,6 +5,8 @@
 //! * `azul_tlog`: proofs, tile paths and tile contents against `tlog_tiles`;
 //! * `tamper`: every flipped byte of a proof, checkpoint or signature fails;
 //! * `properties`: the tiles reader agrees with the in-memory tree;
+//! * `witness`: the witness's decisions over real checkpoints of a growing tree, every refusal
+//!   status of C2SP `tlog-witness`, and flipped bytes never cosigned;
 //! * `python`: the independent verifier `tools/tlog_verify.py` accepts what cra-tlog makes and
 //!   rejects it tampered.
 
@@ -17,3 +19,4 @@ mod python;
 mod support;
 mod tamper;
 mod vectors;
+mod witness;

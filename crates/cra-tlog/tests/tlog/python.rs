@@ -566,3 +566,70 @@ fn python_ed25519_passes_the_rfc8032_vectors() {
     }
     batch.run();
 }
+
+#[test]
+fn python_verifies_witness_cosignatures() {
+    use cra_tlog::witness::AddCheckpoint;
+    use cra_tlog::{CosignatureSigner, Witness};
+
+    let log = signer(ORIGIN, 7);
+    let cosigner = CosignatureSigner::from_seed("witness.example/w1", &[42; 32]).expect("key");
+    let vkey = cosigner.verifier().to_key_string();
+    let other = CosignatureSigner::from_seed("witness.example/w1", &[43; 32])
+        .expect("key")
+        .verifier()
+        .to_key_string();
+    let witness = Witness::new(cosigner, vec![log.verifier()]).expect("witness");
+    let tree = MemoryTree::from_leaf_hashes(&leaves(50));
+    let mut batch = Batch::default();
+    for (size, timestamp) in [
+        (0, 1),
+        (1, 1_700_000_000),
+        (17, 1_750_000_123),
+        (50, i64::MAX as u64),
+    ] {
+        let note = Checkpoint::new(ORIGIN, size, root(&tree, size).expect("root"))
+            .expect("checkpoint")
+            .sign(&log)
+            .expect("signed");
+        let request = AddCheckpoint {
+            old_size: 0,
+            proof: vec![],
+            checkpoint: note.to_text().into_bytes(),
+        };
+        let submission = witness.open(&request.to_body()).expect("open");
+        let accepted = witness
+            .decide(&submission, None, timestamp)
+            .expect("cosigned");
+        let text = accepted.cosigned.to_text();
+        let label = format!("cosigned size {size} at {timestamp}");
+        let argv = ["cosignature", "--key", vkey.as_str(), "-"];
+        batch.push(
+            label.clone(),
+            &argv,
+            &text,
+            0,
+            Some(json!({"valid": true, "timestamp": timestamp})),
+        );
+        batch.invalid(
+            format!("{label}, another cosigner key"),
+            &["cosignature", "--key", other.as_str(), "-"],
+            &text,
+        );
+        batch.invalid(
+            format!("{label}, only the log's signature"),
+            &argv,
+            &note.to_text(),
+        );
+        let body_changed = text.replacen(&format!("\n{size}\n"), &format!("\n{}\n", size + 1), 1);
+        batch.invalid(format!("{label}, size changed"), &argv, &body_changed);
+        // the cosignature is the last line: change its timestamp, then each byte of it
+        let later = tamper_signature(&text, |raw| raw[11] ^= 0x02);
+        batch.invalid(format!("{label}, timestamp changed"), &argv, &later);
+        for at in [4, 12, 40, 75] {
+            let flipped = tamper_signature(&text, |raw| raw[at] ^= 0x01);
+            batch.invalid(format!("{label}, byte {at} flipped"), &argv, &flipped);
+        }
+    }
+    batch.run();
+}

@@ -50,6 +50,9 @@ pub enum Command {
     /// List, show (and wait on), grant and reject approvals on a running server.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
+    /// The transparency log: make its key; watch a server's checkpoints stay consistent.
+    #[command(subcommand)]
+    Log(cmd::log::LogCommand),
     /// Run a C2SP tlog-witness that cosigns checkpoints of the logs it is given; make its key.
     #[command(subcommand)]
     Witness(cmd::witness::WitnessCommand),
@@ -67,5 +70,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Mcp(c) => cmd::mcp::run(c),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Witness(c) => cmd::witness::run(c),
+        Command::Log(c) => cmd::log::run(c),
     }
 }

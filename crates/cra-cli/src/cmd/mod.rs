@@ -7,6 +7,7 @@ pub mod atlas_simulate;
 pub mod atlas_test;
 pub mod client;
 pub mod conformance;
+pub mod log;
 pub mod mcp;
 pub mod relay;
 pub mod resolve;

@@ -1,0 +1,209 @@
+//! `cra log watch` against a log server that misbehaves on purpose (a real HTTP server on
+//! loopback serving signed checkpoints and proofs of real trees, swapped by the test), and
+//! against a real `cra serve` whose log grows: it passes consistent growth and exits 2, with
+//! both checkpoints, for (a) a rewritten tree of the same size, (b) a smaller tree, (c) a proof
+//! with a flipped byte, (d) a checkpoint signed by another key.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::routing::get;
+use cra_cli::OutputFormat;
+use cra_cli::cmd::log::{WatchArgs, WatchOutcome, watch_once};
+use cra_tlog::{Checkpoint, Ed25519Signer, Hash, MemoryTree, consistency_proof, leaf_hash, root};
+
+const ORIGIN: &str = "log.example/cra";
+
+/// What the hostile server serves: a checkpoint note and a consistency proof (hex) to give
+/// whatever sizes are asked.
+#[derive(Default)]
+struct Served {
+    checkpoint: String,
+    proof: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Served>>;
+
+/// Starts the server on its own runtime thread; answers its base URL.
+fn serve(served: Shared) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new()
+                .route(
+                    "/v1/log/checkpoint",
+                    get(|State(s): State<Shared>| async move { s.lock().unwrap().checkpoint.clone() }),
+                )
+                .route(
+                    "/v1/log/proof/consistency",
+                    get(
+                        |State(s): State<Shared>,
+                         Query(_): Query<std::collections::HashMap<String, String>>| async move {
+                            axum::Json(serde_json::json!({"hashes": s.lock().unwrap().proof.clone()}))
+                        },
+                    ),
+                )
+                .with_state(served);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    format!("http://{}", rx.recv().unwrap())
+}
+
+fn key(seed: u8) -> Ed25519Signer {
+    Ed25519Signer::from_seed(ORIGIN, &[seed; 32]).unwrap()
+}
+
+/// A tree of `n` leaves; `fork` changes every leaf.
+fn tree(n: u64, fork: u8) -> MemoryTree {
+    let leaves: Vec<Hash> = (0..n)
+        .map(|i| leaf_hash(&[&i.to_be_bytes()[..], &[fork]].concat()))
+        .collect();
+    MemoryTree::from_leaf_hashes(&leaves)
+}
+
+fn note(tree: &MemoryTree, size: u64, key: &Ed25519Signer) -> String {
+    Checkpoint::new(ORIGIN, size, root(tree, size).unwrap())
+        .unwrap()
+        .sign(key)
+        .unwrap()
+        .to_text()
+}
+
+fn proof_hex(tree: &MemoryTree, old: u64, new: u64) -> Vec<String> {
+    cra_tlog::proof::proof_to_hex(&consistency_proof(tree, old, new).unwrap())
+}
+
+fn args(url: &str, state: &std::path::Path) -> WatchArgs {
+    WatchArgs {
+        url: url.to_owned(),
+        state: state.to_owned(),
+        log_key: Some(key(1).verifier().to_key_string()),
+        every: None,
+        output: OutputFormat::Json,
+    }
+}
+
+/// The watcher seeing `first` (consistent), then what `tamper` makes the server serve.
+fn finding_after(tamper: impl FnOnce(&mut Served)) -> (String, WatchOutcome) {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("watch.json");
+    let honest = tree(40, 0);
+    let served: Shared = Arc::new(Mutex::new(Served {
+        checkpoint: note(&honest, 20, &key(1)),
+        proof: Vec::new(),
+    }));
+    let url = serve(served.clone());
+    assert!(matches!(
+        watch_once(&args(&url, &state)),
+        WatchOutcome::Consistent {
+            from: None,
+            to: 20,
+            ..
+        }
+    ));
+    tamper(&mut served.lock().unwrap());
+    let before = std::fs::read_to_string(&state).unwrap();
+    let outcome = watch_once(&args(&url, &state));
+    if matches!(outcome, WatchOutcome::Inconsistent(_)) {
+        assert_eq!(
+            std::fs::read_to_string(&state).unwrap(),
+            before,
+            "a failed check keeps the state"
+        );
+    }
+    (before, outcome)
+}
+
+fn kind(outcome: &WatchOutcome) -> &'static str {
+    match outcome {
+        WatchOutcome::Inconsistent(f) => {
+            assert!(
+                f.previous.is_some() && !f.served.is_empty(),
+                "both checkpoints are shown"
+            );
+            f.kind
+        }
+        WatchOutcome::Consistent { .. } => "consistent",
+        WatchOutcome::Failed(e) => panic!("the check could not run: {e}"),
+    }
+}
+
+#[test]
+fn consistent_growth_passes_and_moves_the_state_on() {
+    let honest = tree(40, 0);
+    let (_, outcome) = finding_after(|s| {
+        s.checkpoint = note(&honest, 33, &key(1));
+        s.proof = proof_hex(&honest, 20, 33);
+    });
+    assert!(
+        matches!(
+            outcome,
+            WatchOutcome::Consistent {
+                from: Some(20),
+                to: 33,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+#[test]
+fn a_rewritten_tree_of_the_same_size_is_caught() {
+    let (_, outcome) = finding_after(|s| s.checkpoint = note(&tree(40, 9), 20, &key(1)));
+    assert_eq!(kind(&outcome), "rewritten_tree");
+}
+
+#[test]
+fn a_smaller_tree_is_caught() {
+    let (_, outcome) = finding_after(|s| s.checkpoint = note(&tree(40, 0), 12, &key(1)));
+    assert_eq!(kind(&outcome), "smaller_tree");
+}
+
+#[test]
+fn a_proof_with_a_flipped_byte_is_caught() {
+    let honest = tree(40, 0);
+    let (_, outcome) = finding_after(|s| {
+        s.checkpoint = note(&honest, 33, &key(1));
+        let mut proof = proof_hex(&honest, 20, 33);
+        let first = proof[0].clone();
+        let flipped = if first.starts_with('0') {
+            format!("1{}", &first[1..])
+        } else {
+            format!("0{}", &first[1..])
+        };
+        proof[0] = flipped;
+        s.proof = proof;
+    });
+    assert_eq!(kind(&outcome), "bad_consistency_proof");
+}
+
+#[test]
+fn a_checkpoint_signed_by_another_key_is_caught() {
+    let honest = tree(40, 0);
+    let (_, outcome) = finding_after(|s| {
+        s.checkpoint = note(&honest, 33, &key(2));
+        s.proof = proof_hex(&honest, 20, 33);
+    });
+    assert_eq!(kind(&outcome), "bad_signature");
+}
+
+/// A grown tree whose proof is for another old tree (a fork that kept the size growing) fails
+/// the consistency proof too.
+#[test]
+fn a_forked_tree_that_grew_is_caught() {
+    let fork = tree(40, 5);
+    let (_, outcome) = finding_after(|s| {
+        s.checkpoint = note(&fork, 33, &key(1));
+        s.proof = proof_hex(&fork, 20, 33);
+    });
+    assert_eq!(kind(&outcome), "bad_consistency_proof");
+}

@@ -37,7 +37,7 @@ use crate::output::OutputFormat;
 /// `cra witness` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum WitnessCommand {
-    /// Run a witness: POST /add-checkpoint cosigns, GET /<origin hash>/checkpoint shows the latest.
+    /// Run the witness: `POST /add-checkpoint` and `GET /<origin hash>/checkpoint`.
     Serve(ServeArgs),
     /// The witness's cosigner key.
     #[command(subcommand)]

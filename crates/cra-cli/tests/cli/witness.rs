@@ -226,6 +226,26 @@ fn a_corrupt_state_file_stops_the_start() {
     assert!(err.to_string().contains("roll back"), "{err}");
 }
 
+#[test]
+fn a_failed_write_cosigns_nothing_and_keeps_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let witness = service(dir.path());
+    let full = tree(8, 0);
+    let key = log_key();
+    assert!(
+        witness
+            .add_checkpoint(&request(&full, 0, 3, &key).to_body())
+            .is_ok()
+    );
+    // a directory where the temporary file goes: the write fails
+    std::fs::create_dir(dir.path().join(format!("{}.tmp", origin_hash(ORIGIN)))).unwrap();
+    let failed = witness.add_checkpoint(&request(&full, 3, 8, &key).to_body());
+    assert_eq!(failed.as_ref().map_err(AddError::status).err(), Some(500));
+    assert_eq!(witness.latest_size(ORIGIN), Some(3));
+    // the file on disk is still the size-3 checkpoint
+    assert_eq!(service(dir.path()).latest_size(ORIGIN), Some(3));
+}
+
 /// Submission A takes the origin's lock and is paused after deciding, before persisting; B,
 /// against the same old size, is then submitted and must wait for the lock (it reports
 /// `Waiting`; a witness that decided outside the lock would answer B first); A is released.

@@ -17,6 +17,7 @@ mod outbox;
 mod params;
 mod relay;
 mod service;
+mod signing;
 mod sessions;
 mod stream;
 mod support;

@@ -1,5 +1,5 @@
 //! `cra atlas ...`: tools for atlas authors (init, check, fmt, inspect, adapters, pack, test,
-//! import-mcp).
+//! import-mcp; sign and verify are [`crate::cmd::atlas_sign`]'s).
 //!
 //! Exit codes follow [`crate::exit`]: 0 success, 1 could not run (unreadable path, not an atlas,
 //! write failure), 2 a negative result (`fmt --check` or `adapters --check` found a file to
@@ -72,6 +72,12 @@ pub enum AtlasCommand {
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },
+    /// Sign an atlas: an SSH signature (Ed25519, namespace cra-atlas) over its digest, which
+    /// `ssh-keygen -Y verify` and `cra atlas verify` check.
+    Sign(crate::cmd::atlas_sign::SignArgs),
+    /// Check an atlas's signature against trusted keys: exit 0 valid, 2 not (unsigned, changed,
+    /// untrusted key), 1 unreadable, 3 invalid atlas.
+    Verify(crate::cmd::atlas_sign::VerifyArgs),
     /// Run the atlas's tests: recorded traces and stated expectations (see `cra atlas test --help`).
     Test(crate::cmd::atlas_test::TestArgs),
     /// Re-decide recorded resolves and executes under a changed atlas and report every decision
@@ -118,6 +124,8 @@ pub fn run(cmd: AtlasCommand) -> Exit {
             check,
         } => adapters_cmd(&dir, &targets, check),
         AtlasCommand::Pack { dir, out } => pack(&dir, out.as_deref()),
+        AtlasCommand::Sign(args) => crate::cmd::atlas_sign::run_sign(&args),
+        AtlasCommand::Verify(args) => crate::cmd::atlas_sign::run_verify(&args),
         AtlasCommand::Test(args) => crate::cmd::atlas_test::run(args),
         AtlasCommand::Simulate(args) => crate::cmd::atlas_simulate::run(args),
         AtlasCommand::ImportMcp(args) => crate::cmd::mcp::import(&args),

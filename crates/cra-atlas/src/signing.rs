@@ -176,7 +176,7 @@ impl Trust {
             };
             if principals.is_empty() || key_text.is_empty() {
                 return Err(bad(
-                    "expected `principals [options] ssh-ed25519 AAAA...`".to_owned(),
+                    "expected `principals [options] ssh-ed25519 AAAA...`".to_owned()
                 ));
             }
             let mut for_atlases = true;
@@ -317,7 +317,8 @@ mod tests {
 
     fn trust_of(k: &PrivateKey) -> Trust {
         let mut t = Trust::new();
-        t.add_public_key(&k.public_key().to_openssh(), "test").unwrap();
+        t.add_public_key(&k.public_key().to_openssh(), "test")
+            .unwrap();
         t
     }
 
@@ -333,7 +334,10 @@ mod tests {
         let mut changed = DIGEST.to_owned();
         changed.replace_range(0..1, "1");
         let e = trust_of(&k).verify_digest(&changed, &sig).unwrap_err();
-        assert!(matches!(e, SigningError::Invalid(SshSigError::BadSignature)), "{e}");
+        assert!(
+            matches!(e, SigningError::Invalid(SshSigError::BadSignature)),
+            "{e}"
+        );
         assert!(Trust::new().verify_digest(DIGEST, &sig).is_err());
     }
 
@@ -342,7 +346,10 @@ mod tests {
         let k = PrivateKey::from_seed([4; 32]);
         let sig = k.sign("git", message(DIGEST)).to_armored();
         let e = trust_of(&k).verify_digest(DIGEST, &sig).unwrap_err();
-        assert!(matches!(e, SigningError::Invalid(SshSigError::WrongNamespace { .. })), "{e}");
+        assert!(
+            matches!(e, SigningError::Invalid(SshSigError::WrongNamespace { .. })),
+            "{e}"
+        );
     }
 
     #[test]
@@ -355,13 +362,20 @@ mod tests {
         );
         let mut t = Trust::new();
         t.add_allowed_signers(&text, "allowed_signers").unwrap();
-        assert_eq!(t.keys().len(), 2, "dave is only for git, erin's key cannot sign atlases");
+        assert_eq!(
+            t.keys().len(),
+            2,
+            "dave is only for git, erin's key cannot sign atlases"
+        );
         assert_eq!(t.keys()[0].principals, ["alice@example.com"]);
         assert_eq!(t.keys()[1].principals, ["bob@x", "carol@x"]);
         let e = Trust::new()
             .add_allowed_signers(&format!("x@y cert-authority {a}"), "f")
             .unwrap_err();
-        assert!(e.to_string().contains("f:1") && e.to_string().contains("cert-authority"), "{e}");
+        assert!(
+            e.to_string().contains("f:1") && e.to_string().contains("cert-authority"),
+            "{e}"
+        );
         assert!(Trust::new().add_allowed_signers("lonely", "f").is_err());
     }
 

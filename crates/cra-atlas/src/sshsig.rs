@@ -104,7 +104,8 @@ impl<'a> Reader<'a> {
 
     fn text(&mut self) -> Result<&'a str, SshSigError> {
         let b = self.string()?;
-        std::str::from_utf8(b).map_err(|_| malformed(format!("{} holds text that is not UTF-8", self.what)))
+        std::str::from_utf8(b)
+            .map_err(|_| malformed(format!("{} holds text that is not UTF-8", self.what)))
     }
 
     fn finish(&self) -> Result<(), SshSigError> {
@@ -141,9 +142,9 @@ impl PublicKey {
         if kind != KEY_TYPE {
             return Err(SshSigError::UnsupportedKeyType(kind.to_owned()));
         }
-        let b64 = parts.next().ok_or_else(|| {
-            malformed("the public key has no base64 part after `ssh-ed25519`")
-        })?;
+        let b64 = parts
+            .next()
+            .ok_or_else(|| malformed("the public key has no base64 part after `ssh-ed25519`"))?;
         let blob = STANDARD
             .decode(b64)
             .map_err(|e| malformed(format!("the public key's base64 is invalid: {e}")))?;
@@ -192,7 +193,10 @@ impl PublicKey {
     /// The fingerprint as `ssh-keygen -l` prints it: `SHA256:` and the unpadded base64 of the
     /// SHA-256 of the key blob.
     pub fn fingerprint(&self) -> String {
-        format!("SHA256:{}", STANDARD_NO_PAD.encode(Sha256::digest(self.blob())))
+        format!(
+            "SHA256:{}",
+            STANDARD_NO_PAD.encode(Sha256::digest(self.blob()))
+        )
     }
 
     /// Whether two keys are the same key (comments aside).
@@ -228,7 +232,9 @@ impl PrivateKey {
         let body = armored_body(text, BEGIN_PRIVATE, END_PRIVATE, "an OpenSSH private key")?;
         let mut r = Reader::new(&body, "the private key");
         if r.take(PRIVATE_MAGIC.len())? != PRIVATE_MAGIC {
-            return Err(malformed("the private key is not in the openssh-key-v1 format"));
+            return Err(malformed(
+                "the private key is not in the openssh-key-v1 format",
+            ));
         }
         let cipher = r.text()?;
         let kdf = r.text()?;
@@ -237,14 +243,18 @@ impl PrivateKey {
             return Err(SshSigError::EncryptedKey(cipher.to_owned()));
         }
         if r.u32()? != 1 {
-            return Err(malformed("the key file holds more than one key; give a file with one"));
+            return Err(malformed(
+                "the key file holds more than one key; give a file with one",
+            ));
         }
         let public = PublicKey::from_blob(r.string()?)?;
         let section = r.string()?;
         r.finish()?;
         let mut p = Reader::new(section, "the private key");
         if p.u32()? != p.u32()? {
-            return Err(malformed("the private key's check numbers differ: the file is damaged"));
+            return Err(malformed(
+                "the private key's check numbers differ: the file is damaged",
+            ));
         }
         let kind = p.text()?;
         if kind != KEY_TYPE {
@@ -426,17 +436,16 @@ impl Signature {
 }
 
 /// The decoded base64 between `begin` and `end` lines.
-fn armored_body(
-    text: &str,
-    begin: &str,
-    end: &str,
-    what: &str,
-) -> Result<Vec<u8>, SshSigError> {
+fn armored_body(text: &str, begin: &str, end: &str, what: &str) -> Result<Vec<u8>, SshSigError> {
     let text = text.trim();
     let inner = text
         .strip_prefix(begin)
         .and_then(|t| t.strip_suffix(end))
-        .ok_or_else(|| malformed(format!("this is not {what}: it must start with `{begin}` and end with `{end}`")))?;
+        .ok_or_else(|| {
+            malformed(format!(
+                "this is not {what}: it must start with `{begin}` and end with `{end}`"
+            ))
+        })?;
     let b64: String = inner.split_whitespace().collect();
     STANDARD
         .decode(b64)
@@ -456,8 +465,13 @@ mod tests {
         let k = key(7);
         let sig = k.sign("cra-atlas", b"hello");
         let text = sig.to_armored();
-        assert!(text.starts_with(BEGIN_SIGNATURE) && text.ends_with("-----END SSH SIGNATURE-----\n"));
-        assert!(text.lines().all(|l| l.len() <= LINE || l.starts_with("-----")));
+        assert!(
+            text.starts_with(BEGIN_SIGNATURE) && text.ends_with("-----END SSH SIGNATURE-----\n")
+        );
+        assert!(
+            text.lines()
+                .all(|l| l.len() <= LINE || l.starts_with("-----"))
+        );
         let back = Signature::parse_armored(&text).unwrap();
         assert_eq!(back, sig);
         back.verify("cra-atlas", b"hello").unwrap();
@@ -469,19 +483,28 @@ mod tests {
         let k = key(7);
         let text = k.sign("cra-atlas", b"hello").to_armored();
         let sig = Signature::parse_armored(&text).unwrap();
-        assert_eq!(sig.verify("cra-atlas", b"hellp"), Err(SshSigError::BadSignature));
+        assert_eq!(
+            sig.verify("cra-atlas", b"hellp"),
+            Err(SshSigError::BadSignature)
+        );
         // Flip every byte of the blob in turn: each either fails to parse or fails to verify.
         let blob = armored_body(&text, BEGIN_SIGNATURE, END_SIGNATURE, "x").unwrap();
         for i in 0..blob.len() {
             let mut b = blob.clone();
             b[i] ^= 0x01;
-            let armored = format!("{BEGIN_SIGNATURE}\n{}\n{END_SIGNATURE}\n", STANDARD.encode(&b));
+            let armored = format!(
+                "{BEGIN_SIGNATURE}\n{}\n{END_SIGNATURE}\n",
+                STANDARD.encode(&b)
+            );
             let outcome = Signature::parse_armored(&armored)
                 .and_then(|s| s.verify("cra-atlas", b"hello").map(|()| s));
             // The only tolerated change is to the key, which then no longer matches the
             // signature unless it is another valid key: the caller's trust check catches that.
             if let Ok(s) = outcome {
-                panic!("byte {i} flipped still verifies with key {}", s.public_key.fingerprint());
+                panic!(
+                    "byte {i} flipped still verifies with key {}",
+                    s.public_key.fingerprint()
+                );
             }
         }
     }
@@ -524,7 +547,12 @@ mod tests {
         ] {
             assert!(Signature::parse_armored(text).is_err(), "{text}");
         }
-        assert!(PrivateKey::parse_openssh("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----").is_err());
+        assert!(
+            PrivateKey::parse_openssh(
+                "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----"
+            )
+            .is_err()
+        );
     }
 
     /// An unencrypted key file in the layout `ssh-keygen` writes (module documentation).
@@ -546,12 +574,18 @@ mod tests {
         }
         let mut body = PRIVATE_MAGIC.to_vec();
         put_string(&mut body, cipher.as_bytes());
-        put_string(&mut body, if cipher == "none" { b"none" } else { b"bcrypt" });
+        put_string(
+            &mut body,
+            if cipher == "none" { b"none" } else { b"bcrypt" },
+        );
         put_string(&mut body, b"");
         body.extend_from_slice(&1u32.to_be_bytes());
         put_string(&mut body, &pk.blob());
         put_string(&mut body, &section);
-        format!("{BEGIN_PRIVATE}\n{}\n{END_PRIVATE}\n", STANDARD.encode(body))
+        format!(
+            "{BEGIN_PRIVATE}\n{}\n{END_PRIVATE}\n",
+            STANDARD.encode(body)
+        )
     }
 
     #[test]

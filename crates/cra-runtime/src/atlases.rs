@@ -216,13 +216,21 @@ pub fn check_inline_signature(
             ),
         ));
     };
-    trust.verify_digest(&atlas.digest, armored).map(drop).map_err(|e| {
-        ApiError::field(
-            Token::InvalidAtlas,
-            at,
-            format!("atlas {} {} (digest {}) is refused: {e}", atlas.id(), atlas.manifest.version, atlas.digest),
-        )
-    })
+    trust
+        .verify_digest(&atlas.digest, armored)
+        .map(drop)
+        .map_err(|e| {
+            ApiError::field(
+                Token::InvalidAtlas,
+                at,
+                format!(
+                    "atlas {} {} (digest {}) is refused: {e}",
+                    atlas.id(),
+                    atlas.manifest.version,
+                    atlas.digest
+                ),
+            )
+        })
 }
 
 /// One generation: the source atlases, except those an installed atlas stands in for, then the
@@ -515,10 +523,9 @@ impl Runtime {
     /// edit applies at the next check); `None`: signing is not configured. A file that cannot be
     /// read now is an error, so the atlas being checked is refused (fail closed).
     pub fn atlas_trust(&self) -> Result<Option<Trust>, String> {
-        self.config
-            .atlas_signing
-            .trust()
-            .map_err(|e| format!("the trusted atlas signing keys cannot be read, so no atlas is taken in: {e}"))
+        self.config.atlas_signing.trust().map_err(|e| {
+            format!("the trusted atlas signing keys cannot be read, so no atlas is taken in: {e}")
+        })
     }
 
     /// The atlases in force now.

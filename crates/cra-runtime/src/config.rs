@@ -526,11 +526,21 @@ days = 30
 
     #[test]
     fn atlas_signing_names_its_keys_and_refuses_a_section_that_trusts_nothing() {
-        let key = cra_atlas::sshsig::PrivateKey::from_seed([1; 32]).public_key().to_openssh();
-        let c = RuntimeConfig::from_toml(&format!("[atlas_signing]\ntrusted_keys = [\"{key}\"]")).unwrap();
+        let key = cra_atlas::sshsig::PrivateKey::from_seed([1; 32])
+            .public_key()
+            .to_openssh();
+        let c = RuntimeConfig::from_toml(&format!("[atlas_signing]\ntrusted_keys = [\"{key}\"]"))
+            .unwrap();
         assert_eq!(c.atlas_signing.trust().unwrap().unwrap().keys().len(), 1);
-        assert!(RuntimeConfig::default().atlas_signing.trust().unwrap().is_none());
-        let c = RuntimeConfig::from_toml("[atlas_signing]\ntrusted_keys = [\"ssh-ed25519 nope\"]").unwrap();
+        assert!(
+            RuntimeConfig::default()
+                .atlas_signing
+                .trust()
+                .unwrap()
+                .is_none()
+        );
+        let c = RuntimeConfig::from_toml("[atlas_signing]\ntrusted_keys = [\"ssh-ed25519 nope\"]")
+            .unwrap();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("atlas_signing.trusted_keys[0]"), "{e}");
         let dir = tempfile::tempdir().unwrap();
@@ -543,7 +553,12 @@ days = 30
             },
             ..RuntimeConfig::default()
         };
-        assert!(c.validate().unwrap_err().to_string().contains("trusts no Ed25519 key"));
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("trusts no Ed25519 key")
+        );
         assert!(RuntimeConfig::from_toml("[atlas_signing]\ntrusted = []").is_err());
     }
 

@@ -18,11 +18,17 @@ const PRINCIPAL: &str = "release@example.com";
 fn keygen(dir: &Path, name: &str, passphrase: &str) -> std::path::PathBuf {
     let path = dir.join(name);
     let out = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", passphrase, "-C", PRINCIPAL, "-f"])
+        .args([
+            "-q", "-t", "ed25519", "-N", passphrase, "-C", PRINCIPAL, "-f",
+        ])
         .arg(&path)
         .output()
         .expect("ssh-keygen runs (install OpenSSH's client tools)");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     path
 }
 
@@ -48,7 +54,10 @@ fn our_signature_passes_ssh_keygen_and_holds_for_the_directory_and_its_archive()
     let key_path = keygen(tmp.path(), "key", "");
     let key = PrivateKey::parse_openssh(&std::fs::read_to_string(&key_path).unwrap()).unwrap();
     let public = std::fs::read_to_string(key_path.with_extension("pub")).unwrap();
-    assert!(key.public_key().same_key(&cra_atlas::sshsig::PublicKey::parse_openssh(&public).unwrap()));
+    assert!(
+        key.public_key()
+            .same_key(&cra_atlas::sshsig::PublicKey::parse_openssh(&public).unwrap())
+    );
 
     let armored = signing::sign_digest(&key, &atlas.digest);
     let sig = signing::signature_path(&dir);
@@ -57,10 +66,20 @@ fn our_signature_passes_ssh_keygen_and_holds_for_the_directory_and_its_archive()
 
     let allowed = tmp.path().join("allowed_signers");
     std::fs::write(&allowed, format!("{PRINCIPAL} {public}")).unwrap();
-    assert!(ssh_keygen_verifies(tmp.path(), &allowed, &sig, atlas.digest.as_bytes()));
+    assert!(ssh_keygen_verifies(
+        tmp.path(),
+        &allowed,
+        &sig,
+        atlas.digest.as_bytes()
+    ));
     let mut other = atlas.digest.clone();
     other.replace_range(0..1, if other.starts_with('0') { "1" } else { "0" });
-    assert!(!ssh_keygen_verifies(tmp.path(), &allowed, &sig, other.as_bytes()));
+    assert!(!ssh_keygen_verifies(
+        tmp.path(),
+        &allowed,
+        &sig,
+        other.as_bytes()
+    ));
 
     // The signature file is outside the digest, and the archive's signature beside it is the
     // same text.
@@ -69,7 +88,12 @@ fn our_signature_passes_ssh_keygen_and_holds_for_the_directory_and_its_archive()
     pack_atlas(&atlas, &archive).unwrap();
     std::fs::write(signing::signature_path(&archive), &armored).unwrap();
     let mut trust = Trust::new();
-    trust.add_allowed_signers(&std::fs::read_to_string(&allowed).unwrap(), "allowed_signers").unwrap();
+    trust
+        .add_allowed_signers(
+            &std::fs::read_to_string(&allowed).unwrap(),
+            "allowed_signers",
+        )
+        .unwrap();
     let signer = trust.verify_at(&dir, &atlas.digest).unwrap();
     assert_eq!(signer.principals, [PRINCIPAL]);
     let from_archive = load(&archive).unwrap();
@@ -79,9 +103,17 @@ fn our_signature_passes_ssh_keygen_and_holds_for_the_directory_and_its_archive()
     std::fs::write(dir.join("context/extra.md"), "late edit\n").unwrap();
     let edited = load_dir(&dir).unwrap();
     let e = trust.verify_at(&dir, &edited.digest).unwrap_err();
-    assert!(matches!(e, SigningError::Invalid(SshSigError::BadSignature)), "{e}");
+    assert!(
+        matches!(e, SigningError::Invalid(SshSigError::BadSignature)),
+        "{e}"
+    );
     std::fs::remove_file(&sig).unwrap();
-    assert!(trust.verify_at(&dir, &edited.digest).unwrap_err().is_unsigned());
+    assert!(
+        trust
+            .verify_at(&dir, &edited.digest)
+            .unwrap_err()
+            .is_unsigned()
+    );
 }
 
 #[test]
@@ -97,7 +129,11 @@ fn a_signature_made_by_ssh_keygen_passes_our_verifier() {
         .arg(&msg)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let armored = std::fs::read_to_string(tmp.path().join("digest.sig")).unwrap();
     let mut trust = Trust::new();
     let public = std::fs::read_to_string(key_path.with_extension("pub")).unwrap();

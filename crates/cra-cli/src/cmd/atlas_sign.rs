@@ -92,8 +92,9 @@ impl SignError {
 }
 
 fn read_text(path: &Path, what: &str) -> Result<String, SignError> {
-    std::fs::read_to_string(path)
-        .map_err(|e| SignError::CouldNotRun(format!("could not read {what} {}: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| {
+        SignError::CouldNotRun(format!("could not read {what} {}: {e}", path.display()))
+    })
 }
 
 /// The digest of the atlas at `path` (validated when `validate`: only a valid atlas is signed).
@@ -112,7 +113,10 @@ fn digest_of(path: &Path, validate: bool) -> Result<String, SignError> {
 /// `cra atlas sign` as a library function.
 pub fn sign(args: &SignArgs) -> Result<Signed, SignError> {
     let key = PrivateKey::parse_openssh(&read_text(&args.key, "the key")?).map_err(|e| {
-        SignError::CouldNotRun(format!("the key {} cannot be used: {e}", args.key.display()))
+        SignError::CouldNotRun(format!(
+            "the key {} cannot be used: {e}",
+            args.key.display()
+        ))
     })?;
     let digest = digest_of(&args.path, true)?;
     let armored = signing::sign_digest(&key, &digest);
@@ -267,7 +271,16 @@ mod tests {
     fn keygen(dir: &Path) -> Option<PathBuf> {
         let path = dir.join("key");
         let ok = std::process::Command::new("ssh-keygen")
-            .args(["-q", "-t", "ed25519", "-N", "", "-C", "me@example.com", "-f"])
+            .args([
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "me@example.com",
+                "-f",
+            ])
             .arg(&path)
             .status()
             .ok()?

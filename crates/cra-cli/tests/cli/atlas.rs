@@ -481,7 +481,16 @@ fn sign_and_verify_through_the_binary() {
     assert_eq!(code, 0, "{err}");
     let key = tmp.path().join("key");
     let made = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-C", "ci@example.com", "-f"])
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "ci@example.com",
+            "-f",
+        ])
         .arg(&key)
         .status()
         .expect("ssh-keygen runs (OpenSSH client tools)");
@@ -492,7 +501,13 @@ fn sign_and_verify_through_the_binary() {
     assert!(atlas.join(".atlas.sig").is_file());
     let public = key.with_extension("pub");
     let (code, out, err) = cra(&[
-        "atlas", "verify", s(&atlas), "--trusted-key", s(&public), "-o", "json",
+        "atlas",
+        "verify",
+        s(&atlas),
+        "--trusted-key",
+        s(&public),
+        "-o",
+        "json",
     ]);
     assert_eq!(code, 0, "{err}");
     let verified: Value = serde_json::from_str(&out).unwrap();
@@ -501,7 +516,13 @@ fn sign_and_verify_through_the_binary() {
 
     std::fs::write(atlas.join("context/late.md"), "late\n").unwrap();
     let (code, out, _) = cra(&[
-        "atlas", "verify", s(&atlas), "--trusted-key", s(&public), "-o", "json",
+        "atlas",
+        "verify",
+        s(&atlas),
+        "--trusted-key",
+        s(&public),
+        "-o",
+        "json",
     ]);
     assert_eq!(code, 2, "{out}");
     let refused: Value = serde_json::from_str(&out).unwrap();

@@ -210,7 +210,9 @@ impl Runtime {
         let actor_id = actor.id.clone();
         let outcome = run_blocking("installing the atlas failed", move || {
             // A refusal keeps the atlas it refused, when it loaded far enough to be known.
-            let trust = rt.atlas_trust().map_err(|e| Box::new((None, untrusted(e))))?;
+            let trust = rt
+                .atlas_trust()
+                .map_err(|e| Box::new((None, untrusted(e))))?;
             let atlas = load_inline(&inline, "").map_err(|e| Box::new((None, e)))?;
             let summary = AtlasSummary::of(&atlas);
             if let Err(e) = check_inline_signature(&inline, "", &atlas, trust.as_ref()) {

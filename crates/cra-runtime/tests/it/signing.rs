@@ -108,7 +108,10 @@ async fn a_start_refuses_an_unsigned_or_wrongly_signed_atlas_names_it_and_record
     let tmp = tempfile::tempdir().unwrap();
     let server_dir = tempfile::tempdir().unwrap();
     let unsigned = github_ops(&tmp.path().join("u"), None);
-    let e = start_error(server_dir.path(), 100, |c| trust_config(c, unsigned.clone())).await;
+    let e = start_error(server_dir.path(), 100, |c| {
+        trust_config(c, unsigned.clone())
+    })
+    .await;
     assert!(
         e.contains("dev.cra.github-ops") && e.contains("not signed") && e.contains(".atlas.sig"),
         "{e}"
@@ -116,7 +119,10 @@ async fn a_start_refuses_an_unsigned_or_wrongly_signed_atlas_names_it_and_record
 
     let foreign = github_ops(&tmp.path().join("f"), Some(&stranger()));
     let e = start_error(server_dir.path(), 200, |c| trust_config(c, foreign.clone())).await;
-    assert!(e.contains("dev.cra.github-ops") && e.contains("not a trusted key"), "{e}");
+    assert!(
+        e.contains("dev.cra.github-ops") && e.contains("not a trusted key"),
+        "{e}"
+    );
 
     // A signature of other content (the atlas edited after signing).
     let stale = github_ops(&tmp.path().join("s"), Some(&trusted()));
@@ -136,7 +142,10 @@ async fn a_start_refuses_an_unsigned_or_wrongly_signed_atlas_names_it_and_record
     assert_eq!(refused.len(), 3, "{refused:?}");
     for r in &refused {
         let p = &r["payload"];
-        assert_eq!((&p["source"], &p["atlas_id"]), (&"start".into(), &"dev.cra.github-ops".into()));
+        assert_eq!(
+            (&p["source"], &p["atlas_id"]),
+            (&"start".into(), &"dev.cra.github-ops".into())
+        );
         assert!(p["digest"].is_string() && p["message"].is_string(), "{r}");
     }
     s.stop().await;
@@ -167,7 +176,10 @@ async fn a_watch_reload_of_an_unsigned_change_keeps_the_last_good_and_records_th
     assert_eq!(refused["event_type"], "atlas.refused");
     assert_eq!(refused["payload"]["source"], "watch");
     assert!(
-        refused["payload"]["message"].as_str().unwrap().contains("refused"),
+        refused["payload"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
         "{refused}"
     );
 
@@ -199,13 +211,24 @@ async fn a_posted_atlas_needs_a_trusted_signature_and_each_refusal_is_recorded()
 
     let got = s.post(Some(AUTHOR), "/v1/atlases", &body).await;
     assert_error(&got, 400, "invalid_atlas");
-    assert_eq!(got.1["details"]["errors"][0]["pointer"], "/signature", "{}", got.1);
-    assert!(got.1["message"].as_str().unwrap().contains(&digest), "{}", got.1);
+    assert_eq!(
+        got.1["details"]["errors"][0]["pointer"], "/signature",
+        "{}",
+        got.1
+    );
+    assert!(
+        got.1["message"].as_str().unwrap().contains(&digest),
+        "{}",
+        got.1
+    );
     assert_eq!(in_force(&s).await, before, "nothing changed");
     let refused = last_audit_event(&s).await;
     assert_eq!(refused["event_type"], "atlas.refused");
     assert_eq!(
-        (&refused["payload"]["source"], &refused["payload"]["atlas_id"]),
+        (
+            &refused["payload"]["source"],
+            &refused["payload"]["atlas_id"]
+        ),
         (&"install".into(), &PAYMENTS.into())
     );
     assert_eq!(refused["payload"]["digest"], digest.as_str());
@@ -213,7 +236,14 @@ async fn a_posted_atlas_needs_a_trusted_signature_and_each_refusal_is_recorded()
     body["signature"] = signing::sign_digest(&stranger(), &digest).into();
     let got = s.post(Some(AUTHOR), "/v1/atlases", &body).await;
     assert_error(&got, 400, "invalid_atlas");
-    assert!(got.1["message"].as_str().unwrap().contains("not a trusted key"), "{}", got.1);
+    assert!(
+        got.1["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a trusted key"),
+        "{}",
+        got.1
+    );
     assert_eq!(in_force(&s).await, before);
     assert_eq!(last_audit_event(&s).await["event_type"], "atlas.refused");
 

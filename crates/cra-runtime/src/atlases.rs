@@ -480,7 +480,8 @@ pub(crate) enum Installed {
     Unchanged,
 }
 
-/// A cheap fingerprint of the sources' files (paths, sizes, modification times).
+/// A cheap fingerprint of the sources' files (paths, sizes, modification times), their
+/// signature files included.
 pub fn fingerprint(sources: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     let mut out = Vec::new();
     fn walk(p: &Path, out: &mut Vec<(PathBuf, u64, Option<SystemTime>)>) {
@@ -500,6 +501,10 @@ pub fn fingerprint(sources: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>
     }
     for s in sources {
         walk(s, &mut out);
+        // An archive's signature sits beside it (a directory's is inside, walked above).
+        if !s.is_dir() {
+            walk(&cra_atlas::signing::signature_path(s), &mut out);
+        }
     }
     out
 }

@@ -270,3 +270,29 @@ async fn without_trusted_keys_nothing_is_checked() {
     assert_eq!(st, 201, "{installed}");
     s.stop().await;
 }
+
+/// Invariant: an archive is checked against the signature beside it (the digest's signature,
+/// the same text as its directory's), and `--watch` sees a new signature file even when the
+/// archive itself did not change.
+#[tokio::test]
+async fn an_archive_is_checked_against_the_signature_beside_it_and_watch_sees_it_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = github_ops(tmp.path(), Some(&trusted()));
+    let atlas = cra_atlas::load_dir(&dir).unwrap();
+    let archive = tmp.path().join("github-ops.atlas.tar.gz");
+    cra_atlas::pack::pack_atlas(&atlas, &archive).unwrap();
+    let sig = signing::signature_path(&archive);
+    std::fs::copy(signing::signature_path(&dir), &sig).unwrap();
+    let source = archive.clone();
+    let s = TestServer::start_with(move |c| trust_config(c, source)).await;
+    assert_eq!(in_force(&s).await[0]["digest"], atlas.digest.as_str());
+    let state = s.server.as_ref().unwrap().state.clone();
+    let watcher = Watcher::new(&state);
+
+    std::fs::write(&sig, signing::sign_digest(&stranger(), &atlas.digest)).unwrap();
+    let (_, outcome) = watcher.poll_recorded(&state).await;
+    let e = outcome.expect("the new signature is seen").unwrap_err();
+    assert!(e.contains("not a trusted key"), "{e}");
+    assert_eq!(in_force(&s).await[0]["digest"], atlas.digest.as_str());
+    s.stop().await;
+}

@@ -240,7 +240,8 @@ pub fn run_verify(args: &VerifyArgs) -> Exit {
 
 fn fail(cmd: &str, e: &SignError, output: OutputFormat) -> Exit {
     if output == OutputFormat::Json {
-        let doc = json!({"valid": false, "exit": e.exit().code(), "error": e.to_string()});
+        let outcome = if cmd == "sign" { "signed" } else { "valid" };
+        let doc = json!({outcome: false, "exit": e.exit().code(), "error": e.to_string()});
         println!("{doc}");
     }
     eprintln!("cra atlas {cmd}: {e}");

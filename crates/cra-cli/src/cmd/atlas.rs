@@ -64,7 +64,8 @@ pub enum AtlasCommand {
         #[arg(long)]
         check: bool,
     },
-    /// Write a deterministic .atlas.tar.gz and print its SHA-256 and the atlas digest.
+    /// Write a deterministic .atlas.tar.gz and print its SHA-256 and the atlas digest (a signed
+    /// directory's signature is copied beside the archive: it signs the same digest).
     Pack {
         /// The atlas directory.
         dir: PathBuf,
@@ -627,6 +628,20 @@ fn pack(dir: &Path, out: Option<&Path>) -> Exit {
         Ok(report) => {
             println!("{}  {}", report.archive_sha256, out.display());
             println!("atlas digest {}", report.atlas_digest);
+            // A signature is over the digest, which packing keeps: the directory's holds for
+            // the archive, beside it (`specs/atlas-signing.md`).
+            let signature = cra_atlas::signing::signature_path(dir);
+            if signature.is_file() {
+                let beside = cra_atlas::signing::signature_path(&out);
+                if let Err(e) = fs::copy(&signature, &beside) {
+                    eprintln!(
+                        "cra atlas pack: could not copy the signature to {}: {e}",
+                        beside.display()
+                    );
+                    return Exit::CouldNotRun;
+                }
+                println!("signature {}", beside.display());
+            }
             Exit::Success
         }
         Err(e) => {

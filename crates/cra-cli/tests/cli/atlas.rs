@@ -514,6 +514,14 @@ fn sign_and_verify_through_the_binary() {
     assert_eq!(verified["digest"], signed["digest"]);
     assert_eq!(verified["principals"][0], "ci@example.com");
 
+    // Packing keeps the digest, so the signature goes beside the archive and holds there.
+    let archive = tmp.path().join("signed.atlas.tar.gz");
+    let (code, out, err) = cra(&["atlas", "pack", s(&atlas), "-o", s(&archive)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signature "), "{out}");
+    let (code, _, err) = cra(&["atlas", "verify", s(&archive), "--trusted-key", s(&public)]);
+    assert_eq!(code, 0, "{err}");
+
     std::fs::write(atlas.join("context/late.md"), "late\n").unwrap();
     let (code, out, _) = cra(&[
         "atlas",

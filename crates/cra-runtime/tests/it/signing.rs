@@ -296,3 +296,38 @@ async fn an_archive_is_checked_against_the_signature_beside_it_and_watch_sees_it
     assert_eq!(in_force(&s).await[0]["digest"], atlas.digest.as_str());
     s.stop().await;
 }
+
+/// Invariant: `PUT /v1/atlases` replaces the set only when every atlas in it is signed by a
+/// trusted key; one that is not is refused at its own pointer, and nothing changes.
+#[tokio::test]
+async fn a_put_set_with_one_unsigned_atlas_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let atlas = github_ops(tmp.path(), Some(&trusted()));
+    let s = TestServer::start_with(move |c| trust_config(c, atlas)).await;
+    let before = in_force(&s).await;
+    let mut signed = inline_example(PAYMENTS);
+    let digest = load_inline(&signed, "").unwrap().digest;
+    signed["signature"] = signing::sign_digest(&trusted(), &digest).into();
+    let unsigned = inline_example("com.example.customer-support");
+    let body = serde_json::json!({"atlases": [signed, unsigned]});
+    let r = s
+        .http
+        .put(s.url("/v1/atlases"))
+        .bearer_auth(ADMIN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let got = (r.status().as_u16(), r.json::<Value>().await.unwrap());
+    assert_error(&got, 400, "invalid_atlas");
+    assert_eq!(
+        got.1["details"]["errors"][0]["pointer"], "/atlases/1/signature",
+        "{}",
+        got.1
+    );
+    assert_eq!(in_force(&s).await, before, "nothing changed");
+    let refused = last_audit_event(&s).await;
+    assert_eq!(refused["event_type"], "atlas.refused");
+    assert_eq!(refused["payload"]["source"], "replace_set");
+    s.stop().await;
+}

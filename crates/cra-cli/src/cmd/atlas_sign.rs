@@ -31,6 +31,11 @@ pub struct SignArgs {
     /// archive, where `cra serve` and `cra atlas verify` look).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also write the signed `POST /v1/atlases` body for this atlas to FILE: `{manifest, files,
+    /// signature}`. Its digest is the inline form's (atlas.json as compact JSON), signed on its
+    /// own: it equals the directory's only when atlas.json already is that text.
+    #[arg(long = "inline-body", value_name = "FILE")]
+    pub inline_body: Option<PathBuf>,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: OutputFormat,
@@ -64,6 +69,8 @@ pub struct Signed {
     pub signature: PathBuf,
     /// The signing key's fingerprint.
     pub fingerprint: String,
+    /// The signed inline body written (`--inline-body`): where, and the inline form's digest.
+    pub inline: Option<(PathBuf, String)>,
 }
 
 /// Why a command did not succeed, with the exit code it ends with.
@@ -97,13 +104,9 @@ fn read_text(path: &Path, what: &str) -> Result<String, SignError> {
     })
 }
 
-/// The digest of the atlas at `path` (validated when `validate`: only a valid atlas is signed).
-fn digest_of(path: &Path, validate: bool) -> Result<String, SignError> {
-    let loaded = if validate {
-        cra_carp::atlas_check::load(path).map(|a| a.digest)
-    } else {
-        load::read_any(path).map(|(files, _)| cra_atlas::atlas_digest(&files))
-    };
+/// The digest of the atlas at `path` (its files as read; not validated).
+fn digest_of(path: &Path) -> Result<String, SignError> {
+    let loaded = load::read_any(path).map(|(files, _)| cra_atlas::atlas_digest(&files));
     loaded.map_err(|e| match e {
         LoadError::Invalid { .. } => SignError::InvalidAtlas(e.to_string()),
         other => SignError::CouldNotRun(other.to_string()),
@@ -118,7 +121,15 @@ pub fn sign(args: &SignArgs) -> Result<Signed, SignError> {
             args.key.display()
         ))
     })?;
-    let digest = digest_of(&args.path, true)?;
+    let atlas = cra_carp::atlas_check::load(&args.path).map_err(|e| match e {
+        LoadError::Invalid { .. } => SignError::InvalidAtlas(e.to_string()),
+        other => SignError::CouldNotRun(other.to_string()),
+    })?;
+    let inline = match &args.inline_body {
+        Some(file) => Some((file.clone(), signed_inline_body(&atlas, &key, file)?)),
+        None => None,
+    };
+    let digest = atlas.digest;
     let armored = signing::sign_digest(&key, &digest);
     let out = args
         .out
@@ -130,7 +141,42 @@ pub fn sign(args: &SignArgs) -> Result<Signed, SignError> {
         digest,
         signature: out,
         fingerprint: key.public_key().fingerprint(),
+        inline,
     })
+}
+
+/// Writes to `file` the `POST /v1/atlases` body of `atlas` (`{manifest, files}`, every file but
+/// atlas.json as UTF-8 text) with `signature` over the digest a server computes for that body
+/// (`cra_runtime::atlases::load_inline`, the server's own code); answers that digest.
+fn signed_inline_body(
+    atlas: &cra_atlas::LoadedAtlas,
+    key: &PrivateKey,
+    file: &Path,
+) -> Result<String, SignError> {
+    let mut files = serde_json::Map::new();
+    let mut manifest = None;
+    for (path, bytes) in &atlas.files {
+        let text = std::str::from_utf8(bytes).map_err(|_| {
+            SignError::CouldNotRun(format!(
+                "{path} is not UTF-8 text, and an inline atlas carries only text: install this atlas from its directory or archive"
+            ))
+        })?;
+        if path == load::MANIFEST_FILE {
+            manifest = Some(
+                serde_json::from_str::<serde_json::Value>(text)
+                    .map_err(|e| SignError::InvalidAtlas(format!("atlas.json is not JSON: {e}")))?,
+            );
+        } else {
+            files.insert(path.clone(), text.into());
+        }
+    }
+    let mut body = json!({"manifest": manifest, "files": files});
+    let inline = cra_runtime::atlases::load_inline(&body, "")
+        .map_err(|e| SignError::InvalidAtlas(format!("as an inline atlas: {}", e.body.message)))?;
+    body["signature"] = signing::sign_digest(key, &inline.digest).into();
+    std::fs::write(file, format!("{body}\n"))
+        .map_err(|e| SignError::CouldNotRun(format!("could not write {}: {e}", file.display())))?;
+    Ok(inline.digest)
 }
 
 /// The trust `args` names: every key of every `--trusted-key` file and of `--allowed-signers`.
@@ -175,7 +221,7 @@ pub struct Verified {
 /// `cra atlas verify` as a library function.
 pub fn verify(args: &VerifyArgs) -> Result<Verified, SignError> {
     let trust = trust_of(args)?;
-    let digest = digest_of(&args.path, false)?;
+    let digest = digest_of(&args.path)?;
     let signer = match &args.signature {
         Some(file) => trust.verify_digest(&digest, &read_text(file, "the signature")?),
         None => trust.verify_at(&args.path, &digest),
@@ -191,18 +237,27 @@ pub fn verify(args: &VerifyArgs) -> Result<Verified, SignError> {
 pub fn run_sign(args: &SignArgs) -> Exit {
     match (sign(args), args.output) {
         (Ok(s), OutputFormat::Json) => {
-            let doc = json!({
+            let mut doc = json!({
                 "signed": true,
                 "digest": s.digest,
                 "signature": s.signature.display().to_string(),
                 "key": s.fingerprint,
             });
+            if let Some((file, digest)) = &s.inline {
+                doc["inline_body"] = json!({"file": file.display().to_string(), "digest": digest});
+            }
             println!("{doc}");
             Exit::Success
         }
         (Ok(s), OutputFormat::Text) => {
             println!("signed atlas digest {} with {}", s.digest, s.fingerprint);
             println!("wrote {}", s.signature.display());
+            if let Some((file, digest)) = &s.inline {
+                println!(
+                    "wrote {} (inline atlas digest {digest}, signed)",
+                    file.display()
+                );
+            }
             Exit::Success
         }
         (Err(e), output) => fail("sign", &e, output),
@@ -301,9 +356,25 @@ mod tests {
             path: atlas.clone(),
             key: key.clone(),
             out: None,
+            inline_body: Some(tmp.path().join("body.json")),
             output: OutputFormat::Json,
         })
         .unwrap();
+        // The inline body's signature holds for the digest a server computes for it.
+        let body: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(tmp.path().join("body.json")).unwrap()).unwrap();
+        let inline = cra_runtime::atlases::load_inline(&body, "").unwrap();
+        assert_eq!(signed.inline.as_ref().unwrap().1, inline.digest);
+        let mut trust = Trust::new();
+        trust
+            .add_public_key(
+                &std::fs::read_to_string(key.with_extension("pub")).unwrap(),
+                "k",
+            )
+            .unwrap();
+        trust
+            .verify_digest(&inline.digest, body["signature"].as_str().unwrap())
+            .unwrap();
         assert_eq!(signed.signature, atlas.join(".atlas.sig"));
         let args = |trusted: Vec<PathBuf>| VerifyArgs {
             path: atlas.clone(),
@@ -338,6 +409,7 @@ mod tests {
             path: atlas.clone(),
             key: key.with_extension("pub"),
             out: None,
+            inline_body: None,
             output: OutputFormat::Text,
         })
         .unwrap_err();

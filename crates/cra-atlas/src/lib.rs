@@ -11,6 +11,9 @@
 //! * [`adapters`]: OpenAI, Anthropic and MCP tool descriptors generated from actions.
 //! * [`scaffold`]: the skeleton atlas `cra atlas init` writes.
 //! * [`mcp_import`]: the atlas `cra atlas import-mcp` writes for an MCP server cra did not write.
+//! * [`signing`]: signed atlases: an SSH signature over the atlas digest, where it lives, which
+//!   keys are trusted.
+//! * [`sshsig`]: OpenSSH signatures (SSHSIG) and Ed25519 OpenSSH keys, read and written.
 
 pub mod adapters;
 pub mod diag;
@@ -22,6 +25,8 @@ pub mod pack;
 pub mod pattern;
 pub mod registry;
 pub mod scaffold;
+pub mod signing;
+pub mod sshsig;
 pub mod validate;
 
 pub use diag::{Diagnostic, Severity};

@@ -9,6 +9,12 @@
 //! `--watch` reloads (an installed atlas stands in for a source atlas with the same id) until the
 //! server restarts. Every change builds a new generation and swaps it in with one pointer swap.
 //!
+//! With trusted keys configured (`[atlas_signing]`, `specs/atlas-signing.md`), every atlas taken
+//! in must carry a `cra-atlas` SSH signature by one of them over its digest, fail closed: a
+//! source's signature file ([`cra_atlas::signing::signature_path`]) at start and on reload, an
+//! inline atlas's `signature` member on `POST`/`PUT` ([`check_inline_signature`]). A refusal
+//! changes nothing.
+//!
 //! A server keeps the atlases in force in its store's atlas catalog (`catalog`): every change
 //! is committed there before it is swapped in, so installed atlases survive restarts and every
 //! replica sharing a PostgreSQL schema decides with the same ones. A front door on a data
@@ -21,6 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use cra_atlas::signing::Trust;
 use cra_atlas::{Diagnostic, LoadError, LoadedAtlas};
 use cra_carp::index::AtlasSet;
 use cra_wire::{FieldError, Token};
@@ -103,7 +110,7 @@ pub fn sources(configured: &[PathBuf]) -> Vec<PathBuf> {
 pub fn load_all(sources: &[PathBuf]) -> Result<AtlasState, String> {
     resolved(compose(
         sources.to_vec(),
-        load_sources(sources)?,
+        load_sources(sources, None)?,
         Vec::new(),
     )?)
 }
@@ -118,14 +125,112 @@ fn resolved(state: AtlasState) -> Result<AtlasState, String> {
     Ok(state)
 }
 
-fn load_sources(sources: &[PathBuf]) -> Result<Vec<LoadedAtlas>, String> {
+/// A source atlas refused because it is not signed by a trusted key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unsigned {
+    /// The atlas's id.
+    pub atlas_id: String,
+    /// Its version.
+    pub version: String,
+    /// Its digest.
+    pub digest: String,
+    /// What is wrong, naming the atlas and its source.
+    pub message: String,
+}
+
+/// Why the sources could not be taken in: an atlas refused for its signature, or anything else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SourceError {
+    /// An atlas is not signed by a trusted key.
+    Unsigned(Unsigned),
+    /// Any other failure (unreadable, invalid, unresolved dependency, store failure).
+    Other(String),
+}
+
+impl From<String> for SourceError {
+    fn from(message: String) -> Self {
+        SourceError::Other(message)
+    }
+}
+
+impl From<SourceError> for String {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Unsigned(u) => u.message,
+            SourceError::Other(m) => m,
+        }
+    }
+}
+
+/// Loads every source; with `trust`, each must be signed by a trusted key (its signature file
+/// over its digest), and the first that is not fails the whole load, named.
+fn load_sources(
+    sources: &[PathBuf],
+    trust: Option<&Trust>,
+) -> Result<Vec<LoadedAtlas>, SourceError> {
     let mut loaded = Vec::with_capacity(sources.len());
     for p in sources {
         let a =
             cra_carp::atlas_check::load(p).map_err(|e| format!("atlas {}: {e}", p.display()))?;
+        if let Some(trust) = trust
+            && let Err(e) = trust.verify_at(p, &a.digest)
+        {
+            return Err(SourceError::Unsigned(Unsigned {
+                message: format!(
+                    "atlas {} {} from {} is refused: {e}",
+                    a.id(),
+                    a.manifest.version,
+                    p.display()
+                ),
+                atlas_id: a.id().to_owned(),
+                version: a.manifest.version.clone(),
+                digest: a.digest,
+            }));
+        }
         loaded.push(a);
     }
     Ok(loaded)
+}
+
+/// With `trust`, checks that the inline atlas `value` (at `pointer` in the body), loaded as
+/// `atlas`, carries in `signature` a `cra-atlas` SSH signature by a trusted key over its digest;
+/// otherwise 400 `invalid_atlas` at `{pointer}/signature` saying what is missing or wrong.
+/// Without `trust`, nothing is checked.
+pub fn check_inline_signature(
+    value: &Value,
+    pointer: &str,
+    atlas: &LoadedAtlas,
+    trust: Option<&Trust>,
+) -> Result<(), ApiError> {
+    let Some(trust) = trust else {
+        return Ok(());
+    };
+    let at = format!("{pointer}/signature");
+    let Some(armored) = value.get("signature").and_then(Value::as_str) else {
+        return Err(ApiError::field(
+            Token::InvalidAtlas,
+            at,
+            format!(
+                "this server takes only atlases signed by a trusted key: send `signature`, the armored SSH signature (namespace cra-atlas) over the atlas digest {} (`cra atlas sign`)",
+                atlas.digest
+            ),
+        ));
+    };
+    trust
+        .verify_digest(&atlas.digest, armored)
+        .map(drop)
+        .map_err(|e| {
+            ApiError::field(
+                Token::InvalidAtlas,
+                at,
+                format!(
+                    "atlas {} {} (digest {}) is refused: {e}",
+                    atlas.id(),
+                    atlas.manifest.version,
+                    atlas.digest
+                ),
+            )
+        })
 }
 
 /// One generation: the source atlases, except those an installed atlas stands in for, then the
@@ -175,11 +280,11 @@ pub(crate) fn inline_files(
         )
     })?;
     for key in obj.keys() {
-        if key != "manifest" && key != "files" {
+        if key != "manifest" && key != "files" && key != "signature" {
             let hint = if key == "path" {
                 "a server does not read atlases from paths its callers name; send `manifest` and `files`"
             } else {
-                "an inline atlas has only `manifest` and `files`"
+                "an inline atlas has only `manifest`, `files` and `signature`"
             };
             return Err(bad(
                 format!("{pointer}/{}", escape_pointer_token(key)),
@@ -199,6 +304,15 @@ pub(crate) fn inline_files(
             format!(
                 "the manifest is a JSON object, found {}",
                 crate::extract::json_kind(manifest)
+            ),
+        ));
+    }
+    if let Some(sig) = obj.get("signature").filter(|s| !s.is_string()) {
+        return Err(bad(
+            format!("{pointer}/signature"),
+            format!(
+                "`signature` is the armored SSH signature text, found {}",
+                crate::extract::json_kind(sig)
             ),
         ));
     }
@@ -366,7 +480,8 @@ pub(crate) enum Installed {
     Unchanged,
 }
 
-/// A cheap fingerprint of the sources' files (paths, sizes, modification times).
+/// A cheap fingerprint of the sources' files (paths, sizes, modification times), their
+/// signature files included.
 pub fn fingerprint(sources: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     let mut out = Vec::new();
     fn walk(p: &Path, out: &mut Vec<(PathBuf, u64, Option<SystemTime>)>) {
@@ -386,6 +501,10 @@ pub fn fingerprint(sources: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>
     }
     for s in sources {
         walk(s, &mut out);
+        // An archive's signature sits beside it (a directory's is inside, walked above).
+        if !s.is_dir() {
+            walk(&cra_atlas::signing::signature_path(s), &mut out);
+        }
     }
     out
 }
@@ -405,6 +524,15 @@ impl Swapped {
 }
 
 impl Runtime {
+    /// The keys atlases must be signed by (`[atlas_signing]`), read afresh (an `allowed_signers`
+    /// edit applies at the next check); `None`: signing is not configured. A file that cannot be
+    /// read now is an error, so the atlas being checked is refused (fail closed).
+    pub fn atlas_trust(&self) -> Result<Option<Trust>, String> {
+        self.config.atlas_signing.trust().map_err(|e| {
+            format!("the trusted atlas signing keys cannot be read, so no atlas is taken in: {e}")
+        })
+    }
+
     /// The atlases in force now.
     pub fn atlases(&self) -> Arc<AtlasState> {
         self.atlas_state
@@ -538,7 +666,8 @@ impl Runtime {
                 actor,
                 "watch",
                 |current| {
-                    let fresh = load_sources(&current.sources)?;
+                    let trust = self.atlas_trust()?;
+                    let fresh = load_sources(&current.sources, trust.as_ref())?;
                     let posted: Vec<LoadedAtlas> = current
                         .loaded
                         .iter()

@@ -247,6 +247,58 @@ impl RetentionConfig {
     }
 }
 
+/// Signed atlases (`[atlas_signing]`, `specs/atlas-signing.md`). With at least one trusted key,
+/// every atlas the server takes in (at start, on a `--watch` reload, over `POST`/`PUT
+/// /v1/atlases`) must carry a `cra-atlas` SSH signature over its digest by one of them, or it
+/// is refused; without one (the default) nothing is checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AtlasSigningConfig {
+    /// Trusted Ed25519 public keys, each in the one-line OpenSSH form (`ssh-ed25519 AAAA...`).
+    pub trusted_keys: Vec<String>,
+    /// An `allowed_signers` file (as `ssh-keygen -Y verify -f` reads it) whose Ed25519 keys
+    /// allowed the `cra-atlas` namespace are trusted too. Read at start and at each check, so an
+    /// edit applies without a restart; a file that cannot be read refuses every atlas.
+    pub allowed_signers: Option<PathBuf>,
+}
+
+impl AtlasSigningConfig {
+    /// The trusted keys, or `None` when signing is not configured (nothing is checked). A key or
+    /// file that cannot be used is an error naming it; so is a configuration that names a file
+    /// holding no Ed25519 key for `cra-atlas` (it would refuse every atlas).
+    pub fn trust(&self) -> Result<Option<cra_atlas::signing::Trust>, ConfigError> {
+        if self.trusted_keys.is_empty() && self.allowed_signers.is_none() {
+            return Ok(None);
+        }
+        let bad = |e: cra_atlas::signing::SigningError| {
+            ConfigError::Invalid(format!("`atlas_signing`: {e}"))
+        };
+        let mut trust = cra_atlas::signing::Trust::new();
+        for (i, key) in self.trusted_keys.iter().enumerate() {
+            trust
+                .add_public_key(key, &format!("atlas_signing.trusted_keys[{i}]"))
+                .map_err(bad)?;
+        }
+        if let Some(path) = &self.allowed_signers {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ConfigError::Invalid(format!(
+                    "`atlas_signing.allowed_signers`: cannot read {}: {e}",
+                    path.display()
+                ))
+            })?;
+            trust
+                .add_allowed_signers(&text, &path.display().to_string())
+                .map_err(bad)?;
+        }
+        if trust.is_empty() {
+            return Err(ConfigError::Invalid(
+                "`atlas_signing` trusts no Ed25519 key for the `cra-atlas` namespace: add one, or remove the section to run without signed atlases".to_owned(),
+            ));
+        }
+        Ok(Some(trust))
+    }
+}
+
 /// Everything `cra serve` can be told.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -308,6 +360,8 @@ pub struct RuntimeConfig {
     pub mcp: McpConfig,
     /// The transparency log (`[log]`).
     pub log: LogConfig,
+    /// Signed atlases (`[atlas_signing]`); absent, atlases are not checked for signatures.
+    pub atlas_signing: AtlasSigningConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -336,6 +390,7 @@ impl Default for RuntimeConfig {
             retention: None,
             mcp: McpConfig::default(),
             log: LogConfig::default(),
+            atlas_signing: AtlasSigningConfig::default(),
         }
     }
 }
@@ -417,6 +472,7 @@ impl RuntimeConfig {
         for (name, ex) in &self.executors {
             ex.check(name)?;
         }
+        self.atlas_signing.trust()?;
         Ok(addr)
     }
 
@@ -501,6 +557,44 @@ days = 30
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("retention.interval_seconds"), "{e}");
         assert!(RuntimeConfig::from_toml("[retention]\nday = 3").is_err());
+    }
+
+    #[test]
+    fn atlas_signing_names_its_keys_and_refuses_a_section_that_trusts_nothing() {
+        let key = cra_atlas::sshsig::PrivateKey::from_seed([1; 32])
+            .public_key()
+            .to_openssh();
+        let c = RuntimeConfig::from_toml(&format!("[atlas_signing]\ntrusted_keys = [\"{key}\"]"))
+            .unwrap();
+        assert_eq!(c.atlas_signing.trust().unwrap().unwrap().keys().len(), 1);
+        assert!(
+            RuntimeConfig::default()
+                .atlas_signing
+                .trust()
+                .unwrap()
+                .is_none()
+        );
+        let c = RuntimeConfig::from_toml("[atlas_signing]\ntrusted_keys = [\"ssh-ed25519 nope\"]")
+            .unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("atlas_signing.trusted_keys[0]"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("allowed_signers");
+        std::fs::write(&file, format!("ci@example.com namespaces=\"git\" {key}\n")).unwrap();
+        let c = RuntimeConfig {
+            atlas_signing: AtlasSigningConfig {
+                trusted_keys: Vec::new(),
+                allowed_signers: Some(file),
+            },
+            ..RuntimeConfig::default()
+        };
+        assert!(
+            c.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("trusts no Ed25519 key")
+        );
+        assert!(RuntimeConfig::from_toml("[atlas_signing]\ntrusted = []").is_err());
     }
 
     #[test]

@@ -106,13 +106,38 @@ pub fn build_runtime(
     }
     backends.database_clock = database_clock;
     let sources = crate::atlases::sources(&config.atlases);
-    let atlas_state = crate::atlases::catalog::open(
+    let trust = config.atlas_signing.trust()?;
+    if let Some(t) = &trust {
+        notices.push(StartNotice::Info(format!(
+            "signed atlases: every atlas must be signed by one of {} trusted keys",
+            t.keys().len()
+        )));
+    }
+    let opened = crate::atlases::catalog::open(
         backends.catalog.as_ref(),
         &sources,
         config.replace_atlases,
         cra_store::retention::OPERATOR_AGENT,
-    )
-    .map_err(StartError::Other)?;
+        trust.as_ref(),
+    );
+    let atlas_state = match opened {
+        Ok(state) => state,
+        Err(crate::atlases::SourceError::Other(message)) => return Err(StartError::Other(message)),
+        Err(crate::atlases::SourceError::Unsigned(refused)) => {
+            // Fail closed, and record the refusal in the operator audit chain first, through a
+            // runtime that holds no atlas and never serves.
+            let parts = Parts {
+                auth,
+                backends,
+                atlas_state: crate::atlases::AtlasState::empty(),
+                catalogued: false,
+                test_clock,
+            };
+            let rt = assemble(config, clock, ids, parts);
+            crate::service::atlases::record_start_refusal(rt, &refused);
+            return Err(StartError::Other(refused.message));
+        }
+    };
     notices.push(StartNotice::Info(format!(
         "atlases: {}",
         if atlas_state.loaded.is_empty() {

@@ -1,4 +1,5 @@
-//! Integration tests of `cra-atlas`: loading, registry, packing, provider adapters.
+//! Integration tests of `cra-atlas`: loading, registry, packing, provider adapters, and signed
+//! atlases checked against `ssh-keygen` itself.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,6 +9,7 @@ mod hostile;
 mod load;
 mod pack;
 mod registry;
+mod signing;
 
 use std::path::PathBuf;
 

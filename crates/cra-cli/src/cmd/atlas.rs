@@ -1,5 +1,5 @@
 //! `cra atlas ...`: tools for atlas authors (init, check, fmt, inspect, adapters, pack, test,
-//! import-mcp).
+//! import-mcp; sign and verify are [`crate::cmd::atlas_sign`]'s).
 //!
 //! Exit codes follow [`crate::exit`]: 0 success, 1 could not run (unreadable path, not an atlas,
 //! write failure), 2 a negative result (`fmt --check` or `adapters --check` found a file to
@@ -64,7 +64,8 @@ pub enum AtlasCommand {
         #[arg(long)]
         check: bool,
     },
-    /// Write a deterministic .atlas.tar.gz and print its SHA-256 and the atlas digest.
+    /// Write a deterministic .atlas.tar.gz and print its SHA-256 and the atlas digest (a signed
+    /// directory's signature is copied beside the archive: it signs the same digest).
     Pack {
         /// The atlas directory.
         dir: PathBuf,
@@ -72,6 +73,12 @@ pub enum AtlasCommand {
         #[arg(short = 'o', long = "out")]
         out: Option<PathBuf>,
     },
+    /// Sign an atlas: an SSH signature (Ed25519, namespace cra-atlas) over its digest, which
+    /// `ssh-keygen -Y verify` and `cra atlas verify` check.
+    Sign(crate::cmd::atlas_sign::SignArgs),
+    /// Check an atlas's signature against trusted keys: exit 0 valid, 2 not (unsigned, changed,
+    /// untrusted key), 1 unreadable, 3 invalid atlas.
+    Verify(crate::cmd::atlas_sign::VerifyArgs),
     /// Run the atlas's tests: recorded traces and stated expectations (see `cra atlas test --help`).
     Test(crate::cmd::atlas_test::TestArgs),
     /// Re-decide recorded resolves and executes under a changed atlas and report every decision
@@ -118,6 +125,8 @@ pub fn run(cmd: AtlasCommand) -> Exit {
             check,
         } => adapters_cmd(&dir, &targets, check),
         AtlasCommand::Pack { dir, out } => pack(&dir, out.as_deref()),
+        AtlasCommand::Sign(args) => crate::cmd::atlas_sign::run_sign(&args),
+        AtlasCommand::Verify(args) => crate::cmd::atlas_sign::run_verify(&args),
         AtlasCommand::Test(args) => crate::cmd::atlas_test::run(args),
         AtlasCommand::Simulate(args) => crate::cmd::atlas_simulate::run(args),
         AtlasCommand::ImportMcp(args) => crate::cmd::mcp::import(&args),
@@ -619,6 +628,20 @@ fn pack(dir: &Path, out: Option<&Path>) -> Exit {
         Ok(report) => {
             println!("{}  {}", report.archive_sha256, out.display());
             println!("atlas digest {}", report.atlas_digest);
+            // A signature is over the digest, which packing keeps: the directory's holds for
+            // the archive, beside it (`specs/atlas-signing.md`).
+            let signature = cra_atlas::signing::signature_path(dir);
+            if signature.is_file() {
+                let beside = cra_atlas::signing::signature_path(&out);
+                if let Err(e) = fs::copy(&signature, &beside) {
+                    eprintln!(
+                        "cra atlas pack: could not copy the signature to {}: {e}",
+                        beside.display()
+                    );
+                    return Exit::CouldNotRun;
+                }
+                println!("signature {}", beside.display());
+            }
             Exit::Success
         }
         Err(e) => {

@@ -465,3 +465,74 @@ fn a_log_only_approval_grants_nothing_so_it_is_not_warned_about() {
     assert_eq!(code, 0, "{err}");
     assert!(!err.contains("approval_grants_alone"), "{err}");
 }
+
+/// `cra atlas sign` and `cra atlas verify` as an author runs them: help, `-o json`, and the exit
+/// codes (0 valid, 2 not valid); the key is one `ssh-keygen` made.
+#[test]
+fn sign_and_verify_through_the_binary() {
+    for cmd in ["sign", "verify"] {
+        let (code, out, _) = cra(&["atlas", cmd, "--help"]);
+        assert_eq!(code, 0);
+        assert!(out.contains("Usage: cra atlas"), "{out}");
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let atlas = tmp.path().join("atlas");
+    let (code, _, err) = cra(&["atlas", "init", s(&atlas), "--id", "com.example.signed"]);
+    assert_eq!(code, 0, "{err}");
+    let key = tmp.path().join("key");
+    let made = Command::new("ssh-keygen")
+        .args([
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "ci@example.com",
+            "-f",
+        ])
+        .arg(&key)
+        .status()
+        .expect("ssh-keygen runs (OpenSSH client tools)");
+    assert!(made.success());
+    let (code, out, err) = cra(&["atlas", "sign", s(&atlas), "--key", s(&key), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let signed: Value = serde_json::from_str(&out).unwrap();
+    assert!(atlas.join(".atlas.sig").is_file());
+    let public = key.with_extension("pub");
+    let (code, out, err) = cra(&[
+        "atlas",
+        "verify",
+        s(&atlas),
+        "--trusted-key",
+        s(&public),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let verified: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(verified["digest"], signed["digest"]);
+    assert_eq!(verified["principals"][0], "ci@example.com");
+
+    // Packing keeps the digest, so the signature goes beside the archive and holds there.
+    let archive = tmp.path().join("signed.atlas.tar.gz");
+    let (code, out, err) = cra(&["atlas", "pack", s(&atlas), "-o", s(&archive)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("signature "), "{out}");
+    let (code, _, err) = cra(&["atlas", "verify", s(&archive), "--trusted-key", s(&public)]);
+    assert_eq!(code, 0, "{err}");
+
+    std::fs::write(atlas.join("context/late.md"), "late\n").unwrap();
+    let (code, out, _) = cra(&[
+        "atlas",
+        "verify",
+        s(&atlas),
+        "--trusted-key",
+        s(&public),
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    let refused: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(refused["valid"], false);
+}

@@ -27,7 +27,7 @@ use cra_atlas::LoadedAtlas;
 use cra_store::AtlasCatalog;
 use cra_store::catalog::{CatalogChange, CatalogEntry, CommitError, Generation};
 
-use super::{AtlasState, compose, load_sources, resolved};
+use super::{AtlasState, SourceError, compose, load_sources, resolved};
 
 /// How many times a start builds its change again when other replicas keep committing first.
 const START_ATTEMPTS: usize = 20;
@@ -133,15 +133,17 @@ pub(crate) fn state_of(
 }
 
 /// The atlases in force at start: the catalog's newest generation with the atlases of
-/// `sources` loaded into it (module documentation). `replace` lets a source atlas replace a
+/// `sources` loaded into it (module documentation), each signed by a key of `trust` when it is
+/// given. `replace` lets a source atlas replace a
 /// stored one with the same id and version and other content.
 pub(crate) fn open(
     catalog: &dyn AtlasCatalog,
     sources: &[PathBuf],
     replace: bool,
     actor: &str,
-) -> Result<AtlasState, String> {
-    let from_sources = load_sources(sources)?;
+    trust: Option<&cra_atlas::signing::Trust>,
+) -> Result<AtlasState, SourceError> {
+    let from_sources = load_sources(sources, trust)?;
     let source_digests: BTreeMap<String, String> = from_sources
         .iter()
         .map(|a| (a.id().to_owned(), a.digest.clone()))
@@ -176,12 +178,12 @@ pub(crate) fn open(
                 return Ok(state);
             }
             Err(CommitError::Stale { .. }) => continue,
-            Err(e) => return Err(format!("storing the atlases failed: {e}")),
+            Err(e) => return Err(format!("storing the atlases failed: {e}").into()),
         }
     }
-    Err(format!(
+    Err(SourceError::Other(format!(
         "the atlas catalog kept changing while this replica started ({START_ATTEMPTS} attempts); start it again"
-    ))
+    )))
 }
 
 /// Refuses a source atlas whose id and version are stored with other content, unless `replace`.

@@ -12,6 +12,7 @@ pub mod events;
 use std::sync::Arc;
 
 use cra_atlas::LoadedAtlas;
+use cra_atlas::signing::Trust;
 use cra_store::catalog::CatalogEntry;
 use cra_trace::EventDraft;
 use cra_wire::Token;
@@ -23,7 +24,7 @@ use self::events::{
     AtlasChange, AtlasInstalled, AtlasRefused, AtlasRemoved, AtlasReplaced, AtlasSource,
 };
 use super::operator;
-use crate::atlases::{Installed, Swapped, load_inline};
+use crate::atlases::{Installed, Swapped, check_inline_signature, load_inline};
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
 use crate::state::Runtime;
@@ -195,7 +196,8 @@ impl Runtime {
     /// validated exactly as a directory holding those files. It joins the set in force,
     /// replacing the atlas with the same id at another version; the identical atlas again
     /// changes nothing (`unchanged`); the same id and version with other content is 409
-    /// `atlas_version_conflict`. Authors and admins. The install, replacement or refusal is
+    /// `atlas_version_conflict`; with trusted keys configured, an atlas without a valid
+    /// `signature` by one of them is 400 `invalid_atlas` at `/signature`. Authors and admins. The install, replacement or refusal is
     /// recorded in the operator audit chain.
     pub async fn install_inline_atlas(
         self: &Arc<Self>,
@@ -208,8 +210,14 @@ impl Runtime {
         let actor_id = actor.id.clone();
         let outcome = run_blocking("installing the atlas failed", move || {
             // A refusal keeps the atlas it refused, when it loaded far enough to be known.
+            let trust = rt
+                .atlas_trust()
+                .map_err(|e| Box::new((None, untrusted(e))))?;
             let atlas = load_inline(&inline, "").map_err(|e| Box::new((None, e)))?;
             let summary = AtlasSummary::of(&atlas);
+            if let Err(e) = check_inline_signature(&inline, "", &atlas, trust.as_ref()) {
+                return Err(Box::new((Some(summary), e)));
+            }
             let (installed, swap) = match rt.install_atlas(&actor_id, atlas) {
                 Ok(i) => i,
                 Err(e) => return Err(Box::new((Some(summary), e))),
@@ -266,7 +274,8 @@ impl Runtime {
         let rt = Arc::clone(self);
         let actor_id = actor.id.clone();
         let outcome = run_blocking("replacing the atlases failed", move || {
-            let swap = rt.replace_atlases(&actor_id, load_set(&set)?)?;
+            let trust = rt.atlas_trust().map_err(untrusted)?;
+            let swap = rt.replace_atlases(&actor_id, load_set(&set, trust.as_ref())?)?;
             Ok((rt.atlas_summaries(), swap))
         })
         .await?;
@@ -458,6 +467,46 @@ pub(crate) async fn record_reload(
     }
 }
 
+/// Records that a start refused the source atlas `refused` (not signed by a trusted key) in the
+/// operator audit chain of `rt`, a runtime that never serves; then drops it. Called from a
+/// start (which may run anywhere: on an async worker's blocking pool or not), so the append
+/// runs on a thread and async runtime of its own. A failure to record is logged: the start is
+/// refused either way.
+pub(crate) fn record_start_refusal(rt: crate::state::AppState, refused: &crate::atlases::Unsigned) {
+    let refused = refused.clone();
+    let recorded = std::thread::spawn(move || {
+        let tokio = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        let outcome = tokio.block_on(async {
+            let chain = operator::lock(&rt).await?;
+            let draft = operator::draft(
+                &rt,
+                &AtlasRefused {
+                    atlas_id: Some(refused.atlas_id.as_str()),
+                    version: Some(refused.version.as_str()),
+                    digest: Some(refused.digest.as_str()),
+                    actor: cra_store::retention::OPERATOR_AGENT,
+                    source: AtlasSource::Start,
+                    error: Token::InvalidAtlas.as_str(),
+                    message: &refused.message,
+                },
+            );
+            chain.append(vec![draft]).await.map(drop)
+        });
+        drop(tokio);
+        drop(rt);
+        outcome.map_err(|e| e.body.message)
+    })
+    .join();
+    match recorded {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "the refused start could not be recorded"),
+        Err(_) => tracing::warn!("recording the refused start failed"),
+    }
+}
+
 /// Records the change a stopped server left stored but unrecorded, if any (the catalog's
 /// newest generation is not marked recorded): the change from the newest recorded generation
 /// to the newest one, as its own door when it is one generation (a start's own change is one),
@@ -505,8 +554,14 @@ pub(crate) async fn record_unrecorded(rt: &Arc<Runtime>) {
     }
 }
 
-/// The atlases of a `{"atlases": [...]}` document, each loaded and validated, ids distinct.
-fn load_set(set: &Value) -> ApiResult<Vec<LoadedAtlas>> {
+/// 503 `unavailable`: the trusted keys cannot be read now, so no atlas is taken in.
+fn untrusted(message: String) -> ApiError {
+    ApiError::new(Token::Unavailable, message)
+}
+
+/// The atlases of a `{"atlases": [...]}` document, each loaded and validated (and, with
+/// `trust`, signed by a trusted key), ids distinct.
+fn load_set(set: &Value, trust: Option<&Trust>) -> ApiResult<Vec<LoadedAtlas>> {
     let members = set.as_object().map(|o| o.len()).unwrap_or_default();
     let list = set
         .get("atlases")
@@ -527,7 +582,9 @@ fn load_set(set: &Value) -> ApiResult<Vec<LoadedAtlas>> {
     }
     let mut loaded: Vec<LoadedAtlas> = Vec::with_capacity(list.len());
     for (i, a) in list.iter().enumerate() {
-        let atlas = load_inline(a, &format!("/atlases/{i}"))?;
+        let at = format!("/atlases/{i}");
+        let atlas = load_inline(a, &at)?;
+        check_inline_signature(a, &at, &atlas, trust)?;
         if let Some(j) = loaded.iter().position(|b| b.id() == atlas.id()) {
             return Err(ApiError::field(
                 Token::InvalidAtlas,

@@ -18,6 +18,7 @@ mod params;
 mod relay;
 mod service;
 mod sessions;
+mod signing;
 mod stream;
 mod support;
 mod system;

@@ -105,6 +105,9 @@ pub fn build_runtime(
         )));
     }
     backends.database_clock = database_clock;
+    let (log, notice) =
+        crate::tlog::Log::open(&config, backends.log.clone()).map_err(StartError::Other)?;
+    notices.push(StartNotice::Info(notice));
     let sources = crate::atlases::sources(&config.atlases);
     let trust = config.atlas_signing.trust()?;
     if let Some(t) = &trust {
@@ -132,6 +135,7 @@ pub fn build_runtime(
                 atlas_state: crate::atlases::AtlasState::empty(),
                 catalogued: false,
                 test_clock,
+                log,
             };
             let rt = assemble(config, clock, ids, parts);
             crate::service::atlases::record_start_refusal(rt, &refused);
@@ -169,9 +173,6 @@ pub fn build_runtime(
         ),
         None => format!("store: redb in {}", config.data.display()),
     }));
-    let (log, notice) =
-        crate::tlog::Log::open(&config, backends.log.clone()).map_err(StartError::Other)?;
-    notices.push(StartNotice::Info(notice));
     let parts = Parts {
         auth,
         backends,

@@ -174,13 +174,10 @@ fn a_proof_with_a_flipped_byte_is_caught() {
     let (_, outcome) = finding_after(|s| {
         s.checkpoint = note(&honest, 33, &key(1));
         let mut proof = proof_hex(&honest, 20, 33);
-        let first = proof[0].clone();
-        let flipped = if first.starts_with('0') {
-            format!("1{}", &first[1..])
-        } else {
-            format!("0{}", &first[1..])
-        };
-        proof[0] = flipped;
+        // Flip the low bit of the first byte.
+        let mut bytes = cra_tlog::hash::from_hex(&proof[0]).unwrap();
+        bytes[0] ^= 1;
+        proof[0] = cra_tlog::hash::to_hex(&bytes);
         s.proof = proof;
     });
     assert_eq!(kind(&outcome), "bad_consistency_proof");

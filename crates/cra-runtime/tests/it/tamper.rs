@@ -8,7 +8,9 @@
 //! Two cases document what the chain does *not* catch on its own (specs/SECURITY.md): a rewrite
 //! of a whole suffix with every hash recomputed (and the head moved) verifies, and so does an
 //! export of a chain whose last events were deleted; the server's verification still reports
-//! that one, comparing the chain with the head the store keeps beside it.
+//! that one, comparing the chain with the head the store keeps beside it. The transparency log
+//! catches the rewrite: an auditor who saw an earlier signed checkpoint finds the rebuilt log
+//! inconsistent with it, on both backends (issue 26).
 
 use cra_trace::TraceEvent;
 use serde_json::{Value, json};
@@ -435,6 +437,193 @@ async fn direct_edits_of_postgres_rows_are_reported_at_the_first_affected_sequen
     .await
     .unwrap();
     check_all(&s, &sids, &counts).await;
+    s.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}
+
+/// What an auditor holds: the log's verifier key and a checkpoint it saw.
+struct Seen {
+    verifiers: cra_tlog::Verifiers,
+    origin: String,
+    checkpoint: cra_tlog::Checkpoint,
+}
+
+/// The auditor's first look: the public key and a checkpoint cut now (as `cra log watch` keeps).
+async fn auditor_sees(s: &TestServer) -> Seen {
+    let key = s
+        .http
+        .get(s.url("/v1/log/key"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let verifier = cra_tlog::Ed25519Verifier::parse(key.trim()).unwrap();
+    let origin = verifier.name().to_owned();
+    let verifiers = cra_tlog::Verifiers::new(vec![verifier]).unwrap();
+    let checkpoint = cut_checkpoint(s, &verifiers, &origin).await;
+    Seen {
+        verifiers,
+        origin,
+        checkpoint,
+    }
+}
+
+async fn cut_checkpoint(
+    s: &TestServer,
+    verifiers: &cra_tlog::Verifiers,
+    origin: &str,
+) -> cra_tlog::Checkpoint {
+    let resp = s
+        .http
+        .post(s.url("/v1/log/checkpoint"))
+        .bearer_auth(OPERATOR)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let note = resp.text().await.unwrap();
+    cra_tlog::Checkpoint::open(note.as_bytes(), origin, verifiers)
+        .unwrap()
+        .0
+}
+
+/// The auditor's next look, after the operator rewrote a whole chain (head moved) and rebuilt
+/// the log from the rewritten chains: the chain verifies on its own, but the log's new
+/// checkpoint is not consistent with the one the auditor saw (a different root at the same
+/// size, or no consistency proof that verifies).
+async fn auditor_catches_the_rewrite(s: &TestServer, sid: &str, seen: &Seen) {
+    let (_, v) = s
+        .post(Some(ADMIN), &format!("/v1/traces/{sid}/verify"), &json!({}))
+        .await;
+    assert_eq!(
+        v["valid"], true,
+        "the rewritten chain verifies on its own: {v}"
+    );
+    let now = cut_checkpoint(s, &seen.verifiers, &seen.origin).await;
+    let old = &seen.checkpoint;
+    assert!(now.size() >= old.size());
+    if now.size() == old.size() {
+        assert_ne!(
+            now.root(),
+            old.root(),
+            "the rewrite shows as another tree of the same size"
+        );
+        return;
+    }
+    let (st, proof) = s
+        .get(
+            None,
+            &format!(
+                "/v1/log/proof/consistency?from={}&to={}",
+                old.size(),
+                now.size()
+            ),
+        )
+        .await;
+    assert_eq!(st, 200, "{proof}");
+    let hashes: Vec<String> = proof["hashes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_str().unwrap().to_owned())
+        .collect();
+    let hashes = cra_tlog::proof::proof_from_hex(&hashes).unwrap();
+    assert!(
+        cra_tlog::verify_consistency(old.size(), now.size(), old.root(), now.root(), &hashes)
+            .is_err(),
+        "no proof can make the rebuilt tree extend the one the auditor saw"
+    );
+}
+
+/// Invariant (issue 26): a whole-chain rewrite that the chain alone cannot reveal is detected
+/// by any auditor who saw an earlier checkpoint (redb: the file edited while the server is
+/// down, the log's tables dropped so the restarted server rebuilds the tree from the rewritten
+/// chains).
+#[tokio::test]
+async fn a_whole_chain_rewrite_is_caught_by_an_earlier_checkpoint_on_redb() {
+    let s = TestServer::start().await;
+    let sid = record_chains(&s).await.remove(0);
+    let seen = auditor_sees(&s).await;
+    let dir = s.stop_keep().await;
+    let file = dir.path().join("data").join(cra_store::redb::DATABASE_FILE);
+    let sid2 = sid.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut raw = RedbRaw(redb::Database::open(&file).unwrap());
+        apply(&mut raw, &sid2, Edit::Rewrite(0));
+        let txn = raw.0.begin_write().unwrap();
+        for table in ["tlog_tiles", "tlog_leaves", "tlog_meta", "tlog_checkpoints"] {
+            txn.delete_table(redb::TableDefinition::<(), ()>::new(table))
+                .unwrap();
+        }
+        txn.commit().unwrap();
+    })
+    .await
+    .unwrap();
+    let s = TestServer::start_in(dir, |_| {}).await;
+    auditor_catches_the_rewrite(&s, &sid, &seen).await;
+    s.stop().await;
+}
+
+/// The same on PostgreSQL: the rows rewritten under the running server, the log's rows deleted,
+/// and a restarted server rebuilding the tree.
+#[tokio::test]
+async fn a_whole_chain_rewrite_is_caught_by_an_earlier_checkpoint_on_postgres() {
+    let Some(url) = cra_store::testing::postgres_url(
+        "a_whole_chain_rewrite_is_caught_by_an_earlier_checkpoint_on_postgres",
+    ) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "rewrite");
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("log.key");
+    std::fs::write(
+        &key_file,
+        cra_runtime::tlog::generate_key("tamper.test/cra-log").unwrap(),
+    )
+    .unwrap();
+    let config = {
+        let (u, name, key_file) = (url.clone(), schema.name().to_owned(), key_file.clone());
+        move |c: &mut cra_runtime::config::RuntimeConfig| {
+            c.postgres = Some(u);
+            c.postgres_schema = name;
+            c.postgres_pool = 4;
+            c.log.key_file = Some(key_file);
+        }
+    };
+    let s = TestServer::start_blocking_with(config.clone()).await;
+    let sid = record_chains(&s).await.remove(0);
+    let seen = auditor_sees(&s).await;
+    s.stop_blocking().await;
+    let (sid2, name, u) = (sid.clone(), schema.name().to_owned(), url.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut client = postgres::Client::connect(&u, postgres::NoTls).unwrap();
+        client
+            .batch_execute(&format!("SET search_path TO \"{name}\""))
+            .unwrap();
+        let mut raw = PgRaw(client);
+        apply(&mut raw, &sid2, Edit::Rewrite(0));
+        // The operator keeps the hash column in step with the rewritten bodies.
+        raw.0
+            .execute(
+                "UPDATE trace_events SET event_hash = body::json->>'event_hash' WHERE session_id = $1",
+                &[&sid2],
+            )
+            .unwrap();
+        raw.0
+            .batch_execute(
+                "DELETE FROM tlog_tiles; DELETE FROM tlog_leaves; DELETE FROM tlog_checkpoints;
+                 DELETE FROM tlog_state;",
+            )
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    let s = TestServer::start_blocking_with(config).await;
+    auditor_catches_the_rewrite(&s, &sid, &seen).await;
     s.stop_blocking().await;
     tokio::task::spawn_blocking(move || drop(schema))
         .await

@@ -15,7 +15,9 @@
 //! events each acknowledged request produced. Every fact history must be contiguous (no overlap,
 //! no hole), and every chain in the store is fetched as NDJSON over HTTP and verified by
 //! `tools/appendix_b.py` (the spec's algorithm in Python, independent of the Rust code) and by
-//! `POST /v1/traces/{id}/verify`. A chain may hold more events than its head said while the
+//! `POST /v1/traces/{id}/verify`. The transparency log must hold exactly one leaf per stored
+//! event after every kill, and the last checkpoint published must sign the tree the store holds
+//! at its size (`check_log`). A chain may hold more events than its head said while the
 //! server was down only where the restart appended what the kill cut off: outcomes of
 //! interrupted executions, and the events of Relay writes left in the store's outbox
 //! (`recovered_relay_events` in the summary).
@@ -988,13 +990,18 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
         Store::Pg { url, schema } => (PathBuf::new(), Some((url.clone(), schema.clone()))),
     };
     // The synchronous stores are opened and closed on a blocking thread.
-    let (heads, mut owed): (BTreeMap<String, u64>, Vec<String>) =
+    type Stores = (
+        Box<dyn ChainStore>,
+        Box<dyn cra_relay::RelayStore>,
+        Box<dyn cra_store::tlog::LogStore>,
+    );
+    let (heads, mut owed, log_check): (BTreeMap<String, u64>, Vec<String>, Result<(), String>) =
         tokio::task::spawn_blocking(move || {
-            let (store, relay): (Box<dyn ChainStore>, Box<dyn cra_relay::RelayStore>) = match pg {
+            let (store, relay, log): Stores = match pg {
                 None => {
                     let redb = cra_store::RedbStore::open(data).unwrap();
                     let relay = cra_store::relay::RedbRelay::open(&redb).unwrap();
-                    (Box::new(redb), Box::new(relay))
+                    (Box::new(redb.clone()), Box::new(relay), Box::new(redb))
                 }
                 Some((url, schema)) => {
                     let pg = cra_store::PgStore::connect_with(
@@ -1016,19 +1023,21 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
                         )
                         .unwrap();
                     let relay = cra_store::relay::PgRelay::new(pg.clone());
-                    (Box::new(pg), Box::new(relay))
+                    (Box::new(pg.clone()), Box::new(relay), Box::new(pg))
                 }
             };
-            let heads = store
+            let heads: BTreeMap<String, u64> = store
                 .sessions()
                 .unwrap()
                 .into_iter()
                 .map(|s| (s.session_id, s.head.next_sequence))
                 .collect();
-            (heads, owed_event_types(relay.as_ref()))
+            let log_check = check_log(log.as_ref(), heads.values().sum());
+            (heads, owed_event_types(relay.as_ref()), log_check)
         })
         .await
         .unwrap();
+    log_check?;
     run.start_server(next_cycle).await;
     let out = run.dir.path().join("chains");
     std::fs::create_dir_all(&out).unwrap();
@@ -1111,6 +1120,33 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
             "python verified {} chains of {}",
             run.figures.chains,
             heads.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The transparency log after a kill: exactly one leaf per stored event (the leaves were
+/// committed with their events or not at all), and the last published checkpoint signs the
+/// tree the store now holds at its size.
+fn check_log(log: &dyn cra_store::tlog::LogStore, events: u64) -> Result<(), String> {
+    let size = log.log_size().map_err(|e| e.to_string())?;
+    if size != events {
+        return Err(format!(
+            "the log holds {size} leaves for {events} stored events"
+        ));
+    }
+    let Some(note) = log.checkpoints(1).map_err(|e| e.to_string())?.pop() else {
+        return Ok(());
+    };
+    let note = cra_tlog::Note::parse(note.as_bytes()).map_err(|e| e.to_string())?;
+    let cp = cra_tlog::Checkpoint::parse(note.text()).map_err(|e| e.to_string())?;
+    let root = cra_store::tlog::LogReader::at(log, size)
+        .root(cp.size())
+        .map_err(|e| format!("the checkpoint of {} leaves: {e}", cp.size()))?;
+    if root != *cp.root() {
+        return Err(format!(
+            "the last published checkpoint ({} leaves) signs another tree than the store holds",
+            cp.size()
         ));
     }
     Ok(())

@@ -20,6 +20,7 @@ pub mod trace;
 pub mod trace_diff;
 pub mod trace_export;
 pub mod trace_io;
+pub mod trace_proof;
 pub mod trace_replay;
 pub mod trace_retention;
 pub mod trace_state;

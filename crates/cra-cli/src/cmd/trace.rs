@@ -132,6 +132,13 @@ pub struct VerifyArgs {
     /// Worker threads for parsing and hashing (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Also check the chain's head is in the server's transparency log: the tlog-proof@v1 file
+    /// `cra trace export --with-proofs` wrote (needs --log-key; the chain must be a file).
+    #[arg(long, requires = "log_key")]
+    pub checkpoint: Option<PathBuf>,
+    /// The log's verifier key string (or a file holding it), as `GET /v1/log/key` serves it.
+    #[arg(long, requires = "checkpoint")]
+    pub log_key: Option<String>,
     /// Progress bar on standard error: auto shows it for large files when standard error is
     /// a terminal.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
@@ -262,10 +269,21 @@ pub fn verify(
                 let _ = writeln!(err, "cra trace verify: cannot write the result: {e}");
                 return Exit::CouldNotRun;
             }
-            if report.is_valid() {
-                Exit::Success
-            } else {
-                Exit::Negative
+            if !report.is_valid() {
+                return Exit::Negative;
+            }
+            match (&args.checkpoint, &args.log_key, &args.file) {
+                (Some(proof), Some(key), Some(file)) if !from_stdin => {
+                    log_proof(out, args.output, file, proof, key)
+                }
+                (Some(_), _, _) => {
+                    let _ = writeln!(
+                        err,
+                        "cra trace verify: --checkpoint needs the chain as a file, not standard input"
+                    );
+                    Exit::CouldNotRun
+                }
+                _ => Exit::Success,
             }
         }
         Err(e) => {
@@ -309,6 +327,38 @@ pub fn report_json(report: &Report, all: bool) -> Value {
         doc["errors"] = Value::Array(report.findings.iter().map(finding_json).collect());
     }
     doc
+}
+
+/// The offline log check of `--checkpoint`: exit 0 when the chain's head is proved in a
+/// checkpoint signed by the key, 2 when not.
+fn log_proof(
+    out: &mut dyn Write,
+    output: OutputFormat,
+    file: &std::path::Path,
+    proof: &std::path::Path,
+    key: &str,
+) -> Exit {
+    let checked = crate::cmd::trace_proof::check_proof(file, proof, key);
+    let line = match (&checked, output) {
+        (Ok(c), OutputFormat::Text) => format!(
+            "in the log: the head is leaf {} of a checkpoint of {} leaves signed by {}",
+            c.leaf_index, c.tree_size, c.origin
+        ),
+        (Ok(c), OutputFormat::Json) => serde_json::json!({
+            "log": {"included": true, "origin": c.origin, "leaf_index": c.leaf_index, "tree_size": c.tree_size}
+        })
+        .to_string(),
+        (Err(e), OutputFormat::Text) => format!("NOT in the log: {e}"),
+        (Err(e), OutputFormat::Json) => {
+            serde_json::json!({"log": {"included": false, "message": e}}).to_string()
+        }
+    };
+    let _ = writeln!(out, "{line}");
+    if checked.is_ok() {
+        Exit::Success
+    } else {
+        Exit::Negative
+    }
 }
 
 fn print_json(out: &mut dyn Write, report: &Report, all: bool) -> io::Result<()> {

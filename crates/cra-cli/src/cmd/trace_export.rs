@@ -59,6 +59,11 @@ pub struct ExportArgs {
     /// Print a JSON summary (sessions, events, files) on standard output; needs -o.
     #[arg(long)]
     pub json: bool,
+    /// Also write `<file>.tlog-proof` beside each chain: a C2SP tlog-proof@v1 that the chain's
+    /// head is in a signed checkpoint of the server's transparency log (`cra trace verify FILE
+    /// --checkpoint FILE.tlog-proof --log-key KEY` checks it offline). Needs --url and -o.
+    #[arg(long)]
+    pub with_proofs: bool,
 }
 
 /// One exported session.
@@ -301,6 +306,24 @@ pub fn export_from_server(
     }])
 }
 
+/// Writes `<file>.tlog-proof` for every exported chain file (`crate::cmd::trace_proof`).
+fn write_proofs(base: &str, token: &str, exported: &[Exported]) -> Result<(), Failure> {
+    let client = http_client()?;
+    let base = base.trim_end_matches('/');
+    for x in exported {
+        let Some(file) = &x.file else { continue };
+        if x.events == 0 {
+            continue;
+        }
+        let head = crate::cmd::trace_proof::last_event_hash(file)
+            .map_err(|e| Failure::new(Token::Unavailable, e))?;
+        let proof = crate::cmd::trace_proof::fetch_proof(&client, base, token, &head)?;
+        let path = crate::cmd::trace_proof::proof_path(file);
+        write_file(&path, |w| w.write_all(proof.to_text().as_bytes()))?;
+    }
+    Ok(())
+}
+
 /// Every chain the server at `base` lists for the caller (`GET /v1/traces`), each as its JSON
 /// Lines: what `cra atlas simulate --url` re-decides.
 pub fn server_chains(base: &str, token: &str) -> Result<Vec<(String, Vec<u8>)>, Failure> {
@@ -421,6 +444,17 @@ pub fn export(
         )
         .report(CMD, fmt, out, err);
     }
+    if args.with_proofs
+        && (args.store.given()
+            || args.url.is_none()
+            || args.out.as_ref().is_none_or(|p| p.as_os_str() == "-"))
+    {
+        return Failure::new(
+            Token::InvalidRequest,
+            "--with-proofs asks the server's transparency log: give --url (a running server) and -o (the proofs are files beside the chains)",
+        )
+        .report(CMD, fmt, out, err);
+    }
     let show = match args.progress {
         Progress::Always => true,
         Progress::Never => false,
@@ -435,7 +469,12 @@ pub fn export(
                 Token::Unauthorized,
                 "no credentials for the server: give --token or set CRA_TOKEN",
             )),
-            Some(t) => export_from_server(args, base, &t, out),
+            Some(t) => export_from_server(args, base, &t, out).and_then(|done| {
+                if args.with_proofs {
+                    write_proofs(base, &t, &done)?;
+                }
+                Ok(done)
+            }),
         }
     } else {
         match args.store.open(Some(Path::new("cra-data"))) {

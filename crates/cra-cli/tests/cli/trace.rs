@@ -25,6 +25,8 @@ fn args(file: Option<PathBuf>, all: bool, output: OutputFormat) -> VerifyArgs {
         output,
         threads: 0,
         progress: Progress::Auto,
+        checkpoint: None,
+        log_key: None,
     }
 }
 

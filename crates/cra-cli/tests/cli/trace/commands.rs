@@ -989,3 +989,77 @@ fn simulate_re_decides_a_day_of_executes_and_finds_exactly_the_planted_flips() {
     );
     assert!(doc["first_execute_divergence"].is_null(), "{doc:#}");
 }
+
+/// `cra trace export --with-proofs` from a running server writes a tlog-proof@v1 beside the
+/// chain; `cra trace verify --checkpoint --log-key` checks it offline: it passes as exported and
+/// fails (exit 2) with a flipped proof byte, another log's key, or a chain cut short.
+#[test]
+fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
+    let mut live = Live::start(None);
+    let facts = live.drive();
+    let file = live.dir.path().join("proved.trace.jsonl");
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        &facts.session,
+        "--url",
+        &live.base,
+        "--token",
+        OPERATOR,
+        "-o",
+        s(&file),
+        "--with-proofs",
+    ]);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let proof = cra_cli::cmd::trace_proof::proof_path(&file);
+    let key = reqwest::blocking::get(format!("{}/v1/log/key", live.base))
+        .unwrap()
+        .text()
+        .unwrap();
+    let key = key.trim();
+    let verify = |chain: &Path, proof: &Path, key: &str| {
+        cli(&[
+            "verify",
+            s(chain),
+            "--checkpoint",
+            s(proof),
+            "--log-key",
+            key,
+        ])
+    };
+    let (exit, out, err) = verify(&file, &proof, key);
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    assert!(out.contains("in the log: the head is leaf"), "{out}");
+
+    // A flipped byte in the first inclusion hash.
+    let text = std::fs::read_to_string(&proof).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.starts_with("index ")).unwrap() + 1;
+    let flipped_proof = live.dir.path().join("flipped.tlog-proof");
+    let mut hash = cra_tlog::hash::from_base64(lines[at]).unwrap();
+    hash[5] ^= 0x10;
+    let mut changed: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
+    changed[at] = cra_tlog::hash::to_base64(&hash);
+    std::fs::write(&flipped_proof, changed.join("\n") + "\n").unwrap();
+    let (exit, out, _) = verify(&file, &flipped_proof, key);
+    assert_eq!(exit, Exit::Negative, "{out}");
+    assert!(out.contains("NOT in the log"), "{out}");
+
+    // Another log's key.
+    let other = cra_tlog::Ed25519Signer::from_seed(key.split('+').next().unwrap(), &[9; 32])
+        .unwrap()
+        .verifier()
+        .to_key_string();
+    let (exit, out, _) = verify(&file, &proof, &other);
+    assert_eq!(exit, Exit::Negative, "{out}");
+
+    // The chain without its last event: still a valid chain, but its head is not the one proved.
+    let chain = std::fs::read_to_string(&file).unwrap();
+    let mut events: Vec<&str> = chain.lines().collect();
+    events.pop();
+    let cut = live.dir.path().join("cut.trace.jsonl");
+    std::fs::write(&cut, events.join("\n") + "\n").unwrap();
+    let (exit, out, _) = verify(&cut, &proof, key);
+    assert_eq!(exit, Exit::Negative, "{out}");
+    live.stop();
+}

@@ -43,6 +43,7 @@ pub(crate) const CRITERION: &[(&str, &str, &str, bool)] = &[
     ("cra-carp", "resolve", "carp", true),
     ("cra-store", "append", "durable_append", true),
     ("cra-store", "history", "history", true),
+    ("cra-store", "tlog", "tlog", false),
     ("cra-trace", "trace", "trace", false),
     ("cra-relay", "relay", "relay", false),
     ("cra-atlas", "atlas", "atlas", false),

@@ -1,6 +1,7 @@
 //! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
 //! test, dropped when the guard goes, the visible skip when no server is configured, and a
-//! replica's wrong clock ([`SkewedClock`]).
+//! replica's wrong clock ([`SkewedClock`]), and a transparency log bulk-loaded for proof
+//! benchmarks ([`bulk_load_log`]).
 
 use crate::{BackendError, PgStore, StoreConfig};
 
@@ -79,4 +80,42 @@ impl cra_wire::Clock for SkewedClock {
     fn now(&self) -> time::OffsetDateTime {
         time::OffsetDateTime::now_utc() + self.0
     }
+}
+
+/// Appends `leaves` (leaf data) to `store`'s transparency log with no event behind them, in
+/// transactions of at most 65,536 leaves: for benchmarks of proofs over large trees ("bulk
+/// loaded through the tree store"). The log then holds leaves no event has, which a real store
+/// never does; use it only on a store made for the purpose.
+///
+/// # Errors
+/// What the store met.
+pub fn bulk_load_log(
+    store: &crate::RedbStore,
+    leaves: &[cra_tlog::Hash],
+) -> Result<(), crate::tlog::LogError> {
+    let failed = |e: &dyn std::fmt::Display| crate::tlog::LogError::Store(e.to_string());
+    for chunk in leaves.chunks(1 << 16) {
+        let txn = store.database().begin_write().map_err(|e| failed(&e))?;
+        crate::redb::tlog::append_tiles(&txn, chunk)?;
+        txn.commit().map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
+/// [`bulk_load_log`] on PostgreSQL.
+///
+/// # Errors
+/// What the store met.
+pub fn bulk_load_log_pg(
+    store: &PgStore,
+    leaves: &[cra_tlog::Hash],
+) -> Result<(), crate::tlog::LogError> {
+    let failed = |e: &dyn std::fmt::Display| crate::tlog::LogError::Store(e.to_string());
+    let mut client = store.client().map_err(|e| failed(&e))?;
+    for chunk in leaves.chunks(1 << 16) {
+        let mut tx = client.transaction().map_err(|e| failed(&e))?;
+        crate::pg::tlog::append_tiles(&mut tx, chunk)?;
+        tx.commit().map_err(|e| failed(&e))?;
+    }
+    Ok(())
 }

@@ -76,14 +76,32 @@ pub(crate) fn append_leaves(tx: &mut Transaction<'_>, leaves: &[NewLeaf]) -> Res
     if leaves.is_empty() {
         return Ok(());
     }
+    let data: Vec<Hash> = leaves.iter().map(|l| l.event_hash).collect();
+    let size = append_tiles(tx, &data)?;
+    let hashes: Vec<&[u8]> = leaves.iter().map(|l| l.event_hash.as_slice()).collect();
+    let places: Vec<i64> = (0..leaves.len()).map(|i| to_i64(size + i as u64)).collect();
+    let sessions: Vec<&str> = leaves.iter().map(|l| l.session_id.as_str()).collect();
+    let sequences: Vec<i64> = leaves.iter().map(|l| to_i64(l.sequence)).collect();
+    tx.execute(
+        "INSERT INTO tlog_leaves (event_hash, leaf_index, session_id, sequence)
+         SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::text[], $4::bigint[])
+         ON CONFLICT (event_hash) DO NOTHING",
+        &[&hashes, &places, &sessions, &sequences],
+    )
+    .map_err(store)?;
+    Ok(())
+}
+
+/// Appends leaves with `data` to the tree in `tx` (tiles and size only; no event index), holding
+/// the log's row lock until `tx` ends, and answers the size before them.
+pub(crate) fn append_tiles(tx: &mut Transaction<'_>, data: &[Hash]) -> Result<u64, LogError> {
     let size = tx
         .query_one("SELECT size FROM tlog_state WHERE id = 1 FOR UPDATE", &[])
         .map_err(store)?
         .get::<_, i64>(0)
         .unsigned_abs();
     let partial = partial_tiles(tx, size)?;
-    let data: Vec<Hash> = leaves.iter().map(|l| l.event_hash).collect();
-    let writes = crate::tlog::append(size, &data, |key| Ok(partial.get(&key).cloned()))?;
+    let writes = crate::tlog::append(size, data, |key| Ok(partial.get(&key).cloned()))?;
     let mut levels = Vec::with_capacity(writes.len());
     let mut indexes = Vec::with_capacity(writes.len());
     let mut bodies = Vec::with_capacity(writes.len());
@@ -99,23 +117,12 @@ pub(crate) fn append_leaves(tx: &mut Transaction<'_>, leaves: &[NewLeaf]) -> Res
         &[&levels, &indexes, &bodies],
     )
     .map_err(store)?;
-    let hashes: Vec<&[u8]> = leaves.iter().map(|l| l.event_hash.as_slice()).collect();
-    let places: Vec<i64> = (0..leaves.len()).map(|i| to_i64(size + i as u64)).collect();
-    let sessions: Vec<&str> = leaves.iter().map(|l| l.session_id.as_str()).collect();
-    let sequences: Vec<i64> = leaves.iter().map(|l| to_i64(l.sequence)).collect();
-    tx.execute(
-        "INSERT INTO tlog_leaves (event_hash, leaf_index, session_id, sequence)
-         SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::text[], $4::bigint[])
-         ON CONFLICT (event_hash) DO NOTHING",
-        &[&hashes, &places, &sessions, &sequences],
-    )
-    .map_err(store)?;
     tx.execute(
         "UPDATE tlog_state SET size = $1 WHERE id = 1",
-        &[&to_i64(size + leaves.len() as u64)],
+        &[&to_i64(size + data.len() as u64)],
     )
     .map_err(store)?;
-    Ok(())
+    Ok(size)
 }
 
 /// The partial tiles an append to a log of `size` leaves extends, read in one statement.

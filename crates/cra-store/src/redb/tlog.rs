@@ -73,24 +73,8 @@ fn stored_events(txn: &WriteTransaction) -> Result<Vec<NewLeaf>, LogError> {
 /// Appends `leaves` to the log in `txn`, which also holds their events: the leaves are stored
 /// with the events or not at all.
 pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Result<(), LogError> {
-    let mut meta = txn.open_table(META).map_err(store)?;
-    let size = match meta.get(SIZE).map_err(store)? {
-        Some(bytes) => decode_u64(bytes.value())?,
-        None => 0,
-    };
     let data: Vec<Hash> = leaves.iter().map(|l| l.event_hash).collect();
-    let mut tiles = txn.open_table(TILES).map_err(store)?;
-    let writes = crate::tlog::append(size, &data, |key| {
-        Ok(tiles
-            .get((key.level, key.index))
-            .map_err(store)?
-            .map(|v| v.value().to_vec()))
-    })?;
-    for (key, bytes) in writes {
-        tiles
-            .insert((key.level, key.index), bytes.as_slice())
-            .map_err(store)?;
-    }
+    let size = append_tiles(txn, &data)?;
     let mut index = txn.open_table(LEAVES).map_err(store)?;
     for (i, leaf) in leaves.iter().enumerate() {
         let place = encode_place(size + i as u64, leaf);
@@ -105,10 +89,33 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
                 .map_err(store)?;
         }
     }
-    let new_size = size + leaves.len() as u64;
+    Ok(())
+}
+
+/// Appends leaves with `data` to the tree in `txn` (tiles and size only; no event index) and
+/// answers the size before them.
+pub(crate) fn append_tiles(txn: &WriteTransaction, data: &[Hash]) -> Result<u64, LogError> {
+    let mut meta = txn.open_table(META).map_err(store)?;
+    let size = match meta.get(SIZE).map_err(store)? {
+        Some(bytes) => decode_u64(bytes.value())?,
+        None => 0,
+    };
+    let mut tiles = txn.open_table(TILES).map_err(store)?;
+    let writes = crate::tlog::append(size, data, |key| {
+        Ok(tiles
+            .get((key.level, key.index))
+            .map_err(store)?
+            .map(|v| v.value().to_vec()))
+    })?;
+    for (key, bytes) in writes {
+        tiles
+            .insert((key.level, key.index), bytes.as_slice())
+            .map_err(store)?;
+    }
+    let new_size = size + data.len() as u64;
     meta.insert(SIZE, new_size.to_be_bytes().as_slice())
         .map_err(store)?;
-    Ok(())
+    Ok(size)
 }
 
 fn decode_u64(bytes: &[u8]) -> Result<u64, LogError> {

@@ -464,31 +464,12 @@ async fn auditor_sees(s: &TestServer) -> Seen {
     let verifier = cra_tlog::Ed25519Verifier::parse(key.trim()).unwrap();
     let origin = verifier.name().to_owned();
     let verifiers = cra_tlog::Verifiers::new(vec![verifier]).unwrap();
-    let checkpoint = cut_checkpoint(s, &verifiers, &origin).await;
+    let checkpoint = crate::tlog::cut(s, &verifiers, &origin).await;
     Seen {
         verifiers,
         origin,
         checkpoint,
     }
-}
-
-async fn cut_checkpoint(
-    s: &TestServer,
-    verifiers: &cra_tlog::Verifiers,
-    origin: &str,
-) -> cra_tlog::Checkpoint {
-    let resp = s
-        .http
-        .post(s.url("/v1/log/checkpoint"))
-        .bearer_auth(OPERATOR)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let note = resp.text().await.unwrap();
-    cra_tlog::Checkpoint::open(note.as_bytes(), origin, verifiers)
-        .unwrap()
-        .0
 }
 
 /// The auditor's next look, after the operator rewrote a whole chain (head moved) and rebuilt
@@ -503,7 +484,7 @@ async fn auditor_catches_the_rewrite(s: &TestServer, sid: &str, seen: &Seen) {
         v["valid"], true,
         "the rewritten chain verifies on its own: {v}"
     );
-    let now = cut_checkpoint(s, &seen.verifiers, &seen.origin).await;
+    let now = crate::tlog::cut(s, &seen.verifiers, &seen.origin).await;
     let old = &seen.checkpoint;
     assert!(now.size() >= old.size());
     if now.size() == old.size() {

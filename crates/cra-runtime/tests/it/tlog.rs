@@ -15,7 +15,7 @@ async fn public_text(s: &TestServer, path: &str) -> (u16, String) {
 }
 
 /// Cuts a checkpoint as the operator and opens it with the log's published key.
-async fn cut(s: &TestServer, verifiers: &Verifiers, origin: &str) -> Checkpoint {
+pub(crate) async fn cut(s: &TestServer, verifiers: &Verifiers, origin: &str) -> Checkpoint {
     let resp = s
         .http
         .post(s.url("/v1/log/checkpoint"))

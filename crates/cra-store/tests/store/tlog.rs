@@ -61,6 +61,30 @@ fn check_one_leaf_per_event(store: &dyn TestStore, events: &[TraceEvent]) -> Vec
     by_index.values().map(|e| e.event_hash.clone()).collect()
 }
 
+/// Three rounds of two events in each session, a second apart.
+fn write_rounds(store: &dyn ChainStore, clock: &cra_wire::FixedClock, sessions: &[String]) {
+    for round in 0..3 {
+        for s in sessions {
+            store
+                .append(s, vec![note(round), note(round + 10)])
+                .unwrap();
+        }
+        clock.advance(time::Duration::seconds(1));
+    }
+}
+
+/// Checks a backfilled log: one leaf per event, in `(timestamp, session_id, sequence)` order.
+fn check_backfill_order(store: &dyn TestStore, sessions: &[String]) {
+    let events = stored(store, sessions);
+    let order = check_one_leaf_per_event(store, &events);
+    let mut expected = events.clone();
+    expected.sort_by(|x, y| {
+        (&x.timestamp, &x.session_id, x.sequence).cmp(&(&y.timestamp, &y.session_id, y.sequence))
+    });
+    let expected: Vec<String> = expected.iter().map(|e| e.event_hash.clone()).collect();
+    assert_eq!(order, expected);
+}
+
 #[test]
 fn every_stored_event_is_one_leaf_in_commit_order() {
     let (_, config) = fixed();
@@ -116,14 +140,7 @@ fn a_redb_directory_written_before_the_log_is_backfilled() {
     let sessions: Vec<String> = ["b", "a", "c"].iter().map(|s| (*s).to_owned()).collect();
     {
         let store = RedbStore::open_with(&path, config.clone()).unwrap();
-        for round in 0..3 {
-            for s in &sessions {
-                store
-                    .append(s, vec![note(round), note(round + 10)])
-                    .unwrap();
-            }
-            clock.advance(time::Duration::seconds(1));
-        }
+        write_rounds(&store, &clock, &sessions);
     }
     {
         let db = redb::Database::open(path.join(cra_store::redb::DATABASE_FILE)).unwrap();
@@ -135,19 +152,7 @@ fn a_redb_directory_written_before_the_log_is_backfilled() {
         txn.commit().unwrap();
     }
     let store: Arc<dyn TestStore> = Arc::new(RedbStore::open_with(&path, config).unwrap());
-    let events = stored(&*store, &sessions);
-    let order = check_one_leaf_per_event(&*store, &events);
-    let mut expected = events.clone();
-    expected.sort_by(|x, y| {
-        (&x.timestamp, &x.session_id, x.sequence).cmp(&(&y.timestamp, &y.session_id, y.sequence))
-    });
-    assert_eq!(
-        order,
-        expected
-            .iter()
-            .map(|e| e.event_hash.clone())
-            .collect::<Vec<_>>()
-    );
+    check_backfill_order(&*store, &sessions);
 }
 
 /// The same on PostgreSQL: a schema whose log is empty (as migration 0017 leaves one written
@@ -162,14 +167,7 @@ fn a_postgres_schema_written_before_the_log_is_backfilled() {
     let sessions: Vec<String> = ["b", "a", "c"].iter().map(|s| (*s).to_owned()).collect();
     {
         let store = schema.store(config.clone()).unwrap();
-        for round in 0..3 {
-            for s in &sessions {
-                store
-                    .append(s, vec![note(round), note(round + 10)])
-                    .unwrap();
-            }
-            clock.advance(time::Duration::seconds(1));
-        }
+        write_rounds(&store, &clock, &sessions);
         let mut client = store.client().unwrap();
         client
             .batch_execute(
@@ -178,17 +176,5 @@ fn a_postgres_schema_written_before_the_log_is_backfilled() {
             .unwrap();
     }
     let store: Arc<dyn TestStore> = Arc::new(schema.store(config).unwrap());
-    let events = stored(&*store, &sessions);
-    let order = check_one_leaf_per_event(&*store, &events);
-    let mut expected = events.clone();
-    expected.sort_by(|x, y| {
-        (&x.timestamp, &x.session_id, x.sequence).cmp(&(&y.timestamp, &y.session_id, y.sequence))
-    });
-    assert_eq!(
-        order,
-        expected
-            .iter()
-            .map(|e| e.event_hash.clone())
-            .collect::<Vec<_>>()
-    );
+    check_backfill_order(&*store, &sessions);
 }

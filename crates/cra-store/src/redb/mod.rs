@@ -37,6 +37,7 @@ struct Inner {
     db: Arc<Database>,
     config: StoreConfig,
     heads: heads::Heads,
+    hash_index: tlog::HashIndex,
     collector: Collector<trace::Append>,
 }
 
@@ -107,6 +108,7 @@ impl RedbStore {
                 db,
                 config,
                 heads: heads::Heads::default(),
+                hash_index: tlog::HashIndex::default(),
                 collector,
             }),
         })
@@ -134,6 +136,10 @@ impl RedbStore {
 
     pub(crate) fn heads(&self) -> &heads::Heads {
         &self.inner.heads
+    }
+
+    pub(crate) fn hash_index(&self) -> &tlog::HashIndex {
+        &self.inner.hash_index
     }
 }
 

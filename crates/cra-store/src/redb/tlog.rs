@@ -3,7 +3,9 @@
 //! [`LogStore`] for [`RedbStore`].
 //!
 //! Tables: `tlog_tiles` maps `(level, index)` to a stored tile (level 255: entry bundles);
-//! `tlog_leaves` maps an event hash (32 bytes) to its leaf index, sequence and session;
+//! `tlog_appends` maps the leaf index of each append's first event to that event's sequence and
+//! session (one row per append, at the table's right edge: an append adds leaves to one chain,
+//! in order, so every leaf's place follows from the row at or before it);
 //! `tlog_meta` holds `size` (8 bytes, big-endian) and `identity`; `tlog_checkpoints` maps a
 //! tree size to the signed checkpoint published for it.
 
@@ -18,7 +20,7 @@ use crate::BackendError;
 use crate::tlog::{LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, TileKey};
 
 const TILES: TableDefinition<'static, (u8, u64), &[u8]> = TableDefinition::new("tlog_tiles");
-const LEAVES: TableDefinition<'static, &[u8], &[u8]> = TableDefinition::new("tlog_leaves");
+const APPENDS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_appends");
 const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("tlog_meta");
 const CHECKPOINTS: TableDefinition<'static, u64, &str> = TableDefinition::new("tlog_checkpoints");
 
@@ -37,7 +39,7 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     txn.set_durability(Durability::Immediate).map_err(backend)?;
     let has_size = {
         txn.open_table(TILES).map_err(backend)?;
-        txn.open_table(LEAVES).map_err(backend)?;
+        txn.open_table(APPENDS).map_err(backend)?;
         txn.open_table(CHECKPOINTS).map_err(backend)?;
         let meta = txn.open_table(META).map_err(backend)?;
         meta.get(SIZE).map_err(backend)?.is_some()
@@ -75,19 +77,26 @@ fn stored_events(txn: &WriteTransaction) -> Result<Vec<NewLeaf>, LogError> {
 pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Result<(), LogError> {
     let data: Vec<Hash> = leaves.iter().map(|l| l.event_hash).collect();
     let size = append_tiles(txn, &data)?;
-    let mut index = txn.open_table(LEAVES).map_err(store)?;
-    for (i, leaf) in leaves.iter().enumerate() {
-        let place = encode_place(size + i as u64, leaf);
-        // The first leaf of a hash keeps its place (two events never share a hash).
-        let old = index
-            .insert(leaf.event_hash.as_slice(), place.as_slice())
-            .map_err(store)?
-            .map(|v| v.value().to_vec());
-        if let Some(old) = old {
-            index
-                .insert(leaf.event_hash.as_slice(), old.as_slice())
-                .map_err(store)?;
+    // No index by event hash here: its keys are random, and a B-tree that copies each page it
+    // changes would write a page per event at every commit (the 64-client resolve lost 43% to
+    // it). Event hashes are found from the entry bundles instead (`HashIndex`).
+    let mut appends = txn.open_table(APPENDS).map_err(store)?;
+    let mut i = 0;
+    while i < leaves.len() {
+        let first = &leaves[i];
+        let mut end = i + 1;
+        while end < leaves.len()
+            && leaves[end].session_id == first.session_id
+            && leaves[end].sequence == leaves[end - 1].sequence + 1
+        {
+            end += 1;
         }
+        let mut place = first.sequence.to_be_bytes().to_vec();
+        place.extend_from_slice(first.session_id.as_bytes());
+        appends
+            .insert(size + i as u64, place.as_slice())
+            .map_err(store)?;
+        i = end;
     }
     Ok(())
 }
@@ -124,24 +133,20 @@ fn decode_u64(bytes: &[u8]) -> Result<u64, LogError> {
     })?))
 }
 
-/// A leaf's place: leaf index and sequence (8 bytes each, big-endian), then the session id.
-fn encode_place(leaf_index: u64, leaf: &NewLeaf) -> Vec<u8> {
-    let mut out = Vec::with_capacity(16 + leaf.session_id.len());
-    out.extend_from_slice(&leaf_index.to_be_bytes());
-    out.extend_from_slice(&leaf.sequence.to_be_bytes());
-    out.extend_from_slice(leaf.session_id.as_bytes());
-    out
-}
-
-fn decode_place(bytes: &[u8]) -> Result<LeafPlace, LogError> {
-    let bad = || LogError::Corrupt("a stored leaf place is malformed".into());
-    let (index, rest) = bytes.split_first_chunk::<8>().ok_or_else(bad)?;
-    let (sequence, session) = rest.split_first_chunk::<8>().ok_or_else(bad)?;
-    Ok(LeafPlace {
-        leaf_index: u64::from_be_bytes(*index),
-        sequence: u64::from_be_bytes(*sequence),
+/// The place of leaf `leaf_index`, from the append row at or before it.
+fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<LeafPlace>, LogError> {
+    let appends = txn.open_table(APPENDS).map_err(store)?;
+    let Some(row) = appends.range(..=leaf_index).map_err(store)?.next_back() else {
+        return Ok(None);
+    };
+    let (first, value) = row.map_err(store)?;
+    let bad = || LogError::Corrupt("a stored append row is malformed".into());
+    let (sequence, session) = value.value().split_first_chunk::<8>().ok_or_else(bad)?;
+    Ok(Some(LeafPlace {
+        leaf_index,
+        sequence: u64::from_be_bytes(*sequence) + (leaf_index - first.value()),
         session_id: String::from_utf8(session.to_vec()).map_err(|_| bad())?,
-    })
+    }))
 }
 
 impl LogStore for RedbStore {
@@ -155,10 +160,11 @@ impl LogStore for RedbStore {
     }
 
     fn leaf_place(&self, event_hash: &Hash) -> Result<Option<LeafPlace>, LogError> {
+        let Some(index) = self.hash_index().find(self, event_hash)? else {
+            return Ok(None);
+        };
         let txn = self.database().begin_read().map_err(store)?;
-        let leaves = txn.open_table(LEAVES).map_err(store)?;
-        let found = leaves.get(event_hash.as_slice()).map_err(store)?;
-        found.map(|v| decode_place(v.value())).transpose()
+        place_of(&txn, index)
     }
 
     fn read_tile(&self, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
@@ -215,5 +221,122 @@ impl LogStore for RedbStore {
             }
         }
         txn.commit().map_err(store)
+    }
+}
+
+/// Event hashes to leaf indexes, in memory, read from the entry bundles on first use and extended
+/// as the log grows: an index stored with every append would cost a random B-tree insert per
+/// event (see [`append_leaves`]). About 24 bytes a leaf while it is in use; only the inclusion
+/// route by event hash needs it.
+#[derive(Debug, Default)]
+pub(crate) struct HashIndex(std::sync::Mutex<IndexedLeaves>);
+
+#[derive(Debug, Default)]
+struct IndexedLeaves {
+    /// Leaves indexed so far (`[0, upto)`).
+    upto: u64,
+    /// The first eight bytes of a leaf's data to its index (the first such leaf).
+    first: std::collections::HashMap<u64, u64>,
+    /// Later leaves whose first eight bytes an earlier leaf already has.
+    more: std::collections::HashMap<u64, Vec<u64>>,
+}
+
+fn prefix(hash: &[u8]) -> u64 {
+    let mut p = [0u8; 8];
+    p.copy_from_slice(&hash[..8]);
+    u64::from_be_bytes(p)
+}
+
+impl HashIndex {
+    /// The leaf index of the leaf whose data is `hash`, if `store`'s log holds it.
+    pub(crate) fn find(&self, store: &RedbStore, hash: &Hash) -> Result<Option<u64>, LogError> {
+        let mut leaves = self
+            .0
+            .lock()
+            .map_err(|_| LogError::Store("the event hash index was poisoned".into()))?;
+        let size = store.log_size()?;
+        let txn = store.database().begin_read().map_err(store_err)?;
+        let tiles = txn.open_table(TILES).map_err(store_err)?;
+        let width = crate::tlog::TILE_WIDTH as u64;
+        while leaves.upto < size {
+            let bundle = leaves.upto / width;
+            let data = tiles
+                .get((crate::tlog::ENTRIES, bundle))
+                .map_err(store_err)?
+                .ok_or_else(|| LogError::Corrupt(format!("entry bundle {bundle} is missing")))?;
+            let data = data.value();
+            let end = ((bundle + 1) * width).min(size);
+            for index in leaves.upto..end {
+                let at = usize::try_from(index - bundle * width).unwrap_or(usize::MAX) * 32;
+                let entry = data.get(at..at + 32).ok_or_else(|| {
+                    LogError::Corrupt(format!("entry bundle {bundle} is too short"))
+                })?;
+                let p = prefix(entry);
+                let IndexedLeaves { first, more, .. } = &mut *leaves;
+                match first.entry(p) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        more.entry(p).or_default().push(index);
+                    }
+                    std::collections::hash_map::Entry::Vacant(slot) => {
+                        slot.insert(index);
+                    }
+                }
+            }
+            leaves.upto = end;
+        }
+        let p = prefix(hash);
+        let candidates = leaves
+            .first
+            .get(&p)
+            .into_iter()
+            .chain(leaves.more.get(&p).into_iter().flatten());
+        for &index in candidates {
+            let bundle = index / width;
+            let data = tiles
+                .get((crate::tlog::ENTRIES, bundle))
+                .map_err(store_err)?
+                .ok_or_else(|| LogError::Corrupt(format!("entry bundle {bundle} is missing")))?;
+            let at = usize::try_from(index - bundle * width).unwrap_or(usize::MAX) * 32;
+            if data.value().get(at..at + 32) == Some(hash.as_slice()) {
+                return Ok(Some(index));
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> LogError {
+    store(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Leaves whose data share their first eight bytes are told apart by the whole hash; a hash
+    /// the log does not hold is not found, and leaves appended after a lookup are found by the
+    /// next.
+    #[test]
+    fn the_hash_index_tells_apart_leaves_with_one_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let leaf = |tail: u8| {
+            let mut h = [7u8; 32];
+            h[31] = tail;
+            h
+        };
+        let filler: Vec<Hash> = (0..300u64)
+            .map(|i| cra_tlog::leaf_hash(&i.to_be_bytes()))
+            .collect();
+        crate::testing::bulk_load_log(&store, &[leaf(1)]).unwrap();
+        crate::testing::bulk_load_log(&store, &filler).unwrap();
+        crate::testing::bulk_load_log(&store, &[leaf(2)]).unwrap();
+        let index = store.hash_index();
+        assert_eq!(index.find(&store, &leaf(1)).unwrap(), Some(0));
+        assert_eq!(index.find(&store, &leaf(2)).unwrap(), Some(301));
+        assert_eq!(index.find(&store, &leaf(3)).unwrap(), None);
+        crate::testing::bulk_load_log(&store, &[leaf(3)]).unwrap();
+        assert_eq!(index.find(&store, &leaf(3)).unwrap(), Some(302));
+        assert_eq!(index.find(&store, &filler[299]).unwrap(), Some(300));
     }
 }

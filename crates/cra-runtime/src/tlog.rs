@@ -168,7 +168,7 @@ fn load_or_create(
     if create && !path.exists() {
         let origin = origin.map_or_else(default_origin, str::to_owned);
         let key = generate_key(&origin)?;
-        write_private(path, &key)
+        write_key_file(path, &key)
             .map_err(|e| format!("cannot write the log key {}: {e}", path.display()))?;
     }
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -185,7 +185,12 @@ fn load_or_create(
     })
 }
 
-fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+/// Writes a secret key string and a newline to a new file `path`, readable by its owner only
+/// (mode 0600), synced; an existing file is never overwritten.
+///
+/// # Errors
+/// The file exists or cannot be written.
+pub fn write_key_file(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);

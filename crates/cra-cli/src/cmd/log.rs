@@ -107,23 +107,9 @@ pub fn run(command: LogCommand) -> Exit {
 pub fn generate(args: &GenerateArgs) -> Result<String, String> {
     let key = cra_runtime::tlog::generate_key(&args.origin)?;
     let signer = cra_tlog::Ed25519Signer::parse(&key).map_err(|e| e.to_string())?;
-    write_new(&args.out, &format!("{key}\n"))
+    cra_runtime::tlog::write_key_file(&args.out, &key)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
     Ok(signer.verifier().to_key_string())
-}
-
-fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt as _;
-        options.mode(0o600);
-    }
-    let mut file = options.open(path)?;
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
 }
 
 /// What a watcher keeps between runs.
@@ -370,14 +356,7 @@ fn compare(
     );
     let body: serde_json::Value = serde_json::from_str(&get_text(http, &url)?)
         .map_err(|e| format!("GET {url}: not JSON: {e}"))?;
-    let hex: Vec<String> = body["hashes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|h| h.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let hex = crate::cmd::trace_proof::hex_hashes(&body);
     let checked = cra_tlog::proof::proof_from_hex(&hex)
         .map_err(|e| e.to_string())
         .and_then(|proof: Vec<Hash>| {

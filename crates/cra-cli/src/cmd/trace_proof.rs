@@ -122,15 +122,7 @@ pub fn fetch_proof(
         }
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| unavailable(format!("the inclusion proof is not JSON: {e}")))?;
-        let hashes: Vec<String> = v["hashes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|h| h.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let hashes = cra_tlog::proof::proof_from_hex(&hashes)
+        let hashes = cra_tlog::proof::proof_from_hex(&hex_hashes(&v))
             .map_err(|e| unavailable(format!("the inclusion proof: {e}")))?;
         let index = v["leaf_index"]
             .as_u64()
@@ -158,6 +150,19 @@ pub fn fetch_proof(
     })?;
     TlogProof::new(None, index, hashes, &note)
         .map_err(|e| unavailable(format!("the server's checkpoint: {e}")))
+}
+
+/// The `hashes` member of a proof answer of `/v1/log/proof/*` (hex strings; anything else is
+/// left out, so the proof then fails verification by its length).
+pub fn hex_hashes(answer: &serde_json::Value) -> Vec<String> {
+    answer["hashes"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|h| h.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn checkpoint_of(note: &str) -> Result<cra_tlog::Checkpoint, Failure> {

@@ -183,3 +183,31 @@ fn a_postgres_schema_written_before_the_log_is_backfilled() {
     let store: Arc<dyn TestStore> = Arc::new(schema.store(config).unwrap());
     check_backfill_order(&*store, &sessions);
 }
+
+/// A store records its log's identity on first use and refuses another one by name afterwards
+/// (a replica configured with another key or origin cannot start), keeping the first.
+#[test]
+fn a_store_refuses_a_second_log_identity() {
+    use cra_store::tlog::{LogError, LogIdentity};
+    let (_, config) = fixed();
+    for b in backends("a_store_refuses_a_second_log_identity", || config.clone()) {
+        let first = LogIdentity {
+            origin: "a.example/log".into(),
+            verifier_key: "a.example/log+00000001+AQ==".into(),
+        };
+        let other = LogIdentity {
+            origin: "b.example/log".into(),
+            ..first.clone()
+        };
+        b.store.settle_identity(&first).unwrap();
+        b.store.settle_identity(&first).unwrap();
+        let err = b.store.settle_identity(&other).unwrap_err();
+        assert!(
+            matches!(err, LogError::Identity { .. }),
+            "{}: {err}",
+            b.name
+        );
+        assert!(err.to_string().contains("a.example/log"), "{err}");
+        b.store.settle_identity(&first).unwrap();
+    }
+}

@@ -485,12 +485,14 @@ impl RunningServer {
             job.abort();
             let _ = job.await;
         }
-        checkpoints.abort();
-        let _ = checkpoints.await;
         let result = match task.await {
             Ok(r) => r,
             Err(e) => Err(std::io::Error::other(e)),
         };
+        // The serving task has ended (its signal cancelled `stopping`): the checkpoint timer
+        // returns once a cut it is running is done, and with it its handle on the store.
+        state.stopping.cancel();
+        let _ = checkpoints.await;
         // No message is ever sent: this returns `None` once the last connection's service (and
         // the state it holds) is dropped.
         while services_gone.recv().await.is_some() {}
@@ -539,6 +541,7 @@ pub async fn start(
         state.log.clone(),
         state.leading.subscribe(),
         std::time::Duration::from_secs(state.config.log.checkpoint_interval_seconds),
+        state.stopping.clone(),
     ));
     let (tx, rx) = oneshot::channel::<()>();
     let stopping = state.stopping.clone();

@@ -207,15 +207,19 @@ pub fn write_key_file(path: &Path, text: &str) -> std::io::Result<()> {
 
 /// While this replica leads, cuts a checkpoint every `log.checkpoint_interval_seconds` when the
 /// tree grew (one at once when it starts leading); a failure is logged and tried at the next
-/// tick.
+/// tick. Returns once `stopping` is cancelled and no cut is running, so a server that awaits it
+/// holds no handle on the store after (a cut runs on a blocking thread, which an abort would not
+/// stop).
 pub(crate) async fn keep_checkpoints(
     log: Arc<Log>,
     mut leading: tokio::sync::watch::Receiver<bool>,
     every: std::time::Duration,
+    stopping: tokio_util::sync::CancellationToken,
 ) {
     loop {
-        if leading.wait_for(|l| *l).await.is_err() {
-            return;
+        tokio::select! {
+            led = leading.wait_for(|l| *l) => if led.is_err() { return },
+            () = stopping.cancelled() => return,
         }
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -234,6 +238,7 @@ pub(crate) async fn keep_checkpoints(
                         return;
                     }
                 }
+                () = stopping.cancelled() => return,
             }
             if !*leading.borrow() {
                 break;

@@ -261,29 +261,43 @@ pub fn verify(
     };
     match result {
         Ok(report) => {
+            if args.checkpoint.is_some() && (from_stdin || args.file.is_none()) {
+                let _ = writeln!(
+                    err,
+                    "cra trace verify: --checkpoint needs the chain as a file, not standard input"
+                );
+                return Exit::CouldNotRun;
+            }
+            // The log is checked only for a chain that verifies; its finding joins the report.
+            let logged = match (&args.checkpoint, &args.log_key, &args.file) {
+                (Some(proof), Some(key), Some(file)) if report.is_valid() => {
+                    Some(crate::cmd::trace_proof::check_proof(file, proof, key))
+                }
+                _ => None,
+            };
             let printed = match args.output {
-                OutputFormat::Json => print_json(out, &report, args.all),
-                OutputFormat::Text => print_text(out, &report, &name),
+                OutputFormat::Json => {
+                    let mut doc = report_json(&report, args.all);
+                    if let Some(checked) = &logged {
+                        doc["log"] = log_json(checked);
+                    }
+                    writeln!(out, "{doc}")
+                }
+                OutputFormat::Text => {
+                    print_text(out, &report, &name).and_then(|()| match &logged {
+                        Some(checked) => writeln!(out, "{}", log_text(checked)),
+                        None => Ok(()),
+                    })
+                }
             };
             if let Err(e) = printed {
                 let _ = writeln!(err, "cra trace verify: cannot write the result: {e}");
                 return Exit::CouldNotRun;
             }
-            if !report.is_valid() {
-                return Exit::Negative;
-            }
-            match (&args.checkpoint, &args.log_key, &args.file) {
-                (Some(proof), Some(key), Some(file)) if !from_stdin => {
-                    log_proof(out, args.output, file, proof, key)
-                }
-                (Some(_), _, _) => {
-                    let _ = writeln!(
-                        err,
-                        "cra trace verify: --checkpoint needs the chain as a file, not standard input"
-                    );
-                    Exit::CouldNotRun
-                }
-                _ => Exit::Success,
+            match logged {
+                _ if !report.is_valid() => Exit::Negative,
+                Some(Err(_)) => Exit::Negative,
+                Some(Ok(_)) | None => Exit::Success,
             }
         }
         Err(e) => {
@@ -329,40 +343,25 @@ pub fn report_json(report: &Report, all: bool) -> Value {
     doc
 }
 
-/// The offline log check of `--checkpoint`: exit 0 when the chain's head is proved in a
-/// checkpoint signed by the key, 2 when not.
-fn log_proof(
-    out: &mut dyn Write,
-    output: OutputFormat,
-    file: &std::path::Path,
-    proof: &std::path::Path,
-    key: &str,
-) -> Exit {
-    let checked = crate::cmd::trace_proof::check_proof(file, proof, key);
-    let line = match (&checked, output) {
-        (Ok(c), OutputFormat::Text) => format!(
+/// The text line of the offline log check of `--checkpoint`.
+fn log_text(checked: &Result<crate::cmd::trace_proof::ProofCheck, String>) -> String {
+    match checked {
+        Ok(c) => format!(
             "in the log: the head is leaf {} of a checkpoint of {} leaves signed by {}",
             c.leaf_index, c.tree_size, c.origin
         ),
-        (Ok(c), OutputFormat::Json) => serde_json::json!({
-            "log": {"included": true, "origin": c.origin, "leaf_index": c.leaf_index, "tree_size": c.tree_size}
-        })
-        .to_string(),
-        (Err(e), OutputFormat::Text) => format!("NOT in the log: {e}"),
-        (Err(e), OutputFormat::Json) => {
-            serde_json::json!({"log": {"included": false, "message": e}}).to_string()
-        }
-    };
-    let _ = writeln!(out, "{line}");
-    if checked.is_ok() {
-        Exit::Success
-    } else {
-        Exit::Negative
+        Err(e) => format!("NOT in the log: {e}"),
     }
 }
 
-fn print_json(out: &mut dyn Write, report: &Report, all: bool) -> io::Result<()> {
-    writeln!(out, "{}", report_json(report, all))
+/// The `log` member of the `-o json` document when `--checkpoint` was given.
+fn log_json(checked: &Result<crate::cmd::trace_proof::ProofCheck, String>) -> Value {
+    match checked {
+        Ok(c) => json!({
+            "included": true, "origin": c.origin, "leaf_index": c.leaf_index, "tree_size": c.tree_size
+        }),
+        Err(e) => json!({"included": false, "message": e}),
+    }
 }
 
 fn print_text(out: &mut dyn Write, report: &Report, name: &str) -> io::Result<()> {

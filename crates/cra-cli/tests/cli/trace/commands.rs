@@ -1030,6 +1030,25 @@ fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
     let (exit, out, err) = verify(&file, &proof, key);
     assert_eq!(exit, Exit::Success, "{out}{err}");
     assert!(out.contains("in the log: the head is leaf"), "{out}");
+    // -o json: one document, the log's finding a member of it
+    let (exit, out, err) = cli(&[
+        "verify",
+        s(&file),
+        "--checkpoint",
+        s(&proof),
+        "--log-key",
+        key,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    assert_eq!(out.trim().lines().count(), 1, "{out}");
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        (doc["valid"].as_bool(), doc["log"]["included"].as_bool()),
+        (Some(true), Some(true)),
+        "{doc}"
+    );
 
     // A flipped byte in the first inclusion hash.
     let text = std::fs::read_to_string(&proof).unwrap();

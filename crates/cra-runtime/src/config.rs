@@ -209,6 +209,13 @@ pub struct LogConfig {
     pub key_file: Option<PathBuf>,
     /// Seconds between the leader's checkpoints (cut only when the tree grew); at least 1.
     pub checkpoint_interval_seconds: u64,
+    /// C2SP `tlog-witness` servers asked to cosign every checkpoint before it is published
+    /// (`[[log.witnesses]]`).
+    pub witnesses: Vec<WitnessConfig>,
+    /// How many of `witnesses` must cosign a checkpoint before it is published; a checkpoint
+    /// with fewer is not published (the timer tries again, `POST /v1/log/checkpoint` answers
+    /// 503). Absent: all of them. `0` asks every witness but publishes whatever came back.
+    pub witnesses_required: Option<usize>,
 }
 
 impl Default for LogConfig {
@@ -217,7 +224,71 @@ impl Default for LogConfig {
             origin: None,
             key_file: None,
             checkpoint_interval_seconds: 60,
+            witnesses: Vec::new(),
+            witnesses_required: None,
         }
+    }
+}
+
+impl LogConfig {
+    /// How many witness cosignatures a checkpoint needs.
+    pub fn required_cosignatures(&self) -> usize {
+        self.witnesses_required.unwrap_or(self.witnesses.len())
+    }
+
+    fn check_witnesses(&self) -> Result<(), ConfigError> {
+        let required = self.required_cosignatures();
+        if required > self.witnesses.len() {
+            return Err(ConfigError::Invalid(format!(
+                "`log.witnesses_required` = {required} but only {} `[[log.witnesses]]` are configured",
+                self.witnesses.len()
+            )));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, w) in self.witnesses.iter().enumerate() {
+            let verifier = w
+                .verifier()
+                .map_err(|e| ConfigError::Invalid(format!("`log.witnesses[{i}].key`: {e}")))?;
+            if !(w.url.starts_with("http://") || w.url.starts_with("https://")) {
+                return Err(ConfigError::Invalid(format!(
+                    "`log.witnesses[{i}].url` = `{}` is not an http:// or https:// URL (the prefix before `/add-checkpoint`)",
+                    w.url
+                )));
+            }
+            if !names.insert(verifier.name().to_owned()) {
+                return Err(ConfigError::Invalid(format!(
+                    "`log.witnesses[{i}]`: the witness `{}` is configured twice; each witness counts once",
+                    verifier.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One witness of the log (`[[log.witnesses]]`): where it answers and the key it cosigns with.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WitnessConfig {
+    /// The witness's URL prefix: requests go to `<url>/add-checkpoint`.
+    pub url: String,
+    /// The witness's cosignature verifier key (`<name>+<key id>+<base64>`, as `cra witness
+    /// key generate` prints it).
+    pub key: String,
+}
+
+impl WitnessConfig {
+    /// The witness's cosignature verifier.
+    ///
+    /// # Errors
+    /// The key is not a `cosignature/v1` verifier key string.
+    pub fn verifier(&self) -> Result<cra_tlog::CosignatureVerifier, String> {
+        cra_tlog::CosignatureVerifier::parse(self.key.trim()).map_err(|e| {
+            format!(
+                "`{}` is not a witness's cosignature verifier key (`<name>+<key id>+<base64>`): {e}",
+                self.key
+            )
+        })
     }
 }
 
@@ -469,6 +540,7 @@ impl RuntimeConfig {
                 "`log.checkpoint_interval_seconds` must be at least 1".into(),
             ));
         }
+        self.log.check_witnesses()?;
         for (name, ex) in &self.executors {
             ex.check(name)?;
         }

@@ -96,6 +96,7 @@ pub(crate) struct ErrorBodySchema {
         routes::log::cut,
         routes::log::inclusion,
         routes::log::consistency,
+        routes::log::receipt,
         routes::log::tile,
     ),
     components(schemas(ErrorBodySchema, ErrorDetailsSchema, FieldErrorSchema))

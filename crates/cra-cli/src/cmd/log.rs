@@ -3,7 +3,7 @@
 //! server's latest checkpoint, checks its signature by the pinned key and its consistency with
 //! the last checkpoint seen (kept in a state file), and exits 2 with both checkpoints and the
 //! failing proof when the log was rewritten, shrunk, served a bad proof, or signed by another
-//! key.
+//! key; `cra log verify-receipt` is [`crate::cmd::log_receipt`].
 
 use std::path::{Path, PathBuf};
 
@@ -24,6 +24,8 @@ pub enum LogCommand {
     /// Check a server's latest checkpoint against the last one seen (exit 2 when the log is
     /// not consistent with it).
     Watch(WatchArgs),
+    /// Check a receipt of a resolve or execute offline (exit 2 when it does not hold).
+    VerifyReceipt(crate::cmd::log_receipt::VerifyReceiptArgs),
 }
 
 /// `cra log key` subcommands.
@@ -87,6 +89,7 @@ pub fn run(command: LogCommand) -> Exit {
                 Exit::CouldNotRun
             }
         },
+        LogCommand::VerifyReceipt(args) => crate::cmd::log_receipt::run(&args),
         LogCommand::Watch(args) => loop {
             let outcome = watch_once(&args);
             let exit = report(&outcome, args.output);

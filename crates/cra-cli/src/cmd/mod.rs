@@ -9,6 +9,7 @@ pub mod atlas_test;
 pub mod client;
 pub mod conformance;
 pub mod log;
+pub mod log_receipt;
 pub mod mcp;
 pub mod relay;
 pub mod resolve;

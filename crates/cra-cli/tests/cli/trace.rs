@@ -4,6 +4,8 @@
 
 mod commands;
 mod live;
+mod receipts;
+mod witnessed;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -65,15 +65,16 @@ fn request(tree: &MemoryTree, old: u64, new: u64, key: &Ed25519Signer) -> AddChe
     }
 }
 
-struct Server {
+/// A witness server on loopback, on its own runtime.
+pub(crate) struct Server {
     rt: tokio::runtime::Runtime,
-    url: String,
+    pub(crate) url: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     running: Option<cra_cli::cmd::witness::Running>,
 }
 
 impl Server {
-    fn start(service: WitnessService) -> Self {
+    pub(crate) fn start(service: WitnessService) -> Self {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -107,7 +108,7 @@ impl Server {
         (status, content_type, response.text().unwrap())
     }
 
-    fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }

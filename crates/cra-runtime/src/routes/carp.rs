@@ -17,32 +17,85 @@ use crate::routes::Caller;
 use crate::service::carp as service;
 use crate::state::AppState;
 
-/// `?explain=true` attaches the evaluation's explanation to the answer.
+/// `?explain=true` attaches the evaluation's explanation to the answer; `?receipt=true` a
+/// receipt of the recorded resolution.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ResolveQuery {
     /// `true` or `false`.
     #[serde(default)]
     pub explain: Option<String>,
+    /// `true` or `false`.
+    #[serde(default)]
+    pub receipt: Option<String>,
 }
 
-impl ResolveQuery {
-    fn explain(&self) -> ApiResult<bool> {
-        match self.explain.as_deref() {
-            None | Some("false") => Ok(false),
-            Some("true") => Ok(true),
-            Some(o) => Err(ApiError::new(
-                Token::InvalidRequest,
-                format!("query parameter `explain`: `{o}` is not true or false"),
-            )),
-        }
+/// `?receipt=true` attaches a receipt of the recorded outcome to the execute response.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecuteQuery {
+    /// `true` or `false`.
+    #[serde(default)]
+    pub receipt: Option<String>,
+}
+
+/// A `true`/`false` query parameter; absent is false.
+fn flag(name: &str, value: Option<&str>) -> ApiResult<bool> {
+    match value {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(o) => Err(ApiError::field(
+            Token::InvalidRequest,
+            format!("/{name}"),
+            format!("query parameter `{name}`: `{o}` is not true or false"),
+        )),
     }
+}
+
+/// The receipt of event `recorded` of the request's session (`service::log`), as JSON.
+async fn receipt_of(
+    state: &AppState,
+    body: &serde_json::Value,
+    recorded: Option<u64>,
+) -> ApiResult<serde_json::Value> {
+    let session = body
+        .pointer("/requester/session_id")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let sequence = recorded.ok_or_else(|| {
+        ApiError::new(
+            Token::Unavailable,
+            "nothing was recorded for this request, so it has no receipt",
+        )
+    })?;
+    let receipt = state.0.receipt(session, sequence).await?;
+    serde_json::to_value(receipt).map_err(|e| ApiError::internal("a receipt did not serialise", e))
+}
+
+/// `answer` (a JSON object) with its receipt as the `receipt` member, or, when none could be
+/// made, the error body as `receipt_error`: the operation was recorded either way, so its
+/// answer is never withheld (the receipt can be asked again at `GET /v1/log/receipt`).
+fn with_receipt(
+    mut answer: serde_json::Value,
+    receipt: ApiResult<serde_json::Value>,
+) -> Json<serde_json::Value> {
+    if let Some(object) = answer.as_object_mut() {
+        match receipt {
+            Ok(r) => object.insert("receipt".into(), r),
+            Err(e) => object.insert(
+                "receipt_error".into(),
+                serde_json::to_value(&e.body).unwrap_or_default(),
+            ),
+        };
+    }
+    Json(answer)
 }
 
 /// Resolves a CARP request.
 #[utoipa::path(post, path = "/v1/resolve", tag = "carp",
     request_body(content = Object, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
-    params(("explain" = Option<bool>, Query, description = "Attach the evaluation's explanation")),
+    params(("explain" = Option<bool>, Query, description = "Attach the evaluation's explanation"),
+           ("receipt" = Option<bool>, Query, description = "Attach a receipt (`Receipt`) of the recorded resolution as `receipt`")),
     responses((status = 200, description = "The resolution (schemas/carp-resolution.schema.json)", body = Object),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
@@ -54,7 +107,15 @@ pub(crate) async fn resolve(
     QueryParams(q): QueryParams<ResolveQuery>,
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
-    let answer = service::resolve(&state, &actor, &body, q.explain()?).await?;
+    let explain = flag("explain", q.explain.as_deref())?;
+    let receipt = flag("receipt", q.receipt.as_deref())?;
+    let answer = service::resolve(&state, &actor, &body, explain).await?;
+    if receipt {
+        let receipt = receipt_of(&state, &body, answer.recorded).await;
+        let resolution = serde_json::to_value(&answer.resolution)
+            .map_err(|e| ApiError::internal("a resolution did not serialise", e))?;
+        return Ok(with_receipt(resolution, receipt).into_response());
+    }
     // The chain's own bytes when the answer is exactly them.
     Ok(match answer.canonical {
         Some(text) => {
@@ -70,6 +131,7 @@ pub(crate) async fn resolve(
 /// admitted (malformed, another agent's, no active session) gets the error body.
 #[utoipa::path(post, path = "/v1/execute", tag = "carp",
     request_body(content = Object, description = "A CARP/1.0 execute request (schemas/carp-execute-request.schema.json)"),
+    params(("receipt" = Option<bool>, Query, description = "Attach a receipt (`Receipt`) of the recorded outcome as `receipt`")),
     responses((status = 200, description = "The execute response, status `success` or `error` (schemas/carp-execute-response.schema.json)", body = Object),
               (status = 400, description = "Not a CARP execute request (error body), or an execute response refusing its parameters", body = Object),
               (status = 403, description = "An execute response refusing the action (`denied`), or the error body for another agent's request", body = Object),
@@ -79,11 +141,21 @@ pub(crate) async fn resolve(
 pub(crate) async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,
+    QueryParams(q): QueryParams<ExecuteQuery>,
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
-    let response = service::execute(&state, &actor, &body).await?;
+    let receipt = flag("receipt", q.receipt.as_deref())?;
+    let (response, recorded) = service::execute_recorded(&state, &actor, &body).await?;
     let retry_after = retry_after(&response);
-    let mut http = (execute_status(&response), Json(response)).into_response();
+    let status = execute_status(&response);
+    let mut http = if receipt {
+        let receipt = receipt_of(&state, &body, recorded).await;
+        let answer = serde_json::to_value(&response)
+            .map_err(|e| ApiError::internal("an execute response did not serialise", e))?;
+        (status, with_receipt(answer, receipt)).into_response()
+    } else {
+        (status, Json(response)).into_response()
+    };
     if let Some(seconds) = retry_after {
         http.headers_mut()
             .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));

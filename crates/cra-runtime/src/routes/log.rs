@@ -1,6 +1,7 @@
 //! The transparency log's routes (`specs/tlog.md`): `GET /v1/log/key`, `GET /v1/log/checkpoint`
 //! (public), `POST /v1/log/checkpoint` (operators cut one now), `GET /v1/log/proof/inclusion`
-//! (a reader of the event's chain), `GET /v1/log/proof/consistency` and the C2SP `tlog-tiles`
+//! and `GET /v1/log/receipt` (a reader of the event's chain), `GET /v1/log/proof/consistency`
+//! and the C2SP `tlog-tiles`
 //! read paths `GET /v1/log/tile/...` (public). The rules are the service's
 //! ([`crate::service::log`]).
 
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{QueryParams, query_u64};
 use crate::routes::Caller;
-use crate::service::log::{ConsistencyProof, InclusionProof};
+use crate::service::log::{ConsistencyProof, InclusionProof, Receipt};
 use crate::state::AppState;
 
 fn text(body: String) -> Response {
@@ -75,6 +76,31 @@ pub(crate) async fn inclusion(
         Some(q.tree_size.as_deref().ok_or_else(|| missing("tree_size"))?),
     )?;
     Ok(Json(state.0.log_inclusion(&actor, &hash, size).await?))
+}
+
+/// `GET /v1/log/receipt` query.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReceiptQuery {
+    event_hash: Option<String>,
+}
+
+/// The receipt of one event (by its hash): the event, bound by a C2SP `tlog-proof@v1` to a
+/// signed checkpoint, which is cut first when the latest does not cover the event.
+#[utoipa::path(get, path = "/v1/log/receipt", tag = "log",
+    params(("event_hash" = String, Query, description = "The event's hash, 64 lowercase hex digits")),
+    responses((status = 200, body = Receipt),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 404, body = crate::openapi::ErrorBodySchema),
+              (status = 503, description = "No checkpoint could be published (no key, or too few witnesses)", body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn receipt(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+    QueryParams(q): QueryParams<ReceiptQuery>,
+) -> ApiResult<Json<Receipt>> {
+    let hash = q.event_hash.ok_or_else(|| missing("event_hash"))?;
+    Ok(Json(state.0.log_receipt(&actor, &hash).await?))
 }
 
 /// `GET /v1/log/proof/consistency` query.

@@ -124,6 +124,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/log/checkpoint", get(log::checkpoint).post(log::cut))
         .route("/v1/log/proof/inclusion", get(log::inclusion))
         .route("/v1/log/proof/consistency", get(log::consistency))
+        .route("/v1/log/receipt", get(log::receipt))
         .route("/v1/log/tile/{*path}", get(log::tile))
         .route("/v1/traces/stream", get(crate::stream::stream))
         .route("/v1/traces", get(traces::list))

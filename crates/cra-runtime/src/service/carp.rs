@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use cra_carp::engine::{
     Carp, CarpConfig, ClearedExecution, ExecuteDecided, ExecuteOutcome, PreparedResolve,
@@ -138,6 +139,9 @@ pub struct ResolveAnswer {
     /// The resolution's TRACE canonical text, the bytes its chain hashed, when the answer is
     /// exactly those (no explanation attached, and the resolution has a canonical form).
     pub canonical: Option<String>,
+    /// The sequence of the last event the resolve recorded in the session's chain
+    /// (`carp.resolution.completed`): what a receipt binds.
+    pub recorded: Option<u64>,
 }
 
 /// Resolves (or validates) the CARP request `body` for `actor`; `explain` attaches the
@@ -278,7 +282,8 @@ async fn record_resolve(
         )
     };
     let agent = &request.requester.agent_id;
-    if rt.append_resolve(agent, record, events).await? == Recorded::Duplicate {
+    let appended = rt.append_resolve(agent, record, events).await?;
+    let Recorded::Appended(appended) = appended else {
         // A duplicate that raced past the read check: refused, and nothing of it was written.
         let e = cra_carp::validate::check_request_id_new(request, false)
             .err()
@@ -287,7 +292,8 @@ async fn record_resolve(
                 ApiError::from,
             );
         return Err(refuse(rt, request, trace_id, e).await);
-    }
+    };
+    let recorded = appended.last().map(|e| e.sequence);
     rt.metrics
         .record_resolution(resolution.decision.kind.as_str());
     if cache_hit {
@@ -305,11 +311,13 @@ async fn record_resolve(
         return Ok(ResolveAnswer {
             resolution,
             canonical: None,
+            recorded,
         });
     }
     Ok(ResolveAnswer {
         resolution,
         canonical,
+        recorded,
     })
 }
 
@@ -333,7 +341,8 @@ async fn record_validate(
         .map(cra_trace::PreparedDraft::into_draft)
         .collect();
     let sid = &request.requester.session_id;
-    rt.append_events(sid, &request.requester.agent_id, drafts)
+    let appended = rt
+        .append_events(sid, &request.requester.agent_id, drafts)
         .await?;
     if explain {
         resolution.explain = explained;
@@ -341,6 +350,7 @@ async fn record_validate(
     Ok(ResolveAnswer {
         resolution,
         canonical: None,
+        recorded: appended.last().map(|e| e.sequence),
     })
 }
 
@@ -350,6 +360,16 @@ async fn record_validate(
 /// `denied`, an approval not yet granted with `pending_approval`. `Err` is a request that was not
 /// admitted (no execution exists for it) or the runtime's own failure.
 pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<ExecuteResponse> {
+    execute_recorded(rt, actor, body).await.map(|(r, _)| r)
+}
+
+/// As [`execute`], also answering the sequence of the last event the execute recorded in the
+/// session's chain (its outcome, refusal or pending approval): what a receipt binds.
+pub async fn execute_recorded(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+) -> ApiResult<(ExecuteResponse, Option<u64>)> {
     let Admitted { request, session } = admit(rt, actor, body, Operation::Execute).await?;
     let Some(exec) = request.execution.clone() else {
         return Err(ApiError::field(
@@ -390,13 +410,14 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
         approval_id,
         shadow: shadow.take(),
         history,
+        recorded: AtomicU64::new(NOT_RECORDED),
     };
     if let Ok(ExecuteOutcome::OpenApproval { response, approval }) = outcome {
         let expires_at = stored
             .as_ref()
             .and_then(|s| s.resolution.decision.expires_at.clone());
         match call.open(response, approval, expires_at.as_deref()).await? {
-            Some(answer) => return Ok(answer),
+            Some(answer) => return Ok((answer, call.recorded())),
             // Another execute under the resolution opened its approval first: decide again,
             // on the approval as it now stands.
             None => (outcome, call.shadow, call.history) = split(decide(true).await?),
@@ -405,7 +426,7 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
     if call.shadow.is_some() {
         rt.metrics.record_execute_shadow_disagreement();
     }
-    match outcome {
+    let response = match outcome {
         Err(e) => call.refused(e).await,
         Ok(ExecuteOutcome::Answered(resp)) => call.answered(resp).await,
         Ok(ExecuteOutcome::Run(cleared)) => call.run(cleared, &atlases, stored.as_ref()).await,
@@ -413,8 +434,12 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
             Token::Unavailable,
             "an approval was opened and then found missing; retry the execute",
         )),
-    }
+    }?;
+    Ok((response, call.recorded()))
 }
+
+/// [`Call::recorded`] before anything was recorded.
+const NOT_RECORDED: u64 = u64::MAX;
 
 /// An execute's outcome, its shadow decision and the history it read, apart.
 fn split(
@@ -452,6 +477,8 @@ struct Call<'a> {
     shadow: Option<ShadowExplain>,
     /// What the decision read of history.
     history: HistoryRead,
+    /// The sequence of the last event this call recorded ([`NOT_RECORDED`]: none yet).
+    recorded: AtomicU64,
 }
 
 impl Call<'_> {
@@ -465,10 +492,24 @@ impl Call<'_> {
 
     async fn append(&self, drafts: Vec<EventDraft>) -> ApiResult<()> {
         let r = &self.request.requester;
-        self.rt
+        let events = self
+            .rt
             .append_events(&r.session_id, &r.agent_id, drafts)
-            .await
-            .map(drop)
+            .await?;
+        self.note_recorded(&events);
+        Ok(())
+    }
+
+    /// Remembers the last of `events` as what this call recorded last.
+    fn note_recorded(&self, events: &[cra_trace::TraceEvent]) {
+        if let Some(last) = events.last() {
+            self.recorded.store(last.sequence, Ordering::Release);
+        }
+    }
+
+    /// The sequence of the last event this call recorded, if any.
+    fn recorded(&self) -> Option<u64> {
+        Some(self.recorded.load(Ordering::Acquire)).filter(|&s| s != NOT_RECORDED)
     }
 
     /// `action.requested` under `execution_id`.
@@ -549,7 +590,7 @@ impl Call<'_> {
         let r = &self.request.requester;
         let change = StateChange::Open(*approval);
         match self.rt.append_change(&r.agent_id, change, drafts).await {
-            Ok(_) => {}
+            Ok(events) => self.note_recorded(&events),
             Err(e) if e.body.error == Token::AlreadyExists.as_str() => return Ok(None),
             Err(e) => return Err(e),
         }
@@ -675,7 +716,7 @@ impl Call<'_> {
             .append_change(&r.agent_id, StateChange::Execute(record), vec![event])
             .await;
         self.rt.settle_lease(&execution_id, &appended).await;
-        appended?;
+        self.note_recorded(&appended?);
         let label = match response.status {
             ExecuteStatus::Success => "success",
             _ => "error",

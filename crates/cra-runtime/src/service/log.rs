@@ -1,15 +1,17 @@
 //! The transparency log's rules (`specs/tlog.md`, issue 26): the key, checkpoints, consistency
 //! proofs and tiles are public; an inclusion proof by event hash goes only to a caller who may
-//! read the event's chain; cutting a checkpoint on demand is for operators.
+//! read the event's chain; cutting a checkpoint on demand is for operators. A receipt binds
+//! one recorded event to a signed checkpoint (`specs/tlog.md`, "Receipts").
 
-use cra_store::tlog::{LogError, LogReader};
-use cra_tlog::Tile;
+use cra_store::tlog::{LeafPlace, LogError, LogReader};
+use cra_tlog::{Hash, Tile, TlogProof};
 use cra_wire::Token;
 use serde::Serialize;
 
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
 use crate::state::Runtime;
+use crate::tlog::CutError;
 
 /// `GET /v1/log/proof/inclusion`: where the event is and the hashes that prove it.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -29,12 +31,41 @@ pub struct ConsistencyProof {
     pub hashes: Vec<String>,
 }
 
+/// A receipt: the recorded event that tells of a decision, bound to a signed checkpoint of the
+/// log by a C2SP `tlog-proof@v1`. No signature of its own: every member it binds (session,
+/// sequence, payload) is inside the event's hash, the leaf the proof proves.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Receipt {
+    /// The TRACE event as stored; its `event_hash` is the leaf's data.
+    #[schema(value_type = Object)]
+    pub event: cra_trace::TraceEvent,
+    /// `sha256:` digest of the TRACE canonical form of the event's `payload`: the decision as
+    /// recorded.
+    pub decision_hash: String,
+    /// The event's leaf index in the log.
+    pub leaf_index: u64,
+    /// The C2SP `tlog-proof@v1` of the leaf in a signed (and, with witnesses, cosigned)
+    /// checkpoint.
+    pub tlog_proof: String,
+}
+
 fn log_failed(e: LogError) -> ApiError {
     match e {
         LogError::Range(m) => ApiError::new(Token::InvalidRequest, m),
         other => ApiError::new(
             Token::Unavailable,
             format!("the transparency log cannot be read now ({other}); try again"),
+        ),
+    }
+}
+
+fn cut_failed(e: CutError) -> ApiError {
+    match e {
+        CutError::Store(e) => log_failed(e),
+        CutError::Witnesses(m) => ApiError::new(Token::Unavailable, m),
+        CutError::Task(m) => ApiError::new(
+            Token::Unavailable,
+            format!("the checkpoint could not be cut ({m}); try again"),
         ),
     }
 }
@@ -55,14 +86,13 @@ impl Runtime {
     /// The latest published checkpoint; the first one is cut when none is yet.
     pub async fn log_checkpoint(&self) -> ApiResult<String> {
         let log = self.log.clone();
-        let latest = run_blocking("the checkpoint task failed", move || {
-            match log.latest()? {
-                Some(note) => Ok(Some(note)),
-                None => log.cut(),
-            }
-        })
-        .await?
-        .map_err(log_failed)?;
+        let latest = run_blocking("the checkpoint task failed", move || log.latest())
+            .await?
+            .map_err(log_failed)?;
+        let latest = match latest {
+            Some(note) => Some(note),
+            None => self.log.cut(None).await.map_err(cut_failed)?,
+        };
         latest.ok_or_else(unsigned)
     }
 
@@ -72,10 +102,10 @@ impl Runtime {
             &[Role::Operator],
             "cutting a checkpoint of the transparency log",
         )?;
-        let log = self.log.clone();
-        run_blocking("the checkpoint task failed", move || log.cut())
-            .await?
-            .map_err(log_failed)?
+        self.log
+            .cut(None)
+            .await
+            .map_err(cut_failed)?
             .ok_or_else(unsigned)
     }
 
@@ -87,6 +117,62 @@ impl Runtime {
         event_hash: &str,
         tree_size: u64,
     ) -> ApiResult<InclusionProof> {
+        let place = self.readable_leaf(actor, event_hash).await?;
+        let index = place.leaf_index;
+        let hashes = self.inclusion_hashes(index, tree_size).await?;
+        Ok(InclusionProof {
+            leaf_index: index,
+            tree_size,
+            hashes: cra_tlog::proof::proof_to_hex(&hashes),
+        })
+    }
+
+    /// The receipt of the event whose hash is `event_hash`, to a caller who may read its chain.
+    pub async fn log_receipt(&self, actor: &Actor, event_hash: &str) -> ApiResult<Receipt> {
+        let place = self.readable_leaf(actor, event_hash).await?;
+        self.receipt(&place.session_id, place.sequence).await
+    }
+
+    /// The receipt of event `sequence` of the chain `session_id`: a checkpoint covering it is
+    /// cut (and cosigned) first when the latest does not. The caller has been authorised.
+    pub async fn receipt(&self, session_id: &str, sequence: u64) -> ApiResult<Receipt> {
+        let event = self
+            .read_events_after(session_id, sequence.checked_sub(1), 1)
+            .await?
+            .into_iter()
+            .find(|e| e.sequence == sequence)
+            .ok_or_else(|| ApiError::not_found("no such event in the chain"))?;
+        let hash = cra_tlog::hash::from_hex(&event.event_hash)
+            .map_err(|e| ApiError::internal("a stored event's hash is not hex", e))?;
+        let place = self.leaf_of(hash).await?;
+        let note = self
+            .log
+            .cut(Some(place.leaf_index + 1))
+            .await
+            .map_err(cut_failed)?
+            .ok_or_else(unsigned)?;
+        let size = crate::tlog::checkpoint_of(&note)
+            .ok_or_else(|| {
+                ApiError::new(
+                    Token::Unavailable,
+                    "the log's latest checkpoint does not parse; its operator should check the store",
+                )
+            })?
+            .size();
+        let hashes = self.inclusion_hashes(place.leaf_index, size).await?;
+        let proof = TlogProof::new(None, place.leaf_index, hashes, &note)
+            .map_err(|e| ApiError::internal("a published checkpoint is not a note", e))?;
+        Ok(Receipt {
+            decision_hash: cra_wire::hash::canonical_digest(&event.payload),
+            event,
+            leaf_index: place.leaf_index,
+            tlog_proof: proof.to_text(),
+        })
+    }
+
+    /// Where the event whose hash is `event_hash` (64 lowercase hex digits) is in the log, to a
+    /// caller who may read its chain.
+    async fn readable_leaf(&self, actor: &Actor, event_hash: &str) -> ApiResult<LeafPlace> {
         let hash = cra_tlog::hash::from_hex(event_hash)
             .ok()
             .filter(|_| event_hash.bytes().all(|b| !b.is_ascii_uppercase()))
@@ -97,11 +183,7 @@ impl Runtime {
                     "query parameter `event_hash`: 64 lowercase hex digits of a TRACE event hash",
                 )
             })?;
-        let log = self.log.clone();
-        let place = run_blocking("the log task failed", move || log.store.leaf_place(&hash))
-            .await?
-            .map_err(log_failed)?
-            .ok_or_else(|| ApiError::not_found("no event with this hash is in the log"))?;
+        let place = self.leaf_of(hash).await?;
         if !actor.reads_all() {
             let readable = match self.session_record(&place.session_id).await {
                 Ok(record) => crate::service::sessions::can_read(actor, &record),
@@ -113,9 +195,22 @@ impl Runtime {
                 ));
             }
         }
+        Ok(place)
+    }
+
+    /// Where the event whose hash is `hash` is in the log.
+    async fn leaf_of(&self, hash: Hash) -> ApiResult<LeafPlace> {
         let log = self.log.clone();
-        let index = place.leaf_index;
-        let hashes = run_blocking("the proof task failed", move || {
+        run_blocking("the log task failed", move || log.store.leaf_place(&hash))
+            .await?
+            .map_err(log_failed)?
+            .ok_or_else(|| ApiError::not_found("no event with this hash is in the log"))
+    }
+
+    /// The inclusion proof of leaf `index` in the tree of `tree_size` leaves.
+    async fn inclusion_hashes(&self, index: u64, tree_size: u64) -> ApiResult<Vec<Hash>> {
+        let log = self.log.clone();
+        run_blocking("the proof task failed", move || {
             let size = log.store.log_size()?;
             if tree_size > size {
                 return Err(LogError::Range(format!(
@@ -130,12 +225,7 @@ impl Runtime {
             LogReader::at(log.store.as_ref(), size).inclusion(index, tree_size)
         })
         .await?
-        .map_err(log_failed)?;
-        Ok(InclusionProof {
-            leaf_index: index,
-            tree_size,
-            hashes: cra_tlog::proof::proof_to_hex(&hashes),
-        })
+        .map_err(log_failed)
     }
 
     /// The consistency proof from the tree of `from` leaves to that of `to`.

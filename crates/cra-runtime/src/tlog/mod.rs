@@ -1,6 +1,10 @@
 //! The transparency log as this server runs it (`specs/tlog.md`): the log's origin and signing
 //! key, checkpoints cut on demand and on the leader's timer, and what the `/v1/log/*` routes
 //! read. The tree itself is the store's (`cra_store::tlog`), appended with every event.
+//!
+//! * `witnesses`: the witnesses a checkpoint is cosigned by before it is published.
+
+mod witnesses;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +13,7 @@ use cra_store::tlog::{LogError, LogIdentity, LogReader, LogStore};
 use cra_tlog::{Checkpoint, Ed25519Signer};
 
 use crate::config::RuntimeConfig;
+pub use witnesses::Witnesses;
 
 /// The log of this server: where its tree is, its origin and, when configured, its signer.
 pub struct Log {
@@ -18,6 +23,35 @@ pub struct Log {
     pub origin: String,
     /// The signer; `None` when no key is configured (PostgreSQL without `log.key_file`).
     signer: Option<Ed25519Signer>,
+    /// The witnesses that cosign each checkpoint before it is published, if any.
+    witnesses: Option<Witnesses>,
+    /// Held while a checkpoint is cut, so one witness is never sent two at once by this server.
+    cutting: tokio::sync::Mutex<()>,
+}
+
+/// Why no checkpoint could be published.
+#[derive(Debug, thiserror::Error)]
+pub enum CutError {
+    /// The tree or the checkpoints could not be read or written.
+    #[error(transparent)]
+    Store(#[from] LogError),
+    /// Too few witnesses cosigned.
+    #[error("{0}")]
+    Witnesses(String),
+    /// A blocking task did not finish.
+    #[error("the checkpoint task failed: {0}")]
+    Task(String),
+}
+
+/// What a cut found: the latest checkpoint already covers what was asked, or a new one to
+/// publish.
+enum Draft {
+    Covered(String),
+    New {
+        size: u64,
+        note: cra_tlog::Note,
+        published: u64,
+    },
 }
 
 impl std::fmt::Debug for Log {
@@ -25,6 +59,7 @@ impl std::fmt::Debug for Log {
         f.debug_struct("Log")
             .field("origin", &self.origin)
             .field("signed", &self.signer.is_some())
+            .field("witnesses", &self.witnesses)
             .finish_non_exhaustive()
     }
 }
@@ -104,11 +139,22 @@ impl Log {
                 "transparency log `{origin}`: leaves are recorded, but no checkpoint is signed until `log.key_file` is configured"
             ),
         };
+        let witnesses = Witnesses::from_config(&config.log)?;
+        let notice = match &witnesses {
+            Some(w) if signer.is_some() => format!(
+                "{notice}; each checkpoint needs {} of {} witness cosignatures",
+                w.required(),
+                config.log.witnesses.len()
+            ),
+            _ => notice,
+        };
         Ok((
             Self {
                 store,
                 origin,
                 signer,
+                witnesses,
+                cutting: tokio::sync::Mutex::new(()),
             },
             notice,
         ))
@@ -127,35 +173,80 @@ impl Log {
         Ok(self.store.checkpoints(1)?.into_iter().next())
     }
 
-    /// Signs and publishes a checkpoint of the tree as it is now, unless the latest published
-    /// one already covers it; answers the latest. `None` when the log has no key.
+    /// Publishes a checkpoint of the tree as it is now, signed and (with witnesses configured)
+    /// cosigned, unless the latest published one already covers `at_least` leaves (`None`: the
+    /// whole tree); answers the latest. `None` when the log has no key.
     ///
     /// # Errors
-    /// [`LogError`] when the store cannot be read or written.
-    pub fn cut(&self) -> Result<Option<String>, LogError> {
-        let Some(signer) = &self.signer else {
+    /// [`CutError`]: the store failed, or too few witnesses cosigned (nothing is published).
+    pub async fn cut(self: &Arc<Self>, at_least: Option<u64>) -> Result<Option<String>, CutError> {
+        if self.signer.is_none() {
             return Ok(None);
+        }
+        let _turn = self.cutting.lock().await;
+        let log = self.clone();
+        let draft = blocking(move || log.draft(at_least)).await??;
+        let (size, note, published) = match draft {
+            Draft::Covered(latest) => return Ok(Some(latest)),
+            Draft::New {
+                size,
+                note,
+                published,
+            } => (size, note, published),
+        };
+        let note = match &self.witnesses {
+            Some(w) => w.cosign(self, note, size, published).await?,
+            None => note,
+        };
+        let log = self.clone();
+        let latest =
+            blocking(move || log.store.publish_checkpoint(size, &note.to_text())).await??;
+        Ok(Some(latest))
+    }
+
+    /// The latest checkpoint when it covers `at_least` leaves (else the tree's size), or a
+    /// new one of the whole tree, signed by the log.
+    fn draft(&self, at_least: Option<u64>) -> Result<Draft, CutError> {
+        let Some(signer) = &self.signer else {
+            return Err(CutError::Task("the log has no key".into()));
         };
         let size = self.store.log_size()?;
-        if let Some(latest) = self.latest()? {
-            let covered = Checkpoint::parse(checkpoint_text(&latest))
-                .map(|c| c.size() >= size)
-                .unwrap_or(false);
-            if covered {
-                return Ok(Some(latest));
+        let wanted = at_least.unwrap_or(size);
+        let latest = self.latest()?;
+        let mut published = 0;
+        if let Some(latest) = latest {
+            let latest_size = checkpoint_of(&latest).map_or(0, |c| c.size());
+            if latest_size >= wanted {
+                return Ok(Draft::Covered(latest));
             }
+            published = latest_size;
         }
         let root = LogReader::at(self.store.as_ref(), size).root(size)?;
         let note = Checkpoint::new(&self.origin, size, root)
             .and_then(|c| c.sign(signer))
             .map_err(|e| LogError::Range(e.to_string()))?;
-        Ok(Some(self.store.publish_checkpoint(size, &note.to_text())?))
+        Ok(Draft::New {
+            size,
+            note,
+            published,
+        })
     }
 }
 
-/// The checkpoint body of a signed note's text (what precedes the signatures).
-fn checkpoint_text(note: &str) -> &str {
-    note.rsplit_once("\n\n").map_or(note, |(text, _)| text)
+/// Runs `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, CutError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CutError::Task(e.to_string()))
+}
+
+/// The checkpoint a published note holds (`None` when it does not parse: never for a note
+/// this server wrote).
+pub(crate) fn checkpoint_of(note: &str) -> Option<Checkpoint> {
+    let note = cra_tlog::Note::parse(note.as_bytes()).ok()?;
+    Checkpoint::parse(note.text()).ok()
 }
 
 /// Reads the signer key in `path`; when `create` and the file does not exist, makes one named
@@ -208,8 +299,8 @@ pub fn write_key_file(path: &Path, text: &str) -> std::io::Result<()> {
 /// While this replica leads, cuts a checkpoint every `log.checkpoint_interval_seconds` when the
 /// tree grew (one at once when it starts leading); a failure is logged and tried at the next
 /// tick. Returns once `stopping` is cancelled and no cut is running, so a server that awaits it
-/// holds no handle on the store after (a cut runs on a blocking thread, which an abort would not
-/// stop).
+/// holds no handle on the store after (a cut's store work runs on a blocking thread, which an
+/// abort would not stop). A cut waiting on witnesses is not interrupted: their requests time out.
 pub(crate) async fn keep_checkpoints(
     log: Arc<Log>,
     mut leading: tokio::sync::watch::Receiver<bool>,
@@ -226,11 +317,8 @@ pub(crate) async fn keep_checkpoints(
         loop {
             tokio::select! {
                 _ = tick.tick() => {
-                    let log = log.clone();
-                    match tokio::task::spawn_blocking(move || log.cut()).await {
-                        Ok(Ok(_)) => {}
-                        Ok(Err(e)) => tracing::warn!(error = %e, "cutting a checkpoint failed; retrying at the next tick"),
-                        Err(e) => tracing::warn!(error = %e, "the checkpoint task failed"),
+                    if let Err(e) = log.cut(None).await {
+                        tracing::warn!(error = %e, "cutting a checkpoint failed; retrying at the next tick");
                     }
                 }
                 changed = leading.changed() => {

@@ -13,11 +13,19 @@ use serde_json::{Value, json};
 
 pub(super) const AGENT: &str = "agent-key-000000000000";
 pub(super) const OPERATOR: &str = "operator-key-000000000";
+/// An agent of no session these tests open.
+pub(super) const OTHER_AGENT: &str = "other-agent-key-000000";
 
 const KEYS: &str = r#"
 [[keys]]
 token = "agent-key-000000000000"
 actor_id = "ops-bot"
+actor_type = "agent"
+roles = ["agent"]
+
+[[keys]]
+token = "other-agent-key-000000"
+actor_id = "other-bot"
 actor_type = "agent"
 roles = ["agent"]
 
@@ -44,6 +52,7 @@ pub(super) struct Live {
     pub data: PathBuf,
     step: u32,
     n: u32,
+    config: RuntimeConfig,
 }
 
 /// What the drive produced.
@@ -65,6 +74,15 @@ impl Live {
 
     /// Starts a server with `atlases` loaded.
     pub(super) fn start_with(postgres: Option<(&str, &str)>, atlases: Vec<PathBuf>) -> Self {
+        Self::start_configured(postgres, atlases, |_| {})
+    }
+
+    /// Starts a server with `atlases` loaded and its configuration changed by `configure`.
+    pub(super) fn start_configured(
+        postgres: Option<(&str, &str)>,
+        atlases: Vec<PathBuf>,
+        configure: impl FnOnce(&mut RuntimeConfig),
+    ) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let keys = dir.path().join("keys.toml");
         std::fs::write(&keys, KEYS).unwrap();
@@ -83,27 +101,54 @@ impl Live {
             // The fixed test clock, not the database's.
             config.clock = cra_runtime::ClockSource::Local;
         }
+        configure(&mut config);
         let clock = Arc::new(FixedClock::parse("2026-03-02T10:00:00Z").unwrap());
-        let ids = Arc::new(SequentialIds::new(1_772_445_600_000, 7));
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        let (state, _) = build_runtime(config, clock.clone(), ids).unwrap();
-        let server = rt.block_on(start(state, std::future::pending())).unwrap();
-        let base = format!("http://{}", server.addr);
-        Self {
+        let mut live = Self {
             rt,
-            server: Some(server),
-            base,
+            server: None,
+            base: String::new(),
             clock,
             http: reqwest::blocking::Client::new(),
             dir,
             data,
             step: 0,
             n: 0,
-        }
+            config: config.clone(),
+        };
+        live.serve(config);
+        live
+    }
+
+    /// Starts serving `config` on this live's clock (ids go on from where they were).
+    fn serve(&mut self, config: RuntimeConfig) {
+        // Another seed after a restart, so no id repeats one of the first run's.
+        let ids = Arc::new(SequentialIds::new(
+            1_772_445_600_000,
+            7 + u64::from(self.step),
+        ));
+        let (state, _) = build_runtime(config.clone(), self.clock.clone(), ids).unwrap();
+        let server = self
+            .rt
+            .block_on(start(state, std::future::pending()))
+            .unwrap();
+        self.base = format!("http://{}", server.addr);
+        self.server = Some(server);
+        self.config = config;
+    }
+
+    /// Stops the server and starts it again on the same store with its configuration changed
+    /// by `configure`.
+    pub(super) fn restart(&mut self, configure: impl FnOnce(&mut RuntimeConfig)) {
+        self.stop();
+        self.tick();
+        let mut config = self.config.clone();
+        configure(&mut config);
+        self.serve(config);
     }
 
     /// Stops the server and closes its store. The last handle on the state is dropped here,
@@ -118,7 +163,7 @@ impl Live {
     }
 
     /// Moves the clock one second on and returns the new instant.
-    fn tick(&mut self) -> String {
+    pub(super) fn tick(&mut self) -> String {
         self.wait(1)
     }
 
@@ -135,7 +180,7 @@ impl Live {
         t
     }
 
-    fn uuid(&mut self) -> String {
+    pub(super) fn uuid(&mut self) -> String {
         self.n += 1;
         format!("0190b000-0000-7000-8000-{:012x}", self.n)
     }
@@ -179,17 +224,41 @@ impl Live {
         goal: &str,
         caps: &[&str],
     ) -> Value {
+        let req = self.resolve_request(atlas_id, session, goal, caps);
+        let (st, body) = self.call("POST", AGENT, "/v1/resolve", Some(&req));
+        assert_eq!(st, 200, "{body}");
+        body
+    }
+
+    /// The body of a resolve in `atlas_id` by ops-bot in `session`, a second on.
+    pub(super) fn resolve_request(
+        &mut self,
+        atlas_id: &str,
+        session: &str,
+        goal: &str,
+        caps: &[&str],
+    ) -> Value {
         let now = self.tick();
-        let req = json!({
+        json!({
             "carp_version": "1.0", "request_id": self.uuid(), "timestamp": now,
             "operation": "resolve",
             "requester": {"agent_id": "ops-bot", "session_id": session},
             "task": {"goal": goal, "required_capabilities": caps},
             "atlas_ids": [atlas_id],
-        });
-        let (st, body) = self.call("POST", AGENT, "/v1/resolve", Some(&req));
-        assert_eq!(st, 200, "{body}");
-        body
+        })
+    }
+
+    /// Opens a session of ops-bot for `goal`, a second on; answers its id.
+    pub(super) fn open_session(&mut self, goal: &str) -> String {
+        self.tick();
+        let (st, body) = self.call(
+            "POST",
+            AGENT,
+            "/v1/sessions",
+            Some(&json!({"agent_id": "ops-bot", "goal": goal})),
+        );
+        assert_eq!(st, 201, "{body}");
+        body["session_id"].as_str().unwrap().to_owned()
     }
 
     pub(super) fn execute(
@@ -221,15 +290,7 @@ impl Live {
 
     /// Drives the whole session and ends it.
     pub(super) fn drive(&mut self) -> Facts {
-        self.tick();
-        let (st, body) = self.call(
-            "POST",
-            AGENT,
-            "/v1/sessions",
-            Some(&json!({"agent_id": "ops-bot", "goal": "keep CI green and ship version 2"})),
-        );
-        assert_eq!(st, 201, "{body}");
-        let sid = body["session_id"].as_str().unwrap().to_owned();
+        let sid = self.open_session("keep CI green and ship version 2");
         let mut f = Facts {
             session: sid.clone(),
             ..Facts::default()

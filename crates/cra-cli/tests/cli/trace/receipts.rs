@@ -2,7 +2,8 @@
 //! answer a receipt of the event that recorded them, which `cra log verify-receipt` checks
 //! offline with the log's key; a receipt is also asked later by event hash, only by a reader of
 //! the chain; any changed member, proof line or key fails the check. On redb, and on
-//! PostgreSQL when `CRA_TEST_POSTGRES_URL` is set.
+//! PostgreSQL when `CRA_TEST_POSTGRES_URL` is set, where a deployment without a log key answers
+//! `receipt_error` beside the recorded answer.
 
 use std::path::Path;
 
@@ -214,4 +215,45 @@ fn receipts_verify_offline_on_postgres() {
     };
     let schema = cra_store::testing::TestSchema::new(&url, "cli_receipts");
     receipts_hold_and_break(Some((&url, schema.name())));
+}
+
+/// A PostgreSQL deployment with no `log.key_file` signs nothing: the key and a cut answer 503,
+/// and a resolve asked for a receipt is still answered (it was recorded), with `receipt_error`.
+#[test]
+fn without_a_log_key_the_answer_carries_a_receipt_error() {
+    let Some(url) =
+        cra_store::testing::postgres_url("without_a_log_key_the_answer_carries_a_receipt_error")
+    else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "cli_receipts_unsigned");
+    let mut live = Live::start(Some((&url, schema.name())));
+    let (st, body) = live.call("GET", AGENT, "/v1/log/key", None);
+    assert_eq!(
+        (st, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    let (st, body) = live.call("POST", OPERATOR, "/v1/log/checkpoint", None);
+    assert_eq!(
+        (st, body["error"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    let session = live.open_session("no key");
+    let req = live.resolve_request("test.trace.ops", &session, "read the runbook", &["read"]);
+    let (st, answer) = live.call("POST", AGENT, "/v1/resolve?receipt=true", Some(&req));
+    assert_eq!(st, 200, "{answer}");
+    assert_eq!(answer["decision"]["type"], "allow", "{answer}");
+    assert!(answer.get("receipt").is_none(), "{answer}");
+    assert_eq!(answer["receipt_error"]["error"], "unavailable", "{answer}");
+    // the resolution was recorded: its completion is the chain's last event
+    let (st, trace) = live.call("GET", AGENT, &format!("/v1/traces/{session}"), None);
+    assert_eq!(st, 200, "{trace}");
+    let events = trace.as_array().unwrap();
+    assert_eq!(
+        events.last().unwrap()["event_type"],
+        "carp.resolution.completed"
+    );
+    live.stop();
 }

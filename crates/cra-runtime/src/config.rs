@@ -617,6 +617,30 @@ days = 30
     }
 
     #[test]
+    fn witnesses_are_checked_at_start_and_each_refusal_names_its_key() {
+        let key = cra_tlog::CosignatureSigner::from_seed("witness.example/w1", &[1; 32])
+            .unwrap()
+            .verifier()
+            .to_key_string();
+        let config = |body: &str| RuntimeConfig::from_toml(body).unwrap().validate();
+        let one = format!("[[log.witnesses]]\nurl = \"http://w.example\"\nkey = \"{key}\"\n");
+        assert!(config(&one).is_ok());
+        let too_many = format!("[log]\nwitnesses_required = 2\n{one}");
+        let e = config(&too_many).unwrap_err().to_string();
+        assert!(e.contains("log.witnesses_required"), "{e}");
+        let e = config(&format!("{one}{one}")).unwrap_err().to_string();
+        assert!(e.contains("configured twice"), "{e}");
+        let e = config(&one.replace("http://", "ftp://"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.witnesses[0].url"), "{e}");
+        let e = config(&one.replace(&key, "not-a-key"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.witnesses[0].key"), "{e}");
+    }
+
+    #[test]
     fn a_retention_under_a_day_or_a_minute_is_refused_by_name() {
         let c = RuntimeConfig::from_toml("[retention]\ndays = 0").unwrap();
         assert!(

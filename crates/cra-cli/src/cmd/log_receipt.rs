@@ -104,22 +104,6 @@ pub fn run(args: &VerifyReceiptArgs) -> Exit {
     }
 }
 
-/// A key string given inline or as a file holding it.
-fn key_text(given: &str) -> String {
-    std::fs::read_to_string(given).map_or_else(|_| given.trim().to_owned(), |t| t.trim().to_owned())
-}
-
-/// The text of `path`, or of standard input for `-`.
-fn read_receipt(path: &std::path::Path) -> Result<String, String> {
-    if path.as_os_str() == "-" {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| format!("cannot read standard input: {e}"))?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
-}
-
 /// Checks the receipt `args.receipt` against the pinned keys.
 ///
 /// # Errors
@@ -127,13 +111,13 @@ fn read_receipt(path: &std::path::Path) -> Result<String, String> {
 pub fn verify_receipt(args: &VerifyReceiptArgs) -> Result<ReceiptCheck, ReceiptFailure> {
     let unreadable = ReceiptFailure::Unreadable;
     let invalid = |m: String| ReceiptFailure::Invalid(m);
-    let log_key = Ed25519Verifier::parse(&key_text(&args.log_key))
+    let log_key = Ed25519Verifier::parse(&crate::cmd::trace_proof::key_text(&args.log_key))
         .map_err(|e| unreadable(format!("--log-key is not a log verifier key string: {e}")))?;
     let witnesses = args
         .witness_keys
         .iter()
         .map(|k| {
-            CosignatureVerifier::parse(&key_text(k)).map_err(|e| {
+            CosignatureVerifier::parse(&crate::cmd::trace_proof::key_text(k)).map_err(|e| {
                 unreadable(format!(
                     "--witness-key `{k}` is not a cosignature verifier key: {e}"
                 ))
@@ -147,7 +131,8 @@ pub fn verify_receipt(args: &VerifyReceiptArgs) -> Result<ReceiptCheck, ReceiptF
             witnesses.len()
         )));
     }
-    let text = read_receipt(&args.receipt).map_err(unreadable)?;
+    let text = crate::cmd::resolve::read_text(&args.receipt)
+        .map_err(|e| unreadable(format!("cannot read {}: {e}", args.receipt.display())))?;
     let receipt: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| invalid(format!("the receipt is not JSON: {e}")))?;
     let receipt = receipt.get("receipt").unwrap_or(&receipt);

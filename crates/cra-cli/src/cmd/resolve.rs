@@ -85,7 +85,8 @@ pub fn load_atlases(paths: &[PathBuf], who: &str) -> Result<AtlasSet, Exit> {
     })
 }
 
-fn read_text(path: &Path) -> std::io::Result<String> {
+/// The text of `path`, or of standard input for `-`.
+pub(crate) fn read_text(path: &Path) -> std::io::Result<String> {
     if path == Path::new("-") {
         std::io::read_to_string(std::io::stdin())
     } else {

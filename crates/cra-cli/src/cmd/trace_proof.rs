@@ -172,6 +172,11 @@ fn checkpoint_of(note: &str) -> Result<cra_tlog::Checkpoint, Failure> {
         .map_err(|e| unavailable(format!("the server's checkpoint: {e}")))
 }
 
+/// A key string given on the command line, or read from the file it names; trimmed.
+pub fn key_text(given: &str) -> String {
+    std::fs::read_to_string(given).map_or_else(|_| given.trim().to_owned(), |t| t.trim().to_owned())
+}
+
 /// What an offline check of a chain's tlog proof found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProofCheck {
@@ -189,11 +194,7 @@ pub struct ProofCheck {
 /// # Errors
 /// Why the proof does not hold, for people.
 pub fn check_proof(chain: &Path, proof: &Path, log_key: &str) -> Result<ProofCheck, String> {
-    let key_text = match std::fs::read_to_string(log_key) {
-        Ok(text) => text,
-        Err(_) => log_key.to_owned(),
-    };
-    let verifier = Ed25519Verifier::parse(key_text.trim())
+    let verifier = Ed25519Verifier::parse(&key_text(log_key))
         .map_err(|e| format!("--log-key is not a verifier key string: {e}"))?;
     let origin = verifier.name().to_owned();
     let verifiers = Verifiers::new(vec![verifier]).map_err(|e| e.to_string())?;

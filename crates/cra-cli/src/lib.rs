@@ -56,6 +56,10 @@ pub enum Command {
     /// Run a C2SP tlog-witness that cosigns checkpoints of the logs it is given; make its key.
     #[command(subcommand)]
     Witness(cmd::witness::WitnessCommand),
+    /// A stopped store's encryption at rest: generate a storage key, re-encrypt after a
+    /// rotation.
+    #[command(subcommand)]
+    Store(cmd::store::StoreCommand),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -71,5 +75,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Witness(c) => cmd::witness::run(c),
         Command::Log(c) => cmd::log::run(c),
+        Command::Store(c) => cmd::store::run(c),
     }
 }

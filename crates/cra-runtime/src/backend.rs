@@ -66,7 +66,13 @@ pub(crate) fn open(
     // the answer waits for that append: the append's durable commit persists the state too.
     let store_config = StoreConfig::new(clock, ids)
         .with_state_durability(StateDurability::WithNextAppend)
-        .with_redb_cache_bytes(config.redb_cache_mib.saturating_mul(1 << 20));
+        .with_redb_cache_bytes(config.redb_cache_mib.saturating_mul(1 << 20))
+        .with_encryption(
+            config
+                .encryption
+                .encryption()
+                .map_err(|e| cra_store::BackendError::StorageKey(e.to_string()))?,
+        );
     match &config.postgres {
         Some(url) => {
             let pg = PgStore::connect_with(

@@ -266,6 +266,72 @@ impl LogConfig {
     }
 }
 
+/// Encryption at rest (`[encryption]`, `specs/storage-encryption.md`): with a key, every TRACE
+/// event body and CARP record is stored encrypted (XChaCha20-Poly1305) on either backend. Absent:
+/// stored as plaintext.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EncryptionConfig {
+    /// A file holding the storage key new records are encrypted with (32 bytes as 64 hex digits
+    /// or base64; `cra store key generate` writes one).
+    pub key_file: Option<PathBuf>,
+    /// Instead of `key_file`: the name of an environment variable holding the key.
+    pub key_env: Option<String>,
+    /// Files of retired keys: records encrypted with them still read, nothing new is encrypted
+    /// with them. A rotation adds the old key here until `cra store reencrypt` has run.
+    pub retired_key_files: Vec<PathBuf>,
+}
+
+impl EncryptionConfig {
+    /// The keys this configuration names, read from their files or variable.
+    ///
+    /// # Errors
+    /// Both or neither of `key_file` and `key_env` with retired keys, a file or variable that
+    /// cannot be read, or a text that is not a key; each names the setting.
+    pub fn encryption(&self) -> Result<cra_store::Encryption, ConfigError> {
+        let current = match (&self.key_file, &self.key_env) {
+            (Some(_), Some(_)) => {
+                return Err(ConfigError::Invalid(
+                    "`encryption.key_file` and `encryption.key_env` are both set; give the storage key one way".into(),
+                ));
+            }
+            (Some(path), None) => Some(key_from_file("encryption.key_file", path)?),
+            (None, Some(name)) => {
+                let text = std::env::var(name).map_err(|e| {
+                    ConfigError::Invalid(format!(
+                        "`encryption.key_env` names `{name}`, which cannot be read ({e}); set it to the storage key"
+                    ))
+                })?;
+                Some(parse_storage_key(&format!("the variable `{name}`"), &text)?)
+            }
+            (None, None) => None,
+        };
+        let retired = self
+            .retired_key_files
+            .iter()
+            .map(|p| key_from_file("encryption.retired_key_files", p))
+            .collect::<Result<Vec<_>, _>>()?;
+        match current {
+            Some(current) => Ok(cra_store::Encryption::new(current, retired)),
+            None if retired.is_empty() => Ok(cra_store::Encryption::plaintext()),
+            None => Err(ConfigError::Invalid(
+                "`encryption.retired_key_files` is set without a current key; set `encryption.key_file` or `encryption.key_env` too".into(),
+            )),
+        }
+    }
+}
+
+fn key_from_file(setting: &str, path: &Path) -> Result<cra_store::StorageKey, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::Invalid(format!("`{setting}`: cannot read {}: {e}", path.display()))
+    })?;
+    parse_storage_key(&format!("`{setting}` {}", path.display()), &text)
+}
+
+fn parse_storage_key(what: &str, text: &str) -> Result<cra_store::StorageKey, ConfigError> {
+    cra_store::StorageKey::parse(text).map_err(|e| ConfigError::Invalid(format!("{what}: {e}")))
+}
+
 /// One witness of the log (`[[log.witnesses]]`): where it answers and the key it cosigns with.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -433,6 +499,8 @@ pub struct RuntimeConfig {
     pub log: LogConfig,
     /// Signed atlases (`[atlas_signing]`); absent, atlases are not checked for signatures.
     pub atlas_signing: AtlasSigningConfig,
+    /// Encryption at rest (`[encryption]`); absent, records are stored as plaintext.
+    pub encryption: EncryptionConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -462,6 +530,7 @@ impl Default for RuntimeConfig {
             mcp: McpConfig::default(),
             log: LogConfig::default(),
             atlas_signing: AtlasSigningConfig::default(),
+            encryption: EncryptionConfig::default(),
         }
     }
 }
@@ -545,6 +614,7 @@ impl RuntimeConfig {
             ex.check(name)?;
         }
         self.atlas_signing.trust()?;
+        self.encryption.encryption()?;
         Ok(addr)
     }
 
@@ -614,6 +684,48 @@ days = 30
             ..RuntimeConfig::default()
         };
         assert!(c.validate().unwrap_err().to_string().contains("addr"));
+    }
+
+    #[test]
+    fn encryption_keys_are_read_at_start_and_each_refusal_names_its_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let good = dir.path().join("good.key");
+        std::fs::write(&good, format!("{}\n", "ab".repeat(32))).unwrap();
+        let bad = dir.path().join("bad.key");
+        std::fs::write(&bad, "not a key").unwrap();
+        let parse = |text: String| RuntimeConfig::from_toml(&text).unwrap();
+        let c = parse(format!("[encryption]\nkey_file = {good:?}\n"));
+        assert!(c.validate().is_ok());
+        assert!(c.encryption.encryption().unwrap().current().is_some());
+        assert!(
+            RuntimeConfig::default()
+                .encryption
+                .encryption()
+                .unwrap()
+                .current()
+                .is_none()
+        );
+        let refusals = [
+            (format!("key_file = {bad:?}"), "`encryption.key_file`"),
+            (
+                format!("key_file = {:?}", dir.path().join("missing")),
+                "cannot read",
+            ),
+            (format!("key_file = {good:?}\nkey_env = \"X\""), "both set"),
+            (
+                "key_env = \"CRA_TEST_NO_SUCH_VARIABLE\"".into(),
+                "CRA_TEST_NO_SUCH_VARIABLE",
+            ),
+            (
+                format!("retired_key_files = [{good:?}]"),
+                "without a current key",
+            ),
+        ];
+        for (body, says) in refusals {
+            let c = parse(format!("[encryption]\n{body}\n"));
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{body}: {e}");
+        }
     }
 
     #[test]

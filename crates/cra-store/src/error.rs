@@ -71,6 +71,10 @@ pub enum BackendError {
         /// The unknown version.
         version: u32,
     },
+    /// The configured storage keys do not fit the store (`encryption`): a key that encrypted its records
+    /// is missing, or a key is not the one registered under its id.
+    #[error("storage key: {0}")]
+    StorageKey(String),
     /// A backend operation failed.
     #[error("storage operation failed: {0}")]
     Backend(String),

@@ -20,6 +20,8 @@
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
 //! * [`tlog`]: the transparency log over every TRACE event (an RFC 6962 tree kept as C2SP
 //!   tiles, appended in the same transaction as the events), read through [`tlog::LogStore`].
+//! * [`encryption`] ([`Encryption`]): encryption at rest of event bodies and CARP records, with the
+//!   current and retired storage keys; every backend passes stored bodies through it.
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
 //!   `CRA_TEST_POSTGRES_URL` is unset).
 //!
@@ -29,6 +31,7 @@
 pub mod catalog;
 mod chain;
 mod collector;
+pub mod encryption;
 mod error;
 pub mod pg;
 pub mod redb;
@@ -43,6 +46,7 @@ use cra_wire::{Clock, IdGenerator, SystemClock, UuidV7Ids};
 
 pub use catalog::AtlasCatalog;
 pub use collector::MAX_BATCH_APPENDS;
+pub use encryption::{Encryption, ReencryptReport, StorageKey};
 pub use error::BackendError;
 pub use pg::PgStore;
 pub use redb::RedbStore;
@@ -81,6 +85,8 @@ pub struct StoreConfig {
     pub state_durability: StateDurability,
     /// The most bytes of pages redb keeps in memory ([`DEFAULT_REDB_CACHE_BYTES`]).
     pub redb_cache_bytes: usize,
+    /// How stored bodies are encrypted: plaintext unless a storage key is configured.
+    pub encryption: Encryption,
 }
 
 /// redb's page cache size unless told otherwise: 64 MiB.
@@ -101,6 +107,7 @@ impl StoreConfig {
             ids,
             state_durability: StateDurability::Immediate,
             redb_cache_bytes: DEFAULT_REDB_CACHE_BYTES,
+            encryption: Encryption::plaintext(),
         }
     }
 
@@ -108,6 +115,13 @@ impl StoreConfig {
     #[must_use]
     pub fn with_redb_cache_bytes(mut self, bytes: usize) -> Self {
         self.redb_cache_bytes = bytes;
+        self
+    }
+
+    /// The same, with stored bodies encrypted by `encryption`.
+    #[must_use]
+    pub fn with_encryption(mut self, encryption: Encryption) -> Self {
+        self.encryption = encryption;
         self
     }
 

@@ -14,6 +14,7 @@ pub mod mcp;
 pub mod relay;
 pub mod resolve;
 pub mod serve;
+pub mod store;
 pub mod tail;
 #[cfg(test)]
 mod test_dirs;

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use cra_carp::CarpStore;
-use cra_store::{PgStore, RedbStore, RetentionStore};
+use cra_runtime::config::EncryptionConfig;
+use cra_store::{Encryption, PgStore, RedbStore, RetentionStore, StoreConfig};
 use cra_trace::TraceEvent;
 use cra_trace::store::ChainStore;
 use cra_wire::{ErrorBody, Token};
@@ -101,6 +102,14 @@ pub struct StoreArgs {
     /// The PostgreSQL schema of the deployment.
     #[arg(long, default_value = "cra")]
     pub postgres_schema: String,
+    /// The storage key the store's records are encrypted with (the server's
+    /// `encryption.key_file`); needed to read an encrypted store.
+    #[arg(long, env = "CRA_STORAGE_KEY_FILE")]
+    pub storage_key_file: Option<PathBuf>,
+    /// A retired storage key (`encryption.retired_key_files`) that older records are still
+    /// encrypted with; repeatable.
+    #[arg(long = "retired-key-file")]
+    pub retired_key_files: Vec<PathBuf>,
 }
 
 /// An opened store: the trace chains and the CARP records of one backend.
@@ -133,23 +142,45 @@ impl StoreArgs {
         self.data.is_some() || self.postgres.is_some()
     }
 
-    /// Opens the named store; `default_data` is used when neither `--data` nor `--postgres`
-    /// was given. A data directory must already hold a database (nothing is created).
-    pub fn open(&self, default_data: Option<&Path>) -> Result<Option<OpenedStore>, Failure> {
-        if let Some(url) = &self.postgres {
-            let pg = PgStore::connect(url, &self.postgres_schema)
-                .map_err(|e| Failure::new(e.token(), e.to_string()))?;
-            return Ok(Some(OpenedStore {
-                kind: "postgres",
-                location: format!("schema {}", self.postgres_schema),
-                chains: Arc::new(pg.clone()),
-                retention: Arc::new(pg.clone()),
-                carp: Arc::new(pg),
-            }));
+    /// The encryption the key flags describe (plaintext without them).
+    pub fn encryption(&self) -> Result<Encryption, Failure> {
+        EncryptionConfig {
+            key_file: self.storage_key_file.clone(),
+            key_env: None,
+            retired_key_files: self.retired_key_files.clone(),
         }
-        let Some(dir) = self.data.as_deref().or(default_data) else {
+        .encryption()
+        .map_err(|e| {
+            Failure::new(
+                Token::InvalidRequest,
+                e.to_string()
+                    .replace("`encryption.key_file`", "--storage-key-file")
+                    .replace("`encryption.retired_key_files`", "--retired-key-file"),
+            )
+        })
+    }
+
+    fn store_config(&self) -> Result<StoreConfig, Failure> {
+        Ok(StoreConfig::default().with_encryption(self.encryption()?))
+    }
+
+    /// Opens the named PostgreSQL deployment, if one was named.
+    pub fn open_postgres(&self) -> Result<Option<PgStore>, Failure> {
+        let Some(url) = &self.postgres else {
             return Ok(None);
         };
+        PgStore::connect_with(
+            url,
+            &self.postgres_schema,
+            self.store_config()?,
+            cra_store::pg::DEFAULT_POOL_SIZE,
+        )
+        .map(Some)
+        .map_err(|e| Failure::new(e.token(), e.to_string()))
+    }
+
+    /// Opens the data directory `dir`, which must already hold a database (nothing is created).
+    pub fn open_redb(&self, dir: &Path) -> Result<RedbStore, Failure> {
         let file = dir.join(cra_store::redb::DATABASE_FILE);
         if !file.is_file() {
             return Err(Failure::new(
@@ -161,7 +192,26 @@ impl StoreArgs {
                 ),
             ));
         }
-        let redb = RedbStore::open(dir).map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        RedbStore::open_with(dir, self.store_config()?)
+            .map_err(|e| Failure::new(e.token(), e.to_string()))
+    }
+
+    /// Opens the named store; `default_data` is used when neither `--data` nor `--postgres`
+    /// was given. A data directory must already hold a database (nothing is created).
+    pub fn open(&self, default_data: Option<&Path>) -> Result<Option<OpenedStore>, Failure> {
+        if let Some(pg) = self.open_postgres()? {
+            return Ok(Some(OpenedStore {
+                kind: "postgres",
+                location: format!("schema {}", self.postgres_schema),
+                chains: Arc::new(pg.clone()),
+                retention: Arc::new(pg.clone()),
+                carp: Arc::new(pg),
+            }));
+        }
+        let Some(dir) = self.data.as_deref().or(default_data) else {
+            return Ok(None);
+        };
+        let redb = self.open_redb(dir)?;
         Ok(Some(OpenedStore {
             kind: "redb",
             location: dir.display().to_string(),

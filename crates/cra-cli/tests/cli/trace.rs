@@ -3,6 +3,7 @@
 //! session driven through the runtime by `trace/live.rs`.
 
 mod commands;
+mod encrypted;
 mod live;
 mod receipts;
 mod witnessed;

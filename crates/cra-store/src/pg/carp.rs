@@ -9,6 +9,7 @@
 //! (`carp_execution_leases`) claim an idempotency key through their unique key.
 //! `decide_approval` is a conditional update (`WHERE status = 'pending'`).
 
+use crate::encryption::Encryption;
 use std::collections::BTreeSet;
 
 use cra_carp::store::{
@@ -29,12 +30,34 @@ fn be(e: impl std::error::Error) -> CarpError {
     ))
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<String, CarpError> {
-    serde_json::to_string(value).map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
+const SESSIONS: &str = "carp_sessions";
+const RESOLUTIONS: &str = "carp_resolutions";
+const EXECUTIONS: &str = "carp_executions";
+const LEASES: &str = "carp_execution_leases";
+const APPROVALS: &str = "carp_approvals";
+
+/// A record's stored form in `table`: its JSON, encrypted when a storage key is configured.
+pub(crate) fn encode_record<T: Serialize>(
+    enc: &Encryption,
+    table: &str,
+    value: &T,
+) -> Result<String, String> {
+    let json = serde_json::to_string(value).map_err(|e| format!("cannot encode: {e}"))?;
+    enc.encrypt_text(table, json)
+        .map_err(|e| format!("cannot encode: {e}"))
 }
 
-fn decode<T: DeserializeOwned>(what: &str, text: &str) -> Result<T, CarpError> {
-    serde_json::from_str(text).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
+/// The record a row of `table` holds, as [`encode_record`] stored it (or as stored before
+/// encryption was turned on).
+pub(crate) fn decode_record<T: DeserializeOwned>(
+    enc: &Encryption,
+    table: &str,
+    text: &str,
+) -> Result<T, String> {
+    let json = enc
+        .decrypt_text(table, text)
+        .map_err(|e| format!("{table}: {e}"))?;
+    serde_json::from_str(&json).map_err(|e| format!("{table}: {e}"))
 }
 
 fn is_unique_violation(e: &postgres::Error) -> bool {
@@ -46,6 +69,14 @@ fn to_i64(n: u64) -> i64 {
 }
 
 impl PgStore {
+    fn encode<T: Serialize>(&self, table: &str, value: &T) -> Result<String, CarpError> {
+        encode_record(&self.config().encryption, table, value).map_err(CarpError::Backend)
+    }
+
+    fn decode<T: DeserializeOwned>(&self, table: &str, text: &str) -> Result<T, CarpError> {
+        decode_record(&self.config().encryption, table, text).map_err(CarpError::Corrupt)
+    }
+
     fn carp_client(&self) -> Result<PooledClient<'_>, CarpError> {
         self.state_client().map_err(be)
     }
@@ -58,7 +89,8 @@ impl PgStore {
     ) -> Result<Option<T>, CarpError> {
         let mut c = self.carp_client()?;
         let row = c.query_opt(sql, &[&id]).map_err(be)?;
-        row.map(|r| decode(what, r.get::<_, &str>(0))).transpose()
+        row.map(|r| self.decode(what, r.get::<_, &str>(0)))
+            .transpose()
     }
 
     /// Runs an INSERT whose only possible conflict is the record's id.
@@ -238,7 +270,7 @@ impl PgStore {
             )
             .map_err(be)?;
         if let Some(row) = first {
-            let record: ExecutionRecord = decode("execution", row.get::<_, &str>(0))?;
+            let record: ExecutionRecord = self.decode(EXECUTIONS, row.get::<_, &str>(0))?;
             tx.rollback().map_err(be)?;
             return Ok(Some(ClaimOutcome::Finished(Box::new(record))));
         }
@@ -303,7 +335,7 @@ impl cra_carp::store::MarkReader for PgMarks<'_> {
 
 impl CarpStore for PgStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
-        let body = encode(session)?;
+        let body = self.encode(SESSIONS, session)?;
         self.carp_insert(
             "session",
             &session.session_id,
@@ -316,7 +348,7 @@ impl CarpStore for PgStore {
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {
         self.carp_body(
             "SELECT body FROM carp_sessions WHERE session_id = $1",
-            "session",
+            SESSIONS,
             session_id,
         )
     }
@@ -336,14 +368,14 @@ impl CarpStore for PgStore {
                 id: session_id.to_owned(),
             });
         };
-        let mut record: SessionRecord = decode("session", row.get::<_, &str>(0))?;
+        let mut record: SessionRecord = self.decode(SESSIONS, row.get::<_, &str>(0))?;
         if record.ended_at.is_some() {
             return Ok(record);
         }
         record.ended_at = Some(ended_at.to_owned());
         tx.execute(
             "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
-            &[&session_id, &encode(&record)?],
+            &[&session_id, &self.encode(SESSIONS, &record)?],
         )
         .map_err(be)?;
         tx.commit().map_err(be)?;
@@ -375,7 +407,7 @@ impl CarpStore for PgStore {
 
     fn put_resolution(&self, resolution: &StoredResolution) -> Result<(), CarpError> {
         let id = &resolution.resolution.resolution_id;
-        let body = encode(resolution)?;
+        let body = self.encode(RESOLUTIONS, resolution)?;
         self.carp_insert(
             "resolution",
             id,
@@ -388,7 +420,7 @@ impl CarpStore for PgStore {
     fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, CarpError> {
         self.carp_body(
             "SELECT body FROM carp_resolutions WHERE resolution_id = $1",
-            "resolution",
+            RESOLUTIONS,
             resolution_id,
         )
     }
@@ -405,12 +437,12 @@ impl CarpStore for PgStore {
                 &[&session_id, &idempotency_key],
             )
             .map_err(be)?;
-        row.map(|r| decode("execution", r.get::<_, &str>(0)))
+        row.map(|r| self.decode(EXECUTIONS, r.get::<_, &str>(0)))
             .transpose()
     }
 
     fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, CarpError> {
-        let body = encode(execution)?;
+        let body = self.encode(EXECUTIONS, execution)?;
         let mut c = self.carp_client()?;
         let inserted = c.execute(
             "INSERT INTO carp_executions (execution_id, session_id, idempotency_key, body)
@@ -559,7 +591,7 @@ impl CarpStore for PgStore {
     }
 
     fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpError> {
-        let body = encode(lease)?;
+        let body = self.encode(LEASES, lease)?;
         // A claim that loses to a lease released before it could read it tries again.
         for _ in 0..3 {
             if let Some(outcome) = self.try_claim(lease, &body)? {
@@ -591,12 +623,12 @@ impl CarpStore for PgStore {
             )
             .map_err(be)?;
         rows.iter()
-            .map(|r| decode("lease", r.get::<_, &str>(0)))
+            .map(|r| self.decode(LEASES, r.get::<_, &str>(0)))
             .collect()
     }
 
     fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), CarpError> {
-        let body = encode(approval)?;
+        let body = self.encode(APPROVALS, approval)?;
         self.carp_insert(
             "approval",
             &approval.approval_id,
@@ -614,7 +646,7 @@ impl CarpStore for PgStore {
     fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpError> {
         self.carp_body(
             "SELECT body FROM carp_approvals WHERE approval_id = $1",
-            "approval",
+            APPROVALS,
             approval_id,
         )
     }
@@ -641,11 +673,15 @@ impl CarpStore for PgStore {
                 id: approval_id.to_owned(),
             });
         };
-        let mut record: ApprovalRecord = decode("approval", row.get::<_, &str>(0))?;
+        let mut record: ApprovalRecord = self.decode(APPROVALS, row.get::<_, &str>(0))?;
         record.decide(decision, decided_by, note, decided_at)?;
         tx.execute(
             "UPDATE carp_approvals SET status = $2, body = $3 WHERE approval_id = $1",
-            &[&approval_id, &record.status.as_str(), &encode(&record)?],
+            &[
+                &approval_id,
+                &record.status.as_str(),
+                &self.encode(APPROVALS, &record)?,
+            ],
         )
         .map_err(be)?;
         tx.commit().map_err(be)?;
@@ -662,7 +698,7 @@ impl CarpStore for PgStore {
             )
             .map_err(be)?;
         rows.iter()
-            .map(|r| decode("approval", r.get::<_, &str>(0)))
+            .map(|r| self.decode(APPROVALS, r.get::<_, &str>(0)))
             .collect()
     }
 }

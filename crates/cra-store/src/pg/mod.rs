@@ -14,6 +14,7 @@ mod carp;
 mod catalog;
 pub mod clock;
 pub mod feed;
+mod keys;
 pub mod leader;
 mod pool;
 pub mod ratelimit;
@@ -86,6 +87,7 @@ impl PgStore {
         let state_pool = (config.state_durability == crate::StateDurability::WithNextAppend)
             .then(|| Pool::new(url, schema, pool_size, false));
         migrate(&pool, schema)?;
+        keys::admit(&pool, &config.encryption)?;
         let origin = random_origin();
         let collector = {
             let (pool, config) = (pool.clone(), config.clone());

@@ -12,6 +12,7 @@
 //! has accepted the append's drafts, and a refusal writes nothing: the batch transaction goes on
 //! for the other appends.
 
+use crate::encryption::Encryption;
 use cra_carp::store::{
     ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, Settlement,
     StateChange,
@@ -44,24 +45,28 @@ pub(crate) struct EncodedResolve {
 /// used (nothing written), `Err` refused (nothing written).
 pub(crate) type Applied = Result<bool, ChainStoreError>;
 
-fn encode<T: serde::Serialize>(value: &T) -> Result<String, ChainStoreError> {
-    serde_json::to_string(value)
-        .map_err(|e| ChainStoreError::Unavailable(format!("cannot encode a CARP record: {e}")))
+fn encode<T: serde::Serialize>(
+    enc: &Encryption,
+    table: &str,
+    value: &T,
+) -> Result<String, ChainStoreError> {
+    crate::pg::carp::encode_record(enc, table, value)
+        .map_err(|e| ChainStoreError::Unavailable(format!("a CARP record: {e}")))
 }
 
 impl PgChange {
     /// Encodes `change` (on the appender's thread).
-    pub(crate) fn encode(change: StateChange) -> Result<Self, ChainStoreError> {
+    pub(crate) fn encode(enc: &Encryption, change: StateChange) -> Result<Self, ChainStoreError> {
         Ok(match change {
-            StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(&r)?),
+            StateChange::Resolve(r) => Self::Resolve(EncodedResolve::new(enc, &r)?),
             StateChange::Decide(d) => Self::Decide(d),
             StateChange::Settle(s) => Self::Settle(s),
             StateChange::Open(a) => {
-                let body = encode(&a)?;
+                let body = encode(enc, "carp_approvals", &a)?;
                 Self::Open(a, body)
             }
             StateChange::Execute(e) => {
-                let body = encode(&e)?;
+                let body = encode(enc, "carp_executions", &e)?;
                 Self::Execute(e, body)
             }
         })
@@ -71,10 +76,11 @@ impl PgChange {
     pub(crate) fn apply(
         &self,
         tx: &mut postgres::Transaction<'_>,
+        enc: &Encryption,
     ) -> Result<Applied, postgres::Error> {
         match self {
             Self::Resolve(r) => r.apply(tx),
-            Self::Decide(d) => decide_in(tx, d),
+            Self::Decide(d) => decide_in(tx, enc, d),
             Self::Execute(e, body) => execute_in(tx, e, body),
             Self::Settle(s) => settle_in(tx, s),
             Self::Open(a, body) => open_in(tx, a, body),
@@ -116,12 +122,12 @@ fn settle_in(
 }
 
 impl EncodedResolve {
-    fn new(r: &ResolveRecord) -> Result<Self, ChainStoreError> {
+    fn new(enc: &Encryption, r: &ResolveRecord) -> Result<Self, ChainStoreError> {
         let resolution = match &r.resolution {
             Some(s) => Some((
                 s.resolution.resolution_id.clone(),
                 s.session_id.clone(),
-                encode(s)?,
+                encode(enc, "carp_resolutions", s)?,
             )),
             None => None,
         };
@@ -182,6 +188,7 @@ impl EncodedResolve {
 /// written back. A refusal (no such approval, another session's, decided before) writes nothing.
 fn decide_in(
     tx: &mut postgres::Transaction<'_>,
+    enc: &Encryption,
     d: &DecisionRecord,
 ) -> Result<Applied, postgres::Error> {
     let row = tx.query_opt(
@@ -191,7 +198,11 @@ fn decide_in(
     let Some(row) = row else {
         return Ok(Err(d.not_found()));
     };
-    let found: ApprovalRecord = match serde_json::from_str(row.get::<_, &str>(0)) {
+    let found: ApprovalRecord = match crate::pg::carp::decode_record(
+        enc,
+        "carp_approvals",
+        row.get(0),
+    ) {
         Ok(found) => found,
         Err(e) => {
             return Ok(Err(ChainStoreError::Unavailable(format!(
@@ -204,7 +215,7 @@ fn decide_in(
         Ok(decided) => decided,
         Err(refusal) => return Ok(Err(refusal)),
     };
-    let body = match encode(&decided) {
+    let body = match encode(enc, "carp_approvals", &decided) {
         Ok(body) => body,
         Err(e) => return Ok(Err(e)),
     };

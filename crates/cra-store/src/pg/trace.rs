@@ -28,6 +28,9 @@ use postgres::error::SqlState;
 use super::{PgStore, Pool};
 use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
+
+/// The table of event bodies, also the associated data of their encryption.
+const EVENTS: &str = "trace_events";
 use crate::collector::{Answer, Job, JobWork, answer_all, split};
 use crate::tlog::NewLeaf;
 
@@ -150,7 +153,7 @@ fn try_batch(
             continue;
         }
         if let Some(change) = &w.state {
-            match change.apply(&mut tx).map_err(sql)? {
+            match change.apply(&mut tx, &config.encryption).map_err(sql)? {
                 Ok(true) => {}
                 // A used request id (answered with no events) or a refusal: nothing written.
                 refused => {
@@ -170,7 +173,12 @@ fn try_batch(
             types.push(event.event_type.clone());
             stamps.push(event.timestamp.clone());
             hashes.push(event.event_hash.clone());
-            texts.push(String::from_utf8(body).map_err(|e| Retry::Fail(unavailable(e)))?);
+            let text = String::from_utf8(body).map_err(|e| Retry::Fail(unavailable(e)))?;
+            let stored = config
+                .encryption
+                .encrypt_text(EVENTS, text)
+                .map_err(|e| Retry::Fail(unavailable(e)))?;
+            texts.push(stored);
         }
         for event in &sealed {
             leaves.push(NewLeaf::of(event).map_err(|e| Retry::Fail(log_failed(e)))?);
@@ -308,7 +316,17 @@ impl PgStore {
         rows.iter()
             .map(|r| {
                 let sequence = r.get::<_, i64>(0).unsigned_abs();
-                decode_event(session_id, sequence, r.get::<_, &str>(1).as_bytes())
+                let stored = r.get::<_, &str>(1);
+                let text = self
+                    .config()
+                    .encryption
+                    .decrypt_text(EVENTS, stored)
+                    .map_err(|e| ChainStoreError::Corrupt {
+                        session_id: session_id.to_owned(),
+                        sequence,
+                        reason: e.to_string(),
+                    })?;
+                decode_event(session_id, sequence, text.as_bytes())
             })
             .collect()
     }
@@ -325,7 +343,7 @@ impl cra_carp::store::StateLog for PgStore {
     ) {
         use cra_carp::store::Recorded;
         let session_id = change.session_id().to_owned();
-        let change = match super::state::PgChange::encode(change) {
+        let change = match super::state::PgChange::encode(&self.config().encryption, change) {
             Ok(change) => change,
             Err(e) => return done(Err(e.into())),
         };

@@ -20,7 +20,8 @@
 //! lives.
 
 use ::redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction,
+    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, TableHandle,
+    WriteTransaction,
 };
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
@@ -33,19 +34,25 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::RedbStore;
+use crate::encryption::Encryption;
 
-const SESSIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_sessions");
+pub(super) const SESSIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_sessions");
 const REQUEST_IDS: TableDefinition<'static, (&str, &str), ()> =
     TableDefinition::new("carp_request_ids");
-const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_resolutions");
-const EXECUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_executions");
+pub(super) const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_resolutions");
+pub(super) const EXECUTIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_executions");
 const EXECUTION_KEYS: TableDefinition<'static, (&str, &str), &str> =
     TableDefinition::new("carp_execution_keys");
 const RATE: TableDefinition<'static, (&str, &str, i64), u64> = TableDefinition::new("carp_rate");
 const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new("carp_budget");
-const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
+pub(super) const APPROVALS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_approvals");
 const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
-const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
+pub(super) const LEASES: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_leases");
 
 fn be(e: impl std::fmt::Display) -> CarpError {
     CarpError::Backend(format!(
@@ -53,16 +60,29 @@ fn be(e: impl std::fmt::Display) -> CarpError {
     ))
 }
 
-/// A record's stored form: its JSON, compressed when large (`super::record`).
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CarpError> {
-    serde_json::to_vec(value)
-        .map(super::record::pack)
+type RecordTable = TableDefinition<'static, &'static str, &'static [u8]>;
+
+/// A record's stored form in `table`: its JSON, compressed when large and encrypted when a key
+/// is configured (`super::record::store`).
+fn encode<T: Serialize>(
+    enc: &Encryption,
+    table: RecordTable,
+    value: &T,
+) -> Result<Vec<u8>, CarpError> {
+    let json =
+        serde_json::to_vec(value).map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))?;
+    super::record::store(enc, table.name(), json)
         .map_err(|e| CarpError::Backend(format!("cannot encode: {e}")))
 }
 
-fn decode<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, CarpError> {
-    let text =
-        super::record::unpack(bytes).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))?;
+fn decode<T: DeserializeOwned>(
+    enc: &Encryption,
+    table: RecordTable,
+    bytes: &[u8],
+) -> Result<T, CarpError> {
+    let what = table.name();
+    let text = super::record::load(enc, what, bytes)
+        .map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))?;
     serde_json::from_slice(&text).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
 }
 
@@ -114,7 +134,10 @@ impl RedbStore {
         let txn = self.database().begin_read().map_err(be)?;
         let t = txn.open_table(table).map_err(be)?;
         let found = t.get(id).map_err(be)?;
-        found.map(|v| decode(what, v.value())).transpose()
+        let _ = what;
+        found
+            .map(|v| decode(&self.config().encryption, table, v.value()))
+            .transpose()
     }
 
     fn carp_insert_new<T: Serialize>(
@@ -125,7 +148,7 @@ impl RedbStore {
         value: &T,
         also: impl FnOnce(&WriteTransaction) -> Result<(), CarpError>,
     ) -> Result<(), CarpError> {
-        let bytes = encode(value)?;
+        let bytes = encode(&self.config().encryption, table, value)?;
         self.carp_write(|txn| {
             insert_new_in(txn, table, what, id, &bytes)?;
             also(txn)?;
@@ -146,6 +169,7 @@ pub(crate) struct EncodedResolve {
 
 impl EncodedResolve {
     pub(crate) fn new(
+        enc: &Encryption,
         session_id: &str,
         request_id: &str,
         resolution: Option<&StoredResolution>,
@@ -154,7 +178,10 @@ impl EncodedResolve {
             session_id: session_id.to_owned(),
             request_id: request_id.to_owned(),
             resolution: resolution
-                .map(|r| encode(r).map(|bytes| (r.resolution.resolution_id.clone(), bytes)))
+                .map(|r| {
+                    encode(enc, RESOLUTIONS, r)
+                        .map(|bytes| (r.resolution.resolution_id.clone(), bytes))
+                })
                 .transpose()?,
         })
     }
@@ -211,6 +238,7 @@ pub(crate) fn apply_resolve(
 /// committer applies every resolve of a batch through one set (in redb, opening a table and
 /// closing it again writes its root back each time).
 pub(crate) struct ResolveTables<'txn> {
+    enc: &'txn Encryption,
     ids: Table<'txn, (&'static str, &'static str), ()>,
     resolutions: Table<'txn, &'static str, &'static [u8]>,
     approvals: Table<'txn, &'static str, &'static [u8]>,
@@ -219,8 +247,12 @@ pub(crate) struct ResolveTables<'txn> {
 
 impl<'txn> ResolveTables<'txn> {
     /// Opens the tables in `txn`.
-    pub(crate) fn open(txn: &'txn WriteTransaction) -> Result<Self, CarpError> {
+    pub(crate) fn open(
+        txn: &'txn WriteTransaction,
+        enc: &'txn Encryption,
+    ) -> Result<Self, CarpError> {
         Ok(Self {
+            enc,
             ids: txn.open_table(REQUEST_IDS).map_err(be)?,
             resolutions: txn.open_table(RESOLUTIONS).map_err(be)?,
             approvals: txn.open_table(APPROVALS).map_err(be)?,
@@ -237,8 +269,10 @@ impl cra_carp::store::StateLog for RedbStore {
         done: cra_carp::store::StateDone,
     ) {
         let session_id = change.session_id().to_owned();
+        let enc = &self.config().encryption;
         let encoded = match change {
             StateChange::Resolve(record) => match EncodedResolve::new(
+                enc,
                 &record.session_id,
                 &record.request_id,
                 record.resolution.as_ref(),
@@ -248,11 +282,11 @@ impl cra_carp::store::StateLog for RedbStore {
             },
             StateChange::Decide(d) => EncodedChange::Decide(d),
             StateChange::Settle(s) => EncodedChange::Settle(s),
-            StateChange::Execute(e) => match encode(&e) {
+            StateChange::Execute(e) => match encode(enc, EXECUTIONS, &e) {
                 Ok(bytes) => EncodedChange::Execute(Box::new(e), bytes),
                 Err(err) => return done(Err(err.into())),
             },
-            StateChange::Open(a) => match encode(&a) {
+            StateChange::Open(a) => match encode(enc, APPROVALS, &a) {
                 Ok(bytes) => EncodedChange::Open(a.approval_id, bytes),
                 Err(err) => return done(Err(err.into())),
             },
@@ -318,7 +352,7 @@ pub(crate) fn apply_change(
     change: &EncodedChange,
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
     match change {
-        EncodedChange::Execute(e, bytes) => apply_execution(txn, e, bytes),
+        EncodedChange::Execute(e, bytes) => apply_execution(txn, t.enc, e, bytes),
         EncodedChange::Resolve(r) => match apply_resolve(t, r) {
             Ok(fresh) => Ok(Ok(fresh)),
             Err(e @ CarpError::AlreadyExists { .. }) => {
@@ -369,7 +403,7 @@ fn apply_decision(
     d: &DecisionRecord,
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
     let found: Option<ApprovalRecord> = match t.approvals.get(d.approval_id.as_str()).map_err(be)? {
-        Some(bytes) => Some(decode("approval", bytes.value())?),
+        Some(bytes) => Some(decode(t.enc, APPROVALS, bytes.value())?),
         None => None,
     };
     let Some(found) = found else {
@@ -380,7 +414,10 @@ fn apply_decision(
         Err(refusal) => return Ok(Err(refusal)),
     };
     t.approvals
-        .insert(d.approval_id.as_str(), encode(&decided)?.as_slice())
+        .insert(
+            d.approval_id.as_str(),
+            encode(t.enc, APPROVALS, &decided)?.as_slice(),
+        )
         .map_err(be)?;
     t.pending.remove(d.approval_id.as_str()).map_err(be)?;
     Ok(Ok(true))
@@ -546,6 +583,7 @@ fn consume_in(
 /// Records `lease` in `txn` and claims its key (see [`CarpStore::claim_execution`]).
 fn claim_in(
     txn: &WriteTransaction,
+    enc: &Encryption,
     lease: &ExecutionLease,
     bytes: &[u8],
 ) -> Result<(ClaimOutcome, bool), CarpError> {
@@ -561,7 +599,7 @@ fn claim_in(
             let found = executions.get(id.as_str()).map_err(be)?;
             return Ok(match found {
                 Some(first) => (
-                    ClaimOutcome::Finished(Box::new(decode("execution", first.value())?)),
+                    ClaimOutcome::Finished(Box::new(decode(enc, EXECUTIONS, first.value())?)),
                     false,
                 ),
                 None => (ClaimOutcome::InFlight { execution_id: id }, false),
@@ -584,6 +622,7 @@ fn claim_in(
 /// and nothing is written.
 fn record_execution_in(
     txn: &WriteTransaction,
+    enc: &Encryption,
     execution: &ExecutionRecord,
     bytes: &[u8],
 ) -> Result<(ExecutionRecord, bool), CarpError> {
@@ -602,7 +641,7 @@ fn record_execution_in(
                     "idempotency key `{key}` names a missing execution `{id}`"
                 )));
             };
-            return Ok((decode("execution", first.value())?, false));
+            return Ok((decode(enc, EXECUTIONS, first.value())?, false));
         }
         keys.insert(
             (execution.session_id.as_str(), key),
@@ -639,10 +678,11 @@ fn record_execution_in(
 /// recorded for another execution, or a taken execution id, is refused and nothing is written.
 fn apply_execution(
     txn: &WriteTransaction,
+    enc: &Encryption,
     execution: &ExecutionRecord,
     bytes: &[u8],
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
-    match record_execution_in(txn, execution, bytes) {
+    match record_execution_in(txn, enc, execution, bytes) {
         Ok((_, true)) => {}
         Ok((first, false)) => {
             return Ok(Err(ChainStoreError::Unavailable(format!(
@@ -655,18 +695,22 @@ fn apply_execution(
         }
         Err(e) => return Err(e),
     }
-    release_in(txn, &execution.execution_id)?;
+    release_in(txn, enc, &execution.execution_id)?;
     Ok(Ok(true))
 }
 
 /// Removes a lease in `txn`, with its key claim when no execution was recorded under it.
 /// Returns whether anything changed.
-fn release_in(txn: &WriteTransaction, execution_id: &str) -> Result<bool, CarpError> {
+fn release_in(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    execution_id: &str,
+) -> Result<bool, CarpError> {
     let mut leases = txn.open_table(LEASES).map_err(be)?;
     let Some(bytes) = leases.remove(execution_id).map_err(be)? else {
         return Ok(false);
     };
-    let lease: ExecutionLease = decode("lease", bytes.value())?;
+    let lease: ExecutionLease = decode(enc, LEASES, bytes.value())?;
     drop(bytes);
     let recorded = txn
         .open_table(EXECUTIONS)
@@ -704,10 +748,11 @@ impl CarpStore for RedbStore {
     }
 
     fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
+        let enc = &self.config().encryption;
         self.carp_write(|txn| {
             let mut t = txn.open_table(SESSIONS).map_err(be)?;
             let found: Option<SessionRecord> = match t.get(session_id).map_err(be)? {
-                Some(bytes) => Some(decode("session", bytes.value())?),
+                Some(bytes) => Some(decode(enc, SESSIONS, bytes.value())?),
                 None => None,
             };
             let Some(mut record) = found else {
@@ -720,7 +765,7 @@ impl CarpStore for RedbStore {
                 return Ok((record, false));
             }
             record.ended_at = Some(ended_at.to_owned());
-            t.insert(session_id, encode(&record)?.as_slice())
+            t.insert(session_id, encode(enc, SESSIONS, &record)?.as_slice())
                 .map_err(be)?;
             Ok((record, true))
         })
@@ -749,9 +794,10 @@ impl CarpStore for RedbStore {
         request_id: &str,
         resolution: &StoredResolution,
     ) -> Result<bool, CarpError> {
-        let encoded = EncodedResolve::new(session_id, request_id, Some(resolution))?;
+        let enc = &self.config().encryption;
+        let encoded = EncodedResolve::new(enc, session_id, request_id, Some(resolution))?;
         self.carp_write(|txn| {
-            let fresh = apply_resolve(&mut ResolveTables::open(txn)?, &encoded)?;
+            let fresh = apply_resolve(&mut ResolveTables::open(txn, enc)?, &encoded)?;
             Ok((fresh, fresh))
         })
     }
@@ -779,7 +825,7 @@ impl CarpStore for RedbStore {
         let found = executions.get(id.value()).map_err(be)?;
         let leases = txn.open_table(LEASES).map_err(be)?;
         match found {
-            Some(bytes) => decode("execution", bytes.value()).map(Some),
+            Some(bytes) => decode(&self.config().encryption, EXECUTIONS, bytes.value()).map(Some),
             // Claimed by an execution still running: no outcome yet.
             None if leases.get(id.value()).map_err(be)?.is_some() => Ok(None),
             None => Err(CarpError::Corrupt(format!(
@@ -789,8 +835,9 @@ impl CarpStore for RedbStore {
     }
 
     fn record_execution(&self, execution: &ExecutionRecord) -> Result<ExecutionRecord, CarpError> {
-        let bytes = encode(execution)?;
-        self.carp_write(|txn| record_execution_in(txn, execution, &bytes))
+        let enc = &self.config().encryption;
+        let bytes = encode(enc, EXECUTIONS, execution)?;
+        self.carp_write(|txn| record_execution_in(txn, enc, execution, &bytes))
     }
 
     fn rate_count(
@@ -853,9 +900,10 @@ impl CarpStore for RedbStore {
         charges: &[Charge],
         clock: &dyn cra_wire::Clock,
     ) -> Result<(ClaimOutcome, Option<(ConsumeOutcome, i64)>), CarpError> {
-        let bytes = encode(lease)?;
+        let enc = &self.config().encryption;
+        let bytes = encode(enc, LEASES, lease)?;
         self.carp_write(|txn| {
-            let (claim, claimed) = claim_in(txn, lease, &bytes)?;
+            let (claim, claimed) = claim_in(txn, enc, lease, &bytes)?;
             if !claimed {
                 return Ok(((claim, None), false));
             }
@@ -868,12 +916,14 @@ impl CarpStore for RedbStore {
     }
 
     fn claim_execution(&self, lease: &ExecutionLease) -> Result<ClaimOutcome, CarpError> {
-        let bytes = encode(lease)?;
-        self.carp_write(|txn| claim_in(txn, lease, &bytes))
+        let enc = &self.config().encryption;
+        let bytes = encode(enc, LEASES, lease)?;
+        self.carp_write(|txn| claim_in(txn, enc, lease, &bytes))
     }
 
     fn release_execution(&self, execution_id: &str) -> Result<(), CarpError> {
-        self.carp_write(|txn| release_in(txn, execution_id).map(|changed| ((), changed)))
+        let enc = &self.config().encryption;
+        self.carp_write(|txn| release_in(txn, enc, execution_id).map(|changed| ((), changed)))
     }
 
     fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpError> {
@@ -882,7 +932,7 @@ impl CarpStore for RedbStore {
         let mut out = Vec::new();
         for entry in t.iter().map_err(be)? {
             let (_, v) = entry.map_err(be)?;
-            let lease: ExecutionLease = decode("lease", v.value())?;
+            let lease: ExecutionLease = decode(&self.config().encryption, LEASES, v.value())?;
             if lease.owner == owner {
                 out.push(lease);
             }
@@ -914,10 +964,11 @@ impl CarpStore for RedbStore {
         note: Option<&str>,
         decided_at: &str,
     ) -> Result<ApprovalRecord, CarpError> {
+        let enc = &self.config().encryption;
         self.carp_write(|txn| {
             let mut t = txn.open_table(APPROVALS).map_err(be)?;
             let found: Option<ApprovalRecord> = match t.get(approval_id).map_err(be)? {
-                Some(bytes) => Some(decode("approval", bytes.value())?),
+                Some(bytes) => Some(decode(enc, APPROVALS, bytes.value())?),
                 None => None,
             };
             let Some(mut record) = found else {
@@ -927,7 +978,7 @@ impl CarpStore for RedbStore {
                 });
             };
             record.decide(decision, decided_by, note, decided_at)?;
-            t.insert(approval_id, encode(&record)?.as_slice())
+            t.insert(approval_id, encode(enc, APPROVALS, &record)?.as_slice())
                 .map_err(be)?;
             let mut p = txn.open_table(PENDING).map_err(be)?;
             p.remove(approval_id).map_err(be)?;
@@ -944,7 +995,9 @@ impl CarpStore for RedbStore {
             let (id, _) = entry.map_err(be)?;
             let found = approvals.get(id.value()).map_err(be)?;
             match found {
-                Some(bytes) => out.push(decode("approval", bytes.value())?),
+                Some(bytes) => {
+                    out.push(decode(&self.config().encryption, APPROVALS, bytes.value())?)
+                }
                 None => {
                     return Err(CarpError::Corrupt(format!(
                         "pending approval `{}` has no record",
@@ -957,11 +1010,16 @@ impl CarpStore for RedbStore {
     }
 }
 
-/// Whether a stored JSON record names `session_id` as its `session_id`.
-fn of_session(bytes: &[u8], session_id: &str) -> bool {
-    decode::<serde_json::Value>("record", bytes)
+/// Whether a stored JSON record of `table` names `session_id` as its `session_id`. A record that
+/// does not read is an error: retention must not keep a session's records silently.
+fn of_session(
+    enc: &Encryption,
+    table: RecordTable,
+    bytes: &[u8],
+    session_id: &str,
+) -> Result<bool, CarpError> {
+    decode::<serde_json::Value>(enc, table, bytes)
         .map(|v| v.get("session_id").and_then(|s| s.as_str()) == Some(session_id))
-        .unwrap_or(false)
 }
 
 /// Removes every CARP record of `session_id` inside `txn`: the session, its request ids,
@@ -969,6 +1027,7 @@ fn of_session(bytes: &[u8], session_id: &str) -> bool {
 /// calls this in the transaction that removes the session's chain.
 pub(crate) fn remove_session_records(
     txn: &WriteTransaction,
+    enc: &Encryption,
     session_id: &str,
 ) -> Result<(), CarpError> {
     txn.open_table(SESSIONS)
@@ -984,19 +1043,13 @@ pub(crate) fn remove_session_records(
         .retain_in((session_id, "")..=(session_id, "\u{10FFFF}"), |_, _| false)
         .map_err(be)?;
     for table in [RESOLUTIONS, EXECUTIONS, LEASES] {
-        txn.open_table(table)
-            .map_err(be)?
-            .retain(|_, v| !of_session(v, session_id))
-            .map_err(be)?;
-    }
-    let mut approvals = txn.open_table(APPROVALS).map_err(be)?;
-    let mut removed = Vec::new();
-    for entry in approvals.iter().map_err(be)? {
-        let (id, value) = entry.map_err(be)?;
-        if of_session(value.value(), session_id) {
-            removed.push(id.value().to_owned());
+        let mut t = txn.open_table(table).map_err(be)?;
+        for id in records_of_session(&t, enc, table, session_id)? {
+            t.remove(id.as_str()).map_err(be)?;
         }
     }
+    let mut approvals = txn.open_table(APPROVALS).map_err(be)?;
+    let removed = records_of_session(&approvals, enc, APPROVALS, session_id)?;
     let mut pending = txn.open_table(PENDING).map_err(be)?;
     for id in &removed {
         approvals.remove(id.as_str()).map_err(be)?;
@@ -1014,4 +1067,21 @@ pub(crate) fn remove_session_records(
         .retain(|(_, s), _| s != scope)
         .map_err(be)?;
     Ok(())
+}
+
+/// The ids of the records of `table` (open as `t`) that belong to `session_id`.
+fn records_of_session(
+    t: &impl ReadableTable<&'static str, &'static [u8]>,
+    enc: &Encryption,
+    table: RecordTable,
+    session_id: &str,
+) -> Result<Vec<String>, CarpError> {
+    let mut out = Vec::new();
+    for entry in t.iter().map_err(be)? {
+        let (id, value) = entry.map_err(be)?;
+        if of_session(enc, table, value.value(), session_id)? {
+            out.push(id.value().to_owned());
+        }
+    }
+    Ok(out)
 }

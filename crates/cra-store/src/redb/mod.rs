@@ -8,6 +8,7 @@
 pub(crate) mod carp;
 pub(crate) mod catalog;
 mod heads;
+mod keys;
 pub mod record;
 pub(crate) mod tlog;
 pub(crate) mod trace;
@@ -95,6 +96,7 @@ impl RedbStore {
         carp::create_tables(&db)?;
         catalog::create_tables(&db)?;
         tlog::create_tables(&db)?;
+        keys::admit(&db, &config.encryption)?;
         let collector = {
             let (db, config) = (db.clone(), config.clone());
             // One committer: redb runs one write transaction at a time anyway; appenders seal.

@@ -15,6 +15,8 @@
 
 use std::borrow::Cow;
 
+use crate::encryption::{Encryption, EncryptionError};
+
 /// The first byte of a compressed record. A stored JSON text starts with `{`, `[`, `"`, a digit,
 /// a letter or white space, never with a control character.
 const LZ4: u8 = 0x01;
@@ -37,7 +39,9 @@ const MAX_RATIO: usize = 256;
 /// exactly what was packed whatever the bytes (up to 4 GiB, far beyond any redb value: a longer
 /// text is stored as it is).
 pub fn pack(text: Vec<u8>) -> Vec<u8> {
-    let tagged = text.first() == Some(&LZ4);
+    // A text starting with either tag byte (never JSON) is compressed, so that it starts with
+    // `LZ4` once stored and neither [`unpack`] nor `encryption` mistakes it for what it is not.
+    let tagged = matches!(text.first(), Some(&LZ4 | &0x02));
     if text.len() < COMPRESS_FROM && !tagged {
         return text;
     }
@@ -55,6 +59,40 @@ pub fn pack(text: Vec<u8>) -> Vec<u8> {
         // Incompressible (or, impossibly, a buffer too small): the text is stored as it is.
         _ => text,
     }
+}
+
+/// `text` as stored in `table`: compressed when that pays ([`pack`]), then encrypted when a
+/// storage key is configured.
+pub(crate) fn store(
+    enc: &Encryption,
+    table: &str,
+    text: Vec<u8>,
+) -> Result<Vec<u8>, EncryptionError> {
+    enc.encrypt(table, pack(text))
+}
+
+/// Why a stored record does not read: its key is missing or its bytes were changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LoadError {
+    /// Compressed wrongly.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// Encrypted with a key not configured, or changed.
+    #[error(transparent)]
+    Encryption(#[from] EncryptionError),
+}
+
+/// The text a record of `table` holds, as [`store`] wrote it (or as written before
+/// encryption or compression existed).
+pub(crate) fn load<'a>(
+    enc: &Encryption,
+    table: &str,
+    stored: &'a [u8],
+) -> Result<Cow<'a, [u8]>, LoadError> {
+    Ok(match enc.decrypt(table, stored)? {
+        Cow::Borrowed(b) => unpack(b)?,
+        Cow::Owned(v) => Cow::Owned(unpack(&v)?.into_owned()),
+    })
 }
 
 /// Why a stored record that claims to be compressed is not one this store wrote.

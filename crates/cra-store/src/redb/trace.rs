@@ -41,7 +41,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent};
 
@@ -50,6 +50,7 @@ use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
 use crate::collector::{Answer, Reply, check_append, settle, stopped, wait_for};
+use crate::encryption::Encryption;
 use crate::tlog::NewLeaf;
 use crate::{BackendError, StoreConfig};
 
@@ -202,7 +203,7 @@ impl RedbStore {
             base,
             head,
             events,
-            record: pack(&bodies),
+            record: pack(&self.config().encryption, &bodies)?,
         }))
     }
 }
@@ -284,8 +285,10 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                 if let Some(change) = &tickets[i].state {
                     let tables = match &mut state_tables {
                         Some(tables) => tables,
-                        None => state_tables
-                            .insert(super::carp::ResolveTables::open(&txn).map_err(unavailable)?),
+                        None => state_tables.insert(
+                            super::carp::ResolveTables::open(&txn, &config.encryption)
+                                .map_err(unavailable)?,
+                        ),
                     };
                     match super::carp::apply_change(&txn, tables, change).map_err(unavailable)? {
                         Ok(true) => {}
@@ -307,7 +310,12 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                     } => (head, base_sequence(&events), record, events),
                     Work::Drafts(drafts) => {
                         let (head, events, bodies) = seal_all(config, &session_id, head, drafts)?;
-                        (head, base_sequence(&events), pack(&bodies), events)
+                        (
+                            head,
+                            base_sequence(&events),
+                            pack(&config.encryption, &bodies)?,
+                            events,
+                        )
                     }
                 };
                 events
@@ -351,10 +359,11 @@ fn base_sequence(events: &[TraceEvent]) -> u64 {
     events.first().map_or(0, |e| e.sequence)
 }
 
-/// One append's record: its events' wire JSON, one per line, compressed when that pays
-/// (`super::record`). Wire JSON never holds a raw line break (a string's breaks are escaped and
-/// nothing is pretty-printed), so the lines split back exactly.
-fn pack(bodies: &[Vec<u8>]) -> Vec<u8> {
+/// One append's record: its events' wire JSON, one per line, compressed when that pays and
+/// encrypted when a key is configured (`super::record::store`). Wire JSON never holds a raw line
+/// break (a string's breaks are escaped and nothing is pretty-printed), so the lines split back
+/// exactly.
+fn pack(enc: &Encryption, bodies: &[Vec<u8>]) -> Result<Vec<u8>, ChainStoreError> {
     let mut text = Vec::with_capacity(bodies.iter().map(|b| b.len() + 1).sum());
     for body in bodies {
         if !text.is_empty() {
@@ -362,13 +371,14 @@ fn pack(bodies: &[Vec<u8>]) -> Vec<u8> {
         }
         text.extend_from_slice(body);
     }
-    super::record::pack(text)
+    super::record::store(enc, EVENTS.name(), text).map_err(unavailable)
 }
 
 /// Up to `limit` events of `session_id` whose places are in `from..to`, in order, from the
 /// records of `events` (a line's place is its record's key plus its index; the record holding
 /// `from` may start before it).
 fn read_records(
+    enc: &Encryption,
     events: &impl ReadableTable<(&'static str, u64), &'static [u8]>,
     session_id: &str,
     from: u64,
@@ -393,12 +403,13 @@ fn read_records(
     {
         let (key, value) = entry.map_err(unavailable)?;
         let first = key.value().1;
-        let text =
-            super::record::unpack(value.value()).map_err(|reason| ChainStoreError::Corrupt {
+        let text = super::record::load(enc, EVENTS.name(), value.value()).map_err(|reason| {
+            ChainStoreError::Corrupt {
                 session_id: session_id.to_owned(),
                 sequence: first,
                 reason: reason.to_string(),
-            })?;
+            }
+        })?;
         for (i, line) in text.split(|b| *b == b'\n').enumerate() {
             let sequence = first.saturating_add(i as u64);
             if sequence < from {
@@ -445,7 +456,14 @@ impl ChainStore for RedbStore {
         }
         let txn = self.database().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
-        read_records(&events, session_id, from, to, usize::MAX)
+        read_records(
+            &self.config().encryption,
+            &events,
+            session_id,
+            from,
+            to,
+            usize::MAX,
+        )
     }
 
     fn read_after(
@@ -461,7 +479,14 @@ impl ChainStore for RedbStore {
         };
         let txn = self.database().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
-        read_records(&events, session_id, from, u64::MAX, limit)
+        read_records(
+            &self.config().encryption,
+            &events,
+            session_id,
+            from,
+            u64::MAX,
+            limit,
+        )
     }
 
     fn session(&self, session_id: &str) -> Result<Option<SessionSummary>, ChainStoreError> {
@@ -500,17 +525,17 @@ pub(crate) fn remove_chain(
 ) -> Result<bool, ChainStoreError> {
     let slot = store.heads().slot(session_id);
     let mut state = slot.lock();
-    let removed = remove_stored_chain(store.database(), session_id, expected);
+    let removed = remove_stored_chain(store, session_id, expected);
     state.head = None;
     removed
 }
 
 fn remove_stored_chain(
-    db: &Database,
+    store: &RedbStore,
     session_id: &str,
     expected: &ChainHead,
 ) -> Result<bool, ChainStoreError> {
-    let mut txn = db.begin_write().map_err(unavailable)?;
+    let mut txn = store.database().begin_write().map_err(unavailable)?;
     txn.set_durability(Durability::Immediate)
         .map_err(unavailable)?;
     {
@@ -530,7 +555,8 @@ fn remove_stored_chain(
             .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
             .map_err(unavailable)?;
     }
-    super::carp::remove_session_records(&txn, session_id).map_err(unavailable)?;
+    super::carp::remove_session_records(&txn, &store.config().encryption, session_id)
+        .map_err(unavailable)?;
     txn.commit().map_err(unavailable)?;
     Ok(true)
 }
@@ -588,7 +614,7 @@ mod tests {
                         base: ChainHead::genesis(),
                         head,
                         events,
-                        record: pack(&bodies),
+                        record: pack(&store.config().encryption, &bodies).unwrap(),
                     },
                     state: None,
                     slot: slot.clone(),

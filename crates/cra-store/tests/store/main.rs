@@ -11,6 +11,7 @@ mod catalog;
 mod chain;
 mod concurrency;
 mod crash;
+mod encryption;
 mod relay;
 mod retention;
 mod specific;

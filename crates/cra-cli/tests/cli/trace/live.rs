@@ -52,7 +52,7 @@ pub(super) struct Live {
     pub data: PathBuf,
     step: u32,
     n: u32,
-    config: RuntimeConfig,
+    pub(super) config: RuntimeConfig,
 }
 
 /// What the drive produced.

@@ -6,6 +6,8 @@
 //! * [`diag`]: diagnostics (file, JSON pointer, line) and pointer-to-line mapping.
 //! * [`pattern`]: policy action patterns (`*`, `**`), shared with CARP's evaluator.
 //! * [`pack`]: deterministic `.atlas.tar.gz` archives and safe unpacking.
+//! * [`redaction`]: redaction rules (JSON pointers, patterns) over an agent's request, the
+//!   format of an atlas's `redaction` and of the operator's `[[redaction.rules]]`.
 //! * [`registry`]: many atlases and versions, range resolution, atomic reload.
 //! * [`fmt`]: canonical formatting of atlas JSON files.
 //! * [`adapters`]: OpenAI, Anthropic and MCP tool descriptors generated from actions.
@@ -23,6 +25,7 @@ pub mod mcp_import;
 pub mod model;
 pub mod pack;
 pub mod pattern;
+pub mod redaction;
 pub mod registry;
 pub mod scaffold;
 pub mod signing;

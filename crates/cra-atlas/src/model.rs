@@ -51,6 +51,10 @@ pub struct Manifest {
     /// its own `enforcement` in shadow mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
+    /// Redaction rules (`specs/redaction.md`) applied, with the operator's, to every request
+    /// that names this atlas (a resolve's `atlas_ids`) or one of its actions (an execute).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redaction: Vec<crate::redaction::RedactionRule>,
     /// Unknown and `x-*` fields, kept as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

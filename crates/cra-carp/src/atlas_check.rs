@@ -94,6 +94,10 @@ fn diagnostic(atlas: &LoadedAtlas, e: &CompileError) -> Diagnostic {
         CompileError::DuplicateAtlas { .. } => {
             ("duplicate_atlas", (MANIFEST_FILE.to_owned(), String::new()))
         }
+        CompileError::Redaction { pointer, .. } => (
+            "invalid_redaction",
+            (MANIFEST_FILE.to_owned(), pointer.clone()),
+        ),
     };
     Diagnostic::error(code, file, pointer, message)
 }

@@ -168,6 +168,26 @@ impl Payload for ContextInjected<'_> {
     const REQUIRED: &'static [&'static str] = &["block_id", "source", "token_count"];
 }
 
+/// `context.redacted`: a value the operator's redaction rules replaced before it was recorded or
+/// answered (`specs/redaction.md`). `block_id` is the JSON pointer of the value in the request
+/// (`/execution/parameters/card`) or in the session's opening (`/goal`); the value itself
+/// appears nowhere.
+#[derive(Debug, Serialize)]
+pub struct ContextRedacted<'a> {
+    /// Where the value was: its JSON pointer in the request.
+    pub block_id: &'a str,
+    /// The rule's reason.
+    pub redaction_reason: &'a str,
+    /// The request it was in (absent for a session's goal).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<&'a str>,
+}
+
+impl Payload for ContextRedacted<'_> {
+    const EVENT_TYPE: &'static str = "context.redacted";
+    const REQUIRED: &'static [&'static str] = &["block_id", "redaction_reason"];
+}
+
 /// `approval.requested`: the approval, the resolution it belongs to, the actions it gates and
 /// (round 2: opened by an execute) the exact call it was asked for.
 #[derive(Debug, Serialize)]
@@ -709,6 +729,7 @@ pub fn spec_event_types() -> Vec<(&'static str, &'static [&'static str])> {
         of::<PolicyEvaluated<'static>>(),
         of::<PolicyViolated<'static>>(),
         of::<ContextInjected<'static>>(),
+        of::<ContextRedacted<'static>>(),
     ];
     types.sort_unstable();
     types.dedup();
@@ -961,6 +982,15 @@ mod tests {
             },
             &json!({"block_id": "a/ctx/caf\u{e9}.md", "source": "a", "content_type": "text/markdown",
                 "priority": -3, "token_count": 7, "token_estimate": 7, "content_hash": "sha256:00"}),
+        );
+        same(
+            &ContextRedacted {
+                block_id: "/execution/parameters/card",
+                redaction_reason: "pci",
+                request_id: Some("req"),
+            },
+            &json!({"block_id": "/execution/parameters/card", "redaction_reason": "pci",
+                "request_id": "req"}),
         );
         same(
             &ApprovalRequested {

@@ -20,6 +20,16 @@ use crate::types::{AllowedAction, RateLimitInfo};
 /// first; compiling never trusts that it ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CompileError {
+    /// A redaction rule that cannot be used.
+    #[error("atlas `{atlas_id}`, redaction rule {pointer}: {message}")]
+    Redaction {
+        /// The atlas.
+        atlas_id: String,
+        /// JSON pointer of the rule in the manifest (`/redaction/0`).
+        pointer: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A policy's `parameters` are missing a member or have one of the wrong type.
     #[error(
         "atlas `{atlas_id}`, policy `{policy_id}`: parameter {pointer} {message}; fix the policy's parameters"
@@ -376,6 +386,8 @@ pub struct CompiledAtlas {
     pub(crate) constraint_fields: Vec<[FieldsCell; 4]>,
     /// `default_deny` and its reason, shared by every resolution.
     pub(crate) default_deny: (SharedStr, SharedStr),
+    /// The atlas's redaction rules, compiled.
+    pub redactor: cra_atlas::redaction::Redactor,
 }
 
 impl CompiledAtlas {
@@ -759,6 +771,13 @@ impl CompiledAtlas {
         }
 
         let constraint_fields = (0..policies.len()).map(|_| Default::default()).collect();
+        let redactor = cra_atlas::redaction::Redactor::new(&manifest.redaction).map_err(|e| {
+            CompileError::Redaction {
+                atlas_id: atlas_id.to_owned(),
+                pointer: format!("/redaction/{}", e.index),
+                message: e.message,
+            }
+        })?;
         Ok(Self {
             atlas_id: atlas_id.into(),
             version: manifest.version.clone(),
@@ -770,6 +789,7 @@ impl CompiledAtlas {
             packs,
             constraint_fields,
             default_deny: ("default_deny".into(), "No policy allows this action".into()),
+            redactor,
         })
     }
 

@@ -321,6 +321,30 @@ impl EncryptionConfig {
     }
 }
 
+/// Field-level redaction (`[[redaction.rules]]`, `specs/redaction.md`): values of agents' requests
+/// replaced by `[REDACTED]` before anything of them is decided, recorded or answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedactionConfig {
+    /// The rules, applied in order.
+    pub rules: Vec<RedactionRule>,
+}
+
+/// One redaction rule (`cra_atlas::redaction`): the format atlases use too.
+pub use cra_atlas::redaction::RedactionRule;
+
+impl RedactionConfig {
+    /// The rules, compiled.
+    ///
+    /// # Errors
+    /// The first rule that cannot be used, named `redaction.rules[N]`.
+    pub fn redactor(&self) -> Result<cra_atlas::redaction::Redactor, ConfigError> {
+        cra_atlas::redaction::Redactor::new(&self.rules).map_err(|e| {
+            ConfigError::Invalid(format!("`redaction.rules[{}]`: {}", e.index, e.message))
+        })
+    }
+}
+
 fn key_from_file(setting: &str, path: &Path) -> Result<cra_store::StorageKey, ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigError::Invalid(format!("`{setting}`: cannot read {}: {e}", path.display()))
@@ -501,6 +525,8 @@ pub struct RuntimeConfig {
     pub atlas_signing: AtlasSigningConfig,
     /// Encryption at rest (`[encryption]`); absent, records are stored as plaintext.
     pub encryption: EncryptionConfig,
+    /// Field-level redaction (`[[redaction.rules]]`); absent, nothing is redacted.
+    pub redaction: RedactionConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -531,6 +557,7 @@ impl Default for RuntimeConfig {
             log: LogConfig::default(),
             atlas_signing: AtlasSigningConfig::default(),
             encryption: EncryptionConfig::default(),
+            redaction: RedactionConfig::default(),
         }
     }
 }
@@ -615,6 +642,7 @@ impl RuntimeConfig {
         }
         self.atlas_signing.trust()?;
         self.encryption.encryption()?;
+        self.redaction.redactor()?;
         Ok(addr)
     }
 
@@ -726,6 +754,27 @@ days = 30
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(says), "{body}: {e}");
         }
+    }
+
+    #[test]
+    fn redaction_rules_parse_and_a_bad_one_is_named_at_start() {
+        let good =
+            "[[redaction.rules]]\npointer = \"/execution/parameters/card\"\nreason = \"pci\"\n";
+        let c = RuntimeConfig::from_toml(good).unwrap();
+        assert!(c.validate().is_ok());
+        assert!(!c.redaction.redactor().unwrap().is_empty());
+        let bad = format!("{good}[[redaction.rules]]\npattern = \"(\"\nreason = \"x\"\n");
+        let e = RuntimeConfig::from_toml(&bad)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`redaction.rules[1]`") && e.contains("does not compile"),
+            "{e}"
+        );
+        let e = RuntimeConfig::from_toml("[[redaction.rules]]\nreason = \"x\"\nwhat = 1\n");
+        assert!(e.unwrap_err().contains("what"));
     }
 
     #[test]

@@ -351,6 +351,7 @@ fn assemble(
     let mcp = crate::executor::mcp::McpExecutors::from_config(&config.executors);
     let embedded = parts.backends.postgres.is_none();
     let atlas_catalog = parts.catalogued.then(|| parts.backends.catalog.clone());
+    let config_redaction = config.redaction.clone();
     let runtime = Runtime {
         relay,
         resolution_cache,
@@ -373,6 +374,8 @@ fn assemble(
         tool_lists: tokio::sync::watch::Sender::new(0),
         leading: Arc::new(tokio::sync::watch::Sender::new(embedded)),
         log: Arc::new(parts.log),
+        // `config.validate()`, which every start runs first, has compiled these rules once.
+        redactor: config_redaction.redactor().unwrap_or_default(),
     };
     AppState(Arc::new(runtime))
 }

@@ -65,6 +65,8 @@ pub struct Runtime {
     pub leading: Arc<tokio::sync::watch::Sender<bool>>,
     /// The transparency log: its tree, origin, key and checkpoints.
     pub log: Arc<crate::tlog::Log>,
+    /// The redaction rules in force (`[[redaction.rules]]`).
+    pub redactor: cra_atlas::redaction::Redactor,
 }
 
 impl Runtime {

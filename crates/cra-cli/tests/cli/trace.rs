@@ -6,6 +6,7 @@ mod commands;
 mod encrypted;
 mod live;
 mod receipts;
+mod redacted;
 mod witnessed;
 
 use std::io::Write;

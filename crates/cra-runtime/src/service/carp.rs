@@ -15,6 +15,7 @@
 //! `resolution_id`; an execute under it uses the same `trace_id`, its own span (the
 //! `execution_id`) and the resolve's span as parent.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,13 +27,13 @@ use cra_carp::engine::{
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionPendingApproval, ActionRequested, ApprovalRequested, PolicyViolated,
+    ActionPendingApproval, ActionRequested, ApprovalRequested, ContextRedacted, PolicyViolated,
     RefusedRequestReceived, RequestRejected, ShadowEvaluated, cached_events, resolve_events,
     validate_events,
 };
 use cra_carp::explain::ShadowExplain;
 use cra_carp::history::HistoryRead;
-use cra_carp::index::AtlasSet;
+use cra_carp::index::{AtlasSet, CompiledAtlas};
 use cra_carp::store::{Recorded, ResolveRecord, SessionRecord, StateChange, StoredResolution};
 use cra_carp::types::{
     CarpRequest, ExecuteResponse, ExecuteStatus, Execution, Operation, Resolution,
@@ -48,6 +49,7 @@ use crate::atlases::AtlasState;
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
 use crate::state::Runtime;
+use cra_atlas::redaction::{REQUEST_ROOTS, Redaction, Redactor};
 
 /// The CARP engine (`cra_carp`'s rules over the store) for one operation, over the atlas
 /// snapshot `atlases`.
@@ -152,9 +154,11 @@ pub async fn resolve(
     body: &Value,
     explain: bool,
 ) -> ApiResult<ResolveAnswer> {
-    let Admitted { request, session } = admit(rt, actor, body, Operation::Resolve).await?;
     let atlases = rt.atlases();
+    let (body, redacted) = redactor_for(rt, &atlases, body).apply(body, REQUEST_ROOTS);
+    let Admitted { request, session } = admit(rt, actor, &body, Operation::Resolve).await?;
     let trace_id = rt.ids.new_id();
+    record_redactions(rt, &request, &redacted, &trace_id, None).await?;
     let prepared = evaluate(rt, &atlases, session, &request, explain, &trace_id).await?;
     let mut prepared = match prepared {
         Ok(p) => p,
@@ -167,6 +171,74 @@ pub async fn resolve(
         }
         None => record_validate(rt, &request, &trace_id, digests, prepared, explain).await,
     }
+}
+
+/// The redaction rules for the request `body`: the operator's, then those of each atlas it
+/// names: an execute's action's atlases, a resolve's `atlas_ids` (every atlas in force when it
+/// names none, as the resolve then considers them all).
+fn redactor_for<'r>(rt: &'r Runtime, atlases: &AtlasState, body: &Value) -> Cow<'r, Redactor> {
+    if atlases.set.atlases().iter().all(|a| a.redactor.is_empty()) {
+        return Cow::Borrowed(&rt.redactor);
+    }
+    let all = atlases.set.atlases().iter();
+    let named: Vec<&CompiledAtlas> = match body.pointer("/execution/action_id") {
+        Some(action) => all
+            .filter(|a| {
+                action
+                    .as_str()
+                    .is_some_and(|id| a.action_index.contains_key(id))
+            })
+            .collect(),
+        None => match body.get("atlas_ids").and_then(Value::as_array) {
+            Some(ids) => ids
+                .iter()
+                .filter_map(|id| atlases.set.get(id.as_str()?))
+                .collect(),
+            None => all.collect(),
+        },
+    };
+    let mut with_rules = named
+        .into_iter()
+        .filter(|a| !a.redactor.is_empty())
+        .peekable();
+    if with_rules.peek().is_none() {
+        return Cow::Borrowed(&rt.redactor);
+    }
+    Cow::Owned(with_rules.fold(rt.redactor.clone(), |r, a| r.and(&a.redactor)))
+}
+
+/// Records each value the redaction rules replaced in `request` as `context.redacted`, in the
+/// request's trace, before anything else of the request is recorded.
+async fn record_redactions(
+    rt: &Runtime,
+    request: &CarpRequest,
+    redacted: &[Redaction],
+    trace_id: &str,
+    parent: Option<&str>,
+) -> ApiResult<()> {
+    if redacted.is_empty() {
+        return Ok(());
+    }
+    let span_id = rt.ids.new_id();
+    let span = Span {
+        trace_id,
+        span_id: &span_id,
+        parent,
+    };
+    let drafts = redacted
+        .iter()
+        .map(|r| {
+            span.draft_of(&ContextRedacted {
+                block_id: &r.pointer,
+                redaction_reason: &r.reason,
+                request_id: Some(&request.request_id),
+            })
+        })
+        .collect();
+    let sid = &request.requester.session_id;
+    rt.append_events(sid, &request.requester.agent_id, drafts)
+        .await?;
+    Ok(())
 }
 
 /// Checks and evaluates `request` against the snapshot; writes nothing.
@@ -370,7 +442,9 @@ pub async fn execute_recorded(
     actor: &Actor,
     body: &Value,
 ) -> ApiResult<(ExecuteResponse, Option<u64>)> {
-    let Admitted { request, session } = admit(rt, actor, body, Operation::Execute).await?;
+    let atlases = rt.atlases();
+    let (body, redacted) = redactor_for(rt, &atlases, body).apply(body, REQUEST_ROOTS);
+    let Admitted { request, session } = admit(rt, actor, &body, Operation::Execute).await?;
     let Some(exec) = request.execution.clone() else {
         return Err(ApiError::field(
             Token::InvalidRequest,
@@ -378,7 +452,6 @@ pub async fn execute_recorded(
             "an execute request needs an `execution` member",
         ));
     };
-    let atlases = rt.atlases();
     // The resolve's trace and span, when the resolution is this agent's.
     let rid = exec.resolution_id.clone();
     let stored = rt.carp_read(move |s| s.get_resolution(&rid)).await?;
@@ -389,6 +462,7 @@ pub async fn execute_recorded(
         ),
         _ => (rt.ids.new_id(), None),
     };
+    record_redactions(rt, &request, &redacted, &trace_id, parent.as_deref()).await?;
     let carp = Arc::new(engine(rt, atlases.set.clone()).with_session(session));
     let decide = |again: bool| {
         let (carp, req) = (carp.clone(), request.clone());

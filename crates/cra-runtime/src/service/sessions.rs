@@ -4,7 +4,7 @@
 //! read it. Also here: the checks every operation makes of ids, and of who may read or write a
 //! session.
 
-use cra_carp::events::{SessionEnded, SessionStarted};
+use cra_carp::events::{ContextRedacted, SessionEnded, SessionStarted};
 use cra_carp::store::{CarpStoreError, SessionRecord};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
@@ -18,6 +18,7 @@ use utoipa::ToSchema;
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult};
 use crate::state::Runtime;
+use cra_atlas::redaction::{Redaction, SESSION_ROOTS};
 
 /// `POST /v1/sessions` body.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -246,8 +247,9 @@ fn view(record: &SessionRecord, first: Option<&TraceEvent>, event_count: u64) ->
 
 /// Opens a session for `input.agent_id` (the caller itself, or anyone's for an admin) and
 /// records `session.started`.
-pub async fn open(rt: &Runtime, actor: &Actor, input: CreateSession) -> ApiResult<SessionView> {
+pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiResult<SessionView> {
     check_open(actor, &input)?;
+    let redacted = redact_goal(rt, &mut input);
     if let Some(parent) = &input.parent_session_id {
         let p = rt.session_record(parent).await?;
         require_read(actor, &p)?;
@@ -272,10 +274,33 @@ pub async fn open(rt: &Runtime, actor: &Actor, input: CreateSession) -> ApiResul
         parent_session_id: input.parent_session_id.as_deref(),
         callsign: Some(&callsign),
     });
+    let span = Span::root(&trace_id, &span_id);
+    let mut drafts = vec![started];
+    drafts.extend(redacted.iter().map(|r| {
+        span.draft_of(&ContextRedacted {
+            block_id: &r.pointer,
+            redaction_reason: &r.reason,
+            request_id: None,
+        })
+    }));
     let events = rt
-        .append_events(&session_id, &record.agent_id, vec![started])
+        .append_events(&session_id, &record.agent_id, drafts)
         .await?;
     Ok(view(&record, events.first(), events.len() as u64))
+}
+
+/// Applies the redaction rules to the goal (the one free text of an opening); answers what they
+/// replaced, to be recorded after `session.started`.
+fn redact_goal(rt: &Runtime, input: &mut CreateSession) -> Vec<Redaction> {
+    if rt.redactor.is_empty() {
+        return Vec::new();
+    }
+    let mut body = serde_json::json!({ "goal": input.goal });
+    let found = rt.redactor.redact(&mut body, SESSION_ROOTS);
+    if let Some(goal) = body["goal"].as_str() {
+        goal.clone_into(&mut input.goal);
+    }
+    found
 }
 
 /// The shape of an open request and whether `actor` may make it.

@@ -60,8 +60,10 @@ pub struct ExportArgs {
     #[arg(long)]
     pub json: bool,
     /// Also write `<file>.tlog-proof` beside each chain: a C2SP tlog-proof@v1 that the chain's
-    /// head is in a signed checkpoint of the server's transparency log (`cra trace verify FILE
-    /// --checkpoint FILE.tlog-proof --log-key KEY` checks it offline). Needs --url and -o.
+    /// head is in a signed checkpoint of the transparency log (`cra trace verify FILE
+    /// --checkpoint FILE.tlog-proof --log-key KEY` checks it offline). Needs -o. From a server
+    /// (--url) a checkpoint is cut when none covers the head yet; from a stopped store (--data,
+    /// --postgres) its latest published checkpoint must already cover it.
     #[arg(long)]
     pub with_proofs: bool,
 }
@@ -310,6 +312,16 @@ pub fn export_from_server(
 fn write_proofs(base: &str, token: &str, exported: &[Exported]) -> Result<(), Failure> {
     let client = http_client()?;
     let base = base.trim_end_matches('/');
+    write_proofs_with(exported, |head| {
+        crate::cmd::trace_proof::fetch_proof(&client, base, token, head)
+    })
+}
+
+/// Writes `<file>.tlog-proof` beside each exported chain, the proof of its head made by `prove`.
+fn write_proofs_with(
+    exported: &[Exported],
+    prove: impl Fn(&str) -> Result<cra_tlog::TlogProof, Failure>,
+) -> Result<(), Failure> {
     for x in exported {
         let Some(file) = &x.file else { continue };
         if x.events == 0 {
@@ -317,7 +329,7 @@ fn write_proofs(base: &str, token: &str, exported: &[Exported]) -> Result<(), Fa
         }
         let head = crate::cmd::trace_proof::last_event_hash(file)
             .map_err(|e| Failure::new(Token::Unavailable, e))?;
-        let proof = crate::cmd::trace_proof::fetch_proof(&client, base, token, &head)?;
+        let proof = prove(&head)?;
         let path = crate::cmd::trace_proof::proof_path(file);
         write_file(&path, |w| w.write_all(proof.to_text().as_bytes()))?;
     }
@@ -444,14 +456,10 @@ pub fn export(
         )
         .report(CMD, fmt, out, err);
     }
-    if args.with_proofs
-        && (args.store.given()
-            || args.url.is_none()
-            || args.out.as_ref().is_none_or(|p| p.as_os_str() == "-"))
-    {
+    if args.with_proofs && args.out.as_ref().is_none_or(|p| p.as_os_str() == "-") {
         return Failure::new(
             Token::InvalidRequest,
-            "--with-proofs asks the server's transparency log: give --url (a running server) and -o (the proofs are files beside the chains)",
+            "--with-proofs writes each proof as a file beside its chain: give -o",
         )
         .report(CMD, fmt, out, err);
     }
@@ -480,7 +488,15 @@ pub fn export(
         match args.store.open(Some(Path::new("cra-data"))) {
             Err(f) => Err(f),
             Ok(None) => Err(Failure::new(Token::InvalidRequest, "no store to read")),
-            Ok(Some(store)) => export_from_store(args, store.chains.as_ref(), out, err, show),
+            Ok(Some(store)) => export_from_store(args, store.chains.as_ref(), out, err, show)
+                .and_then(|done| {
+                    if args.with_proofs {
+                        write_proofs_with(&done, |head| {
+                            crate::cmd::trace_proof::store_proof(store.log.as_ref(), head)
+                        })?;
+                    }
+                    Ok(done)
+                }),
         }
     };
     let exported = match result {

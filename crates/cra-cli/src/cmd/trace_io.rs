@@ -125,6 +125,8 @@ pub struct OpenedStore {
     pub carp: Arc<dyn CarpStore>,
     /// The chains again, with whole-chain removal (`cra trace retention`).
     pub retention: Arc<dyn RetentionStore>,
+    /// The transparency log (`cra trace export --with-proofs`).
+    pub log: Arc<dyn cra_store::tlog::LogStore>,
 }
 
 impl std::fmt::Debug for OpenedStore {
@@ -205,6 +207,7 @@ impl StoreArgs {
                 location: format!("schema {}", self.postgres_schema),
                 chains: Arc::new(pg.clone()),
                 retention: Arc::new(pg.clone()),
+                log: Arc::new(pg.clone()),
                 carp: Arc::new(pg),
             }));
         }
@@ -217,6 +220,7 @@ impl StoreArgs {
             location: dir.display().to_string(),
             chains: Arc::new(redb.clone()),
             retention: Arc::new(redb.clone()),
+            log: Arc::new(redb.clone()),
             carp: Arc::new(redb),
         }))
     }

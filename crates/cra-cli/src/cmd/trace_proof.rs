@@ -152,6 +152,44 @@ pub fn fetch_proof(
         .map_err(|e| unavailable(format!("the server's checkpoint: {e}")))
 }
 
+/// Makes the tlog proof of `event_hash` from a stopped store's own log: its latest published
+/// checkpoint and the event's inclusion proof in it, read from the stored tiles. Nothing is
+/// signed here, so the checkpoint must already cover the event.
+///
+/// # Errors
+/// The store has no checkpoint, the event is not a leaf, or the latest checkpoint is older than
+/// the event (the message says how to get one).
+pub fn store_proof(
+    log: &dyn cra_store::tlog::LogStore,
+    event_hash: &str,
+) -> Result<TlogProof, Failure> {
+    let failed = |e: cra_store::tlog::LogError| unavailable(format!("the store's log: {e}"));
+    let note = log.checkpoints(1).map_err(failed)?.into_iter().next().ok_or_else(|| {
+        unavailable(
+            "the store's log has no signed checkpoint yet; start the server on it (it cuts one on its timer) and export again".into(),
+        )
+    })?;
+    let size = checkpoint_of(&note)?.size();
+    let leaf: Hash = cra_tlog::hash::from_hex(event_hash)
+        .map_err(|e| unavailable(format!("`{event_hash}` is not an event hash: {e}")))?;
+    let place = log.leaf_place(&leaf).map_err(failed)?.ok_or_else(|| {
+        unavailable(format!(
+            "event {event_hash} is not a leaf of the store's log; was the chain exported from another store?"
+        ))
+    })?;
+    if place.leaf_index >= size {
+        return Err(unavailable(format!(
+            "the store's latest checkpoint (size {size}) does not cover this chain's head (leaf {}) yet; start the server on it, which cuts one on its timer (or POST /v1/log/checkpoint), then export again",
+            place.leaf_index
+        )));
+    }
+    let hashes = cra_store::tlog::LogReader::at(log, size)
+        .inclusion(place.leaf_index, size)
+        .map_err(failed)?;
+    TlogProof::new(None, place.leaf_index, hashes, &note)
+        .map_err(|e| unavailable(format!("the store's checkpoint: {e}")))
+}
+
 /// The `hashes` member of a proof answer of `/v1/log/proof/*` (hex strings; anything else is
 /// left out, so the proof then fails verification by its length).
 pub fn hex_hashes(answer: &serde_json::Value) -> Vec<String> {

@@ -211,3 +211,77 @@ fn a_store_refuses_a_second_log_identity() {
         b.store.settle_identity(&first).unwrap();
     }
 }
+
+/// Retention removes a whole ended session's events, never its leaves: the log keeps its size
+/// and the root it had at every earlier size, so checkpoints cut before the removal stay
+/// consistent with every later one.
+#[test]
+fn retention_removes_events_but_never_leaves() {
+    use cra_store::RetentionPolicy;
+    use cra_store::retention::apply_retention;
+    use cra_trace::store::SESSION_ENDED;
+    use cra_wire::Clock as _;
+    use time::Duration;
+
+    let (clock, config) = fixed();
+    for b in backends("retention_removes_events_but_never_leaves", || {
+        config.clone()
+    }) {
+        let s = &*b.store;
+        let t0 = clock.now();
+        s.append(
+            "gone",
+            vec![
+                note(0),
+                crate::backends::draft(SESSION_ENDED, serde_json::json!({})),
+            ],
+        )
+        .unwrap();
+        s.append("kept", vec![note(1)]).unwrap();
+        let size = s.log_size().unwrap();
+        let root = LogReader::new(s).unwrap().root(size).unwrap();
+        let gone = s.read_range("gone", 0, 2).unwrap();
+        clock.set(t0 + Duration::days(30));
+        let ids = cra_wire::SequentialIds::new(1_772_366_400_000, 77);
+        let report = apply_retention(s, &RetentionPolicy::days(7).unwrap(), &*clock, &ids).unwrap();
+        assert_eq!(report.removed.len(), 1, "{}: {report:?}", b.name);
+        assert!(s.read_range("gone", 0, 2).unwrap().is_empty(), "{}", b.name);
+        let after = s.log_size().unwrap();
+        assert!(
+            after > size,
+            "{}: the removal's audit event is a new leaf",
+            b.name
+        );
+        let reader = LogReader::new(s).unwrap();
+        assert_eq!(
+            reader.root(size).unwrap(),
+            root,
+            "{}: the old tree is intact",
+            b.name
+        );
+        for e in &gone {
+            let leaf = cra_tlog::hash::from_hex(&e.event_hash).unwrap();
+            let index = placed(s, &leaf, &gone, e);
+            let hashes = reader.inclusion(index, after).unwrap();
+            let root = reader.root(after).unwrap();
+            let leaf_hash = cra_tlog::leaf_hash(&leaf);
+            assert!(
+                cra_tlog::proof::verify_inclusion(&leaf_hash, index, after, &hashes, &root).is_ok(),
+                "{}: a removed event is still proved in the log",
+                b.name
+            );
+        }
+    }
+}
+
+/// The leaf index of `e`, one of `gone` (the chain as it was): its place when the store still
+/// knows it, else its position among the first leaves (the chain was appended first).
+fn placed(s: &dyn TestStore, leaf: &cra_tlog::Hash, gone: &[TraceEvent], e: &TraceEvent) -> u64 {
+    match s.leaf_place(leaf).unwrap() {
+        Some(p) => p.leaf_index,
+        None => gone
+            .iter()
+            .position(|g| g.event_hash == e.event_hash)
+            .unwrap() as u64,
+    }
+}

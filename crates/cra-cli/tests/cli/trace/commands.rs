@@ -1081,4 +1081,53 @@ fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
     let (exit, out, _) = verify(&cut, &proof, key);
     assert_eq!(exit, Exit::Negative, "{out}");
     live.stop();
+
+    // From the stopped data directory: its latest checkpoint (cut by the export above) covers
+    // the chain, and the proof made from the stored tiles verifies the same way.
+    let offline = live.dir.path().join("offline.trace.jsonl");
+    let data = live.data.display().to_string();
+    let export_data = |file: &Path| {
+        cli(&[
+            "export",
+            "--session",
+            &facts.session,
+            "--data",
+            &data,
+            "-o",
+            s(file),
+            "--with-proofs",
+        ])
+    };
+    let (exit, _, err) = export_data(&offline);
+    assert_eq!(exit, Exit::Success, "{err}");
+    let offline_proof = cra_cli::cmd::trace_proof::proof_path(&offline);
+    let (exit, out, err) = verify(&offline, &offline_proof, key);
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    assert!(out.contains("in the log: the head is leaf"), "{out}");
+}
+
+/// From a stopped store whose latest checkpoint is older than a chain's head, `--with-proofs`
+/// fails and says how to get a checkpoint; nothing is signed offline.
+#[test]
+fn a_stored_chain_newer_than_the_last_checkpoint_gets_no_proof_offline() {
+    let mut live = Live::start(None);
+    let facts = live.drive();
+    live.stop();
+    let file = live.dir.path().join("unproved.trace.jsonl");
+    let data = live.data.display().to_string();
+    let (exit, _, err) = cli(&[
+        "export",
+        "--session",
+        &facts.session,
+        "--data",
+        &data,
+        "-o",
+        s(&file),
+        "--with-proofs",
+    ]);
+    assert_eq!(exit, Exit::CouldNotRun, "{err}");
+    assert!(
+        err.contains("start the server on it") || err.contains("does not cover"),
+        "{err}"
+    );
 }

@@ -184,6 +184,67 @@ fn a_postgres_schema_written_before_the_log_is_backfilled() {
     check_backfill_order(&*store, &sessions);
 }
 
+/// The fixtures a server built from `fda2190` (the commit before the log) wrote
+/// (`tests/fixtures/fda2190/README.md`).
+fn fda2190_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/fda2190")
+        .join(name)
+}
+
+/// Every chain of `store`, by id.
+fn chain_ids(store: &dyn TestStore) -> Vec<String> {
+    store
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect()
+}
+
+/// A data directory `fda2190` wrote (three sessions, each with two resolves, one ended) opens
+/// with every event a leaf, in `(timestamp, session_id, sequence)` order, and every chain still
+/// verifies.
+#[test]
+fn a_redb_directory_written_by_fda2190_is_backfilled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(
+        fda2190_fixture("cra.redb"),
+        data.join(cra_store::redb::DATABASE_FILE),
+    )
+    .unwrap();
+    let store: Arc<dyn TestStore> = Arc::new(RedbStore::open_with(&data, fixed().1).unwrap());
+    let sessions = chain_ids(&*store);
+    assert!(sessions.len() >= 3, "{sessions:?}");
+    for s in &sessions {
+        crate::backends::verify_stored(&*store, s).unwrap();
+    }
+    check_backfill_order(&*store, &sessions);
+}
+
+/// The same for a `pg_dump` of a schema `fda2190` wrote, restored under this test's schema: the
+/// migrations since then run, and the next server to start backfills the log.
+#[test]
+fn a_postgres_dump_written_by_fda2190_is_backfilled() {
+    let Some(url) = postgres_url("a_postgres_dump_written_by_fda2190_is_backfilled") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "fda2190_dump");
+    let dump = std::fs::read_to_string(fda2190_fixture("pg.sql")).unwrap();
+    let sql = dump.replace("fda2190_fixture", schema.name());
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    client.batch_execute(&sql).unwrap();
+    let store: Arc<dyn TestStore> = Arc::new(schema.store(fixed().1).unwrap());
+    let sessions = chain_ids(&*store);
+    assert!(sessions.len() >= 3, "{sessions:?}");
+    for s in &sessions {
+        crate::backends::verify_stored(&*store, s).unwrap();
+    }
+    check_backfill_order(&*store, &sessions);
+}
+
 /// A store records its log's identity on first use and refuses another one by name afterwards
 /// (a replica configured with another key or origin cannot start), keeping the first.
 #[test]

@@ -6,8 +6,9 @@
 //! index) whose value is replaced whole, or a regular expression whose matches are replaced
 //! inside every string. Either way the replacement is the string [`REDACTED`]: a member is never
 //! removed, so the request keeps its shape. Rules reach only the parts of a request that carry
-//! an agent's free content ([`REQUEST_ROOTS`], [`SESSION_ROOTS`]); ids, timestamps, operations
-//! and capabilities are out of their reach, so no rule can make a request name another session.
+//! an agent's free content ([`REQUEST_ROOTS`], [`SESSION_ROOTS`]), and an executor's result
+//! ([`RESULT_ROOTS`]); ids, timestamps, operations and capabilities are out of their reach, so no
+//! rule can make a request name another session.
 
 use std::borrow::Cow;
 
@@ -30,6 +31,10 @@ pub const REQUEST_ROOTS: &[&str] = &[
 
 /// The parts of a session's opening rules reach: its goal.
 pub const SESSION_ROOTS: &[&str] = &["/goal"];
+
+/// The part of an execute's outcome rules reach: the executor's result, as `/result` (the
+/// answer's member).
+pub const RESULT_ROOTS: &[&str] = &["/result"];
 
 /// Roots whose value is a string: a pointer rule may name them exactly. Under any other root a
 /// rule must name a member or index, so that the root keeps its type.
@@ -200,6 +205,7 @@ fn parse_pointer(text: &str) -> Result<Vec<String>, String> {
     let reachable = REQUEST_ROOTS
         .iter()
         .chain(SESSION_ROOTS)
+        .chain(RESULT_ROOTS)
         .any(|root| under(&pointer, root) && (pointer != *root || TEXT_ROOTS.contains(root)));
     if !reachable {
         return Err(format!(
@@ -207,6 +213,7 @@ fn parse_pointer(text: &str) -> Result<Vec<String>, String> {
             TEXT_ROOTS.join(", "),
             REQUEST_ROOTS
                 .iter()
+                .chain(RESULT_ROOTS)
                 .filter(|r| !TEXT_ROOTS.contains(r))
                 .copied()
                 .collect::<Vec<_>>()
@@ -341,6 +348,11 @@ mod tests {
             assert!(e.contains(says) && e.contains("rule 0"), "{text}: {e}");
         }
         assert!(redactor(&[("pointer", "/task/goal"), ("pointer", "/goal")]).is_ok());
+        assert!(redactor(&[("pointer", "/result/token")]).is_ok());
+        assert!(
+            redactor(&[("pointer", "/result")]).is_err(),
+            "the result root whole"
+        );
         assert!(redactor(&[]).unwrap().is_empty());
     }
 }

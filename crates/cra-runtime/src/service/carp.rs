@@ -49,7 +49,7 @@ use crate::atlases::AtlasState;
 use crate::auth::{Actor, Role};
 use crate::error::{ApiError, ApiResult, run_blocking};
 use crate::state::Runtime;
-use cra_atlas::redaction::{REQUEST_ROOTS, Redaction, Redactor};
+use cra_atlas::redaction::{REQUEST_ROOTS, RESULT_ROOTS, Redaction, Redactor};
 
 /// The CARP engine (`cra_carp`'s rules over the store) for one operation, over the atlas
 /// snapshot `atlases`.
@@ -443,7 +443,8 @@ pub async fn execute_recorded(
     body: &Value,
 ) -> ApiResult<(ExecuteResponse, Option<u64>)> {
     let atlases = rt.atlases();
-    let (body, redacted) = redactor_for(rt, &atlases, body).apply(body, REQUEST_ROOTS);
+    let redactor = redactor_for(rt, &atlases, body);
+    let (body, redacted) = redactor.apply(body, REQUEST_ROOTS);
     let Admitted { request, session } = admit(rt, actor, &body, Operation::Execute).await?;
     let Some(exec) = request.execution.clone() else {
         return Err(ApiError::field(
@@ -476,6 +477,7 @@ pub async fn execute_recorded(
         .and_then(|s| s.resolution.decision.approval_id.as_deref());
     let mut call = Call {
         rt,
+        redactor: &redactor,
         parameters_hash: cra_wire::hash::canonical_digest(&exec.parameters),
         request: &request,
         exec: &exec,
@@ -540,6 +542,8 @@ struct Refusal<'a> {
 /// One execute request after the engine's verdict: what its events need.
 struct Call<'a> {
     rt: &'a Runtime,
+    /// The request's redaction rules, applied to the executor's result too.
+    redactor: &'a Redactor,
     request: &'a CarpRequest,
     exec: &'a Execution,
     parameters_hash: String,
@@ -780,14 +784,17 @@ impl Call<'_> {
             )
             .await;
         let duration_ms = millis_between(started, self.rt.clock.now());
-        let record = engine(self.rt, atlases.set.clone()).execution_record(cleared, outcome);
+        let mut record = engine(self.rt, atlases.set.clone()).execution_record(cleared, outcome);
+        let redacted = self.redact_result(&mut record.response.result);
         let response = record.response.clone();
-        let event = self.outcome(&execution_id, executor.as_deref(), &response, duration_ms);
-        // The outcome, the lease's release and the event are one write.
+        let mut events =
+            vec![self.outcome(&execution_id, executor.as_deref(), &response, duration_ms)];
+        events.extend(self.redaction_events(&execution_id, &redacted));
+        // The outcome, the lease's release and the events are one write.
         let r = &self.request.requester;
         let appended = self
             .rt
-            .append_change(&r.agent_id, StateChange::Execute(record), vec![event])
+            .append_change(&r.agent_id, StateChange::Execute(record), events)
             .await;
         self.rt.settle_lease(&execution_id, &appended).await;
         self.note_recorded(&appended?);
@@ -797,6 +804,33 @@ impl Call<'_> {
         };
         self.rt.metrics.record_execution(label);
         Ok(response)
+    }
+
+    /// Applies the redaction rules to the executor's result (as `/result`), before it is hashed,
+    /// stored or answered; answers what they replaced.
+    fn redact_result(&self, result: &mut Option<Value>) -> Vec<Redaction> {
+        let Some(value) = result.as_mut().filter(|_| !self.redactor.is_empty()) else {
+            return Vec::new();
+        };
+        let mut wrapped = serde_json::json!({ "result": value.take() });
+        let found = self.redactor.redact(&mut wrapped, RESULT_ROOTS);
+        *value = wrapped["result"].take();
+        found
+    }
+
+    /// One `context.redacted` per value replaced in the result, in the execution's span.
+    fn redaction_events(&self, execution_id: &str, redacted: &[Redaction]) -> Vec<EventDraft> {
+        let span = self.span(execution_id);
+        redacted
+            .iter()
+            .map(|r| {
+                span.draft_of(&ContextRedacted {
+                    block_id: &r.pointer,
+                    redaction_reason: &r.reason,
+                    request_id: Some(&self.request.request_id),
+                })
+            })
+            .collect()
     }
 
     /// `action.executed` (with the executor's `duration_ms`) or `action.failed`.

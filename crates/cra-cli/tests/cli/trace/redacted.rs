@@ -54,6 +54,7 @@ fn redacted_values_appear_nowhere_and_each_replacement_is_recorded() {
             rule(None, Some("sk-[a-z0-9]{12}"), "api key"),
             rule(Some("/context/token"), None, "credential"),
             rule(None, Some(r"\b[0-9]{16}\b"), "pci"),
+            rule(Some("/result/echo/page"), None, "echoed page"),
         ];
     });
     let session = live.open_session(&format!("rotate {api_key}"));
@@ -90,8 +91,9 @@ fn redacted_values_appear_nowhere_and_each_replacement_is_recorded() {
             assert!(!a.to_string().contains(s.as_str()), "{s} answered: {a}");
         }
     }
-    assert!(
-        executed.to_string().contains("card [REDACTED]"),
+    // The echo executor answered the (redacted) page; the result rule replaced it whole.
+    assert_eq!(
+        executed["result"]["echo"]["page"], "[REDACTED]",
         "{executed}"
     );
 
@@ -112,6 +114,7 @@ fn redacted_values_appear_nowhere_and_each_replacement_is_recorded() {
         ("/task/goal", "api key"),
         ("/context/token", "credential"),
         ("/execution/parameters/page", "pci"),
+        ("/result/echo/page", "echoed page"),
     ];
     let expected: Vec<(String, String)> = expected
         .iter()

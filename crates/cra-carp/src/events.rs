@@ -188,6 +188,25 @@ impl Payload for ContextRedacted<'_> {
     const REQUIRED: &'static [&'static str] = &["block_id", "redaction_reason"];
 }
 
+/// One `context.redacted` in `span` per value the redaction rules replaced in the request
+/// `request_id` (`None`: a session's opening).
+pub fn redaction_drafts(
+    span: &Span<'_>,
+    redacted: &[cra_atlas::redaction::Redaction],
+    request_id: Option<&str>,
+) -> Vec<cra_trace::EventDraft> {
+    redacted
+        .iter()
+        .map(|r| {
+            span.draft_of(&ContextRedacted {
+                block_id: &r.pointer,
+                redaction_reason: &r.reason,
+                request_id,
+            })
+        })
+        .collect()
+}
+
 /// `approval.requested`: the approval, the resolution it belongs to, the actions it gates and
 /// (round 2: opened by an execute) the exact call it was asked for.
 #[derive(Debug, Serialize)]

@@ -1,7 +1,8 @@
 //! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
 //! test, dropped when the guard goes, the visible skip when no server is configured, and a
-//! replica's wrong clock ([`SkewedClock`]), and a transparency log bulk-loaded for proof
-//! benchmarks ([`bulk_load_log`]).
+//! replica's wrong clock ([`SkewedClock`]), a transparency log bulk-loaded for proof
+//! benchmarks ([`bulk_load_log`]), and the byte scans of encryption and redaction tests
+//! ([`files_hold`], [`rows_hold`]).
 
 use crate::{BackendError, PgStore, StoreConfig};
 
@@ -118,4 +119,47 @@ pub fn bulk_load_log_pg(
         tx.commit().map_err(|e| failed(&e))?;
     }
     Ok(())
+}
+
+/// Whether any file under `dir` (recursively) holds the bytes of `needle`.
+///
+/// # Panics
+/// A directory or file that cannot be read (tests only).
+#[allow(clippy::unwrap_used)]
+pub fn files_hold(dir: &std::path::Path, needle: &str) -> bool {
+    std::fs::read_dir(dir).unwrap().any(|entry| {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            return files_hold(&path, needle);
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
+    })
+}
+
+/// Whether any row of any table of `schema` (at `url`) holds `needle` in its text form.
+///
+/// # Panics
+/// PostgreSQL cannot be reached, or the schema has almost no tables (a wrong name would make
+/// every scan pass).
+#[allow(clippy::unwrap_used)]
+pub fn rows_hold(url: &str, schema: &str, needle: &str) -> bool {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let tables = c
+        .query(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
+            &[&schema],
+        )
+        .unwrap();
+    assert!(tables.len() > 10, "the schema's tables are listed");
+    tables.iter().any(|t| {
+        let table: &str = t.get(0);
+        let sql = format!(
+            "SELECT count(*) FROM {}.{} AS r WHERE r::text LIKE $1",
+            crate::pg::quote_ident(schema),
+            crate::pg::quote_ident(table)
+        );
+        let n: i64 = c.query_one(&sql, &[&format!("%{needle}%")]).unwrap().get(0);
+        n > 0
+    })
 }

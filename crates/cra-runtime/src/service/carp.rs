@@ -27,9 +27,9 @@ use cra_carp::engine::{
 use cra_carp::eval::ExplainLevel;
 use cra_carp::events::{
     ActionApproved, ActionDeduplicated, ActionDenied, ActionExecuted, ActionFailed,
-    ActionPendingApproval, ActionRequested, ApprovalRequested, ContextRedacted, PolicyViolated,
-    RefusedRequestReceived, RequestRejected, ShadowEvaluated, cached_events, resolve_events,
-    validate_events,
+    ActionPendingApproval, ActionRequested, ApprovalRequested, PolicyViolated,
+    RefusedRequestReceived, RequestRejected, ShadowEvaluated, cached_events, redaction_drafts,
+    resolve_events, validate_events,
 };
 use cra_carp::explain::ShadowExplain;
 use cra_carp::history::HistoryRead;
@@ -225,16 +225,7 @@ async fn record_redactions(
         span_id: &span_id,
         parent,
     };
-    let drafts = redacted
-        .iter()
-        .map(|r| {
-            span.draft_of(&ContextRedacted {
-                block_id: &r.pointer,
-                redaction_reason: &r.reason,
-                request_id: Some(&request.request_id),
-            })
-        })
-        .collect();
+    let drafts = redaction_drafts(&span, redacted, Some(&request.request_id));
     let sid = &request.requester.session_id;
     rt.append_events(sid, &request.requester.agent_id, drafts)
         .await?;
@@ -820,17 +811,11 @@ impl Call<'_> {
 
     /// One `context.redacted` per value replaced in the result, in the execution's span.
     fn redaction_events(&self, execution_id: &str, redacted: &[Redaction]) -> Vec<EventDraft> {
-        let span = self.span(execution_id);
-        redacted
-            .iter()
-            .map(|r| {
-                span.draft_of(&ContextRedacted {
-                    block_id: &r.pointer,
-                    redaction_reason: &r.reason,
-                    request_id: Some(&self.request.request_id),
-                })
-            })
-            .collect()
+        redaction_drafts(
+            &self.span(execution_id),
+            redacted,
+            Some(&self.request.request_id),
+        )
     }
 
     /// `action.executed` (with the executor's `duration_ms`) or `action.failed`.

@@ -5,6 +5,7 @@
 
 use cra_store::tlog::{LeafPlace, LogError, LogReader};
 use cra_tlog::{Hash, Tile, TlogProof};
+use cra_trace::TraceEvent;
 use cra_wire::Token;
 use serde::Serialize;
 
@@ -130,24 +131,34 @@ impl Runtime {
     /// The receipt of the event whose hash is `event_hash`, to a caller who may read its chain.
     pub async fn log_receipt(&self, actor: &Actor, event_hash: &str) -> ApiResult<Receipt> {
         let place = self.readable_leaf(actor, event_hash).await?;
-        self.receipt(&place.session_id, place.sequence).await
+        let event = self.event_at(&place.session_id, place.sequence).await?;
+        self.receipt_at(event, place.leaf_index).await
     }
 
     /// The receipt of event `sequence` of the chain `session_id`: a checkpoint covering it is
     /// cut (and cosigned) first when the latest does not. The caller has been authorised.
     pub async fn receipt(&self, session_id: &str, sequence: u64) -> ApiResult<Receipt> {
-        let event = self
-            .read_events_after(session_id, sequence.checked_sub(1), 1)
-            .await?
-            .into_iter()
-            .find(|e| e.sequence == sequence)
-            .ok_or_else(|| ApiError::not_found("no such event in the chain"))?;
+        let event = self.event_at(session_id, sequence).await?;
         let hash = cra_tlog::hash::from_hex(&event.event_hash)
             .map_err(|e| ApiError::internal("a stored event's hash is not hex", e))?;
         let place = self.leaf_of(hash).await?;
+        self.receipt_at(event, place.leaf_index).await
+    }
+
+    /// Event `sequence` of the chain `session_id`.
+    async fn event_at(&self, session_id: &str, sequence: u64) -> ApiResult<TraceEvent> {
+        self.read_events_after(session_id, sequence.checked_sub(1), 1)
+            .await?
+            .into_iter()
+            .find(|e| e.sequence == sequence)
+            .ok_or_else(|| ApiError::not_found("no such event in the chain"))
+    }
+
+    /// The receipt of `event`, leaf `leaf_index` of the log.
+    async fn receipt_at(&self, event: TraceEvent, leaf_index: u64) -> ApiResult<Receipt> {
         let note = self
             .log
-            .cut(Some(place.leaf_index + 1))
+            .cut(Some(leaf_index + 1))
             .await
             .map_err(cut_failed)?
             .ok_or_else(unsigned)?;
@@ -159,13 +170,13 @@ impl Runtime {
                 )
             })?
             .size();
-        let hashes = self.inclusion_hashes(place.leaf_index, size).await?;
-        let proof = TlogProof::new(None, place.leaf_index, hashes, &note)
+        let hashes = self.inclusion_hashes(leaf_index, size).await?;
+        let proof = TlogProof::new(None, leaf_index, hashes, &note)
             .map_err(|e| ApiError::internal("a published checkpoint is not a note", e))?;
         Ok(Receipt {
             decision_hash: cra_wire::hash::canonical_digest(&event.payload),
             event,
-            leaf_index: place.leaf_index,
+            leaf_index,
             tlog_proof: proof.to_text(),
         })
     }

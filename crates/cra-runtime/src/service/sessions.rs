@@ -4,7 +4,7 @@
 //! read it. Also here: the checks every operation makes of ids, and of who may read or write a
 //! session.
 
-use cra_carp::events::{ContextRedacted, SessionEnded, SessionStarted};
+use cra_carp::events::{SessionEnded, SessionStarted, redaction_drafts};
 use cra_carp::store::{CarpStoreError, SessionRecord};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
@@ -274,15 +274,12 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         parent_session_id: input.parent_session_id.as_deref(),
         callsign: Some(&callsign),
     });
-    let span = Span::root(&trace_id, &span_id);
     let mut drafts = vec![started];
-    drafts.extend(redacted.iter().map(|r| {
-        span.draft_of(&ContextRedacted {
-            block_id: &r.pointer,
-            redaction_reason: &r.reason,
-            request_id: None,
-        })
-    }));
+    drafts.extend(redaction_drafts(
+        &Span::root(&trace_id, &span_id),
+        &redacted,
+        None,
+    ));
     let events = rt
         .append_events(&session_id, &record.agent_id, drafts)
         .await?;

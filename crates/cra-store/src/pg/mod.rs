@@ -8,7 +8,9 @@
 //! periodic work, [`ratelimit`], the HTTP rate limiter's buckets, `catalog`, the atlas catalog
 //! (`crate::catalog`), whose new generations the feed announces, and [`clock`], the database's
 //! clock every replica reads its time from. `tlog` keeps the transparency log (`crate::tlog`):
-//! its one row hands out leaf indexes to every replica's commits in commit order.
+//! its one row hands out leaf indexes to every replica's commits in commit order. `keys`
+//! registers the storage keys that encrypted the schema's records and re-encrypts them
+//! (`crate::encryption`).
 
 mod carp;
 mod catalog;

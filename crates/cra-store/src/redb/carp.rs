@@ -128,13 +128,11 @@ impl RedbStore {
     fn carp_get<T: DeserializeOwned>(
         &self,
         table: TableDefinition<'static, &str, &[u8]>,
-        what: &str,
         id: &str,
     ) -> Result<Option<T>, CarpError> {
         let txn = self.database().begin_read().map_err(be)?;
         let t = txn.open_table(table).map_err(be)?;
         let found = t.get(id).map_err(be)?;
-        let _ = what;
         found
             .map(|v| decode(&self.config().encryption, table, v.value()))
             .transpose()
@@ -744,7 +742,7 @@ impl CarpStore for RedbStore {
     }
 
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {
-        self.carp_get(SESSIONS, "session", session_id)
+        self.carp_get(SESSIONS, session_id)
     }
 
     fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
@@ -808,7 +806,7 @@ impl CarpStore for RedbStore {
     }
 
     fn get_resolution(&self, resolution_id: &str) -> Result<Option<StoredResolution>, CarpError> {
-        self.carp_get(RESOLUTIONS, "resolution", resolution_id)
+        self.carp_get(RESOLUTIONS, resolution_id)
     }
 
     fn get_execution_by_key(
@@ -953,7 +951,7 @@ impl CarpStore for RedbStore {
     }
 
     fn get_approval(&self, approval_id: &str) -> Result<Option<ApprovalRecord>, CarpError> {
-        self.carp_get(APPROVALS, "approval", approval_id)
+        self.carp_get(APPROVALS, approval_id)
     }
 
     fn decide_approval(

@@ -1,6 +1,7 @@
 //! The embedded backend: one data directory holding one redb database file, `cra.redb`, shared by
 //! every area (TRACE chains here, CARP state in `carp.rs`, the atlas catalog in `catalog.rs`, the
-//! transparency log in `tlog.rs`, Relay in `src/relay/`).
+//! transparency log in `tlog.rs`, the storage keys that encrypted the records in `keys.rs`, Relay
+//! in `src/relay/`).
 //!
 //! redb lets one process open the file at a time; a second open fails with
 //! [`BackendError::InUse`], naming the holder recorded in the directory's `owner` file.

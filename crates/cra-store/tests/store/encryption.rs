@@ -9,7 +9,7 @@ use cra_carp::store::{ApprovalDecision, SessionRecord, StoredResolution};
 use cra_carp::store_contract::{
     sample_approval, sample_execution, sample_lease, sample_resolution,
 };
-use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::testing::{TestSchema, files_hold, postgres_url, rows_hold};
 use cra_store::{BackendError, Encryption, RedbStore, StorageKey, StoreConfig};
 use serde_json::json;
 
@@ -57,39 +57,10 @@ impl Place {
     /// any row of any table of the schema. The store must be closed (redb) first.
     fn holds(&self, marker: &str) -> bool {
         match self {
-            Place::Dir(dir) => files_hold(&dir.path().join("data"), marker.as_bytes()),
-            Place::Schema(schema, url) => {
-                let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
-                let tables = c
-                    .query(
-                        "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
-                        &[&schema.name()],
-                    )
-                    .unwrap();
-                assert!(tables.len() > 10, "the schema's tables are listed");
-                tables.iter().any(|t| {
-                    let table: &str = t.get(0);
-                    let sql = format!(
-                        "SELECT count(*) FROM \"{}\".\"{table}\" AS r WHERE r::text LIKE $1",
-                        schema.name()
-                    );
-                    let n: i64 = c.query_one(&sql, &[&format!("%{marker}%")]).unwrap().get(0);
-                    n > 0
-                })
-            }
+            Place::Dir(dir) => files_hold(&dir.path().join("data"), marker),
+            Place::Schema(schema, url) => rows_hold(url, schema.name(), marker),
         }
     }
-}
-
-fn files_hold(dir: &std::path::Path, needle: &[u8]) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|entry| {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            return files_hold(&path, needle);
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        bytes.windows(needle.len()).any(|w| w == needle)
-    })
 }
 
 fn key() -> StorageKey {

@@ -192,14 +192,20 @@ fn fda2190_fixture(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
-/// Every chain of `store`, by id.
-fn chain_ids(store: &dyn TestStore) -> Vec<String> {
-    store
+/// Checks a store opened on a fixture: at least its three sessions, every chain verifying, and
+/// the log backfilled in order.
+fn check_fda2190_backfill(store: &dyn TestStore) {
+    let sessions: Vec<String> = store
         .sessions()
         .unwrap()
         .into_iter()
         .map(|s| s.session_id)
-        .collect()
+        .collect();
+    assert!(sessions.len() >= 3, "{sessions:?}");
+    for s in &sessions {
+        crate::backends::verify_stored(store, s).unwrap();
+    }
+    check_backfill_order(store, &sessions);
 }
 
 /// A data directory `fda2190` wrote (three sessions, each with two resolves, one ended) opens
@@ -215,13 +221,7 @@ fn a_redb_directory_written_by_fda2190_is_backfilled() {
         data.join(cra_store::redb::DATABASE_FILE),
     )
     .unwrap();
-    let store: Arc<dyn TestStore> = Arc::new(RedbStore::open_with(&data, fixed().1).unwrap());
-    let sessions = chain_ids(&*store);
-    assert!(sessions.len() >= 3, "{sessions:?}");
-    for s in &sessions {
-        crate::backends::verify_stored(&*store, s).unwrap();
-    }
-    check_backfill_order(&*store, &sessions);
+    check_fda2190_backfill(&RedbStore::open_with(&data, fixed().1).unwrap());
 }
 
 /// The same for a `pg_dump` of a schema `fda2190` wrote, restored under this test's schema: the
@@ -236,13 +236,7 @@ fn a_postgres_dump_written_by_fda2190_is_backfilled() {
     let sql = dump.replace("fda2190_fixture", schema.name());
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client.batch_execute(&sql).unwrap();
-    let store: Arc<dyn TestStore> = Arc::new(schema.store(fixed().1).unwrap());
-    let sessions = chain_ids(&*store);
-    assert!(sessions.len() >= 3, "{sessions:?}");
-    for s in &sessions {
-        crate::backends::verify_stored(&*store, s).unwrap();
-    }
-    check_backfill_order(&*store, &sessions);
+    check_fda2190_backfill(&schema.store(fixed().1).unwrap());
 }
 
 /// A store records its log's identity on first use and refuses another one by name afterwards

@@ -13,6 +13,7 @@ use cra_cli::cmd::store::{GenerateArgs, ReencryptArgs, StoreCommand, generate, r
 use cra_cli::cmd::trace::TraceCommand;
 use cra_cli::{Cli, Command, OutputFormat};
 use cra_runtime::config::RuntimeConfig;
+use cra_store::testing::{files_hold, rows_hold};
 use cra_wire::{FixedClock, SequentialIds};
 use serde_json::json;
 
@@ -32,37 +33,6 @@ fn marker(what: &str) -> String {
     let seed: u64 = rand::random();
     eprintln!("{what} marker seed {seed:016x}");
     format!("mk{what}{seed:016x}")
-}
-
-/// Whether any file under `dir` holds `needle`.
-fn files_hold(dir: &Path, needle: &str) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|entry| {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            return files_hold(&path, needle);
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
-}
-
-/// Whether any row of any table of `schema` holds `needle`.
-fn rows_hold(url: &str, schema: &str, needle: &str) -> bool {
-    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
-    let tables = c
-        .query(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = $1",
-            &[&schema],
-        )
-        .unwrap();
-    assert!(tables.len() > 10, "the schema's tables are listed");
-    tables.iter().any(|t| {
-        let table: &str = t.get(0);
-        let sql =
-            format!("SELECT count(*) FROM \"{schema}\".\"{table}\" AS r WHERE r::text LIKE $1");
-        let n: i64 = c.query_one(&sql, &[&format!("%{needle}%")]).unwrap().get(0);
-        n > 0
-    })
 }
 
 /// Runs a session whose resolve carries `short` and whose execute carries `long` (20 kB of

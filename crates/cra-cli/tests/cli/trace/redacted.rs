@@ -5,6 +5,7 @@
 //! exported chain, no `/metrics` and no byte of the data directory; the chain still verifies.
 
 use cra_runtime::config::RedactionRule;
+use cra_store::testing::files_hold;
 use serde_json::{Value, json};
 
 use super::live::{AGENT, Live, OPERATOR, atlas_dir};
@@ -31,17 +32,6 @@ fn secret(alphabet: &str, n: usize) -> String {
             chars[(x >> 33) as usize % chars.len()]
         })
         .collect()
-}
-
-fn files_hold(dir: &std::path::Path, needle: &str) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|entry| {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            return files_hold(&path, needle);
-        }
-        let bytes = std::fs::read(&path).unwrap();
-        bytes.windows(needle.len()).any(|w| w == needle.as_bytes())
-    })
 }
 
 #[test]

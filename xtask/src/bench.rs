@@ -514,7 +514,11 @@ fn criterion_bench(
     // kept verbatim.
     let notes: Vec<&str> = stdout
         .lines()
-        .filter(|l| l.contains("p50") || l.contains("p99") || l.contains("first decision"))
+        .filter(|l| {
+            ["p50", "p99", "first decision", "log cost"]
+                .iter()
+                .any(|k| l.contains(k))
+        })
         .collect();
     if !notes.is_empty() {
         figures.push(json!({"id": "notes", "lines": notes}));

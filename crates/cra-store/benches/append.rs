@@ -1,6 +1,8 @@
 //! Durable TRACE appends per second, per backend, with 1, 8 and 64 sessions appended to
 //! concurrently (one appender thread per session), against a bare write + fdatasync loop at the
-//! same batch size as the disk's ceiling.
+//! same batch size as the disk's ceiling, and on redb against the same store with its
+//! transparency log left alone (`redb_without_log`, `cra_store::testing::without_log`): the
+//! log's cost (issue 26's target: within 10%).
 //!
 //! Each append carries `CRA_BENCH_BATCH` events (default 32); an iteration appends about 16k
 //! events in total. Every append is acknowledged only once durable (redb: one fsync per group
@@ -12,7 +14,7 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cra_store::testing::{TestSchema, postgres_url};
+use cra_store::testing::{TestSchema, postgres_url, without_log};
 use cra_store::{RedbStore, StoreConfig};
 use cra_trace::EventDraft;
 use cra_trace::store::ChainStore;
@@ -53,26 +55,37 @@ fn run(
     round: &mut u64,
 ) -> Duration {
     let appends_per_thread = (EVENTS_PER_ITERATION / sessions / batch).max(1);
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        *round += 1;
-        let r = *round;
-        let start = Instant::now();
-        std::thread::scope(|scope| {
-            for s in 0..sessions {
-                let store = store.clone();
-                scope.spawn(move || {
-                    let session = format!("bench-{r}-{s}");
-                    for a in 0..appends_per_thread {
-                        let drafts = (0..batch).map(|i| draft(a * batch + i)).collect();
-                        store.append(&session, drafts).unwrap();
-                    }
-                });
-            }
-        });
-        total += start.elapsed();
-    }
-    total
+    (0..iters)
+        .map(|_| {
+            *round += 1;
+            one_round(store, sessions, batch, appends_per_thread, *round)
+        })
+        .sum()
+}
+
+/// `appends` appends of `batch` events from each of `sessions` threads (sessions named after
+/// `round`); returns the time taken.
+fn one_round(
+    store: &Arc<dyn ChainStore>,
+    sessions: usize,
+    batch: usize,
+    appends: usize,
+    round: u64,
+) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|scope| {
+        for s in 0..sessions {
+            let store = store.clone();
+            scope.spawn(move || {
+                let session = format!("bench-{round}-{s}");
+                for a in 0..appends {
+                    let drafts = (0..batch).map(|i| draft(a * batch + i)).collect();
+                    store.append(&session, drafts).unwrap();
+                }
+            });
+        }
+    });
+    start.elapsed()
 }
 
 fn events(sessions: usize, batch: usize) -> u64 {
@@ -84,8 +97,12 @@ fn backends(c: &mut Criterion) {
     eprintln!("append bench: {batch} events per append");
     let dir = tempfile::tempdir().unwrap();
     let redb: Arc<dyn ChainStore> =
-        Arc::new(RedbStore::open_with(dir.path(), StoreConfig::default()).unwrap());
-    let mut stores = vec![("redb", redb, None)];
+        Arc::new(RedbStore::open_with(dir.path().join("log"), StoreConfig::default()).unwrap());
+    let bare: Arc<dyn ChainStore> = Arc::new(
+        RedbStore::open_with(dir.path().join("bare"), without_log(StoreConfig::default())).unwrap(),
+    );
+    // The baseline first: the log's cost is redb's figure over this one's.
+    let mut stores = vec![("redb_without_log", bare, None), ("redb", redb, None)];
     if let Some(url) = postgres_url("append bench (postgres)") {
         let schema = TestSchema::new(&url, "bench");
         let pg: Arc<dyn ChainStore> = Arc::new(schema.store(StoreConfig::default()).unwrap());
@@ -140,5 +157,65 @@ fn fsync_baseline(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, fsync_baseline, backends);
+/// The log's cost on redb, interleaved so that the disk's drift falls on both sides alike: in
+/// each round the same work is appended to a store without the log and to one with it (a fresh
+/// pair per shape), in alternating order; prints each round's ratio of throughputs (with /
+/// without) and their median. Seven rounds under `cargo bench`, three with `--quick`, one short
+/// one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
+/// and 16,384 with 64 (65,536 in batches of 32).
+fn log_cost(_: &mut Criterion) {
+    let args: Vec<String> = std::env::args().collect();
+    // Criterion's test mode (CI's smoke) runs one short round of each shape.
+    let (rounds, scale) = if !args.iter().any(|a| a == "--bench") {
+        (1, 16)
+    } else if args.iter().any(|a| a == "--quick") {
+        (3, 1)
+    } else {
+        (7, 1)
+    };
+    for (sessions, batch, events) in [
+        (1, 1, 4096),
+        (8, 1, 8192),
+        (64, 1, 16_384),
+        (64, 32, 65_536),
+    ] {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let stores: [Arc<dyn ChainStore>; 2] = [
+            Arc::new(
+                RedbStore::open_with(dirs[0].path(), without_log(StoreConfig::default())).unwrap(),
+            ),
+            Arc::new(RedbStore::open_with(dirs[1].path(), StoreConfig::default()).unwrap()),
+        ];
+        let appends = (events / scale / sessions / batch).max(1);
+        let mut round = 0u64;
+        let mut time = |store: &Arc<dyn ChainStore>| {
+            round += 1;
+            one_round(store, sessions, batch, appends, round).as_secs_f64()
+        };
+        // A warm-up round on each.
+        time(&stores[0]);
+        time(&stores[1]);
+        let mut ratios: Vec<f64> = (0..rounds)
+            .map(|r| {
+                let (without, with) = if r % 2 == 0 {
+                    let w = time(&stores[0]);
+                    (w, time(&stores[1]))
+                } else {
+                    let l = time(&stores[1]);
+                    (time(&stores[0]), l)
+                };
+                without / with
+            })
+            .collect();
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "log cost: redb, {sessions} sessions, batch {batch}: throughput with the log / without, median {:.2} (rounds {})",
+            ratios[ratios.len() / 2],
+            each.join(" ")
+        );
+    }
+}
+
+criterion_group!(benches, fsync_baseline, backends, log_cost);
 criterion_main!(benches);

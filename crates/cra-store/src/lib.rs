@@ -87,6 +87,9 @@ pub struct StoreConfig {
     pub redb_cache_bytes: usize,
     /// How stored bodies are encrypted: plaintext unless a storage key is configured.
     pub encryption: Encryption,
+    /// Whether redb appends add their events to the transparency log: always, except in the
+    /// append benchmark's baseline ([`testing::without_log`]), which measures what the log costs.
+    pub(crate) log_appends: bool,
 }
 
 /// redb's page cache size unless told otherwise: 64 MiB.
@@ -108,6 +111,7 @@ impl StoreConfig {
             state_durability: StateDurability::Immediate,
             redb_cache_bytes: DEFAULT_REDB_CACHE_BYTES,
             encryption: Encryption::plaintext(),
+            log_appends: true,
         }
     }
 

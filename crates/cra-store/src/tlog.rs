@@ -402,7 +402,7 @@ impl<'a> StoredTile<'a> {
 }
 
 /// The stored form of a tile whose own hashes are `base`.
-fn encode_tile(base: &[Hash]) -> Vec<u8> {
+pub(crate) fn encode_tile(base: &[Hash]) -> Vec<u8> {
     let width = u16::try_from(base.len()).unwrap_or(u16::MAX);
     let mut out = Vec::with_capacity(2 + stored_hashes(base.len()));
     out.extend_from_slice(&width.to_be_bytes());

@@ -335,3 +335,24 @@ fn placed(s: &dyn TestStore, leaf: &cra_tlog::Hash, gone: &[TraceEvent], e: &Tra
             .unwrap() as u64,
     }
 }
+
+/// Invariant: an append whose log write fails stores nothing (its events and leaves go together
+/// or not at all), and the chains and log go on as if it had never been sent. On redb a run
+/// whose session id is over 65,535 bytes cannot be stored, so the log write of such an append
+/// fails after its events were written in the same transaction.
+#[test]
+fn a_failing_log_write_stores_none_of_its_append() {
+    let (_, config) = fixed();
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open_with(dir.path(), config).unwrap();
+    let sessions = vec!["a".to_owned()];
+    store.append("a", vec![note(0), note(1)]).unwrap();
+    let huge = "h".repeat(70_000);
+    let refused = store.append(&huge, vec![note(2)]);
+    assert!(refused.is_err(), "the append whose log write fails is refused");
+    assert!(store.read_range(&huge, 0, u64::MAX).unwrap().is_empty());
+    let next = store.append("a", vec![note(3)]).unwrap();
+    assert_eq!(next[0].sequence, 2, "the chain goes on from its last stored event");
+    let events = stored(&store, &sessions);
+    check_one_leaf_per_event(&store, &events);
+}

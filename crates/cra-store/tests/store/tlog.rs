@@ -349,10 +349,16 @@ fn a_failing_log_write_stores_none_of_its_append() {
     store.append("a", vec![note(0), note(1)]).unwrap();
     let huge = "h".repeat(70_000);
     let refused = store.append(&huge, vec![note(2)]);
-    assert!(refused.is_err(), "the append whose log write fails is refused");
+    assert!(
+        refused.is_err(),
+        "the append whose log write fails is refused"
+    );
     assert!(store.read_range(&huge, 0, u64::MAX).unwrap().is_empty());
     let next = store.append("a", vec![note(3)]).unwrap();
-    assert_eq!(next[0].sequence, 2, "the chain goes on from its last stored event");
+    assert_eq!(
+        next[0].sequence, 2,
+        "the chain goes on from its last stored event"
+    );
     let events = stored(&store, &sessions);
     check_one_leaf_per_event(&store, &events);
 }

@@ -1,8 +1,9 @@
 //! `cra serve` with `[[log.witnesses]]` against a real `cra witness` on loopback: a checkpoint is
 //! published only with the required cosignatures; with the witness down nothing new is
 //! published (503), unless none are required; a witness that missed a checkpoint is brought up
-//! to date through its 409 answer; and a receipt's checkpoint carries the cosignature that
-//! `cra log verify-receipt --witness-key` checks.
+//! to date through its 409 answer, while one that cosigned a larger tree under the origin is
+//! refused; and a receipt's checkpoint carries the cosignature that `cra log verify-receipt
+//! --witness-key` checks.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -138,6 +139,46 @@ fn checkpoints_are_published_only_with_the_required_cosignatures() {
     })
     .unwrap();
     assert_eq!(check.witnesses, vec!["witness.example/w1".to_owned()]);
+    live.stop();
+    w1.stop();
+}
+
+/// A witness that has cosigned a larger tree under this log's origin (another tree: a fork, or a
+/// store restored from an old backup) cannot cosign this one: the cut is refused (503) naming
+/// both sizes, and the witness keeps the larger checkpoint it had.
+#[test]
+fn a_witness_ahead_of_the_tree_is_refused_and_nothing_is_cosigned() {
+    let keys = tempfile::tempdir().unwrap();
+    let key_file = keys.path().join("log.key");
+    let key = cra_runtime::tlog::generate_key(ORIGIN).unwrap();
+    cra_runtime::tlog::write_key_file(&key_file, &key).unwrap();
+    let signer = Ed25519Signer::parse(&key).unwrap();
+    let log = signer.verifier();
+    let state = tempfile::tempdir().unwrap();
+    let w1 = witness(state.path(), &log);
+    let ahead = Checkpoint::new(ORIGIN, 1_000_000, [7; 32])
+        .unwrap()
+        .sign(&signer)
+        .unwrap();
+    let first_sight = reqwest::blocking::Client::new()
+        .post(format!("{}/add-checkpoint", w1.url))
+        .body(format!("old 0\n\n{}", ahead.to_text()))
+        .send()
+        .unwrap();
+    assert_eq!(first_sight.status().as_u16(), 200);
+    let url = w1.url.clone();
+    let mut live = Live::start_configured(None, vec![atlas_dir()], |c| {
+        c.log.key_file = Some(key_file.clone());
+        c.log.witnesses = witness_config(&url);
+    });
+    grow(&mut live);
+    let (st, refused) = cut(&live);
+    assert_eq!(st, 503, "{refused}");
+    assert!(
+        refused.contains("cosigned a tree of 1000000 leaves, larger than this log's"),
+        "{refused}"
+    );
+    assert_eq!(witnessed_size(&w1), 1_000_000);
     live.stop();
     w1.stop();
 }

@@ -1,7 +1,8 @@
 //! Helpers for backend test suites (this crate's and other areas'): a fresh PostgreSQL schema per
 //! test, dropped when the guard goes, the visible skip when no server is configured, and a
 //! replica's wrong clock ([`SkewedClock`]), a transparency log bulk-loaded for proof
-//! benchmarks ([`bulk_load_log`]), and the byte scans of encryption and redaction tests
+//! benchmarks ([`bulk_load_log`]), the append benchmark's baseline without the log
+//! ([`without_log`]), and the byte scans of encryption and redaction tests
 //! ([`files_hold`], [`rows_hold`]).
 
 use crate::{BackendError, PgStore, StoreConfig};

@@ -31,6 +31,14 @@ fn witness(dir: &Path, log: &Ed25519Verifier) -> Server {
     Server::start(service)
 }
 
+/// A new log key for `ORIGIN`, written to `dir/log.key`: the file and the signer.
+fn log_key(dir: &Path) -> (std::path::PathBuf, Ed25519Signer) {
+    let key_file = dir.join("log.key");
+    let key = cra_runtime::tlog::generate_key(ORIGIN).unwrap();
+    cra_runtime::tlog::write_key_file(&key_file, &key).unwrap();
+    (key_file, Ed25519Signer::parse(&key).unwrap())
+}
+
 fn witness_config(url: &str) -> Vec<WitnessConfig> {
     vec![WitnessConfig {
         url: url.to_owned(),
@@ -71,10 +79,8 @@ fn witnessed_size(witness: &Server) -> u64 {
 #[test]
 fn checkpoints_are_published_only_with_the_required_cosignatures() {
     let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("log.key");
-    let key = cra_runtime::tlog::generate_key(ORIGIN).unwrap();
-    cra_runtime::tlog::write_key_file(&key_file, &key).unwrap();
-    let log = Ed25519Signer::parse(&key).unwrap().verifier();
+    let (key_file, signer) = log_key(keys.path());
+    let log = signer.verifier();
     let state = tempfile::tempdir().unwrap();
     let w1 = witness(state.path(), &log);
     let url = w1.url.clone();
@@ -149,10 +155,7 @@ fn checkpoints_are_published_only_with_the_required_cosignatures() {
 #[test]
 fn a_witness_ahead_of_the_tree_is_refused_and_nothing_is_cosigned() {
     let keys = tempfile::tempdir().unwrap();
-    let key_file = keys.path().join("log.key");
-    let key = cra_runtime::tlog::generate_key(ORIGIN).unwrap();
-    cra_runtime::tlog::write_key_file(&key_file, &key).unwrap();
-    let signer = Ed25519Signer::parse(&key).unwrap();
+    let (key_file, signer) = log_key(keys.path());
     let log = signer.verifier();
     let state = tempfile::tempdir().unwrap();
     let w1 = witness(state.path(), &log);

@@ -79,6 +79,11 @@ pub struct LoadedAtlas {
     pub action_origins: Vec<Origin>,
     /// Warnings found while validating (errors make the load fail instead).
     pub warnings: Vec<Diagnostic>,
+    /// The armored `cra-atlas` signature it came with, outside its digest
+    /// ([`crate::signing`]): a source's signature file, an inline atlas's `signature` member, or
+    /// the one its catalog entry keeps. `None` when it came unsigned. Held as found: whoever
+    /// trusts it verifies it first ([`crate::signing::Trust::verify_digest`]).
+    pub signature: Option<String>,
 }
 
 impl LoadedAtlas {

@@ -232,18 +232,24 @@ impl Trust {
 
     /// Checks the signature stored for the atlas at `source` ([`signature_path`]) over `digest`.
     pub fn verify_at(&self, source: &Path, digest: &str) -> Result<Signer, SigningError> {
-        let path = signature_path(source);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SigningError::Unsigned {
-                    atlas: source.to_owned(),
-                    signature: path,
-                });
-            }
-            Err(source) => return Err(SigningError::Read { path, source }),
+        let Some(text) = read_signature(source)? else {
+            return Err(SigningError::Unsigned {
+                atlas: source.to_owned(),
+                signature: signature_path(source),
+            });
         };
         self.verify_digest(digest, &text)
+    }
+}
+
+/// The signature text stored for the atlas at `source` ([`signature_path`]), or `None` when
+/// there is none; not verified.
+pub fn read_signature(source: &Path) -> Result<Option<String>, SigningError> {
+    let path = signature_path(source);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(SigningError::Read { path, source }),
     }
 }
 

@@ -126,6 +126,7 @@ pub fn analyse(source: &Path, files: BTreeMap<String, Vec<u8>>) -> Analysis {
             policy_origins,
             action_origins,
             warnings: Vec::new(),
+            signature: None,
         }
     });
     fill_lines(&mut diags, &files);

@@ -13,7 +13,10 @@
 //! in must carry a `cra-atlas` SSH signature by one of them over its digest, fail closed: a
 //! source's signature file ([`cra_atlas::signing::signature_path`]) at start and on reload, an
 //! inline atlas's `signature` member on `POST`/`PUT` ([`check_inline_signature`]). A refusal
-//! changes nothing.
+//! changes nothing. The signature an atlas came with is kept with it in the catalog, signing on
+//! or off, so that a start with trusted keys checks the atlases the catalog keeps and no source
+//! holds (`check_kept`), as does a replica reading another's generation; the same atlas posted
+//! again with a new signature (a rotated key) keeps the new one.
 //!
 //! A server keeps the atlases in force in its store's atlas catalog (`catalog`): every change
 //! is committed there before it is swapped in, so installed atlases survive restarts and every
@@ -125,7 +128,8 @@ fn resolved(state: AtlasState) -> Result<AtlasState, String> {
     Ok(state)
 }
 
-/// A source atlas refused because it is not signed by a trusted key.
+/// An atlas refused at start because it is not signed by a trusted key: a source, or one the
+/// catalog keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unsigned {
     /// The atlas's id.
@@ -136,6 +140,18 @@ pub(crate) struct Unsigned {
     pub digest: String,
     /// What is wrong, naming the atlas and its source.
     pub message: String,
+}
+
+impl Unsigned {
+    /// The refusal of `a`, `what` saying where it came from and why (after its id and version).
+    fn of(a: &LoadedAtlas, what: String) -> Self {
+        Unsigned {
+            message: format!("atlas {} {} {what}", a.id(), a.manifest.version),
+            atlas_id: a.id().to_owned(),
+            version: a.manifest.version.clone(),
+            digest: a.digest.clone(),
+        }
+    }
 }
 
 /// Why the sources could not be taken in: an atlas refused for its signature, or anything else.
@@ -170,26 +186,43 @@ fn load_sources(
 ) -> Result<Vec<LoadedAtlas>, SourceError> {
     let mut loaded = Vec::with_capacity(sources.len());
     for p in sources {
-        let a =
+        let mut a =
             cra_carp::atlas_check::load(p).map_err(|e| format!("atlas {}: {e}", p.display()))?;
+        // Kept with the atlas (and in the catalog) whether or not this start checks it.
+        a.signature = cra_atlas::signing::read_signature(p).map_err(|e| e.to_string())?;
         if let Some(trust) = trust
             && let Err(e) = trust.verify_at(p, &a.digest)
         {
-            return Err(SourceError::Unsigned(Unsigned {
-                message: format!(
-                    "atlas {} {} from {} is refused: {e}",
-                    a.id(),
-                    a.manifest.version,
-                    p.display()
-                ),
-                atlas_id: a.id().to_owned(),
-                version: a.manifest.version.clone(),
-                digest: a.digest,
-            }));
+            let message = format!("from {} is refused: {e}", p.display());
+            return Err(SourceError::Unsigned(Unsigned::of(&a, message)));
         }
         loaded.push(a);
     }
     Ok(loaded)
+}
+
+/// With `trust`, refuses the first of `kept` (atlases the catalog keeps and no source holds:
+/// installed over HTTP, perhaps while no keys were trusted) whose kept signature is missing or
+/// does not verify, saying how to mend it.
+fn check_kept(kept: &[LoadedAtlas], trust: Option<&Trust>) -> Result<(), SourceError> {
+    let Some(trust) = trust else {
+        return Ok(());
+    };
+    for a in kept {
+        let why = match &a.signature {
+            None => "it was taken in without a signature".to_owned(),
+            Some(armored) => match trust.verify_digest(&a.digest, armored) {
+                Ok(_) => continue,
+                Err(e) => e.to_string(),
+            },
+        };
+        let message = format!(
+            "({}), kept in the atlas catalog, is refused: {why}. Start with a copy signed by a trusted key as a source (`cra atlas sign DIR`, then --atlas DIR), which stands in for it; or start once without [atlas_signing] and replace the set (PUT /v1/atlases) with signed atlases",
+            a.digest
+        );
+        return Err(SourceError::Unsigned(Unsigned::of(a, message)));
+    }
+    Ok(())
 }
 
 /// With `trust`, checks that the inline atlas `value` (at `pointer` in the body), loaded as
@@ -388,12 +421,17 @@ pub(crate) fn inline_files(
 /// `invalid_atlas` with one entry per error diagnostic, located in the request body).
 pub fn load_inline(value: &Value, pointer: &str) -> Result<LoadedAtlas, ApiError> {
     let files = inline_files(value, pointer)?;
-    cra_carp::atlas_check::from_files(Path::new("(installed over HTTP)"), files).map_err(
-        |e| match e {
+    let mut atlas = cra_carp::atlas_check::from_files(Path::new("(installed over HTTP)"), files)
+        .map_err(|e| match e {
             LoadError::Invalid { diagnostics, .. } => invalid_atlas(&diagnostics, pointer),
             other => ApiError::new(Token::InvalidAtlas, other.to_string()),
-        },
-    )
+        })?;
+    // Kept with the atlas (and in the catalog) whether or not this server checks it.
+    atlas.signature = value
+        .get("signature")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(atlas)
 }
 
 /// The request-body pointer of a diagnostic: `atlas.json` is `{pointer}/manifest`, any other
@@ -614,7 +652,8 @@ impl Runtime {
         if current.generation.is_some_and(|g| g >= head.number) {
             return Ok(false);
         }
-        let state = catalog::state_of(store.as_ref(), &head, &current)?;
+        let trust = self.atlas_trust()?;
+        let state = catalog::state_of(store.as_ref(), &head, &current, trust.as_ref())?;
         let swapped = self.swap_in(&current, state).is_some();
         if swapped {
             tracing::info!(generation = head.number, actor = %head.actor, reason = %head.reason, "atlases changed in the catalog are now in force");
@@ -713,6 +752,10 @@ impl Runtime {
             "install",
             |current| {
                 let installed = match current.get(&id) {
+                    // The same atlas signed anew (a rotated key): only its signature is kept.
+                    Some(old) if old.digest == atlas.digest && resigned(old, &atlas) => {
+                        Installed::Unchanged
+                    }
                     Some(old) if old.digest == atlas.digest => {
                         return Ok::<_, ApiError>((None, Installed::Unchanged));
                     }
@@ -777,6 +820,11 @@ impl Runtime {
         tracing::info!(atlases = ?ids, "atlas set replaced over HTTP");
         Ok(swap)
     }
+}
+
+/// Whether `atlas`, with the digest of `old`, comes with a signature `old` does not keep.
+fn resigned(old: &LoadedAtlas, atlas: &LoadedAtlas) -> bool {
+    atlas.signature.is_some() && atlas.signature != old.signature
 }
 
 /// 503 `unavailable` for an atlas change the catalog could not take (`message` says why).

@@ -35,6 +35,11 @@ pub struct CatalogEntry {
     pub version: String,
     /// Its digest (the key of its stored files).
     pub digest: String,
+    /// The armored signature it was taken in with (outside the digest), kept so that a start
+    /// with trusted keys configured can check an atlas no source directory holds. Absent in
+    /// generations stored before signatures were kept, and for unsigned atlases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
 }
 
 /// One change of the set in force, as stored.
@@ -245,6 +250,7 @@ mod tests {
             atlas_id: id.to_owned(),
             version: "1.0.0".to_owned(),
             digest: d.to_owned(),
+            signature: None,
         };
         let sorted = sorted_members(&[e("b", "1"), e("a", "2")]).unwrap();
         assert_eq!(sorted, vec![e("a", "2"), e("b", "1")]);

@@ -27,7 +27,9 @@ use cra_atlas::LoadedAtlas;
 use cra_store::AtlasCatalog;
 use cra_store::catalog::{CatalogChange, CatalogEntry, CommitError, Generation};
 
-use super::{AtlasState, SourceError, compose, load_sources, resolved};
+use cra_atlas::signing::Trust;
+
+use super::{AtlasState, SourceError, check_kept, compose, load_sources, resolved};
 
 /// How many times a start builds its change again when other replicas keep committing first.
 const START_ATTEMPTS: usize = 20;
@@ -41,6 +43,7 @@ pub(crate) fn members(state: &AtlasState) -> Vec<CatalogEntry> {
             atlas_id: a.id().to_owned(),
             version: a.manifest.version.clone(),
             digest: a.digest.clone(),
+            signature: a.signature.clone(),
         })
         .collect();
     m.sort();
@@ -81,7 +84,9 @@ fn atlas_of(
     known: &[LoadedAtlas],
 ) -> Result<LoadedAtlas, String> {
     if let Some(a) = known.iter().find(|a| a.digest == entry.digest) {
-        return Ok(a.clone());
+        let mut a = a.clone();
+        a.signature.clone_from(&entry.signature);
+        return Ok(a);
     }
     let files = catalog
         .files(&entry.digest)
@@ -93,7 +98,7 @@ fn atlas_of(
             )
         })?;
     let source = PathBuf::from(format!("(atlas catalog: {})", entry.atlas_id));
-    let atlas = cra_carp::atlas_check::from_files(&source, files).map_err(|e| {
+    let mut atlas = cra_carp::atlas_check::from_files(&source, files).map_err(|e| {
         format!(
             "the stored atlas {} {} does not load with this build: {e}",
             entry.atlas_id, entry.version
@@ -105,16 +110,19 @@ fn atlas_of(
             entry.atlas_id, entry.version, atlas.digest, entry.digest
         ));
     }
+    atlas.signature.clone_from(&entry.signature);
     Ok(atlas)
 }
 
 /// The state of `generation`: its atlases (reusing `base`'s with the same digest), those the
 /// sources of `base` loaded first in `base`'s order, then the others by id; every dependency
-/// resolved.
+/// resolved. With `trust`, each atlas not from `base`'s sources must keep a signature by a
+/// trusted key (another replica may have taken it in while trusting none).
 pub(crate) fn state_of(
     catalog: &dyn AtlasCatalog,
     generation: &Generation,
     base: &AtlasState,
+    trust: Option<&Trust>,
 ) -> Result<AtlasState, String> {
     let mut atlases = Vec::with_capacity(generation.members.len());
     for entry in &generation.members {
@@ -123,6 +131,7 @@ pub(crate) fn state_of(
     let is_source = |a: &LoadedAtlas| base.source_digests.get(a.id()) == Some(&a.digest);
     let (mut from_sources, posted): (Vec<LoadedAtlas>, Vec<LoadedAtlas>) =
         atlases.into_iter().partition(is_source);
+    check_kept(&posted, trust)?;
     let place = |a: &LoadedAtlas| base.loaded.iter().position(|b| b.id() == a.id());
     from_sources.sort_by_key(place);
     let mut state = resolved(compose(base.sources.clone(), from_sources, posted)?)
@@ -133,9 +142,11 @@ pub(crate) fn state_of(
 }
 
 /// The atlases in force at start: the catalog's newest generation with the atlases of
-/// `sources` loaded into it (module documentation), each signed by a key of `trust` when it is
-/// given. `replace` lets a source atlas replace a
-/// stored one with the same id and version and other content.
+/// `sources` loaded into it (module documentation). With `trust`, every atlas in force must be
+/// signed by a trusted key: a source by its signature file, an atlas the catalog keeps (no
+/// source stands in for it) by the signature kept with it; the first that is not fails the
+/// start, named. `replace` lets a source atlas replace a stored one with the same id and
+/// version and other content.
 pub(crate) fn open(
     catalog: &dyn AtlasCatalog,
     sources: &[PathBuf],
@@ -151,7 +162,7 @@ pub(crate) fn open(
     for _ in 0..START_ATTEMPTS {
         let head = catalog.head().map_err(|e| e.to_string())?;
         let stored = match &head {
-            Some(g) => state_of(catalog, g, &AtlasState::empty())?.loaded,
+            Some(g) => state_of(catalog, g, &AtlasState::empty(), None)?.loaded,
             None => Vec::new(),
         };
         check_versions(&stored, &from_sources, replace)?;
@@ -160,6 +171,7 @@ pub(crate) fn open(
             .filter(|a| !source_digests.contains_key(a.id()))
             .cloned()
             .collect();
+        check_kept(&kept, trust)?;
         let mut state = resolved(compose(sources.to_vec(), from_sources.clone(), kept)?)?;
         state.source_digests = source_digests.clone();
         let number = head.as_ref().map(|g| g.number);

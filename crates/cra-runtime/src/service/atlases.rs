@@ -407,6 +407,7 @@ fn entries(summaries: &[AtlasSummary]) -> Vec<CatalogEntry> {
             atlas_id: a.atlas_id.clone(),
             version: a.version.clone(),
             digest: a.digest.clone(),
+            signature: None,
         })
         .collect()
 }

@@ -1,8 +1,10 @@
 //! Signed atlases (`[atlas_signing]`, `specs/atlas-signing.md`): with trusted keys configured a
 //! server refuses, fail closed, an unsigned or wrongly signed atlas at start, on a `--watch`
 //! reload (the last good set stays) and on `POST /v1/atlases` (nothing changes); each refusal
-//! after start is an `atlas.refused` event of the operator audit chain. The watcher is polled
-//! directly, as in `watch.rs` (no timer, no sleep).
+//! after start is an `atlas.refused` event of the operator audit chain. The signature an atlas
+//! came with is kept in the catalog, so atlases taken in while no key was trusted are checked at
+//! the next signed start and by a signed replica reading them. The watcher is polled directly,
+//! as in `watch.rs` (no timer, no sleep).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -330,4 +332,122 @@ async fn a_put_set_with_one_unsigned_atlas_changes_nothing() {
     assert_eq!(refused["event_type"], "atlas.refused");
     assert_eq!(refused["payload"]["source"], "replace_set");
     s.stop().await;
+}
+
+/// Posts `atlas` (an example's inline form) as an author, signed by `key` when given; answers
+/// the status.
+async fn post_signed(s: &TestServer, atlas: &str, key: Option<&PrivateKey>) -> u16 {
+    let mut body = inline_example(atlas);
+    if let Some(key) = key {
+        let digest = load_inline(&body, "").unwrap().digest;
+        body["signature"] = signing::sign_digest(key, &digest).into();
+    }
+    let (st, answer) = s.post(Some(AUTHOR), "/v1/atlases", &body).await;
+    assert!(st == 200 || st == 201, "{answer}");
+    st
+}
+
+/// Invariant: the catalog keeps the signature each atlas came with, signing on or off. A start
+/// with trusted keys refuses, fail closed, an atlas the catalog keeps and no source holds when
+/// it was taken in unsigned or signed by a key not trusted, names it and says how to mend it,
+/// and records the refusal; the same atlas posted again with a trusted signature keeps the new
+/// signature (answered unchanged), and the next signed start takes it.
+#[tokio::test]
+async fn a_start_with_trusted_keys_refuses_a_catalogued_atlas_taken_in_unsigned() {
+    const SUPPORT: &str = "com.example.customer-support";
+    let tmp = tempfile::tempdir().unwrap();
+    let atlas = github_ops(tmp.path(), Some(&trusted()));
+    let source = atlas.clone();
+    let plain = move |c: &mut cra_runtime::RuntimeConfig| {
+        c.atlases = vec![source];
+        c.watch = false;
+    };
+    let s = TestServer::start_with(plain.clone()).await;
+    assert_eq!(post_signed(&s, SUPPORT, Some(&stranger())).await, 201);
+    assert_eq!(post_signed(&s, PAYMENTS, None).await, 201);
+    let before = in_force(&s).await;
+    let dir = s.stop_keep().await;
+
+    let e = start_error(dir.path(), 500, |c| trust_config(c, atlas.clone())).await;
+    assert!(
+        e.contains(SUPPORT) && e.contains("kept in the atlas catalog"),
+        "{e}"
+    );
+    assert!(
+        e.contains("not a trusted key") && e.contains("--atlas DIR"),
+        "{e}"
+    );
+
+    let s = TestServer::start_over(dir, 600, plain.clone()).await;
+    assert_eq!(post_signed(&s, SUPPORT, Some(&trusted())).await, 200);
+    let dir = s.stop_keep().await;
+    let e = start_error(dir.path(), 700, |c| trust_config(c, atlas.clone())).await;
+    assert!(
+        e.contains(PAYMENTS) && e.contains("taken in without a signature"),
+        "{e}"
+    );
+
+    let s = TestServer::start_over(dir, 800, plain).await;
+    assert_eq!(post_signed(&s, PAYMENTS, Some(&trusted())).await, 200);
+    let refused: Vec<Value> = s
+        .events(OPERATOR_AUDIT_SESSION)
+        .await
+        .into_iter()
+        .filter(|e| e["event_type"] == "atlas.refused")
+        .map(|e| e["payload"].clone())
+        .collect();
+    let named: Vec<(&Value, &Value)> = refused
+        .iter()
+        .map(|p| (&p["source"], &p["atlas_id"]))
+        .collect();
+    let (start, support, payments) = ("start".into(), SUPPORT.into(), PAYMENTS.into());
+    assert_eq!(named, [(&start, &support), (&start, &payments)]);
+    let dir = s.stop_keep().await;
+
+    let s = TestServer::start_over(dir, 900, |c| trust_config(c, atlas)).await;
+    assert_eq!(in_force(&s).await, before, "every atlas is in force again");
+    s.stop().await;
+}
+
+/// Invariant: a replica with trusted keys does not take a generation in which another replica
+/// on its schema (trusting no key) stored an unsigned atlas: the reading is refused with the
+/// atlas named, and its last good set stays in force.
+#[tokio::test]
+async fn a_replica_with_trusted_keys_refuses_an_unsigned_atlas_another_stored_postgres() {
+    let name = "a_replica_with_trusted_keys_refuses_an_unsigned_atlas_another_stored_postgres";
+    let Some(url) = cra_store::testing::postgres_url(name) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "signed_replicas");
+    let tmp = tempfile::tempdir().unwrap();
+    let atlas = github_ops(tmp.path(), Some(&trusted()));
+    let on_schema = |c: &mut cra_runtime::RuntimeConfig, trusting: bool| {
+        trust_config(c, atlas.clone());
+        if !trusting {
+            c.atlas_signing.trusted_keys.clear();
+        }
+        c.postgres = Some(url.clone());
+        c.postgres_schema = schema.name().to_owned();
+    };
+    let signed = TestServer::start_with_seed(7, |c| on_schema(c, true)).await;
+    let open = TestServer::start_with_seed(8, |c| on_schema(c, false)).await;
+    let before = in_force(&signed).await;
+    assert_eq!(post_signed(&open, PAYMENTS, None).await, 201);
+
+    let state = signed.server.as_ref().unwrap().state.clone();
+    let refreshed = tokio::task::spawn_blocking(move || state.refresh_atlases())
+        .await
+        .unwrap();
+    let e = refreshed.expect_err("the unsigned atlas was taken");
+    assert!(
+        e.contains(PAYMENTS) && e.contains("taken in without a signature"),
+        "{e}"
+    );
+    assert_eq!(in_force(&signed).await, before, "the last good set stays");
+    for s in [signed, open] {
+        s.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
 }

@@ -113,7 +113,7 @@ impl TestServer {
     }
 
     /// A server over `dir` (keys file, data directory) whose ids start from `id_seed`.
-    async fn start_over(
+    pub(crate) async fn start_over(
         dir: tempfile::TempDir,
         id_seed: u64,
         tweak: impl FnOnce(&mut RuntimeConfig),

@@ -17,6 +17,7 @@ fn entry(id: &str, version: &str, digest: &str) -> CatalogEntry {
         atlas_id: id.to_owned(),
         version: version.to_owned(),
         digest: digest.to_owned(),
+        signature: None,
     }
 }
 
@@ -54,15 +55,17 @@ fn the_catalog_commits_only_on_its_newest_generation_and_refusals_write_nothing(
         let store = b.store.as_ref() as &dyn AtlasCatalog;
         assert_eq!(store.head().unwrap(), None, "{}", b.name);
         let (a1, b1) = (files("a1"), files("b1"));
-        let first = [
-            entry("com.example.b", "1.0.0", "db1"),
-            entry("com.example.a", "1.0.0", "da1"),
-        ];
+        let signed = CatalogEntry {
+            signature: Some("-----BEGIN SSH SIGNATURE-----".to_owned()),
+            ..entry("com.example.b", "1.0.0", "db1")
+        };
+        let first = [signed.clone(), entry("com.example.a", "1.0.0", "da1")];
         let n = commit(store, None, &first, &[("da1", &a1), ("db1", &b1)]).unwrap();
         assert_eq!(n, 1, "{}", b.name);
         let head = store.head().unwrap().unwrap();
         assert_eq!(head.number, 1);
         assert_eq!(head.members[0].atlas_id, "com.example.a", "stored by id");
+        assert_eq!(head.members[1], signed, "{}: the signature is kept", b.name);
         assert_eq!(
             (head.actor.as_str(), head.reason.as_str()),
             ("tester", "install")

@@ -92,7 +92,7 @@ impl<'a> Run<'a> {
     }
 
     /// The same run from its `skip`th leaf on, with `data`.
-    fn from(&self, skip: u64, data: &'a [u8]) -> Self {
+    fn tail(&self, skip: u64, data: &'a [u8]) -> Self {
         Self {
             sequence: self.sequence + skip,
             session: self.session,
@@ -166,6 +166,14 @@ fn convert_sized(txn: &WriteTransaction) -> Result<bool, LogError> {
         let session = String::from_utf8(session.to_vec()).map_err(|_| malformed())?;
         old.push((first.value(), u64::from_be_bytes(*sequence), session));
     }
+    let uncovered = || {
+        LogError::Corrupt(format!(
+            "the log's places (tlog_appends) do not cover its {size} leaves"
+        ))
+    };
+    if size > 0 && old.first().map(|o| o.0) != Some(0) {
+        return Err(uncovered());
+    }
     let mut runs = txn.open_table(RUNS).map_err(store)?;
     for (i, (first, sequence, session)) in old.iter().enumerate() {
         let end = old.get(i + 1).map_or(size, |next| next.0);
@@ -179,9 +187,7 @@ fn convert_sized(txn: &WriteTransaction) -> Result<bool, LogError> {
     drop(runs);
     txn.delete_table(OLD_APPENDS).map_err(store)?;
     if size_in(txn)? != size {
-        return Err(LogError::Corrupt(format!(
-            "the log's places (tlog_appends) do not cover its {size} leaves"
-        )));
+        return Err(uncovered());
     }
     Ok(true)
 }
@@ -196,28 +202,17 @@ fn put_run(
     run: &Run<'_>,
     (start, edge): (u64, &[u8]),
 ) -> Result<(), LogError> {
-    let slice = |from: u64, to: u64| {
-        let at = |i: u64| usize::try_from(i - start).unwrap_or(usize::MAX) * HASH;
-        edge.get(at(from)..at(to)).ok_or_else(malformed)
-    };
-    if end <= boundary {
-        let bare = run.from(0, &[]);
-        runs.insert(first, bare.encode()?.as_slice())
-            .map_err(store)?;
-        return Ok(());
-    }
     if first < boundary {
-        let bare = run.from(0, &[]);
-        runs.insert(first, bare.encode()?.as_slice())
+        runs.insert(first, run.tail(0, &[]).encode()?.as_slice())
             .map_err(store)?;
-        let tail = run.from(boundary - first, slice(boundary, end)?);
-        runs.insert(boundary, tail.encode()?.as_slice())
-            .map_err(store)?;
-        return Ok(());
     }
-    let whole = run.from(0, slice(first, end)?);
-    runs.insert(first, whole.encode()?.as_slice())
-        .map_err(store)?;
+    if end > boundary {
+        let at = first.max(boundary);
+        let offset = |i: u64| usize::try_from(i - start).unwrap_or(usize::MAX) * HASH;
+        let data = edge.get(offset(at)..offset(end)).ok_or_else(malformed)?;
+        runs.insert(at, run.tail(at - first, data).encode()?.as_slice())
+            .map_err(store)?;
+    }
     Ok(())
 }
 
@@ -352,7 +347,7 @@ fn strip_runs(runs: &mut ::redb::Table<'_, u64, &'static [u8]>, from: u64) -> Re
     for row in runs.range(from..).map_err(store)? {
         let (first, value) = row.map_err(store)?;
         let run = Run::decode(value.value())?;
-        bare.push((first.value(), run.from(0, &[]).encode()?));
+        bare.push((first.value(), run.tail(0, &[]).encode()?));
     }
     for (first, value) in bare {
         runs.insert(first, value.as_slice()).map_err(store)?;
@@ -701,6 +696,76 @@ mod tests {
         }
     }
 
+    /// The places of the old form's test log: leaves of `a` from 0, `b` from 400, `c` from 900.
+    const OLD_PLACES: [(u64, u64, &str); 3] = [(0, 0, "a"), (400, 10, "b"), (900, 0, "c")];
+
+    /// Writes, in the store at `dir`, a log of `whole` in the form before `tlog_runs`: every
+    /// tile whole but `left_out`, its size in `tlog_meta`, and `places` in `tlog_appends`.
+    fn write_sized(
+        dir: &std::path::Path,
+        whole: &Whole,
+        left_out: &[TileKey],
+        places: &[(u64, u64, &str)],
+    ) {
+        let store = RedbStore::open(dir).unwrap();
+        let txn = store.database().begin_write().unwrap();
+        {
+            let mut tiles = txn.open_table(TILES).unwrap();
+            for (key, bytes) in whole.tiles.iter().filter(|(k, _)| !left_out.contains(k)) {
+                tiles
+                    .insert((key.level, key.index), bytes.as_slice())
+                    .unwrap();
+            }
+            let mut meta = txn.open_table(META).unwrap();
+            meta.insert(OLD_SIZE, whole.size.to_be_bytes().as_slice())
+                .unwrap();
+            let mut appends = txn.open_table(OLD_APPENDS).unwrap();
+            for (first, sequence, session) in places {
+                let mut place = sequence.to_be_bytes().to_vec();
+                place.extend_from_slice(session.as_bytes());
+                appends.insert(first, place.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+
+    /// Whether the store at `dir` still holds its log's size in the old form.
+    fn still_sized(dir: &std::path::Path) -> bool {
+        let db = Database::open(dir.join(super::super::DATABASE_FILE)).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        meta.get(OLD_SIZE).unwrap().is_some()
+    }
+
+    /// Invariant: a log in the old form that does not hold together (its partial entry bundle
+    /// missing, or places that do not cover its leaves) is refused at open, naming what is
+    /// wrong, and the store is left as it was.
+    #[test]
+    fn a_sized_log_that_does_not_hold_together_is_refused_and_left_as_it_was() {
+        let mut whole = Whole::default();
+        whole.push(&leaves(0, 1000));
+        let bundle = TileKey {
+            level: ENTRIES,
+            index: 3,
+        };
+        for (left_out, places, says) in [
+            (vec![bundle], &OLD_PLACES[..], "entry bundle 3"),
+            (Vec::new(), &OLD_PLACES[..0], "do not cover its 1000 leaves"),
+            (Vec::new(), &OLD_PLACES[1..], "do not cover its 1000 leaves"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            write_sized(dir.path(), &whole, &left_out, places);
+            let Err(e) = RedbStore::open(dir.path()) else {
+                panic!("the store opened");
+            };
+            assert!(e.to_string().contains(says), "{e}");
+            assert!(
+                still_sized(dir.path()),
+                "the refused conversion wrote nothing"
+            );
+        }
+    }
+
     /// A log written with its size stored and its partial tiles whole is converted when the
     /// store opens: the same tree, its partial entry bundle in the edge, and appends go on.
     #[test]
@@ -708,29 +773,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut whole = Whole::default();
         whole.push(&leaves(0, 1000));
-        {
-            let store = RedbStore::open(dir.path()).unwrap();
-            let txn = store.database().begin_write().unwrap();
-            {
-                let mut tiles = txn.open_table(TILES).unwrap();
-                for (key, bytes) in &whole.tiles {
-                    tiles
-                        .insert((key.level, key.index), bytes.as_slice())
-                        .unwrap();
-                }
-                let mut meta = txn.open_table(META).unwrap();
-                meta.insert(OLD_SIZE, 1000u64.to_be_bytes().as_slice())
-                    .unwrap();
-                let mut appends = txn.open_table(OLD_APPENDS).unwrap();
-                for (first, sequence, session) in [(0u64, 0u64, "a"), (400, 10, "b"), (900, 0, "c")]
-                {
-                    let mut place = sequence.to_be_bytes().to_vec();
-                    place.extend_from_slice(session.as_bytes());
-                    appends.insert(first, place.as_slice()).unwrap();
-                }
-            }
-            txn.commit().unwrap();
-        }
+        write_sized(dir.path(), &whole, &[], &OLD_PLACES);
         let store = RedbStore::open(dir.path()).unwrap();
         same_log(&store, &whole);
         {

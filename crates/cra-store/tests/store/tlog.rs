@@ -362,3 +362,67 @@ fn a_failing_log_write_stores_none_of_its_append() {
     let events = stored(&store, &sessions);
     check_one_leaf_per_event(&store, &events);
 }
+
+/// Invariant: checkpoints published at once (replicas cutting together, a cut racing the
+/// timer) are serialised by the store: a publish answers a checkpoint at least as large as its
+/// own and as every checkpoint answered before it began, only the publishes that answered their
+/// own note are stored, and the latest is the largest.
+#[test]
+fn checkpoints_published_at_once_never_go_back() {
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let seed: u64 = rand::rng().random();
+    eprintln!("seed {seed}");
+    let mut sizes: Vec<u64> = (1..=48).collect();
+    sizes.shuffle(&mut rand::rngs::StdRng::seed_from_u64(seed));
+    let size_of = |note: &str| note.strip_prefix("note ").unwrap().parse::<u64>().unwrap();
+    let (_, config) = fixed();
+    for b in backends("checkpoints_published_at_once_never_go_back", || {
+        config.clone()
+    }) {
+        let answered = AtomicU64::new(0);
+        let stored: Vec<u64> = std::thread::scope(|scope| {
+            let workers: Vec<_> = sizes
+                .chunks(12)
+                .map(|chunk| {
+                    let (store, answered) = (&b.store, &answered);
+                    scope.spawn(move || {
+                        let mut own = Vec::new();
+                        for &size in chunk {
+                            let before = answered.load(Ordering::SeqCst);
+                            let note = store.publish_checkpoint(size, &format!("note {size}"));
+                            let got = size_of(&note.unwrap());
+                            assert!(got >= size.max(before), "{size}: {got} after {before}");
+                            answered.fetch_max(got, Ordering::SeqCst);
+                            if got == size {
+                                own.push(size);
+                            }
+                        }
+                        own
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        let listed: Vec<u64> = b
+            .store
+            .checkpoints(100)
+            .unwrap()
+            .iter()
+            .map(|n| size_of(n))
+            .collect();
+        let mut expected = stored.clone();
+        expected.sort_unstable_by(|x, y| y.cmp(x));
+        assert_eq!(listed, expected, "{}", b.name);
+        assert_eq!(
+            listed.first(),
+            Some(&48),
+            "{}: the latest is the largest",
+            b.name
+        );
+    }
+}

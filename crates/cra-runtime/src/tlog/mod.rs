@@ -27,6 +27,9 @@ pub struct Log {
     witnesses: Option<Witnesses>,
     /// Held while a checkpoint is cut, so one witness is never sent two at once by this server.
     cutting: tokio::sync::Mutex<()>,
+    /// The size of the latest checkpoint a cut of this server published or found (`None`
+    /// before its first cut): what [`Log::published`] subscribes to.
+    published: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 /// Why no checkpoint could be published.
@@ -157,6 +160,7 @@ impl Log {
                 signer,
                 witnesses,
                 cutting: tokio::sync::Mutex::new(()),
+                published: tokio::sync::watch::Sender::new(None),
             },
             notice,
         ))
@@ -187,7 +191,7 @@ impl Log {
         let draft = blocking(move || log.draft(at_least)).await??;
         let (size, note, published) = match draft {
             Draft::Unsigned => return Ok(None),
-            Draft::Covered(latest) => return Ok(Some(latest)),
+            Draft::Covered(latest) => return Ok(Some(self.seen(latest))),
             Draft::New {
                 size,
                 note,
@@ -201,7 +205,26 @@ impl Log {
         let log = self.clone();
         let latest =
             blocking(move || log.store.publish_checkpoint(size, &note.to_text())).await??;
-        Ok(Some(latest))
+        Ok(Some(self.seen(latest)))
+    }
+
+    /// Subscribes to the size of the latest checkpoint this server's cuts published or found
+    /// published (`None` before its first cut): a test or a metric waits on it, never on a timer.
+    pub fn published(&self) -> tokio::sync::watch::Receiver<Option<u64>> {
+        self.published.subscribe()
+    }
+
+    /// `latest`, the latest published checkpoint a cut answers, after telling subscribers its size.
+    fn seen(&self, latest: String) -> String {
+        let size = checkpoint_of(&latest).map(|c| c.size());
+        self.published.send_if_modified(|now| {
+            let newer = size > *now;
+            if newer {
+                *now = size;
+            }
+            newer
+        });
+        latest
     }
 
     /// The latest checkpoint when it covers `at_least` leaves (else the tree's size), or a

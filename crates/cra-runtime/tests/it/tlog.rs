@@ -149,3 +149,90 @@ async fn log_requests_with_bad_input_are_refused_by_name() {
     assert_eq!(st, 403);
     s.stop().await;
 }
+
+/// Waits (10 s at most) until `watch` holds a value `ready` accepts.
+async fn until<T>(
+    watch: &mut tokio::sync::watch::Receiver<T>,
+    what: &str,
+    ready: impl FnMut(&T) -> bool,
+) {
+    let deadline = std::time::Duration::from_secs(10);
+    tokio::time::timeout(deadline, watch.wait_for(ready))
+        .await
+        .unwrap_or_else(|_| panic!("{what} within the deadline"))
+        .unwrap();
+}
+
+/// The size of `s`'s tree now (no checkpoint cut); the store's handle is dropped off the async
+/// workers.
+async fn tree_size(s: &TestServer) -> u64 {
+    let store = s.server.as_ref().unwrap().state.log.store.clone();
+    tokio::task::spawn_blocking(move || store.log_size())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+/// Invariant: on PostgreSQL only the leader's timer cuts checkpoints; when the leader stops,
+/// the replica that takes over cuts one at once, covering what was appended meanwhile, signed
+/// with the deployment's one key.
+#[tokio::test]
+async fn the_replica_that_takes_the_lead_cuts_a_checkpoint_at_once_postgres() {
+    let name = "the_replica_that_takes_the_lead_cuts_a_checkpoint_at_once_postgres";
+    let Some(url) = cra_store::testing::postgres_url(name) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "lead_cuts");
+    let keys = tempfile::tempdir().unwrap();
+    let (origin, key_file) = ("replicas.example/cra-log", keys.path().join("log.key"));
+    let key = cra_runtime::tlog::generate_key(origin).unwrap();
+    std::fs::write(&key_file, key).unwrap();
+    let replica = |seed: u64| {
+        let (url, schema, key_file) = (url.clone(), schema.name().to_owned(), key_file.clone());
+        TestServer::start_with_seed(seed, move |c| {
+            c.postgres = Some(url);
+            c.postgres_schema = schema;
+            c.log.origin = Some(origin.to_owned());
+            c.log.key_file = Some(key_file);
+            // Only the cut made on taking the lead happens within a test.
+            c.log.checkpoint_interval_seconds = 3_600;
+        })
+    };
+    // Only watches are kept of each replica's state: its store must be dropped off the async
+    // workers, which `stop_blocking` does.
+    let watches = |s: &TestServer| {
+        let state = &s.server.as_ref().unwrap().state;
+        (state.leading.subscribe(), state.log.published())
+    };
+    let one = replica(7).await;
+    let (mut leads, mut published) = watches(&one);
+    until(&mut leads, "the first replica leads", |l| *l).await;
+    until(&mut published, "the leader's first cut", Option::is_some).await;
+    let two = replica(8).await;
+    let (mut second_leads, mut second_published) = watches(&two);
+    assert!(!*second_leads.borrow(), "one leader at a time");
+
+    // Its `session.started` grows the tree.
+    two.open_session(AGENT, "ops-bot").await;
+    let size = tree_size(&two).await;
+    assert!(*published.borrow() < Some(size), "no cut since the first");
+    assert_eq!(*second_published.borrow(), None, "the follower cuts nothing");
+
+    one.stop_blocking().await;
+    until(&mut second_leads, "the second replica leads", |l| *l).await;
+    until(&mut second_published, "the new leader's cut", |p| {
+        *p >= Some(size)
+    })
+    .await;
+    let (st, key) = public_text(&two, "/v1/log/key").await;
+    assert_eq!(st, 200, "{key}");
+    let (st, note) = public_text(&two, "/v1/log/checkpoint").await;
+    assert_eq!(st, 200, "{note}");
+    let verifiers = Verifiers::new(vec![Ed25519Verifier::parse(key.trim()).unwrap()]).unwrap();
+    let (cp, _) = Checkpoint::open(note.as_bytes(), origin, &verifiers).unwrap();
+    assert!(cp.size() >= size, "{} >= {size}", cp.size());
+    two.stop_blocking().await;
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

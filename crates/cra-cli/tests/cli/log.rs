@@ -204,3 +204,67 @@ fn a_forked_tree_that_grew_is_caught() {
     });
     assert_eq!(kind(&outcome), "bad_consistency_proof");
 }
+
+/// Invariant: `--every` checks again and again while the log stays consistent (one report per
+/// check) and exits 2 at the first check that finds it is not: the binary is run as an
+/// operator would, and the test waits on its reports, never on a clock.
+#[test]
+fn watching_every_second_goes_on_while_consistent_and_exits_2_when_not() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let honest = tree(40, 0);
+    let served: Shared = Arc::new(Mutex::new(Served {
+        checkpoint: note(&honest, 20, &key(1)),
+        proof: Vec::new(),
+    }));
+    let url = serve(served.clone());
+    let mut child = Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cra"))
+            .args(["log", "watch", "--url", &url, "--every", "1", "-o", "json"])
+            .arg("--state")
+            .arg(dir.path().join("watch.json"))
+            .args(["--log-key", &key(1).verifier().to_key_string()])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut reports = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
+    // Each change is seen at the next check or the one after: a watch that goes on past 20
+    // reports has missed one (and is killed with the test).
+    let mut left = 20;
+    let mut next = || -> serde_json::Value {
+        left -= 1;
+        assert!(left > 0, "the watch missed a change");
+        serde_json::from_str(&reports.next().expect("a report").unwrap()).unwrap()
+    };
+    assert_eq!(next()["consistent"], true);
+    // Grown consistently: the next check passes and the watch goes on.
+    {
+        let mut s = served.lock().unwrap();
+        s.checkpoint = note(&honest, 30, &key(1));
+        s.proof = proof_hex(&honest, 20, 30);
+    }
+    let mut grown = next();
+    while grown["to"] != 30 {
+        assert_eq!(grown["consistent"], true, "{grown}");
+        grown = next();
+    }
+    served.lock().unwrap().checkpoint = note(&honest, 25, &key(1));
+    let mut found = next();
+    while found["consistent"] == true {
+        found = next();
+    }
+    assert!(found.to_string().contains("smaller"), "{found}");
+    let status = child.0.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{found}");
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -216,7 +216,11 @@ async fn the_replica_that_takes_the_lead_cuts_a_checkpoint_at_once_postgres() {
     two.open_session(AGENT, "ops-bot").await;
     let size = tree_size(&two).await;
     assert!(*published.borrow() < Some(size), "no cut since the first");
-    assert_eq!(*second_published.borrow(), None, "the follower cuts nothing");
+    assert_eq!(
+        *second_published.borrow(),
+        None,
+        "the follower cuts nothing"
+    );
 
     one.stop_blocking().await;
     until(&mut second_leads, "the second replica leads", |l| *l).await;

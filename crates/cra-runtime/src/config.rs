@@ -216,6 +216,9 @@ pub struct LogConfig {
     /// with fewer is not published (the timer tries again, `POST /v1/log/checkpoint` answers
     /// 503). Absent: all of them. `0` asks every witness but publishes whatever came back.
     pub witnesses_required: Option<usize>,
+    /// Milliseconds one witness has to answer one request (a witness that does not answer in
+    /// time counts as not cosigning); at least 1.
+    pub witness_timeout_ms: u64,
 }
 
 impl Default for LogConfig {
@@ -226,6 +229,7 @@ impl Default for LogConfig {
             checkpoint_interval_seconds: 60,
             witnesses: Vec::new(),
             witnesses_required: None,
+            witness_timeout_ms: 10_000,
         }
     }
 }
@@ -237,6 +241,11 @@ impl LogConfig {
     }
 
     fn check_witnesses(&self) -> Result<(), ConfigError> {
+        if self.witness_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "`log.witness_timeout_ms` must be at least 1".into(),
+            ));
+        }
         let required = self.required_cosignatures();
         if required > self.witnesses.len() {
             return Err(ConfigError::Invalid(format!(

@@ -19,9 +19,6 @@ use cra_tlog::{CosignatureVerifier, Note, Signature};
 use super::{CutError, Log};
 use crate::config::LogConfig;
 
-/// How long one witness has to answer one request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// `known` when no size is remembered.
 const UNKNOWN: u64 = u64::MAX;
 
@@ -62,7 +59,7 @@ impl Witnesses {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(Duration::from_millis(config.witness_timeout_ms))
             .build()
             .map_err(|e| format!("cannot make the witnesses' HTTP client: {e}"))?;
         Ok(Some(Self {
@@ -192,7 +189,13 @@ impl Peer {
             .body(body)
             .send()
             .await
-            .map_err(|e| format!("no answer: {e}"))?;
+            .map_err(|e| {
+                if e.is_timeout() {
+                    "no answer within `log.witness_timeout_ms`".to_owned()
+                } else {
+                    format!("no answer: {e}")
+                }
+            })?;
         let status = response.status().as_u16();
         let content_type = response
             .headers()

@@ -2,7 +2,8 @@
 //! published only with the required cosignatures; with the witness down nothing new is
 //! published (503), unless none are required; a witness that missed a checkpoint is brought up
 //! to date through its 409 answer, while one that cosigned a larger tree under the origin is
-//! refused; and a receipt's checkpoint carries the cosignature that `cra log verify-receipt
+//! refused; a witness that never answers times out (`log.witness_timeout_ms`) and counts as not
+//! cosigning; and a receipt's checkpoint carries the cosignature that `cra log verify-receipt
 //! --witness-key` checks.
 
 use std::path::Path;
@@ -184,4 +185,49 @@ fn a_witness_ahead_of_the_tree_is_refused_and_nothing_is_cosigned() {
     assert_eq!(witnessed_size(&w1), 1_000_000);
     live.stop();
     w1.stop();
+}
+
+/// A witness that takes the connection and never answers counts as not cosigning once
+/// `log.witness_timeout_ms` has passed: with both witnesses required the cut is refused (503)
+/// naming it, and with one required the checkpoint is published with the other's cosignature.
+#[test]
+fn a_witness_that_never_answers_times_out_and_counts_as_not_cosigning() {
+    let keys = tempfile::tempdir().unwrap();
+    let (key_file, signer) = log_key(keys.path());
+    let log = signer.verifier();
+    let state = tempfile::tempdir().unwrap();
+    let w1 = witness(state.path(), &log);
+    // Connections complete in the listener's backlog and are never read.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_key = CosignatureSigner::from_seed("witness.example/silent", &[43; 32]).unwrap();
+    let mut witnesses = witness_config(&w1.url);
+    witnesses.push(WitnessConfig {
+        url: format!("http://{}", silent.local_addr().unwrap()),
+        key: silent_key.verifier().to_key_string(),
+    });
+    let mut live = Live::start_configured(None, vec![atlas_dir()], |c| {
+        c.log.key_file = Some(key_file.clone());
+        c.log.witnesses = witnesses;
+        c.log.witness_timeout_ms = 300;
+    });
+    grow(&mut live);
+    let (st, refused) = cut(&live);
+    assert_eq!(st, 503, "{refused}");
+    assert!(
+        refused.contains("1 of the 2 required")
+            && refused.contains("witness.example/silent")
+            && refused.contains("no answer within `log.witness_timeout_ms`"),
+        "{refused}"
+    );
+
+    live.restart(|c| c.log.witnesses_required = Some(1));
+    grow(&mut live);
+    let (st, note) = cut(&live);
+    assert_eq!(st, 200, "{note}");
+    let (size, cosigned) = opened(&note, &log);
+    assert!(cosigned, "{note}");
+    assert_eq!(witnessed_size(&w1), size);
+    live.stop();
+    w1.stop();
+    drop(silent);
 }

@@ -1077,7 +1077,14 @@ fn records_of_session(
     let mut out = Vec::new();
     for entry in t.iter().map_err(be)? {
         let (id, value) = entry.map_err(be)?;
-        if of_session(enc, table, value.value(), session_id)? {
+        let of = of_session(enc, table, value.value(), session_id).map_err(|e| {
+            CarpError::Backend(format!(
+                "record `{}` of `{}` cannot be read ({e}), so the records of session {session_id} cannot all be found and none is removed; restore the data directory from a backup",
+                id.value(),
+                table.name()
+            ))
+        })?;
+        if of {
             out.push(id.value().to_owned());
         }
     }

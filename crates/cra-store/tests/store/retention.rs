@@ -3,7 +3,7 @@
 
 use cra_store::RetentionPolicy;
 use cra_store::retention::{OPERATOR_AUDIT_SESSION, RETENTION_EVENT, apply_retention};
-use cra_trace::store::SESSION_ENDED;
+use cra_trace::store::{ChainStore as _, SESSION_ENDED};
 use cra_wire::SequentialIds;
 use serde_json::json;
 use time::Duration;
@@ -178,4 +178,60 @@ fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 7] {
             .unwrap()
             == 3,
     ]
+}
+
+/// Invariant (redb, whose CARP records name their session only inside the record): a record
+/// that cannot be read stops a retention run before it removes the session whose records it
+/// cannot tell apart, naming the record; the session's chain and records stay whole, and the
+/// run removes it once the record is readable (restored) again.
+#[test]
+fn an_unreadable_carp_record_stops_retention_and_removes_nothing() {
+    use redb::{ReadableDatabase as _, TableDefinition};
+    const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> =
+        TableDefinition::new("carp_resolutions");
+    let (clock, config) = fixed();
+    let ids = SequentialIds::new(1_772_366_400_000, 98);
+    let dir = tempfile::tempdir().unwrap();
+    let s = cra_store::RedbStore::open_with(dir.path(), config).unwrap();
+    let t0 = datetime!(2026-03-01 00:00 UTC);
+    clock.set(t0);
+    s.append("old-ended", vec![note(0), draft(SESSION_ENDED, json!({}))])
+        .unwrap();
+    s.append("other", vec![note(0)]).unwrap();
+    carp_records(&s, "old-ended");
+    carp_records(&s, "other");
+    let db = s.database().clone();
+    let stored = {
+        let txn = db.begin_read().unwrap();
+        let t = txn.open_table(RESOLUTIONS).unwrap();
+        t.get("res-other").unwrap().unwrap().value().to_vec()
+    };
+    let put = |bytes: &[u8]| {
+        let txn = db.begin_write().unwrap();
+        txn.open_table(RESOLUTIONS)
+            .unwrap()
+            .insert("res-other", bytes)
+            .unwrap();
+        txn.commit().unwrap();
+    };
+    put(b"\x01not a record");
+
+    let week = RetentionPolicy::days(7).unwrap();
+    clock.set(t0 + Duration::days(10));
+    let e = apply_retention(&s, &week, &*clock, &ids)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("record `res-other` of `carp_resolutions` cannot be read")
+            && e.contains("none is removed"),
+        "{e}"
+    );
+    assert_eq!(verify_stored(&s, "old-ended"), Ok(2));
+    assert_eq!(carp_left(&s, "old-ended"), [true; 7]);
+
+    put(&stored);
+    let report = apply_retention(&s, &week, &*clock, &ids).unwrap();
+    assert_eq!(report.removed.len(), 1);
+    assert_eq!(carp_left(&s, "old-ended"), [false; 7]);
+    assert_eq!(carp_left(&s, "other"), [true; 7]);
 }

@@ -55,8 +55,9 @@ pub(super) fn admit(pool: &Pool, enc: &Encryption) -> Result<(), BackendError> {
 impl PgStore {
     /// Encrypts every event body, CARP record and Relay record not encrypted with the current
     /// key (plaintext, or a retired key's), a batch of rows per transaction, deletes Relay's
-    /// plaintext search chunks ([`CHUNKS`]), then forgets every other registered key. Safe while replicas serve: a row changed meanwhile is left to the next pass, and
-    /// every replica must already know the current key (rotate in the order
+    /// plaintext search chunks (`relay_chunks`), then forgets every other registered key. Safe
+    /// while replicas serve: a row changed meanwhile is left to the next pass, and every
+    /// replica must already know the current key (rotate in the order
     /// `specs/storage-encryption.md` gives). `progress` is told each table and its count so far.
     pub fn reencrypt(
         &self,

@@ -222,19 +222,48 @@ pub fn open_local_with(
         executors,
         ..RuntimeConfig::default()
     };
+    open_local_config(config, clock, ids)
+}
+
+/// [`open_local`], without atlases, on a data directory whose records are encrypted at rest
+/// with the keys `encryption` names (`cra relay --storage-key-file`). A missing or wrong key is
+/// [`StartError::Store`] with [`cra_store::BackendError::StorageKey`], naming the key needed.
+///
+/// # Errors
+/// As [`open_local`], and when a key file cannot be read.
+pub fn open_local_encrypted(
+    data: &std::path::Path,
+    encryption: crate::config::EncryptionConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<(AppState, Vec<StartNotice>), StartError> {
+    let config = RuntimeConfig {
+        data: data.to_owned(),
+        encryption,
+        ..RuntimeConfig::default()
+    };
+    open_local_config(config, clock, ids)
+}
+
+/// [`open_local`] with the front door's whole configuration.
+fn open_local_config(
+    config: RuntimeConfig,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> Result<(AppState, Vec<StartNotice>), StartError> {
     config.validate()?;
     // Only the atlases named: a front door never picks up `./atlases` on its own.
-    let atlas_state = if atlases.is_empty() {
+    let atlas_state = if config.atlases.is_empty() {
         crate::atlases::AtlasState::empty()
     } else {
-        crate::atlases::load_all(atlases).map_err(StartError::Other)?
+        crate::atlases::load_all(&config.atlases).map_err(StartError::Other)?
     };
     let mut notices = Vec::new();
     let backends = crate::backend::open(&config, clock.clone(), ids.clone())?;
     // Executions this directory's last process (a server or a front door, all `local` on the
     // embedded store) left in flight are closed as a server's start closes them; their events
     // name the executor, which only the atlases know, so a door without atlases leaves them.
-    if !atlases.is_empty() {
+    if !config.atlases.is_empty() {
         let owner = replica_id(&config, ids.as_ref(), &mut notices);
         close_interrupted(
             &backends,

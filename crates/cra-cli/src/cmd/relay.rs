@@ -11,7 +11,9 @@
 //!   TRACE events are a server's: every write is recorded, so a server started later on the
 //!   directory serves and verifies it. Writes need `--actor`. A running server holds that
 //!   directory; opening it then fails with an error that names the server's process and says
-//!   to use `--url`.
+//!   to use `--url`. A directory encrypted at rest needs its keys, as the server's
+//!   `[encryption]` gives them: `--storage-key-file` (or `CRA_STORAGE_KEY_FILE`) and
+//!   `--retired-key-file`; a missing or wrong key is refused at open, naming the key needed.
 //!
 //! Both modes print the same JSON for the same operation (`orient --markdown` prints the
 //! briefing). A refused operation prints the wire error body on standard error and exits 2;
@@ -45,6 +47,14 @@ pub struct RelayArgs {
     /// The data directory (embedded store; in server mode, where the admin key is looked for).
     #[arg(long, env = "CRA_DATA", default_value = "cra-data", global = true)]
     pub data: PathBuf,
+    /// Local mode: the storage key the data directory's records are encrypted with (the
+    /// server's `encryption.key_file`); needed to open an encrypted directory.
+    #[arg(long, env = "CRA_STORAGE_KEY_FILE", global = true)]
+    pub storage_key_file: Option<PathBuf>,
+    /// Local mode: a retired storage key (`encryption.retired_key_files`) that older records
+    /// are still encrypted with; repeatable.
+    #[arg(long = "retired-key-file", global = true)]
+    pub retired_key_files: Vec<PathBuf>,
     /// The acting actor's id in local mode (what `created_by.id` must equal).
     #[arg(long, env = "CRA_ACTOR", global = true)]
     pub actor: Option<String>,
@@ -465,7 +475,11 @@ pub fn execute(
                     };
                     (id, t)
                 });
-                Box::new(local::Local::open(&args.data, actor, err)?)
+                let keys = crate::cmd::trace_io::key_flags(
+                    args.storage_key_file.as_deref(),
+                    &args.retired_key_files,
+                );
+                Box::new(local::Local::open(&args.data, keys, actor, err)?)
             }
         };
         dispatch(&*backend, args.command, stdin)

@@ -146,20 +146,9 @@ impl StoreArgs {
 
     /// The encryption the key flags describe (plaintext without them).
     pub fn encryption(&self) -> Result<Encryption, Failure> {
-        EncryptionConfig {
-            key_file: self.storage_key_file.clone(),
-            key_env: None,
-            retired_key_files: self.retired_key_files.clone(),
-        }
-        .encryption()
-        .map_err(|e| {
-            Failure::new(
-                Token::InvalidRequest,
-                e.to_string()
-                    .replace("`encryption.key_file`", "--storage-key-file")
-                    .replace("`encryption.retired_key_files`", "--retired-key-file"),
-            )
-        })
+        key_flags(self.storage_key_file.as_deref(), &self.retired_key_files)
+            .encryption()
+            .map_err(|e| Failure::new(Token::InvalidRequest, in_flag_terms(&e.to_string())))
     }
 
     fn store_config(&self) -> Result<StoreConfig, Failure> {
@@ -224,6 +213,22 @@ impl StoreArgs {
             carp: Arc::new(redb),
         }))
     }
+}
+
+/// The `[encryption]` settings that `--storage-key-file` and `--retired-key-file` stand for.
+pub fn key_flags(key_file: Option<&Path>, retired_key_files: &[PathBuf]) -> EncryptionConfig {
+    EncryptionConfig {
+        key_file: key_file.map(Path::to_path_buf),
+        key_env: None,
+        retired_key_files: retired_key_files.to_vec(),
+    }
+}
+
+/// An error about the `[encryption]` settings, naming the flags that gave them instead.
+pub fn in_flag_terms(message: &str) -> String {
+    message
+        .replace("`encryption.key_file`", "--storage-key-file")
+        .replace("`encryption.retired_key_files`", "--retired-key-file")
 }
 
 /// Every event of `session_id` from `chains`, page by page, calling `progress` with the count

@@ -203,10 +203,12 @@ fn retitle_stored_package(data: &std::path::Path, project: &str, id: &str) {
     {
         let mut t = tx.open_table(PACKAGES).unwrap();
         let bytes = t.get(key.as_str()).unwrap().unwrap().value().to_vec();
-        let mut row: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        // Stored as the store stores records (compressed when that pays; no key here).
+        let text = cra_store::redb::record::unpack(&bytes).unwrap();
+        let mut row: serde_json::Value = serde_json::from_slice(&text).unwrap();
         row["package"]["title"] = json!("changed behind the server's back");
-        t.insert(key.as_str(), serde_json::to_vec(&row).unwrap().as_slice())
-            .unwrap();
+        let stored = cra_store::redb::record::pack(serde_json::to_vec(&row).unwrap());
+        t.insert(key.as_str(), stored.as_slice()).unwrap();
     }
     tx.commit().unwrap();
 }

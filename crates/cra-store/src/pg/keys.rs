@@ -11,14 +11,25 @@ use crate::{BackendError, ReencryptReport};
 const CHUNK: i64 = 256;
 
 /// The tables holding encrypted bodies, all in a `body` column.
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 12] = [
     "trace_events",
     "carp_sessions",
     "carp_resolutions",
     "carp_executions",
     "carp_approvals",
     "carp_execution_leases",
+    "relay_projects",
+    "relay_packages",
+    "relay_reviews",
+    "relay_facts",
+    "relay_sessions",
+    "relay_outbox",
 ];
+
+/// Relay's full-text search chunks: plaintext, which a store with a key does not write (it
+/// searches in memory, `crate::relay::search::SyncedIndex`). Re-encryption deletes those written
+/// before the key.
+const CHUNKS: &str = "relay_chunks";
 
 fn be(e: impl std::fmt::Display) -> BackendError {
     BackendError::Backend(format!("postgres: {e}"))
@@ -42,10 +53,11 @@ pub(super) fn admit(pool: &Pool, enc: &Encryption) -> Result<(), BackendError> {
 }
 
 impl PgStore {
-    /// Encrypts every event body and CARP record not encrypted with the current key (plaintext,
-    /// or a retired key's), a batch of rows per transaction, then forgets every other registered
-    /// key. Safe while replicas serve: a row changed meanwhile is left to the next pass, and
-    /// every replica must already know the current key (rotate in the order
+    /// Encrypts every event body, CARP record and Relay record not encrypted with the current
+    /// key (plaintext, or a retired key's), a batch of rows per transaction, deletes Relay's
+    /// plaintext search chunks (`relay_chunks`), then forgets every other registered key. Safe
+    /// while replicas serve: a row changed meanwhile is left to the next pass, and every
+    /// replica must already know the current key (rotate in the order
     /// `specs/storage-encryption.md` gives). `progress` is told each table and its count so far.
     pub fn reencrypt(
         &self,
@@ -73,6 +85,9 @@ impl PgStore {
             }
             report.tables.push((table.to_owned(), done));
         }
+        // A derived index, not records: deleted, and not counted among the records rewritten.
+        c.execute(&format!("DELETE FROM {CHUNKS}"), &[])
+            .map_err(be)?;
         let rows = c
             .query(
                 "DELETE FROM storage_keys WHERE key_id <> $1 RETURNING key_id",

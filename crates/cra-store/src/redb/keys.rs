@@ -1,12 +1,14 @@
 //! Storage keys in the embedded backend: the `storage_keys` table registering each key that
 //! encrypted records here (id -> canary), checked when the store opens
 //! ([`crate::encryption::Encryption::admit`]), and re-encryption of every record with the
-//! current key after a rotation ([`RedbStore::reencrypt`]).
+//! current key after a rotation ([`RedbStore::reencrypt`]): TRACE event records, CARP records,
+//! and Relay's records and outbox (`crate::relay::redb`).
 
-use ::redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use ::redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
 
 use super::{RedbStore, backend as be};
-use crate::encryption::Encryption;
+use crate::encryption::{Encryption, EncryptionError, KeyId};
+use crate::relay::redb as relay;
 use crate::{BackendError, ReencryptReport};
 
 const STORAGE_KEYS: TableDefinition<'static, &str, &[u8]> =
@@ -33,10 +35,10 @@ pub(super) fn admit(db: &Database, enc: &Encryption) -> Result<(), BackendError>
 }
 
 impl RedbStore {
-    /// Encrypts every event record and CARP record that is not encrypted with the current key
-    /// (plaintext, or a retired key's), then forgets every other registered key, so that the
-    /// retired keys can be removed from the configuration. `progress` is told each table's name
-    /// and the records rewritten in it so far. Refused without a current key.
+    /// Encrypts every event record, CARP record and Relay record that is not encrypted with the
+    /// current key (plaintext, or a retired key's), then forgets every other registered key, so
+    /// that the retired keys can be removed from the configuration. `progress` is told each
+    /// table's name and the records rewritten in it so far. Refused without a current key.
     pub fn reencrypt(
         &self,
         progress: &mut dyn FnMut(&str, u64),
@@ -47,23 +49,55 @@ impl RedbStore {
                 "re-encryption needs a current storage key; configure one".into(),
             ));
         };
-        let mut report = ReencryptReport::default();
-        let n = self.reencrypt_table::<(String, u64)>(enc, super::trace::EVENTS, progress)?;
-        report
-            .tables
-            .push((super::trace::EVENTS.name().to_owned(), n));
-        for table in [
+        Ok(ReencryptReport {
+            tables: self.reencrypt_tables(enc, progress)?,
+            retired: self.forget_keys_but(current)?,
+        })
+    }
+
+    /// Re-encrypts each table holding records; answers each table's name and count.
+    fn reencrypt_tables(
+        &self,
+        enc: &Encryption,
+        progress: &mut dyn FnMut(&str, u64),
+    ) -> Result<Vec<(String, u64)>, BackendError> {
+        let mut tables = Vec::new();
+        let mut done = |name: &str, n: u64| tables.push((name.to_owned(), n));
+        let events = super::trace::EVENTS;
+        done(
+            events.name(),
+            self.reencrypt_table::<(String, u64), _>(enc, events, progress)?,
+        );
+        let carp = [
             super::carp::SESSIONS,
             super::carp::RESOLUTIONS,
             super::carp::EXECUTIONS,
             super::carp::APPROVALS,
             super::carp::LEASES,
-        ] {
-            let n = self.reencrypt_table::<String>(enc, table, progress)?;
-            report.tables.push((table.name().to_owned(), n));
+        ];
+        for table in carp.into_iter().chain(relay::RECORDS) {
+            done(
+                table.name(),
+                self.reencrypt_table::<String, _>(enc, table, progress)?,
+            );
         }
+        let reviews = relay::REVIEWS;
+        done(
+            reviews.name(),
+            self.reencrypt_table::<(String, u64), _>(enc, reviews, progress)?,
+        );
+        let outbox = relay::OUTBOX;
+        done(
+            outbox.name(),
+            self.reencrypt_table::<String, _>(enc, outbox, progress)?,
+        );
+        Ok(tables)
+    }
+
+    /// Removes every registered key but `current`; answers their ids.
+    fn forget_keys_but(&self, current: KeyId) -> Result<Vec<String>, BackendError> {
         let txn = self.database().begin_write().map_err(be)?;
-        {
+        let retired = {
             let mut t = txn.open_table(STORAGE_KEYS).map_err(be)?;
             let current = current.to_string();
             let retired: Vec<String> = t
@@ -76,27 +110,31 @@ impl RedbStore {
             for id in &retired {
                 t.remove(id.as_str()).map_err(be)?;
             }
-            report.retired = retired;
-        }
+            retired
+        };
         txn.commit().map_err(be)?;
-        Ok(report)
+        Ok(retired)
     }
 
     /// Rewrites each record of `table` not encrypted with the current key, `CHUNK` per write
-    /// transaction; answers how many.
-    fn reencrypt_table<O: OwnedKey>(
+    /// transaction; answers how many. A table not created yet (Relay never opened) has none.
+    fn reencrypt_table<O: OwnedKey, V: StoredForm>(
         &self,
         enc: &Encryption,
-        table: TableDefinition<'static, O::Key, &'static [u8]>,
+        table: TableDefinition<'static, O::Key, V>,
         progress: &mut dyn FnMut(&str, u64),
     ) -> Result<u64, BackendError> {
         let stale: Vec<O> = {
             let txn = self.database().begin_read().map_err(be)?;
-            let t = txn.open_table(table).map_err(be)?;
+            let t = match txn.open_table(table) {
+                Ok(t) => t,
+                Err(TableError::TableDoesNotExist(_)) => return Ok(0),
+                Err(e) => return Err(be(e)),
+            };
             let mut out = Vec::new();
             for entry in t.iter().map_err(be)? {
                 let (k, v) = entry.map_err(be)?;
-                if !enc.is_current(v.value()) {
+                if !enc.is_current(V::bytes(&v.value())) {
                     out.push(O::own(k.value()));
                 }
             }
@@ -108,10 +146,12 @@ impl RedbStore {
             {
                 let mut t = txn.open_table(table).map_err(be)?;
                 for key in chunk {
-                    let found = t.get(key.key()).map_err(be)?.map(|v| v.value().to_vec());
-                    let Some(stored) = found else { continue };
-                    if let Some(new) = enc.reencrypt(table.name(), &stored)? {
-                        t.insert(key.key(), new.as_slice()).map_err(be)?;
+                    let new = match t.get(key.key()).map_err(be)? {
+                        Some(stored) => V::reencrypt(enc, table.name(), stored.value())?,
+                        None => None,
+                    };
+                    if let Some(new) = new {
+                        t.insert(key.key(), V::borrow(&new)).map_err(be)?;
                         done += 1;
                     }
                 }
@@ -120,6 +160,57 @@ impl RedbStore {
             progress(table.name(), done);
         }
         Ok(done)
+    }
+}
+
+/// A table's value type as re-encryption reads and rewrites it: bytes (the binary form of
+/// [`Encryption::encrypt`]) or text (the text form of [`Encryption::encrypt_text`]).
+trait StoredForm: redb::Value + 'static {
+    /// A value as re-encrypted.
+    type Owned;
+    /// The stored bytes, for [`Encryption::is_current`].
+    fn bytes<'a>(value: &'a Self::SelfType<'_>) -> &'a [u8];
+    /// The value encrypted with the current key; `None` when it already is.
+    fn reencrypt(
+        enc: &Encryption,
+        area: &str,
+        value: Self::SelfType<'_>,
+    ) -> Result<Option<Self::Owned>, EncryptionError>;
+    /// The value to insert.
+    fn borrow(owned: &Self::Owned) -> Self::SelfType<'_>;
+}
+
+impl StoredForm for &'static [u8] {
+    type Owned = Vec<u8>;
+    fn bytes<'a>(value: &'a &[u8]) -> &'a [u8] {
+        value
+    }
+    fn reencrypt(
+        enc: &Encryption,
+        area: &str,
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>, EncryptionError> {
+        enc.reencrypt(area, value)
+    }
+    fn borrow(owned: &Vec<u8>) -> &[u8] {
+        owned
+    }
+}
+
+impl StoredForm for &'static str {
+    type Owned = String;
+    fn bytes<'a>(value: &'a &str) -> &'a [u8] {
+        value.as_bytes()
+    }
+    fn reencrypt(
+        enc: &Encryption,
+        area: &str,
+        value: &str,
+    ) -> Result<Option<String>, EncryptionError> {
+        enc.reencrypt_text(area, value)
+    }
+    fn borrow(owned: &String) -> &str {
+        owned
     }
 }
 

@@ -10,10 +10,19 @@
 //! (`migrations/0011`) in its own transaction. Each package row carries its
 //! [`cra_relay::store::created_key`] (`migrations/0015`, which keys the rows stored before it),
 //! indexed by project, so a windowed listing (orient, orchestrate) reads the window.
+//!
+//! With a storage key (the store's [`Encryption`]), every `body` column (projects, packages,
+//! reviews, facts, sessions, the outbox) is stored in the text form of the encryption, the
+//! table's name being the associated data; no SQL reads inside a body, so the fact clock's seed
+//! is computed here. The full-text search chunks (`relay_chunks`) are plaintext, so such a store
+//! writes none (`cra store reencrypt` deletes those written before) and searches an in-memory
+//! index instead ([`super::search::SyncedIndex`]). Ids, fact subjects and predicates, content
+//! hashes, quarantine reasons, creation keys and sequence numbers stay in their own plaintext
+//! columns, which the queries need (`specs/storage-encryption.md`).
 
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cra_relay::store::{
     InsertOutcome, Outbox, OutboxEntry, PackageFilter, RelayStore, RelayStoreError, SearchHit,
@@ -22,41 +31,89 @@ use cra_relay::store::{
 use postgres::Transaction;
 use serde_json::Value;
 
+use super::search::{SyncedIndex, hits};
 use crate::PgStore;
+use crate::encryption::Encryption;
 
 fn be(e: impl std::fmt::Display + std::fmt::Debug) -> RelayStoreError {
     RelayStoreError::Backend(format!("postgres: {e} ({e:?})"))
 }
 
-fn enc<T: serde::Serialize>(t: &T) -> Result<String, RelayStoreError> {
-    serde_json::to_string(t).map_err(be)
-}
+const PROJECTS: &str = "relay_projects";
+const PACKAGES: &str = "relay_packages";
+const REVIEWS: &str = "relay_reviews";
+const FACTS: &str = "relay_facts";
+const SESSIONS: &str = "relay_sessions";
+const OUTBOX: &str = "relay_outbox";
 
-fn dec<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, RelayStoreError> {
-    serde_json::from_str(s)
-        .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
-}
+/// How Relay's records are stored in the `body` columns: their JSON, encrypted in the text form
+/// ([`Encryption::encrypt_text`], the table's name being the associated data) when the store has
+/// a storage key.
+#[derive(Clone, Debug)]
+struct Codec(Encryption);
 
-fn dec_package(
-    body: &str,
-    hash: String,
-    quarantined: Option<String>,
-) -> Result<StoredPackage, RelayStoreError> {
-    let mut wire: Value = dec(body)?;
-    if let Some(o) = wire.as_object_mut() {
-        o.insert("content_hash".into(), Value::String(hash));
+impl Codec {
+    /// Whether bodies are encrypted (so that no plaintext, search chunks included, is stored).
+    fn encrypts(&self) -> bool {
+        self.0.current().is_some()
     }
-    let mut p = StoredPackage::from_wire(&wire).map_err(|errs| {
-        RelayStoreError::Backend(format!(
-            "stored package no longer validates: {}",
-            errs.iter()
-                .map(|e| format!("{} {}", e.pointer, e.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))
-    })?;
-    p.quarantined = quarantined;
-    Ok(p)
+
+    /// The JSON `text` as stored in `table`.
+    fn seal(&self, table: &str, text: String) -> Result<String, RelayStoreError> {
+        self.0
+            .encrypt_text(table, text)
+            .map_err(|e| RelayStoreError::Backend(format!("cannot store a record of {table}: {e}")))
+    }
+
+    /// The JSON text [`Codec::seal`] stored in `table` (or stored before encryption).
+    fn open(&self, table: &str, stored: &str) -> Result<String, RelayStoreError> {
+        self.0
+            .decrypt_text(table, stored)
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|e| {
+                RelayStoreError::Backend(format!("a record of {table} does not read: {e}"))
+            })
+    }
+
+    fn enc<T: serde::Serialize>(&self, table: &str, t: &T) -> Result<String, RelayStoreError> {
+        self.seal(table, serde_json::to_string(t).map_err(be)?)
+    }
+
+    fn dec<T: serde::de::DeserializeOwned>(
+        &self,
+        table: &str,
+        stored: &str,
+    ) -> Result<T, RelayStoreError> {
+        serde_json::from_str(&self.open(table, stored)?)
+            .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
+    }
+
+    fn enc_package(&self, p: &StoredPackage) -> Result<String, RelayStoreError> {
+        self.enc(PACKAGES, &Value::Object(p.package.as_object().clone()))
+    }
+
+    fn dec_package(
+        &self,
+        body: &str,
+        hash: String,
+        quarantined: Option<String>,
+    ) -> Result<StoredPackage, RelayStoreError> {
+        let mut wire: Value = self.dec(PACKAGES, body)?;
+        if let Some(o) = wire.as_object_mut() {
+            o.insert("content_hash".into(), Value::String(hash));
+        }
+        let mut p = StoredPackage::from_wire(&wire).map_err(|errs| {
+            RelayStoreError::Backend(format!(
+                "stored package no longer validates: {}",
+                errs.iter()
+                    .map(|e| format!("{} {}", e.pointer, e.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))
+        })?;
+        p.quarantined = quarantined;
+        Ok(p)
+    }
 }
 
 /// A page of a project's (`$1`) deposits older than `$2`, newest first, at most `$3`: the
@@ -88,6 +145,9 @@ const RESTORE_BATCH: usize = 2000;
 #[derive(Clone)]
 pub struct PgRelay {
     store: PgStore,
+    codec: Codec,
+    /// The in-memory search index of a store whose bodies are encrypted, made on first use.
+    index: Arc<Mutex<Option<Arc<SyncedIndex>>>>,
     outbox: Option<Arc<dyn Outbox>>,
 }
 
@@ -100,10 +160,13 @@ impl std::fmt::Debug for PgRelay {
 }
 
 impl PgRelay {
-    /// Relay in `store`'s schema (its migrations create the tables).
+    /// Relay in `store`'s schema (its migrations create the tables), its records encrypted
+    /// with the store's storage key when one is configured.
     pub fn new(store: PgStore) -> Self {
         Self {
+            codec: Codec(store.config().encryption.clone()),
             store,
+            index: Arc::new(Mutex::new(None)),
             outbox: None,
         }
     }
@@ -116,7 +179,7 @@ impl PgRelay {
         for OutboxEntry { key, body } in outbox.entries(written)? {
             tx.execute(
                 "INSERT INTO relay_outbox (key, body) VALUES ($1, $2)",
-                &[&key, &body],
+                &[&key, &self.codec.seal(OUTBOX, body)?],
             )
             .map_err(be)?;
         }
@@ -134,14 +197,19 @@ impl PgRelay {
         Ok(out)
     }
 
-    fn write_chunks(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<(), RelayStoreError> {
+    fn write_chunks(
+        &self,
+        tx: &mut Transaction<'_>,
+        p: &StoredPackage,
+    ) -> Result<(), RelayStoreError> {
         let id = p.package.package_id();
         tx.execute(
             "DELETE FROM relay_chunks WHERE project_id = $1 AND package_id = $2",
             &[&p.package.project_id(), &id],
         )
         .map_err(be)?;
-        if p.quarantined.is_some() {
+        // Chunks are plaintext: a store that encrypts searches its own index instead.
+        if p.quarantined.is_some() || self.codec.encrypts() {
             return Ok(());
         }
         for (i, (field, text)) in cra_relay::search::chunks(&p.package)
@@ -158,8 +226,12 @@ impl PgRelay {
         Ok(())
     }
 
-    fn insert_raw(tx: &mut Transaction<'_>, p: &StoredPackage) -> Result<bool, RelayStoreError> {
-        let body = enc(&Value::Object(p.package.as_object().clone()))?;
+    fn insert_raw(
+        &self,
+        tx: &mut Transaction<'_>,
+        p: &StoredPackage,
+    ) -> Result<bool, RelayStoreError> {
+        let body = self.codec.enc_package(p)?;
         let n = tx
             .execute(
                 "INSERT INTO relay_packages (package_id, project_id, content_hash, quarantined, body, created_key)
@@ -169,7 +241,7 @@ impl PgRelay {
             )
             .map_err(be)?;
         if n == 1 {
-            Self::write_chunks(tx, p)?;
+            self.write_chunks(tx, p)?;
         }
         Ok(n == 1)
     }
@@ -177,8 +249,9 @@ impl PgRelay {
     /// The recorded instant of a fact write to `project`: [`fact::recorded_instant`] of the
     /// clock (read after the lock) and the project's mark, which it advances. The mark's row
     /// lock, held to commit, serialises the project's fact writes across replicas; a project
-    /// without a mark is seeded from its stored rows.
+    /// without a mark is seeded from its stored rows ([`PgRelay::latest_recorded`]).
     fn stamp(
+        &self,
         tx: &mut Transaction<'_>,
         project: &str,
         now: &dyn Fn() -> String,
@@ -187,13 +260,11 @@ impl PgRelay {
             "SELECT recorded_at FROM relay_fact_clock WHERE project_id = $1 FOR UPDATE";
         let mut row = tx.query_opt(LOCK, &[&project]).map_err(be)?;
         if row.is_none() {
+            let seed = self.latest_recorded(tx, project)?;
             tx.execute(
-                "INSERT INTO relay_fact_clock (project_id, recorded_at)
-                 SELECT $1, COALESCE(max(GREATEST((body::jsonb ->> 'recorded_at') COLLATE \"C\",
-                                                  COALESCE(body::jsonb ->> 'superseded_at', '') COLLATE \"C\")), '')
-                   FROM relay_facts WHERE project_id = $1
+                "INSERT INTO relay_fact_clock (project_id, recorded_at) VALUES ($1, $2)
                  ON CONFLICT (project_id) DO NOTHING",
-                &[&project],
+                &[&project, &seed],
             )
             .map_err(be)?;
             row = tx.query_opt(LOCK, &[&project]).map_err(be)?;
@@ -208,12 +279,81 @@ impl PgRelay {
         Ok(stamp)
     }
 
+    /// The latest recorded instant of `project`'s stored facts ([`fact::latest_recorded`]; empty
+    /// without facts), read here rather than in SQL because the bodies may be encrypted.
+    fn latest_recorded(
+        &self,
+        tx: &mut Transaction<'_>,
+        project: &str,
+    ) -> Result<String, RelayStoreError> {
+        let rows = tx
+            .query(
+                "SELECT body FROM relay_facts WHERE project_id = $1",
+                &[&project],
+            )
+            .map_err(be)?;
+        let facts = rows
+            .iter()
+            .map(|r| self.codec.dec(FACTS, r.get::<_, &str>(0)))
+            .collect::<Result<Vec<FactRecord>, _>>()?;
+        Ok(fact::latest_recorded(&facts).unwrap_or_default())
+    }
+
+    /// `pull` relevant in a store whose bodies are encrypted: the in-memory index
+    /// ([`SyncedIndex`], made on first use), first brought up to date with the project's
+    /// packages as stored now, whichever replica wrote them.
+    fn search_in_memory(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayStoreError> {
+        let index = {
+            let mut guard = self.index.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_ref() {
+                Some(ix) => ix.clone(),
+                None => guard.insert(Arc::new(SyncedIndex::new()?)).clone(),
+            }
+        };
+        self.sync_index(&index, &query.project_id)?;
+        let raw = index.search(query, query.limit)?;
+        hits(query, raw, |id| self.get_package(&query.project_id, id))
+    }
+
+    /// Indexes again each package of `project` whose stored version (content hash, quarantine)
+    /// is not the one `index` holds.
+    fn sync_index(&self, index: &SyncedIndex, project: &str) -> Result<(), RelayStoreError> {
+        let mut c = self.store.client().map_err(be)?;
+        let versions = c
+            .query(
+                "SELECT package_id, content_hash, quarantined IS NOT NULL FROM relay_packages
+                  WHERE project_id = $1",
+                &[&project],
+            )
+            .map_err(be)?;
+        let stale = index.stale(
+            project,
+            versions.iter().map(|r| (r.get(0), (r.get(1), r.get(2)))),
+        );
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let rows = c
+            .query(
+                "SELECT body, content_hash, quarantined FROM relay_packages
+                  WHERE project_id = $1 AND package_id = ANY($2)",
+                &[&project, &stale],
+            )
+            .map_err(be)?;
+        let packages = rows
+            .iter()
+            .map(|r| self.codec.dec_package(r.get(0), r.get(1), r.get(2)))
+            .collect::<Result<Vec<_>, _>>()?;
+        index.upsert(&packages)
+    }
+
     /// A windowed listing: [`cra_relay::store::list_window`] over pages of the project's
     /// deposits ([`DEPOSITS_PAGE_SQL`]) and of its creation-time index ([`WINDOW_PAGE_SQL`]),
     /// plus the project's rows without a key (stored before migration 0015 in an unusual form),
     /// which join the window's candidates and are checked here; in one read-only
     /// repeatable-read transaction, so both walks see one snapshot.
     fn list_window(
+        &self,
         c: &mut postgres::Client,
         project_id: &str,
         since: &str,
@@ -228,7 +368,7 @@ impl PgRelay {
             .start()
             .map_err(be)?;
         let tx = RefCell::new(tx);
-        let row_package = |r: &postgres::Row| dec_package(r.get(1), r.get(2), r.get(3));
+        let row_package = |r: &postgres::Row| self.codec.dec_package(r.get(1), r.get(2), r.get(3));
 
         // The deposit walk.
         let mut deposits: VecDeque<StoredPackage> = VecDeque::new();
@@ -327,7 +467,7 @@ impl RelayStore for PgRelay {
             let n = tx
                 .execute(
                     "INSERT INTO relay_projects (project_id, body) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    &[&project.project_id, &enc(project)?],
+                    &[&project.project_id, &self.codec.enc(PROJECTS, project)?],
                 )
                 .map_err(be)?;
             if n == 0 {
@@ -345,7 +485,8 @@ impl RelayStore for PgRelay {
                 &[&project_id],
             )
             .map_err(be)?;
-        row.map(|r| dec(r.get::<_, &str>(0))).transpose()
+        row.map(|r| self.codec.dec(PROJECTS, r.get::<_, &str>(0)))
+            .transpose()
     }
 
     fn list_projects(&self) -> Result<Vec<Project>, RelayStoreError> {
@@ -356,7 +497,9 @@ impl RelayStore for PgRelay {
                 &[],
             )
             .map_err(be)?;
-        rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
+        rows.iter()
+            .map(|r| self.codec.dec(PROJECTS, r.get::<_, &str>(0)))
+            .collect()
     }
 
     fn set_archived(
@@ -372,11 +515,11 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?
                 .ok_or_else(|| RelayStoreError::NotFound(format!("project {project_id}")))?;
-            let mut p: Project = dec(row.get::<_, &str>(0))?;
+            let mut p: Project = self.codec.dec(PROJECTS, row.get::<_, &str>(0))?;
             p.archived_at = archived_at.map(str::to_owned);
             tx.execute(
                 "UPDATE relay_projects SET body = $2 WHERE project_id = $1",
-                &[&project_id, &enc(&p)?],
+                &[&project_id, &self.codec.enc(PROJECTS, &p)?],
             )
             .map_err(be)?;
             self.owe(tx, Written::Project(&p))?;
@@ -386,23 +529,23 @@ impl RelayStore for PgRelay {
 
     fn insert_package(&self, package: &StoredPackage) -> Result<InsertOutcome, RelayStoreError> {
         self.with_tx(|tx| {
-            if !Self::insert_raw(tx, package)? {
+            if !self.insert_raw(tx, package)? {
                 let row = tx
                     .query_one(
                         "SELECT body, content_hash, quarantined FROM relay_packages WHERE project_id = $1 AND package_id = $2",
                         &[&package.package.project_id(), &package.package.package_id()],
                     )
                     .map_err(be)?;
-                return Ok(InsertOutcome::Existing(dec_package(row.get(0), row.get(1), row.get(2))?));
+                return Ok(InsertOutcome::Existing(self.codec.dec_package(row.get(0), row.get(1), row.get(2))?));
             }
             if let Some(sid) = package.package.session_id() {
                 let row = tx
                     .query_opt("SELECT body FROM relay_sessions WHERE session_id = $1 FOR UPDATE", &[&sid])
                     .map_err(be)?;
                 if let Some(row) = row {
-                    let mut s: Session = dec(row.get::<_, &str>(0))?;
+                    let mut s: Session = self.codec.dec(SESSIONS, row.get::<_, &str>(0))?;
                     s.packages_deposited.push(package.package.package_id().to_owned());
-                    tx.execute("UPDATE relay_sessions SET body = $2 WHERE session_id = $1", &[&sid, &enc(&s)?])
+                    tx.execute("UPDATE relay_sessions SET body = $2 WHERE session_id = $1", &[&sid, &self.codec.enc(SESSIONS, &s)?])
                         .map_err(be)?;
                 }
             }
@@ -424,7 +567,7 @@ impl RelayStore for PgRelay {
                 &[&project_id, &package_id],
             )
             .map_err(be)?;
-        row.map(|r| dec_package(r.get(0), r.get(1), r.get(2)))
+        row.map(|r| self.codec.dec_package(r.get(0), r.get(1), r.get(2)))
             .transpose()
     }
 
@@ -438,7 +581,7 @@ impl RelayStore for PgRelay {
             )
             .map_err(be)?;
         rows.iter()
-            .map(|r| dec_package(r.get(0), r.get(1), r.get(2)))
+            .map(|r| self.codec.dec_package(r.get(0), r.get(1), r.get(2)))
             .collect()
     }
 
@@ -450,7 +593,7 @@ impl RelayStore for PgRelay {
         let mut c = self.store.client().map_err(be)?;
         let limit = filter.limit.unwrap_or(usize::MAX);
         if let Some(since) = &filter.created_since {
-            return Self::list_window(&mut c, project_id, since, filter);
+            return self.list_window(&mut c, project_id, since, filter);
         }
         let rows = c
             .query(
@@ -463,7 +606,7 @@ impl RelayStore for PgRelay {
             if out.len() >= limit {
                 break;
             }
-            let p = dec_package(r.get(0), r.get(1), r.get(2))?;
+            let p = self.codec.dec_package(r.get(0), r.get(1), r.get(2))?;
             if filter.admits(&p) {
                 out.push(p);
             }
@@ -489,7 +632,7 @@ impl RelayStore for PgRelay {
             if row.get::<_, &str>(0) != expected_hash {
                 return Err(RelayStoreError::Conflict(format!("package {id}")));
             }
-            let body = enc(&Value::Object(updated.package.as_object().clone()))?;
+            let body = self.codec.enc_package(updated)?;
             tx.execute(
                 "UPDATE relay_packages SET body = $3, content_hash = $4, quarantined = $5, created_key = $6
                   WHERE project_id = $1 AND package_id = $2",
@@ -497,10 +640,10 @@ impl RelayStore for PgRelay {
                   &created_key(updated.package.created_at())],
             )
             .map_err(be)?;
-            Self::write_chunks(tx, updated)?;
+            self.write_chunks(tx, updated)?;
             tx.execute(
                 "INSERT INTO relay_reviews (project_id, package_id, body) VALUES ($1, $2, $3)",
-                &[&project, &id, &enc(review)?],
+                &[&project, &id, &self.codec.enc(REVIEWS, review)?],
             )
                 .map_err(be)?;
             self.owe(tx, Written::Package(updated))
@@ -522,7 +665,7 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?
                 .ok_or_else(|| RelayStoreError::NotFound(format!("package {package_id}")))?;
-            let mut p = dec_package(row.get(0), row.get(1), row.get(2))?;
+            let mut p = self.codec.dec_package(row.get(0), row.get(1), row.get(2))?;
             if p.quarantined.is_some() {
                 return Ok(());
             }
@@ -554,7 +697,9 @@ impl RelayStore for PgRelay {
                 &[&project_id, &package_id],
             )
             .map_err(be)?;
-        rows.iter().map(|r| dec(r.get::<_, &str>(0))).collect()
+        rows.iter()
+            .map(|r| self.codec.dec(REVIEWS, r.get::<_, &str>(0)))
+            .collect()
     }
 
     fn assert_fact(
@@ -572,20 +717,20 @@ impl RelayStore for PgRelay {
                     &[&project, &subject, &predicate],
                 )
                 .map_err(be)?
-                .map(|r| dec(r.get::<_, &str>(0)))
+                .map(|r| self.codec.dec(FACTS, r.get::<_, &str>(0)))
                 .transpose()?;
-            let stamp = Self::stamp(tx, &project, now)?;
+            let stamp = self.stamp(tx, &project, now)?;
             let (closed, inserted) = fact::supersede(cur.as_ref(), new, &stamp)?;
             if let Some(c) = closed {
                 tx.execute(
                     "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
-                    &[&c.fact.fact_id, &enc(&c)?],
+                    &[&c.fact.fact_id, &self.codec.enc(FACTS, &c)?],
                 )
                 .map_err(be)?;
             }
             tx.execute(
                 "INSERT INTO relay_facts (fact_id, project_id, subject, predicate, is_current, body) VALUES ($1, $2, $3, $4, true, $5)",
-                &[&inserted.fact.fact_id, &project, &subject, &predicate, &enc(&inserted)?],
+                &[&inserted.fact.fact_id, &project, &subject, &predicate, &self.codec.enc(FACTS, &inserted)?],
             )
             .map_err(be)?;
             self.owe(tx, Written::Fact(&inserted))?;
@@ -602,7 +747,7 @@ impl RelayStore for PgRelay {
     ) -> Result<usize, RelayStoreError> {
         self.with_tx(|tx| {
             Self::lock_key(tx, &format!("{project_id}\u{1f}{subject}\u{1f}{predicate}"))?;
-            let now = Self::stamp(tx, project_id, now)?;
+            let now = self.stamp(tx, project_id, now)?;
             let now = now.as_str();
             let rows = tx
                 .query(
@@ -611,11 +756,11 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             for r in &rows {
-                let rec: FactRecord = dec(r.get::<_, &str>(0))?;
+                let rec: FactRecord = self.codec.dec(FACTS, r.get::<_, &str>(0))?;
                 let closed = fact::invalidate(&rec, now);
                 tx.execute(
                     "UPDATE relay_facts SET is_current = false, body = $2 WHERE fact_id = $1",
-                    &[&closed.fact.fact_id, &enc(&closed)?],
+                    &[&closed.fact.fact_id, &self.codec.enc(FACTS, &closed)?],
                 )
                 .map_err(be)?;
             }
@@ -645,7 +790,7 @@ impl RelayStore for PgRelay {
             .map_err(be)?;
         let recs = rows
             .iter()
-            .map(|r| dec(r.get::<_, &str>(0)))
+            .map(|r| self.codec.dec(FACTS, r.get::<_, &str>(0)))
             .collect::<Result<Vec<FactRecord>, _>>()?;
         Ok(fact::select(recs, query))
     }
@@ -655,7 +800,11 @@ impl RelayStore for PgRelay {
             tx.execute(
                 "INSERT INTO relay_sessions (session_id, project_id, body) VALUES ($1, $2, $3)
                  ON CONFLICT (session_id) DO UPDATE SET body = EXCLUDED.body",
-                &[&session.session_id, &session.project_id, &enc(session)?],
+                &[
+                    &session.session_id,
+                    &session.project_id,
+                    &self.codec.enc(SESSIONS, session)?,
+                ],
             )
             .map_err(be)?;
             self.owe(tx, Written::Session(session))
@@ -675,12 +824,12 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?;
             let Some(row) = row else { return Ok(None) };
-            let mut s: Session = dec(row.get::<_, &str>(0))?;
+            let mut s: Session = self.codec.dec(SESSIONS, row.get::<_, &str>(0))?;
             if s.ended_at.is_none() {
                 s.ended_at = Some(ended_at.to_owned());
                 tx.execute(
                     "UPDATE relay_sessions SET body = $2 WHERE session_id = $1",
-                    &[&session_id, &enc(&s)?],
+                    &[&session_id, &self.codec.enc(SESSIONS, &s)?],
                 )
                 .map_err(be)?;
                 self.owe(tx, Written::Session(&s))?;
@@ -697,7 +846,8 @@ impl RelayStore for PgRelay {
                 &[&session_id],
             )
             .map_err(be)?;
-        row.map(|r| dec(r.get::<_, &str>(0))).transpose()
+        row.map(|r| self.codec.dec(SESSIONS, r.get::<_, &str>(0)))
+            .transpose()
     }
 
     fn supports_search(&self) -> bool {
@@ -705,6 +855,9 @@ impl RelayStore for PgRelay {
     }
 
     fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, RelayStoreError> {
+        if self.codec.encrypts() {
+            return self.search_in_memory(query);
+        }
         // Any word may match (OR), so a query need not contain every word of a chunk.
         let words: Vec<String> = query
             .query
@@ -742,7 +895,7 @@ impl RelayStore for PgRelay {
             }
         }
         drop(c);
-        super::search::hits(query, raw, |id| self.get_package(&query.project_id, id))
+        hits(query, raw, |id| self.get_package(&query.project_id, id))
     }
 
     fn snapshot(&self) -> Result<Snapshot, RelayStoreError> {
@@ -750,7 +903,7 @@ impl RelayStore for PgRelay {
             tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", &[]).map_err(be)?;
             let mut snap = Snapshot::default();
             for r in tx.query("SELECT body FROM relay_projects ORDER BY project_id COLLATE \"C\"", &[]).map_err(be)? {
-                snap.projects.push(dec(r.get::<_, &str>(0))?);
+                snap.projects.push(self.codec.dec(PROJECTS, r.get::<_, &str>(0))?);
             }
             for r in tx
                 .query(
@@ -759,18 +912,18 @@ impl RelayStore for PgRelay {
                 )
                 .map_err(be)?
             {
-                snap.packages.push(dec_package(r.get(0), r.get(1), r.get(2))?);
+                snap.packages.push(self.codec.dec_package(r.get(0), r.get(1), r.get(2))?);
             }
             for r in tx.query("SELECT body FROM relay_facts", &[]).map_err(be)? {
-                snap.facts.push(dec(r.get::<_, &str>(0))?);
+                snap.facts.push(self.codec.dec(FACTS, r.get::<_, &str>(0))?);
             }
             fact::sort_facts(&mut snap.facts);
             for r in tx.query("SELECT body FROM relay_sessions ORDER BY session_id COLLATE \"C\"", &[]).map_err(be)? {
-                snap.sessions.push(dec(r.get::<_, &str>(0))?);
+                snap.sessions.push(self.codec.dec(SESSIONS, r.get::<_, &str>(0))?);
             }
             let mut reviews = Vec::new();
             for r in tx.query("SELECT body FROM relay_reviews ORDER BY id", &[]).map_err(be)? {
-                reviews.push(dec(r.get::<_, &str>(0))?);
+                reviews.push(self.codec.dec(REVIEWS, r.get::<_, &str>(0))?);
             }
             snap.reviews = cra_relay::export::sort_reviews(reviews);
             Ok(snap)
@@ -790,7 +943,7 @@ impl RelayStore for PgRelay {
                 return Err(RelayStoreError::AlreadyExists("data in the target store (import needs an empty store)".into()));
             }
             for p in &snapshot.projects {
-                tx.execute("INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)", &[&p.project_id, &enc(p)?])
+                tx.execute("INSERT INTO relay_projects (project_id, body) VALUES ($1, $2)", &[&p.project_id, &self.codec.enc(PROJECTS, p)?])
                     .map_err(be)?;
             }
             // Batched (UNNEST WITH ORDINALITY keeps the given order, so `seq` follows it).
@@ -805,10 +958,10 @@ impl RelayStore for PgRelay {
                     cols[0].push(id.clone());
                     cols[1].push(p.package.project_id().to_owned());
                     cols[2].push(p.content_hash.clone());
-                    cols[3].push(enc(&Value::Object(p.package.as_object().clone()))?);
+                    cols[3].push(self.codec.enc_package(p)?);
                     quarantined.push(p.quarantined.clone());
                     keys.push(created_key(p.package.created_at()));
-                    if p.quarantined.is_none() {
+                    if p.quarantined.is_none() && !self.codec.encrypts() {
                         for (i, (field, text)) in cra_relay::search::chunks(&p.package).into_iter().enumerate() {
                             c_id.push(id.clone());
                             c_proj.push(p.package.project_id().to_owned());
@@ -840,7 +993,7 @@ impl RelayStore for PgRelay {
                     cols[1].push(r.fact.project_id.clone());
                     cols[2].push(r.fact.subject.clone());
                     cols[3].push(r.fact.predicate.clone());
-                    cols[4].push(enc(r)?);
+                    cols[4].push(self.codec.enc(FACTS, r)?);
                     current.push(r.is_current());
                 }
                 tx.execute(
@@ -853,14 +1006,14 @@ impl RelayStore for PgRelay {
             for s in &snapshot.sessions {
                 tx.execute(
                     "INSERT INTO relay_sessions (session_id, project_id, body) VALUES ($1, $2, $3)",
-                    &[&s.session_id, &s.project_id, &enc(s)?],
+                    &[&s.session_id, &s.project_id, &self.codec.enc(SESSIONS, s)?],
                 )
                 .map_err(be)?;
             }
             for batch in snapshot.reviews.chunks(RESTORE_BATCH) {
                 let projects: Vec<&str> = batch.iter().map(|r| r.project_id.as_str()).collect();
                 let ids: Vec<&str> = batch.iter().map(|r| r.package_id.as_str()).collect();
-                let bodies = batch.iter().map(enc).collect::<Result<Vec<String>, _>>()?;
+                let bodies = batch.iter().map(|r| self.codec.enc(REVIEWS, r)).collect::<Result<Vec<String>, _>>()?;
                 tx.execute(
                     "INSERT INTO relay_reviews (project_id, package_id, body)
                      SELECT a, b, c FROM UNNEST($1::text[], $2::text[], $3::text[])
@@ -880,6 +1033,8 @@ impl RelayStore for PgRelay {
     fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
         Arc::new(Self {
             store: self.store.clone(),
+            codec: self.codec.clone(),
+            index: self.index.clone(),
             outbox: Some(outbox),
         })
     }
@@ -892,12 +1047,13 @@ impl RelayStore for PgRelay {
                 &[],
             )
             .map_err(be)?;
-        Ok(rows
-            .iter()
-            .map(|r| OutboxEntry {
-                key: r.get(0),
-                body: r.get(1),
+        rows.iter()
+            .map(|r| {
+                Ok(OutboxEntry {
+                    key: r.get(0),
+                    body: self.codec.open(OUTBOX, r.get(1))?,
+                })
             })
-            .collect())
+            .collect()
     }
 }

@@ -1,17 +1,23 @@
 //! [`RedbRelay`]: Relay's storage in the shared redb database of a data directory.
 //!
-//! Tables (all values are JSON bytes; numbers keep their exact text):
-//! `relay_projects` (project_id), `relay_packages` (`project_id\0package_id` -> seq, hash,
-//! quarantine, object: ids are unique per project), `relay_package_order` ((project_id, seq) ->
-//! package_id), `relay_reviews` ((`project_id\0package_id`, seq) -> record), `relay_facts` (`project\0subject\0predicate\0fact_id` -> row),
-//! `relay_fact_current` (`project\0subject\0predicate` -> key of the current row),
-//! `relay_sessions` (session_id), `relay_meta` (counters), `relay_fact_clock` (project_id -> the
-//! latest recorded instant of its facts; created on open, and seeded from the stored rows the
-//! first time a project without a mark is written, so data written before it keeps working),
-//! `relay_outbox` (key -> the events a write owes its chain, as text; emptied by the trace committer),
-//! `relay_package_created` ((project_id, created key, seq) -> package_id: the creation-time index
-//! that orient's and orchestrate's window reads, keyed by
+//! Tables (record values are JSON, numbers keeping their exact text, stored as `redb::record`
+//! stores a CARP record: compressed when that pays, then encrypted with the store's storage key,
+//! the table's name being the associated data, when one is configured):
+//! `relay_projects` (project_id -> record), `relay_packages` (`project_id\0package_id` -> seq,
+//! hash, quarantine, object: ids are unique per project), `relay_package_order` ((project_id,
+//! seq) -> package_id), `relay_reviews` ((`project_id\0package_id`, seq) -> record),
+//! `relay_facts` (`project\0subject\0predicate\0fact_id` -> record), `relay_fact_current`
+//! (`project\0subject\0predicate` -> key of the current row), `relay_sessions` (session_id ->
+//! record), `relay_meta` (counters), `relay_fact_clock` (project_id -> the latest recorded
+//! instant of its facts; created on open, and seeded from the stored rows the first time a
+//! project without a mark is written, so data written before it keeps working), `relay_outbox`
+//! (key -> the events a write owes its chain, as text, encrypted in the text form; emptied by the
+//! trace committer), `relay_package_created` ((project_id, created key, seq) -> package_id: the
+//! creation-time index that orient's and orchestrate's window reads, keyed by
 //! [`cra_relay::store::created_key`]; packages whose `created_at` does not parse have no entry).
+//! The keys, the order and creation-time indexes, the counters and the fact clock stay in the
+//! clear: ids, fact subjects and predicates, timestamps and numbers (`specs/storage-encryption.md`).
+//! Records written before encryption was turned on still read ([`Encryption::decrypt`]).
 //!
 //! Data written before ids were per project keyed packages and reviews by `package_id` alone;
 //! opening such a database rekeys them once, in one transaction ([`RedbRelay::new`]). Data written
@@ -27,6 +33,7 @@ use cra_relay::store::{Outbox, OutboxEntry, Written};
 
 use ::redb::{
     Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
+    TableHandle,
 };
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
@@ -37,16 +44,23 @@ use cra_relay::store::{
 use serde_json::{Value, json};
 
 use super::search::{ChunkIndex, hits};
+use crate::encryption::Encryption;
+use crate::redb::record;
 
 const PROJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_projects");
 const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
 const ORDER: TableDefinition<'_, (&str, u64), &str> = TableDefinition::new("relay_package_order");
 const CREATED: TableDefinition<'_, (&str, &str, u64), &str> =
     TableDefinition::new("relay_package_created");
-const REVIEWS: TableDefinition<'_, (&str, u64), &[u8]> = TableDefinition::new("relay_reviews");
+/// Review records (re-encrypted by `RedbStore::reencrypt`, as the tables of [`RECORDS`]).
+pub(crate) const REVIEWS: TableDefinition<'_, (&str, u64), &[u8]> =
+    TableDefinition::new("relay_reviews");
 const FACTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_facts");
 const CURRENT: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_current");
 const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_sessions");
+/// The tables of records keyed by text, which `RedbStore::reencrypt` re-encrypts.
+pub(crate) const RECORDS: [TableDefinition<'_, &str, &[u8]>; 4] =
+    [PROJECTS, PACKAGES, FACTS, SESSIONS];
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
 const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_clock");
 /// The audit outbox: written by Relay writes, emptied by the trace committer's transaction that
@@ -57,45 +71,87 @@ fn be(e: impl std::fmt::Display) -> RelayStoreError {
     RelayStoreError::Backend(format!("redb: {e}"))
 }
 
-fn enc<T: serde::Serialize>(t: &T) -> Result<Vec<u8>, RelayStoreError> {
-    serde_json::to_vec(t).map_err(be)
-}
+/// How Relay's records are stored in their tables: their JSON as [`crate::redb::record::store`]
+/// stores it (compressed when that pays, then encrypted with the store's [`Encryption`], the
+/// table's name being the associated data), the outbox's text in the text form.
+#[derive(Clone, Debug, Default)]
+struct Codec(Encryption);
 
-fn dec<T: serde::de::DeserializeOwned>(b: &[u8]) -> Result<T, RelayStoreError> {
-    serde_json::from_slice(b)
-        .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
-}
-
-fn enc_package(seq: u64, p: &StoredPackage) -> Result<Vec<u8>, RelayStoreError> {
-    enc(&json!({
-        "seq": seq,
-        "content_hash": p.content_hash,
-        "quarantined": p.quarantined,
-        "package": Value::Object(p.package.as_object().clone()),
-    }))
-}
-
-fn dec_package(b: &[u8]) -> Result<(u64, StoredPackage), RelayStoreError> {
-    let v: Value = dec(b)?;
-    let seq = v["seq"].as_u64().unwrap_or(0);
-    let mut wire = v["package"].clone();
-    if let Some(o) = wire.as_object_mut() {
-        o.insert("content_hash".into(), v["content_hash"].clone());
+impl Codec {
+    /// `t` as stored in `table`.
+    fn enc<T: serde::Serialize>(
+        &self,
+        table: impl TableHandle,
+        t: &T,
+    ) -> Result<Vec<u8>, RelayStoreError> {
+        let json = serde_json::to_vec(t).map_err(be)?;
+        record::store(&self.0, table.name(), json).map_err(|e| {
+            RelayStoreError::Backend(format!("cannot store a record of {}: {e}", table.name()))
+        })
     }
-    // Stored objects were validated on the way in; a record that no longer validates is kept
-    // visible as quarantined rather than failing every read.
-    match StoredPackage::from_wire(&wire) {
-        Ok(mut p) => {
-            p.quarantined = v["quarantined"].as_str().map(str::to_owned);
-            Ok((seq, p))
+
+    /// The record [`Codec::enc`] stored in `table` (or stored before encryption or compression).
+    fn dec<T: serde::de::DeserializeOwned>(
+        &self,
+        table: impl TableHandle,
+        b: &[u8],
+    ) -> Result<T, RelayStoreError> {
+        let text = record::load(&self.0, table.name(), b).map_err(|e| {
+            RelayStoreError::Backend(format!("a record of {} does not read: {e}", table.name()))
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| RelayStoreError::Backend(format!("corrupt relay record: {e}")))
+    }
+
+    /// An outbox entry's body as stored in [`OUTBOX`].
+    fn enc_text(&self, body: &str) -> Result<String, RelayStoreError> {
+        self.0
+            .encrypt_text(OUTBOX.name(), body.to_owned())
+            .map_err(|e| RelayStoreError::Backend(format!("cannot store an outbox entry: {e}")))
+    }
+
+    /// The body [`Codec::enc_text`] stored (or stored before encryption).
+    fn dec_text(&self, stored: &str) -> Result<String, RelayStoreError> {
+        self.0
+            .decrypt_text(OUTBOX.name(), stored)
+            .map(std::borrow::Cow::into_owned)
+            .map_err(|e| RelayStoreError::Backend(format!("an outbox entry does not read: {e}")))
+    }
+
+    fn enc_package(&self, seq: u64, p: &StoredPackage) -> Result<Vec<u8>, RelayStoreError> {
+        self.enc(
+            PACKAGES,
+            &json!({
+                "seq": seq,
+                "content_hash": p.content_hash,
+                "quarantined": p.quarantined,
+                "package": Value::Object(p.package.as_object().clone()),
+            }),
+        )
+    }
+
+    fn dec_package(&self, b: &[u8]) -> Result<(u64, StoredPackage), RelayStoreError> {
+        let v: Value = self.dec(PACKAGES, b)?;
+        let seq = v["seq"].as_u64().unwrap_or(0);
+        let mut wire = v["package"].clone();
+        if let Some(o) = wire.as_object_mut() {
+            o.insert("content_hash".into(), v["content_hash"].clone());
         }
-        Err(errs) => Err(RelayStoreError::Backend(format!(
-            "stored package no longer validates: {}",
-            errs.iter()
-                .map(|e| format!("{} {}", e.pointer, e.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ))),
+        // Stored objects were validated on the way in; a record that no longer validates is kept
+        // visible as quarantined rather than failing every read.
+        match StoredPackage::from_wire(&wire) {
+            Ok(mut p) => {
+                p.quarantined = v["quarantined"].as_str().map(str::to_owned);
+                Ok((seq, p))
+            }
+            Err(errs) => Err(RelayStoreError::Backend(format!(
+                "stored package no longer validates: {}",
+                errs.iter()
+                    .map(|e| format!("{} {}", e.pointer, e.message))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ))),
+        }
     }
 }
 
@@ -110,7 +166,7 @@ fn key_of(p: &StoredPackage) -> String {
 
 /// Rekeys packages and reviews written under `package_id` alone (before ids were per project)
 /// under [`package_key`], once: `relay_meta` `package_keys` marks a database done.
-fn rekey_packages(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> {
+fn rekey_packages(tx: &::redb::WriteTransaction, codec: &Codec) -> Result<(), RelayStoreError> {
     let mut meta = tx.open_table(META).map_err(be)?;
     if meta.get("package_keys").map_err(be)?.is_some() {
         return Ok(());
@@ -124,7 +180,7 @@ fn rekey_packages(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> 
         }
     }
     for (id, bytes) in old {
-        let (_, p) = dec_package(&bytes)?;
+        let (_, p) = codec.dec_package(&bytes)?;
         packages.remove(id.as_str()).map_err(be)?;
         packages
             .insert(key_of(&p).as_str(), bytes.as_slice())
@@ -140,7 +196,7 @@ fn rekey_packages(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> 
         }
     }
     for (id, n, bytes) in moved {
-        let record: ReviewRecord = dec(&bytes)?;
+        let record: ReviewRecord = codec.dec(REVIEWS, &bytes)?;
         reviews.remove((id.as_str(), n)).map_err(be)?;
         let key = package_key(&record.project_id, &id);
         reviews
@@ -170,7 +226,10 @@ fn index_created(
 
 /// Builds the creation-time index of the packages stored before it existed, once: `relay_meta`
 /// `package_created` marks a database done (every later write keeps the index).
-fn build_created_index(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreError> {
+fn build_created_index(
+    tx: &::redb::WriteTransaction,
+    codec: &Codec,
+) -> Result<(), RelayStoreError> {
     let mut meta = tx.open_table(META).map_err(be)?;
     if meta.get("package_created").map_err(be)?.is_some() {
         return Ok(());
@@ -179,7 +238,7 @@ fn build_created_index(tx: &::redb::WriteTransaction) -> Result<(), RelayStoreEr
     let mut created = tx.open_table(CREATED).map_err(be)?;
     for row in packages.iter().map_err(be)? {
         let (_, v) = row.map_err(be)?;
-        let (seq, p) = dec_package(v.value())?;
+        let (seq, p) = codec.dec_package(v.value())?;
         index_created(&mut created, seq, &p)?;
     }
     meta.insert("package_created", 1).map_err(be)?;
@@ -202,6 +261,7 @@ fn fact_key(r: &FactRecord) -> String {
 /// database and the search index of the one it was made from.
 pub struct RedbRelay {
     db: Arc<Database>,
+    codec: Codec,
     index: Arc<Mutex<Option<ChunkIndex>>>,
     outbox: Option<Arc<dyn Outbox>>,
 }
@@ -213,8 +273,21 @@ impl std::fmt::Debug for RedbRelay {
 }
 
 impl RedbRelay {
-    /// Relay's tables in `db` (created if missing; packages of an earlier version rekeyed).
+    /// Relay's tables in `db` (created if missing; packages of an earlier version rekeyed),
+    /// records stored as plaintext: for a database without storage keys. A data directory's
+    /// store is opened with [`RedbRelay::open`], which encrypts as the store does.
     pub fn new(db: Arc<Database>) -> Result<Self, RelayStoreError> {
+        Self::with_codec(db, Codec::default())
+    }
+
+    /// Relay over the database of an opened data directory, its records encrypted with the
+    /// store's storage key when one is configured.
+    pub fn open(store: &crate::RedbStore) -> Result<Self, RelayStoreError> {
+        let codec = Codec(store.config().encryption.clone());
+        Self::with_codec(store.database().clone(), codec)
+    }
+
+    fn with_codec(db: Arc<Database>, codec: Codec) -> Result<Self, RelayStoreError> {
         let tx = db.begin_write().map_err(be)?;
         {
             tx.open_table(PROJECTS).map_err(be)?;
@@ -229,19 +302,15 @@ impl RedbRelay {
             tx.open_table(FACT_CLOCK).map_err(be)?;
             tx.open_table(OUTBOX).map_err(be)?;
         }
-        rekey_packages(&tx)?;
-        build_created_index(&tx)?;
+        rekey_packages(&tx, &codec)?;
+        build_created_index(&tx, &codec)?;
         tx.commit().map_err(be)?;
         Ok(Self {
             db,
+            codec,
             index: Arc::new(Mutex::new(None)),
             outbox: None,
         })
-    }
-
-    /// Relay over the database of an opened data directory.
-    pub fn open(store: &crate::RedbStore) -> Result<Self, RelayStoreError> {
-        Self::new(store.database().clone())
     }
 
     /// Stores the outbox entries of `written` in `tx`, the write's transaction.
@@ -259,7 +328,8 @@ impl RedbRelay {
         }
         let mut t = tx.open_table(OUTBOX).map_err(be)?;
         for OutboxEntry { key, body } in &entries {
-            t.insert(key.as_str(), body.as_str()).map_err(be)?;
+            let stored = self.codec.enc_text(body)?;
+            t.insert(key.as_str(), stored.as_str()).map_err(be)?;
         }
         Ok(())
     }
@@ -282,6 +352,7 @@ impl RedbRelay {
     /// transactions, so this is under the lock): [`fact::recorded_instant`] of `now` and the
     /// project's mark, which it advances. Call it before opening the fact tables.
     fn stamp(
+        &self,
         tx: &::redb::WriteTransaction,
         project: &str,
         now: &str,
@@ -302,7 +373,7 @@ impl RedbRelay {
                     if !k.value().starts_with(&prefix) {
                         break;
                     }
-                    rows.push(dec::<FactRecord>(v.value())?);
+                    rows.push(self.codec.dec::<FactRecord>(FACTS, v.value())?);
                 }
                 fact::latest_recorded(&rows)
             }
@@ -318,7 +389,7 @@ impl RedbRelay {
         let mut out = Vec::new();
         for row in t.iter().map_err(be)? {
             let (_, v) = row.map_err(be)?;
-            out.push(dec_package(v.value())?);
+            out.push(self.codec.dec_package(v.value())?);
         }
         Ok(out)
     }
@@ -343,8 +414,11 @@ impl RelayStore for RedbRelay {
                     project.project_id
                 )));
             }
-            t.insert(project.project_id.as_str(), enc(project)?.as_slice())
-                .map_err(be)?;
+            t.insert(
+                project.project_id.as_str(),
+                self.codec.enc(PROJECTS, project)?.as_slice(),
+            )
+            .map_err(be)?;
         }
         self.owe(&tx, Written::Project(project))?;
         tx.commit().map_err(be)
@@ -357,7 +431,7 @@ impl RelayStore for RedbRelay {
         };
         t.get(project_id)
             .map_err(be)?
-            .map(|g| dec(g.value()))
+            .map(|g| self.codec.dec(PROJECTS, g.value()))
             .transpose()
     }
 
@@ -366,7 +440,7 @@ impl RelayStore for RedbRelay {
         let t = tx.open_table(PROJECTS).map_err(be)?;
         let mut out = Vec::new();
         for row in t.iter().map_err(be)? {
-            out.push(dec(row.map_err(be)?.1.value())?);
+            out.push(self.codec.dec(PROJECTS, row.map_err(be)?.1.value())?);
         }
         Ok(out)
     }
@@ -380,11 +454,12 @@ impl RelayStore for RedbRelay {
         let project = {
             let mut t = tx.open_table(PROJECTS).map_err(be)?;
             let mut p: Project = match t.get(project_id).map_err(be)? {
-                Some(g) => dec(g.value())?,
+                Some(g) => self.codec.dec(PROJECTS, g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("project {project_id}"))),
             };
             p.archived_at = archived_at.map(str::to_owned);
-            t.insert(project_id, enc(&p)?.as_slice()).map_err(be)?;
+            t.insert(project_id, self.codec.enc(PROJECTS, &p)?.as_slice())
+                .map_err(be)?;
             p
         };
         self.owe(&tx, Written::Project(&project))?;
@@ -399,13 +474,16 @@ impl RelayStore for RedbRelay {
         {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
             if let Some(g) = t.get(key.as_str()).map_err(be)? {
-                let (_, existing) = dec_package(g.value())?;
+                let (_, existing) = self.codec.dec_package(g.value())?;
                 return Ok(InsertOutcome::Existing(existing));
             }
             let mut meta = tx.open_table(META).map_err(be)?;
             let seq = Self::next(&mut meta, "package_seq")?;
-            t.insert(key.as_str(), enc_package(seq, package)?.as_slice())
-                .map_err(be)?;
+            t.insert(
+                key.as_str(),
+                self.codec.enc_package(seq, package)?.as_slice(),
+            )
+            .map_err(be)?;
             tx.open_table(ORDER)
                 .map_err(be)?
                 .insert((package.package.project_id(), seq), id)
@@ -416,11 +494,12 @@ impl RelayStore for RedbRelay {
                 let existing: Option<Session> = st
                     .get(sid)
                     .map_err(be)?
-                    .map(|g| dec(g.value()))
+                    .map(|g| self.codec.dec(SESSIONS, g.value()))
                     .transpose()?;
                 if let Some(mut s) = existing {
                     s.packages_deposited.push(id.to_owned());
-                    st.insert(sid, enc(&s)?.as_slice()).map_err(be)?;
+                    st.insert(sid, self.codec.enc(SESSIONS, &s)?.as_slice())
+                        .map_err(be)?;
                 }
             }
         }
@@ -440,7 +519,7 @@ impl RelayStore for RedbRelay {
         let g = t
             .get(package_key(project_id, package_id).as_str())
             .map_err(be)?;
-        g.map(|g| dec_package(g.value()).map(|(_, p)| p))
+        g.map(|g| self.codec.dec_package(g.value()).map(|(_, p)| p))
             .transpose()
     }
 
@@ -453,7 +532,7 @@ impl RelayStore for RedbRelay {
             let (project, _) = row.map_err(be)?;
             let key = package_key(project.value(), package_id);
             if let Some(g) = t.get(key.as_str()).map_err(be)? {
-                out.push(dec_package(g.value())?.1);
+                out.push(self.codec.dec_package(g.value())?.1);
             }
         }
         Ok(out)
@@ -471,7 +550,7 @@ impl RelayStore for RedbRelay {
             let load = |id: &str| -> Result<Option<StoredPackage>, RelayStoreError> {
                 t.get(package_key(project_id, id).as_str())
                     .map_err(be)?
-                    .map(|g| dec_package(g.value()).map(|(_, p)| p))
+                    .map(|g| self.codec.dec_package(g.value()).map(|(_, p)| p))
                     .transpose()
             };
             let by_deposit = order
@@ -507,7 +586,7 @@ impl RelayStore for RedbRelay {
             let (_, id) = row.map_err(be)?;
             let key = package_key(project_id, id.value());
             if let Some(g) = t.get(key.as_str()).map_err(be)? {
-                let (_, p) = dec_package(g.value())?;
+                let (_, p) = self.codec.dec_package(g.value())?;
                 if filter.admits(&p) {
                     out.push(p);
                 }
@@ -528,14 +607,17 @@ impl RelayStore for RedbRelay {
         {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
             let (seq, current) = match t.get(key.as_str()).map_err(be)? {
-                Some(g) => dec_package(g.value())?,
+                Some(g) => self.codec.dec_package(g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("package {id}"))),
             };
             if current.content_hash != expected_hash {
                 return Err(RelayStoreError::Conflict(format!("package {id}")));
             }
-            t.insert(key.as_str(), enc_package(seq, updated)?.as_slice())
-                .map_err(be)?;
+            t.insert(
+                key.as_str(),
+                self.codec.enc_package(seq, updated)?.as_slice(),
+            )
+            .map_err(be)?;
             let (was, now) = (
                 created_key(current.package.created_at()),
                 created_key(updated.package.created_at()),
@@ -553,7 +635,10 @@ impl RelayStore for RedbRelay {
             let n = Self::next(&mut meta, "review_seq")?;
             tx.open_table(REVIEWS)
                 .map_err(be)?
-                .insert((key.as_str(), n), enc(review)?.as_slice())
+                .insert(
+                    (key.as_str(), n),
+                    self.codec.enc(REVIEWS, review)?.as_slice(),
+                )
                 .map_err(be)?;
         }
         self.owe(&tx, Written::Package(updated))?;
@@ -572,14 +657,14 @@ impl RelayStore for RedbRelay {
         let p = {
             let mut t = tx.open_table(PACKAGES).map_err(be)?;
             let (seq, mut p) = match t.get(key.as_str()).map_err(be)? {
-                Some(g) => dec_package(g.value())?,
+                Some(g) => self.codec.dec_package(g.value())?,
                 None => return Err(RelayStoreError::NotFound(format!("package {package_id}"))),
             };
             if p.quarantined.is_some() {
                 return Ok(());
             }
             p.quarantined = Some(reason.to_owned());
-            t.insert(key.as_str(), enc_package(seq, &p)?.as_slice())
+            t.insert(key.as_str(), self.codec.enc_package(seq, &p)?.as_slice())
                 .map_err(be)?;
             p
         };
@@ -601,7 +686,7 @@ impl RelayStore for RedbRelay {
             .range((key.as_str(), 0u64)..=(key.as_str(), u64::MAX))
             .map_err(be)?
         {
-            out.push(dec(row.map_err(be)?.1.value())?);
+            out.push(self.codec.dec(REVIEWS, row.map_err(be)?.1.value())?);
         }
         Ok(out)
     }
@@ -614,7 +699,7 @@ impl RelayStore for RedbRelay {
         let f = &new.record.fact;
         let prefix = fact_prefix(&f.project_id, &f.subject, &f.predicate);
         let tx = self.db.begin_write().map_err(be)?;
-        let stamp = Self::stamp(&tx, &f.project_id, &now())?;
+        let stamp = self.stamp(&tx, &f.project_id, &now())?;
         let inserted = {
             let mut facts = tx.open_table(FACTS).map_err(be)?;
             let mut current = tx.open_table(CURRENT).map_err(be)?;
@@ -626,17 +711,19 @@ impl RelayStore for RedbRelay {
                 Some(k) => facts
                     .get(k.as_str())
                     .map_err(be)?
-                    .map(|g| dec(g.value()))
+                    .map(|g| self.codec.dec(FACTS, g.value()))
                     .transpose()?,
                 None => None,
             };
             let (closed, inserted) = fact::supersede(cur.as_ref(), new, &stamp)?;
             if let (Some(k), Some(c)) = (&cur_key, closed) {
-                facts.insert(k.as_str(), enc(&c)?.as_slice()).map_err(be)?;
+                facts
+                    .insert(k.as_str(), self.codec.enc(FACTS, &c)?.as_slice())
+                    .map_err(be)?;
             }
             let key = fact_key(&inserted);
             facts
-                .insert(key.as_str(), enc(&inserted)?.as_slice())
+                .insert(key.as_str(), self.codec.enc(FACTS, &inserted)?.as_slice())
                 .map_err(be)?;
             current.insert(prefix.as_str(), key.as_str()).map_err(be)?;
             inserted
@@ -655,7 +742,7 @@ impl RelayStore for RedbRelay {
     ) -> Result<usize, RelayStoreError> {
         let prefix = fact_prefix(project_id, subject, predicate);
         let tx = self.db.begin_write().map_err(be)?;
-        let now = Self::stamp(&tx, project_id, &now())?;
+        let now = self.stamp(&tx, project_id, &now())?;
         let now = now.as_str();
         let n = {
             let mut facts = tx.open_table(FACTS).map_err(be)?;
@@ -669,13 +756,13 @@ impl RelayStore for RedbRelay {
                     let row: Option<FactRecord> = facts
                         .get(k.as_str())
                         .map_err(be)?
-                        .map(|g| dec(g.value()))
+                        .map(|g| self.codec.dec(FACTS, g.value()))
                         .transpose()?;
                     match row {
                         Some(r) if r.is_current() => {
                             let closed = fact::invalidate(&r, now);
                             facts
-                                .insert(k.as_str(), enc(&closed)?.as_slice())
+                                .insert(k.as_str(), self.codec.enc(FACTS, &closed)?.as_slice())
                                 .map_err(be)?;
                             1
                         }
@@ -712,7 +799,7 @@ impl RelayStore for RedbRelay {
             if !k.value().starts_with(&prefix) {
                 break;
             }
-            rows.push(dec::<FactRecord>(v.value())?);
+            rows.push(self.codec.dec::<FactRecord>(FACTS, v.value())?);
         }
         Ok(fact::select(rows, query))
     }
@@ -721,7 +808,10 @@ impl RelayStore for RedbRelay {
         let tx = self.db.begin_write().map_err(be)?;
         tx.open_table(SESSIONS)
             .map_err(be)?
-            .insert(session.session_id.as_str(), enc(session)?.as_slice())
+            .insert(
+                session.session_id.as_str(),
+                self.codec.enc(SESSIONS, session)?.as_slice(),
+            )
             .map_err(be)?;
         self.owe(&tx, Written::Session(session))?;
         tx.commit().map_err(be)
@@ -738,14 +828,15 @@ impl RelayStore for RedbRelay {
             let found: Option<Session> = t
                 .get(session_id)
                 .map_err(be)?
-                .map(|g| dec(g.value()))
+                .map(|g| self.codec.dec(SESSIONS, g.value()))
                 .transpose()?;
             match found {
                 None => None,
                 Some(mut s) => {
                     if s.ended_at.is_none() {
                         s.ended_at = Some(ended_at.to_owned());
-                        t.insert(session_id, enc(&s)?.as_slice()).map_err(be)?;
+                        t.insert(session_id, self.codec.enc(SESSIONS, &s)?.as_slice())
+                            .map_err(be)?;
                         self.owe(&tx, Written::Session(&s))?;
                     }
                     Some(s)
@@ -761,7 +852,7 @@ impl RelayStore for RedbRelay {
         let t = tx.open_table(SESSIONS).map_err(be)?;
         t.get(session_id)
             .map_err(be)?
-            .map(|g| dec(g.value()))
+            .map(|g| self.codec.dec(SESSIONS, g.value()))
             .transpose()
     }
 
@@ -789,6 +880,7 @@ impl RelayStore for RedbRelay {
     fn with_outbox(&self, outbox: Arc<dyn Outbox>) -> Arc<dyn RelayStore> {
         Arc::new(Self {
             db: self.db.clone(),
+            codec: self.codec.clone(),
             index: self.index.clone(),
             outbox: Some(outbox),
         })
@@ -804,7 +896,7 @@ impl RelayStore for RedbRelay {
             let (k, v) = row.map_err(be)?;
             out.push(OutboxEntry {
                 key: k.value().to_owned(),
-                body: v.value().to_owned(),
+                body: self.codec.dec_text(v.value())?,
             });
         }
         Ok(out)
@@ -814,26 +906,29 @@ impl RelayStore for RedbRelay {
         let tx = self.db.begin_read().map_err(be)?;
         let mut snap = Snapshot::default();
         for row in tx.open_table(PROJECTS).map_err(be)?.iter().map_err(be)? {
-            snap.projects.push(dec(row.map_err(be)?.1.value())?);
+            snap.projects
+                .push(self.codec.dec(PROJECTS, row.map_err(be)?.1.value())?);
         }
         let packages = tx.open_table(PACKAGES).map_err(be)?;
         for row in tx.open_table(ORDER).map_err(be)?.iter().map_err(be)? {
             let (order, id) = row.map_err(be)?;
             let key = package_key(order.value().0, id.value());
             if let Some(g) = packages.get(key.as_str()).map_err(be)? {
-                snap.packages.push(dec_package(g.value())?.1);
+                snap.packages.push(self.codec.dec_package(g.value())?.1);
             }
         }
         for row in tx.open_table(FACTS).map_err(be)?.iter().map_err(be)? {
-            snap.facts.push(dec(row.map_err(be)?.1.value())?);
+            snap.facts
+                .push(self.codec.dec(FACTS, row.map_err(be)?.1.value())?);
         }
         fact::sort_facts(&mut snap.facts);
         for row in tx.open_table(SESSIONS).map_err(be)?.iter().map_err(be)? {
-            snap.sessions.push(dec(row.map_err(be)?.1.value())?);
+            snap.sessions
+                .push(self.codec.dec(SESSIONS, row.map_err(be)?.1.value())?);
         }
         let mut reviews = Vec::new();
         for row in tx.open_table(REVIEWS).map_err(be)?.iter().map_err(be)? {
-            reviews.push(dec(row.map_err(be)?.1.value())?);
+            reviews.push(self.codec.dec(REVIEWS, row.map_err(be)?.1.value())?);
         }
         snap.reviews = cra_relay::export::sort_reviews(reviews);
         Ok(snap)
@@ -861,14 +956,20 @@ impl RelayStore for RedbRelay {
             let mut reviews = tx.open_table(REVIEWS).map_err(be)?;
             for p in &snapshot.projects {
                 projects
-                    .insert(p.project_id.as_str(), enc(p)?.as_slice())
+                    .insert(
+                        p.project_id.as_str(),
+                        self.codec.enc(PROJECTS, p)?.as_slice(),
+                    )
                     .map_err(be)?;
             }
             for p in &snapshot.packages {
                 let seq = Self::next(&mut meta, "package_seq")?;
                 let id = p.package.package_id();
                 packages
-                    .insert(key_of(p).as_str(), enc_package(seq, p)?.as_slice())
+                    .insert(
+                        key_of(p).as_str(),
+                        self.codec.enc_package(seq, p)?.as_slice(),
+                    )
                     .map_err(be)?;
                 order
                     .insert((p.package.project_id(), seq), id)
@@ -877,7 +978,9 @@ impl RelayStore for RedbRelay {
             }
             for r in &snapshot.facts {
                 let key = fact_key(r);
-                facts.insert(key.as_str(), enc(r)?.as_slice()).map_err(be)?;
+                facts
+                    .insert(key.as_str(), self.codec.enc(FACTS, r)?.as_slice())
+                    .map_err(be)?;
                 if r.is_current() {
                     let prefix =
                         fact_prefix(&r.fact.project_id, &r.fact.subject, &r.fact.predicate);
@@ -886,14 +989,17 @@ impl RelayStore for RedbRelay {
             }
             for s in &snapshot.sessions {
                 sessions
-                    .insert(s.session_id.as_str(), enc(s)?.as_slice())
+                    .insert(
+                        s.session_id.as_str(),
+                        self.codec.enc(SESSIONS, s)?.as_slice(),
+                    )
                     .map_err(be)?;
             }
             for r in &snapshot.reviews {
                 let n = Self::next(&mut meta, "review_seq")?;
                 let key = package_key(&r.project_id, &r.package_id);
                 reviews
-                    .insert((key.as_str(), n), enc(r)?.as_slice())
+                    .insert((key.as_str(), n), self.codec.enc(REVIEWS, r)?.as_slice())
                     .map_err(be)?;
             }
         }

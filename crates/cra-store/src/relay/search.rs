@@ -4,8 +4,15 @@
 //! from the stored packages on first use (so it is never stale across restarts) and kept in step
 //! by every write after that. Results are deduplicated by package (best chunk wins), then the
 //! query's filters are applied to the packages.
+//!
+//! A PostgreSQL store whose bodies are encrypted cannot search them in SQL, so it searches the
+//! same index, as a [`SyncedIndex`]: other replicas write too, so each search first indexes again
+//! the project's packages whose stored version changed.
+//!
+//! The index lives in memory only (`Index::create_in_ram`): nothing of it is ever written to
+//! disk, so it holds no plaintext at rest.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use cra_relay::StoredPackage;
@@ -151,6 +158,69 @@ impl ChunkIndex {
             ));
         }
         Ok(out)
+    }
+}
+
+/// What tells a package's stored versions apart: its content hash, and whether it is quarantined.
+pub type Version = (String, bool);
+
+/// A [`ChunkIndex`] over a store that other processes write too (PostgreSQL replicas): it
+/// remembers the [`Version`] of each package it indexed, so that a search can first index again
+/// only the packages whose version changed ([`SyncedIndex::stale`], [`SyncedIndex::upsert`]).
+/// Packages are never deleted from a Relay store, so none has to be removed.
+#[derive(Debug)]
+pub struct SyncedIndex {
+    index: ChunkIndex,
+    /// (project, package) -> the version indexed.
+    seen: Mutex<HashMap<(String, String), Version>>,
+}
+
+impl SyncedIndex {
+    /// An empty index.
+    pub fn new() -> Result<Self, RelayStoreError> {
+        Ok(Self {
+            index: ChunkIndex::new()?,
+            seen: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The ids among `stored` (each package of `project_id` and its version as stored) whose
+    /// version is not the one indexed.
+    pub fn stale(
+        &self,
+        project_id: &str,
+        stored: impl IntoIterator<Item = (String, Version)>,
+    ) -> Vec<String> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        stored
+            .into_iter()
+            .filter(|(id, version)| seen.get(&(project_id.to_owned(), id.clone())) != Some(version))
+            .map(|(id, _)| id)
+            .collect()
+    }
+
+    /// Indexes `packages` as read from the store, and remembers their versions.
+    pub fn upsert(&self, packages: &[StoredPackage]) -> Result<(), RelayStoreError> {
+        let refs: Vec<&StoredPackage> = packages.iter().collect();
+        self.index.upsert(&refs)?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for p in packages {
+            let key = (
+                p.package.project_id().to_owned(),
+                p.package.package_id().to_owned(),
+            );
+            seen.insert(key, (p.content_hash.clone(), p.quarantined.is_some()));
+        }
+        Ok(())
+    }
+
+    /// [`ChunkIndex::search`].
+    pub fn search(
+        &self,
+        q: &SearchQuery,
+        max: usize,
+    ) -> Result<Vec<(String, f64, String, String)>, RelayStoreError> {
+        self.index.search(q, max)
     }
 }
 

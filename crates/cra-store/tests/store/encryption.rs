@@ -1,7 +1,10 @@
 //! Encryption at rest on both backends: a random marker written in short and long event bodies
 //! and in every kind of CARP record is found in no byte of the data directory and no PostgreSQL
 //! row, yet reads back whole; a store refuses, at open, keys that are not the ones that encrypted
-//! it; a rotation reads old records with the retired key, and re-encryption retires it.
+//! it; a rotation reads old records with the retired key, and re-encryption retires it. Relay's
+//! records: `relay`.
+
+mod relay;
 
 use std::sync::Arc;
 

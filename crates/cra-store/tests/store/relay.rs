@@ -1,6 +1,7 @@
 //! Relay on both backends: the whole `cra_relay::testkit` suite (every §11 level item, every §8
 //! error token, every §5.3 transition, 16-thread `assert_fact`, export/import round trip) against
-//! redb and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL; plus search quality on the corpus.
+//! redb and, when `CRA_TEST_POSTGRES_URL` is set, PostgreSQL, each also with a storage key (its
+//! records encrypted, PostgreSQL then searching in memory); plus search quality on the corpus.
 
 use std::sync::{Arc, Mutex};
 
@@ -8,18 +9,26 @@ use cra_relay::store::RelayStore;
 use cra_relay::testkit;
 use cra_store::relay::{PgRelay, RedbRelay};
 use cra_store::testing::{TestSchema, postgres_url};
-use cra_store::{RedbStore, StoreConfig};
+use cra_store::{Encryption, RedbStore, StorageKey, StoreConfig};
+
+/// Encryption with a new random key.
+fn keyed() -> Encryption {
+    let key = StorageKey::parse(&StorageKey::generate_text()).unwrap();
+    Encryption::new(key, Vec::new())
+}
 
 /// Keeps every data directory (and its store) alive until the test ends.
 #[derive(Default)]
 struct RedbFactory {
     held: Mutex<Vec<(tempfile::TempDir, RedbStore)>>,
+    encryption: Encryption,
 }
 
 impl RedbFactory {
     fn make(&self) -> Arc<dyn RelayStore> {
         let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(dir.path()).unwrap();
+        let config = StoreConfig::default().with_encryption(self.encryption.clone());
+        let store = RedbStore::open_with(dir.path(), config).unwrap();
         let relay = RedbRelay::open(&store).unwrap();
         self.held.lock().unwrap().push((dir, store));
         Arc::new(relay)
@@ -30,30 +39,40 @@ impl RedbFactory {
 struct PgFactory {
     url: String,
     held: Mutex<Vec<TestSchema>>,
+    encryption: Encryption,
 }
 
 impl PgFactory {
+    fn new(url: String, encryption: Encryption) -> Self {
+        Self {
+            url,
+            held: Mutex::new(Vec::new()),
+            encryption,
+        }
+    }
+
     fn make(&self) -> Arc<dyn RelayStore> {
         let schema = TestSchema::new(&self.url, "relay");
-        let store = schema.store(StoreConfig::default()).unwrap();
+        let config = StoreConfig::default().with_encryption(self.encryption.clone());
+        let store = schema.store(config).unwrap();
         self.held.lock().unwrap().push(schema);
         Arc::new(PgRelay::new(store))
     }
 }
 
-fn on_redb(case: testkit::Case) {
-    let f = RedbFactory::default();
+fn on_redb(encryption: Encryption, case: testkit::Case) {
+    let f = RedbFactory {
+        encryption,
+        ..Default::default()
+    };
     case(&|| f.make());
 }
 
-fn on_pg(name: &str, case: testkit::Case) {
+fn on_pg(name: &str, encryption: Encryption, case: testkit::Case) {
     let Some(url) = postgres_url(name) else {
         return;
     };
-    let f = PgFactory {
-        url,
-        held: Mutex::new(Vec::new()),
-    };
+    let f = PgFactory::new(url, encryption);
     case(&|| f.make());
 }
 
@@ -68,18 +87,36 @@ fn case(name: &str) -> testkit::Case {
 macro_rules! relay_suite {
     ($($name:ident),* $(,)?) => {
         mod redb_backend {
+            use cra_store::Encryption;
             $(
                 #[test]
                 fn $name() {
-                    super::on_redb(super::case(stringify!($name)));
+                    super::on_redb(Encryption::plaintext(), super::case(stringify!($name)));
                 }
             )*
         }
         mod pg_backend {
+            use cra_store::Encryption;
             $(
                 #[test]
                 fn $name() {
-                    super::on_pg(concat!("relay::pg_backend::", stringify!($name)), super::case(stringify!($name)));
+                    super::on_pg(concat!("relay::pg_backend::", stringify!($name)), Encryption::plaintext(), super::case(stringify!($name)));
+                }
+            )*
+        }
+        mod redb_encrypted {
+            $(
+                #[test]
+                fn $name() {
+                    super::on_redb(super::keyed(), super::case(stringify!($name)));
+                }
+            )*
+        }
+        mod pg_encrypted {
+            $(
+                #[test]
+                fn $name() {
+                    super::on_pg(concat!("relay::pg_encrypted::", stringify!($name)), super::keyed(), super::case(stringify!($name)));
                 }
             )*
         }
@@ -652,10 +689,7 @@ fn search_quality_pg() {
     let Some(url) = postgres_url("relay::search_quality_pg") else {
         return;
     };
-    let f = PgFactory {
-        url,
-        held: Mutex::new(Vec::new()),
-    };
+    let f = PgFactory::new(url, Encryption::plaintext());
     let (with_title, without) = search_quality(f.make(), "postgres/fts");
     assert!(with_title.0 >= 0.8, "recall@5 {with_title:?}");
     assert!(without.0 >= 0.8, "recall@5 {without:?}");
@@ -737,6 +771,18 @@ fn search_filters(store: Arc<dyn RelayStore>) {
     assert!(hit.score > 0.0);
 }
 
+/// PostgreSQL with a storage key searches an in-memory index, as redb does.
+#[test]
+fn search_quality_pg_encrypted() {
+    let Some(url) = postgres_url("relay::search_quality_pg_encrypted") else {
+        return;
+    };
+    let f = PgFactory::new(url, keyed());
+    let (with_title, without) = search_quality(f.make(), "postgres/encrypted/tantivy");
+    assert!(with_title.0 >= 0.8, "recall@5 {with_title:?}");
+    assert!(without.0 >= 0.8, "recall@5 {without:?}");
+}
+
 #[test]
 fn search_filters_redb() {
     let f = RedbFactory::default();
@@ -748,10 +794,7 @@ fn search_filters_pg() {
     let Some(url) = postgres_url("relay::search_filters_pg") else {
         return;
     };
-    let f = PgFactory {
-        url,
-        held: Mutex::new(Vec::new()),
-    };
+    let f = PgFactory::new(url, Encryption::plaintext());
     search_filters(f.make());
 }
 
@@ -793,9 +836,6 @@ fn export_import_10k_pg() {
     let Some(url) = postgres_url("relay::export_import_10k_pg") else {
         return;
     };
-    let f = PgFactory {
-        url,
-        held: Mutex::new(Vec::new()),
-    };
+    let f = PgFactory::new(url, Encryption::plaintext());
     round_trip_at_scale(&|| f.make());
 }

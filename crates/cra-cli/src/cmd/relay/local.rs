@@ -17,6 +17,7 @@ use std::sync::Arc;
 use cra_relay::fact::FactQuery;
 use cra_relay::store::SearchQuery;
 use cra_runtime::auth::{Actor, ActorType};
+use cra_runtime::config::EncryptionConfig;
 use cra_runtime::server::StartError;
 use cra_runtime::service::relay::{CreateProject, Flag, PackageListing, Review};
 use cra_runtime::{ApiError, AppState};
@@ -25,6 +26,7 @@ use cra_wire::{SystemClock, UuidV7Ids};
 use serde_json::{Value, json};
 
 use super::{Answer, Backend, Failure, Output, deposit_project, import_files, write_export};
+use crate::cmd::trace_io::in_flag_terms;
 
 /// The id reads act as when no `--actor` is named.
 const LOCAL_READER: &str = "local";
@@ -38,6 +40,19 @@ pub(super) struct Local {
     reader: Actor,
 }
 
+/// Why the directory did not open, as the command reports it.
+fn start_failure(e: StartError) -> Failure {
+    match e {
+        StartError::Store(BackendError::InUse { path, holder }) => Failure::CouldNotRun(format!(
+            "data directory {} is held by a running cra server ({holder}); talk to that server \
+             instead: cra relay --url http://ADDR ... (or set CRA_URL), with the address `cra \
+             serve` printed",
+            path.display()
+        )),
+        other => Failure::CouldNotRun(other.to_string()),
+    }
+}
+
 impl From<ApiError> for Failure {
     fn from(e: ApiError) -> Self {
         Failure::Refused(e.body)
@@ -45,32 +60,29 @@ impl From<ApiError> for Failure {
 }
 
 impl Local {
-    /// Opens the data directory `dir` as `cra serve` would, without a listener. A directory a
-    /// running server holds is refused with a message naming that server's process and
-    /// pointing at server mode.
+    /// Opens the data directory `dir` as `cra serve` would, without a listener, with the
+    /// storage keys `keys` names. A directory a running server holds is refused with a message
+    /// naming that server's process and pointing at server mode; a key file that cannot be read,
+    /// and a missing or wrong key, with a message naming the flag or the key needed.
     pub(super) fn open(
         dir: &Path,
+        keys: EncryptionConfig,
         actor: Option<(String, ActorType)>,
         notes: &mut dyn Write,
     ) -> Result<Self, Failure> {
+        keys.encryption()
+            .map_err(|e| Failure::CouldNotRun(in_flag_terms(&e.to_string())))?;
         let executor = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Failure::CouldNotRun(format!("cannot start the executor: {e}")))?;
-        let (state, notices) =
-            cra_runtime::open_local(dir, &[], Arc::new(SystemClock), Arc::new(UuidV7Ids)).map_err(
-                |e| match e {
-                    StartError::Store(BackendError::InUse { path, holder }) => {
-                        Failure::CouldNotRun(format!(
-                            "data directory {} is held by a running cra server ({holder}); talk \
-                             to that server instead: cra relay --url http://ADDR ... (or set \
-                             CRA_URL), with the address `cra serve` printed",
-                            path.display()
-                        ))
-                    }
-                    other => Failure::CouldNotRun(other.to_string()),
-                },
-            )?;
+        let (state, notices) = cra_runtime::open_local_encrypted(
+            dir,
+            keys,
+            Arc::new(SystemClock),
+            Arc::new(UuidV7Ids),
+        )
+        .map_err(start_failure)?;
         for n in notices {
             if let cra_runtime::StartNotice::Info(line) = n {
                 let _ = writeln!(notes, "cra relay: {line}");

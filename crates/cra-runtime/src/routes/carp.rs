@@ -52,23 +52,13 @@ fn flag(name: &str, value: Option<&str>) -> ApiResult<bool> {
     }
 }
 
-/// The receipt of event `recorded` of the request's session (`service::log`), as JSON.
+/// The receipt of what the request `body` recorded last (`service::log`), as JSON.
 async fn receipt_of(
     state: &AppState,
     body: &serde_json::Value,
     recorded: Option<u64>,
 ) -> ApiResult<serde_json::Value> {
-    let session = body
-        .pointer("/requester/session_id")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or_default();
-    let sequence = recorded.ok_or_else(|| {
-        ApiError::new(
-            Token::Unavailable,
-            "nothing was recorded for this request, so it has no receipt",
-        )
-    })?;
-    let receipt = state.0.receipt(session, sequence).await?;
+    let receipt = state.0.request_receipt(body, recorded).await?;
     serde_json::to_value(receipt).map_err(|e| ApiError::internal("a receipt did not serialise", e))
 }
 

@@ -145,6 +145,27 @@ impl Runtime {
         self.receipt_at(event, place.leaf_index).await
     }
 
+    /// The receipt of what the resolve or execute request `body` recorded last: `recorded`, the
+    /// sequence of that event in the request's session. 503 `unavailable` when it recorded
+    /// nothing. The caller has been authorised (it made the request).
+    pub async fn request_receipt(
+        &self,
+        body: &serde_json::Value,
+        recorded: Option<u64>,
+    ) -> ApiResult<Receipt> {
+        let session = body
+            .pointer("/requester/session_id")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default();
+        let sequence = recorded.ok_or_else(|| {
+            ApiError::new(
+                Token::Unavailable,
+                "nothing was recorded for this request, so it has no receipt",
+            )
+        })?;
+        self.receipt(session, sequence).await
+    }
+
     /// Event `sequence` of the chain `session_id`.
     async fn event_at(&self, session_id: &str, sequence: u64) -> ApiResult<TraceEvent> {
         self.read_events_after(session_id, sequence.checked_sub(1), 1)

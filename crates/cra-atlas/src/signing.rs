@@ -232,13 +232,24 @@ impl Trust {
 
     /// Checks the signature stored for the atlas at `source` ([`signature_path`]) over `digest`.
     pub fn verify_at(&self, source: &Path, digest: &str) -> Result<Signer, SigningError> {
-        let Some(text) = read_signature(source)? else {
+        self.verify_found(source, digest, read_signature(source)?.as_deref())
+    }
+
+    /// Checks `found`, the signature [`read_signature`] read for the atlas at `source`, over
+    /// `digest`: [`SigningError::Unsigned`] when there was none.
+    pub fn verify_found(
+        &self,
+        source: &Path,
+        digest: &str,
+        found: Option<&str>,
+    ) -> Result<Signer, SigningError> {
+        let Some(text) = found else {
             return Err(SigningError::Unsigned {
                 atlas: source.to_owned(),
                 signature: signature_path(source),
             });
         };
-        self.verify_digest(digest, &text)
+        self.verify_digest(digest, text)
     }
 }
 

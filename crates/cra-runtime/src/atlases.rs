@@ -191,7 +191,7 @@ fn load_sources(
         // Kept with the atlas (and in the catalog) whether or not this start checks it.
         a.signature = cra_atlas::signing::read_signature(p).map_err(|e| e.to_string())?;
         if let Some(trust) = trust
-            && let Err(e) = trust.verify_at(p, &a.digest)
+            && let Err(e) = trust.verify_found(p, &a.digest, a.signature.as_deref())
         {
             let message = format!("from {} is refused: {e}", p.display());
             return Err(SourceError::Unsigned(Unsigned::of(&a, message)));

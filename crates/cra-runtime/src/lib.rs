@@ -47,9 +47,6 @@ pub use config::{ClockSource, RuntimeConfig};
 pub use error::{ApiError, ApiResult};
 pub use inflight::close_interrupted;
 pub use routes::router;
-pub use server::{
-    RunningServer, StartNotice, build_runtime, open_local, open_local_encrypted, open_local_with,
-    start,
-};
+pub use server::{RunningServer, StartNotice, build_runtime, open_local, open_local_with, start};
 pub use state::{AppState, Runtime};
 pub use stream::{CLOSE_MAY_HAVE_MISSED, CLOSE_SLOW_CONSUMER};

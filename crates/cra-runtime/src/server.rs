@@ -201,18 +201,23 @@ pub fn open_local(
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
-    open_local_with(data, atlases, BTreeMap::new(), clock, ids)
+    let plain = crate::config::EncryptionConfig::default();
+    open_local_with(data, atlases, BTreeMap::new(), plain, clock, ids)
 }
 
 /// [`open_local`] with `executors` bound as `[executors]` would bind them for `cra serve`
-/// (`cra mcp proxy` binds its upstream so).
+/// (`cra mcp proxy` binds its upstream so), on a directory whose records are encrypted at rest
+/// with the keys `encryption` names (`[encryption]`; the default for a plaintext directory,
+/// `cra relay --storage-key-file` otherwise). A missing or wrong key is [`StartError::Store`]
+/// with [`cra_store::BackendError::StorageKey`], naming the key needed.
 ///
 /// # Errors
-/// As [`open_local`], and when an executor's configuration cannot be used.
+/// As [`open_local`], and when an executor's configuration or a key file cannot be used.
 pub fn open_local_with(
     data: &std::path::Path,
     atlases: &[std::path::PathBuf],
     executors: BTreeMap<String, crate::config::ExecutorConfig>,
+    encryption: crate::config::EncryptionConfig,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
 ) -> Result<(AppState, Vec<StartNotice>), StartError> {
@@ -220,37 +225,9 @@ pub fn open_local_with(
         data: data.to_owned(),
         atlases: atlases.to_vec(),
         executors,
-        ..RuntimeConfig::default()
-    };
-    open_local_config(config, clock, ids)
-}
-
-/// [`open_local`], without atlases, on a data directory whose records are encrypted at rest
-/// with the keys `encryption` names (`cra relay --storage-key-file`). A missing or wrong key is
-/// [`StartError::Store`] with [`cra_store::BackendError::StorageKey`], naming the key needed.
-///
-/// # Errors
-/// As [`open_local`], and when a key file cannot be read.
-pub fn open_local_encrypted(
-    data: &std::path::Path,
-    encryption: crate::config::EncryptionConfig,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGenerator>,
-) -> Result<(AppState, Vec<StartNotice>), StartError> {
-    let config = RuntimeConfig {
-        data: data.to_owned(),
         encryption,
         ..RuntimeConfig::default()
     };
-    open_local_config(config, clock, ids)
-}
-
-/// [`open_local`] with the front door's whole configuration.
-fn open_local_config(
-    config: RuntimeConfig,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGenerator>,
-) -> Result<(AppState, Vec<StartNotice>), StartError> {
     config.validate()?;
     // Only the atlases named: a front door never picks up `./atlases` on its own.
     let atlas_state = if config.atlases.is_empty() {

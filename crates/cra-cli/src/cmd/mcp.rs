@@ -289,6 +289,7 @@ impl Session {
                 &self.data,
                 &self.atlases,
                 self.executors,
+                cra_runtime::config::EncryptionConfig::default(),
                 Arc::new(SystemClock),
                 Arc::new(UuidV7Ids),
             )

@@ -9,6 +9,7 @@
 //! the local actor holds the admin role ([`Actor::local`]); reads without `--actor` act as
 //! `local`.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::io::Write;
 use std::path::Path;
@@ -49,7 +50,8 @@ fn start_failure(e: StartError) -> Failure {
              serve` printed",
             path.display()
         )),
-        other => Failure::CouldNotRun(other.to_string()),
+        // A key the flags named (not a server's `[encryption]`) is said in their terms.
+        other => Failure::CouldNotRun(in_flag_terms(&other.to_string())),
     }
 }
 
@@ -70,14 +72,14 @@ impl Local {
         actor: Option<(String, ActorType)>,
         notes: &mut dyn Write,
     ) -> Result<Self, Failure> {
-        keys.encryption()
-            .map_err(|e| Failure::CouldNotRun(in_flag_terms(&e.to_string())))?;
         let executor = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| Failure::CouldNotRun(format!("cannot start the executor: {e}")))?;
-        let (state, notices) = cra_runtime::open_local_encrypted(
+        let (state, notices) = cra_runtime::open_local_with(
             dir,
+            &[],
+            BTreeMap::new(),
             keys,
             Arc::new(SystemClock),
             Arc::new(UuidV7Ids),

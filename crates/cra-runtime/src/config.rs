@@ -808,6 +808,10 @@ days = 30
             .unwrap_err()
             .to_string();
         assert!(e.contains("log.witnesses[0].key"), "{e}");
+        let e = config("[log]\nwitness_timeout_ms = 0\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log.witness_timeout_ms"), "{e}");
     }
 
     #[test]

@@ -186,7 +186,7 @@ async fn the_replica_that_takes_the_lead_cuts_a_checkpoint_at_once_postgres() {
     let keys = tempfile::tempdir().unwrap();
     let (origin, key_file) = ("replicas.example/cra-log", keys.path().join("log.key"));
     let key = cra_runtime::tlog::generate_key(origin).unwrap();
-    std::fs::write(&key_file, key).unwrap();
+    cra_runtime::tlog::write_key_file(&key_file, &key).unwrap();
     let replica = |seed: u64| {
         let (url, schema, key_file) = (url.clone(), schema.name().to_owned(), key_file.clone());
         TestServer::start_with_seed(seed, move |c| {

@@ -402,3 +402,55 @@ fn relay_records_written_before_encryption_read_and_are_encrypted_by_reencryptio
         read_relay(store, "proj_after", &m, &after);
     }
 }
+
+/// Invariant (PostgreSQL with a key): each replica searches an index of its own in memory, which
+/// it brings up to date before every search from what any replica stored. A package another
+/// replica deposits after this one's index was made is found; one it quarantines afterwards is
+/// no longer found.
+#[test]
+fn an_encrypted_replica_searches_what_another_replica_stored_postgres() {
+    let name = "encryption_relay_replicas_search";
+    let Some(url) = cra_store::testing::postgres_url(name) else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, name);
+    let enc = Encryption::new(key(), Vec::new());
+    let replica = || -> Arc<dyn RelayStore> {
+        let config = fixed().1.with_encryption(enc.clone());
+        Arc::new(PgRelay::new(schema.store(config).unwrap()))
+    };
+    let (writer, reader) = (replica(), replica());
+    let m = marker();
+    let (writes, reads) = (relay(writer.clone(), 1), relay(reader, 2));
+    writes.create_project(testkit::PROJECT, "replicas").unwrap();
+    let query = SearchQuery {
+        project_id: testkit::PROJECT.to_owned(),
+        query: m.clone(),
+        limit: 5,
+        ..Default::default()
+    };
+    let found = |r: &Relay| -> Vec<String> {
+        let hits = r.pull_relevant(&query).unwrap();
+        hits.into_iter()
+            .map(|h| h.package.package.package_id().to_owned())
+            .collect()
+    };
+    assert!(found(&reads).is_empty(), "the reader's index is made empty");
+
+    let mut package = testkit::package("pkg_short", "draft");
+    package["project_id"] = json!(testkit::PROJECT);
+    package["title"] = json!(format!("short {m}"));
+    let jordan = testkit::jordan();
+    assert!(
+        writes
+            .deposit(testkit::PROJECT, &jordan, &package)
+            .unwrap()
+            .created
+    );
+    assert_eq!(found(&reads), ["pkg_short"], "another replica's deposit");
+
+    writer
+        .quarantine_package(testkit::PROJECT, "pkg_short", "sha256:00")
+        .unwrap();
+    assert!(found(&reads).is_empty(), "another replica's quarantine");
+}

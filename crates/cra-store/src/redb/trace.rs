@@ -321,8 +321,10 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
                 events
                     .insert((session_id.as_str(), first), record.as_slice())
                     .map_err(unavailable)?;
-                for event in &sealed {
-                    leaves.push(NewLeaf::of(event).map_err(unavailable)?);
+                if config.log_appends {
+                    for event in &sealed {
+                        leaves.push(NewLeaf::of(event).map_err(unavailable)?);
+                    }
                 }
                 touched.insert(session_id, head);
                 answers[i] = Some(Ok(sealed));

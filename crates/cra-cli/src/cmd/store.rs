@@ -1,17 +1,20 @@
 //! `cra store`: the operator's commands on a stopped store's encryption at rest
 //! (`specs/storage-encryption.md`): `key generate` writes a new storage key, `reencrypt`
 //! rewrites every record with the current key after a rotation (or after turning encryption on
-//! over plaintext records) and forgets the retired keys.
+//! over plaintext records) and forgets the retired keys, then on redb rewrites the database into
+//! a fresh file, which `rewrite` also does on its own (after retention, say): the pages redb
+//! freed otherwise keep the old bytes.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
+use cra_store::redb::rewrite::RewriteReport;
 use cra_store::{ReencryptReport, StorageKey};
 use cra_wire::Token;
 use serde_json::json;
 
-use crate::cmd::trace_io::{Failure, StoreArgs};
+use crate::cmd::trace_io::{Failure, StoreArgs, require_database};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
 
@@ -22,8 +25,12 @@ pub enum StoreCommand {
     #[command(subcommand)]
     Key(KeyCommand),
     /// Encrypt every record with the current key (`--storage-key-file`), reading older ones
-    /// with the retired keys (`--retired-key-file`), then forget the retired keys.
+    /// with the retired keys (`--retired-key-file`), then forget the retired keys; a data
+    /// directory's database is then rewritten into a fresh file (as `cra store rewrite`).
     Reencrypt(ReencryptArgs),
+    /// Rewrite a stopped server's data directory into a fresh database file that holds only
+    /// its live records: what re-encryption replaced and retention removed leaves no byte.
+    Rewrite(RewriteArgs),
 }
 
 /// `cra store key` subcommands.
@@ -55,6 +62,26 @@ pub struct ReencryptArgs {
     pub output: OutputFormat,
 }
 
+/// `cra store rewrite` options.
+#[derive(Debug, Args)]
+pub struct RewriteArgs {
+    /// The data directory of a stopped server.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// What `cra store reencrypt` did: the records it re-encrypted and, on redb, the rewrite.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reencrypted {
+    /// The re-encryption.
+    pub report: ReencryptReport,
+    /// The rewrite of a data directory's database (`None` on PostgreSQL).
+    pub rewrite: Option<RewriteReport>,
+}
+
 /// Runs a `cra store` command.
 pub fn run(command: StoreCommand) -> Exit {
     let (mut out, mut err) = (std::io::stdout().lock(), std::io::stderr().lock());
@@ -74,13 +101,23 @@ pub fn run(command: StoreCommand) -> Exit {
         StoreCommand::Reencrypt(args) => {
             let output = args.output;
             match reencrypt(&args, &mut err) {
-                Ok(report) => {
-                    print_report(&report, output, &mut out);
+                Ok(done) => {
+                    print_report(&done, output, &mut out);
                     Exit::Success
                 }
                 Err(f) => f.report("cra store reencrypt", output, &mut out, &mut err),
             }
         }
+        StoreCommand::Rewrite(args) => match rewrite(&args.data, &mut err) {
+            Ok(report) => {
+                let _ = match args.output {
+                    OutputFormat::Json => writeln!(out, "{}", rewrite_json(&report)),
+                    OutputFormat::Text => writeln!(out, "{}", rewrite_text(&report)),
+                };
+                Exit::Success
+            }
+            Err(f) => f.report("cra store rewrite", args.output, &mut out, &mut err),
+        },
     }
 }
 
@@ -99,11 +136,9 @@ pub fn generate(args: &GenerateArgs) -> Result<String, Failure> {
     Ok(id.to_string())
 }
 
-/// Re-encrypts the named store, telling `progress` (standard error) how far each table got.
-pub fn reencrypt(
-    args: &ReencryptArgs,
-    progress: &mut dyn Write,
-) -> Result<ReencryptReport, Failure> {
+/// Re-encrypts the named store, telling `progress` (standard error) how far each table got; a
+/// data directory's database is then rewritten into a fresh file.
+pub fn reencrypt(args: &ReencryptArgs, progress: &mut dyn Write) -> Result<Reencrypted, Failure> {
     let store = &args.store;
     if store.storage_key_file.is_none() {
         return Err(Failure::new(
@@ -114,21 +149,59 @@ pub fn reencrypt(
     let mut tell = |table: &str, n: u64| {
         let _ = writeln!(progress, "{table}: {n} records re-encrypted");
     };
-    let report = if let Some(pg) = store.open_postgres()? {
-        pg.reencrypt(&mut tell)
-    } else {
-        let Some(dir) = store.data.as_deref() else {
-            return Err(Failure::new(
-                Token::InvalidRequest,
-                "name the store: --data DIR (stopped server) or --postgres URL",
-            ));
-        };
-        store.open_redb(dir)?.reencrypt(&mut tell)
+    let failed = |e: cra_store::BackendError| Failure::new(e.token(), e.to_string());
+    if let Some(pg) = store.open_postgres()? {
+        let report = pg.reencrypt(&mut tell).map_err(failed)?;
+        return Ok(Reencrypted {
+            report,
+            rewrite: None,
+        });
+    }
+    let Some(dir) = store.data.as_deref() else {
+        return Err(Failure::new(
+            Token::InvalidRequest,
+            "name the store: --data DIR (stopped server) or --postgres URL",
+        ));
     };
-    report.map_err(|e| Failure::new(e.token(), e.to_string()))
+    // The store is closed before its file is rewritten.
+    let report = store.open_redb(dir)?.reencrypt(&mut tell).map_err(failed)?;
+    Ok(Reencrypted {
+        report,
+        rewrite: Some(rewrite(dir, progress)?),
+    })
 }
 
-fn print_report(report: &ReencryptReport, output: OutputFormat, out: &mut dyn Write) {
+/// Rewrites the database of the data directory `dir` into a fresh file, telling `progress`
+/// (standard error) how far each table got.
+pub fn rewrite(dir: &Path, progress: &mut dyn Write) -> Result<RewriteReport, Failure> {
+    require_database(dir)?;
+    let mut tell = |table: &str, n: u64| {
+        let _ = writeln!(progress, "{table}: {n} records copied");
+    };
+    cra_store::redb::rewrite::rewrite(dir, &mut tell)
+        .map_err(|e| Failure::new(e.token(), e.to_string()))
+}
+
+fn rewrite_json(report: &RewriteReport) -> serde_json::Value {
+    json!({
+        "tables": report.tables.iter().map(|(t, n)| json!({"table": t, "records": n})).collect::<Vec<_>>(),
+        "bytes_before": report.bytes_before,
+        "bytes_after": report.bytes_after,
+    })
+}
+
+fn rewrite_text(report: &RewriteReport) -> String {
+    let records: u64 = report.tables.iter().map(|(_, n)| n).sum();
+    format!(
+        "rewrote {records} records of {} tables into a fresh file: {} bytes before, {} after",
+        report.tables.len(),
+        report.bytes_before,
+        report.bytes_after
+    )
+}
+
+fn print_report(done: &Reencrypted, output: OutputFormat, out: &mut dyn Write) {
+    let report = &done.report;
     let _ = match output {
         OutputFormat::Json => writeln!(
             out,
@@ -136,18 +209,24 @@ fn print_report(report: &ReencryptReport, output: OutputFormat, out: &mut dyn Wr
             json!({
                 "tables": report.tables.iter().map(|(t, n)| json!({"table": t, "reencrypted": n})).collect::<Vec<_>>(),
                 "retired_keys": report.retired,
+                "rewrite": done.rewrite.as_ref().map(rewrite_json),
             })
         ),
         OutputFormat::Text => {
             let total: u64 = report.tables.iter().map(|(_, n)| n).sum();
+            let retired = if report.retired.is_empty() {
+                "none".to_owned()
+            } else {
+                report.retired.join(", ")
+            };
+            let rewrite = done
+                .rewrite
+                .as_ref()
+                .map(|r| format!("; {}", rewrite_text(r)))
+                .unwrap_or_default();
             writeln!(
                 out,
-                "{total} records re-encrypted; keys no longer needed: {}",
-                if report.retired.is_empty() {
-                    "none".to_owned()
-                } else {
-                    report.retired.join(", ")
-                }
+                "{total} records re-encrypted; keys no longer needed: {retired}{rewrite}"
             )
         }
     };

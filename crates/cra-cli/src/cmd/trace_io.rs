@@ -172,17 +172,7 @@ impl StoreArgs {
 
     /// Opens the data directory `dir`, which must already hold a database (nothing is created).
     pub fn open_redb(&self, dir: &Path) -> Result<RedbStore, Failure> {
-        let file = dir.join(cra_store::redb::DATABASE_FILE);
-        if !file.is_file() {
-            return Err(Failure::new(
-                Token::NotFound,
-                format!(
-                    "{} holds no cra database ({} is missing); give the data directory of a cra server with --data",
-                    dir.display(),
-                    file.display()
-                ),
-            ));
-        }
+        require_database(dir)?;
         RedbStore::open_with(dir, self.store_config()?)
             .map_err(|e| Failure::new(e.token(), e.to_string()))
     }
@@ -250,4 +240,20 @@ pub fn read_session(
         out.extend(page);
         progress(out.len() as u64);
     }
+}
+
+/// Refuses a data directory that holds no database: offline commands never create one.
+pub fn require_database(dir: &Path) -> Result<(), Failure> {
+    let file = dir.join(cra_store::redb::DATABASE_FILE);
+    if file.is_file() {
+        return Ok(());
+    }
+    Err(Failure::new(
+        Token::NotFound,
+        format!(
+            "{} holds no cra database ({} is missing); give the data directory of a cra server with --data",
+            dir.display(),
+            file.display()
+        ),
+    ))
 }

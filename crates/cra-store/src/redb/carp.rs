@@ -86,6 +86,18 @@ fn decode<T: DeserializeOwned>(
     serde_json::from_slice(&text).map_err(|e| CarpError::Corrupt(format!("{what}: {e}")))
 }
 
+/// Passes this area's tables to a rewrite (`super::rewrite`).
+pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), crate::BackendError> {
+    for table in [SESSIONS, RESOLUTIONS, EXECUTIONS, APPROVALS, LEASES] {
+        c.copy(table)?;
+    }
+    c.copy(REQUEST_IDS)?;
+    c.copy(EXECUTION_KEYS)?;
+    c.copy(RATE)?;
+    c.copy(BUDGET)?;
+    c.copy(PENDING)
+}
+
 /// Creates the CARP tables so readers never meet a missing table.
 pub(crate) fn create_tables(db: &Database) -> Result<(), crate::BackendError> {
     let txn = db.begin_write().map_err(super::backend)?;

@@ -17,6 +17,11 @@ const STORAGE_KEYS: TableDefinition<'static, &str, &[u8]> =
 /// Records re-encrypted per write transaction.
 const CHUNK: usize = 256;
 
+/// Passes this area's table to a rewrite (`super::rewrite`).
+pub(super) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
+    c.copy(STORAGE_KEYS)
+}
+
 /// Checks the registered keys against `enc` and registers its current key when new.
 pub(super) fn admit(db: &Database, enc: &Encryption) -> Result<(), BackendError> {
     let txn = db.begin_write().map_err(be)?;

@@ -11,6 +11,7 @@ pub(crate) mod catalog;
 mod heads;
 mod keys;
 pub mod record;
+pub mod rewrite;
 pub(crate) mod tlog;
 pub(crate) mod trace;
 
@@ -65,24 +66,10 @@ impl RedbStore {
             reason: e.to_string(),
         })?;
         let file = dir.join(DATABASE_FILE);
-        let db = match Database::builder()
+        let db = Database::builder()
             .set_cache_size(config.redb_cache_bytes)
             .create(&file)
-        {
-            Ok(db) => db,
-            Err(DatabaseError::DatabaseAlreadyOpen) => {
-                let holder = std::fs::read_to_string(dir.join(OWNER_FILE))
-                    .map(|s| s.trim().to_owned())
-                    .unwrap_or_else(|_| "holder unknown".to_owned());
-                return Err(BackendError::InUse { path: dir, holder });
-            }
-            Err(e) => {
-                return Err(BackendError::Redb {
-                    path: file,
-                    reason: e.to_string(),
-                });
-            }
-        };
+            .map_err(|e| open_error(&dir, &file, e))?;
         let owner = format!(
             "pid {} since {}",
             std::process::id(),
@@ -143,6 +130,26 @@ impl RedbStore {
 
     pub(crate) fn hash_index(&self) -> &tlog::HashIndex {
         &self.inner.hash_index
+    }
+}
+
+/// The error of opening `file` in the data directory `dir`: [`BackendError::InUse`], naming the
+/// holder, when another process has it open.
+fn open_error(dir: &Path, file: &Path, e: DatabaseError) -> BackendError {
+    match e {
+        DatabaseError::DatabaseAlreadyOpen => {
+            let holder = std::fs::read_to_string(dir.join(OWNER_FILE))
+                .map(|s| s.trim().to_owned())
+                .unwrap_or_else(|_| "holder unknown".to_owned());
+            BackendError::InUse {
+                path: dir.to_path_buf(),
+                holder,
+            }
+        }
+        e => BackendError::Redb {
+            path: file.to_path_buf(),
+            reason: e.to_string(),
+        },
     }
 }
 

@@ -101,6 +101,16 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Passes this area's tables to a rewrite (`super::rewrite`); `tlog_appends` too, which a store
+/// not yet converted still holds.
+pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
+    c.copy(TILES)?;
+    c.copy(RUNS)?;
+    c.copy(META)?;
+    c.copy(CHECKPOINTS)?;
+    c.copy(OLD_APPENDS)
+}
+
 /// Creates the log's tables and converts a store written before `tlog_runs`; a data directory
 /// written before the log (events, an empty log) gets every stored event as a leaf first, in the
 /// order `(timestamp, session_id, sequence)`: redb records no commit order, and a chain's

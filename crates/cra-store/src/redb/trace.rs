@@ -63,6 +63,12 @@ fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
 }
 
 /// Creates the TRACE tables so readers never meet a missing table.
+/// Passes this area's tables to a rewrite (`super::rewrite`).
+pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
+    c.copy(EVENTS)?;
+    c.copy(HEADS)
+}
+
 pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     let txn = db.begin_write().map_err(backend)?;
     txn.open_table(EVENTS).map_err(backend)?;

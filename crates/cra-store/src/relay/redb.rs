@@ -67,6 +67,22 @@ const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_
 /// appends an entry's events (`crate::redb::carp`).
 pub(crate) const OUTBOX: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_outbox");
 
+/// Passes Relay's tables to a rewrite of the database (`crate::redb::rewrite`).
+pub(crate) fn copy_tables(
+    c: &mut crate::redb::rewrite::Copier<'_>,
+) -> Result<(), crate::BackendError> {
+    for table in [PROJECTS, PACKAGES, FACTS, SESSIONS] {
+        c.copy(table)?;
+    }
+    c.copy(ORDER)?;
+    c.copy(CREATED)?;
+    c.copy(REVIEWS)?;
+    c.copy(CURRENT)?;
+    c.copy(META)?;
+    c.copy(FACT_CLOCK)?;
+    c.copy(OUTBOX)
+}
+
 fn be(e: impl std::fmt::Display) -> RelayStoreError {
     RelayStoreError::Backend(format!("redb: {e}"))
 }

@@ -2,9 +2,10 @@
 //! and in every kind of CARP record is found in no byte of the data directory and no PostgreSQL
 //! row, yet reads back whole; a store refuses, at open, keys that are not the ones that encrypted
 //! it; a rotation reads old records with the retired key, and re-encryption retires it. Relay's
-//! records: `relay`.
+//! records: `relay`; the rewrite that leaves no freed page's plaintext in a redb file: `rewrite`.
 
 mod relay;
+mod rewrite;
 
 use std::sync::Arc;
 

@@ -2,14 +2,18 @@
 //! sends in a short and a long request are answered and exported whole, yet found in no file of
 //! the data directory and no PostgreSQL row once the server stops; a server given another key
 //! or none refuses to start and says which key it needs; `cra store reencrypt` moves every
-//! record to a new key, after which the old one is refused. On redb, and on PostgreSQL when
+//! record to a new key, after which the old one is refused (and rewrites a data directory's
+//! file); `cra store rewrite` turns a plaintext data directory into a fresh file that reads
+//! the same. On redb, and on PostgreSQL when
 //! `CRA_TEST_POSTGRES_URL` is set.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
-use cra_cli::cmd::store::{GenerateArgs, ReencryptArgs, StoreCommand, generate, reencrypt};
+use cra_cli::cmd::store::{
+    GenerateArgs, ReencryptArgs, StoreCommand, generate, reencrypt, rewrite,
+};
 use cra_cli::cmd::trace::TraceCommand;
 use cra_cli::{Cli, Command, OutputFormat};
 use cra_runtime::config::RuntimeConfig;
@@ -161,9 +165,11 @@ fn encrypted_server(postgres: Option<(&str, &str)>) {
     // Rotation: the second key encrypts everything, the first is no longer needed.
     let args = ReencryptArgs::parse_from_store(&as_strs(&with(&second, Some(&first))));
     let mut progress = Vec::new();
-    let report = reencrypt(&args, &mut progress).unwrap();
-    assert_eq!(report.retired, vec![first_id.clone()]);
+    let done = reencrypt(&args, &mut progress).unwrap();
+    assert_eq!(done.report.retired, vec![first_id.clone()]);
     assert!(!progress.is_empty(), "progress is shown");
+    // A data directory is rewritten after: no freed page keeps the first key's records.
+    assert_eq!(done.rewrite.is_some(), postgres.is_none(), "{done:?}");
     let (code, text) = export(&as_strs(&with(&second, None)), &session);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains(&long));
@@ -174,6 +180,11 @@ fn encrypted_server(postgres: Option<(&str, &str)>) {
         "{retired}"
     );
 
+    if postgres.is_none() {
+        for m in [&short, &long] {
+            assert!(!files_hold(&live.data, m), "{m} is in the data directory");
+        }
+    }
     live.restart(|c| c.encryption.key_file = Some(second.clone()));
     let (st, events) = live.call("GET", AGENT, &format!("/v1/traces/{session}"), None);
     assert_eq!(st, 200, "{events}");
@@ -227,4 +238,52 @@ fn without_a_key_the_markers_are_stored_as_sent() {
     drive(&mut live, &short, &long);
     live.stop();
     assert!(files_hold(&live.data, &short) && files_hold(&live.data, &long));
+}
+
+/// `cra store rewrite` of a stopped server's directory: the file is replaced and the chain the
+/// server recorded still exports and verifies; a directory without a database is refused with
+/// what to give instead.
+#[test]
+fn store_rewrite_replaces_the_file_and_the_chains_still_verify() {
+    let (short, long) = (marker("short"), marker("long"));
+    let mut live = Live::start(None);
+    let session = drive(&mut live, &short, &long);
+    live.stop();
+    let parsed = Cli::try_parse_from([
+        "cra",
+        "store",
+        "rewrite",
+        "--data",
+        live.data.to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let Ok(Cli {
+        command: Command::Store(StoreCommand::Rewrite(args)),
+    }) = parsed
+    else {
+        panic!("cra store rewrite parses");
+    };
+    let mut progress = Vec::new();
+    let report = rewrite(&args.data, &mut progress).unwrap();
+    assert!(
+        report
+            .tables
+            .iter()
+            .any(|(t, n)| t == "trace_events" && *n > 0),
+        "{report:?}"
+    );
+    assert!(!progress.is_empty(), "progress is shown");
+    let data = live.data.display().to_string();
+    let (code, text) = export(&["--data", &data], &session);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains(&short) && text.contains(&long));
+
+    let empty = tempfile::tempdir().unwrap();
+    let refused = rewrite(empty.path(), &mut Vec::new()).unwrap_err();
+    assert!(
+        refused.message.contains("holds no cra database"),
+        "{}",
+        refused.message
+    );
 }

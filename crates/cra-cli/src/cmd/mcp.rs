@@ -134,6 +134,8 @@ pub struct ProxyArgs {
     /// The data directory (the embedded store; a running server must not hold it).
     #[arg(long, env = "CRA_DATA", default_value = "cra-data")]
     pub data: PathBuf,
+    #[command(flatten)]
+    pub keys: KeyArgs,
 }
 
 /// `cra mcp serve` arguments.
@@ -162,6 +164,28 @@ pub struct ServeArgs {
     /// The data directory (the embedded store; a running server must not hold it).
     #[arg(long, env = "CRA_DATA", default_value = "cra-data")]
     pub data: PathBuf,
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// The storage keys of an encrypted data directory (`specs/storage-encryption.md`), for the
+/// local session of `cra mcp serve` and `cra mcp proxy`.
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    /// The storage key the data directory's records are encrypted with (the server's
+    /// `encryption.key_file`); needed to open an encrypted directory.
+    #[arg(long, env = "CRA_STORAGE_KEY_FILE", conflicts_with = "url")]
+    pub storage_key_file: Option<PathBuf>,
+    /// A retired storage key (`encryption.retired_key_files`) that older records are still
+    /// encrypted with; repeatable.
+    #[arg(long = "retired-key-file", conflicts_with = "url")]
+    pub retired_key_files: Vec<PathBuf>,
+}
+
+impl KeyArgs {
+    fn encryption(&self) -> cra_runtime::config::EncryptionConfig {
+        crate::cmd::trace_io::key_flags(self.storage_key_file.as_deref(), &self.retired_key_files)
+    }
 }
 
 /// Runs `cra mcp`.
@@ -187,6 +211,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         return Err("name the atlases the session is governed by: --atlas DIR (repeatable)".into());
     }
     let session = Session {
+        encryption: args.keys.encryption(),
         data: args.data,
         atlases: args.atlases,
         executors: BTreeMap::new(),
@@ -255,6 +280,7 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
         }
     };
     let session = Session {
+        encryption: args.keys.encryption(),
         data: args.data,
         atlases: vec![atlas_dir],
         executors: BTreeMap::from([(server, args.upstream.executor()?)]),
@@ -269,6 +295,8 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
 /// One CARP session served over stdio, on a local data directory.
 struct Session {
     data: PathBuf,
+    /// The data directory's storage keys.
+    encryption: cra_runtime::config::EncryptionConfig,
     atlases: Vec<PathBuf>,
     executors: BTreeMap<String, ExecutorConfig>,
     agent: String,
@@ -289,7 +317,7 @@ impl Session {
                 &self.data,
                 &self.atlases,
                 self.executors,
-                cra_runtime::config::EncryptionConfig::default(),
+                self.encryption,
                 Arc::new(SystemClock),
                 Arc::new(UuidV7Ids),
             )

@@ -386,3 +386,76 @@ fn tool_names_round_trip_for_every_action_of_the_example_atlases() {
     }
     assert!(seen >= 10, "the example atlases have actions: {seen}");
 }
+
+/// `cra mcp serve` on an encrypted data directory: with `--storage-key-file` the session runs
+/// and a call's marker is in no file of the directory once it exits; the chain reads back and
+/// verifies with the key; without the key the command refuses to start and names the key it
+/// needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_opens_an_encrypted_directory_with_its_key_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let key = tmp.path().join("storage.key");
+    let key_id = cra_cli::cmd::store::generate(&cra_cli::cmd::store::GenerateArgs {
+        out: key.clone(),
+        output: cra_cli::OutputFormat::Json,
+    })
+    .unwrap();
+    let seed: u64 = rand::random();
+    eprintln!("marker seed {seed:016x}");
+    let marker = format!("mk{seed:016x}");
+    let atlas = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/trace/atlas");
+    let serve = |keyed: bool| {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_cra")).configure(|c| {
+            c.args(["mcp", "serve", "--agent", "bot", "--atlas"])
+                .arg(&atlas)
+                .arg("--data")
+                .arg(&data);
+            if keyed {
+                c.arg("--storage-key-file").arg(&key);
+            }
+        })
+    };
+    let client = ().serve(TokioChildProcess::new(serve(true)).unwrap()).await.unwrap();
+    let read = client
+        .call_tool(call("doc_read", json!({"page": marker})))
+        .await
+        .unwrap();
+    assert_ne!(read.is_error, Some(true), "{read:?}");
+    client.cancel().await.unwrap();
+    assert!(
+        !cra_store::testing::files_hold(&data, &marker),
+        "the marker is in the data directory"
+    );
+
+    let (state, _) = cra_runtime::open_local_with(
+        &data,
+        &[],
+        std::collections::BTreeMap::new(),
+        cra_cli::cmd::trace_io::key_flags(Some(&key), &[]),
+        Arc::new(cra_wire::SystemClock),
+        Arc::new(cra_wire::UuidV7Ids),
+    )
+    .unwrap();
+    let auditor = Actor::local("auditor", ActorType::Human);
+    let chains = state.chains(&auditor).await.unwrap();
+    let events = state.trace(&auditor, &chains[0].session_id).await.unwrap();
+    assert!(
+        events.iter().any(|e| e.payload.to_string().contains(&marker)),
+        "the call reads back whole"
+    );
+    let verified = state
+        .verify_chain(&auditor, chains[0].session_id.clone())
+        .await
+        .unwrap();
+    assert!(verified.valid, "{verified:?}");
+    drop(state);
+
+    let refused = serve(false).output().await.unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no storage key is configured") && stderr.contains(&key_id),
+        "{stderr}"
+    );
+}

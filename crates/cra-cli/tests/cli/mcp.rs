@@ -441,7 +441,9 @@ async fn mcp_serve_opens_an_encrypted_directory_with_its_key_only() {
     let chains = state.chains(&auditor).await.unwrap();
     let events = state.trace(&auditor, &chains[0].session_id).await.unwrap();
     assert!(
-        events.iter().any(|e| e.payload.to_string().contains(&marker)),
+        events
+            .iter()
+            .any(|e| e.payload.to_string().contains(&marker)),
         "the call reads back whole"
     );
     let verified = state

@@ -10,9 +10,10 @@
 //! Invariants:
 //! - **Nothing is lost.** A table this version of cra does not know is refused before anything
 //!   is written, and every table's length is compared between the two files before the rename.
-//! - **The old file stays until the new one is whole and durable**: a crash before the rename
-//!   leaves the old file as it was and a partial `cra.redb.rewrite`, which the next rewrite
-//!   replaces; the rename is atomic and the directory is synced after it.
+//! - **The old file stays until the new one is whole and durable**: a failed copy removes its
+//!   partial `cra.redb.rewrite`, and a crash before the rename leaves the old file as it was
+//!   and a partial one, which the next rewrite replaces; the rename is atomic and the
+//!   directory is synced after it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -56,19 +57,14 @@ pub fn rewrite(
     let file = dir.join(DATABASE_FILE);
     let fresh = dir.join(REWRITE_FILE);
     let bytes_before = file_size(&file)?;
-    let tables = {
-        let source = Database::open(&file).map_err(|e| open_error(dir, &file, e))?;
-        let from = source.begin_read().map_err(backend)?;
-        refuse_unknown(&from)?;
-        remove_if_present(&fresh)?;
-        let target = Database::create(&fresh).map_err(|e| open_error(dir, &fresh, e))?;
-        let mut copier = Copier::new(&from, Some(&target), progress);
-        every_table(&mut copier)?;
-        // The copies were committed without syncing; this commit makes them durable together.
-        let mut txn = target.begin_write().map_err(backend)?;
-        txn.set_durability(Durability::Immediate).map_err(backend)?;
-        txn.commit().map_err(backend)?;
-        copier.copied
+    let tables = match copy_into(dir, &file, &fresh, progress) {
+        Ok(tables) => tables,
+        Err(e) => {
+            // A failed copy leaves no partial file behind (a crash may; the next rewrite
+            // replaces it).
+            let _ = remove_if_present(&fresh);
+            return Err(e);
+        }
     };
     std::fs::rename(&fresh, &file).map_err(|e| io(&file, &e))?;
     sync_dir(dir)?;
@@ -77,6 +73,28 @@ pub fn rewrite(
         bytes_before,
         bytes_after: file_size(&file)?,
     })
+}
+
+/// Copies every table of `file` into a new database at `fresh`, made durable; answers each
+/// table and its records.
+fn copy_into(
+    dir: &Path,
+    file: &Path,
+    fresh: &Path,
+    progress: &mut dyn FnMut(&str, u64),
+) -> Result<Vec<(String, u64)>, BackendError> {
+    let source = Database::open(file).map_err(|e| open_error(dir, file, e))?;
+    let from = source.begin_read().map_err(backend)?;
+    refuse_unknown(&from)?;
+    remove_if_present(fresh)?;
+    let target = Database::create(fresh).map_err(|e| open_error(dir, fresh, e))?;
+    let mut copier = Copier::new(&from, Some(&target), progress);
+    every_table(&mut copier)?;
+    // The copies were committed without syncing; this commit makes them durable together.
+    let mut txn = target.begin_write().map_err(backend)?;
+    txn.set_durability(Durability::Immediate).map_err(backend)?;
+    txn.commit().map_err(backend)?;
+    Ok(copier.copied)
 }
 
 /// Passes every table of the database to `copier`: each area names its own.

@@ -31,6 +31,7 @@ use cra_runtime::mcp::bridge::Renames;
 use cra_runtime::mcp::{McpSession, Naming};
 use cra_wire::{SystemClock, UuidV7Ids};
 
+use crate::cmd::trace_io::KeyArgs;
 use crate::exit::Exit;
 use crate::output::OutputFormat;
 
@@ -109,6 +110,9 @@ pub enum WritesArg {
     Approve,
 }
 
+/// The key flags of a local session, which a session on a server (`--url`) has no use for.
+const LOCAL_KEYS: [&str; 2] = ["storage_key_file", "retired_key_files"];
+
 /// `cra mcp proxy` arguments.
 #[derive(Debug, Clone, Args)]
 pub struct ProxyArgs {
@@ -121,7 +125,7 @@ pub struct ProxyArgs {
     /// Relay to the `/mcp` of the cra server at this URL instead, which runs the upstream as
     /// its `mcp` executor (so operators decide approvals there); tools keep their upstream
     /// names.
-    #[arg(long, requires = "token")]
+    #[arg(long, requires = "token", conflicts_with_all = LOCAL_KEYS)]
     pub url: Option<String>,
     /// The API key (or JWT) the server knows the agent by (with `--url`).
     #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
@@ -156,7 +160,7 @@ pub struct ServeArgs {
     pub atlases: Vec<PathBuf>,
     /// Relay to the `/mcp` of the cra server at this URL instead: the session is the token's
     /// agent's, on the server, under its atlases.
-    #[arg(long, requires = "token")]
+    #[arg(long, requires = "token", conflicts_with_all = LOCAL_KEYS)]
     pub url: Option<String>,
     /// The API key (or JWT) the server knows the agent by (with `--url`).
     #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
@@ -166,26 +170,6 @@ pub struct ServeArgs {
     pub data: PathBuf,
     #[command(flatten)]
     pub keys: KeyArgs,
-}
-
-/// The storage keys of an encrypted data directory (`specs/storage-encryption.md`), for the
-/// local session of `cra mcp serve` and `cra mcp proxy`.
-#[derive(Debug, Clone, Args)]
-pub struct KeyArgs {
-    /// The storage key the data directory's records are encrypted with (the server's
-    /// `encryption.key_file`); needed to open an encrypted directory.
-    #[arg(long, env = "CRA_STORAGE_KEY_FILE", conflicts_with = "url")]
-    pub storage_key_file: Option<PathBuf>,
-    /// A retired storage key (`encryption.retired_key_files`) that older records are still
-    /// encrypted with; repeatable.
-    #[arg(long = "retired-key-file", conflicts_with = "url")]
-    pub retired_key_files: Vec<PathBuf>,
-}
-
-impl KeyArgs {
-    fn encryption(&self) -> cra_runtime::config::EncryptionConfig {
-        crate::cmd::trace_io::key_flags(self.storage_key_file.as_deref(), &self.retired_key_files)
-    }
 }
 
 /// Runs `cra mcp`.
@@ -211,7 +195,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         return Err("name the atlases the session is governed by: --atlas DIR (repeatable)".into());
     }
     let session = Session {
-        encryption: args.keys.encryption(),
+        encryption: args.keys.config(),
         data: args.data,
         atlases: args.atlases,
         executors: BTreeMap::new(),
@@ -280,7 +264,7 @@ fn proxy(args: ProxyArgs) -> Result<(), String> {
         }
     };
     let session = Session {
-        encryption: args.keys.encryption(),
+        encryption: args.keys.config(),
         data: args.data,
         atlases: vec![atlas_dir],
         executors: BTreeMap::from([(server, args.upstream.executor()?)]),

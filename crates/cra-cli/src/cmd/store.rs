@@ -140,7 +140,7 @@ pub fn generate(args: &GenerateArgs) -> Result<String, Failure> {
 /// data directory's database is then rewritten into a fresh file.
 pub fn reencrypt(args: &ReencryptArgs, progress: &mut dyn Write) -> Result<Reencrypted, Failure> {
     let store = &args.store;
-    if store.storage_key_file.is_none() {
+    if store.keys.storage_key_file.is_none() {
         return Err(Failure::new(
             Token::InvalidRequest,
             "give the key to encrypt with as --storage-key-file (and each older key as --retired-key-file)",

@@ -102,6 +102,15 @@ pub struct StoreArgs {
     /// The PostgreSQL schema of the deployment.
     #[arg(long, default_value = "cra")]
     pub postgres_schema: String,
+    /// The store's storage keys.
+    #[command(flatten)]
+    pub keys: KeyArgs,
+}
+
+/// The storage keys of an encrypted store (`specs/storage-encryption.md`), for every command
+/// that opens one offline or as a local front door.
+#[derive(Debug, Clone, Args, Default)]
+pub struct KeyArgs {
     /// The storage key the store's records are encrypted with (the server's
     /// `encryption.key_file`); needed to read an encrypted store.
     #[arg(long, env = "CRA_STORAGE_KEY_FILE")]
@@ -110,6 +119,13 @@ pub struct StoreArgs {
     /// encrypted with; repeatable.
     #[arg(long = "retired-key-file")]
     pub retired_key_files: Vec<PathBuf>,
+}
+
+impl KeyArgs {
+    /// The `[encryption]` settings these flags stand for.
+    pub fn config(&self) -> EncryptionConfig {
+        key_flags(self.storage_key_file.as_deref(), &self.retired_key_files)
+    }
 }
 
 /// An opened store: the trace chains and the CARP records of one backend.
@@ -146,7 +162,8 @@ impl StoreArgs {
 
     /// The encryption the key flags describe (plaintext without them).
     pub fn encryption(&self) -> Result<Encryption, Failure> {
-        key_flags(self.storage_key_file.as_deref(), &self.retired_key_files)
+        self.keys
+            .config()
             .encryption()
             .map_err(|e| Failure::new(Token::InvalidRequest, in_flag_terms(&e.to_string())))
     }

@@ -36,23 +36,18 @@ use serde::de::DeserializeOwned;
 use super::RedbStore;
 use crate::encryption::Encryption;
 
-pub(super) const SESSIONS: TableDefinition<'static, &str, &[u8]> =
-    TableDefinition::new("carp_sessions");
+const SESSIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_sessions");
 const REQUEST_IDS: TableDefinition<'static, (&str, &str), ()> =
     TableDefinition::new("carp_request_ids");
-pub(super) const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> =
-    TableDefinition::new("carp_resolutions");
-pub(super) const EXECUTIONS: TableDefinition<'static, &str, &[u8]> =
-    TableDefinition::new("carp_executions");
+const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_resolutions");
+const EXECUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_executions");
 const EXECUTION_KEYS: TableDefinition<'static, (&str, &str), &str> =
     TableDefinition::new("carp_execution_keys");
 const RATE: TableDefinition<'static, (&str, &str, i64), u64> = TableDefinition::new("carp_rate");
 const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new("carp_budget");
-pub(super) const APPROVALS: TableDefinition<'static, &str, &[u8]> =
-    TableDefinition::new("carp_approvals");
+const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
 const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
-pub(super) const LEASES: TableDefinition<'static, &str, &[u8]> =
-    TableDefinition::new("carp_leases");
+const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
 
 fn be(e: impl std::fmt::Display) -> CarpError {
     CarpError::Backend(format!(
@@ -61,6 +56,10 @@ fn be(e: impl std::fmt::Display) -> CarpError {
 }
 
 type RecordTable = TableDefinition<'static, &'static str, &'static [u8]>;
+
+/// The tables holding CARP records (each value a record's stored form, re-encrypted by
+/// `RedbStore::reencrypt`); the other CARP tables hold keys and counters.
+pub(super) const RECORDS: [RecordTable; 5] = [SESSIONS, RESOLUTIONS, EXECUTIONS, APPROVALS, LEASES];
 
 /// A record's stored form in `table`: its JSON, compressed when large and encrypted when a key
 /// is configured (`super::record::store`).
@@ -88,7 +87,7 @@ fn decode<T: DeserializeOwned>(
 
 /// Passes this area's tables to a rewrite (`super::rewrite`).
 pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), crate::BackendError> {
-    for table in [SESSIONS, RESOLUTIONS, EXECUTIONS, APPROVALS, LEASES] {
+    for table in RECORDS {
         c.copy(table)?;
     }
     c.copy(REQUEST_IDS)?;

@@ -18,13 +18,13 @@ use crate::catalog::{
 const CONTENTS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("atlas_contents");
 const GENERATIONS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("atlas_generations");
 
-/// Creates the catalog's tables (empty) if the file has none yet.
 /// Passes this area's tables to a rewrite (`super::rewrite`).
 pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
     c.copy(CONTENTS)?;
     c.copy(GENERATIONS)
 }
 
+/// Creates the catalog's tables (empty) if the file has none yet.
 pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     let txn = db.begin_write().map_err(backend)?;
     txn.open_table(CONTENTS).map_err(backend)?;

@@ -73,14 +73,7 @@ impl RedbStore {
             events.name(),
             self.reencrypt_table::<(String, u64), _>(enc, events, progress)?,
         );
-        let carp = [
-            super::carp::SESSIONS,
-            super::carp::RESOLUTIONS,
-            super::carp::EXECUTIONS,
-            super::carp::APPROVALS,
-            super::carp::LEASES,
-        ];
-        for table in carp.into_iter().chain(relay::RECORDS) {
+        for table in super::carp::RECORDS.into_iter().chain(relay::RECORDS) {
             done(
                 table.name(),
                 self.reencrypt_table::<String, _>(enc, table, progress)?,

@@ -43,6 +43,16 @@ pub struct RewriteReport {
     pub bytes_after: u64,
 }
 
+impl RewriteReport {
+    /// The records copied in `table`; `None` when the old file had no such table.
+    pub fn records(&self, table: &str) -> Option<u64> {
+        self.tables
+            .iter()
+            .find(|(t, _)| t == table)
+            .map(|(_, n)| *n)
+    }
+}
+
 /// Rewrites the database of the data directory `dir` (no server may hold it) into a fresh file
 /// that replaces it. `progress` is told each table's name and the records copied so far.
 ///

@@ -62,13 +62,13 @@ fn unavailable(e: impl std::fmt::Display) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("redb: {e}"))
 }
 
-/// Creates the TRACE tables so readers never meet a missing table.
 /// Passes this area's tables to a rewrite (`super::rewrite`).
 pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
     c.copy(EVENTS)?;
     c.copy(HEADS)
 }
 
+/// Creates the TRACE tables so readers never meet a missing table.
 pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     let txn = db.begin_write().map_err(backend)?;
     txn.open_table(EVENTS).map_err(backend)?;

@@ -71,7 +71,7 @@ pub(crate) const OUTBOX: TableDefinition<'_, &str, &str> = TableDefinition::new(
 pub(crate) fn copy_tables(
     c: &mut crate::redb::rewrite::Copier<'_>,
 ) -> Result<(), crate::BackendError> {
-    for table in [PROJECTS, PACKAGES, FACTS, SESSIONS] {
+    for table in RECORDS {
         c.copy(table)?;
     }
     c.copy(ORDER)?;

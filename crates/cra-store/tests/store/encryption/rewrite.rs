@@ -1,8 +1,8 @@
 //! A data directory's database rewritten into a fresh file (`cra_store::redb::rewrite`): after
 //! re-encryption the old file still holds the replaced plaintext in freed pages and the new one
 //! holds it nowhere, with every record, chain and log leaf kept; a table the rewrite does not
-//! know is refused with nothing changed; a partial rewrite left by a crash is replaced; a held
-//! directory is refused.
+//! know is refused with nothing changed; a partial rewrite left by a crash is replaced, and a
+//! refused one leaves none; a held directory is refused.
 
 use cra_store::redb::rewrite::{REWRITE_FILE, rewrite};
 use cra_store::testing::files_hold;
@@ -12,6 +12,19 @@ use redb::ReadableDatabase;
 
 use super::{Place, key, marker, read_everything, write_everything};
 use crate::backends::fixed;
+
+/// A table no area of this version names, as a newer cra might add.
+const FUTURE: redb::TableDefinition<'_, &str, u64> = redb::TableDefinition::new("future_table");
+
+/// Writes every kind of record of session `s` with `marker`, and a row in [`FUTURE`], then
+/// closes the store.
+fn written_with_a_future_table(dir: &std::path::Path, marker: &str) {
+    let store = open(dir, Encryption::plaintext());
+    write_everything(&store, "s", marker);
+    let txn = store.database().begin_write().unwrap();
+    txn.open_table(FUTURE).unwrap().insert("kept", 7).unwrap();
+    txn.commit().unwrap();
+}
 
 /// Sessions written by the first test.
 const SESSIONS: u64 = 20;
@@ -59,12 +72,7 @@ fn a_plaintext_store_reencrypted_then_rewritten_holds_the_plaintext_nowhere() {
         report.bytes_after > 0 && report.bytes_before > 0,
         "{report:?}"
     );
-    let events = report.tables.iter().find(|(t, _)| t == "trace_events");
-    assert_eq!(
-        events,
-        Some(&("trace_events".to_owned(), SESSIONS)),
-        "{report:?}"
-    );
+    assert_eq!(report.records("trace_events"), Some(SESSIONS), "{report:?}");
     assert!(told.iter().any(|(t, _)| t == "carp_approvals"), "{told:?}");
 
     let store = open(&dir, Encryption::new(k, Vec::new()));
@@ -84,13 +92,7 @@ fn a_rewrite_refuses_a_table_it_does_not_know_and_changes_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let m = marker();
-    let store = open(&dir, Encryption::plaintext());
-    write_everything(&store, "s", &m);
-    let future: redb::TableDefinition<'_, &str, u64> = redb::TableDefinition::new("future_table");
-    let txn = store.database().begin_write().unwrap();
-    txn.open_table(future).unwrap().insert("kept", 7).unwrap();
-    txn.commit().unwrap();
-    drop(store);
+    written_with_a_future_table(&dir, &m);
 
     let refused = rewrite(&dir, &mut |_, _| {}).unwrap_err();
     let text = refused.to_string();
@@ -102,8 +104,23 @@ fn a_rewrite_refuses_a_table_it_does_not_know_and_changes_nothing() {
     let store = open(&dir, Encryption::plaintext());
     read_everything(&store, "s", &m);
     let txn = store.database().begin_read().unwrap();
-    let kept = txn.open_table(future).unwrap().get("kept").unwrap();
+    let kept = txn.open_table(FUTURE).unwrap().get("kept").unwrap();
     assert_eq!(kept.map(|v| v.value()), Some(7));
+}
+
+/// Invariant: a rewrite that fails leaves no partial file behind: one a crash left before is
+/// removed by a refused rewrite too, and the database is left as it was.
+#[test]
+fn a_refused_rewrite_leaves_no_partial_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let m = marker();
+    written_with_a_future_table(&dir, &m);
+    std::fs::write(dir.join(REWRITE_FILE), b"half a database").unwrap();
+
+    rewrite(&dir, &mut |_, _| {}).unwrap_err();
+    assert!(!dir.join(REWRITE_FILE).exists());
+    read_everything(&open(&dir, Encryption::plaintext()), "s", &m);
 }
 
 /// Invariant: the old file is replaced only by a whole new one, so a rewrite that a crash cut

@@ -1,4 +1,11 @@
 //! Counters the runtime maintains itself and renders in the Prometheus text format at `/metrics`.
+//!
+//! **Invariant: every label value comes from a closed set.** A series is kept for each distinct
+//! label set, forever, so a label a client could choose would let anyone grow the server's memory
+//! and `/metrics` without bound (invented HTTP methods did exactly that, before authentication).
+//! The types hold the rule: methods become [`method_label`] (the methods HTTP defines, else
+//! `other`), routes are the router's templates (`unmatched` for anything else), and every other
+//! label is a `&'static str` the code names.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -8,13 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Every counter.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
     /// TRACE events appended durably.
     pub trace_events: AtomicU64,
     /// Resolutions answered, by decision.
-    resolutions: Mutex<BTreeMap<String, u64>>,
+    resolutions: Mutex<BTreeMap<&'static str, u64>>,
     /// Executions answered, by status.
-    executions: Mutex<BTreeMap<String, u64>>,
+    executions: Mutex<BTreeMap<&'static str, u64>>,
     /// WebSocket streams opened.
     pub streams_opened: AtomicU64,
     /// WebSocket streams closed because the consumer was too slow.
@@ -31,9 +38,27 @@ pub struct Metrics {
     pub execute_shadow_disagreements: AtomicU64,
 }
 
-fn bump(map: &Mutex<BTreeMap<String, u64>>, key: &str) {
+fn bump(map: &Mutex<BTreeMap<&'static str, u64>>, key: &'static str) {
     let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
-    *m.entry(key.to_owned()).or_insert(0) += 1;
+    *m.entry(key).or_insert(0) += 1;
+}
+
+/// The `method` label of a request: the method's name when HTTP defines it (RFC 9110 and PATCH),
+/// else `other`, so that invented methods share one series.
+pub(crate) fn method_label(method: &axum::http::Method) -> &'static str {
+    const KNOWN: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH",
+    ];
+    KNOWN
+        .into_iter()
+        .find(|known| *known == method.as_str())
+        .unwrap_or("other")
+}
+
+/// The `route` label of a request: the template of the route that matched (the router's own
+/// finite set), else `unmatched`.
+pub(crate) fn route_label(matched: Option<&axum::extract::MatchedPath>) -> &str {
+    matched.map_or("unmatched", axum::extract::MatchedPath::as_str)
 }
 
 fn escape_label(v: &str) -> String {
@@ -43,15 +68,14 @@ fn escape_label(v: &str) -> String {
 }
 
 impl Metrics {
-    /// Counts one answered HTTP request (`route` is the matched route template).
-    pub fn record_request(&self, method: &str, route: &str, status: u16) {
+    /// Counts one answered HTTP request (labels from [`method_label`] and [`route_label`]).
+    pub fn record_request(&self, method: &'static str, route: &str, status: u16) {
         let mut m = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *m.entry((method.to_owned(), route.to_owned(), status))
-            .or_insert(0) += 1;
+        *m.entry((method, route.to_owned(), status)).or_insert(0) += 1;
     }
 
     /// Counts one resolution with `decision`.
-    pub fn record_resolution(&self, decision: &str) {
+    pub fn record_resolution(&self, decision: &'static str) {
         bump(&self.resolutions, decision);
     }
 
@@ -74,7 +98,7 @@ impl Metrics {
     }
 
     /// Counts one execution with `status`.
-    pub fn record_execution(&self, status: &str) {
+    pub fn record_execution(&self, status: &'static str) {
         bump(&self.executions, status);
     }
 
@@ -183,11 +207,15 @@ mod tests {
         let m = Metrics::default();
         m.record_request("GET", "/v1/health", 200);
         m.record_request("GET", "/v1/health", 200);
+        m.record_request(method_label(&"BREW".parse().unwrap()), "unmatched", 405);
         m.record_resolution("allow");
         m.add_events(10);
         let text = m.render();
         assert!(text.contains(
             "cra_http_requests_total{method=\"GET\",route=\"/v1/health\",status=\"200\"} 2"
+        ));
+        assert!(text.contains(
+            "cra_http_requests_total{method=\"other\",route=\"unmatched\",status=\"405\"} 1"
         ));
         assert!(text.contains("cra_resolutions_total{decision=\"allow\"} 1"));
         assert!(text.contains("cra_trace_events_total 10"));

@@ -182,16 +182,12 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
 
 /// Counts every answer by method, route template and status.
 async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let method = req.method().as_str().to_owned();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = crate::metrics::method_label(req.method());
+    let route = crate::metrics::route_label(req.extensions().get::<MatchedPath>()).to_owned();
     let resp = next.run(req).await;
     state
         .metrics
-        .record_request(&method, &route, resp.status().as_u16());
+        .record_request(method, &route, resp.status().as_u16());
     resp
 }
 

@@ -87,6 +87,55 @@ async fn metrics_count_requests_and_need_a_reading_role() {
     s.stop().await;
 }
 
+/// The series of every metric in a `/metrics` answer, counted by metric name.
+async fn series_counts(s: &TestServer) -> BTreeMap<String, usize> {
+    let resp = s.http.get(s.url("/metrics")).bearer_auth(OPERATOR);
+    let text = resp.send().await.unwrap().text().await.unwrap();
+    let mut counts = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        *counts.entry(name.to_owned()).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Issue 29, item 1: on `fda2190` each invented method was a label value of its own, counted
+/// before authentication, so anyone could grow the server's memory and `/metrics` without bound.
+#[tokio::test]
+async fn metric_labels_come_from_a_closed_set_whatever_clients_send() {
+    let s = TestServer::start().await;
+    let send = |method: String, path: String| {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        s.http.request(method, s.url(&path)).send()
+    };
+    // One of each kind first: the `other` and `unmatched` series they open are the closed set's.
+    let brew = send("BREW".into(), "/v1/traces/x".into()).await.unwrap();
+    assert!(brew.status().is_client_error(), "{}", brew.status());
+    let nope = send("GET".into(), "/v1/nope".into()).await.unwrap();
+    assert!(nope.status().is_client_error(), "{}", nope.status());
+    series_counts(&s).await; // `GET /metrics` has its series from now on.
+    let before = series_counts(&s).await;
+    for i in 0..1000 {
+        // Up to 8 KiB each: the probe used 50 kB, as long as hyper's request head allows.
+        let method = format!("X{i}{}", "M".repeat(i % 8 * 1024));
+        let status = send(method, format!("/v1/traces/{i}"))
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_client_error(), "{status}");
+        let unknown = send("GET".into(), format!("/v1/{i}/nowhere?q={i}"))
+            .await
+            .unwrap();
+        assert!(unknown.status().is_client_error(), "{}", unknown.status());
+    }
+    assert_eq!(
+        series_counts(&s).await,
+        before,
+        "1,000 invented methods and 1,000 unknown paths opened no series"
+    );
+    s.stop().await;
+}
+
 #[tokio::test]
 async fn rate_limit_answers_429_per_key() {
     let s = TestServer::start_with(|c| {

@@ -22,6 +22,12 @@ import hashlib
 import json
 import sys
 
+# cra records integers of any length exactly (a 5,000-digit parameter is valid JSON). Python 3.11
+# and later refuse to read or print an integer of over 4,300 digits unless the limit is lifted;
+# this tool must read every chain cra accepts.
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)
+
 GENESIS = "0" * 64
 STRING_FIELDS = (
     "trace_version",

@@ -3,7 +3,8 @@
 //! Oracles:
 //! * strict parser: never nests deeper than `MAX_DEPTH`; whatever it accepts, serde_json accepts
 //!   as the same value; whatever serde_json accepts and it refuses is a duplicate key or excess
-//!   depth, never a syntax disagreement;
+//!   depth, never a syntax disagreement; `parse_input` refuses exactly the accepted documents
+//!   that hold a number with no finite double, and otherwise answers as the strict parser;
 //! * TRACE profile: the streaming writer and the tree writer agree (same output or the same
 //!   error); canonical(parse(canonical(x))) == canonical(x); parse(canonical(x)) == x (numbers
 //!   compared as the Python reference reads them: integers exactly, other numbers as doubles);
@@ -14,7 +15,7 @@
 use cra_wire::canonical::relay::relay_canonical_without;
 use cra_wire::canonical::trace::trace_canonical_from_str;
 use cra_wire::canonical::{relay_canonical, to_trace_canonical, trace_canonical};
-use cra_wire::json::{JsonError, MAX_DEPTH, parse_strict, parse_strict_str};
+use cra_wire::json::{JsonError, MAX_DEPTH, parse_input, parse_strict, parse_strict_str};
 use serde_json::Value;
 
 /// Nesting depth of a value (scalars are 0).
@@ -57,7 +58,20 @@ pub fn strict_json(data: &[u8]) {
         (Err(JsonError::TooDeep { .. }), Ok(l)) => {
             assert!(depth(l) > MAX_DEPTH, "refused as too deep at {}", depth(l));
         }
+        (Err(JsonError::NotFinite { .. }), _) => panic!("parse_strict checks no number's range"),
         (Err(_), Err(_)) => {}
+    }
+    match (&strict, parse_input(data)) {
+        (Ok(s), Ok(i)) => {
+            assert_eq!(s, &i);
+            assert!(!has_infinite_float(s), "parse_input accepted a number with no double");
+        }
+        (Ok(s), Err(e)) => assert!(
+            matches!(e, JsonError::NotFinite { .. }) && has_infinite_float(s),
+            "parse_input refused what it must not: {e}"
+        ),
+        (Err(s), Err(i)) => assert_eq!(s, &i, "parse_input and parse_strict refuse alike"),
+        (Err(s), Ok(_)) => panic!("parse_input accepted what parse_strict refuses: {s}"),
     }
 }
 

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::OnceLock;
 
-use cra_wire::json::{JsonError, parse_strict};
+use cra_wire::json::{JsonError, parse_input};
 use serde_json::Value;
 
 use crate::diag::{Diagnostic, line_of_pointer_or_ancestor, push_pointer};
@@ -161,7 +161,7 @@ pub fn fill_lines(diags: &mut [Diagnostic], files: &BTreeMap<String, Vec<u8>>) {
 type Built = (Manifest, Vec<Origin>, Vec<Origin>);
 
 fn parse_json(file: &str, bytes: &[u8], diags: &mut Vec<Diagnostic>) -> Option<Value> {
-    match parse_strict(bytes) {
+    match parse_input(bytes) {
         Ok(v) => Some(v),
         Err(JsonError::Syntax {
             line,
@@ -189,6 +189,16 @@ fn parse_json(file: &str, bytes: &[u8], diags: &mut Vec<Diagnostic>) -> Option<V
         }
         Err(e @ JsonError::TooDeep { .. }) => {
             diags.push(Diagnostic::error("json_syntax", file, "", e.to_string()));
+            None
+        }
+        Err(e @ JsonError::NotFinite { .. }) => {
+            let pointer = e.pointer().to_owned();
+            diags.push(Diagnostic::error(
+                "number_range",
+                file,
+                pointer,
+                e.to_string(),
+            ));
             None
         }
     }

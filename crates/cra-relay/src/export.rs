@@ -538,7 +538,7 @@ fn records(file: &str, body: Option<&[u8]>) -> Result<Vec<Value>, ExportError> {
         if l.is_empty() {
             continue;
         }
-        let v = cra_wire::json::parse_strict(l).map_err(|e| ExportError::BadRecord {
+        let v = cra_wire::json::parse_input(l).map_err(|e| ExportError::BadRecord {
             file: file.into(),
             line: i + 1,
             message: e.to_string(),

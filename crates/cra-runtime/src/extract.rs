@@ -8,7 +8,7 @@ use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use cra_wire::Token;
-use cra_wire::json::{JsonError, parse_strict};
+use cra_wire::json::{JsonError, parse_input};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -134,17 +134,23 @@ pub(crate) fn parse_body_bytes(bytes: &[u8]) -> Result<Value, ApiError> {
             "the body is empty; send a JSON object",
         ));
     }
-    parse_strict(bytes).map_err(|e| match &e {
+    parse_input(bytes).map_err(|e| json_error(&e))
+}
+
+/// The error body of a document [`cra_wire::json`] refused, at the pointer it names (for a
+/// duplicate key, the key's own pointer).
+pub(crate) fn json_error(e: &JsonError) -> ApiError {
+    match e {
         JsonError::DuplicateKey { pointer, key } => ApiError::field(
             Token::InvalidRequest,
             format!("{pointer}/{}", escape_pointer_token(key)),
             e.to_string(),
         ),
-        JsonError::TooDeep { pointer, .. } => {
+        JsonError::TooDeep { pointer, .. } | JsonError::NotFinite { pointer, .. } => {
             ApiError::field(Token::InvalidRequest, pointer.clone(), e.to_string())
         }
         JsonError::Syntax { .. } => ApiError::field(Token::InvalidRequest, "", e.to_string()),
-    })
+    }
 }
 
 /// Deserialises `value` into `T`, reporting the JSON pointer of the first offending value.

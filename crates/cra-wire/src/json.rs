@@ -8,6 +8,11 @@
 //!   works straight from bytes) use it without ever building a [`Value`] tree.
 //! * [`parse_strict`]: builds a [`Value`] with the scanner, reporting duplicate keys and excess
 //!   depth with the JSON pointer of the offending object.
+//!
+//! Input that will be stored and hashed also goes through [`require_finite`] ([`parse_input`]
+//! does both): a literal such as `1e400` is valid JSON, but canonical JSON reads it as a double,
+//! and the nearest double is infinity, which prints as `Infinity`, not JSON. A chain holding one
+//! could no longer be exported or verified, so no entry point accepts it.
 
 use std::borrow::Cow;
 
@@ -45,6 +50,18 @@ pub enum JsonError {
         /// The limit.
         limit: usize,
     },
+    /// A number with a fraction or an exponent that no finite double holds (see
+    /// [`require_finite`]).
+    #[error(
+        "the number `{text}` at `{pointer}` is beyond the range of a double (canonical JSON would record it as Infinity, which is not JSON); send a number within ±1.8e308, or the value as a string"
+    )]
+    NotFinite {
+        /// JSON pointer of the number.
+        pointer: String,
+        /// The number (as serde_json spells it: `1e400` as `1e+400`), its first 40 characters
+        /// and `...` after them.
+        text: String,
+    },
 }
 
 impl JsonError {
@@ -52,7 +69,9 @@ impl JsonError {
     pub fn pointer(&self) -> &str {
         match self {
             JsonError::Syntax { .. } => "",
-            JsonError::DuplicateKey { pointer, .. } | JsonError::TooDeep { pointer, .. } => pointer,
+            JsonError::DuplicateKey { pointer, .. }
+            | JsonError::TooDeep { pointer, .. }
+            | JsonError::NotFinite { pointer, .. } => pointer,
         }
     }
 }
@@ -84,6 +103,56 @@ pub fn parse_strict_str(text: &str) -> Result<Value, JsonError> {
         return Err(sc.error("trailing characters after the JSON value"));
     }
     Ok(value)
+}
+
+/// Parses `input` like [`parse_strict`], then refuses what [`require_finite`] refuses: the reader
+/// for input that is stored and hashed.
+pub fn parse_input(input: &[u8]) -> Result<Value, JsonError> {
+    let value = parse_strict(input)?;
+    require_finite(&value)?;
+    Ok(value)
+}
+
+/// Refuses the first number in `value` (array items in order, members by key) that reads as a
+/// double, because it has a fraction or an exponent, and is beyond a double's range: Python and
+/// canonical JSON read `1e400` as infinity. Integers without either are exact at any length and pass, and so do
+/// numbers that round to zero (`1e-400` reads as `0.0` in every reader).
+pub fn require_finite(value: &Value) -> Result<(), JsonError> {
+    let Some((mut path, number)) = first_non_finite(value) else {
+        return Ok(());
+    };
+    path.reverse();
+    let mut text: String = number.chars().take(40).collect();
+    if text.len() < number.len() {
+        text.push_str("...");
+    }
+    Err(JsonError::NotFinite {
+        pointer: pointer_of(&path),
+        text,
+    })
+}
+
+/// The path (innermost segment first) and text of the first number [`require_finite`] refuses.
+fn first_non_finite(value: &Value) -> Option<(Vec<String>, String)> {
+    match value {
+        Value::Number(n) => {
+            let text = n.as_str();
+            let float = text.contains(['.', 'e', 'E']);
+            let infinite = float && text.parse::<f64>().is_ok_and(f64::is_infinite);
+            infinite.then(|| (Vec::new(), text.to_owned()))
+        }
+        Value::Array(items) => items.iter().enumerate().find_map(|(i, v)| {
+            let (mut path, text) = first_non_finite(v)?;
+            path.push(i.to_string());
+            Some((path, text))
+        }),
+        Value::Object(map) => map.iter().find_map(|(k, v)| {
+            let (mut path, text) = first_non_finite(v)?;
+            path.push(k.clone());
+            Some((path, text))
+        }),
+        Value::Null | Value::Bool(_) | Value::String(_) => None,
+    }
 }
 
 /// Appends one JSON pointer segment (RFC 6901 escaping) for `key`.
@@ -555,6 +624,39 @@ mod tests {
             parse_strict(deep.as_bytes()),
             Err(JsonError::TooDeep { .. })
         ));
+    }
+
+    #[test]
+    fn input_refuses_numbers_beyond_a_double_with_their_pointer() {
+        for (text, pointer, shown) in [
+            (r#"{"a":[1,{"b/c":1e400}]}"#, "/a/1/b~1c", "1e+400"),
+            (r#"[-1.5E+309]"#, "/0", "-1.5e+309"),
+            (r#"1e400"#, "", "1e+400"),
+        ] {
+            let e = parse_input(text.as_bytes()).unwrap_err();
+            assert_eq!(e.pointer(), pointer, "{text}");
+            assert!(
+                matches!(&e, JsonError::NotFinite { text, .. } if text == shown),
+                "{e}"
+            );
+            assert!(parse_strict(text.as_bytes()).is_ok(), "still JSON: {text}");
+        }
+        let long = format!("[{}e999]", "9".repeat(100));
+        let e = parse_input(long.as_bytes()).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!("`{}...`", "9".repeat(40))),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn input_keeps_long_integers_tiny_numbers_and_the_largest_double() {
+        let ok = format!(
+            "[{},1e-400,-0.0,1.7976931348623157e308,{}]",
+            "9".repeat(5000),
+            "1".repeat(400)
+        );
+        assert_eq!(parse_input(ok.as_bytes()), parse_strict(ok.as_bytes()));
     }
 
     #[test]

@@ -514,7 +514,7 @@ fn read_package(file: &Path, stdin: &mut dyn Read) -> Result<Value, Failure> {
         std::fs::read(file).map(|b| bytes = b)
     };
     read.map_err(|e| Failure::CouldNotRun(format!("{}: {e}", file.display())))?;
-    cra_wire::json::parse_strict(&bytes)
+    cra_wire::json::parse_input(&bytes)
         .map_err(|e| Failure::Refused(ErrorBody::new(Token::InvalidSchema, e.to_string())))
 }
 

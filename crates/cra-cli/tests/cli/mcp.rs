@@ -124,6 +124,17 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
         .unwrap();
     assert_eq!(bad.is_error, Some(true), "parameters are checked: {bad:?}");
 
+    let beyond: Value = serde_json::from_str(r#"{"page": 1e400}"#).unwrap();
+    let refused = client
+        .call_tool(call("doc_read", beyond))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("/execution/parameters/page") && refused.contains("double"),
+        "a number no double holds is refused before anything is recorded: {refused}"
+    );
+
     assert!(
         client
             .call_tool(call("no_such_tool", json!({})))
@@ -170,7 +181,7 @@ async fn an_agent_acts_through_mcp_and_every_call_is_in_its_chain() {
     assert_eq!(
         count("action.requested"),
         4,
-        "every call naming an action was recorded, the unknown name was not: {types:?}"
+        "every call naming an action was recorded, the unknown name and 1e400 were not: {types:?}"
     );
     let verified = state.verify_chain(&auditor, id).await.unwrap();
     assert!(verified.valid, "{verified:?}");

@@ -136,9 +136,54 @@ pub(crate) fn executor_of(
         .and_then(|a| a.executor.clone())
 }
 
+/// Keeps a number beyond a double's range ([`cra_wire::json::require_finite`]) out of the
+/// chain: a result holding one becomes an `invalid_outcome` error, and error details holding one
+/// are dropped, the message saying so. Recorded, either would make the chain unreadable.
+fn finite_outcome(outcome: Result<Value, ExecuteError>) -> Result<Value, ExecuteError> {
+    match outcome {
+        Ok(result) => match cra_wire::json::require_finite(&result) {
+            Ok(()) => Ok(result),
+            Err(e) => Err(fail(
+                "invalid_outcome",
+                format!(
+                    "the executor's result holds a number beyond a double's range at `{}`; it was not recorded",
+                    e.pointer()
+                ),
+            )),
+        },
+        Err(mut error) => {
+            if let Some(Err(e)) = error.details.as_ref().map(cra_wire::json::require_finite) {
+                error.message = format!(
+                    "{} (its error details held a number beyond a double's range at `{}` and were not recorded)",
+                    error.message,
+                    e.pointer()
+                );
+                error.details = None;
+            }
+            Err(error)
+        }
+    }
+}
+
 impl Runtime {
-    /// Runs `executor` for an action and returns its result or error.
+    /// Runs `executor` for an action and returns its result or error (never one holding a number
+    /// beyond a double's range: see [`finite_outcome`]).
     pub async fn run_executor(
+        &self,
+        executor: Option<&str>,
+        action_id: &str,
+        execution_id: &str,
+        parameters: &Value,
+        reported: Option<&Value>,
+    ) -> Result<Value, ExecuteError> {
+        let outcome = self
+            .dispatch(executor, action_id, execution_id, parameters, reported)
+            .await;
+        finite_outcome(outcome)
+    }
+
+    /// Runs `executor`: the agent's reported outcome, a built-in, an MCP tool or an HTTP endpoint.
+    async fn dispatch(
         &self,
         executor: Option<&str>,
         action_id: &str,

@@ -82,6 +82,8 @@ struct Admitted {
 /// Parses `body`, checks the operation, the caller's identity and the session (read once: the
 /// engine judges the request against this reading).
 async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> ApiResult<Admitted> {
+    // HTTP bodies were checked when parsed; an MCP tool call's arguments arrive here unchecked.
+    cra_wire::json::require_finite(body).map_err(|e| crate::extract::json_error(&e))?;
     let request = parse_request(body).map_err(ApiError::from)?;
     // `validate` is a resolve that changes nothing (CARP §3.2): it takes resolve's door.
     let taken = request.operation == want

@@ -703,3 +703,116 @@ async fn hostile_requests_are_refused_with_their_token_and_change_nothing() {
     controls(&s, &ctx).await;
     s.stop().await;
 }
+
+/// An executor at `/exec` whose first answer is `200 {"ok": 1e400}` and whose later answers are
+/// `500 {"err": [-1e400]}`, written as raw text (no JSON library would write them).
+async fn executor_beyond_a_double() -> String {
+    use axum::http::{StatusCode, header::CONTENT_TYPE};
+    use axum::routing::post;
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let app = axum::Router::new().route(
+        "/exec",
+        post(move || {
+            let first = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0;
+            async move {
+                let (status, body) = if first {
+                    (StatusCode::OK, r#"{"ok": 1e400}"#)
+                } else {
+                    (StatusCode::INTERNAL_SERVER_ERROR, r#"{"err": [-1e400]}"#)
+                };
+                (status, [(CONTENT_TYPE, "application/json")], body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/exec")
+}
+
+/// Issue 29, item 4: on `fda2190` an executor's `1e400` was recorded, hashed as `Infinity`,
+/// and the chain could no longer be exported as JSON or verified.
+#[tokio::test]
+async fn an_executor_answering_a_number_beyond_a_double_is_an_invalid_outcome_and_the_chain_verifies()
+ {
+    let url = executor_beyond_a_double().await;
+    let s = TestServer::start_with(move |c| {
+        c.executors.insert(
+            "github".into(),
+            cra_runtime::config::ExecutorConfig::http(url, 5_000),
+        );
+    })
+    .await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
+    let (status, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    assert_eq!(status, 200, "{res}");
+    let resolution = res["resolution_id"].as_str().unwrap();
+    for (what, status_word) in [("result", "error"), ("error details", "error")] {
+        let params = json!({"owner": "octo", "repo": "hello"});
+        let execute = execute_request(
+            "maintainer-bot",
+            &sid,
+            &rid(),
+            resolution,
+            "repo.get",
+            params,
+        );
+        let (status, answer) = s.post(Some(MAINT), "/v1/execute", &execute).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["status"], status_word, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(what) && message.contains("double"),
+            "says why: {answer}"
+        );
+        if what == "result" {
+            assert_eq!(answer["error"]["code"], "invalid_outcome", "{answer}");
+        }
+    }
+    let exported = s.export_ndjson(&sid).await;
+    let text = String::from_utf8(exported.clone()).unwrap();
+    assert!(
+        !text.contains("Infinity") && !text.contains("e+400") && !text.contains("e400"),
+        "{text}"
+    );
+    let verified = appendix_b_verify(&exported);
+    assert_eq!(verified["valid"], true, "{verified}");
+    s.stop().await;
+}
+
+/// Issue 29, item 4: cra accepts and records integers of any length; Python 3.11 refuses to
+/// read one of over 4,300 digits unless told otherwise, and `tools/appendix_b.py` must read
+/// every chain cra accepts.
+#[tokio::test]
+async fn a_chain_holding_a_5000_digit_integer_verifies_with_appendix_b() {
+    let (s, _calls) = start_with_executor().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
+    let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    let resolution = res["resolution_id"].as_str().unwrap();
+    let digits = format!(
+        "{{\"owner\":\"octo\",\"repo\":\"hello\",\"n\":{}}}",
+        "7".repeat(5000)
+    );
+    let params: Value = serde_json::from_str(&digits).unwrap();
+    let execute = execute_request(
+        "maintainer-bot",
+        &sid,
+        &rid(),
+        resolution,
+        "repo.get",
+        params,
+    );
+    // Refused for its schema (no `n` in repo.get's parameters), and recorded with them.
+    let (status, refused) = s.post(Some(MAINT), "/v1/execute", &execute).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_parameters", "{refused}");
+    let exported = s.export_ndjson(&sid).await;
+    assert!(String::from_utf8_lossy(&exported).contains(&"7".repeat(5000)));
+    let verified = appendix_b_verify(&exported);
+    assert_eq!(verified["valid"], true, "{verified}");
+    s.stop().await;
+}

@@ -64,7 +64,10 @@ pub fn strict_json(data: &[u8]) {
     match (&strict, parse_input(data)) {
         (Ok(s), Ok(i)) => {
             assert_eq!(s, &i);
-            assert!(!has_infinite_float(s), "parse_input accepted a number with no double");
+            assert!(
+                !has_infinite_float(s),
+                "parse_input accepted a number with no double"
+            );
         }
         (Ok(s), Err(e)) => assert!(
             matches!(e, JsonError::NotFinite { .. }) && has_infinite_float(s),

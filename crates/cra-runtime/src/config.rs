@@ -194,6 +194,23 @@ pub struct McpConfig {
     pub allowed_origins: Vec<String>,
 }
 
+/// Approvals (`[approvals]`, `specs/carp.md`, "Separation of duties").
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApprovalsConfig {
+    /// Nobody decides an approval they requested: a key that is both agent and operator (or an
+    /// admin) that asked for an approval cannot grant or reject it. On by default.
+    pub separation_of_duties: bool,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        Self {
+            separation_of_duties: true,
+        }
+    }
+}
+
 /// The transparency log (`[log]`, `specs/tlog.md`): every TRACE event is a leaf of one Merkle
 /// tree whose signed checkpoints let anyone who saw one detect a rewritten history.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -536,6 +553,8 @@ pub struct RuntimeConfig {
     pub encryption: EncryptionConfig,
     /// Field-level redaction (`[[redaction.rules]]`); absent, nothing is redacted.
     pub redaction: RedactionConfig,
+    /// Approvals (`[approvals]`): separation of duties, on by default.
+    pub approvals: ApprovalsConfig,
 }
 
 impl Default for RuntimeConfig {
@@ -567,6 +586,7 @@ impl Default for RuntimeConfig {
             atlas_signing: AtlasSigningConfig::default(),
             encryption: EncryptionConfig::default(),
             redaction: RedactionConfig::default(),
+            approvals: ApprovalsConfig::default(),
         }
     }
 }

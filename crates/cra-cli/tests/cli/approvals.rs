@@ -28,15 +28,28 @@ fn cra(server: &Server, args: &[&str]) -> (Exit, String, String) {
     )
 }
 
-/// Opens a session as the admin and resolves a refund of 600 with intended parameters, which
-/// the params atlas gates: returns the approval id.
+/// The refund agent's key, beside the admin's: the admin decides, and nobody decides an
+/// approval they requested (separation of duties).
+const AGENT_TOKEN: &str = "refund-bot-key-000000000";
+
+/// The keys file of `data`: an admin and the refund agent.
+fn write_keys(data: &Path) {
+    std::fs::create_dir_all(data).unwrap();
+    let keys = format!(
+        "[[keys]]\ntoken = \"admin-key-000000000000\"\nactor_id = \"admin\"\nactor_type = \"human\"\nroles = [\"admin\"]\n\n[[keys]]\ntoken = \"{AGENT_TOKEN}\"\nactor_id = \"refund-bot\"\nactor_type = \"agent\"\nroles = [\"agent\"]\n"
+    );
+    std::fs::write(data.join("api-keys.toml"), keys).unwrap();
+}
+
+/// Opens a session as the refund agent and resolves a refund of 600 with intended parameters,
+/// which the params atlas gates: returns the approval id.
 fn ask_for_approval(server: &Server) -> String {
-    let token = cra_runtime::auth::local_admin_token(&server.data).unwrap();
+    let token = AGENT_TOKEN;
     let http = reqwest::blocking::Client::new();
     let post = |path: &str, body: Value| -> Value {
         let resp = http
             .post(format!("{}{path}", server.url))
-            .bearer_auth(&token)
+            .bearer_auth(token)
             .json(&body)
             .send()
             .unwrap();
@@ -47,7 +60,7 @@ fn ask_for_approval(server: &Server) -> String {
     };
     let session = post(
         "/v1/sessions",
-        json!({"agent_id": "admin", "goal": "refund"}),
+        json!({"agent_id": "refund-bot", "goal": "refund"}),
     );
     let sid = session["session_id"].as_str().unwrap();
     let now = cra_wire::clock::format_timestamp(cra_wire::Clock::now(&cra_wire::SystemClock));
@@ -58,7 +71,7 @@ fn ask_for_approval(server: &Server) -> String {
             "request_id": cra_wire::IdGenerator::new_id(&cra_wire::UuidV7Ids),
             "timestamp": now,
             "operation": "resolve",
-            "requester": {"agent_id": "admin", "session_id": sid},
+            "requester": {"agent_id": "refund-bot", "session_id": sid},
             "task": {"goal": "Refund the order",
                      "intended_parameters": {"refund.issue": {"amount": 600}}},
             "atlas_ids": ["com.example.params"]
@@ -72,13 +85,13 @@ fn ask_for_approval(server: &Server) -> String {
         "request_id": cra_wire::IdGenerator::new_id(&cra_wire::UuidV7Ids),
         "timestamp": now,
         "operation": "execute",
-        "requester": {"agent_id": "admin", "session_id": sid},
+        "requester": {"agent_id": "refund-bot", "session_id": sid},
         "execution": {"resolution_id": res["resolution_id"], "action_id": "refund.issue",
                       "parameters": {"amount": 600}}
     });
     let resp = http
         .post(format!("{}/v1/execute", server.url))
-        .bearer_auth(&token)
+        .bearer_auth(token)
         .json(&call)
         .send()
         .unwrap();
@@ -92,6 +105,7 @@ fn approvals_are_listed_shown_and_decided_once() {
     let tmp = tempfile::tempdir().unwrap();
     let atlas =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../cra-carp/tests/fixtures/params/atlas");
+    write_keys(&tmp.path().join("data"));
     let server = Server::start_with(&tmp.path().join("data"), atlas);
     let (e, out, _) = cra(&server, &["list"]);
     assert_eq!((e, out.trim()), (Exit::Success, "no approval is pending"));

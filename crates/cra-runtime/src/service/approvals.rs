@@ -157,6 +157,17 @@ async fn open_approval(state: &Runtime, approval_id: &str) -> ApiResult<Approval
     Err(lapsed(&approval))
 }
 
+/// The refusal of a decision by the actor who asked for the approval (separation of duties).
+fn own_approval(approval: &ApprovalRecord) -> ApiError {
+    ApiError::new(
+        Token::Forbidden,
+        format!(
+            "approval {} was asked for by `{}`, the caller: nobody decides an approval they requested (separation of duties); another operator decides it, or the operator turns the rule off with [approvals] separation_of_duties = false",
+            approval.approval_id, approval.agent_id
+        ),
+    )
+}
+
 /// The refusal of a decision on an approval whose session has ended.
 fn lapsed(approval: &ApprovalRecord) -> ApiError {
     ApiError::new(
@@ -168,7 +179,8 @@ fn lapsed(approval: &ApprovalRecord) -> ApiError {
     )
 }
 
-/// Grants or rejects approval `approval_id` (operators), once. The decision and its event
+/// Grants or rejects approval `approval_id` (operators other than the agent that asked for it,
+/// unless `[approvals] separation_of_duties` is off), once. The decision and its event
 /// (`approval.granted` / `approval.rejected`, in its session's chain under the resolve's trace)
 /// are written as one unit: both or neither.
 pub async fn decide(
@@ -187,6 +199,9 @@ pub async fn decide(
         ));
     }
     let approval = open_approval(rt, approval_id).await?;
+    if rt.config.approvals.separation_of_duties && approval.agent_id == actor.id {
+        return Err(own_approval(&approval));
+    }
     let change = DecisionRecord {
         session_id: approval.session_id.clone(),
         approval_id: approval_id.to_owned(),

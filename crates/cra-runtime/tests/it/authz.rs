@@ -1112,3 +1112,52 @@ async fn keys_and_tokens_never_appear_in_the_log() {
         }
     }
 }
+
+/// Issue 29, item 8: on `fda2190` a key that is both agent and operator (or an admin) could
+/// grant the approval its own execute asked for, and then run the call.
+#[tokio::test]
+async fn nobody_decides_an_approval_they_requested() {
+    const DUAL: &str = "dual-key-0000000000000";
+    for separation in [true, false] {
+        let (url, _calls) = executor_endpoint().await;
+        let s = TestServer::start_with(move |c| {
+            c.executors.insert(
+                "github".into(),
+                cra_runtime::config::ExecutorConfig::http(url, 5_000),
+            );
+            c.approvals.separation_of_duties = separation;
+            // The maintainer's own key, made an operator too.
+            let keys = c.api_keys.clone().unwrap();
+            let mut text = std::fs::read_to_string(&keys).unwrap();
+            text.push_str(&format!(
+                "\n[[keys]]\ntoken = \"{DUAL}\"\nactor_id = \"maintainer-bot\"\nactor_type = \"agent\"\nroles = [\"agent\", \"operator\"]\n"
+            ));
+            std::fs::write(&keys, text).unwrap();
+        })
+        .await;
+        let sid = s.open_session(DUAL, "maintainer-bot").await;
+        let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
+        let (st, res) = s.post(Some(DUAL), "/v1/resolve", &resolve).await;
+        assert_eq!(st, 200, "{res}");
+        let approval = s
+            .ask_merge_approval(DUAL, "maintainer-bot", &sid, &res)
+            .await;
+        let path = format!("/v1/approvals/{approval}");
+        let grant = json!({"decision": "grant"});
+        let events = s.events(&sid).await.len();
+        let own = s.post(Some(DUAL), &path, &grant).await;
+        if separation {
+            assert_error(&own, 403, "forbidden");
+            let message = own.1["message"].as_str().unwrap();
+            assert!(message.contains("separation_of_duties"), "{message}");
+            assert_eq!(s.events(&sid).await.len(), events, "nothing recorded");
+            let (st, body) = s.get(Some(OPERATOR), &path).await;
+            assert_eq!((st, &body["status"]), (200, &json!("pending")), "{body}");
+            let other = s.post(Some(OPERATOR), &path, &grant).await;
+            assert_eq!(other.0, 200, "another operator decides it: {}", other.1);
+        } else {
+            assert_eq!(own.0, 200, "the rule is off: {}", own.1);
+        }
+        s.stop().await;
+    }
+}

@@ -204,6 +204,29 @@ pub enum AuthSetupError {
     Jwt(String),
 }
 
+/// Why `id` cannot be a credential's actor id, if it cannot: actor ids follow the agent id rules
+/// (1 to 128 printable ASCII characters, no spaces), and the ids cra records as itself (a
+/// project's audit chain `project:<id>`, the operator audit chain's `cra-operator`) belong to no
+/// key and no token: an actor with one could read, and write into, chains that are not theirs.
+pub fn actor_id_problem(id: &str) -> Option<String> {
+    let max = crate::service::sessions::MAX_ID_LEN;
+    if id.is_empty() || id.len() > max || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Some(format!(
+            "must be 1 to {max} printable ASCII characters without spaces"
+        ));
+    }
+    if id.starts_with(PROJECT_ACTOR_PREFIX) || id == cra_store::retention::OPERATOR_AGENT {
+        return Some(format!(
+            "`{id}` is an id cra records as itself (`{PROJECT_ACTOR_PREFIX}<project>` for a project's audit chain, `{}` for the operator audit chain); choose another",
+            cra_store::retention::OPERATOR_AGENT
+        ));
+    }
+    None
+}
+
+/// The prefix of a project's actor id in its audit chain (`project:<project_id>`).
+pub const PROJECT_ACTOR_PREFIX: &str = "project:";
+
 impl KeysFile {
     /// Reads and checks a keys file.
     pub fn load(path: &Path) -> Result<Self, AuthSetupError> {
@@ -227,10 +250,10 @@ impl KeysFile {
                     ),
                 });
             }
-            if k.actor_id.is_empty() {
+            if let Some(problem) = actor_id_problem(&k.actor_id) {
                 return Err(AuthSetupError::Invalid {
                     path: path.to_owned(),
-                    message: format!("key #{} has an empty actor_id", i + 1),
+                    message: format!("key #{}'s actor_id {problem}", i + 1),
                 });
             }
             if !seen.insert(fingerprint(&k.token)) {
@@ -488,10 +511,10 @@ fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
         };
         ApiError::new(Token::Unauthenticated, format!("{why}; obtain a new token"))
     })?;
-    if data.claims.sub.is_empty() {
+    if let Some(problem) = actor_id_problem(&data.claims.sub) {
         return Err(ApiError::new(
             Token::Unauthenticated,
-            "the token's `sub` claim is empty",
+            format!("the token's `sub` claim {problem}; obtain a token for another subject"),
         ));
     }
     Ok(Actor {
@@ -569,6 +592,51 @@ mod tests {
         )
         .unwrap();
         assert!(KeysFile::load(&p).unwrap_err().to_string().contains("16"));
+    }
+
+    /// Issue 29, item 10: on `fda2190` a key could claim `project:<id>`, the actor of a
+    /// project's audit chain, or `cra-operator`, and read those chains as its own.
+    #[test]
+    fn keys_file_actor_ids_follow_the_id_rules_and_claim_no_reserved_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.toml");
+        for (actor, says) in [
+            ("project:proj-1", "records as itself"),
+            ("cra-operator", "records as itself"),
+            ("two words", "printable ASCII"),
+            ("", "printable ASCII"),
+        ] {
+            let key = format!(
+                "[[keys]]\ntoken=\"0123456789abcdef0\"\nactor_id=\"{actor}\"\nactor_type=\"agent\"\nroles=[\"agent\"]\n"
+            );
+            std::fs::write(&p, key).unwrap();
+            let e = KeysFile::load(&p).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("key #1"), "{actor}: {e}");
+        }
+    }
+
+    #[test]
+    fn jwt_subjects_follow_the_id_rules_and_claim_no_reserved_id() {
+        let a = jwt_auth();
+        let secret = b"0123456789abcdef0123456789abcdef";
+        let long = "x".repeat(129);
+        for sub in [
+            "project:proj-1",
+            "cra-operator",
+            "has space",
+            "",
+            long.as_str(),
+        ] {
+            let claims = serde_json::json!({"sub": sub, "roles": ["agent"], "exp": now() + 600});
+            let t = sign(Algorithm::HS256, secret, claims);
+            let e = a.authenticate(Some(&format!("Bearer {t}"))).unwrap_err();
+            assert_eq!(e.status(), 401, "{sub}");
+            assert!(
+                e.body.message.contains("`sub`"),
+                "{sub}: {}",
+                e.body.message
+            );
+        }
     }
 
     fn jwt_auth() -> Authenticator {

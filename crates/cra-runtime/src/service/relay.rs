@@ -52,7 +52,7 @@ pub fn project_audit_session(project_id: &str) -> String {
 
 /// The agent id of a project's audit chain.
 fn audit_agent(project_id: &str) -> String {
-    format!("project:{project_id}")
+    format!("{}{project_id}", crate::auth::PROJECT_ACTOR_PREFIX)
 }
 
 fn relay_actor(a: &Actor) -> RelayActor {
@@ -242,7 +242,8 @@ impl Runtime {
     /// Package `package_id` of project `scope`, or, without one, of the one project holding
     /// that id that `actor` may read (ids are unique per project only), once `actor` is known to
     /// be granted reads of its project, or with `write` writes. 404 for an id no project holds
-    /// (or `scope` does not); 403 when every project holding it refuses the grant; 409
+    /// (or `scope` does not), and for one held only by projects `actor` may not read (the same
+    /// answer, so ids cannot be probed); 403 for a write `actor` may read but not make; 409
     /// `ambiguous_package_id` when several projects `actor` may use hold it.
     async fn granted_package(
         &self,
@@ -293,13 +294,14 @@ impl Runtime {
                 Err(e) => refusal = refusal.or(Some(e)),
             }
         }
+        let not_found =
+            || ApiError::new(Token::PackageNotFound, format!("no package `{package_id}`"));
         match (usable.len(), refusal) {
             (1, _) => Ok(usable.remove(0)),
-            (0, Some(refused)) => Err(refused),
-            (0, None) => Err(ApiError::new(
-                Token::PackageNotFound,
-                format!("no package `{package_id}`"),
-            )),
+            // A reader refused a write may know the package; anyone else gets the answer an
+            // unknown id gets, so that package ids of other projects cannot be probed.
+            (0, Some(refused)) if write && self.reads_any(actor, package_id).await? => Err(refused),
+            (0, Some(_) | None) => Err(not_found()),
             _ => Err(ApiError::new(
                 Token::AmbiguousPackageId,
                 format!(
@@ -312,6 +314,18 @@ impl Runtime {
                 ),
             )),
         }
+    }
+
+    /// True when `actor` may read one of the projects holding `package_id`.
+    async fn reads_any(&self, actor: &Actor, package_id: &str) -> ApiResult<bool> {
+        let id = package_id.to_owned();
+        let holders = self.relay_call(move |r| r.projects_of_package(&id)).await?;
+        for project in holders {
+            if self.require_project(actor, &project, false).await.is_ok() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// The chain a Relay write of `actor` goes to: `session_id`'s when that is an active CARP

@@ -254,6 +254,9 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         let p = rt.session_record(parent).await?;
         require_read(actor, &p)?;
     }
+    if let Some(project) = &input.project_id {
+        require_known_project(rt, actor, project).await?;
+    }
     let session_id = rt.ids.new_id();
     let callsign = callsign_for(&session_id);
     let record = SessionRecord {
@@ -286,6 +289,30 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
     Ok(view(&record, events.first(), events.len() as u64))
 }
 
+/// Refuses a session naming a project its opener may not read, with the answer an unknown
+/// project gets (404 `project_not_found` at `/project_id`): the chain would otherwise tie
+/// another team's project to this work, and two answers would tell a caller which ids exist.
+async fn require_known_project(rt: &Runtime, actor: &Actor, project: &str) -> ApiResult<()> {
+    match rt.require_project(actor, project, false).await {
+        Err(e)
+            if matches!(
+                e.token(),
+                Some(Token::ProjectNotFound | Token::Unauthorized)
+            ) =>
+        {
+            Err(ApiError::field(
+                Token::ProjectNotFound,
+                "/project_id",
+                format!(
+                    "no project `{project}` that {} may read; name a project it was granted, or none",
+                    actor.id
+                ),
+            ))
+        }
+        other => other,
+    }
+}
+
 /// Applies the redaction rules to the goal (the one free text of an opening); answers what they
 /// replaced, to be recorded after `session.started`.
 fn redact_goal(rt: &Runtime, input: &mut CreateSession) -> Vec<Redaction> {
@@ -302,7 +329,9 @@ fn redact_goal(rt: &Runtime, input: &mut CreateSession) -> Vec<Redaction> {
 
 /// The shape of an open request and whether `actor` may make it.
 fn check_open(actor: &Actor, input: &CreateSession) -> ApiResult<()> {
-    check_id_field("/agent_id", &input.agent_id)?;
+    if let Some(problem) = crate::auth::actor_id_problem(&input.agent_id) {
+        return Err(ApiError::field(Token::InvalidRequest, "/agent_id", problem));
+    }
     if input.goal.trim().is_empty() || input.goal.len() > MAX_GOAL_LEN {
         return Err(ApiError::field(
             Token::InvalidRequest,

@@ -453,23 +453,38 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
             403,
         ),
     ];
-    let call = |key: &'static str,
-                method: &'static str,
-                path: &'static str,
-                body: Option<serde_json::Value>| {
-        let s = &s;
-        async move {
-            match (method, body) {
-                ("GET", _) => s.get(Some(key), path).await,
-                ("DELETE", _) => s.delete(Some(key), path).await,
-                (_, Some(b)) => s.post(Some(key), path, &b).await,
-                (_, None) => s.post(Some(key), path, &json!({})).await,
+    let call =
+        |key: &'static str, method: &'static str, path: String, body: Option<serde_json::Value>| {
+            let s = &s;
+            async move {
+                let path = path.as_str();
+                match (method, body) {
+                    ("GET", _) => s.get(Some(key), path).await,
+                    ("DELETE", _) => s.delete(Some(key), path).await,
+                    (_, Some(b)) => s.post(Some(key), path, &b).await,
+                    (_, None) => s.post(Some(key), path, &json!({})).await,
+                }
             }
-        }
-    };
-    // The intruder first: every route refused, nothing recorded or stored.
+        };
+    // The intruder first: every route refused, nothing recorded or stored. A route that names
+    // a package by its id alone answers as for an id no project holds (issue 29, item 10: on
+    // `fda2190` the 403 told an intruder which ids exist).
     for (method, path, body, _, _) in &routes {
-        let got = call(AGENT2, method, path, body.clone()).await;
+        let got = call(AGENT2, method, path.to_string(), body.clone()).await;
+        if path.starts_with("/v1/packages/") {
+            let unknown = path.replace("pkg_g1", "pkg_nowhere");
+            let none = call(AGENT2, method, unknown, body.clone()).await;
+            assert_error(&got, 404, "package_not_found");
+            assert_eq!(
+                got.1["message"]
+                    .as_str()
+                    .unwrap()
+                    .replace("pkg_g1", "pkg_nowhere"),
+                none.1["message"].as_str().unwrap(),
+                "{method} {path}: foreign and unknown ids answer alike"
+            );
+            continue;
+        }
         assert_error(&got, 403, "unauthorized");
         assert!(
             got.1["message"].as_str().unwrap().contains("other-bot"),
@@ -491,7 +506,7 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
     assert_eq!(facts.as_array().unwrap().len(), 1, "{facts}");
     // The auditor reads everything and writes nothing.
     for (method, path, body, _, auditor) in &routes {
-        let got = call(AUDITOR, method, path, body.clone()).await;
+        let got = call(AUDITOR, method, path.to_string(), body.clone()).await;
         assert_eq!(got.0, *auditor, "auditor {method} {path}: {}", got.1);
     }
     assert_eq!(s.events(&audit).await.len(), audit_len);
@@ -506,7 +521,7 @@ async fn relay_projects_refuse_every_route_to_an_agent_without_a_grant() {
         } else {
             *member
         };
-        let got = call(AGENT, method, path, body).await;
+        let got = call(AGENT, method, path.to_string(), body).await;
         assert_eq!(got.0, want, "member {method} {path}: {}", got.1);
     }
     // The member's orchestrate without a project covers the project it may read.

@@ -128,8 +128,8 @@ async fn deposits_go_to_the_session_or_the_project_chain_and_grants_hold() {
     // Grants: another agent may neither read nor write; an auditor reads; identity is checked.
     assert_error(
         &s.get(Some(AGENT2), "/v1/packages/pkg_1").await,
-        403,
-        "unauthorized",
+        404,
+        "package_not_found",
     );
     assert_error(
         &s.post(
@@ -215,8 +215,8 @@ async fn flag_and_review_follow_the_transitions_and_are_recorded() {
     );
     assert_error(
         &s.post(Some(AGENT2), "/v1/packages/pkg_r/flag", &flag).await,
-        403,
-        "unauthorized",
+        404,
+        "package_not_found",
     );
     assert_eq!(
         s.event_types(&audit).await.len(),
@@ -1022,8 +1022,8 @@ async fn export_and_import_over_http_round_trip_byte_identically() {
     assert_eq!(p["x-extra"], json!({"kept": [1, 2.5, null]}));
     assert_error(
         &b.get(Some(AGENT2), "/v1/packages/pkg_x1").await,
-        403,
-        "unauthorized",
+        404,
+        "package_not_found",
     );
     let audit = cra_runtime::service::relay::project_audit_session("proj-x");
     let events = b.events(&audit).await;

@@ -7,6 +7,8 @@ use crate::support::*;
 #[tokio::test]
 async fn session_lifecycle_is_traced_and_verifies() {
     let s = TestServer::start().await;
+    let project = json!({"project_id": "proj-1", "name": "CI"});
+    assert_eq!(s.post(Some(AGENT), "/v1/projects", &project).await.0, 201);
     let (st, body) = s
         .post(
             Some(AGENT),
@@ -147,5 +149,52 @@ async fn the_trace_list_shows_each_caller_what_it_may_read() {
     assert_eq!(ids(&body), both);
     let got = s.get(None, "/v1/traces").await;
     assert_error(&got, 401, "unauthenticated");
+    s.stop().await;
+}
+
+/// Issue 29, item 10: on `fda2190` a session could name any project id, another team's or none
+/// at all, and ids cra records as itself could be claimed by a session.
+#[tokio::test]
+async fn a_session_names_only_a_project_its_opener_reads_and_no_reserved_agent() {
+    let s = TestServer::start().await;
+    let project = json!({"project_id": "proj-theirs", "name": "Theirs"});
+    assert_eq!(s.post(Some(MAINT), "/v1/projects", &project).await.0, 201);
+    let open = |project: &str| json!({"agent_id": "ops-bot", "goal": "g", "project_id": project});
+    let foreign = s
+        .post(Some(AGENT), "/v1/sessions", &open("proj-theirs"))
+        .await;
+    let unknown = s
+        .post(Some(AGENT), "/v1/sessions", &open("proj-nowhere"))
+        .await;
+    for (got, id) in [(&foreign, "proj-theirs"), (&unknown, "proj-nowhere")] {
+        assert_error(got, 404, "project_not_found");
+        assert_eq!(got.1["details"]["errors"][0]["pointer"], "/project_id");
+        let message = got.1["message"].as_str().unwrap().replace(id, "ID");
+        let other = unknown.1["message"]
+            .as_str()
+            .unwrap()
+            .replace("proj-nowhere", "ID");
+        assert_eq!(message, other, "foreign and unknown answer alike");
+    }
+    let mine = json!({"agent_id": "maintainer-bot", "goal": "g", "project_id": "proj-theirs"});
+    let member = s.post(Some(MAINT), "/v1/sessions", &mine).await;
+    assert_eq!(
+        member.0, 201,
+        "the project's creator names it: {}",
+        member.1
+    );
+    for reserved in ["project:proj-theirs", "cra-operator"] {
+        let body = json!({"agent_id": reserved, "goal": "g"});
+        let got = s.post(Some(ADMIN), "/v1/sessions", &body).await;
+        assert_error(&got, 400, "invalid_request");
+        assert!(
+            got.1["message"]
+                .as_str()
+                .unwrap()
+                .contains("records as itself"),
+            "{}",
+            got.1
+        );
+    }
     s.stop().await;
 }

@@ -21,8 +21,8 @@ use crate::history::HistoryRead;
 use crate::index::AtlasSet;
 use crate::store::{
     ApprovalCall, ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError,
-    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, ResolveRecord, SessionRecord,
-    StoredResolution,
+    ClaimOutcome, ConsumeOutcome, ExecutionLease, ExecutionRecord, IdempotentCall, ResolveRecord,
+    SessionRecord, StoredResolution,
 };
 use crate::types::{
     AllowedAction, CARP_VERSION, CarpRequest, ExecuteError, ExecuteResponse, ExecuteStatus,
@@ -114,6 +114,36 @@ enum RequestIdRule {
     Unused,
     /// Already used by this very request (an execute decided again).
     Own,
+}
+
+/// A repeated idempotency key: the first response when `call` is the call the key was first
+/// used for (or the first record predates keeping calls), else 409 `idempotency_key_reused`:
+/// answering another call's response would tell the agent its call ran when it did not.
+fn repeat_of(
+    first: ExecutionRecord,
+    call: &IdempotentCall,
+    key: &str,
+) -> Result<ExecuteOutcome, CarpError> {
+    match &first.call {
+        Some(ran) if ran != call => {
+            let what = if ran.action_id == call.action_id {
+                "the same action with other parameters".to_owned()
+            } else {
+                format!("action `{}`, not `{}`", ran.action_id, call.action_id)
+            };
+            let message = format!(
+                "idempotency key `{key}` was first used by execution {} for another call ({what}); a key names one call: send this call with a new key",
+                first.execution_id
+            );
+            let mut e = CarpError::new(Token::IdempotencyKeyReused, message.clone());
+            e.errors = vec![cra_wire::FieldError::new(
+                "/execution/idempotency_key",
+                message,
+            )];
+            Err(e)
+        }
+        _ => Ok(ExecuteOutcome::Answered(first.response)),
+    }
 }
 
 fn store_err(e: CarpStoreError) -> CarpError {
@@ -577,7 +607,8 @@ impl Carp {
                 .get_execution_by_key(&request.requester.session_id, key)
                 .map_err(store_err)?
         {
-            return Ok(ExecuteOutcome::Answered(first.response).into());
+            let call = IdempotentCall::of(&exec.action_id, &exec.parameters);
+            return Ok(repeat_of(first, &call, key)?.into());
         }
         let stored = self
             .store
@@ -815,7 +846,11 @@ impl Carp {
         }
         match claim {
             ClaimOutcome::Claimed => {}
-            ClaimOutcome::Finished(first) => return Ok(ExecuteOutcome::Answered(first.response)),
+            ClaimOutcome::Finished(first) => {
+                let call = IdempotentCall::of(&run.action.action_id, &run.parameters);
+                let key = run.idempotency_key.as_deref().unwrap_or_default();
+                return repeat_of(*first, &call, key);
+            }
             ClaimOutcome::InFlight { execution_id } => {
                 return Err(CarpError::new(
                     Token::ExecutionInProgress,
@@ -882,6 +917,7 @@ impl Carp {
             resolution_id: run.resolution_id.clone(),
             trace_id: run.trace_id.clone(),
             claimed_at: format_timestamp(self.clock.now()),
+            parameters_hash: Some(cra_wire::hash::canonical_digest(&run.parameters)),
         }
     }
 
@@ -963,12 +999,14 @@ impl Carp {
             trace_id: run.trace_id,
             extra: Map::new(),
         };
+        let call = IdempotentCall::of(&run.action.action_id, &run.parameters);
         ExecutionRecord {
             execution_id: run.execution_id,
             session_id: run.session_id,
             idempotency_key: run.idempotency_key,
             response,
             marks,
+            call: Some(call),
         }
     }
 

@@ -125,6 +125,30 @@ pub struct ExecutionRecord {
     /// record of its key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub marks: Vec<Mark>,
+    /// The call that ran: a later use of the idempotency key must repeat it to get `response`.
+    /// `None` in records written before round 2 (any repeat then gets the first response).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<IdempotentCall>,
+}
+
+/// The call an idempotency key names: its action and the digest of its parameters
+/// (`cra_wire::hash::canonical_digest`, as `action.requested` records it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdempotentCall {
+    /// The action.
+    pub action_id: String,
+    /// `sha256:` of the parameters in TRACE canonical form.
+    pub parameters_hash: String,
+}
+
+impl IdempotentCall {
+    /// The call of `action_id` with `parameters`.
+    pub fn of(action_id: &str, parameters: &serde_json::Value) -> Self {
+        Self {
+            action_id: action_id.to_owned(),
+            parameters_hash: cra_wire::hash::canonical_digest(parameters),
+        }
+    }
 }
 
 /// One event on a history predicate's counter: a call the predicate compares with succeeded, at
@@ -164,6 +188,11 @@ pub struct ExecutionLease {
     pub trace_id: String,
     /// When it was claimed (wire form).
     pub claimed_at: String,
+    /// `sha256:` of the call's parameters, so that the outcome recorded for a run cut off by a
+    /// crash still names its call ([`ExecutionRecord::call`]); `None` in leases written before
+    /// round 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters_hash: Option<String>,
 }
 
 /// The answer of [`CarpStore::claim_execution`].

@@ -79,6 +79,10 @@ pub fn sample_resolution(id: &str) -> Resolution {
 pub fn sample_execution(id: &str, session_id: &str, key: Option<&str>) -> ExecutionRecord {
     ExecutionRecord {
         marks: Vec::new(),
+        call: Some(crate::store::IdempotentCall::of(
+            "payment.refund",
+            &serde_json::json!({"amount": 5}),
+        )),
         execution_id: id.to_owned(),
         session_id: session_id.to_owned(),
         idempotency_key: key.map(str::to_owned),
@@ -763,6 +767,7 @@ pub fn sample_lease(
         resolution_id: "res-1".to_owned(),
         trace_id: "t1".to_owned(),
         claimed_at: "2026-01-01T00:00:00.000000Z".to_owned(),
+        parameters_hash: Some("sha256:00".to_owned()),
     }
 }
 

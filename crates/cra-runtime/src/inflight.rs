@@ -7,7 +7,7 @@
 
 use cra_carp::CarpStore;
 use cra_carp::events::ActionFailed;
-use cra_carp::store::{CarpStoreError, ExecutionLease, ExecutionRecord};
+use cra_carp::store::{CarpStoreError, ExecutionLease, ExecutionRecord, IdempotentCall};
 use cra_carp::types::{CARP_VERSION, ExecuteError, ExecuteResponse, ExecuteStatus};
 use cra_trace::Span;
 use cra_trace::store::{ChainStore, ChainStoreError};
@@ -88,8 +88,16 @@ fn close_one(
         extra: serde_json::Map::new(),
     };
     // A repeat of the idempotency key answers this outcome instead of running the action again.
+    let call = lease
+        .parameters_hash
+        .clone()
+        .map(|parameters_hash| IdempotentCall {
+            action_id: lease.action_id.clone(),
+            parameters_hash,
+        });
     match carp.record_execution(&ExecutionRecord {
         marks: Vec::new(),
+        call,
         execution_id: lease.execution_id.clone(),
         session_id: lease.session_id.clone(),
         idempotency_key: lease.idempotency_key.clone(),

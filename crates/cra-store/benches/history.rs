@@ -95,6 +95,7 @@ fn execution(n: u64, marks: Vec<Mark>) -> ExecutionRecord {
         execution_id: id.clone(),
         session_id: SESSION.into(),
         idempotency_key: None,
+        call: None,
         response: ExecuteResponse {
             carp_version: "1.0".into(),
             execution_id: id,

@@ -179,6 +179,8 @@ tokens! {
     ApprovalPending = ("approval_pending", 409),
     /// An execution with this idempotency key is still running; retry for its outcome.
     ExecutionInProgress = ("execution_in_progress", 409),
+    /// The idempotency key was first used for another call (action or parameters): a key names one call, so send this one with a new key.
+    IdempotencyKeyReused = ("idempotency_key_reused", 409),
     /// The stored record failed its integrity check and is quarantined.
     IntegrityError = ("integrity_error", 409),
     /// The request body exceeds the configured limit.

@@ -409,11 +409,20 @@ fn idempotency_key_returns_the_first_response() {
         .run(w.exec_req(&rid, "deploy.status", json!({"n": 1}), Some("k1")))
         .unwrap();
     let second = w
-        .run(w.exec_req(&rid, "deploy.status", json!({"n": 2}), Some("k1")))
+        .run(w.exec_req(&rid, "deploy.status", json!({"n": 1}), Some("k1")))
         .unwrap();
     assert_eq!(
         first, second,
         "the repeat is answered with the first response"
+    );
+    // The key names that call: another one under it is refused, never answered as the first.
+    let other = w
+        .run(w.exec_req(&rid, "deploy.status", json!({"n": 2}), Some("k1")))
+        .unwrap_err();
+    assert_eq!(
+        other.token,
+        cra_wire::Token::IdempotencyKeyReused,
+        "{other}"
     );
     // And it did not run again: the budget (3) still has two units.
     assert_eq!(

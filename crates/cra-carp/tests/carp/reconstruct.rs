@@ -194,6 +194,7 @@ fn store_from(st: &SessionState, events: &[TraceEvent]) -> MemoryStore {
         store
             .record_execution(&ExecutionRecord {
                 marks: Vec::new(),
+                call: None,
                 execution_id: x.execution_id.clone(),
                 session_id: sid.clone(),
                 idempotency_key: x.idempotency_key.clone(),

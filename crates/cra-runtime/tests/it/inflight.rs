@@ -289,6 +289,7 @@ fn recovery_releases_unapproved_and_ended_leases_without_events() {
         resolution_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000003".into(),
         trace_id: "0190f5d2-8a4e-7b3c-9d1e-a00000000001".into(),
         claimed_at: "2026-03-02T10:00:00.000000Z".into(),
+        parameters_hash: None,
     };
     // Session OPEN: execution e1 was requested but never approved.
     let (e1, e2, e3) = (

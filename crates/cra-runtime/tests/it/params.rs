@@ -393,3 +393,66 @@ async fn a_granted_approval_runs_its_call_once_under_racing_executes() {
     assert_eq!(cleared, 1, "{types:?}");
     s.stop().await;
 }
+
+/// Issue 29, item 7: on `fda2190` a reused idempotency key with other parameters or another
+/// action answered the first call's response, telling the agent a call ran that never did.
+#[tokio::test]
+async fn a_reused_idempotency_key_names_one_call_and_another_call_is_refused() {
+    let (s, calls) = start_with_executor().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = crate::support::resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
+    let (st, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    assert_eq!(st, 200, "{res}");
+    let resolution = res["resolution_id"].as_str().unwrap();
+    let execute = |action: &str, repo: &str| {
+        let params = json!({"owner": "octo", "repo": repo});
+        let mut e = execute_request("maintainer-bot", &sid, &rid(), resolution, action, params);
+        e["execution"]["idempotency_key"] = json!("k-1");
+        e
+    };
+    let (st, first) = s
+        .post(Some(MAINT), "/v1/execute", &execute("repo.get", "hello"))
+        .await;
+    assert_eq!((st, &first["status"]), (200, &json!("success")), "{first}");
+    let (st, again) = s
+        .post(Some(MAINT), "/v1/execute", &execute("repo.get", "hello"))
+        .await;
+    assert_eq!(st, 200, "{again}");
+    assert_eq!(
+        again["execution_id"], first["execution_id"],
+        "the same call: its first answer"
+    );
+    let cases = [
+        ("repo.get", "world", "the same action with other parameters"),
+        ("pr.list", "hello", "action `repo.get`, not `pr.list`"),
+    ];
+    for (action, repo, says) in cases {
+        let (st, got) = s
+            .post(Some(MAINT), "/v1/execute", &execute(action, repo))
+            .await;
+        assert_eq!((st, &got["status"]), (409, &json!("denied")), "{got}");
+        assert_eq!(got["error"]["code"], "idempotency_key_reused", "{got}");
+        let pointer = &got["error"]["details"]["errors"][0]["pointer"];
+        assert_eq!(pointer, "/execution/idempotency_key", "{got}");
+        let message = got["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(says) && message.contains("new key"),
+            "{message}"
+        );
+        assert_ne!(
+            got["execution_id"], first["execution_id"],
+            "never the first answer: {got}"
+        );
+    }
+    assert_eq!(
+        calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the executor ran once"
+    );
+    let types = s.event_types(&sid).await;
+    assert!(
+        types.iter().any(|t| t == "action.deduplicated"),
+        "{types:?}"
+    );
+    s.stop().await;
+}

@@ -601,6 +601,12 @@ impl Carp {
     ) -> Result<ExecuteDecided, CarpError> {
         let exec = execution_of(request)?;
         let now = self.common_checks(request, id)?;
+        let stored = self
+            .store
+            .get_resolution(&exec.resolution_id)
+            .map_err(store_err)?;
+        // Before the key's first answer: a key lives no longer than its resolution.
+        let checked = check_resolution(request, stored.as_ref(), unix_micros(now))?;
         if let Some(key) = &exec.idempotency_key
             && let Some(first) = self
                 .store
@@ -610,11 +616,6 @@ impl Carp {
             let call = IdempotentCall::of(&exec.action_id, &exec.parameters);
             return Ok(repeat_of(first, &call, key)?.into());
         }
-        let stored = self
-            .store
-            .get_resolution(&exec.resolution_id)
-            .map_err(store_err)?;
-        let checked = check_resolution(request, stored.as_ref(), unix_micros(now))?;
         let resolution = &checked.resolution;
         let action = check_action_allowed(request, resolution)?;
         let compiled;

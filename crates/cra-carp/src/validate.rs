@@ -163,7 +163,8 @@ pub fn parse_request_text(text: &str) -> Result<CarpRequest, CarpError> {
     parse_request(&value)
 }
 
-/// Rule 2: the timestamp is within `max_skew_seconds` of `now`.
+/// Rule 2: the timestamp is within `max_skew_seconds` of `now`, to the microsecond (300.000001 s
+/// is refused: whole seconds would have let nearly one more second through).
 pub fn check_clock_skew(
     request: &CarpRequest,
     now: OffsetDateTime,
@@ -175,13 +176,15 @@ pub fn check_clock_skew(
         message: e.to_string(),
         errors: vec![FieldError::new("/timestamp", e.to_string())],
     })?;
-    let skew = (ts - now).whole_seconds().abs();
-    if skew > max_skew_seconds {
+    let skew = (ts - now).abs();
+    if skew > time::Duration::seconds(max_skew_seconds) {
+        let micros = skew.whole_microseconds();
+        let (whole, fraction) = (micros / 1_000_000, micros % 1_000_000);
         return Err(CarpError {
             policy_id: None,
             token: Token::ClockSkew,
             message: format!(
-                "the request timestamp {} is {skew} s from the runtime clock; at most {max_skew_seconds} s is accepted, check the client's clock",
+                "the request timestamp {} is {whole}.{fraction:06} s from the runtime clock; at most {max_skew_seconds} s is accepted, check the client's clock",
                 request.timestamp
             ),
             errors: vec![FieldError::new(
@@ -287,8 +290,8 @@ pub fn execution_of(request: &CarpRequest) -> Result<&Execution, CarpError> {
     })
 }
 
-/// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session and
-/// has not expired at `now_us`. Returns the stored record.
+/// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session,
+/// has not expired at `now_us` and was made no later than `now_us`. Returns the stored record.
 pub fn check_resolution<'a>(
     request: &CarpRequest,
     stored: Option<&'a StoredResolution>,
@@ -335,6 +338,22 @@ pub fn check_resolution<'a>(
                 exec.resolution_id, s.resolution.ttl_seconds
             ),
             errors: vec![FieldError::new("/execution/resolution_id", "expired")],
+        });
+    }
+    if let Ok(made) = parse_rfc3339(&s.resolution.timestamp)
+        && now_us < crate::eval::unix_micros(made)
+    {
+        return Err(CarpError {
+            policy_id: None,
+            token: Token::ClockSkew,
+            message: format!(
+                "the runtime clock is before resolution {} was made ({}): an execute cannot precede the resolution that allows it; the clock went back, or replicas' clocks disagree",
+                exec.resolution_id, s.resolution.timestamp
+            ),
+            errors: vec![FieldError::new(
+                "/execution/resolution_id",
+                "made after the runtime clock's now",
+            )],
         });
     }
     Ok(s)

@@ -767,3 +767,67 @@ fn a_refusal_is_an_execute_response_naming_its_token() {
     let waiting = w.carp.refused(&parsed, &pending);
     assert_eq!(waiting.status, ExecuteStatus::PendingApproval);
 }
+
+/// Issue 29, item 11: on `fda2190` the skew was compared in whole seconds, so a timestamp
+/// 300.999999 s away passed a 300 s limit.
+#[test]
+fn clock_skew_is_checked_to_the_microsecond() {
+    let w = World::new();
+    let mut request = w.resolve_req("com.example.ops", "check");
+    let at = |offset: time::Duration| {
+        cra_wire::clock::format_timestamp(cra_wire::Clock::now(w.clock.as_ref()) + offset)
+    };
+    request["timestamp"] = json!(at(time::Duration::microseconds(300_000_001)));
+    let e = w.resolve(request.clone()).unwrap_err();
+    assert_eq!(e.token.as_str(), "clock_skew");
+    assert!(e.message.contains("300.000001 s"), "{}", e.message);
+    request["timestamp"] = json!(at(-time::Duration::microseconds(300_000_001)));
+    assert_eq!(
+        w.resolve(request.clone()).unwrap_err().token.as_str(),
+        "clock_skew"
+    );
+    request["timestamp"] = json!(at(time::Duration::seconds(300)));
+    assert!(w.resolve(request).is_ok(), "exactly the limit is accepted");
+}
+
+/// Issue 29, item 11: an execute at an instant before its resolution was made (a clock that went
+/// back, or a replica behind another) was accepted on `fda2190`.
+#[test]
+fn an_execute_before_its_resolution_was_made_is_refused() {
+    let w = World::new();
+    let rid = w
+        .resolve(w.resolve_req("com.example.ops", "check"))
+        .unwrap()
+        .resolution_id;
+    w.clock.advance(-time::Duration::microseconds(1));
+    let e = w
+        .execute(w.exec_req(&rid, "deploy.status", json!({}), None))
+        .unwrap_err();
+    assert_eq!(e.token.as_str(), "clock_skew", "{}", e.message);
+    assert_eq!(e.errors[0].pointer, "/execution/resolution_id");
+    w.clock.advance(time::Duration::microseconds(1));
+    let ok = w
+        .run(w.exec_req(&rid, "deploy.status", json!({}), None))
+        .unwrap();
+    assert_eq!(ok.status, ExecuteStatus::Success, "at its instant it runs");
+}
+
+/// Issue 29, item 11: on `fda2190` an idempotency key answered its first response forever, even
+/// once its resolution had expired; a key lives no longer than its resolution.
+#[test]
+fn an_idempotency_key_expires_with_its_resolution() {
+    let w = World::new();
+    let rid = w
+        .resolve(w.resolve_req("com.example.ops", "check"))
+        .unwrap()
+        .resolution_id;
+    let first = w
+        .run(w.exec_req(&rid, "deploy.status", json!({}), Some("k1")))
+        .unwrap();
+    assert_eq!(first.status, ExecuteStatus::Success);
+    w.clock.advance(time::Duration::seconds(3600));
+    assert_eq!(
+        token(w.execute(w.exec_req(&rid, "deploy.status", json!({}), Some("k1")))),
+        "resolution_expired"
+    );
+}

@@ -29,8 +29,9 @@ use crate::types::{
     Operation, Resolution,
 };
 use crate::validate::{
-    CarpError, DEFAULT_MAX_SKEW_SECONDS, check_action_allowed, check_clock_skew,
-    check_request_id_new, check_resolution, check_session, compile_schema, execution_of,
+    CarpError, DEFAULT_MAX_SKEW_SECONDS, check_action_allowed, check_after_resolution,
+    check_clock_skew, check_request_id_new, check_resolution, check_session, compile_schema,
+    execution_of,
 };
 
 /// Runtime knobs.
@@ -607,6 +608,7 @@ impl Carp {
             .map_err(store_err)?;
         // Before the key's first answer: a key lives no longer than its resolution.
         let checked = check_resolution(request, stored.as_ref(), unix_micros(now))?;
+        check_after_resolution(&checked.resolution, now, self.config.max_skew_seconds)?;
         if let Some(key) = &exec.idempotency_key
             && let Some(first) = self
                 .store

@@ -290,8 +290,8 @@ pub fn execution_of(request: &CarpRequest) -> Result<&Execution, CarpError> {
     })
 }
 
-/// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session,
-/// has not expired at `now_us` and was made no later than `now_us`. Returns the stored record.
+/// Rule 4: the resolution exists, belongs to the requester, was made in the requester's session
+/// and has not expired at `now_us`. Returns the stored record.
 pub fn check_resolution<'a>(
     request: &CarpRequest,
     stored: Option<&'a StoredResolution>,
@@ -340,23 +340,35 @@ pub fn check_resolution<'a>(
             errors: vec![FieldError::new("/execution/resolution_id", "expired")],
         });
     }
-    if let Ok(made) = parse_rfc3339(&s.resolution.timestamp)
-        && now_us < crate::eval::unix_micros(made)
-    {
-        return Err(CarpError {
-            policy_id: None,
-            token: Token::ClockSkew,
-            message: format!(
-                "the runtime clock is before resolution {} was made ({}): an execute cannot precede the resolution that allows it; the clock went back, or replicas' clocks disagree",
-                exec.resolution_id, s.resolution.timestamp
-            ),
-            errors: vec![FieldError::new(
-                "/execution/resolution_id",
-                "made after the runtime clock's now",
-            )],
-        });
-    }
     Ok(s)
+}
+
+/// Rule 4b: the execute's instant `now` is not before `resolution` was made by more than the
+/// allowed skew: replicas' clocks may disagree that much (as clients' may), but an execute that
+/// far before the resolution that allows it means a clock went back.
+pub fn check_after_resolution(
+    resolution: &Resolution,
+    now: OffsetDateTime,
+    max_skew_seconds: i64,
+) -> Result<(), CarpError> {
+    let Ok(made) = parse_rfc3339(&resolution.timestamp) else {
+        return Ok(());
+    };
+    if made - now <= time::Duration::seconds(max_skew_seconds) {
+        return Ok(());
+    }
+    Err(CarpError {
+        policy_id: None,
+        token: Token::ClockSkew,
+        message: format!(
+            "the runtime clock is more than {max_skew_seconds} s before resolution {} was made ({}): an execute cannot precede the resolution that allows it; the clock went back, or a replica's clock is behind",
+            resolution.resolution_id, resolution.timestamp
+        ),
+        errors: vec![FieldError::new(
+            "/execution/resolution_id",
+            "made after the runtime clock's now",
+        )],
+    })
 }
 
 /// Rule 5: the action is in the resolution's `allowed_actions`.

@@ -45,6 +45,21 @@ pub struct Limits {
     pub burst: u32,
     /// Events a WebSocket subscriber may have queued before it is closed as too slow.
     pub stream_queue: usize,
+    /// Milliseconds a whole request head may take to arrive, the first one and each later one
+    /// on a kept-alive connection (so also the keep-alive idle timeout).
+    pub header_read_timeout_ms: u64,
+    /// Milliseconds a request body may take to arrive whole (longer: 408 `request_timeout`).
+    pub body_timeout_ms: u64,
+    /// Milliseconds a write may wait for the client to read before the connection is closed.
+    pub write_timeout_ms: u64,
+    /// Connections served at once; absent: three quarters of the process's open-file limit. At
+    /// the limit, the oldest connection without a whole request head is closed to make room.
+    pub max_connections: Option<usize>,
+    /// Milliseconds shutdown waits for requests in progress before closing their connections.
+    pub shutdown_deadline_ms: u64,
+    /// Milliseconds between the pings of a WebSocket stream; a peer silent until the next one
+    /// is closed (1001).
+    pub stream_ping_ms: u64,
 }
 
 impl Default for Limits {
@@ -54,6 +69,31 @@ impl Default for Limits {
             requests_per_second: 500,
             burst: 1000,
             stream_queue: 4096,
+            header_read_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            write_timeout_ms: 30_000,
+            max_connections: None,
+            shutdown_deadline_ms: 10_000,
+            stream_ping_ms: 30_000,
+        }
+    }
+}
+
+impl Limits {
+    /// How long a request body may take to arrive.
+    pub(crate) fn body_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.body_timeout_ms)
+    }
+
+    /// The connection limits of the listener (`crate::listen`).
+    pub(crate) fn connections(&self) -> crate::listen::ConnectionLimits {
+        crate::listen::ConnectionLimits {
+            header_read_timeout: std::time::Duration::from_millis(self.header_read_timeout_ms),
+            write_timeout: std::time::Duration::from_millis(self.write_timeout_ms),
+            max_connections: self
+                .max_connections
+                .unwrap_or_else(crate::listen::default_max_connections),
+            shutdown_deadline: std::time::Duration::from_millis(self.shutdown_deadline_ms),
         }
     }
 }

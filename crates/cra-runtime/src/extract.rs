@@ -41,8 +41,13 @@ fn is_json_content_type(content_type: &str) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// Reads and strictly parses the body of `req`, refusing anything over `limit` bytes.
-pub(crate) async fn read_json_body(req: Request, limit: usize) -> Result<Value, ApiError> {
+/// Reads and strictly parses the body of `req`, refusing anything over `limit` bytes or slower
+/// than `timeout` ([`read_body`]).
+pub(crate) async fn read_json_body(
+    req: Request,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Value, ApiError> {
     let content_type = req
         .headers()
         .get(CONTENT_TYPE)
@@ -63,13 +68,34 @@ pub(crate) async fn read_json_body(req: Request, limit: usize) -> Result<Value, 
             ));
         }
     }
-    let bytes = read_body(req, limit).await?;
+    let bytes = read_body(req, limit, timeout).await?;
     parse_body_bytes(&bytes)
 }
 
-/// Reads the whole body of `req`, refusing (413) anything over `limit` bytes: before reading
-/// when `Content-Length` declares more, else as soon as more arrives.
-pub(crate) async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads the whole body of `req` within `timeout`, refusing (413) anything over `limit` bytes:
+/// before reading when `Content-Length` declares more, else as soon as more arrives; a body
+/// still arriving at the timeout is 408 `request_timeout` (a client sending a byte a minute must
+/// not hold a request open).
+pub(crate) async fn read_body(
+    req: Request,
+    limit: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
+    tokio::time::timeout(timeout, read_body_within(req, limit))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::new(
+                Token::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} ms; send it at once",
+                    timeout.as_millis()
+                ),
+            ))
+        })
+}
+
+/// [`read_body`] without its timeout.
+async fn read_body_within(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
@@ -210,7 +236,12 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let value = read_json_body(req, state.config.limits.max_body_bytes).await?;
+        let value = read_json_body(
+            req,
+            state.config.limits.max_body_bytes,
+            state.config.limits.body_timeout(),
+        )
+        .await?;
         from_value(value).map(JsonBody)
     }
 }
@@ -219,7 +250,12 @@ impl FromRequest<AppState> for RawJson {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, Self::Rejection> {
-        let value = read_json_body(req, state.config.limits.max_body_bytes).await?;
+        let value = read_json_body(
+            req,
+            state.config.limits.max_body_bytes,
+            state.config.limits.body_timeout(),
+        )
+        .await?;
         if !value.is_object() {
             return Err(ApiError::field(
                 Token::InvalidRequest,

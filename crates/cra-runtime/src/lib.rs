@@ -29,6 +29,7 @@ pub mod executor;
 mod extract;
 mod inflight;
 mod leader;
+mod listen;
 pub mod mcp;
 mod metrics;
 pub mod openapi;

@@ -7,7 +7,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::serve::ListenerExt;
 use cra_store::pg::clock::DatabaseClock;
 use cra_wire::{Clock, IdGenerator};
 use tokio::net::TcpListener;
@@ -554,6 +553,7 @@ pub async fn start(
     ));
     let (tx, rx) = oneshot::channel::<()>();
     let stopping = state.stopping.clone();
+    let limits = state.config.limits.connections();
     let task = tokio::spawn(async move {
         let signal = async move {
             tokio::select! {
@@ -562,13 +562,8 @@ pub async fn start(
             }
             stopping.cancel();
         };
-        // TCP_NODELAY on every accepted connection: streams and small answers go out at once.
-        let listener = listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        axum::serve(listener, app.into_make_service())
-            .with_graceful_shutdown(signal)
-            .await
+        crate::listen::serve(listener, app, limits, signal).await;
+        Ok(())
     });
     Ok(RunningServer {
         addr: bound,

@@ -189,6 +189,41 @@ async fn send_batch(
 /// before reading it from the store.
 const HOLE_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
+/// A stream's keepalive: a ping every `limits.stream_ping_ms` (30 s), so that proxies and the
+/// listener never see the stream idle; a peer that has sent nothing (no pong, no frame) by the
+/// next ping is gone, and the stream closes with 1001.
+struct Keepalive {
+    tick: tokio::time::Interval,
+    awaiting: bool,
+}
+
+impl Keepalive {
+    fn new(state: &AppState) -> Self {
+        let every = std::time::Duration::from_millis(state.config.limits.stream_ping_ms.max(1));
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            tick,
+            awaiting: false,
+        }
+    }
+
+    /// The peer sent something: it is there.
+    fn heard(&mut self) {
+        self.awaiting = false;
+    }
+
+    /// At each tick: pings, or closes the stream (`false`) when the last ping went unanswered.
+    async fn ping(&mut self, socket: &mut WebSocket) -> bool {
+        if self.awaiting {
+            close(socket, 1001, "no answer to the last ping; reconnect".into()).await;
+            return false;
+        }
+        self.awaiting = true;
+        socket.send(Message::Ping(Vec::new().into())).await.is_ok()
+    }
+}
+
 /// The first sequence at or after `next` missing below the highest event of `ready`, if any.
 fn first_hole(next: u64, ready: &[Arc<LiveEvent>]) -> Option<u64> {
     let mut seqs: Vec<u64> = ready
@@ -304,6 +339,7 @@ async fn session_stream(
     // started past its `session.ended` (a resume at the end).
     ended |= ended_before;
     // Follow live.
+    let mut keepalive = Keepalive::new(&state);
     loop {
         if ended {
             close(&mut socket, 1000, "session ended".into()).await;
@@ -365,10 +401,15 @@ async fn session_stream(
                     return;
                 }
             }
+            _ = keepalive.tick.tick() => {
+                if !keepalive.ping(&mut socket).await {
+                    return;
+                }
+            }
             msg = socket.recv() => {
                 match msg {
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                    Some(Ok(_)) => {}
+                    Some(Ok(_)) => keepalive.heard(),
                 }
             }
         }
@@ -408,6 +449,7 @@ async fn catch_up(
 }
 
 async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscription) {
+    let mut keepalive = Keepalive::new(&state);
     loop {
         tokio::select! {
             ev = sub.rx.recv() => {
@@ -440,10 +482,15 @@ async fn all_stream(state: AppState, mut socket: WebSocket, mut sub: Subscriptio
                 close(&mut socket, CLOSE_MAY_HAVE_MISSED, "events of other replicas may have been missed; reconnect, and read each session's missed events with since_seq".into()).await;
                 return;
             }
+            _ = keepalive.tick.tick() => {
+                if !keepalive.ping(&mut socket).await {
+                    return;
+                }
+            }
             msg = socket.recv() => {
                 match msg {
                     Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
-                    Some(Ok(_)) => {}
+                    Some(Ok(_)) => keepalive.heard(),
                 }
             }
         }

@@ -183,6 +183,8 @@ tokens! {
     IdempotencyKeyReused = ("idempotency_key_reused", 409),
     /// The stored record failed its integrity check and is quarantined.
     IntegrityError = ("integrity_error", 409),
+    /// The request body did not arrive within the configured time.
+    RequestTimeout = ("request_timeout", 408),
     /// The request body exceeds the configured limit.
     PayloadTooLarge = ("payload_too_large", 413),
     /// The content type is not `application/json`.

@@ -678,8 +678,12 @@ async fn bundle_body(req: axum::extract::Request) -> ApiResult<axum::body::Bytes
             ),
         ));
     }
-    crate::extract::read_body(req, IMPORT_MAX_BYTES).await
+    crate::extract::read_body(req, IMPORT_MAX_BYTES, IMPORT_BODY_TIMEOUT).await
 }
+
+/// How long an import's bundle may take to arrive: ten minutes, for up to `IMPORT_MAX_BYTES`
+/// (`limits.body_timeout_ms` is for ordinary requests).
+const IMPORT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Import (§10.3) of a bundle (`GET /v1/export`'s form, `Content-Type: application/x-ndjson`)
 /// into an empty Relay store. Every package hash and file digest is verified before anything

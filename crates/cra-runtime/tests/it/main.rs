@@ -6,6 +6,7 @@ mod authz;
 mod bad_requests;
 mod catalog;
 mod concurrency;
+mod connections;
 mod crash;
 mod fidelity;
 mod flow;

@@ -15,6 +15,8 @@
 //! * `tracelog`: TRACE appends and the live fan-out; `stream`: the WebSocket streams;
 //!   `replicas`: other replicas' appends published to this one's streams (PostgreSQL);
 //!   `leader`: which replica runs the periodic work.
+//! * `listen`: the accept loop and each connection's HTTP/1, under header, write and shutdown
+//!   deadlines and a connection limit that half-open clients cannot fill.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
 //! * [`tlog`]: the transparency log's key, origin and checkpoints (`/v1/log/*`).
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).

@@ -167,7 +167,7 @@ fn finite_outcome(outcome: Result<Value, ExecuteError>) -> Result<Value, Execute
 
 impl Runtime {
     /// Runs `executor` for an action and returns its result or error (never one holding a number
-    /// beyond a double's range: see [`finite_outcome`]).
+    /// beyond a double's range: a result holding one becomes `invalid_outcome`).
     pub async fn run_executor(
         &self,
         executor: Option<&str>,

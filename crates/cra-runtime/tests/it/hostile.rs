@@ -704,6 +704,15 @@ async fn hostile_requests_are_refused_with_their_token_and_change_nothing() {
     s.stop().await;
 }
 
+/// A maintainer's session and a resolution of `repo-read` in it.
+async fn maintainer_resolution(s: &TestServer) -> (String, String) {
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
+    let (status, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    assert_eq!(status, 200, "{res}");
+    (sid, res["resolution_id"].as_str().unwrap().to_owned())
+}
+
 /// An executor at `/exec` whose first answer is `200 {"ok": 1e400}` and whose later answers are
 /// `500 {"err": [-1e400]}`, written as raw text (no JSON library would write them).
 async fn executor_beyond_a_double() -> String {
@@ -745,11 +754,8 @@ async fn an_executor_answering_a_number_beyond_a_double_is_an_invalid_outcome_an
         );
     })
     .await;
-    let sid = s.open_session(MAINT, "maintainer-bot").await;
-    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
-    let (status, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
-    assert_eq!(status, 200, "{res}");
-    let resolution = res["resolution_id"].as_str().unwrap();
+    let (sid, resolution) = maintainer_resolution(&s).await;
+    let resolution = resolution.as_str();
     for (what, status_word) in [("result", "error"), ("error details", "error")] {
         let params = json!({"owner": "octo", "repo": "hello"});
         let execute = execute_request(
@@ -789,10 +795,8 @@ async fn an_executor_answering_a_number_beyond_a_double_is_an_invalid_outcome_an
 #[tokio::test]
 async fn a_chain_holding_a_5000_digit_integer_verifies_with_appendix_b() {
     let (s, _calls) = start_with_executor().await;
-    let sid = s.open_session(MAINT, "maintainer-bot").await;
-    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read"]);
-    let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
-    let resolution = res["resolution_id"].as_str().unwrap();
+    let (sid, resolution) = maintainer_resolution(&s).await;
+    let resolution = resolution.as_str();
     let digits = format!(
         "{{\"owner\":\"octo\",\"repo\":\"hello\",\"n\":{}}}",
         "7".repeat(5000)

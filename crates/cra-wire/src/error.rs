@@ -212,7 +212,8 @@ mod tests {
             assert_eq!(Token::parse(t.as_str()), Some(*t));
             assert!(seen.insert(t.as_str()), "duplicate token {}", t.as_str());
             assert!(
-                [400, 401, 403, 404, 409, 413, 415, 429, 500, 501, 503].contains(&t.http_status())
+                [400, 401, 403, 404, 408, 409, 413, 415, 429, 500, 501, 503]
+                    .contains(&t.http_status())
             );
         }
     }

@@ -168,6 +168,9 @@ pub struct ClearedExecution {
     session_id: String,
     agent_id: String,
     idempotency_key: Option<String>,
+    /// The call (action and parameters digest), digested once for the lease, the record and a
+    /// repeated key.
+    call: IdempotentCall,
 }
 
 /// What an execute request led to.
@@ -799,7 +802,6 @@ impl Carp {
             Authorization::Proceed { action, charges } => {
                 let run = ClearedExecution {
                     execution_id: self.ids.new_id(),
-                    action,
                     parameters: exec.parameters.clone(),
                     trace_id: tid,
                     request_id: request.request_id.clone(),
@@ -807,6 +809,8 @@ impl Carp {
                     session_id: request.requester.session_id.clone(),
                     agent_id: request.requester.agent_id.clone(),
                     idempotency_key: exec.idempotency_key.clone(),
+                    call: IdempotentCall::of(&action.action_id, &exec.parameters),
+                    action,
                 };
                 self.claim_and_consume(request, run, &charges, history)
             }
@@ -850,9 +854,8 @@ impl Carp {
         match claim {
             ClaimOutcome::Claimed => {}
             ClaimOutcome::Finished(first) => {
-                let call = IdempotentCall::of(&run.action.action_id, &run.parameters);
                 let key = run.idempotency_key.as_deref().unwrap_or_default();
-                return repeat_of(*first, &call, key);
+                return repeat_of(*first, &run.call, key);
             }
             ClaimOutcome::InFlight { execution_id } => {
                 return Err(CarpError::new(
@@ -920,7 +923,7 @@ impl Carp {
             resolution_id: run.resolution_id.clone(),
             trace_id: run.trace_id.clone(),
             claimed_at: format_timestamp(self.clock.now()),
-            parameters_hash: Some(cra_wire::hash::canonical_digest(&run.parameters)),
+            parameters_hash: Some(run.call.parameters_hash.clone()),
         }
     }
 
@@ -1002,14 +1005,13 @@ impl Carp {
             trace_id: run.trace_id,
             extra: Map::new(),
         };
-        let call = IdempotentCall::of(&run.action.action_id, &run.parameters);
         ExecutionRecord {
             execution_id: run.execution_id,
             session_id: run.session_id,
             idempotency_key: run.idempotency_key,
             response,
             marks,
-            call: Some(call),
+            call: Some(run.call),
         }
     }
 

@@ -209,8 +209,8 @@ pub enum AuthSetupError {
 /// project's audit chain `project:<id>`, the operator audit chain's `cra-operator`) belong to no
 /// key and no token: an actor with one could read, and write into, chains that are not theirs.
 pub fn actor_id_problem(id: &str) -> Option<String> {
-    let max = crate::service::sessions::MAX_ID_LEN;
-    if id.is_empty() || id.len() > max || !id.bytes().all(|b| b.is_ascii_graphic()) {
+    if !crate::service::sessions::is_id(id) {
+        let max = crate::service::sessions::MAX_ID_LEN;
         return Some(format!(
             "must be 1 to {max} printable ASCII characters without spaces"
         ));

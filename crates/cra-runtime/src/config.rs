@@ -80,6 +80,30 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Refuses, by name, a connection limit or deadline of zero: it would close or refuse every
+    /// connection.
+    fn check_connections(&self) -> Result<(), ConfigError> {
+        let zero = [
+            ("header_read_timeout_ms", self.header_read_timeout_ms),
+            ("body_timeout_ms", self.body_timeout_ms),
+            ("write_timeout_ms", self.write_timeout_ms),
+            ("shutdown_deadline_ms", self.shutdown_deadline_ms),
+            ("stream_ping_ms", self.stream_ping_ms),
+            (
+                "max_connections",
+                self.max_connections.map_or(1, |n| n as u64),
+            ),
+        ]
+        .into_iter()
+        .find(|(_, v)| *v == 0);
+        match zero {
+            Some((name, _)) => Err(ConfigError::Invalid(format!(
+                "`limits.{name}` must be at least 1"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// How long a request body may take to arrive.
     pub(crate) fn body_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_millis(self.body_timeout_ms)
@@ -691,6 +715,7 @@ impl RuntimeConfig {
                 "`limits.stream_queue` must be at least 1".into(),
             ));
         }
+        self.limits.check_connections()?;
         if let Some(r) = &self.retention {
             r.policy()?;
             if r.interval_seconds < 60 {
@@ -872,6 +897,23 @@ days = 30
             .unwrap_err()
             .to_string();
         assert!(e.contains("log.witness_timeout_ms"), "{e}");
+    }
+
+    #[test]
+    fn a_connection_limit_or_deadline_of_zero_is_refused_by_name() {
+        for name in [
+            "header_read_timeout_ms",
+            "body_timeout_ms",
+            "write_timeout_ms",
+            "shutdown_deadline_ms",
+            "stream_ping_ms",
+            "max_connections",
+        ] {
+            let c = RuntimeConfig::from_toml(&format!("[limits]\n{name} = 0\n")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(&format!("limits.{name}")), "{e}");
+        }
+        assert!(RuntimeConfig::default().validate().is_ok());
     }
 
     #[test]

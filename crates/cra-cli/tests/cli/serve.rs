@@ -8,6 +8,38 @@ use std::process::{Command, Stdio};
 
 use cra_store::testing::{TestSchema, postgres_url};
 
+type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// The address `child` (a `cra serve`) prints once it listens, and the rest of its output.
+fn listening(child: &mut std::process::Child) -> (String, Lines) {
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("cra serve stopped before listening")
+            .unwrap();
+        if let Some(a) = line.strip_prefix("cra serve: listening on ") {
+            return (a.to_owned(), lines);
+        }
+    }
+}
+
+/// Sends SIGTERM to `child` and requires a clean exit.
+fn terminate(child: std::process::Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn serve_on_postgres_starts_answers_and_stops_cleanly() {
     let Some(url) = postgres_url("serve_on_postgres_starts_answers_and_stops_cleanly") else {
@@ -38,35 +70,13 @@ fn serve_on_postgres_starts_answers_and_stops_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let Some(line) = lines.next() else {
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "cra serve stopped before listening: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
-        let line = line.unwrap();
-        if let Some(a) = line.strip_prefix("cra serve: listening on ") {
-            break a.to_owned();
-        }
-    };
+    let (addr, lines) = listening(&mut child);
     let health = reqwest::blocking::get(format!("{addr}/v1/health")).unwrap();
     assert_eq!(health.status().as_u16(), 200);
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // Read the rest on another thread: it ends when the server closes its output.
+    let rest = std::thread::spawn(move || lines.map(|l| l.unwrap()).collect::<Vec<String>>());
+    terminate(child);
+    let rest = rest.join().unwrap();
     assert!(
         rest.iter()
             .any(|l| l.contains("stopped; every acknowledged write is on disk")),
@@ -93,16 +103,7 @@ fn under_512_descriptors_1000_half_open_connections_lock_out_no_client() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("prlimit (util-linux) runs the server");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("cra serve stopped before listening")
-            .unwrap();
-        if let Some(a) = line.strip_prefix("cra serve: listening on ") {
-            break a.to_owned();
-        }
-    };
+    let (addr, _lines) = listening(&mut child);
     let socket = addr.trim_start_matches("http://").to_owned();
     let mut held = Vec::new();
     for _ in 0..1000 {
@@ -124,17 +125,6 @@ fn under_512_descriptors_1000_half_open_connections_lock_out_no_client() {
         .send()
         .expect("an authenticated client is served");
     assert_eq!(answer.status().as_u16(), 200);
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    terminate(child);
     drop(held);
 }

@@ -287,11 +287,20 @@ impl Runtime {
         let id = package_id.to_owned();
         let holders = self.relay_call(move |r| r.projects_of_package(&id)).await?;
         let mut usable = Vec::new();
+        // The first refusal of a write to a project `actor` reads: only such a caller learns
+        // that the package exists.
         let mut refusal = None;
         for project in holders {
             match self.require_project(actor, &project, write).await {
                 Ok(()) => usable.push(project),
-                Err(e) => refusal = refusal.or(Some(e)),
+                // A store that cannot answer is not a refusal of access.
+                Err(e) if e.token() != Some(Token::Unauthorized) => return Err(e),
+                Err(e) if refusal.is_none() && write => {
+                    if self.require_project(actor, &project, false).await.is_ok() {
+                        refusal = Some(e);
+                    }
+                }
+                Err(_) => {}
             }
         }
         let not_found =
@@ -300,8 +309,8 @@ impl Runtime {
             (1, _) => Ok(usable.remove(0)),
             // A reader refused a write may know the package; anyone else gets the answer an
             // unknown id gets, so that package ids of other projects cannot be probed.
-            (0, Some(refused)) if write && self.reads_any(actor, package_id).await? => Err(refused),
-            (0, Some(_) | None) => Err(not_found()),
+            (0, Some(refused)) => Err(refused),
+            (0, None) => Err(not_found()),
             _ => Err(ApiError::new(
                 Token::AmbiguousPackageId,
                 format!(
@@ -314,18 +323,6 @@ impl Runtime {
                 ),
             )),
         }
-    }
-
-    /// True when `actor` may read one of the projects holding `package_id`.
-    async fn reads_any(&self, actor: &Actor, package_id: &str) -> ApiResult<bool> {
-        let id = package_id.to_owned();
-        let holders = self.relay_call(move |r| r.projects_of_package(&id)).await?;
-        for project in holders {
-            if self.require_project(actor, &project, false).await.is_ok() {
-                return Ok(true);
-            }
-        }
-        Ok(false)
     }
 
     /// The chain a Relay write of `actor` goes to: `session_id`'s when that is an active CARP

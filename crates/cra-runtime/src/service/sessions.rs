@@ -77,10 +77,15 @@ pub(crate) fn callsign_for(session_id: &str) -> String {
     )
 }
 
-/// Checks an identifier field: non-empty, at most [`MAX_ID_LEN`] bytes, printable, no spaces.
+/// True when `value` is an identifier: non-empty, at most [`MAX_ID_LEN`] bytes, printable ASCII,
+/// no spaces.
+pub(crate) fn is_id(value: &str) -> bool {
+    !value.is_empty() && value.len() <= MAX_ID_LEN && value.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// Checks an identifier field ([`is_id`]).
 pub(crate) fn check_id_field(pointer: &str, value: &str) -> ApiResult<()> {
-    if value.is_empty() || value.len() > MAX_ID_LEN || !value.bytes().all(|b| b.is_ascii_graphic())
-    {
+    if !is_id(value) {
         return Err(ApiError::field(
             Token::InvalidRequest,
             pointer,

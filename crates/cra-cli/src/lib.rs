@@ -24,6 +24,9 @@ pub struct Cli {
     /// The command group.
     #[command(subcommand)]
     pub command: Command,
+    /// What HTTPS and WSS connections trust and present (every command that calls a server).
+    #[command(flatten)]
+    pub tls: cmd::client::TlsArgs,
 }
 
 /// Top-level command groups.
@@ -64,6 +67,10 @@ pub enum Command {
 
 /// Runs a parsed command line and returns its exit status.
 pub fn run(cli: Cli) -> Exit {
+    if let Err(e) = cra_runtime::tls::set_client_defaults(&cli.tls.client_tls()) {
+        eprintln!("cra: {e}");
+        return Exit::CouldNotRun;
+    }
     match cli.command {
         Command::Trace(c) => cmd::trace::run(c),
         Command::Conformance(c) => cmd::conformance::run(c),

@@ -1,11 +1,12 @@
 //! Who is calling: API keys (`Authorization: Bearer <key>`) from a TOML keys file, and optional
-//! JWTs (HS256 or RS256 with a configured key). Each credential maps to an [`Actor`] with roles.
+//! JWTs (HS256 or RS256 with a configured key), and with mutual TLS the subject of the client
+//! certificate (`[[certificates]]`). Each credential maps to an [`Actor`] with roles.
 //!
 //! Keys are compared in constant time (SHA-256 of the presented token against SHA-256 of every
 //! stored key, all of them, with `subtle`), and never logged: logs and rate-limit buckets use a
 //! short fingerprint of the key's hash.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -161,13 +162,32 @@ impl fmt::Debug for KeyEntry {
     }
 }
 
-/// The keys file: `[[keys]] token, actor_id, actor_type, roles`.
+/// One client certificate subject of the keys file (mutual TLS, `specs/http.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CertificateEntry {
+    /// The certificate's subject as RFC 4514 writes it, e.g. `CN=agent-7,O=Example` (what
+    /// `openssl x509 -noout -subject -nameopt RFC2253` prints).
+    pub subject: String,
+    /// The actor a certificate with this subject authenticates.
+    pub actor_id: String,
+    /// agent | human | script.
+    pub actor_type: ActorType,
+    /// Granted roles.
+    pub roles: Vec<Role>,
+}
+
+/// The keys file: `[[keys]] token, actor_id, actor_type, roles`, and for mutual TLS
+/// `[[certificates]] subject, actor_id, actor_type, roles`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeysFile {
     /// Every key.
     #[serde(default)]
     pub keys: Vec<KeyEntry>,
+    /// Every client certificate subject that names an actor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub certificates: Vec<CertificateEntry>,
 }
 
 /// A keys file or JWT key that could not be used.
@@ -263,7 +283,39 @@ impl KeysFile {
                 });
             }
         }
+        file.check_certificates(path)?;
         Ok(file)
+    }
+
+    /// Every `[[certificates]]` entry names a usable actor, and no subject twice.
+    fn check_certificates(&self, path: &Path) -> Result<(), AuthSetupError> {
+        let invalid = |message: String| AuthSetupError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        let mut seen = BTreeSet::new();
+        for (i, c) in self.certificates.iter().enumerate() {
+            if c.subject.trim().is_empty() {
+                return Err(invalid(format!(
+                    "certificate #{}'s subject is empty; write it as `openssl x509 -noout -subject -nameopt RFC2253 -in CERT` prints it",
+                    i + 1
+                )));
+            }
+            if let Some(problem) = actor_id_problem(&c.actor_id) {
+                return Err(invalid(format!(
+                    "certificate #{}'s actor_id {problem}",
+                    i + 1
+                )));
+            }
+            if !seen.insert(c.subject.as_str()) {
+                return Err(invalid(format!(
+                    "certificate #{} repeats the subject `{}`",
+                    i + 1,
+                    c.subject
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Creates `path` (mode 0600) holding one new admin key, and returns the file.
@@ -282,6 +334,7 @@ impl KeysFile {
                 actor_type: ActorType::Human,
                 roles: vec![Role::Admin],
             }],
+            certificates: Vec::new(),
         };
         let text = toml::to_string(&file).map_err(|e| AuthSetupError::Invalid {
             path: path.to_owned(),
@@ -341,9 +394,10 @@ struct JwtVerifier {
     validation: Validation,
 }
 
-/// Turns `Authorization` headers into actors.
+/// Turns `Authorization` headers, and client certificates' subjects, into actors.
 pub struct Authenticator {
     keys: Vec<([u8; 32], Actor)>,
+    certificates: BTreeMap<String, Actor>,
     jwt: Option<JwtVerifier>,
 }
 
@@ -358,8 +412,8 @@ impl fmt::Debug for Authenticator {
 
 impl Authenticator {
     /// An authenticator for `keys` and, optionally, JWTs.
-    pub fn new(keys: &KeysFile, jwt: Option<&JwtConfig>) -> Result<Self, AuthSetupError> {
-        let keys = keys
+    pub fn new(file: &KeysFile, jwt: Option<&JwtConfig>) -> Result<Self, AuthSetupError> {
+        let keys = file
             .keys
             .iter()
             .map(|k| {
@@ -373,8 +427,66 @@ impl Authenticator {
                 (digest, actor)
             })
             .collect();
+        let certificates = file
+            .certificates
+            .iter()
+            .map(|c| {
+                let actor = Actor {
+                    id: c.actor_id.clone(),
+                    actor_type: c.actor_type,
+                    roles: c.roles.iter().copied().collect(),
+                    key_fingerprint: fingerprint(&format!("certificate {}", c.subject)),
+                };
+                (c.subject.clone(), actor)
+            })
+            .collect();
         let jwt = jwt.map(build_jwt).transpose()?;
-        Ok(Self { keys, jwt })
+        Ok(Self {
+            keys,
+            certificates,
+            jwt,
+        })
+    }
+
+    /// The actor for a request: its `Authorization` header when it has one, else the client
+    /// certificate the connection presented (mutual TLS), else 401 `unauthenticated`.
+    pub fn authenticate_request(
+        &self,
+        header: Option<&str>,
+        peer: Option<&crate::tls::PeerCertificate>,
+    ) -> Result<Actor, ApiError> {
+        match (header, peer) {
+            (None, Some(peer)) => self.authenticate_certificate(peer),
+            _ => self.authenticate(header),
+        }
+    }
+
+    /// The actor a verified client certificate's subject names in `[[certificates]]`.
+    fn authenticate_certificate(
+        &self,
+        peer: &crate::tls::PeerCertificate,
+    ) -> Result<Actor, ApiError> {
+        let Some(subject) = &peer.subject else {
+            return Err(ApiError::new(
+                Token::Unauthenticated,
+                "the client certificate's subject could not be read, so it names no actor; send `Authorization: Bearer <api key or JWT>`",
+            ));
+        };
+        match self.certificates.get(subject) {
+            Some(actor) => {
+                tracing::debug!(actor = %actor.id, subject = %subject, "authenticated by certificate");
+                Ok(actor.clone())
+            }
+            None => {
+                tracing::info!(subject = %subject, "client certificate names no actor");
+                Err(ApiError::new(
+                    Token::Unauthenticated,
+                    format!(
+                        "the client certificate's subject `{subject}` is in no [[certificates]] entry of the keys file; add it there, or send `Authorization: Bearer <api key or JWT>`"
+                    ),
+                ))
+            }
+        }
     }
 
     /// The actor for an `Authorization` header value, or 401 `unauthenticated`. Both outcomes
@@ -537,7 +649,46 @@ mod tests {
                 actor_type: ActorType::Agent,
                 roles: vec![Role::Agent],
             }],
+            certificates: vec![CertificateEntry {
+                subject: "CN=agent-7,O=Example".into(),
+                actor_id: "cert-bot".into(),
+                actor_type: ActorType::Agent,
+                roles: vec![Role::Agent],
+            }],
         }
+    }
+
+    #[test]
+    fn a_client_certificate_names_its_actor_and_a_bearer_token_takes_precedence() {
+        let a = Authenticator::new(&keys(), None).unwrap();
+        let peer = |s: Option<&str>| crate::tls::PeerCertificate {
+            subject: s.map(str::to_owned),
+        };
+        let known = peer(Some("CN=agent-7,O=Example"));
+        let actor = a.authenticate_request(None, Some(&known)).unwrap();
+        assert_eq!(actor.id, "cert-bot");
+        let by_key = a
+            .authenticate_request(Some("Bearer agent-key-0123456789"), Some(&known))
+            .unwrap();
+        assert_eq!(by_key.id, "ops-bot");
+        assert_ne!(actor.key_fingerprint, by_key.key_fingerprint);
+        // Subjects compare exactly: another order or spacing is another subject.
+        for other in [
+            peer(Some("O=Example,CN=agent-7")),
+            peer(Some("CN=agent-7, O=Example")),
+            peer(None),
+        ] {
+            let e = a.authenticate_request(None, Some(&other)).unwrap_err();
+            assert_eq!(e.status(), 401, "{other:?}");
+        }
+        let e = a
+            .authenticate_request(None, Some(&peer(Some("CN=nobody"))))
+            .unwrap_err();
+        assert!(e.body.message.contains("`CN=nobody`"), "{}", e.body.message);
+        assert_eq!(
+            a.authenticate_request(None, None).unwrap_err().status(),
+            401
+        );
     }
 
     #[test]

@@ -275,6 +275,22 @@ impl Default for ApprovalsConfig {
     }
 }
 
+/// HTTPS and WSS (`[tls]`, `specs/http.md`, "TLS"): the server's certificate chain and key, and
+/// optionally the CA whose client certificates it requires (mutual TLS).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the server's certificate, then any intermediates.
+    pub cert: PathBuf,
+    /// PEM file with the certificate's private key (PKCS #8, PKCS #1 or SEC1).
+    pub key: PathBuf,
+    /// PEM file with the CA certificates client certificates must chain to. Set, every client
+    /// presents a certificate; its subject maps to an actor through the keys file's
+    /// `[[certificates]]`.
+    #[serde(default)]
+    pub client_ca: Option<PathBuf>,
+}
+
 /// The transparency log (`[log]`, `specs/tlog.md`): every TRACE event is a leaf of one Merkle
 /// tree whose signed checkpoints let anyone who saw one detect a rewritten history.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -619,6 +635,8 @@ pub struct RuntimeConfig {
     pub redaction: RedactionConfig,
     /// Approvals (`[approvals]`): separation of duties, on by default.
     pub approvals: ApprovalsConfig,
+    /// HTTPS (`[tls]`); absent, the server speaks plain HTTP.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for RuntimeConfig {
@@ -651,6 +669,7 @@ impl Default for RuntimeConfig {
             encryption: EncryptionConfig::default(),
             redaction: RedactionConfig::default(),
             approvals: ApprovalsConfig::default(),
+            tls: None,
         }
     }
 }

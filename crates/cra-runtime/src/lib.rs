@@ -19,6 +19,8 @@
 //!   deadlines and a connection limit that half-open clients cannot fill.
 //! * [`conformance`]: the conformance suite's evaluation verbs.
 //! * [`tlog`]: the transparency log's key, origin and checkpoints (`/v1/log/*`).
+//! * [`tls`]: HTTPS and WSS for the server (mutual TLS's certificate identity too) and the one
+//!   rustls configuration of every client cra builds.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
@@ -43,6 +45,7 @@ pub mod service;
 pub mod state;
 mod stream;
 pub mod tlog;
+pub mod tls;
 mod tracelog;
 
 pub use backend::Backends;

@@ -14,6 +14,11 @@
 //!   without a whole request head close at once, the others finish their requests until the
 //!   deadline and are then closed.
 //!
+//! With TLS (`crate::tls`), the handshake must complete within the header-read timeout too, and
+//! a connection still in its handshake counts as one without a request head. The verified client
+//! certificate's subject (mutual TLS) goes into every request's extensions as a
+//! [`PeerCertificate`].
+//!
 //! Upgraded connections (WebSocket streams) leave this module's bookkeeping: the stream's own
 //! keepalives and queue limits govern them (`crate::stream`). The body timeout is the
 //! extractors' (`crate::extract::read_body`).
@@ -31,8 +36,11 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+use crate::tls::PeerCertificate;
 
 /// The limits [`serve`] applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +98,7 @@ pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     limits: ConnectionLimits,
+    tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()> + Send,
 ) {
     let registry = Arc::new(Registry::default());
@@ -115,7 +124,7 @@ pub(crate) async fn serve(
                 Ok((tcp, _)) => {
                     next_id += 1;
                     let conn = Connection::register(next_id, &registry, &shutting, limits);
-                    tasks.spawn(conn.run(tcp, app.clone()));
+                    tasks.spawn(conn.run(tcp, app.clone(), tls.clone()));
                 }
                 Err(e) => {
                     // Out of descriptors (something else holds them) or a connection reset
@@ -178,24 +187,72 @@ impl Connection {
 
     /// Serves the connection until it ends, is evicted, or shutdown closes it; it leaves the
     /// registry only once its socket is closed.
-    async fn run(self, tcp: TcpStream, app: Router) {
-        self.serve(tcp, app).await;
+    async fn run(self, tcp: TcpStream, app: Router, tls: Option<TlsAcceptor>) {
+        let _ = tcp.set_nodelay(true);
+        let io = WriteTimeout::new(tcp, self.limits.write_timeout);
+        match tls {
+            None => self.serve(io, app, None).await,
+            Some(acceptor) => {
+                if let Some(stream) = self.handshake(&acceptor, io).await {
+                    let peer = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first());
+                    let peer = peer.map(|c| PeerCertificate {
+                        subject: crate::tls::subject_of(c),
+                    });
+                    self.serve(stream, app, peer).await;
+                }
+            }
+        }
         self.registry.lock().remove(&self.id);
     }
 
-    /// Serves the connection; the socket is closed when this returns.
-    async fn serve(&self, tcp: TcpStream, app: Router) {
-        let _ = tcp.set_nodelay(true);
+    /// The TLS handshake, under the header-read timeout; `None` when it fails, times out, or
+    /// the connection is evicted or shut down first.
+    async fn handshake(
+        &self,
+        acceptor: &TlsAcceptor,
+        io: WriteTimeout,
+    ) -> Option<tokio_rustls::server::TlsStream<WriteTimeout>> {
+        let handshake = tokio::time::timeout(self.limits.header_read_timeout, acceptor.accept(io));
+        tokio::select! {
+            done = handshake => match done {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "TLS handshake failed");
+                    None
+                }
+                Err(_) => {
+                    tracing::debug!("TLS handshake timed out");
+                    None
+                }
+            },
+            () = self.close.cancelled() => None,
+            () = self.shutting.cancelled() => None,
+        }
+    }
+
+    /// Serves HTTP/1 on `io`; the connection is closed when this returns. `peer` goes into
+    /// every request's extensions.
+    async fn serve<I>(&self, io: I, app: Router, peer: Option<PeerCertificate>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let seen = self.headed.clone();
         let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
             seen.store(true, Ordering::Release);
-            app.clone().oneshot(req.map(axum::body::Body::new))
+            let mut req = req.map(axum::body::Body::new);
+            if let Some(p) = &peer {
+                req.extensions_mut().insert(p.clone());
+            }
+            app.clone().oneshot(req)
         });
-        let io = TokioIo::new(WriteTimeout::new(tcp, self.limits.write_timeout));
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout)
-            .serve_connection(io, service)
+            .serve_connection(TokioIo::new(io), service)
             .with_upgrades();
         let mut conn = pin!(conn);
         tokio::select! {

@@ -28,6 +28,9 @@ pub enum StartError {
     /// The keys file or JWT settings cannot be used.
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthSetupError),
+    /// The TLS certificate, key or client CA cannot be used.
+    #[error("tls: {0}")]
+    Tls(#[from] crate::tls::TlsError),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source} (is another server running there?)")]
     Bind {
@@ -136,7 +139,7 @@ pub fn build_runtime(
                 test_clock,
                 log,
             };
-            let rt = assemble(config, clock, ids, parts);
+            let rt = assemble(config, clock, ids, parts)?;
             crate::service::atlases::record_start_refusal(rt, &refused);
             return Err(StartError::Other(refused.message));
         }
@@ -180,7 +183,7 @@ pub fn build_runtime(
         test_clock,
         log,
     };
-    Ok((assemble(config, clock, ids, parts), notices))
+    Ok((assemble(config, clock, ids, parts)?, notices))
 }
 
 /// A runtime on the data directory `data` for a front door in this process (the CLI's local
@@ -260,7 +263,7 @@ pub fn open_local_with(
         catalogued: false,
         test_clock: None,
     };
-    Ok((assemble(config, clock, ids, parts), notices))
+    Ok((assemble(config, clock, ids, parts)?, notices))
 }
 
 /// Closes the executions `owner` left in flight ([`crate::inflight::close_interrupted`]), and
@@ -326,7 +329,7 @@ fn assemble(
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     parts: Parts,
-) -> AppState {
+) -> Result<AppState, StartError> {
     let limiter = match &parts.backends.postgres {
         Some(pg) => RateLimiter::shared(
             config.limits.requests_per_second,
@@ -372,7 +375,9 @@ fn assemble(
         atlas_state: std::sync::RwLock::new(Arc::new(parts.atlas_state)),
         atlas_catalog,
         test_clock: parts.test_clock,
-        http: reqwest::Client::new(),
+        http: crate::tls::http_client().build().map_err(|e| {
+            StartError::Other(format!("cannot build the executors' HTTP client: {e}"))
+        })?,
         operator_chain: tokio::sync::Mutex::new(false),
         stopping: tokio_util::sync::CancellationToken::new(),
         mcp,
@@ -382,7 +387,7 @@ fn assemble(
         // `config.validate()`, which every start runs first, has compiled these rules once.
         redactor: config_redaction.redactor().unwrap_or_default(),
     };
-    AppState(Arc::new(runtime))
+    Ok(AppState(Arc::new(runtime)))
 }
 
 /// What a replica may take of the database server's connections, for the start log: each replica
@@ -427,6 +432,8 @@ fn replica_id(
 pub struct RunningServer {
     /// The address actually bound.
     pub addr: SocketAddr,
+    /// True when the server speaks HTTPS (`[tls]`).
+    pub https: bool,
     /// The shared state (tests read counters and stores through it).
     pub state: AppState,
     /// The outcome of the scheduled retention's latest run (`None` before the first, and
@@ -461,6 +468,12 @@ pub type RetentionRuns = tokio::sync::watch::Receiver<
 >;
 
 impl RunningServer {
+    /// The server's base URL: `https://ADDR` with TLS, else `http://ADDR`.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
+    }
+
     /// Stops accepting, lets in-flight requests finish, and waits.
     pub async fn shutdown(mut self) -> std::io::Result<()> {
         if let Some(tx) = self.shutdown.take() {
@@ -516,6 +529,13 @@ pub async fn start(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, StartError> {
     let addr = state.config.validate()?;
+    let tls = match &state.config.tls {
+        Some(t) => Some(tokio_rustls::TlsAcceptor::from(crate::tls::server_config(
+            t,
+        )?)),
+        None => None,
+    };
+    let https = tls.is_some();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -562,11 +582,12 @@ pub async fn start(
             }
             stopping.cancel();
         };
-        crate::listen::serve(listener, app, limits, signal).await;
+        crate::listen::serve(listener, app, limits, tls, signal).await;
         Ok(())
     });
     Ok(RunningServer {
         addr: bound,
+        https,
         state,
         retention_runs,
         shutdown: Some(tx),

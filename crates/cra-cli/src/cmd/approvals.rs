@@ -176,7 +176,7 @@ fn call(
         )
     })?;
     // A long poll lasts up to 60 s: the timeout leaves room for it.
-    let client = Client::builder()
+    let client = cra_runtime::tls::blocking_http_client()
         .timeout(Duration::from_secs(90))
         .build()
         .map_err(|e| Failure::CouldNotRun(format!("cannot build the HTTP client: {e}")))?;
@@ -185,7 +185,8 @@ fn call(
         .send()
         .map_err(|e| {
             Failure::CouldNotRun(format!(
-                "cannot reach the server at {base}: {e}; is `cra serve` running there?"
+                "cannot reach the server at {base}: {}; is `cra serve` running there?",
+                cra_runtime::tls::explain(&e)
             ))
         })?;
     let status = resp.status();

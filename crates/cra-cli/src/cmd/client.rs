@@ -1,7 +1,8 @@
 //! What the commands that call a running server share: the address they default to, the
-//! credential they fall back to, and the percent-encoding of path segments and query values.
+//! credential they fall back to, the TLS flags every command takes, and the percent-encoding of
+//! path segments and query values.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// `cra serve`'s default address, where a command without `--url` (or `CRA_URL`) looks.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:8421";
@@ -10,6 +11,46 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:8421";
 /// `./cra-data`; `None` when there is neither.
 pub fn token_or_local(given: Option<String>) -> Option<String> {
     given.or_else(|| cra_runtime::auth::local_admin_token(Path::new("./cra-data")))
+}
+
+/// The TLS flags of every command (global: they go anywhere on the command line). They apply to
+/// every HTTPS and WSS connection the command opens, `cra serve`'s own (executors, witnesses)
+/// included.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TlsArgs {
+    /// Trust only the CA certificates in this PEM file for HTTPS and WSS servers (default: the
+    /// system's roots).
+    #[arg(long, global = true, env = "CRA_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// Present this PEM certificate chain to servers that require one (mutual TLS).
+    #[arg(
+        long,
+        global = true,
+        env = "CRA_CLIENT_CERT",
+        value_name = "FILE",
+        requires = "client_key"
+    )]
+    pub client_cert: Option<PathBuf>,
+    /// The private key of --client-cert (PEM).
+    #[arg(
+        long,
+        global = true,
+        env = "CRA_CLIENT_KEY",
+        value_name = "FILE",
+        requires = "client_cert"
+    )]
+    pub client_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The client settings these flags describe.
+    pub fn client_tls(&self) -> cra_runtime::tls::ClientTls {
+        cra_runtime::tls::ClientTls {
+            ca_cert: self.ca_cert.clone(),
+            client_cert: self.client_cert.clone(),
+            client_key: self.client_key.clone(),
+        }
+    }
 }
 
 /// Percent-encodes one path segment or query value (RFC 3986 unreserved characters kept).

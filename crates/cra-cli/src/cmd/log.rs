@@ -239,7 +239,9 @@ fn get_text(http: &reqwest::blocking::Client, url: &str) -> Result<String, Strin
 }
 
 fn check(args: &WatchArgs) -> Result<WatchOutcome, String> {
-    let http = reqwest::blocking::Client::new();
+    let http = cra_runtime::tls::blocking_http_client()
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
     let base = args.url.trim_end_matches('/');
     let stored: Option<WatchState> = match std::fs::read_to_string(&args.state) {
         Ok(text) => Some(

@@ -53,6 +53,16 @@ pub struct ServeArgs {
     /// The API keys file (default: `<data>/api-keys.toml`, created with an admin key on first start).
     #[arg(long)]
     pub api_keys: Option<PathBuf>,
+    /// Serve HTTPS and WSS with this PEM certificate chain (with --tls-key; or `[tls]`).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Require client certificates chaining to the CAs in this PEM file (mutual TLS); the keys
+    /// file's `[[certificates]]` map their subjects to actors.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
     /// Tests only: let admins set the server's clock (POST /v1/conformance/clock).
     #[arg(long)]
     pub test_clock: bool,
@@ -79,6 +89,13 @@ impl ServeArgs {
         }
         if !self.atlases.is_empty() {
             c.atlases = self.atlases.clone();
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            c.tls = Some(cra_runtime::config::TlsConfig {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            });
         }
         c.watch |= self.watch;
         c.replace_atlases |= self.replace_atlases;
@@ -154,7 +171,7 @@ pub fn run(args: ServeArgs) -> Exit {
                 return Exit::CouldNotRun;
             }
         };
-        println!("cra serve: listening on http://{}", server.addr);
+        println!("cra serve: listening on {}", server.url());
         match server.wait().await {
             Ok(()) => {
                 println!("cra serve: stopped; every acknowledged write is on disk");
@@ -204,5 +221,30 @@ mod tests {
         assert_eq!(c.data, std::path::PathBuf::from("/tmp/d"));
         assert_eq!(c.redb_cache_mib, 8);
         assert!(c.watch);
+    }
+
+    #[test]
+    fn tls_flags_come_as_a_certificate_and_key_pair() {
+        let c = config(&[
+            "cra",
+            "serve",
+            "--tls-cert",
+            "s.pem",
+            "--tls-key",
+            "s.key",
+            "--tls-client-ca",
+            "ca.pem",
+        ]);
+        let tls = c.tls.expect("[tls] from the flags");
+        assert_eq!(tls.cert, std::path::PathBuf::from("s.pem"));
+        assert_eq!(tls.key, std::path::PathBuf::from("s.key"));
+        assert_eq!(tls.client_ca, Some(std::path::PathBuf::from("ca.pem")));
+        for half in [
+            &["cra", "serve", "--tls-cert", "s.pem"][..],
+            &["cra", "serve", "--tls-key", "s.key"],
+            &["cra", "serve", "--tls-client-ca", "ca.pem"],
+        ] {
+            assert!(Cli::try_parse_from(half).is_err(), "{half:?}");
+        }
     }
 }

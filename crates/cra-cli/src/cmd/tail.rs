@@ -168,7 +168,14 @@ async fn connect_once(
         }
         Err(_) => return Ended::Fatal("CRA_TOKEN is not a valid header value".into()),
     }
-    let (mut ws, _) = match tokio_tungstenite::connect_async(req).await {
+    let (mut ws, _) = match tokio_tungstenite::connect_async_tls_with_config(
+        req,
+        None,
+        false,
+        Some(cra_runtime::tls::ws_connector()),
+    )
+    .await
+    {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             let status = resp.status().as_u16();
@@ -183,7 +190,10 @@ async fn connect_once(
                 Ended::Reconnect(format!("the server answered {status}"))
             };
         }
-        Err(e) => return Ended::Reconnect(format!("cannot connect to {url}: {e}")),
+        Err(e) => {
+            let why = cra_runtime::tls::explain(&e);
+            return Ended::Reconnect(format!("cannot connect to {url}: {why}"));
+        }
     };
     while let Some(msg) = ws.next().await {
         match msg {

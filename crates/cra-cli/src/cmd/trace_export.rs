@@ -351,7 +351,7 @@ pub fn server_chains(base: &str, token: &str) -> Result<Vec<(String, Vec<u8>)>, 
 }
 
 fn http_client() -> Result<reqwest::blocking::Client, Failure> {
-    reqwest::blocking::Client::builder()
+    cra_runtime::tls::blocking_http_client()
         .timeout(Duration::from_secs(300))
         .build()
         .map_err(|e| {
@@ -413,9 +413,10 @@ fn fetch(
     if lines {
         request = request.header("accept", "application/x-ndjson");
     }
-    let resp = request
-        .send()
-        .map_err(|e| Failure::new(Token::Unavailable, format!("cannot reach {url}: {e}")))?;
+    let resp = request.send().map_err(|e| {
+        let why = cra_runtime::tls::explain(&e);
+        Failure::new(Token::Unavailable, format!("cannot reach {url}: {why}"))
+    })?;
     let status = resp.status();
     let body = resp
         .bytes()

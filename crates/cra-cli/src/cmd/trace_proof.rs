@@ -77,9 +77,10 @@ pub fn fetch_proof(
     event_hash: &str,
 ) -> Result<TlogProof, Failure> {
     let get_text = |request: reqwest::blocking::RequestBuilder, what: &str| {
-        let resp = request
-            .send()
-            .map_err(|e| unavailable(format!("cannot reach {base} for {what}: {e}")))?;
+        let resp = request.send().map_err(|e| {
+            let why = cra_runtime::tls::explain(&e);
+            unavailable(format!("cannot reach {base} for {what}: {why}"))
+        })?;
         let status = resp.status();
         let text = resp
             .text()
@@ -100,11 +101,10 @@ pub fn fetch_proof(
             "{base}/v1/log/proof/inclusion?event_hash={event_hash}&tree_size={}",
             cp.size()
         );
-        let resp = client
-            .get(&url)
-            .bearer_auth(token)
-            .send()
-            .map_err(|e| unavailable(format!("cannot reach {url}: {e}")))?;
+        let resp = client.get(&url).bearer_auth(token).send().map_err(|e| {
+            let why = cra_runtime::tls::explain(&e);
+            unavailable(format!("cannot reach {url}: {why}"))
+        })?;
         if resp.status().as_u16() == 400 {
             // Not in a tree of this size yet.
             return Ok(None);

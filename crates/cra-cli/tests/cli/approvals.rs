@@ -45,7 +45,7 @@ fn write_keys(data: &Path) {
 /// which the params atlas gates: returns the approval id.
 fn ask_for_approval(server: &Server) -> String {
     let token = AGENT_TOKEN;
-    let http = reqwest::blocking::Client::new();
+    let http = cra_runtime::tls::blocking_http_client().build().unwrap();
     let post = |path: &str, body: Value| -> Value {
         let resp = http
             .post(format!("{}{path}", server.url))

@@ -18,3 +18,12 @@ mod replicas;
 mod serve;
 mod trace;
 mod witness;
+
+/// A GET with cra's client configuration (`reqwest::blocking::get` builds a client without
+/// one, which panics: `clippy.toml`).
+fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::blocking::Response> {
+    cra_runtime::tls::blocking_http_client()
+        .build()?
+        .get(url)
+        .send()
+}

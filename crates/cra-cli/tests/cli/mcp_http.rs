@@ -92,7 +92,8 @@ async fn client_of(
     key: &str,
     version: ProtocolVersion,
 ) -> rmcp::service::RunningService<rmcp::RoleClient, ClientConfig> {
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        cra_runtime::tls::http_client().build().unwrap(),
         StreamableHttpClientTransportConfig::with_uri(url).auth_header(key),
     );
     let mut config = ClientConfig::default();
@@ -260,7 +261,7 @@ async fn hostile_mcp_requests_get_protocol_errors_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let server = serve(tmp.path()).await;
     let url = format!("http://{}/mcp", server.addr);
-    let http = reqwest::Client::new();
+    let http = cra_runtime::tls::http_client().build().unwrap();
     let meta = json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -359,7 +360,8 @@ async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_
     let server = serve(tmp.path()).await;
     let base = format!("http://{}", server.addr);
     let (told, mut notices) = tokio::sync::mpsc::unbounded_channel();
-    let transport = StreamableHttpClientTransport::from_config(
+    let transport = StreamableHttpClientTransport::with_client(
+        cra_runtime::tls::http_client().build().unwrap(),
         StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp")).auth_header(AGENT),
     );
     let client = Told(told)
@@ -389,7 +391,9 @@ async fn an_atlas_replaced_while_a_client_is_connected_changes_its_tools_and_it_
     manifest["version"] = json!("1.1.0");
     manifest["policies"][0]["actions"] = json!(["doc.read"]);
     let runbook = std::fs::read_to_string(dir.join("context/runbook.md")).unwrap();
-    let replaced = reqwest::Client::new()
+    let replaced = cra_runtime::tls::http_client()
+        .build()
+        .unwrap()
         .put(format!("{base}/v1/atlases"))
         .bearer_auth(ADMIN)
         .json(
@@ -533,7 +537,9 @@ async fn proxy_with_url_keeps_upstream_names_and_an_operator_approves_on_the_ser
         .await
         .unwrap();
     let approval = approval_named(&pending);
-    let granted = reqwest::Client::new()
+    let granted = cra_runtime::tls::http_client()
+        .build()
+        .unwrap()
         .post(format!("{url}/v1/approvals/{approval}"))
         .bearer_auth(OPERATOR)
         .json(&json!({"decision": "grant"}))
@@ -585,7 +591,7 @@ async fn each_gated_mcp_call_asks_for_its_own_approval_and_a_retry_runs_it() {
     let again = approval_named(&client.call_tool(deploy("1")).await.unwrap());
     assert_eq!(again, first);
 
-    let http = reqwest::Client::new();
+    let http = cra_runtime::tls::http_client().build().unwrap();
     for id in [&first, &second] {
         let granted = http
             .post(format!("{base}/v1/approvals/{id}"))

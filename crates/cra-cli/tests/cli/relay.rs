@@ -794,7 +794,9 @@ fn local_writes_are_recorded_and_a_later_server_serves_them() {
     );
     assert_eq!(pulled["project_id"], p);
     let token = cra_runtime::auth::local_admin_token(&d).unwrap();
-    let events: Vec<Value> = reqwest::blocking::Client::new()
+    let events: Vec<Value> = cra_runtime::tls::blocking_http_client()
+        .build()
+        .unwrap()
         .get(format!("{}/v1/traces/{audit}", s.url))
         .bearer_auth(token)
         .send()

@@ -125,7 +125,7 @@ impl Cluster {
             self.replicas.iter().map(|r| r.child.id()).collect();
         assert_eq!(pids.len(), 3, "three processes");
         for r in &self.replicas {
-            let health: Value = reqwest::blocking::get(format!("{}/v1/health", r.url))
+            let health: Value = crate::http_get(format!("{}/v1/health", r.url))
                 .unwrap()
                 .json()
                 .unwrap();
@@ -141,7 +141,7 @@ impl Cluster {
 
     /// `/v1/health` of `replica`.
     fn health(&self, replica: usize) -> Value {
-        reqwest::blocking::get(format!("{}/v1/health", self.url(replica)))
+        crate::http_get(format!("{}/v1/health", self.url(replica)))
             .unwrap()
             .json()
             .unwrap()
@@ -336,7 +336,7 @@ fn a_stream_on_one_replica_gets_every_replica_s_events_once_in_order_and_closes_
     let cluster = Cluster::start(&url, "fanout");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let http = reqwest::Client::new();
+        let http = cra_runtime::tls::http_client().build().unwrap();
         let post = reqwest::Method::POST;
         // Live only: opened before the session, so it sees the session's first event too.
         let mut all_on_1 = stream(cluster.url(1), OPERATOR, "all=true").await;
@@ -450,7 +450,7 @@ fn the_http_rate_limit_holds_in_total_across_replicas() {
         return;
     };
     let cluster = Cluster::start_with(&url, "ratelimit", 1, 10);
-    let http = reqwest::blocking::Client::new();
+    let http = cra_runtime::tls::blocking_http_client().build().unwrap();
     let started = std::time::Instant::now();
     let mut admitted = 0;
     for i in 0..30 {
@@ -573,7 +573,7 @@ fn an_atlas_installed_on_one_replica_decides_on_the_others_also_after_all_restar
     };
     let mut cluster = Cluster::start(&url, "atlases");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let http = reqwest::Client::new();
+    let http = cra_runtime::tls::http_client().build().unwrap();
     let mut digests = Vec::new();
     rt.block_on(async {
         for i in 1..=3 {

@@ -71,7 +71,7 @@ fn serve_on_postgres_starts_answers_and_stops_cleanly() {
         .spawn()
         .unwrap();
     let (addr, lines) = listening(&mut child);
-    let health = reqwest::blocking::get(format!("{addr}/v1/health")).unwrap();
+    let health = crate::http_get(format!("{addr}/v1/health")).unwrap();
     assert_eq!(health.status().as_u16(), 200);
     // Read the rest on another thread: it ends when the server closes its output.
     let rest = std::thread::spawn(move || lines.map(|l| l.unwrap()).collect::<Vec<String>>());
@@ -115,7 +115,7 @@ fn under_512_descriptors_1000_half_open_connections_lock_out_no_client() {
         }
     }
     let token = cra_runtime::auth::local_admin_token(&data).unwrap();
-    let client = reqwest::blocking::Client::builder()
+    let client = cra_runtime::tls::blocking_http_client()
         .timeout(std::time::Duration::from_secs(10))
         .build()
         .unwrap();
@@ -127,4 +127,60 @@ fn under_512_descriptors_1000_half_open_connections_lock_out_no_client() {
     assert_eq!(answer.status().as_u16(), 200);
     terminate(child);
     drop(held);
+}
+
+/// Issue 29, item 12: `cra serve --tls-cert --tls-key` listens on https://, and a client command
+/// reaches it given the CA (`--ca-cert`), and refuses it without, as an unknown certificate.
+#[test]
+fn cra_serve_over_tls_answers_cra_commands_given_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    let made = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tools/make-test-pki.sh"
+        ))
+        .arg(&pki)
+        .status()
+        .expect("bash runs");
+    assert!(made.success(), "make-test-pki.sh (needs openssl)");
+    let data = dir.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--tls-cert"])
+        .arg(pki.join("server.pem"))
+        .arg("--tls-key")
+        .arg(pki.join("server.key"))
+        .arg("--data")
+        .arg(&data)
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (url, _lines) = listening(&mut child);
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let token = cra_runtime::auth::local_admin_token(&data).unwrap();
+    let approvals = |ca: Option<&std::path::Path>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cra"));
+        cmd.args(["approvals", "list", "-o", "json", "--url", &url])
+            .env("CRA_TOKEN", &token)
+            .env_remove("CRA_CA_CERT");
+        if let Some(ca) = ca {
+            cmd.arg("--ca-cert").arg(ca);
+        }
+        cmd.output().unwrap()
+    };
+    let trusted = approvals(Some(&pki.join("ca.pem")));
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&trusted.stdout).unwrap();
+    assert!(listed.is_array() || listed.is_object(), "{listed}");
+    let untrusted = approvals(None);
+    assert_eq!(untrusted.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&untrusted.stderr);
+    assert!(said.contains("certificate"), "{said}");
+    terminate(child);
 }

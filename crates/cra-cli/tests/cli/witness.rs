@@ -95,7 +95,9 @@ impl Server {
     }
 
     fn post(&self, body: Vec<u8>) -> (u16, Option<String>, String) {
-        let response = reqwest::blocking::Client::new()
+        let response = cra_runtime::tls::blocking_http_client()
+            .build()
+            .unwrap()
             .post(format!("{}/add-checkpoint", self.url))
             .body(body)
             .send()
@@ -149,7 +151,7 @@ fn the_witness_cosigns_a_growing_log_and_refuses_per_the_spec() {
 
     // the monitoring endpoint serves the latest checkpoint with the log's and our signatures
     let url = format!("{}/{}/checkpoint", server.url, origin_hash(ORIGIN));
-    let latest = reqwest::blocking::get(url).unwrap();
+    let latest = crate::http_get(url).unwrap();
     assert_eq!(latest.status().as_u16(), 200);
     let note = Note::parse(latest.text().unwrap().as_bytes()).unwrap();
     assert_eq!(verifier.verify_note(&note), Ok(NOW));
@@ -159,10 +161,7 @@ fn the_witness_cosigns_a_growing_log_and_refuses_per_the_spec() {
         server.url,
         origin_hash("other.example/log")
     );
-    assert_eq!(
-        reqwest::blocking::get(other).unwrap().status().as_u16(),
-        404
-    );
+    assert_eq!(crate::http_get(other).unwrap().status().as_u16(), 404);
 
     // 409: an old size that is not the latest, with the latest size as text/x.tlog.size
     let (status, content_type, body) = server.post(request(&full, 5, 20, &key).to_body());
@@ -203,7 +202,7 @@ fn the_witness_cosigns_a_growing_log_and_refuses_per_the_spec() {
     assert_cosigned(&r.checkpoint, &body, &verifier);
 
     // only POST cosigns
-    let get = reqwest::blocking::get(format!("{}/add-checkpoint", server.url)).unwrap();
+    let get = crate::http_get(format!("{}/add-checkpoint", server.url)).unwrap();
     assert_eq!(get.status().as_u16(), 405);
     server.stop();
 
@@ -406,7 +405,9 @@ fn key_generate_and_serve_run_as_the_binary() {
     assert_eq!(cosigning_as.as_deref(), Some(vkey.as_str()));
     let full = tree(3, 0);
     let r = request(&full, 0, 3, &key);
-    let response = reqwest::blocking::Client::new()
+    let response = cra_runtime::tls::blocking_http_client()
+        .build()
+        .unwrap()
         .post(format!("{url}/add-checkpoint"))
         .body(r.to_body())
         .send()

@@ -106,7 +106,7 @@ impl HttpTarget {
         token: Option<String>,
         actor_tokens: BTreeMap<String, String>,
     ) -> Result<Self, String> {
-        let client = Client::builder()
+        let client = cra_runtime::tls::blocking_http_client()
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| format!("cannot build an HTTP client: {e}"))?;

@@ -51,7 +51,14 @@ pub async fn read_stream(base: &str, request: &StreamRequest) -> Result<StreamRe
             .map_err(|e| format!("the token cannot be a header: {e}"))?;
         upgrade.headers_mut().insert("authorization", value);
     }
-    let mut socket = match tokio_tungstenite::connect_async(upgrade).await {
+    let mut socket = match tokio_tungstenite::connect_async_tls_with_config(
+        upgrade,
+        None,
+        false,
+        Some(cra_runtime::tls::ws_connector()),
+    )
+    .await
+    {
         Ok((socket, _)) => socket,
         Err(tungstenite::Error::Http(refused)) => {
             let status = refused.status().as_u16();
@@ -104,7 +111,9 @@ pub async fn read_stream(base: &str, request: &StreamRequest) -> Result<StreamRe
 
 /// `DELETE {base}{path}`; anything but a 2xx is an error (the case cannot go on).
 async fn end_session(base: &str, path: &str, token: Option<&str>) -> Result<(), String> {
-    let client = reqwest::Client::new();
+    let client = cra_runtime::tls::http_client()
+        .build()
+        .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
     let mut req = client.delete(format!("{base}{path}"));
     if let Some(t) = token {
         req = req.bearer_auth(t);

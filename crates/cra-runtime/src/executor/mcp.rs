@@ -158,7 +158,14 @@ impl Upstream {
             })?;
             tokio::time::timeout(self.timeout(), ().serve(transport)).await
         } else {
-            let transport = StreamableHttpClientTransport::from_config(
+            let http = crate::tls::http_client().build().map_err(|e| {
+                fail(
+                    "executor_unavailable",
+                    format!("executor `{}`: cannot build an HTTP client: {e}", self.name),
+                )
+            })?;
+            let transport = StreamableHttpClientTransport::with_client(
+                http,
                 StreamableHttpClientTransportConfig::with_uri(self.config.url.as_str()),
             );
             tokio::time::timeout(self.timeout(), ().serve(transport)).await

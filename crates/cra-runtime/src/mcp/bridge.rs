@@ -72,7 +72,11 @@ impl Bridge {
     /// which holds the CARP session).
     pub(crate) async fn connect(url: &str, token: &str, renames: Renames) -> Result<Self, String> {
         let endpoint = format!("{}/mcp", url.trim_end_matches('/'));
-        let transport = StreamableHttpClientTransport::from_config(
+        let http = crate::tls::http_client()
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
+        let transport = StreamableHttpClientTransport::with_client(
+            http,
             StreamableHttpClientTransportConfig::with_uri(endpoint.as_str()).auth_header(token),
         );
         let changed = Arc::new(Notify::new());
@@ -194,7 +198,9 @@ impl Renames {
     /// When the server cannot be read, or two of its actions run upstream tools of one name.
     pub async fn of_server(url: &str, token: &str) -> Result<Self, String> {
         let base = url.trim_end_matches('/');
-        let http = reqwest::Client::new();
+        let http = crate::tls::http_client()
+            .build()
+            .map_err(|e| format!("cannot build an HTTP client: {e}"))?;
         let get = |path: String| {
             let request = http.get(format!("{base}{path}")).bearer_auth(token);
             async move {

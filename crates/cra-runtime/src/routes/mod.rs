@@ -157,7 +157,8 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    let actor = match state.auth.authenticate(header) {
+    let peer = req.extensions().get::<crate::tls::PeerCertificate>();
+    let actor = match state.auth.authenticate_request(header, peer) {
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };

@@ -58,7 +58,7 @@ impl Witnesses {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let http = reqwest::Client::builder()
+        let http = crate::tls::http_client()
             .timeout(Duration::from_millis(config.witness_timeout_ms))
             .build()
             .map_err(|e| format!("cannot make the witnesses' HTTP client: {e}"))?;

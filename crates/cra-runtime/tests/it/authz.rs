@@ -967,7 +967,7 @@ async fn log_of_a_session(format: &str, secrets: &Secrets) -> String {
     };
     let base = format!("http://127.0.0.1:{port}");
     let ws = format!("ws://127.0.0.1:{port}/v1/traces/stream");
-    let http = reqwest::Client::new();
+    let http = cra_runtime::tls::http_client().build().unwrap();
     let bearer = |t: &str| format!("Bearer {t}");
 
     // Accepted: an agent's session and resolve, the admin's read, a JWT, a WebSocket stream.

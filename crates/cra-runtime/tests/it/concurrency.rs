@@ -299,7 +299,7 @@ async fn serve(state: AppState, dir: tempfile::TempDir, data: std::path::PathBuf
     TestServer {
         base: format!("http://{}", server.addr),
         server: Some(server),
-        http: reqwest::Client::new(),
+        http: cra_runtime::tls::http_client().build().unwrap(),
         clock: Arc::new(FixedClock::parse(T0).unwrap()),
         _dir: dir,
         data,

@@ -288,7 +288,7 @@ impl Run {
             seed,
             child: None,
             base: String::new(),
-            http: reqwest::Client::new(),
+            http: cra_runtime::tls::http_client().build().unwrap(),
             figures: Figures::default(),
         }
     }
@@ -349,7 +349,7 @@ impl Run {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         self.child = Some(child);
         self.base = format!("http://127.0.0.1:{port}");
-        self.http = reqwest::Client::builder()
+        self.http = cra_runtime::tls::http_client()
             .timeout(Duration::from_secs(60))
             .build()
             .unwrap();

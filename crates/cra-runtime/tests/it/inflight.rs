@@ -108,7 +108,7 @@ async fn spawn(
     let server = TestServer {
         server: None,
         base: format!("http://127.0.0.1:{port}"),
-        http: reqwest::Client::new(),
+        http: cra_runtime::tls::http_client().build().unwrap(),
         clock: Arc::new(FixedClock::parse(T0).unwrap()),
         _dir: tempfile::tempdir().unwrap(),
         data: PathBuf::new(),

@@ -25,4 +25,5 @@ mod support;
 mod system;
 mod tamper;
 mod tlog;
+mod tls;
 mod watch;

@@ -129,11 +129,11 @@ impl TestServer {
             .unwrap()
             .unwrap();
         let server = start(state, std::future::pending()).await.unwrap();
-        let base = format!("http://{}", server.addr);
+        let base = server.url();
         Self {
             server: Some(server),
             base,
-            http: reqwest::Client::new(),
+            http: cra_runtime::tls::http_client().build().unwrap(),
             clock,
             _dir: dir,
             data,
@@ -153,7 +153,7 @@ impl TestServer {
         Self {
             base: format!("http://{}", server.addr),
             server: Some(server),
-            http: reqwest::Client::new(),
+            http: cra_runtime::tls::http_client().build().unwrap(),
             clock,
             _dir: dir,
             data,
@@ -343,7 +343,8 @@ impl TestServer {
     pub(crate) fn ws_url(&self, query: &str) -> String {
         format!(
             "{}/v1/traces/stream?{query}",
-            self.base.replacen("http://", "ws://", 1)
+            // http:// to ws://, https:// to wss://
+            self.base.replacen("http", "ws", 1)
         )
     }
 }
@@ -512,7 +513,7 @@ impl TestServer {
         Self {
             server: Some(server),
             base,
-            http: reqwest::Client::new(),
+            http: cra_runtime::tls::http_client().build().unwrap(),
             clock,
             _dir: dir,
             data,

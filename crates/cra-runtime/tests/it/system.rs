@@ -196,7 +196,9 @@ async fn first_start_without_keys_creates_a_private_admin_key() {
     let server = cra_runtime::start(state, std::future::pending())
         .await
         .unwrap();
-    let resp = reqwest::Client::new()
+    let resp = cra_runtime::tls::http_client()
+        .build()
+        .unwrap()
         .get(format!("http://{}/metrics", server.addr))
         .bearer_auth(&keys.keys[0].token)
         .send()

@@ -58,7 +58,7 @@ impl Remote {
                     data.display()
                 ))
             })?;
-        let http = Client::builder()
+        let http = cra_runtime::tls::blocking_http_client()
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| Failure::CouldNotRun(format!("cannot build the HTTP client: {e}")))?;
@@ -79,8 +79,9 @@ impl Remote {
     fn send(&self, rb: RequestBuilder) -> Result<Response, Failure> {
         let resp = rb.send().map_err(|e| {
             Failure::CouldNotRun(format!(
-                "cannot reach the server at {}: {e}; is `cra serve` running there?",
-                self.base
+                "cannot reach the server at {}: {}; is `cra serve` running there?",
+                self.base,
+                cra_runtime::tls::explain(&e)
             ))
         })?;
         let status = resp.status();

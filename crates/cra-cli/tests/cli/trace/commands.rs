@@ -18,6 +18,7 @@ fn parse(args: &[&str]) -> TraceCommand {
     match Cli::try_parse_from(full) {
         Ok(Cli {
             command: Command::Trace(t),
+            ..
         }) => t,
         Ok(_) => panic!("not a trace command"),
         Err(e) => panic!("{args:?}: {e}"),
@@ -1012,7 +1013,7 @@ fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
     ]);
     assert_eq!(exit, Exit::Success, "{err}");
     let proof = cra_cli::cmd::trace_proof::proof_path(&file);
-    let key = reqwest::blocking::get(format!("{}/v1/log/key", live.base))
+    let key = crate::http_get(format!("{}/v1/log/key", live.base))
         .unwrap()
         .text()
         .unwrap();

@@ -78,6 +78,7 @@ fn export(flags: &[&str], session: &str) -> (u8, String) {
     args.extend_from_slice(flags);
     let Ok(Cli {
         command: Command::Trace(TraceCommand::Export(a)),
+        ..
     }) = Cli::try_parse_from(&args)
     else {
         panic!("{args:?} parses");
@@ -208,6 +209,7 @@ impl ParseFromStore for ReencryptArgs {
         match Cli::try_parse_from(&args) {
             Ok(Cli {
                 command: Command::Store(StoreCommand::Reencrypt(a)),
+                ..
             }) => a,
             Ok(_) => panic!("not cra store reencrypt"),
             Err(e) => panic!("{args:?}: {e}"),
@@ -260,6 +262,7 @@ fn store_rewrite_replaces_the_file_and_the_chains_still_verify() {
     ]);
     let Ok(Cli {
         command: Command::Store(StoreCommand::Rewrite(args)),
+        ..
     }) = parsed
     else {
         panic!("cra store rewrite parses");

@@ -113,7 +113,7 @@ impl Live {
             server: None,
             base: String::new(),
             clock,
-            http: reqwest::blocking::Client::new(),
+            http: cra_runtime::tls::blocking_http_client().build().unwrap(),
             dir,
             data,
             step: 0,

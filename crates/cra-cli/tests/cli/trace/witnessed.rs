@@ -72,7 +72,7 @@ fn opened(note: &str, log: &Ed25519Verifier) -> (u64, bool) {
 /// The size of the latest checkpoint the witness cosigned (its monitoring endpoint).
 fn witnessed_size(witness: &Server) -> u64 {
     let url = format!("{}/{}/checkpoint", witness.url, origin_hash(ORIGIN));
-    let text = reqwest::blocking::get(url).unwrap().text().unwrap();
+    let text = crate::http_get(url).unwrap().text().unwrap();
     let note = Note::parse(text.as_bytes()).unwrap();
     Checkpoint::parse(note.text()).unwrap().size()
 }
@@ -164,7 +164,9 @@ fn a_witness_ahead_of_the_tree_is_refused_and_nothing_is_cosigned() {
         .unwrap()
         .sign(&signer)
         .unwrap();
-    let first_sight = reqwest::blocking::Client::new()
+    let first_sight = cra_runtime::tls::blocking_http_client()
+        .build()
+        .unwrap()
         .post(format!("{}/add-checkpoint", w1.url))
         .body(format!("old 0\n\n{}", ahead.to_text()))
         .send()

@@ -5,6 +5,7 @@
 //! call it directly. Every §3.6 rule is checked here in a fixed order, each with its own token; the rules themselves live in [`crate::validate`] and
 //! [`crate::execute`], evaluation in [`crate::eval`]. Time and ids are injected.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cra_wire::clock::format_timestamp;
@@ -13,8 +14,8 @@ use serde_json::{Map, Value};
 
 use crate::cache::{ResolutionCache, cache_key, same_outcome};
 use crate::eval::{
-    CountersSnapshot, ExplainLevel, ResolveOptions, resolve_with_origins, seconds_to_us,
-    unix_micros,
+    ActionOrigin, CountersSnapshot, ExplainLevel, ResolveOptions, resolve_with_origins,
+    seconds_to_us, unix_micros,
 };
 use crate::execute::{Authorization, authorize, refusal_error};
 use crate::history::HistoryRead;
@@ -471,6 +472,7 @@ impl Carp {
             let id = res.resolution_id.clone();
             c.insert(key, id, expires_at_us, unix_micros(now));
         }
+        let atlas_digests = self.offering_digests(&origins);
         let record = ResolveRecord {
             session_id: request.requester.session_id.clone(),
             request_id: request.request_id.clone(),
@@ -485,6 +487,7 @@ impl Carp {
                     .zip(origins)
                     .map(|(a, o)| (a.action_id.to_string(), o))
                     .collect(),
+                atlas_digests,
             }),
         };
         Ok(PreparedResolve {
@@ -692,6 +695,12 @@ impl Carp {
             }
             (authorization, shadow.disagreement)
         };
+        if matches!(
+            authorization,
+            Authorization::Proceed { .. } | Authorization::OpenApproval { .. }
+        ) {
+            check_in_force(checked, &action.action_id, atlas)?;
+        }
         let outcome = self.authorized(
             request,
             authorization,
@@ -930,6 +939,19 @@ impl Carp {
     /// The atlas that offered `action_id` under the resolution (its recorded origin, else the
     /// first loaded atlas declaring it), with its digest as it is in force now; `None` when
     /// that atlas is no longer loaded.
+    /// The digest in force of each atlas that offered an allowed action (usually one).
+    fn offering_digests(&self, origins: &[ActionOrigin]) -> BTreeMap<String, String> {
+        let mut digests = BTreeMap::new();
+        for o in origins {
+            if !digests.contains_key(o.atlas_id.as_str())
+                && let Some(d) = self.atlases.digests().get(o.atlas_id.as_str())
+            {
+                digests.insert(o.atlas_id.to_string(), d.clone());
+            }
+        }
+        digests
+    }
+
     fn atlas_of(&self, stored: &StoredResolution, action_id: &str) -> Option<(&str, &str)> {
         let origin = stored.origins.get(action_id);
         let atlas = match origin {
@@ -1046,4 +1068,43 @@ impl Carp {
     pub fn pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
         self.store.list_pending_approvals().map_err(store_err)
     }
+}
+
+/// Refuses a call that would run (or open an approval) under a resolution whose action's atlas
+/// is no longer in force with the digest it had when the resolution was made (`in_force` is the
+/// atlas as loaded now): a changed policy, such as an emergency deny, applies to every
+/// outstanding resolution. Resolutions stored before digests were kept are not checked.
+fn check_in_force(
+    checked: &StoredResolution,
+    action_id: &str,
+    in_force: Option<(&str, &str)>,
+) -> Result<(), CarpError> {
+    let Some(origin) = checked.origins.get(action_id) else {
+        return Ok(());
+    };
+    let Some(then) = checked.atlas_digests.get(origin.atlas_id.as_str()) else {
+        return Ok(());
+    };
+    let atlas = &origin.atlas_id;
+    let rid = &checked.resolution.resolution_id;
+    let why = match in_force {
+        Some((_, now)) if now == then => return Ok(()),
+        Some((_, now)) => format!(
+            "atlas `{atlas}` changed since resolution {rid} allowed {action_id} (digest {} then, {} now)",
+            short(then),
+            short(now)
+        ),
+        None => format!(
+            "atlas `{atlas}`, which allowed {action_id} in resolution {rid}, is no longer loaded"
+        ),
+    };
+    Err(CarpError::new(
+        Token::ResolutionStale,
+        format!("{why}; resolve again to be decided under the atlas in force"),
+    ))
+}
+
+/// The first 12 hex digits of a digest, for messages.
+fn short(digest: &str) -> &str {
+    digest.get(..12).unwrap_or(digest)
 }

@@ -83,6 +83,13 @@ pub struct StoredResolution {
     /// force, first atlas first, as it was then).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub origins: std::collections::BTreeMap<String, crate::eval::ActionOrigin>,
+    /// The digest of each atlas in `origins`, as in force when the resolution was made: an
+    /// execute whose action's atlas is no longer in force with this digest is refused
+    /// `resolution_stale`, so a changed policy (an emergency deny) applies to resolutions made
+    /// before it (`specs/carp.md`, "The atlas in force at execute"). Empty in resolutions stored
+    /// before it was kept, which are not checked.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub atlas_digests: std::collections::BTreeMap<String, String>,
 }
 
 impl StoredResolution {

@@ -163,6 +163,7 @@ fn resolve_records(s: &dyn CarpStore) {
         agent_id: "agent-a".to_owned(),
         expires_at_us: 1_767_229_200_000_000,
         origins: Default::default(),
+        atlas_digests: Default::default(),
     };
     assert!(s.record_resolve("s1", "r1", &stored("res-1")).unwrap());
     assert!(s.has_request_id("s1", "r1").unwrap());
@@ -189,6 +190,8 @@ fn resolutions(s: &dyn CarpStore) {
             },
         )]
         .into(),
+        // And the digest of its atlas, which an execute holds against the atlas in force.
+        atlas_digests: [("com.example.payments".to_owned(), "ab".repeat(32))].into(),
     };
     assert_eq!(s.get_resolution("res-1").unwrap(), None);
     s.put_resolution(&r).unwrap();

@@ -739,12 +739,15 @@ impl Runtime {
     /// id at another version (whether it came from a source or over HTTP). Installing the
     /// identical atlas again changes nothing. Refused (nothing changes) when the same id and
     /// version are in force with other content (409 `atlas_version_conflict`: a published
-    /// version never changes) or a dependency of the resulting set does not resolve. Answers the
-    /// change made, if any, for [`Runtime::undo_atlas_change`].
+    /// version never changes), when it would replace an atlas in force and `may_replace` is
+    /// false (403 `forbidden`: `specs/atlas.md`, "Who installs atlases"), or when a dependency of
+    /// the resulting set does not resolve. Answers the change made, if any, for
+    /// [`Runtime::undo_atlas_change`].
     pub(crate) fn install_atlas(
         &self,
         actor: &str,
         atlas: LoadedAtlas,
+        may_replace: bool,
     ) -> Result<(Installed, Option<Swapped>), ApiError> {
         let id = atlas.id().to_owned();
         let out = self.change_atlases(
@@ -762,6 +765,7 @@ impl Runtime {
                     Some(old) if old.manifest.version == atlas.manifest.version => {
                         return Err(version_conflict(old, &atlas));
                     }
+                    Some(old) if !may_replace => return Err(replace_refused(old)),
                     Some(old) => Installed::Replaced {
                         version: old.manifest.version.clone(),
                         digest: old.digest.clone(),
@@ -830,6 +834,15 @@ fn resigned(old: &LoadedAtlas, atlas: &LoadedAtlas) -> bool {
 /// 503 `unavailable` for an atlas change the catalog could not take (`message` says why).
 fn unavailable(message: String) -> ApiError {
     ApiError::new(Token::Unavailable, message)
+}
+
+/// The refusal of an install that would replace `old`, in force, by an author who may not.
+fn replace_refused(old: &LoadedAtlas) -> ApiError {
+    ApiError::forbidden(format!(
+        "atlas `{}` {} is in force: replacing it needs the operator role (or admin), or an atlas signed by a key the server trusts ([atlas_signing]); ask an operator to install it",
+        old.id(),
+        old.manifest.version
+    ))
 }
 
 /// The refusal of `atlas` where `old`, the same id and version, is in force with other content.

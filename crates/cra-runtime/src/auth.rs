@@ -73,6 +73,9 @@ pub struct Actor {
     pub roles: BTreeSet<Role>,
     /// A fingerprint of the credential (never the credential): keys rate limits and log lines.
     pub key_fingerprint: String,
+    /// The atlas id namespaces an author may install atlases in (`com.example` grants
+    /// `com.example` and every id under `com.example.`; `*` grants every id). Admins need none.
+    pub atlas_namespaces: Vec<String>,
 }
 
 impl fmt::Debug for Actor {
@@ -97,7 +100,18 @@ impl Actor {
             actor_type,
             roles: BTreeSet::from([Role::Admin]),
             key_fingerprint: "local".to_owned(),
+            atlas_namespaces: Vec::new(),
         }
+    }
+
+    /// True when the actor may install the atlas `atlas_id`: an operator (who deploys atlases)
+    /// or admin always, an author when one of their namespaces grants it.
+    pub(crate) fn grants_atlas(&self, atlas_id: &str) -> bool {
+        self.has(Role::Operator)
+            || self
+                .atlas_namespaces
+                .iter()
+                .any(|ns| namespace_grants(ns, atlas_id))
     }
 
     /// The actor as TRACE events name it: its id and type.
@@ -149,6 +163,9 @@ pub struct KeyEntry {
     pub actor_type: ActorType,
     /// Granted roles.
     pub roles: Vec<Role>,
+    /// For authors: the atlas id namespaces they may install atlases in ([`namespace_grants`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub atlas_namespaces: Vec<String>,
 }
 
 impl fmt::Debug for KeyEntry {
@@ -158,6 +175,7 @@ impl fmt::Debug for KeyEntry {
             .field("actor_id", &self.actor_id)
             .field("actor_type", &self.actor_type)
             .field("roles", &self.roles)
+            .field("atlas_namespaces", &self.atlas_namespaces)
             .finish()
     }
 }
@@ -175,6 +193,9 @@ pub struct CertificateEntry {
     pub actor_type: ActorType,
     /// Granted roles.
     pub roles: Vec<Role>,
+    /// For authors: the atlas id namespaces they may install atlases in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub atlas_namespaces: Vec<String>,
 }
 
 /// The keys file: `[[keys]] token, actor_id, actor_type, roles`, and for mutual TLS
@@ -222,6 +243,15 @@ pub enum AuthSetupError {
     /// The JWT settings are unusable.
     #[error("jwt: {0}")]
     Jwt(String),
+}
+
+/// True when the namespace `ns` grants the atlas id `atlas_id`: `*` grants every id, `a.b`
+/// grants `a.b` and every id starting with `a.b.` (never `a.bc`).
+pub fn namespace_grants(ns: &str, atlas_id: &str) -> bool {
+    ns == "*"
+        || atlas_id
+            .strip_prefix(ns)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Why `id` cannot be a credential's actor id, if it cannot: actor ids follow the agent id rules
@@ -333,6 +363,7 @@ impl KeysFile {
                 actor_id: "admin".to_owned(),
                 actor_type: ActorType::Human,
                 roles: vec![Role::Admin],
+                atlas_namespaces: Vec::new(),
             }],
             certificates: Vec::new(),
         };
@@ -387,6 +418,8 @@ struct Claims {
     actor_type: Option<ActorType>,
     #[serde(default)]
     roles: Vec<Role>,
+    #[serde(default)]
+    atlas_namespaces: Vec<String>,
 }
 
 struct JwtVerifier {
@@ -423,6 +456,7 @@ impl Authenticator {
                     actor_type: k.actor_type,
                     roles: k.roles.iter().copied().collect(),
                     key_fingerprint: fingerprint(&k.token),
+                    atlas_namespaces: k.atlas_namespaces.clone(),
                 };
                 (digest, actor)
             })
@@ -436,6 +470,7 @@ impl Authenticator {
                     actor_type: c.actor_type,
                     roles: c.roles.iter().copied().collect(),
                     key_fingerprint: fingerprint(&format!("certificate {}", c.subject)),
+                    atlas_namespaces: c.atlas_namespaces.clone(),
                 };
                 (c.subject.clone(), actor)
             })
@@ -634,6 +669,7 @@ fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
         actor_type: data.claims.actor_type.unwrap_or(ActorType::Agent),
         roles: data.claims.roles.into_iter().collect(),
         key_fingerprint: fingerprint(token),
+        atlas_namespaces: data.claims.atlas_namespaces,
     })
 }
 
@@ -648,12 +684,14 @@ mod tests {
                 actor_id: "ops-bot".into(),
                 actor_type: ActorType::Agent,
                 roles: vec![Role::Agent],
+                atlas_namespaces: Vec::new(),
             }],
             certificates: vec![CertificateEntry {
                 subject: "CN=agent-7,O=Example".into(),
                 actor_id: "cert-bot".into(),
                 actor_type: ActorType::Agent,
                 roles: vec![Role::Agent],
+                atlas_namespaces: Vec::new(),
             }],
         }
     }
@@ -706,6 +744,16 @@ mod tests {
             let e = a.authenticate(bad).unwrap_err();
             assert_eq!(e.status(), 401, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_namespace_grants_itself_and_ids_under_it_only() {
+        assert!(namespace_grants("com.example", "com.example"));
+        assert!(namespace_grants("com.example", "com.example.payments"));
+        assert!(!namespace_grants("com.example", "com.examples"));
+        assert!(!namespace_grants("com.example", "com"));
+        assert!(!namespace_grants("com.example.payments", "com.example"));
+        assert!(namespace_grants("*", "anything.at.all"));
     }
 
     #[test]

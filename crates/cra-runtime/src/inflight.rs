@@ -107,7 +107,10 @@ fn close_one(
         Err(e) => return Err(e.into()),
     }
     let stored = carp.get_resolution(&lease.resolution_id)?;
-    let executor = crate::executor::executor_of(atlases, stored.as_ref(), &lease.action_id);
+    // The executor's name, for the record; none when no atlas says any more.
+    let executor = crate::executor::executor_of(atlases, stored.as_ref(), &lease.action_id)
+        .ok()
+        .flatten();
     let span = Span {
         trace_id: &lease.trace_id,
         span_id: &lease.execution_id,

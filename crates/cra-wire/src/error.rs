@@ -165,6 +165,8 @@ tokens! {
     PackageNotFound = ("package_not_found", 404),
     /// The resolution's ttl has passed.
     ResolutionExpired = ("resolution_expired", 409),
+    /// The atlas that allowed the action changed (or went) since the resolution; resolve again.
+    ResolutionStale = ("resolution_stale", 409),
     /// The `request_id` was already used in this session.
     DuplicateRequestId = ("duplicate_request_id", 409),
     /// A package with this id and different content exists.

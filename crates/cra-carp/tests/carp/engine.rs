@@ -574,21 +574,7 @@ fn an_approval_asked_under_one_atlas_version_does_not_run_under_another() {
         .decide_approval(&approval_id, ApprovalDecision::Grant, "human", None)
         .unwrap();
     // The same atlases, the ops atlas at another digest (as a new version of it would be).
-    let dirs: Vec<std::path::PathBuf> =
-        ["support", "ops", "empty", "priority", "priority-reversed"]
-            .iter()
-            .map(|n| crate::common::fixture(&format!("table/atlases/{n}")))
-            .collect();
-    let mut loaded: Vec<_> = dirs
-        .iter()
-        .map(|d| cra_atlas::load_dir(d).unwrap())
-        .collect();
-    let ops = loaded
-        .iter_mut()
-        .find(|a| a.manifest.atlas_id == "com.example.ops")
-        .unwrap();
-    ops.digest = "0".repeat(64);
-    let changed = cra_carp::index::AtlasSet::from_loaded(&loaded).unwrap();
+    let changed = with_new_digest(&TABLE, "com.example.ops");
     let call = w.exec_req(
         &res.resolution_id,
         "deploy.start",
@@ -601,6 +587,72 @@ fn an_approval_asked_under_one_atlas_version_does_not_run_under_another() {
     let error = refused.error.unwrap();
     assert_eq!(error.code, "approval_mismatch");
     assert!(error.message.contains(&"0".repeat(64)), "{}", error.message);
+}
+
+/// The table atlases (of `names`) as loaded, `atlas_id`'s at another digest, as a new version
+/// of it would be.
+fn with_new_digest(names: &[&str], atlas_id: &str) -> cra_carp::index::AtlasSet {
+    let mut loaded: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let dir = crate::common::fixture(&format!("table/atlases/{n}"));
+            cra_atlas::load_dir(&dir).unwrap()
+        })
+        .collect();
+    if let Some(a) = loaded.iter_mut().find(|a| a.manifest.atlas_id == atlas_id) {
+        a.digest = "0".repeat(64);
+    }
+    cra_carp::index::AtlasSet::from_loaded(&loaded).unwrap()
+}
+
+/// The table's atlases.
+const TABLE: [&str; 5] = ["support", "ops", "empty", "priority", "priority-reversed"];
+
+/// Issue 29, item 9: an emergency deny applies to outstanding resolutions. On `fda2190` a call
+/// allowed by a resolution ran after its atlas had changed to deny it (execute walked only what
+/// the resolution recorded).
+#[test]
+fn a_call_under_a_resolution_made_before_its_atlas_changed_is_resolution_stale() {
+    let mut w = World::new();
+    let lookup = |w: &World, rid: &str| w.exec_req(rid, "ticket.lookup", json!({"id": 1}), None);
+    let before = w
+        .resolve(w.resolve_req("com.example.support", "help"))
+        .unwrap()
+        .resolution_id;
+    assert_eq!(
+        w.run(lookup(&w, &before)).unwrap().status,
+        ExecuteStatus::Success
+    );
+    // The support atlas changes (here only its digest, as any new version's): the resolution
+    // made before no longer runs anything.
+    w.carp
+        .set_atlases(Arc::new(with_new_digest(&TABLE, "com.example.support")));
+    let stale = w.execute(lookup(&w, &before)).err().unwrap();
+    assert_eq!(stale.token, cra_wire::Token::ResolutionStale);
+    assert!(
+        stale.message.contains("com.example.support"),
+        "{}",
+        stale.message
+    );
+    // A resolution made under the atlas in force runs.
+    let after = w
+        .resolve(w.resolve_req("com.example.support", "help"))
+        .unwrap()
+        .resolution_id;
+    assert_eq!(
+        w.run(lookup(&w, &after)).unwrap().status,
+        ExecuteStatus::Success
+    );
+    // An atlas no longer loaded allows nothing either.
+    w.carp
+        .set_atlases(Arc::new(with_new_digest(&["ops", "empty"], "none")));
+    let gone = w.execute(lookup(&w, &after)).err().unwrap();
+    assert_eq!(gone.token, cra_wire::Token::ResolutionStale);
+    assert!(
+        gone.message.contains("no longer loaded"),
+        "{}",
+        gone.message
+    );
 }
 
 #[test]

@@ -168,6 +168,7 @@ fn store_from(st: &SessionState, events: &[TraceEvent]) -> MemoryStore {
                 agent_id: r.agent_id.clone().unwrap(),
                 expires_at_us: r.expires_at_us,
                 origins: Default::default(),
+                atlas_digests: Default::default(),
             })
             .unwrap();
     }

@@ -25,6 +25,7 @@ token = "replica-author-key-000"
 actor_id = "alice"
 actor_type = "human"
 roles = ["author"]
+atlas_namespaces = ["test.replica"]
 
 [[keys]]
 token = "replica-agent-key-0000"

@@ -118,22 +118,29 @@ async fn run_http(
 }
 
 /// The executor of `action_id` under the resolution `stored`: the one its resolve recorded (the
-/// atlas that offered the action names it), never another atlas's action of the same id. A
-/// resolution stored before origins were kept has none recorded; its action's executor is then
-/// the first loaded atlas's, as it was when that resolution was made.
+/// atlas that offered the action names it), never another atlas's action of the same id; `None`
+/// when the atlas names none (the agent performs the action). A resolution stored before origins
+/// were kept has none recorded; its action's executor is then the first loaded atlas's, as it
+/// was when that resolution was made, and when no loaded atlas declares the action any more the
+/// call is `executor_unavailable`: an action that lost its atlas never turns into one the agent
+/// performs.
 pub(crate) fn executor_of(
     atlases: &AtlasState,
     stored: Option<&StoredResolution>,
     action_id: &str,
-) -> Option<String> {
+) -> Result<Option<String>, ExecuteError> {
     if let Some(origin) = stored.and_then(|s| s.origins.get(action_id)) {
-        return origin.executor.as_deref().map(str::to_owned);
+        return Ok(origin.executor.as_deref().map(str::to_owned));
     }
-    atlases
-        .loaded
-        .iter()
-        .find_map(|a| a.action(action_id))
-        .and_then(|a| a.executor.clone())
+    match atlases.loaded.iter().find_map(|a| a.action(action_id)) {
+        Some(action) => Ok(action.executor.clone()),
+        None => Err(fail(
+            "executor_unavailable",
+            format!(
+                "no atlas in force declares {action_id} any more, so cra cannot tell who performs it; resolve again"
+            ),
+        )),
+    }
 }
 
 /// Keeps a number beyond a double's range ([`cra_wire::json::require_finite`]) out of the

@@ -286,7 +286,9 @@ impl McpSession {
             .allowed_actions
             .iter()
             .map(|a| {
-                let executor = crate::executor::executor_of(&atlases, None, &a.action_id);
+                let executor = crate::executor::executor_of(&atlases, None, &a.action_id)
+                    .ok()
+                    .flatten();
                 tool_of(a, executor.as_deref(), &self.naming)
             })
             .collect::<Result<_, _>>()

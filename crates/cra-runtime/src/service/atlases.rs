@@ -197,17 +197,20 @@ impl Runtime {
     /// replacing the atlas with the same id at another version; the identical atlas again
     /// changes nothing (`unchanged`); the same id and version with other content is 409
     /// `atlas_version_conflict`; with trusted keys configured, an atlas without a valid
-    /// `signature` by one of them is 400 `invalid_atlas` at `/signature`. Authors and admins. The install, replacement or refusal is
-    /// recorded in the operator audit chain.
+    /// `signature` by one of them is 400 `invalid_atlas` at `/signature`. Operators and admins
+    /// install any atlas; an author only one whose id is in a namespace granted to them, and
+    /// replaces one in force only when it is signed by a trusted key (403 `forbidden`
+    /// otherwise). The install, replacement or refusal is recorded in the operator audit chain.
     pub async fn install_inline_atlas(
         self: &Arc<Self>,
         actor: &Actor,
         inline: Value,
     ) -> ApiResult<InstalledAtlas> {
-        actor.require(&[Role::Author], "installing an atlas")?;
+        actor.require(&[Role::Author, Role::Operator], "installing an atlas")?;
         let chain = operator::lock(self).await?;
         let rt = Arc::clone(self);
         let actor_id = actor.id.clone();
+        let installer = actor.clone();
         let outcome = run_blocking("installing the atlas failed", move || {
             // A refusal keeps the atlas it refused, when it loaded far enough to be known.
             let trust = rt
@@ -218,7 +221,15 @@ impl Runtime {
             if let Err(e) = check_inline_signature(&inline, "", &atlas, trust.as_ref()) {
                 return Err(Box::new((Some(summary), e)));
             }
-            let (installed, swap) = match rt.install_atlas(&actor_id, atlas) {
+            if !installer.grants_atlas(atlas.id()) {
+                return Err(Box::new((
+                    Some(summary),
+                    namespace_refused(&installer, atlas.id()),
+                )));
+            }
+            // With trusted keys, the signature checked above is a trusted one.
+            let may_replace = installer.has(Role::Operator) || trust.is_some();
+            let (installed, swap) = match rt.install_atlas(&actor_id, atlas, may_replace) {
                 Ok(i) => i,
                 Err(e) => return Err(Box::new((Some(summary), e))),
             };
@@ -599,4 +610,17 @@ fn load_set(set: &Value, trust: Option<&Trust>) -> ApiResult<Vec<LoadedAtlas>> {
         loaded.push(atlas);
     }
     Ok(loaded)
+}
+
+/// The refusal of an install of `atlas_id` by an author none of whose namespaces grants it.
+fn namespace_refused(actor: &Actor, atlas_id: &str) -> ApiError {
+    let granted = if actor.atlas_namespaces.is_empty() {
+        "none".to_owned()
+    } else {
+        actor.atlas_namespaces.join(", ")
+    };
+    ApiError::forbidden(format!(
+        "atlas id `{atlas_id}` is in no namespace granted to `{}` (granted: {granted}); an administrator grants namespaces with atlas_namespaces in the keys file",
+        actor.id
+    ))
 }

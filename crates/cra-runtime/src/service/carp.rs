@@ -764,18 +764,24 @@ impl Call<'_> {
             self.rt.release_lease(&execution_id).await;
         }
         appended?;
-        let executor = crate::executor::executor_of(atlases, stored, &self.exec.action_id);
         let started = self.rt.clock.now();
-        let outcome = self
-            .rt
-            .run_executor(
-                executor.as_deref(),
-                &self.exec.action_id,
-                &execution_id,
-                &cleared.parameters,
-                self.exec.extra.get("outcome"),
-            )
-            .await;
+        let (executor, outcome) =
+            match crate::executor::executor_of(atlases, stored, &self.exec.action_id) {
+                Ok(executor) => {
+                    let outcome = self
+                        .rt
+                        .run_executor(
+                            executor.as_deref(),
+                            &self.exec.action_id,
+                            &execution_id,
+                            &cleared.parameters,
+                            self.exec.extra.get("outcome"),
+                        )
+                        .await;
+                    (executor, outcome)
+                }
+                Err(unavailable) => (None, Err(unavailable)),
+            };
         let duration_ms = millis_between(started, self.rt.clock.now());
         let mut record = engine(self.rt, atlases.set.clone()).execution_record(cleared, outcome);
         let redacted = self.redact_result(&mut record.response.result);

@@ -2,6 +2,7 @@
 //! per test, driven with `reqwest` (HTTP) and `tokio-tungstenite` (WebSocket).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod atlas_governance;
 mod authz;
 mod bad_requests;
 mod catalog;

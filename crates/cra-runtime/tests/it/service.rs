@@ -293,9 +293,21 @@ async fn atlas_installs_are_authorised_and_idempotent_without_http() {
         .unwrap_err();
     assert_eq!(refused.token(), Some(Token::Forbidden));
     assert_eq!(digests(), before, "a refused install changes nothing");
-    let installed = state
+    // An author replaces an atlas in force only with a trusted signature; an operator may.
+    let refused = state
         .0
         .install_inline_atlas(&author, inline.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.token(), Some(Token::Forbidden));
+    assert_eq!(digests(), before, "a refused install changes nothing");
+    let operator = state
+        .auth
+        .authenticate(Some(&format!("Bearer {}", crate::support::OPERATOR)))
+        .unwrap();
+    let installed = state
+        .0
+        .install_inline_atlas(&operator, inline.clone())
         .await
         .unwrap();
     assert!(!installed.unchanged);

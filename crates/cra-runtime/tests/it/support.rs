@@ -42,6 +42,7 @@ token = "author-key-00000000000"
 actor_id = "alice"
 actor_type = "human"
 roles = ["author"]
+atlas_namespaces = ["com.example", "dev.cra"]
 
 [[keys]]
 token = "auditor-key-0000000000"

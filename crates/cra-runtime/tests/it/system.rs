@@ -441,9 +441,12 @@ async fn an_inline_atlas_is_installed_replaced_and_validated_as_a_directory() {
     let (_, manifest) = s.get(Some(AGENT), "/v1/atlases/com.example.payments").await;
     assert_ne!(manifest["description"], "changed over HTTP");
 
-    // A new version replaces it, and says what it replaced.
+    // A new version replaces it, and says what it replaced; not the author's (issue 29, item
+    // 9: replacing an atlas in force needs an operator or a trusted signature), an operator's.
     changed["manifest"]["version"] = json!("1.1.0");
-    let (st, replaced) = s.post(Some(AUTHOR), "/v1/atlases", &changed).await;
+    let refused = s.post(Some(AUTHOR), "/v1/atlases", &changed).await;
+    assert_error(&refused, 403, "forbidden");
+    let (st, replaced) = s.post(Some(OPERATOR), "/v1/atlases", &changed).await;
     assert_eq!(st, 201, "{replaced}");
     assert_eq!(replaced["replaced"]["digest"], body["digest"]);
     assert_eq!(replaced["replaced"]["version"], body["version"]);
@@ -466,13 +469,15 @@ async fn an_inline_atlas_is_installed_replaced_and_validated_as_a_directory() {
             "session.started",
             "atlas.installed",
             "atlas.refused",
+            "atlas.refused",
             "atlas.replaced"
         ]
     );
-    let (installed, refused, swapped) = (
+    let (installed, refused, forbidden, swapped) = (
         &events[1]["payload"],
         &events[2]["payload"],
         &events[3]["payload"],
+        &events[4]["payload"],
     );
     assert_eq!(installed["atlas_id"], "com.example.payments");
     assert_eq!(installed["digest"], body["digest"]);
@@ -481,7 +486,9 @@ async fn an_inline_atlas_is_installed_replaced_and_validated_as_a_directory() {
     assert_eq!(refused["error"], "atlas_version_conflict");
     assert_eq!(refused["version"], body["version"]);
     assert_ne!(refused["digest"], body["digest"]);
+    assert_eq!(forbidden["error"], "forbidden");
     assert_eq!(swapped["version"], "1.1.0");
+    assert_eq!(swapped["actor"], "oscar");
     assert_eq!(swapped["replaced_digest"], body["digest"]);
     let (st, verdict) = s
         .post(

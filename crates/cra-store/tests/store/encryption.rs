@@ -104,6 +104,7 @@ fn write_everything(s: &dyn TestStore, session: &str, marker: &str) {
         agent_id: agent.clone(),
         expires_at_us: 0,
         origins: Default::default(),
+        atlas_digests: Default::default(),
     })
     .unwrap();
     let mut approval = sample_approval(&format!("ap-{session}"));

@@ -122,6 +122,7 @@ fn carp_records(s: &dyn TestStore, id: &str) {
         agent_id: "agent-a".into(),
         expires_at_us: 0,
         origins: Default::default(),
+        atlas_digests: Default::default(),
     })
     .unwrap();
     s.create_approval(&ApprovalRecord {

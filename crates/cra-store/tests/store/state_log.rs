@@ -76,6 +76,7 @@ fn record(request_id: &str, resolution_id: &str) -> ResolveRecord {
             agent_id: "agent-a".to_owned(),
             expires_at_us: 1_767_229_200_000_000,
             origins: Default::default(),
+            atlas_digests: Default::default(),
         }),
     }
 }

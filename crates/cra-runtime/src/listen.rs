@@ -269,15 +269,15 @@ impl Connection {
 }
 
 /// A stream whose writes fail once one has waited `timeout` for the client to read.
-struct WriteTimeout {
-    inner: TcpStream,
+struct WriteTimeout<S = TcpStream> {
+    inner: S,
     timeout: Duration,
     /// Armed while a write is pending.
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
-impl WriteTimeout {
-    fn new(inner: TcpStream, timeout: Duration) -> Self {
+impl<S> WriteTimeout<S> {
+    fn new(inner: S, timeout: Duration) -> Self {
         Self {
             inner,
             timeout,
@@ -315,7 +315,7 @@ impl WriteTimeout {
     }
 }
 
-impl AsyncRead for WriteTimeout {
+impl<S: AsyncRead + Unpin> AsyncRead for WriteTimeout<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -325,7 +325,7 @@ impl AsyncRead for WriteTimeout {
     }
 }
 
-impl AsyncWrite for WriteTimeout {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteTimeout<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -379,6 +379,33 @@ fn open_file_limit(limits: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write the peer does not read fails at the write timeout (the test waits on that
+    /// timeout, nothing else); one it reads goes through, however slowly it reads.
+    #[tokio::test]
+    async fn a_write_the_client_does_not_read_fails_at_the_write_timeout() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let timeout = Duration::from_millis(100);
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut slow = WriteTimeout::new(server, timeout);
+        // A generous bound, so that a write that never fails fails the test instead of hanging.
+        let bounded = tokio::time::timeout(Duration::from_secs(10), slow.write_all(&[7u8; 4096]));
+        let e = bounded.await.expect("the write fails").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
+
+        let (server, mut client2) = tokio::io::duplex(64);
+        let mut read = WriteTimeout::new(server, timeout);
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 4096];
+            client2.read_exact(&mut got).await.map(|_| got)
+        });
+        read.write_all(&[7u8; 4096]).await.unwrap();
+        assert_eq!(reader.await.unwrap().unwrap(), vec![7u8; 4096]);
+        // The first client's buffer held what it was sent before the timeout.
+        let mut first = [0u8; 64];
+        client.read_exact(&mut first).await.unwrap();
+        assert_eq!(first, [7u8; 64]);
+    }
 
     #[test]
     fn the_open_file_limit_is_read_from_proc_self_limits() {

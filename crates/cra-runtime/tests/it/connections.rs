@@ -114,3 +114,60 @@ async fn a_quiet_stream_is_kept_alive_with_pings() {
     }
     s.stop().await;
 }
+
+/// Reads one WebSocket frame a server sent (unmasked): its opcode and payload.
+async fn frame(tcp: &mut TcpStream) -> (u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.unwrap();
+    let len = match head[1] & 0x7F {
+        126 => u64::from(tcp.read_u16().await.unwrap()),
+        127 => tcp.read_u64().await.unwrap(),
+        n => u64::from(n),
+    };
+    let mut payload = vec![0u8; usize::try_from(len).unwrap()];
+    tcp.read_exact(&mut payload).await.unwrap();
+    (head[0] & 0x0F, payload)
+}
+
+/// A stream whose client never answers a ping is closed at the next ping's time (1001), so a
+/// vanished client does not hold a stream and its subscription. The client here speaks the
+/// WebSocket handshake itself and reads frames without answering any (a library client answers
+/// pings as it reads).
+#[tokio::test]
+async fn a_stream_whose_client_answers_no_ping_is_closed() {
+    let s = TestServer::start_with(|c| c.limits.stream_ping_ms = 100).await;
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let addr = s.base.trim_start_matches("http://");
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let upgrade = format!(
+        "GET /v1/traces/stream?session_id={sid} HTTP/1.1\r\nHost: cra\r\nAuthorization: Bearer {AGENT}\r\n\
+         Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    tcp.write_all(upgrade.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\n") {
+        answer.push(tcp.read_u8().await.unwrap());
+    }
+    assert!(
+        answer.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let mut pings = 0;
+    let close = loop {
+        match tokio::time::timeout(DEADLINE, frame(&mut tcp))
+            .await
+            .unwrap()
+        {
+            (0x9, _) => pings += 1,
+            (0x8, payload) => break payload,
+            _ => {} // the session's events
+        }
+    };
+    assert_eq!(pings, 1, "one ping went unanswered");
+    assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1001);
+    let reason = String::from_utf8_lossy(&close[2..]);
+    assert!(reason.contains("no answer to the last ping"), "{reason}");
+    s.stop().await;
+}

@@ -234,6 +234,17 @@ impl Runtime {
 mod tests {
     use super::*;
 
+    /// Issue 29, item 9: an action whose resolution recorded no origin (stored before origins
+    /// were kept) and that no loaded atlas declares any more is `executor_unavailable`; until
+    /// then it ran as an action the agent performs (`performed_by: agent`).
+    #[test]
+    fn an_action_no_atlas_declares_any_more_has_no_executor_rather_than_the_agent() {
+        let none = AtlasState::empty();
+        let e = executor_of(&none, None, "deploy.start").unwrap_err();
+        assert_eq!(e.code, "executor_unavailable");
+        assert!(e.message.contains("deploy.start"), "{}", e.message);
+    }
+
     #[test]
     fn reported_outcomes() {
         assert_eq!(

@@ -206,8 +206,30 @@ fn workspace_root() -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
+/// A `cargo` command for a nested build, with the variables `cargo run` set for this program
+/// (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, ...) removed. Build scripts that declare
+/// `rerun-if-env-changed` on them (ring's does, for every variable it reads) otherwise see them
+/// differ from a build run from the shell, and rebuild, with every crate above them, at each
+/// switch: CI's bench smoke rebuilt the TLS stack and the `cra` binary (100 s) for nothing.
 pub(crate) fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let set_by_cargo_run = name.starts_with("CARGO_PKG_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_MANIFEST_LINKS"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+            );
+        if set_by_cargo_run {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
 }
 
 /// Runs `cmd` with its stderr (progress lines) passed through live, returning its stdout.

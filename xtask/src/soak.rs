@@ -112,9 +112,8 @@ impl Summary {
 /// Runs the soak.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let args = Args::parse(args)?;
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     if !args.skip_storage {
-        storage(&cargo)?;
+        storage()?;
     }
     let mut backends = vec!["redb"];
     match std::env::var("CRA_TEST_POSTGRES_URL") {
@@ -125,7 +124,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         .ceil()
         .max(1.0) as u64;
     // Built once, then run directly: a tree that changes during a long soak is not rebuilt.
-    let exe = build_crash_test(&cargo)?;
+    let exe = build_crash_test()?;
     let mut summaries = Vec::new();
     for backend in &backends {
         println!("soak: server crash soak on {backend} for {seconds} s");
@@ -158,10 +157,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 
 /// The storage soak: 64 appenders x 10,000 events on one session (both backends when
 /// `CRA_TEST_POSTGRES_URL` is set) and 500 kill -9 cycles, in release mode.
-fn storage(cargo: &str) -> anyhow::Result<()> {
+fn storage() -> anyhow::Result<()> {
     let var =
         |name: &str, default: &str| std::env::var(name).unwrap_or_else(|_| default.to_owned());
-    let status = Command::new(cargo)
+    let status = crate::bench::cargo()
         .args([
             "test",
             "-p",
@@ -192,8 +191,8 @@ fn storage(cargo: &str) -> anyhow::Result<()> {
 }
 
 /// Builds `cra-runtime`'s integration tests in release mode; returns the test executable.
-fn build_crash_test(cargo: &str) -> anyhow::Result<std::path::PathBuf> {
-    let out = Command::new(cargo)
+fn build_crash_test() -> anyhow::Result<std::path::PathBuf> {
+    let out = crate::bench::cargo()
         .args([
             "test",
             "-p",

@@ -10,6 +10,9 @@
 //! * `--all`: every session with a chain, one `<session_id>.trace.jsonl` per session in the
 //!   directory `-o DIR` (created if needed). From a server, "every" means every chain
 //!   `GET /v1/traces` lists for the caller (its own sessions; all of them for an auditor).
+//!   A chain that cannot be read (a stored event that no longer parses) does not stop the
+//!   others: each such session is named on standard error (and under `unreadable` with
+//!   `--json`) with why, and the command exits 2 once every other chain is exported.
 //!
 //! Files are written to `<name>.partial` and renamed when complete, so an interrupted export
 //! never leaves a truncated chain under the final name. Progress goes to standard error.
@@ -28,7 +31,7 @@ use cra_wire::Token;
 use serde_json::json;
 
 use crate::cmd::trace::Progress;
-use crate::cmd::trace_io::{Failure, StoreArgs, read_session};
+use crate::cmd::trace_io::{Failure, StoreArgs, read_readable_prefix};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
 
@@ -38,7 +41,8 @@ pub struct ExportArgs {
     /// The session to export.
     #[arg(long, conflicts_with = "all", required_unless_present = "all")]
     pub session: Option<String>,
-    /// Export every session, one file each, into the directory given with -o.
+    /// Export every session, one file each, into the directory given with -o (a chain that
+    /// cannot be read is listed on standard error and the others are exported; exit 2).
     #[arg(long)]
     pub all: bool,
     /// Where to write: a file for --session (default: standard output), a directory for --all.
@@ -75,8 +79,23 @@ pub struct Exported {
     pub session_id: String,
     /// Events written.
     pub events: u64,
-    /// The file, or `None` for standard output.
+    /// The file, or `None` for standard output (and for a chain that could not be read).
     pub file: Option<PathBuf>,
+    /// Why the chain could not be read: `--all` goes on with the others, lists this one and
+    /// exits 2. `None` when it was exported.
+    pub unreadable: Option<String>,
+}
+
+impl Exported {
+    /// A chain `--all` could not read, and why.
+    fn unreadable(session_id: &str, why: Failure) -> Self {
+        Self {
+            session_id: session_id.to_owned(),
+            events: 0,
+            file: None,
+            unreadable: Some(why.message),
+        }
+    }
 }
 
 /// A file name for a session: the id itself when it is made of letters, digits, `-`, `_` and
@@ -184,9 +203,9 @@ pub fn export_from_store(
                     ),
                 ));
             }
-            let events = read_session(chains, id, &mut |n| {
+            let (events, broken) = read_readable_prefix(chains, id, &mut |n| {
                 meter.tick(|| format!("exporting {id}: {n} events"));
-            })?;
+            });
             let file = args.out.clone().filter(|p| p.as_os_str() != "-");
             match &file {
                 Some(path) => write_file(path, |w| write_events(w, &events))?,
@@ -201,6 +220,7 @@ pub fn export_from_store(
                 session_id: id.clone(),
                 events: events.len() as u64,
                 file,
+                unreadable: broken.map(|why| why.message),
             }]);
         }
         let Some(dir) = &args.out else {
@@ -222,7 +242,7 @@ pub fn export_from_store(
         let mut done = Vec::with_capacity(total);
         let mut events_so_far = 0u64;
         for (k, s) in sessions.iter().enumerate() {
-            let events = read_session(chains, &s.session_id, &mut |n| {
+            let (events, broken) = read_readable_prefix(chains, &s.session_id, &mut |n| {
                 meter.tick(|| {
                     format!(
                         "exporting session {}/{total}, {} events",
@@ -230,7 +250,11 @@ pub fn export_from_store(
                         events_so_far + n
                     )
                 });
-            })?;
+            });
+            if let Some(why) = broken {
+                done.push(Exported::unreadable(&s.session_id, why));
+                continue;
+            }
             let path = dir.join(file_name(&s.session_id));
             write_file(&path, |w| write_events(w, &events))?;
             events_so_far += events.len() as u64;
@@ -244,6 +268,7 @@ pub fn export_from_store(
                 session_id: s.session_id.clone(),
                 events: events.len() as u64,
                 file: Some(path),
+                unreadable: None,
             });
         }
         Ok(done)
@@ -278,13 +303,20 @@ pub fn export_from_server(
         })?;
         let mut done = Vec::with_capacity(sessions.len());
         for id in sessions {
-            let body = fetch_chain(&client, base, &id, token)?;
+            let body = match fetch_chain(&client, base, &id, token) {
+                Ok(body) => body,
+                Err(why) => {
+                    done.push(Exported::unreadable(&id, why));
+                    continue;
+                }
+            };
             let path = dir.join(file_name(&id));
             write_file(&path, |w| w.write_all(&body))?;
             done.push(Exported {
                 events: body.iter().filter(|&&b| b == b'\n').count() as u64,
                 session_id: id,
                 file: Some(path),
+                unreadable: None,
             });
         }
         return Ok(done);
@@ -305,6 +337,7 @@ pub fn export_from_server(
         session_id: id.clone(),
         events,
         file,
+        unreadable: None,
     }])
 }
 
@@ -500,10 +533,17 @@ pub fn export(
                 }),
         }
     };
-    let exported = match result {
+    let all = match result {
         Ok(x) => x,
         Err(f) => return f.report(CMD, fmt, out, err),
     };
+    // One session is written up to its first unreadable event; `--all` skips such a chain.
+    let one = args.session.is_some();
+    let unreadable: Vec<&Exported> = all.iter().filter(|x| x.unreadable.is_some()).collect();
+    let exported: Vec<&Exported> = all
+        .iter()
+        .filter(|x| x.unreadable.is_none() || one)
+        .collect();
     let events: u64 = exported.iter().map(|x| x.events).sum();
     if args.json {
         let doc = json!({
@@ -514,8 +554,25 @@ pub fn export(
                 "events": x.events,
                 "file": x.file.as_ref().map(|p| p.display().to_string()),
             })).collect::<Vec<_>>(),
+            "unreadable": unreadable.iter().map(|x| json!({
+                "session_id": x.session_id,
+                "reason": x.unreadable,
+            })).collect::<Vec<_>>(),
         });
         let _ = writeln!(out, "{doc}");
+    }
+    for x in &unreadable {
+        let what = if one {
+            "only what comes before the unreadable event was exported"
+        } else {
+            "not exported"
+        };
+        let _ = writeln!(
+            err,
+            "{CMD}: session {}: {what}: {}",
+            x.session_id,
+            x.unreadable.as_deref().unwrap_or_default()
+        );
     }
     if args.out.as_ref().is_some_and(|p| p.as_os_str() != "-") {
         let _ = writeln!(
@@ -529,5 +586,17 @@ pub fn export(
                 .unwrap_or_default()
         );
     }
-    Exit::Success
+    if unreadable.is_empty() {
+        Exit::Success
+    } else {
+        if !one {
+            let n = unreadable.len();
+            let _ = writeln!(
+                err,
+                "{CMD}: {n} chain{} could not be read whole (above); every other one was exported",
+                if n == 1 { "" } else { "s" }
+            );
+        }
+        Exit::Negative
+    }
 }

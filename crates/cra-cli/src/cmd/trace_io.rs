@@ -259,6 +259,42 @@ pub fn read_session(
     }
 }
 
+/// The events of `session_id` up to the first one that cannot be read, and why that one cannot
+/// (`None` when the whole chain was read): a chain holding an event an earlier version stored
+/// in a form that no longer parses still yields what comes before it (issue 29, item 4).
+pub fn read_readable_prefix(
+    chains: &dyn ChainStore,
+    session_id: &str,
+    progress: &mut dyn FnMut(u64),
+) -> (Vec<TraceEvent>, Option<Failure>) {
+    let first = match read_session(chains, session_id, progress) {
+        Ok(all) => return (all, None),
+        Err(first) => first,
+    };
+    // Event by event from the start, to find the one that cannot be read.
+    let mut out: Vec<TraceEvent> = Vec::new();
+    loop {
+        let after = out.last().map(|e| e.sequence);
+        match chains.read_after(session_id, after, 1) {
+            Ok(page) if page.is_empty() => return (out, Some(first)),
+            Ok(page) => out.extend(page),
+            Err(e) => {
+                let at = after.map_or(0, |s| s + 1);
+                let why = Failure::new(
+                    e.token(),
+                    format!(
+                        "{e}; the {} event{} before event {at} {} read",
+                        out.len(),
+                        if out.len() == 1 { "" } else { "s" },
+                        if out.len() == 1 { "was" } else { "were" },
+                    ),
+                );
+                return (out, Some(why));
+            }
+        }
+    }
+}
+
 /// Refuses a data directory that holds no database: offline commands never create one.
 pub fn require_database(dir: &Path) -> Result<(), Failure> {
     let file = dir.join(cra_store::redb::DATABASE_FILE);

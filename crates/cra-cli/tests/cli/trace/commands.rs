@@ -1132,3 +1132,66 @@ fn a_stored_chain_newer_than_the_last_checkpoint_gets_no_proof_offline() {
         "{err}"
     );
 }
+
+/// Issue 29, item 4: `export --all` exports every readable chain and lists the others. On
+/// `fda2190` the first chain holding an event that no longer parsed (a number stored as
+/// `Infinity` by an earlier version) stopped the export there.
+#[test]
+fn export_all_exports_every_readable_chain_and_lists_the_unreadable_one() {
+    let Some(url) = cra_store::testing::postgres_url("export_all_lists_unreadable_chains") else {
+        return;
+    };
+    let schema = cra_store::testing::TestSchema::new(&url, "cli_export_unreadable");
+    let mut live = Live::start(Some((&url, schema.name())));
+    let facts = live.drive();
+    let other = live.open_session("a chain that stays readable");
+    live.stop();
+    // An event as an older version stored a number beyond a double's range.
+    let mut db = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let poisoned = db
+        .execute(
+            &format!(
+                "UPDATE \"{}\".trace_events SET body = replace(body, '\"payload\":{{', '\"payload\":{{\"n\":Infinity,') \
+                 WHERE session_id = $1 AND sequence = 1",
+                schema.name()
+            ),
+            &[&facts.session],
+        )
+        .unwrap();
+    assert_eq!(poisoned, 1);
+    let all = live.dir.path().join("all");
+    let flags = ["--postgres", &url, "--postgres-schema", schema.name()];
+    let mut args = vec!["export", "--all", "--json", "-o", s(&all)];
+    args.extend(flags);
+    let (exit, out, err) = cli(&args);
+    assert_eq!(exit, Exit::Negative, "{out}{err}");
+    let doc = json(&out);
+    let unreadable = doc["unreadable"].as_array().unwrap();
+    assert_eq!(unreadable.len(), 1, "{doc}");
+    assert_eq!(unreadable[0]["session_id"], facts.session.as_str());
+    assert!(unreadable[0]["reason"].is_string(), "{doc}");
+    assert!(err.contains(&facts.session), "{err}");
+    // Every other chain was exported, and verifies.
+    let files = doc["files"].as_array().unwrap();
+    assert!(
+        files.iter().any(|f| f["session_id"] == other.as_str()),
+        "{doc}"
+    );
+    for f in files {
+        let path = f["file"].as_str().unwrap();
+        let (exit, out, err) = cli(&["verify", path]);
+        assert_eq!(exit, Exit::Success, "{path}: {out}{err}");
+    }
+    assert!(!all.join(file_name(&facts.session)).exists());
+    // The session alone: its readable prefix (event 0), and where it broke.
+    let prefix = live.dir.path().join("prefix.trace.jsonl");
+    let mut args = vec!["export", "--session", &facts.session, "-o", s(&prefix)];
+    args.extend(flags);
+    let (exit, out, err) = cli(&args);
+    assert_eq!(exit, Exit::Negative, "{out}{err}");
+    assert!(err.contains("event 1 of session"), "{err}");
+    let text = std::fs::read_to_string(&prefix).unwrap();
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let (exit, out, err) = cli(&["verify", s(&prefix)]);
+    assert_eq!(exit, Exit::Success, "the prefix verifies: {out}{err}");
+}

@@ -740,7 +740,7 @@ impl Runtime {
     /// identical atlas again changes nothing. Refused (nothing changes) when the same id and
     /// version are in force with other content (409 `atlas_version_conflict`: a published
     /// version never changes), when it would replace an atlas in force and `may_replace` is
-    /// false (403 `forbidden`: `specs/atlas.md`, "Who installs atlases"), or when a dependency of
+    /// false (403 `forbidden`: `specs/http.md`, "Atlases over HTTP"), or when a dependency of
     /// the resulting set does not resolve. Answers the change made, if any, for
     /// [`Runtime::undo_atlas_change`].
     pub(crate) fn install_atlas(

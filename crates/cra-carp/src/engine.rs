@@ -936,9 +936,6 @@ impl Carp {
         }
     }
 
-    /// The atlas that offered `action_id` under the resolution (its recorded origin, else the
-    /// first loaded atlas declaring it), with its digest as it is in force now; `None` when
-    /// that atlas is no longer loaded.
     /// The digest in force of each atlas that offered an allowed action (usually one).
     fn offering_digests(&self, origins: &[ActionOrigin]) -> BTreeMap<String, String> {
         let mut digests = BTreeMap::new();
@@ -952,6 +949,9 @@ impl Carp {
         digests
     }
 
+    /// The atlas that offered `action_id` under the resolution (its recorded origin, else the
+    /// first loaded atlas declaring it), with its digest as it is in force now; `None` when
+    /// that atlas is no longer loaded.
     fn atlas_of(&self, stored: &StoredResolution, action_id: &str) -> Option<(&str, &str)> {
         let origin = stored.origins.get(action_id);
         let atlas = match origin {

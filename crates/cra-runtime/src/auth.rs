@@ -104,6 +104,24 @@ impl Actor {
         }
     }
 
+    /// The actor a keys-file entry (`[[keys]]` or `[[certificates]]`) grants, known to logs
+    /// and rate limits by `key_fingerprint`.
+    fn granted(
+        id: &str,
+        actor_type: ActorType,
+        roles: &[Role],
+        atlas_namespaces: &[String],
+        key_fingerprint: String,
+    ) -> Self {
+        Self {
+            id: id.to_owned(),
+            actor_type,
+            roles: roles.iter().copied().collect(),
+            key_fingerprint,
+            atlas_namespaces: atlas_namespaces.to_vec(),
+        }
+    }
+
     /// True when the actor may install the atlas `atlas_id`: an operator (who deploys atlases)
     /// or admin always, an author when one of their namespaces grants it.
     pub(crate) fn grants_atlas(&self, atlas_id: &str) -> bool {
@@ -451,13 +469,14 @@ impl Authenticator {
             .iter()
             .map(|k| {
                 let digest: [u8; 32] = Sha256::digest(k.token.as_bytes()).into();
-                let actor = Actor {
-                    id: k.actor_id.clone(),
-                    actor_type: k.actor_type,
-                    roles: k.roles.iter().copied().collect(),
-                    key_fingerprint: fingerprint(&k.token),
-                    atlas_namespaces: k.atlas_namespaces.clone(),
-                };
+                let key = fingerprint(&k.token);
+                let actor = Actor::granted(
+                    &k.actor_id,
+                    k.actor_type,
+                    &k.roles,
+                    &k.atlas_namespaces,
+                    key,
+                );
                 (digest, actor)
             })
             .collect();
@@ -465,13 +484,14 @@ impl Authenticator {
             .certificates
             .iter()
             .map(|c| {
-                let actor = Actor {
-                    id: c.actor_id.clone(),
-                    actor_type: c.actor_type,
-                    roles: c.roles.iter().copied().collect(),
-                    key_fingerprint: fingerprint(&format!("certificate {}", c.subject)),
-                    atlas_namespaces: c.atlas_namespaces.clone(),
-                };
+                let key = fingerprint(&format!("certificate {}", c.subject));
+                let actor = Actor::granted(
+                    &c.actor_id,
+                    c.actor_type,
+                    &c.roles,
+                    &c.atlas_namespaces,
+                    key,
+                );
                 (c.subject.clone(), actor)
             })
             .collect();

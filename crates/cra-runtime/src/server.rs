@@ -432,8 +432,6 @@ fn replica_id(
 pub struct RunningServer {
     /// The address actually bound.
     pub addr: SocketAddr,
-    /// True when the server speaks HTTPS (`[tls]`).
-    pub https: bool,
     /// The shared state (tests read counters and stores through it).
     pub state: AppState,
     /// The outcome of the scheduled retention's latest run (`None` before the first, and
@@ -470,7 +468,11 @@ pub type RetentionRuns = tokio::sync::watch::Receiver<
 impl RunningServer {
     /// The server's base URL: `https://ADDR` with TLS, else `http://ADDR`.
     pub fn url(&self) -> String {
-        let scheme = if self.https { "https" } else { "http" };
+        let scheme = if self.state.config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -535,7 +537,6 @@ pub async fn start(
         )?)),
         None => None,
     };
-    let https = tls.is_some();
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| StartError::Bind { addr, source })?;
@@ -587,7 +588,6 @@ pub async fn start(
     });
     Ok(RunningServer {
         addr: bound,
-        https,
         state,
         retention_runs,
         shutdown: Some(tx),

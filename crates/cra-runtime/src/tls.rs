@@ -167,7 +167,10 @@ pub fn client_config() -> Arc<ClientConfig> {
     // Also the process's default, so that a client a dependency builds for itself (rmcp's
     // `StreamableHttpClientTransport::from_config`, which clippy cannot be told to refuse)
     // finds a provider instead of panicking, once any cra client has been built.
-    let _ = CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+    });
     if let Some(c) = &*CLIENT_DEFAULTS.read().unwrap_or_else(|p| p.into_inner()) {
         return c.clone();
     }
@@ -202,9 +205,23 @@ pub fn blocking_http_client() -> reqwest::blocking::ClientBuilder {
     reqwest::blocking::Client::builder().tls_backend_preconfigured((*client_config()).clone())
 }
 
-/// A WebSocket connector using this process's client configuration (for `wss://`).
-pub fn ws_connector() -> tokio_tungstenite::Connector {
-    tokio_tungstenite::Connector::Rustls(client_config())
+/// Opens a WebSocket (`ws://`, or `wss://` with this process's client configuration).
+pub async fn ws_connect<R>(
+    request: R,
+) -> Result<
+    (
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        tokio_tungstenite::tungstenite::handshake::client::Response,
+    ),
+    tokio_tungstenite::tungstenite::Error,
+>
+where
+    R: tokio_tungstenite::tungstenite::client::IntoClientRequest + Unpin,
+{
+    let connector = tokio_tungstenite::Connector::Rustls(client_config());
+    tokio_tungstenite::connect_async_tls_with_config(request, None, false, Some(connector)).await
 }
 
 /// A connection error in full: its message and each cause's (reqwest's own message stops at

@@ -168,14 +168,7 @@ async fn connect_once(
         }
         Err(_) => return Ended::Fatal("CRA_TOKEN is not a valid header value".into()),
     }
-    let (mut ws, _) = match tokio_tungstenite::connect_async_tls_with_config(
-        req,
-        None,
-        false,
-        Some(cra_runtime::tls::ws_connector()),
-    )
-    .await
-    {
+    let (mut ws, _) = match cra_runtime::tls::ws_connect(req).await {
         Ok(x) => x,
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             let status = resp.status().as_u16();

@@ -27,3 +27,19 @@ fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::blocking::Re
         .get(url)
         .send()
 }
+
+/// Sends SIGTERM to `child` (a `cra` server process) and requires a clean exit.
+fn terminate(child: std::process::Child) {
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

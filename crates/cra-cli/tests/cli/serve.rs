@@ -8,6 +8,8 @@ use std::process::{Command, Stdio};
 
 use cra_store::testing::{TestSchema, postgres_url};
 
+use crate::terminate;
+
 type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
 
 /// The address `child` (a `cra serve`) prints once it listens, and the rest of its output.
@@ -22,22 +24,6 @@ fn listening(child: &mut std::process::Child) -> (String, Lines) {
             return (a.to_owned(), lines);
         }
     }
-}
-
-/// Sends SIGTERM to `child` and requires a clean exit.
-fn terminate(child: std::process::Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

@@ -420,15 +420,5 @@ fn key_generate_and_serve_run_as_the_binary() {
         timestamp > 1_700_000_000,
         "the system clock's time: {timestamp}"
     );
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::terminate(child);
 }

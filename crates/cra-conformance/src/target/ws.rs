@@ -51,14 +51,7 @@ pub async fn read_stream(base: &str, request: &StreamRequest) -> Result<StreamRe
             .map_err(|e| format!("the token cannot be a header: {e}"))?;
         upgrade.headers_mut().insert("authorization", value);
     }
-    let mut socket = match tokio_tungstenite::connect_async_tls_with_config(
-        upgrade,
-        None,
-        false,
-        Some(cra_runtime::tls::ws_connector()),
-    )
-    .await
-    {
+    let mut socket = match cra_runtime::tls::ws_connect(upgrade).await {
         Ok((socket, _)) => socket,
         Err(tungstenite::Error::Http(refused)) => {
             let status = refused.status().as_u16();

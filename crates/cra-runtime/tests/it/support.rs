@@ -152,7 +152,7 @@ impl TestServer {
         hook(Arc::get_mut(&mut state.0).expect("a fresh runtime has one owner"));
         let server = start(state, std::future::pending()).await.unwrap();
         Self {
-            base: format!("http://{}", server.addr),
+            base: server.url(),
             server: Some(server),
             http: cra_runtime::tls::http_client().build().unwrap(),
             clock,
@@ -510,7 +510,7 @@ impl TestServer {
                 .await
                 .unwrap();
         let server = start(state, std::future::pending()).await.unwrap();
-        let base = format!("http://{}", server.addr);
+        let base = server.url();
         Self {
             server: Some(server),
             base,

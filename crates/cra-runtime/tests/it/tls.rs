@@ -279,11 +279,14 @@ async fn unusable_tls_files_stop_the_start_naming_the_file() {
 }
 
 /// The subject `openssl x509 -nameopt RFC2253` prints for a self-signed certificate of `subj`
-/// (an `openssl req -subj` argument), and the certificate's DER.
+/// (an `openssl req -subj` argument), and the certificate's DER. Files are made in `dir`.
 fn openssl_subject(dir: &Path, subj: &str, multivalue: bool) -> (String, Vec<u8>) {
-    let (key, pem, der) = (dir.join("k.pem"), dir.join("c.pem"), dir.join("c.der"));
-    let run = |args: &[&std::ffi::OsStr]| {
-        let out = Command::new("openssl").args(args).output().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "openssl {args:?}: {}",
@@ -291,53 +294,28 @@ fn openssl_subject(dir: &Path, subj: &str, multivalue: bool) -> (String, Vec<u8>
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    let os = |s: &str| std::ffi::OsString::from(s);
+    let curve = "ec_paramgen_curve:P-256";
     run(&[
-        &os("genpkey"),
-        &os("-algorithm"),
-        &os("EC"),
-        &os("-pkeyopt"),
-        &os("ec_paramgen_curve:P-256"),
-        &os("-out"),
-        key.as_os_str(),
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        curve,
+        "-out",
+        "k.pem",
     ]);
-    let mut req = vec![
-        os("req"),
-        os("-x509"),
-        os("-new"),
-        os("-key"),
-        key.clone().into_os_string(),
-        os("-days"),
-        os("1"),
-        os("-subj"),
-        os(subj),
-        os("-out"),
-        pem.clone().into_os_string(),
-    ];
+    let mut req = vec!["req", "-x509", "-new", "-key", "k.pem", "-days", "1"];
+    req.extend(["-subj", subj, "-out", "c.pem"]);
     if multivalue {
-        req.push(os("-multivalue-rdn"));
+        req.push("-multivalue-rdn");
     }
-    run(&req.iter().map(|s| s.as_os_str()).collect::<Vec<_>>());
+    run(&req);
     let printed = run(&[
-        &os("x509"),
-        &os("-noout"),
-        &os("-subject"),
-        &os("-nameopt"),
-        &os("RFC2253"),
-        &os("-in"),
-        pem.as_os_str(),
+        "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in", "c.pem",
     ]);
-    run(&[
-        &os("x509"),
-        &os("-in"),
-        pem.as_os_str(),
-        &os("-outform"),
-        &os("DER"),
-        &os("-out"),
-        der.as_os_str(),
-    ]);
+    run(&["x509", "-in", "c.pem", "-outform", "DER", "-out", "c.der"]);
     let subject = printed.trim_end().trim_start_matches("subject=").to_owned();
-    (subject, std::fs::read(der).unwrap())
+    (subject, std::fs::read(dir.join("c.der")).unwrap())
 }
 
 #[test]

@@ -205,7 +205,7 @@ pub fn export_from_store(
             }
             let (events, broken) = read_readable_prefix(chains, id, &mut |n| {
                 meter.tick(|| format!("exporting {id}: {n} events"));
-            });
+            })?;
             let file = args.out.clone().filter(|p| p.as_os_str() != "-");
             match &file {
                 Some(path) => write_file(path, |w| write_events(w, &events))?,
@@ -250,7 +250,7 @@ pub fn export_from_store(
                         events_so_far + n
                     )
                 });
-            });
+            })?;
             if let Some(why) = broken {
                 done.push(Exported::unreadable(&s.session_id, why));
                 continue;
@@ -305,10 +305,12 @@ pub fn export_from_server(
         for id in sessions {
             let body = match fetch_chain(&client, base, &id, token) {
                 Ok(body) => body,
-                Err(why) => {
+                // The server could not read the stored chain; anything else stops the export.
+                Err(why) if why.token == Token::IntegrityError => {
                     done.push(Exported::unreadable(&id, why));
                     continue;
                 }
+                Err(other) => return Err(other),
             };
             let path = dir.join(file_name(&id));
             write_file(&path, |w| w.write_all(&body))?;

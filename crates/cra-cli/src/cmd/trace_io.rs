@@ -261,23 +261,28 @@ pub fn read_session(
 
 /// The events of `session_id` up to the first one that cannot be read, and why that one cannot
 /// (`None` when the whole chain was read): a chain holding an event an earlier version stored
-/// in a form that no longer parses still yields what comes before it (issue 29, item 4).
+/// in a form that no longer parses (`integrity_error`) still yields what comes before it
+/// (issue 29, item 4). Any other failure (a store that cannot answer) is returned as it was.
 pub fn read_readable_prefix(
     chains: &dyn ChainStore,
     session_id: &str,
     progress: &mut dyn FnMut(u64),
-) -> (Vec<TraceEvent>, Option<Failure>) {
+) -> Result<(Vec<TraceEvent>, Option<Failure>), Failure> {
     let first = match read_session(chains, session_id, progress) {
-        Ok(all) => return (all, None),
-        Err(first) => first,
+        Ok(all) => return Ok((all, None)),
+        Err(first) if first.token == Token::IntegrityError => first,
+        Err(other) => return Err(other),
     };
     // Event by event from the start, to find the one that cannot be read.
     let mut out: Vec<TraceEvent> = Vec::new();
     loop {
         let after = out.last().map(|e| e.sequence);
         match chains.read_after(session_id, after, 1) {
-            Ok(page) if page.is_empty() => return (out, Some(first)),
+            Ok(page) if page.is_empty() => return Ok((out, Some(first))),
             Ok(page) => out.extend(page),
+            Err(e) if e.token() != Token::IntegrityError => {
+                return Err(Failure::new(e.token(), e.to_string()));
+            }
             Err(e) => {
                 let at = after.map_or(0, |s| s + 1);
                 let why = Failure::new(
@@ -289,7 +294,7 @@ pub fn read_readable_prefix(
                         if out.len() == 1 { "was" } else { "were" },
                     ),
                 );
-                return (out, Some(why));
+                return Ok((out, Some(why)));
             }
         }
     }

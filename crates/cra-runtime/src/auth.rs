@@ -813,6 +813,33 @@ mod tests {
         assert!(KeysFile::load(&p).unwrap_err().to_string().contains("16"));
     }
 
+    /// `[[certificates]]` entries are checked at start as keys are: a blank subject, an actor id
+    /// breaking the id rules and a repeated subject each stop the start, naming the entry.
+    #[test]
+    fn certificate_entries_are_checked_as_keys_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.toml");
+        let entry = |subject: &str, actor: &str| {
+            format!(
+                "[[certificates]]\nsubject=\"{subject}\"\nactor_id=\"{actor}\"\nactor_type=\"agent\"\nroles=[\"agent\"]\n"
+            )
+        };
+        for (text, says) in [
+            (entry(" ", "bot"), "certificate #1's subject is empty"),
+            (entry("CN=a", "project:p"), "certificate #1's actor_id"),
+            (
+                entry("CN=a", "bot") + &entry("CN=a", "other"),
+                "certificate #2 repeats the subject `CN=a`",
+            ),
+        ] {
+            std::fs::write(&p, &text).unwrap();
+            let e = KeysFile::load(&p).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        std::fs::write(&p, entry("CN=a", "bot") + &entry("CN=b", "bot")).unwrap();
+        assert_eq!(KeysFile::load(&p).unwrap().certificates.len(), 2);
+    }
+
     /// Issue 29, item 10: on `fda2190` a key could claim `project:<id>`, the actor of a
     /// project's audit chain, or `cra-operator`, and read those chains as its own.
     #[test]

@@ -278,6 +278,56 @@ async fn unusable_tls_files_stop_the_start_naming_the_file() {
     }
 }
 
+#[test]
+fn unusable_client_tls_files_are_refused_naming_the_file() {
+    let pki = Pki::new();
+    let missing = ClientTls {
+        ca_cert: Some(pki.file("missing-ca.pem")),
+        ..ClientTls::default()
+    };
+    let e = missing.config().unwrap_err().to_string();
+    assert!(e.contains("missing-ca.pem"), "{e}");
+    let half = ClientTls {
+        client_cert: Some(pki.file("client.pem")),
+        ..ClientTls::default()
+    };
+    let e = half.config().unwrap_err().to_string();
+    assert!(e.contains("--client-key"), "{e}");
+    let mismatched = ClientTls {
+        client_cert: Some(pki.file("client.pem")),
+        client_key: Some(pki.file("nobody.key")),
+        ..ClientTls::default()
+    };
+    let e = mismatched.config().unwrap_err().to_string();
+    assert!(e.contains("the client certificate and key"), "{e}");
+}
+
+/// The handshake runs under the header-read timeout: a connection that opens TCP and never
+/// starts TLS is closed, and the server goes on serving.
+#[tokio::test]
+async fn a_connection_that_never_completes_its_handshake_is_closed_at_the_header_timeout() {
+    use tokio::io::AsyncReadExt;
+    let pki = Pki::new();
+    let tls = pki.server(false);
+    let mut s = TestServer::start_with(|c| {
+        c.tls = Some(tls);
+        c.limits.header_read_timeout_ms = 200;
+    })
+    .await;
+    let addr = s.base.trim_start_matches("https://");
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), silent.read(&mut buf));
+    assert!(
+        matches!(closed.await.expect("the server closes it"), Ok(0) | Err(_)),
+        "the server sent nothing and closed"
+    );
+    s.http = pki.client(None);
+    let (st, _) = s.get(Some(OPERATOR), "/metrics").await;
+    assert_eq!(st, 200);
+    s.stop().await;
+}
+
 /// The subject `openssl x509 -nameopt RFC2253` prints for a self-signed certificate of `subj`
 /// (an `openssl req -subj` argument), and the certificate's DER. Files are made in `dir`.
 fn openssl_subject(dir: &Path, subj: &str, multivalue: bool) -> (String, Vec<u8>) {

@@ -166,6 +166,12 @@ impl CarpStore for MemoryStore {
         Ok(self.lock().sessions.get(session_id).cloned())
     }
 
+    fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpStoreError> {
+        let s = self.lock();
+        let mine = s.sessions.values().filter(|r| r.agent_id == agent_id);
+        Ok(Some(mine.map(|r| r.session_id.clone()).collect()))
+    }
+
     fn end_session(
         &self,
         session_id: &str,

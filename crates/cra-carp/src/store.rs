@@ -542,6 +542,12 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// The session, if it exists.
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpStoreError>;
 
+    /// The ids of the sessions whose agent is `agent_id`, in id order, read from an index kept
+    /// with the sessions: what an agent's `GET /v1/traces` lists, without reading any other
+    /// agent's sessions. `None` when the store keeps no such index: a store whose records are
+    /// encrypted does not, since the index would hold agent ids in the clear.
+    fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpStoreError>;
+
     /// Ends an active session at `ended_at` and returns it. Ending an ended session returns it
     /// unchanged; [`CarpStoreError::NotFound`] when there is no such session.
     fn end_session(

@@ -18,6 +18,7 @@ use crate::types::{
 /// broken rule, naming it.
 pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     sessions(make().as_ref());
+    sessions_of_lists_exactly_the_agents_sessions_in_id_order(make().as_ref());
     request_ids(make().as_ref());
     resolutions(make().as_ref());
     resolve_records(make().as_ref());
@@ -39,6 +40,25 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     leases_of_lists_exactly_the_owners_leases_in_id_order(make().as_ref());
     release_removes_only_that_lease(make().as_ref());
     approvals(make().as_ref());
+}
+
+/// The owner index: an agent's sessions and none of another's, ended ones included.
+fn sessions_of_lists_exactly_the_agents_sessions_in_id_order(s: &dyn CarpStore) {
+    assert_eq!(s.sessions_of("agent-a").unwrap(), Some(Vec::new()));
+    for (id, agent) in [("s3", "agent-a"), ("s1", "agent-a"), ("s2", "agent-b")] {
+        let mut record = session(id);
+        record.agent_id = agent.to_owned();
+        s.create_session(&record).unwrap();
+    }
+    s.end_session("s3", "2026-01-01T01:00:00.000000Z").unwrap();
+    let of = |agent: &str| {
+        s.sessions_of(agent)
+            .unwrap()
+            .expect("a plaintext store keeps the index")
+    };
+    assert_eq!(of("agent-a"), ["s1", "s3"]);
+    assert_eq!(of("agent-b"), ["s2"]);
+    assert!(of("agent").is_empty(), "no prefix match");
 }
 
 fn session(id: &str) -> SessionRecord {

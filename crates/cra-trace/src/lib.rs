@@ -34,6 +34,6 @@ pub use event::{EventDraft, TRACE_VERSION, TraceEvent};
 pub use payload::{Payload, Span};
 pub use stream::{VerifyOptions, verify_reader};
 pub use verify::{
-    Code, Finding, Report, parse_event_line, verify_events, verify_events_with,
+    Code, EventVerifier, Finding, Report, parse_event_line, verify_events, verify_events_with,
     verify_text_reference, verify_text_reference_with,
 };

@@ -200,6 +200,60 @@ pub trait ChainStore: Send + Sync {
     fn sessions(&self) -> Result<Vec<SessionSummary>, ChainStoreError>;
 }
 
+/// One page of a chain read with [`read_page`].
+#[derive(Debug, Default)]
+pub struct Page {
+    /// The events read, in order.
+    pub events: Vec<TraceEvent>,
+    /// The stored event the page stopped at because it cannot be decoded (`Corrupt`): the
+    /// chain's readable prefix ends just before it.
+    pub unreadable: Option<ChainStoreError>,
+}
+
+/// Reads events `from <= sequence < to` of `session_id`, stopping just before the first stored
+/// event that cannot be decoded and naming it (`Page::unreadable`) rather than failing the whole
+/// page: a chain with one event an earlier version stored in a form that no longer parses still
+/// yields what comes before it (issue 29, item 4). Readers that stream a chain call it page by
+/// page, so what they hold is bounded by the page, not the chain. Any other failure (a store that
+/// cannot answer) is returned as it is.
+pub fn read_page(
+    chains: &dyn ChainStore,
+    session_id: &str,
+    from: u64,
+    to: u64,
+) -> Result<Page, ChainStoreError> {
+    match chains.read_range(session_id, from, to) {
+        Ok(events) => Ok(Page {
+            events,
+            unreadable: None,
+        }),
+        Err(ChainStoreError::Corrupt { .. }) => read_one_by_one(chains, session_id, from, to),
+        Err(other) => Err(other),
+    }
+}
+
+/// [`read_page`]'s second pass over a page that failed to decode: event by event, up to the
+/// one that cannot be read.
+fn read_one_by_one(
+    chains: &dyn ChainStore,
+    session_id: &str,
+    from: u64,
+    to: u64,
+) -> Result<Page, ChainStoreError> {
+    let mut page = Page::default();
+    for sequence in from..to {
+        match chains.read_range(session_id, sequence, sequence + 1) {
+            Ok(events) => page.events.extend(events),
+            Err(e @ ChainStoreError::Corrupt { .. }) => {
+                page.unreadable = Some(e);
+                break;
+            }
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(page)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -405,24 +405,71 @@ pub fn verify_events_with<'a>(
     events: impl IntoIterator<Item = &'a TraceEvent>,
     options: &VerifyOptions,
 ) -> Report {
-    let all_errors = options.all_errors;
-    let mut checker = ChainChecker::new(options.lifecycle);
-    let mut findings = Vec::new();
-    for (i, event) in events.into_iter().enumerate() {
-        checker.check(
-            i as u64 + 1,
-            outcome_of(event, options.lifecycle),
-            &mut findings,
-        );
-        if !all_errors && !findings.is_empty() {
-            findings.truncate(1);
+    let mut verifier = EventVerifier::new(options);
+    for event in events {
+        if !verifier.push(event) {
             break;
         }
     }
-    Report {
-        events: checker.events,
-        bytes: 0,
-        findings,
+    verifier.finish()
+}
+
+/// Verifies a chain handed over one event at a time, holding nothing of the events it has seen
+/// but the link to the last: what a reader streaming a stored chain page by page uses, so its
+/// memory does not grow with the chain.
+#[derive(Debug, Clone)]
+pub struct EventVerifier {
+    checker: ChainChecker,
+    lifecycle: bool,
+    all_errors: bool,
+    findings: Vec<Finding>,
+}
+
+impl EventVerifier {
+    /// A verifier for a chain's first event, with `options` (`threads` and `chunk_size` do not
+    /// apply).
+    pub fn new(options: &VerifyOptions) -> Self {
+        Self {
+            checker: ChainChecker::new(options.lifecycle),
+            lifecycle: options.lifecycle,
+            all_errors: options.all_errors,
+            findings: Vec::new(),
+        }
+    }
+
+    /// Checks the chain's next event. Returns whether to go on: `false` once a finding was made
+    /// in first-error mode.
+    pub fn push(&mut self, event: &TraceEvent) -> bool {
+        let line = self.checker.events + 1;
+        let outcome = outcome_of(event, self.lifecycle);
+        self.checker.check(line, outcome, &mut self.findings);
+        self.goes_on()
+    }
+
+    /// Records that the chain's next event could not be read at all (`malformed_event` with
+    /// `why`). Returns whether to go on, as [`EventVerifier::push`].
+    pub fn push_unreadable(&mut self, why: String) -> bool {
+        let line = self.checker.events + 1;
+        self.checker
+            .check(line, LineOutcome::Malformed(why), &mut self.findings);
+        self.goes_on()
+    }
+
+    fn goes_on(&mut self) -> bool {
+        if !self.all_errors && !self.findings.is_empty() {
+            self.findings.truncate(1);
+            return false;
+        }
+        true
+    }
+
+    /// The report of every event pushed.
+    pub fn finish(self) -> Report {
+        Report {
+            events: self.checker.events,
+            bytes: 0,
+            findings: self.findings,
+        }
     }
 }
 

@@ -304,8 +304,12 @@ pub fn export_from_server(
         let mut done = Vec::with_capacity(sessions.len());
         for id in sessions {
             let body = match fetch_chain(&client, base, &id, token) {
-                Ok(body) => body,
+                Ok((body, None)) => body,
                 // The server could not read the stored chain; anything else stops the export.
+                Ok((_, Some(why))) => {
+                    done.push(Exported::unreadable(&id, why));
+                    continue;
+                }
                 Err(why) if why.token == Token::IntegrityError => {
                     done.push(Exported::unreadable(&id, why));
                     continue;
@@ -323,7 +327,7 @@ pub fn export_from_server(
         }
         return Ok(done);
     };
-    let body = fetch_chain(&client, base, id, token)?;
+    let (body, broken) = fetch_chain(&client, base, id, token)?;
     let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
     let file = args.out.clone().filter(|p| p.as_os_str() != "-");
     match &file {
@@ -339,7 +343,7 @@ pub fn export_from_server(
         session_id: id.clone(),
         events,
         file,
-        unreadable: None,
+        unreadable: broken.map(|why| why.message),
     }])
 }
 
@@ -378,9 +382,9 @@ pub fn server_chains(base: &str, token: &str) -> Result<Vec<(String, Vec<u8>)>, 
     let base = base.trim_end_matches('/');
     listed_sessions(&client, base, token)?
         .into_iter()
-        .map(|id| {
-            let body = fetch_chain(&client, base, &id, token)?;
-            Ok((id, body))
+        .map(|id| match fetch_chain(&client, base, &id, token)? {
+            (body, None) => Ok((id, body)),
+            (_, Some(why)) => Err(why),
         })
         .collect()
 }
@@ -426,15 +430,73 @@ fn listed_sessions(
         .collect()
 }
 
-/// One session's chain as JSON Lines.
+/// One session's chain as JSON Lines, and why it is short when the server stopped at a stored
+/// event it cannot decode: the body then holds fewer events than its `CRA-Chain-Events` header
+/// says, and the server's verification of the chain names the event.
 fn fetch_chain(
     client: &reqwest::blocking::Client,
     base: &str,
     id: &str,
     token: &str,
-) -> Result<Vec<u8>, Failure> {
+) -> Result<(Vec<u8>, Option<Failure>), Failure> {
     let url = format!("{base}/v1/traces/{}", crate::cmd::client::enc(id));
-    fetch(client, &url, token, true)
+    let (body, declared) = fetch_counted(client, &url, token)?;
+    let events = body.iter().filter(|&&b| b == b'\n').count() as u64;
+    match declared {
+        Some(n) if events < n => {
+            let why = unreadable_report(client, &url, token, events, n);
+            Ok((body, Some(why)))
+        }
+        _ => Ok((body, None)),
+    }
+}
+
+/// Why the server's chain at `url` stopped after `read` of its `declared` events: what its
+/// verification (`POST {url}/verify`) finds, or as much as is known when that fails too.
+fn unreadable_report(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    token: &str,
+    read: u64,
+    declared: u64,
+) -> Failure {
+    let found = client
+        .post(format!("{url}/verify"))
+        .bearer_auth(token)
+        .send()
+        .ok()
+        .and_then(|r| r.json::<serde_json::Value>().ok())
+        .and_then(|v| {
+            let e = v.get("first_error")?;
+            Some(format!(
+                "{} at sequence {}: {}",
+                e.get("code")?.as_str()?,
+                e.get("sequence")?.as_u64()?,
+                e.get("message")?.as_str()?
+            ))
+        })
+        .unwrap_or_else(|| "the server's verification names no finding".to_owned());
+    Failure::new(
+        Token::IntegrityError,
+        format!(
+            "the server read {read} of the chain's {declared} events and stopped ({found}); the readable prefix was exported"
+        ),
+    )
+}
+
+/// GETs the chain at `url` as JSON Lines, with the event count its `CRA-Chain-Events` header
+/// declares (`None` from a server that sends none).
+fn fetch_counted(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    token: &str,
+) -> Result<(Vec<u8>, Option<u64>), Failure> {
+    let (body, headers) = fetch_with_headers(client, url, token, true)?;
+    let declared = headers
+        .get("cra-chain-events")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
+    Ok((body, declared))
 }
 
 /// GETs `url` (as JSON Lines when `lines`), turning a refusal into the server's token and message.
@@ -444,6 +506,16 @@ fn fetch(
     token: &str,
     lines: bool,
 ) -> Result<Vec<u8>, Failure> {
+    fetch_with_headers(client, url, token, lines).map(|(body, _)| body)
+}
+
+/// [`fetch`], with the response's headers.
+fn fetch_with_headers(
+    client: &reqwest::blocking::Client,
+    url: &str,
+    token: &str,
+    lines: bool,
+) -> Result<(Vec<u8>, reqwest::header::HeaderMap), Failure> {
     let mut request = client.get(url).bearer_auth(token);
     if lines {
         request = request.header("accept", "application/x-ndjson");
@@ -453,6 +525,7 @@ fn fetch(
         Failure::new(Token::Unavailable, format!("cannot reach {url}: {why}"))
     })?;
     let status = resp.status();
+    let headers = resp.headers().clone();
     let body = resp
         .bytes()
         .map_err(|e| Failure::new(Token::Unavailable, format!("reading {url}: {e}")))?;
@@ -469,7 +542,7 @@ fn fetch(
         };
         return Err(Failure::new(token, message));
     }
-    Ok(body.to_vec())
+    Ok((body.to_vec(), headers))
 }
 
 /// `cra trace export` as a library function; `err_is_terminal` decides `--progress auto`.

@@ -268,34 +268,25 @@ pub fn read_readable_prefix(
     session_id: &str,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(Vec<TraceEvent>, Option<Failure>), Failure> {
-    let first = match read_session(chains, session_id, progress) {
-        Ok(all) => return Ok((all, None)),
-        Err(first) if first.token == Token::IntegrityError => first,
-        Err(other) => return Err(other),
-    };
-    // Event by event from the start, to find the one that cannot be read.
     let mut out: Vec<TraceEvent> = Vec::new();
     loop {
-        let after = out.last().map(|e| e.sequence);
-        match chains.read_after(session_id, after, 1) {
-            Ok(page) if page.is_empty() => return Ok((out, Some(first))),
-            Ok(page) => out.extend(page),
-            Err(e) if e.token() != Token::IntegrityError => {
-                return Err(Failure::new(e.token(), e.to_string()));
-            }
-            Err(e) => {
-                let at = after.map_or(0, |s| s + 1);
-                let why = Failure::new(
-                    e.token(),
-                    format!(
-                        "{e}; the {} event{} before event {at} {} read",
-                        out.len(),
-                        if out.len() == 1 { "" } else { "s" },
-                        if out.len() == 1 { "was" } else { "were" },
-                    ),
-                );
-                return Ok((out, Some(why)));
-            }
+        let from = out.last().map_or(0, |e| e.sequence + 1);
+        let page = cra_trace::store::read_page(chains, session_id, from, from + 4096)
+            .map_err(|e| Failure::new(e.token(), e.to_string()))?;
+        let read = page.events.len();
+        out.extend(page.events);
+        progress(out.len() as u64);
+        if let Some(e) = page.unreadable {
+            let n = out.len();
+            let why = format!(
+                "{e}; the {n} event{} before it {} read",
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "was" } else { "were" },
+            );
+            return Ok((out, Some(Failure::new(e.token(), why))));
+        }
+        if read == 0 {
+            return Ok((out, None));
         }
     }
 }

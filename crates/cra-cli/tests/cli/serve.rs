@@ -170,3 +170,112 @@ fn cra_serve_over_tls_answers_cra_commands_given_its_ca() {
     assert!(said.contains("certificate"), "{said}");
     terminate(child);
 }
+
+/// Issue 29, item 3: twelve concurrent reads of a 50 MB chain keep `cra serve` under 200 MB of
+/// resident memory at its peak (`VmHWM`), because the chain is streamed a page at a time from
+/// the store. On `fda2190` each read loaded and rendered the whole chain: 3 GB at the peak.
+#[test]
+fn twelve_concurrent_reads_of_a_50_mb_chain_stay_under_200_mb_of_memory() {
+    const EVENTS: usize = 2_000;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let session = "0190b000-0000-7000-8000-00000000c4a1";
+    write_large_chain(&data, session, EVENTS, 25_000);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(["serve", "--addr", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (addr, _lines) = listening(&mut child);
+    let token = cra_runtime::auth::local_admin_token(&data).unwrap();
+    let before = memory_kib(child.id(), "VmRSS");
+    let readers: Vec<_> = (0..12)
+        .map(|_| {
+            let (url, token) = (format!("{addr}/v1/traces/{session}"), token.clone());
+            std::thread::spawn(move || {
+                let mut resp = cra_runtime::tls::blocking_http_client()
+                    .build()
+                    .unwrap()
+                    .get(url)
+                    .bearer_auth(token)
+                    .header("accept", "application/x-ndjson")
+                    .send()
+                    .unwrap();
+                assert_eq!(resp.status().as_u16(), 200);
+                let mut lines = LineCount(0);
+                std::io::copy(&mut resp, &mut lines).unwrap();
+                lines.0
+            })
+        })
+        .collect();
+    for r in readers {
+        assert_eq!(r.join().unwrap(), EVENTS, "every read has the whole chain");
+    }
+    let peak = memory_kib(child.id(), "VmHWM");
+    terminate(child);
+    eprintln!(
+        "cra serve: {} MiB before the reads, {} MiB at the peak",
+        before / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak < 200 * 1024,
+        "12 reads of the 50 MB chain peaked at {} MiB (it was at {} MiB before them)",
+        peak / 1024,
+        before / 1024
+    );
+}
+
+/// Writes a session of `events` events of about `bytes` each into the redb store at `data`, as
+/// the server would have: its CARP session record, then its chain.
+fn write_large_chain(data: &std::path::Path, session: &str, events: usize, bytes: usize) {
+    use cra_carp::store::CarpStore as _;
+    use cra_trace::store::ChainStore as _;
+    let store = cra_store::RedbStore::open(data).unwrap();
+    let record = cra_carp::store::SessionRecord::opened(
+        session,
+        "bulk-bot",
+        "2026-03-02T10:00:00.000000Z".into(),
+    );
+    store.create_session(&record).unwrap();
+    let filler = "x".repeat(bytes);
+    for batch in 0..events / 100 {
+        let drafts = (0..100)
+            .map(|i| cra_trace::EventDraft {
+                trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                span_id: "00f067aa0ba902b7".into(),
+                parent_span_id: None,
+                event_type: "bulk.recorded".into(),
+                payload: serde_json::json!({ "n": batch * 100 + i, "filler": filler }),
+            })
+            .collect();
+        store.append(session, drafts).unwrap();
+    }
+}
+
+/// The `field` line of `/proc/{pid}/status` (`VmRSS`, `VmHWM`), in KiB.
+fn memory_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A writer that counts the lines written to it and keeps nothing.
+struct LineCount(usize);
+
+impl std::io::Write for LineCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.iter().filter(|&&b| b == b'\n').count();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

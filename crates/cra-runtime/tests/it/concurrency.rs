@@ -86,6 +86,9 @@ impl CarpStore for Gated {
     fn get_session(&self, id: &str) -> Result<Option<SessionRecord>, CarpStoreError> {
         self.inner.get_session(id)
     }
+    fn sessions_of(&self, agent: &str) -> Result<Option<Vec<String>>, CarpStoreError> {
+        self.inner.sessions_of(agent)
+    }
     fn end_session(&self, id: &str, at: &str) -> Result<SessionRecord, CarpStoreError> {
         self.inner.end_session(id, at)
     }

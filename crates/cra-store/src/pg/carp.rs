@@ -60,6 +60,49 @@ pub(crate) fn decode_record<T: DeserializeOwned>(
     serde_json::from_str(&json).map_err(|e| format!("{table}: {e}"))
 }
 
+/// Fills in `carp_sessions.agent_id` (the owner index, migration 0019) of sessions stored before
+/// it existed, reading each one's agent from its record: records may be encrypted, so SQL alone
+/// cannot. Runs when the store starts; idempotent, so replicas starting together only repeat
+/// each other's updates. A record that cannot be decoded stops the start, naming it. A store
+/// whose records are encrypted keeps no index (it would hold agent ids in the clear): one left
+/// from before a key was configured is emptied instead.
+pub(crate) fn index_session_agents(
+    pool: &super::pool::Pool,
+    enc: &Encryption,
+) -> Result<(), crate::BackendError> {
+    let mut c = pool.get()?;
+    let fail = |e: String| crate::BackendError::Backend(format!("indexing sessions by agent: {e}"));
+    if enc.current().is_some() {
+        c.execute(
+            "UPDATE carp_sessions SET agent_id = NULL WHERE agent_id IS NOT NULL",
+            &[],
+        )
+        .map_err(|e| fail(super::error_text(&e)))?;
+        return Ok(());
+    }
+    loop {
+        let rows = c
+            .query(
+                "SELECT session_id, body FROM carp_sessions WHERE agent_id IS NULL LIMIT 1000",
+                &[],
+            )
+            .map_err(|e| fail(super::error_text(&e)))?;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        for row in rows {
+            let (id, body) = (row.get::<_, &str>(0), row.get::<_, &str>(1));
+            let record: SessionRecord = decode_record(enc, SESSIONS, body)
+                .map_err(|e| fail(format!("session {id} cannot be read ({e})")))?;
+            c.execute(
+                "UPDATE carp_sessions SET agent_id = $2 WHERE session_id = $1",
+                &[&id, &record.agent_id],
+            )
+            .map_err(|e| fail(super::error_text(&e)))?;
+        }
+    }
+}
+
 fn is_unique_violation(e: &postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
 }
@@ -75,6 +118,16 @@ impl PgStore {
 
     fn decode<T: DeserializeOwned>(&self, table: &str, text: &str) -> Result<T, CarpError> {
         decode_record(&self.config().encryption, table, text).map_err(CarpError::Corrupt)
+    }
+
+    /// What `carp_sessions.agent_id` holds for a session of `agent_id`: the id while records are
+    /// stored in the clear, nothing once they are encrypted (the index would reveal it).
+    fn owner_column<'a>(&self, agent_id: &'a str) -> Option<&'a str> {
+        self.config()
+            .encryption
+            .current()
+            .is_none()
+            .then_some(agent_id)
     }
 
     fn carp_client(&self) -> Result<PooledClient<'_>, CarpError> {
@@ -339,10 +392,29 @@ impl CarpStore for PgStore {
         self.carp_insert(
             "session",
             &session.session_id,
-            "INSERT INTO carp_sessions (session_id, body) VALUES ($1, $2)
+            "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
              ON CONFLICT (session_id) DO NOTHING",
-            &[&session.session_id, &body],
+            &[
+                &session.session_id,
+                &body,
+                &self.owner_column(&session.agent_id),
+            ],
         )
+    }
+
+    fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpError> {
+        if self.config().encryption.current().is_some() {
+            return Ok(None);
+        }
+        let mut c = self.carp_client()?;
+        let rows = c
+            .query(
+                "SELECT session_id FROM carp_sessions WHERE agent_id = $1
+                 ORDER BY session_id COLLATE \"C\"",
+                &[&agent_id],
+            )
+            .map_err(be)?;
+        Ok(Some(rows.iter().map(|r| r.get::<_, String>(0)).collect()))
     }
 
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {

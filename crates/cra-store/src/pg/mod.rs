@@ -90,6 +90,7 @@ impl PgStore {
             .then(|| Pool::new(url, schema, pool_size, false));
         migrate(&pool, schema)?;
         keys::admit(&pool, &config.encryption)?;
+        carp::index_session_agents(&pool, &config.encryption)?;
         let origin = random_origin();
         let collector = {
             let (pool, config) = (pool.clone(), config.clone());

@@ -13,15 +13,18 @@
 //! ((session, key) -> execution id), `carp_rate` ((policy, scope, at_us) -> executions at that
 //! instant), `carp_budget` ((policy, scope) -> units spent), `carp_approvals` (id -> record),
 //! `carp_pending` (approval id -> ()) listing the pending ones, `carp_leases` (execution id ->
-//! lease) of executions running (added later: opening an older data directory creates it empty).
+//! lease) of executions running (added later: opening an older data directory creates it empty),
+//! `carp_sessions_by_agent` ((agent, session) -> ()), the owner index `GET /v1/traces` reads for
+//! an agent (added later: opening an older data directory builds it from `carp_sessions`; kept
+//! only while records are stored in the clear, since it holds agent ids).
 //!
 //! An execution's idempotency key is claimed with its lease (`carp_execution_keys` names the
 //! execution before its record exists); a key naming no record is in flight while its lease
 //! lives.
 
 use ::redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, Table, TableDefinition, TableHandle,
-    WriteTransaction,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
+    TableDefinition, TableHandle, WriteTransaction,
 };
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
@@ -48,6 +51,8 @@ const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new
 const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
 const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
 const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
+const SESSIONS_BY_AGENT: TableDefinition<'static, (&str, &str), ()> =
+    TableDefinition::new("carp_sessions_by_agent");
 
 fn be(e: impl std::fmt::Display) -> CarpError {
     CarpError::Backend(format!(
@@ -94,12 +99,15 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), crat
     c.copy(EXECUTION_KEYS)?;
     c.copy(RATE)?;
     c.copy(BUDGET)?;
-    c.copy(PENDING)
+    c.copy(PENDING)?;
+    c.copy(SESSIONS_BY_AGENT)
 }
 
-/// Creates the CARP tables so readers never meet a missing table.
-pub(crate) fn create_tables(db: &Database) -> Result<(), crate::BackendError> {
+/// Creates the CARP tables so readers never meet a missing table, and builds the owner index of
+/// a data directory an earlier version wrote (sessions, none indexed), in the same transaction.
+pub(crate) fn create_tables(db: &Database, enc: &Encryption) -> Result<(), crate::BackendError> {
     let txn = db.begin_write().map_err(super::backend)?;
+    index_sessions_by_agent(&txn, enc).map_err(super::backend)?;
     txn.open_table(SESSIONS).map_err(super::backend)?;
     txn.open_table(REQUEST_IDS).map_err(super::backend)?;
     txn.open_table(RESOLUTIONS).map_err(super::backend)?;
@@ -111,6 +119,30 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), crate::BackendError> {
     txn.open_table(PENDING).map_err(super::backend)?;
     txn.open_table(LEASES).map_err(super::backend)?;
     txn.commit().map_err(super::backend)
+}
+
+/// Fills `carp_sessions_by_agent` from `carp_sessions` when it is empty and they are not. Every
+/// session has exactly one index entry, written with it, so an empty index beside sessions means
+/// a directory from before the index. A store whose records are encrypted keeps no index (it
+/// would hold agent ids in the clear): one left from before a key was configured is emptied.
+fn index_sessions_by_agent(txn: &WriteTransaction, enc: &Encryption) -> Result<(), CarpError> {
+    let mut index = txn.open_table(SESSIONS_BY_AGENT).map_err(be)?;
+    if enc.current().is_some() {
+        index.retain(|_, ()| false).map_err(be)?;
+        return Ok(());
+    }
+    let sessions = txn.open_table(SESSIONS).map_err(be)?;
+    if !index.is_empty().map_err(be)? || sessions.is_empty().map_err(be)? {
+        return Ok(());
+    }
+    for row in sessions.iter().map_err(be)? {
+        let (id, bytes) = row.map_err(be)?;
+        let record: SessionRecord = decode(enc, SESSIONS, bytes.value())?;
+        index
+            .insert((record.agent_id.as_str(), id.value()), ())
+            .map_err(be)?;
+    }
+    Ok(())
 }
 
 impl RedbStore {
@@ -743,13 +775,33 @@ fn release_in(
 
 impl CarpStore for RedbStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
-        self.carp_insert_new(
-            SESSIONS,
-            "session",
-            &session.session_id,
-            session,
-            |_| Ok(()),
-        )
+        self.carp_insert_new(SESSIONS, "session", &session.session_id, session, |txn| {
+            if self.config().encryption.current().is_some() {
+                return Ok(());
+            }
+            let key = (session.agent_id.as_str(), session.session_id.as_str());
+            txn.open_table(SESSIONS_BY_AGENT)
+                .map_err(be)?
+                .insert(key, ())
+                .map_err(be)?;
+            Ok(())
+        })
+    }
+
+    fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpError> {
+        if self.config().encryption.current().is_some() {
+            return Ok(None);
+        }
+        let txn = self.database().begin_read().map_err(be)?;
+        let index = txn.open_table(SESSIONS_BY_AGENT).map_err(be)?;
+        let mut out = Vec::new();
+        for row in index
+            .range((agent_id, "")..=(agent_id, "\u{10FFFF}"))
+            .map_err(be)?
+        {
+            out.push(row.map_err(be)?.0.value().1.to_owned());
+        }
+        Ok(Some(out))
     }
 
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {
@@ -1039,10 +1091,19 @@ pub(crate) fn remove_session_records(
     enc: &Encryption,
     session_id: &str,
 ) -> Result<(), CarpError> {
-    txn.open_table(SESSIONS)
+    let removed = txn
+        .open_table(SESSIONS)
         .map_err(be)?
         .remove(session_id)
-        .map_err(be)?;
+        .map_err(be)?
+        .map(|bytes| decode::<SessionRecord>(enc, SESSIONS, bytes.value()))
+        .transpose()?;
+    if let Some(record) = removed {
+        txn.open_table(SESSIONS_BY_AGENT)
+            .map_err(be)?
+            .remove((record.agent_id.as_str(), session_id))
+            .map_err(be)?;
+    }
     txn.open_table(REQUEST_IDS)
         .map_err(be)?
         .retain_in((session_id, "")..=(session_id, "\u{10FFFF}"), |_, _| false)

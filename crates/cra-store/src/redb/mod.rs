@@ -81,10 +81,12 @@ impl RedbStore {
         })?;
         let db = Arc::new(db);
         trace::create_tables(&db)?;
-        carp::create_tables(&db)?;
         catalog::create_tables(&db)?;
         tlog::create_tables(&db)?;
         keys::admit(&db, &config.encryption)?;
+        // After the key is admitted: building the owner index of an older directory decodes
+        // its session records.
+        carp::create_tables(&db, &config.encryption)?;
         let collector = {
             let (db, config) = (db.clone(), config.clone());
             // One committer: redb runs one write transaction at a time anyway; appenders seal.

@@ -50,6 +50,12 @@ macro_rules! forward {
             {
                 self.store.get_session(id)
             }
+            fn sessions_of(
+                &self,
+                agent: &str,
+            ) -> Result<Option<Vec<String>>, cra_carp::store::CarpStoreError> {
+                self.store.sessions_of(agent)
+            }
             fn end_session(
                 &self,
                 id: &str,

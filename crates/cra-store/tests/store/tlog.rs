@@ -217,13 +217,30 @@ fn check_fda2190_backfill(store: &dyn TestStore) {
     check_backfill_order(store, &sessions);
 }
 
+/// Checks the owner index of a store opened on a fixture (issue 29, item 3): `fda2190` kept
+/// none, so the store built it when it opened, and it lists the three sessions of the fixture's
+/// agent, `admin`, and nothing for an agent with none.
+fn check_fda2190_owner_index(store: &dyn cra_carp::store::CarpStore) {
+    let mine = store
+        .sessions_of("admin")
+        .unwrap()
+        .expect("a plaintext store keeps the index");
+    assert_eq!(mine.len(), 3, "{mine:?}");
+    for id in &mine {
+        assert_eq!(store.get_session(id).unwrap().unwrap().agent_id, "admin");
+    }
+    assert_eq!(store.sessions_of("nobody").unwrap(), Some(Vec::new()));
+}
+
 /// A data directory `fda2190` wrote (three sessions, each with two resolves, one ended) opens
-/// with every event a leaf, in `(timestamp, session_id, sequence)` order, and every chain still
-/// verifies.
+/// with every event a leaf, in `(timestamp, session_id, sequence)` order, every chain still
+/// verifying, and its sessions in the owner index.
 #[test]
 fn a_redb_directory_written_by_fda2190_is_backfilled() {
     let (_dir, data) = fda2190_data_dir();
-    check_fda2190_backfill(&RedbStore::open_with(&data, fixed().1).unwrap());
+    let store = RedbStore::open_with(&data, fixed().1).unwrap();
+    check_fda2190_backfill(&store);
+    check_fda2190_owner_index(&store);
 }
 
 /// A data directory `fda2190` wrote, once this version has opened it (and backfilled its log),
@@ -242,6 +259,7 @@ fn a_redb_directory_written_by_fda2190_rewrites_after_its_upgrade() {
     let store = RedbStore::open_with(&data, fixed().1).unwrap();
     assert_eq!(store.log_size().unwrap(), size);
     check_fda2190_backfill(&store);
+    check_fda2190_owner_index(&store);
 }
 
 /// The same for a `pg_dump` of a schema `fda2190` wrote, restored under this test's schema: the
@@ -256,7 +274,9 @@ fn a_postgres_dump_written_by_fda2190_is_backfilled() {
     let sql = dump.replace("fda2190_fixture", schema.name());
     let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
     client.batch_execute(&sql).unwrap();
-    check_fda2190_backfill(&schema.store(fixed().1).unwrap());
+    let store = schema.store(fixed().1).unwrap();
+    check_fda2190_backfill(&store);
+    check_fda2190_owner_index(&store);
 }
 
 /// A store records its log's identity on first use and refuses another one by name afterwards

@@ -1194,4 +1194,71 @@ fn export_all_exports_every_readable_chain_and_lists_the_unreadable_one() {
     assert_eq!(text.lines().count(), 1, "{text}");
     let (exit, out, err) = cli(&["verify", s(&prefix)]);
     assert_eq!(exit, Exit::Success, "the prefix verifies: {out}{err}");
+    readers_over_http_yield_the_readable_prefix(&mut live, &facts.session, &prefix);
+}
+
+/// Issue 29, item 4, the server: `GET /v1/traces/{id}` of a chain with an event the store cannot
+/// decode answers the readable prefix, shorter than its `CRA-Chain-Events` header; verify names
+/// the event (`malformed_event`); `cra trace export --url` exports the prefix and says where it
+/// broke. On `fda2190` the GET answered 500 and nothing of the chain.
+fn readers_over_http_yield_the_readable_prefix(live: &mut Live, session: &str, prefix: &Path) {
+    live.restart(|_| {});
+    let http = cra_runtime::tls::blocking_http_client().build().unwrap();
+    let url = format!("{}/v1/traces/{session}", live.base);
+    let resp = http.get(&url).bearer_auth(OPERATOR).send().unwrap();
+    assert_eq!(resp.status(), 200);
+    let declared: u64 = resp.headers()["cra-chain-events"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let events: Vec<Value> = resp.json().unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(declared > 1, "{declared}");
+    let (status, report) = live.call(
+        "POST",
+        OPERATOR,
+        &format!("/v1/traces/{session}/verify"),
+        None,
+    );
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["valid"], false, "{report}");
+    assert_eq!(report["first_error"]["code"], "malformed_event", "{report}");
+    assert_eq!(report["first_error"]["sequence"], 1, "{report}");
+    let over_http = live.dir.path().join("over-http.trace.jsonl");
+    let (exit, out, err) = cli(&[
+        "export",
+        "--session",
+        session,
+        "--url",
+        &live.base,
+        "--token",
+        OPERATOR,
+        "-o",
+        s(&over_http),
+    ]);
+    assert_eq!(exit, Exit::Negative, "{out}{err}");
+    assert!(
+        err.contains("read 1 of the chain's") && err.contains("malformed_event at sequence 1"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&over_http).unwrap(),
+        std::fs::read(prefix).unwrap()
+    );
+    let all = live.dir.path().join("all-over-http");
+    let (exit, out, err) = cli(&[
+        "export",
+        "--all",
+        "--url",
+        &live.base,
+        "--token",
+        OPERATOR,
+        "-o",
+        s(&all),
+        "--json",
+    ]);
+    assert_eq!(exit, Exit::Negative, "{out}{err}");
+    assert_eq!(json(&out)["unreadable"][0]["session_id"], session, "{out}");
+    live.stop();
 }

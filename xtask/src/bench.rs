@@ -119,6 +119,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     step("orient_growth", orient_growth(quick), &mut steps);
     step("http", http_load(quick, "http"), &mut steps);
     step("websocket", http_load(quick, "ws"), &mut steps);
+    step("slow_clients", http_load(quick, "slow"), &mut steps);
     step("mcp_proxy", mcp_proxy(quick), &mut steps);
     for &(pkg, bench, area, in_quick) in CRITERION {
         if quick && !in_quick {
@@ -723,6 +724,7 @@ fn render(doc: &Value) -> String {
             "orient_growth" => render_orient(&mut s, r, &mut growth),
             "http" => render_http(&mut s, r),
             "websocket" => render_ws(&mut s, r),
+            "slow_clients" => render_slow(&mut s, r),
             "mcp_proxy" => render_mcp_proxy(&mut s, r),
             _ => render_criterion(&mut s, name, r),
         }
@@ -1183,6 +1185,49 @@ fn render_http(s: &mut String, r: &Value) {
         );
     }
     let _ = writeln!(s);
+}
+
+/// The slow-client benchmark: an agent's latency alone and under the slow connections, and the
+/// server's memory (issue 29's target: p99 under 100 ms, memory flat).
+fn render_slow(s: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let r = &r["slow_clients"];
+    let _ = writeln!(
+        s,
+        "## Slow clients: an agent's resolves while {} connections trickle a request head\n",
+        r["slow_connections"]
+    );
+    let _ = writeln!(
+        s,
+        "Each slow connection sends part of a head, then a byte a second, and reconnects when closed ({} connections opened in all). The agent's resolves are timed alone, back to back. Target: p99 under 100 ms, memory flat.\n",
+        r["slow_connections_opened"]
+    );
+    let _ = writeln!(s, "| phase | requests | p50 ms | p99 ms | max ms |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for (name, key) in [
+        ("alone", "alone"),
+        ("under slow clients", "under_slow_clients"),
+    ] {
+        let p = &r[key];
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {:.2} | {:.2} | {:.2} |",
+            p["requests"],
+            f(&p["p50_ms"]).unwrap_or(f64::NAN),
+            f(&p["p99_ms"]).unwrap_or(f64::NAN),
+            f(&p["max_ms"]).unwrap_or(f64::NAN)
+        );
+    }
+    let m = &r["rss_kib"];
+    let mib = |k: &str| f(&m[k]).map_or(f64::NAN, |v| v / 1024.0);
+    let _ = writeln!(
+        s,
+        "\nServer memory (VmRSS): {:.1} MiB before, {:.1} MiB once the slow connections were held, {:.1} MiB after the timed phase under them, {:.1} MiB after they left.\n",
+        mib("before"),
+        mib("held"),
+        mib("under"),
+        mib("after")
+    );
 }
 
 fn render_ws(s: &mut String, r: &Value) {

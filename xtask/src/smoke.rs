@@ -61,6 +61,7 @@ pub(crate) fn run(build_only: bool) -> anyhow::Result<()> {
     );
     step("http", http_load(&target, "http"));
     step("websocket", http_load(&target, "ws"));
+    step("slow_clients", http_load(&target, "slow"));
     step(
         "mcp_proxy",
         json_of(

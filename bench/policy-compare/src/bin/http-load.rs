@@ -25,6 +25,13 @@
 //!   Delivery latency = the subscriber's receive time minus the event's own `timestamp` (stamped
 //!   by the server when the event is sealed, before the durable commit; same machine, same clock),
 //!   so it includes the fsync. A warm-up event confirms every subscriber is live before timing.
+//! * **Slow clients** (`--only slow`, `--slow 1000`): one server, one agent resolving back to
+//!   back (each request timed alone), first alone, then while 1,000 slow connections hold the
+//!   server: each sends part of a request head, then one byte a second, and reconnects whenever
+//!   the server closes it (the probe's slowloris). Reported: the agent's p50/p99/max in both
+//!   phases, and the server's resident memory (`VmRSS`) before the slow connections, once they
+//!   are all held, after the timed phase under them (the server has closed and they have reopened
+//!   many by then: flat means these two agree) and after they left. The target (issue 29): p99 under 100 ms, memory flat.
 //! * **Baseline** (same run, same process): a bare `tokio::sync::broadcast` of the same number of
 //!   ~1 KB messages to N receiver tasks doing the same per-message bookkeeping, at full speed: the
 //!   in-process ceiling of deliveries/s with no I/O, no JSON and no durability.
@@ -38,14 +45,14 @@
 //!
 //! Output: one JSON document on stdout. Usage:
 //! `http-load --cra PATH --atlas DIR --work DIR [--quick | --smoke] [--runs N] [--seconds S]
-//!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws]
+//!  [--clients 1,16,64] [--subscribers 1,100,1000] [--ws-seconds S] [--only http|ws|slow] [--slow N]
 //!  [--replicas N] [--server-config 'key = value']` (a top-level line added to the server's configuration, for
 //!  same-run A/B pairs such as `resolution_cache_entries = 0`)
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
@@ -80,6 +87,10 @@ struct Options {
     server_config: Vec<String>,
     /// `cra serve` processes per server (on one PostgreSQL schema when more than one).
     replicas: usize,
+    /// Slow connections held in the slow-client benchmark.
+    slow: usize,
+    /// Requests the agent times in each slow-client phase.
+    slow_requests: usize,
 }
 
 fn list(v: &str) -> anyhow::Result<Vec<usize>> {
@@ -106,6 +117,8 @@ fn parse_args() -> anyhow::Result<Options> {
         only: None,
         server_config: Vec::new(),
         replicas: 1,
+        slow: 1000,
+        slow_requests: 2000,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -122,7 +135,9 @@ fn parse_args() -> anyhow::Result<Options> {
             "--only" => o.only = Some(val()?),
             "--server-config" => o.server_config.push(val()?),
             "--replicas" => o.replicas = val()?.parse::<usize>()?.max(1),
+            "--slow" => o.slow = val()?.parse()?,
             "--quick" => {
+                o.slow_requests = 500;
                 o.runs = 1;
                 o.seconds = 1.5;
                 o.ws_seconds = 3.0;
@@ -136,6 +151,8 @@ fn parse_args() -> anyhow::Result<Options> {
                 o.subscribers = vec![1, 10];
                 o.ws_seconds = 0.5;
                 o.ws_wait = 5;
+                o.slow = 50;
+                o.slow_requests = 50;
             }
             other => bail!("unknown argument `{other}` (see the module documentation)"),
         }
@@ -1104,10 +1121,14 @@ async fn run(o: Options) -> anyhow::Result<Value> {
         "ws_seconds": o.ws_seconds,
         "emit_rate_per_second": EMIT_RATE,
     });
-    if o.only.as_deref() != Some("ws") {
+    let wants = |what: &str| o.only.as_deref().is_none_or(|only| only == what);
+    if wants("http") {
         doc["http"] = json!(http_bench(&o, &executor).await?);
     }
-    if o.only.as_deref() != Some("http") {
+    if wants("slow") {
+        doc["slow_clients"] = slow_bench(&o, &executor).await?;
+    }
+    if wants("ws") {
         doc["ws"] = json!(ws_bench(&o, &executor).await?);
         let messages = (o.ws_seconds * EMIT_RATE as f64).round() as usize;
         let mut base = Vec::new();
@@ -1117,6 +1138,106 @@ async fn run(o: Options) -> anyhow::Result<Value> {
         doc["ws_baseline_broadcast"] = json!(base);
     }
     Ok(doc)
+}
+
+/// The `field` (`VmRSS`, `VmHWM`) of process `pid`, in KiB.
+fn memory_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// The agent's resolves, `n` back to back, each timed alone: p50, p99 and max in ms.
+async fn timed_resolves(c: &LoadClient, n: usize) -> anyhow::Result<Value> {
+    let url = format!("{}/v1/resolve", c.base);
+    let mut micros = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let body = serde_json::to_vec(&resolve_body(&c.session, 0, i))?;
+        let t = Instant::now();
+        let (status, bytes) = post_raw(&c.http, &url, body).await?;
+        micros.push(u32::try_from(t.elapsed().as_micros()).unwrap_or(u32::MAX));
+        if status != 200 {
+            bail!("resolve answered {status}: {}", String::from_utf8_lossy(&bytes));
+        }
+    }
+    micros.sort_unstable();
+    Ok(json!({
+        "requests": n,
+        "p50_ms": percentile(&micros, 0.50) / 1000.0,
+        "p99_ms": percentile(&micros, 0.99) / 1000.0,
+        "max_ms": percentile(&micros, 1.0) / 1000.0,
+    }))
+}
+
+/// One slow client: part of a request head, then a byte a second, reconnecting whenever the
+/// server closes the connection, until `stop`. Counts its connections in `opened`.
+async fn slow_client(addr: String, stop: Arc<AtomicBool>, opened: Arc<AtomicU64>) {
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(mut tcp) = TcpStream::connect(&addr).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        opened.fetch_add(1, Ordering::Relaxed);
+        if tcp.write_all(b"GET /v1/health HTTP/1.1\r\nHost: cra\r\nX-Slow: ").await.is_err() {
+            continue;
+        }
+        while !stop.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if tcp.write_all(b"a").await.is_err() {
+                break;
+            }
+        }
+    }
+}
+
+/// The slow-client benchmark (module documentation).
+async fn slow_bench(o: &Options, executor: &str) -> anyhow::Result<Value> {
+    let server = Server::start(o, "slow", executor).await?;
+    let pid = server.child.id().context("the server has no pid")?;
+    let agent = open_client(&server.base, 0, "slow").await?;
+    // Warm the agent's connection and the server's caches before timing.
+    timed_resolves(&agent, 20).await?;
+    let alone = timed_resolves(&agent, o.slow_requests).await?;
+    let rss_before = memory_kib(pid, "VmRSS")?;
+    let (stop, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let tasks: Vec<_> = (0..o.slow)
+        .map(|_| tokio::spawn(slow_client(addr.clone(), stop.clone(), opened.clone())))
+        .collect();
+    let connected = wait_until("the slow connections", Duration::from_secs(60), || {
+        opened.load(Ordering::Relaxed) >= o.slow as u64
+    })
+    .await;
+    if !connected {
+        bail!("only {} of {} slow connections opened", opened.load(Ordering::Relaxed), o.slow);
+    }
+    let rss_held = memory_kib(pid, "VmRSS")?;
+    let under = timed_resolves(&agent, o.slow_requests).await?;
+    let rss_under = memory_kib(pid, "VmRSS")?;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.abort();
+    }
+    // Once the server has closed what the slow clients left.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_after = memory_kib(pid, "VmRSS")?;
+    let connections = opened.load(Ordering::Relaxed);
+    server.stop().await?;
+    Ok(json!({
+        "slow_connections": o.slow,
+        "slow_connections_opened": connections,
+        "alone": alone,
+        "under_slow_clients": under,
+        "rss_kib": {
+            "before": rss_before,
+            "held": rss_held,
+            "under": rss_under,
+            "after": rss_after,
+        },
+    }))
 }
 
 fn main() -> std::process::ExitCode {

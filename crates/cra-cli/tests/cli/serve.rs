@@ -26,6 +26,27 @@ fn listening(child: &mut std::process::Child) -> (String, Lines) {
     }
 }
 
+/// Starts `cra serve` on loopback over the data directory `data`, in `cwd`, with `extra`
+/// arguments, once it listens: the child, its address and the rest of its output.
+fn start_serve(
+    data: &std::path::Path,
+    cwd: &std::path::Path,
+    extra: &[&std::ffi::OsStr],
+) -> (std::process::Child, String, Lines) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args(["serve", "--addr", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--data")
+        .arg(data)
+        .current_dir(cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (addr, lines) = listening(&mut child);
+    (child, addr, lines)
+}
+
 #[test]
 fn serve_on_postgres_starts_answers_and_stops_cleanly() {
     let Some(url) = postgres_url("serve_on_postgres_starts_answers_and_stops_cleanly") else {
@@ -131,19 +152,14 @@ fn cra_serve_over_tls_answers_cra_commands_given_its_ca() {
         .expect("bash runs");
     assert!(made.success(), "make-test-pki.sh (needs openssl)");
     let data = dir.path().join("data");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--tls-cert"])
-        .arg(pki.join("server.pem"))
-        .arg("--tls-key")
-        .arg(pki.join("server.key"))
-        .arg("--data")
-        .arg(&data)
-        .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (url, _lines) = listening(&mut child);
+    let (cert, key) = (pki.join("server.pem"), pki.join("server.key"));
+    let tls = [
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+    ];
+    let (child, url, _lines) = start_serve(&data, dir.path(), &tls);
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let token = cra_runtime::auth::local_admin_token(&data).unwrap();
     let approvals = |ca: Option<&std::path::Path>| {
@@ -181,15 +197,7 @@ fn twelve_concurrent_reads_of_a_50_mb_chain_stay_under_200_mb_of_memory() {
     let data = dir.path().join("data");
     let session = "0190b000-0000-7000-8000-00000000c4a1";
     write_large_chain(&data, session, EVENTS, 25_000);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cra"))
-        .args(["serve", "--addr", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .current_dir(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (addr, _lines) = listening(&mut child);
+    let (child, addr, _lines) = start_serve(&data, dir.path(), &[]);
     let token = cra_runtime::auth::local_admin_token(&data).unwrap();
     let before = memory_kib(child.id(), "VmRSS");
     let readers: Vec<_> = (0..12)

@@ -126,6 +126,44 @@ fn redb_reads_chains_stored_one_event_per_key() {
     assert_eq!(verify_stored(&store, "old"), Ok(5));
 }
 
+/// Issue 29, item 4, on redb: `read_page` reads a chain up to an event stored in a form that no
+/// longer parses (a number an earlier version stored as `Infinity`) and names that event, rather
+/// than failing the page; a range after it reads as before.
+#[test]
+fn redb_pages_stop_before_an_unreadable_event_and_name_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
+    let written = store
+        .append("old", vec![note(0), note(1), note(2)])
+        .unwrap();
+    let txn = store.database().begin_write().unwrap();
+    {
+        let mut table = txn.open_table(EVENTS).unwrap();
+        table.remove(("old", 0)).unwrap().unwrap();
+        for e in &written {
+            let mut text = serde_json::to_string(e).unwrap();
+            if e.sequence == 1 {
+                text = text.replacen("\"payload\":{", "\"payload\":{\"x\":Infinity,", 1);
+            }
+            table.insert(("old", e.sequence), text.as_bytes()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    let page = cra_trace::store::read_page(&store, "old", 0, 10).unwrap();
+    assert_eq!(page.events, written[..1].to_vec());
+    let why = page.unreadable.expect("the unreadable event is named");
+    assert!(
+        matches!(
+            why,
+            cra_trace::store::ChainStoreError::Corrupt { sequence: 1, .. }
+        ),
+        "{why}"
+    );
+    let rest = cra_trace::store::read_page(&store, "old", 2, 10).unwrap();
+    assert_eq!(rest.events, written[2..].to_vec());
+    assert!(rest.unreadable.is_none());
+}
+
 /// A large append's record is stored compressed and reads back as the exact events; a large
 /// record stored as plain text (as before records were compressed) reads the same, and chains
 /// go on from either.

@@ -74,31 +74,25 @@ impl Runtime {
             ApiError::new(cra_wire::Token::Unavailable, e.to_string())
         };
         crate::error::run_blocking("a store task failed", move || {
-            let indexed = if actor.reads_all() || !actor.has(crate::auth::Role::Agent) {
-                None
+            let summaries = if actor.reads_all() {
+                chains.sessions().map_err(crate::tracelog::chain_error)?
+            } else if !actor.has(crate::auth::Role::Agent) {
+                Vec::new()
             } else {
-                carp.sessions_of(&actor.id).map_err(unavailable)?
-            };
-            let candidates: Vec<String> = match indexed {
-                Some(mine) => mine,
-                None if actor.reads_all() || actor.has(crate::auth::Role::Agent) => {
-                    // Every session, filtered below: a reader of all, or a store with no index.
-                    let all = chains.sessions().map_err(crate::tracelog::chain_error)?;
-                    all.into_iter().map(|s| s.session_id).collect()
+                match carp.sessions_of(&actor.id).map_err(unavailable)? {
+                    Some(mine) => summaries_of(chains.as_ref(), &mine)?,
+                    // A store with no owner index: every session, filtered below.
+                    None => chains.sessions().map_err(crate::tracelog::chain_error)?,
                 }
-                None => Vec::new(),
             };
             let mut out = Vec::new();
-            for id in candidates {
-                let Some(record) = carp.get_session(&id).map_err(unavailable)? else {
+            for s in summaries {
+                let Some(record) = carp.get_session(&s.session_id).map_err(unavailable)? else {
                     continue;
                 };
                 if !can_read(&actor, &record) {
                     continue;
                 }
-                let Some(s) = chains.session(&id).map_err(crate::tracelog::chain_error)? else {
-                    continue;
-                };
                 out.push(ChainListing {
                     session_id: s.session_id,
                     agent_id: record.agent_id,
@@ -193,6 +187,20 @@ impl Runtime {
             first_error,
         })
     }
+}
+
+/// The chain summaries of the sessions `ids` (those with a chain), in the order given.
+fn summaries_of(
+    chains: &dyn cra_trace::store::ChainStore,
+    ids: &[String],
+) -> ApiResult<Vec<cra_trace::store::SessionSummary>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(s) = chains.session(id).map_err(crate::tracelog::chain_error)? {
+            out.push(s);
+        }
+    }
+    Ok(out)
 }
 
 /// Events a [`ChainReader`] reads from the store at once: what a reader holds is bounded by

@@ -10,7 +10,8 @@
 //!    resolve, execute, deposit and assert facts, every acknowledged write checked afterwards and
 //!    every chain verified by `tools/appendix_b.py`. `CRA_CRASH_SEED` and `CRA_CRASH_MAX_ACKS` pass
 //!    through. The figures of each backend (cycles, requests, acknowledged writes, lost writes,
-//!    chains and events verified) are printed as a table at the end; any lost write fails the soak.
+//!    projects stuck, changes stored without their events, chains and events verified) are printed
+//!    as a table at the end; any lost write, stuck project or unaudited change fails the soak.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -71,6 +72,10 @@ pub(crate) struct Summary {
     pub acked: u64,
     /// Acknowledged writes missing afterwards.
     pub lost: u64,
+    /// Projects an interrupted creation left neither usable nor creatable again.
+    pub stuck: u64,
+    /// Changes stored without the events that tell of them.
+    pub unaudited: u64,
     /// Chains verified by the Python Appendix B code.
     pub chains: u64,
     /// Events in those chains.
@@ -98,6 +103,8 @@ impl Summary {
                 "requests" => s.requests = n()?,
                 "acked" => s.acked = n()?,
                 "lost" => s.lost = n()?,
+                "stuck" => s.stuck = n()?,
+                "unaudited" => s.unaudited = n()?,
                 "chains" => s.chains = n()?,
                 "events" => s.events = n()?,
                 "fact_histories" => s.fact_histories = n()?,
@@ -132,17 +139,29 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     println!("\nserver soak ({} min in all)", args.minutes);
     println!(
-        "{:<9} {:>7} {:>9} {:>7} {:>5} {:>7} {:>9} {:>6} {:>7}  seed",
-        "backend", "cycles", "requests", "acked", "lost", "chains", "events", "facts", "seconds"
+        "{:<9} {:>7} {:>9} {:>7} {:>5} {:>6} {:>10} {:>7} {:>9} {:>6} {:>7}  seed",
+        "backend",
+        "cycles",
+        "requests",
+        "acked",
+        "lost",
+        "stuck",
+        "unaudited",
+        "chains",
+        "events",
+        "facts",
+        "seconds"
     );
     for s in &summaries {
         println!(
-            "{:<9} {:>7} {:>9} {:>7} {:>5} {:>7} {:>9} {:>6} {:>7.0}  {}",
+            "{:<9} {:>7} {:>9} {:>7} {:>5} {:>6} {:>10} {:>7} {:>9} {:>6} {:>7.0}  {}",
             s.backend,
             s.cycles,
             s.requests,
             s.acked,
             s.lost,
+            s.stuck,
+            s.unaudited,
             s.chains,
             s.events,
             s.fact_histories,
@@ -152,6 +171,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     let lost: u64 = summaries.iter().map(|s| s.lost).sum();
     ensure!(lost == 0, "{lost} acknowledged writes were lost");
+    let broken: u64 = summaries.iter().map(|s| s.stuck + s.unaudited).sum();
+    ensure!(
+        broken == 0,
+        "{broken} projects stuck or changes stored without their events"
+    );
     Ok(())
 }
 
@@ -275,9 +299,10 @@ mod tests {
         assert!(Args::parse(&["--minutes".into(), "-1".into()]).is_err());
         assert!(Args::parse(&["--hours".into()]).is_err());
         let s = Summary::parse(
-            "CRASH-SUMMARY backend=redb seed=7 cycles=50 requests=633 acked=336 lost=0 chains=41 events=2116 fact_histories=208 seconds=14.5",
+            "CRASH-SUMMARY backend=redb seed=7 cycles=50 fault_points=0 requests=633 acked=336 lost=0 stuck=1 unaudited=2 chains=41 events=2116 fact_histories=208 seconds=14.5",
         )
         .unwrap();
+        assert_eq!((s.stuck, s.unaudited), (1, 2));
         assert_eq!(
             (s.backend.as_str(), s.cycles, s.acked, s.lost),
             ("redb", 50, 336, 0)

@@ -892,6 +892,56 @@ pub enum StateChange {
     /// A pending approval opened by the execute it gates; refused with [`opened_before`] when
     /// its id is taken (a concurrent execute under the same resolution opened it first).
     Open(ApprovalRecord),
+    /// A session's record created with the events that open its chain (`session.started`), so
+    /// no record is ever stored without them; refused with [`started_before`] when its id is
+    /// taken.
+    Start(SessionRecord),
+    /// A session marked ended with the `session.ended` that closes its chain. Refused with
+    /// [`SessionEnd::execution_in_progress`] while an execution of the session holds its lease
+    /// (its outcome still has to be appended), and with [`SessionEnd::not_found`] when there is
+    /// no such session. A record already marked ended (by a version that wrote the two apart)
+    /// is left as it is and the event appended: a repeated end repairs the chain.
+    End(SessionEnd),
+}
+
+/// A session's end, recorded with its `session.ended` ([`StateChange::End`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionEnd {
+    /// The session.
+    pub session_id: String,
+    /// When it ended (wire form).
+    pub ended_at: String,
+}
+
+impl SessionEnd {
+    /// The refusal of an end while `execution_id` of the session is running.
+    pub fn execution_in_progress(&self, execution_id: &str) -> cra_trace::store::ChainStoreError {
+        cra_trace::store::ChainStoreError::Refused {
+            token: cra_wire::Token::ExecutionInProgress,
+            message: format!(
+                "session `{}` has an action executing (execution `{execution_id}`); its outcome \
+                 must be recorded before the session ends: end it again once that execute has \
+                 answered",
+                self.session_id
+            ),
+        }
+    }
+
+    /// The refusal of an end of a session with no record.
+    pub fn not_found(&self) -> cra_trace::store::ChainStoreError {
+        cra_trace::store::ChainStoreError::Refused {
+            token: cra_wire::Token::SessionNotFound,
+            message: format!("no session `{}`", self.session_id),
+        }
+    }
+}
+
+/// The refusal of a [`StateChange::Start`] whose session id is taken.
+pub fn started_before(session_id: &str) -> cra_trace::store::ChainStoreError {
+    cra_trace::store::ChainStoreError::Refused {
+        token: cra_wire::Token::AlreadyExists,
+        message: format!("session `{session_id}` exists already; open a new session"),
+    }
 }
 
 impl StateChange {
@@ -903,6 +953,8 @@ impl StateChange {
             Self::Execute(e) => &e.session_id,
             Self::Settle(s) => &s.session_id,
             Self::Open(a) => &a.session_id,
+            Self::Start(r) => &r.session_id,
+            Self::End(e) => &e.session_id,
         }
     }
 }
@@ -975,7 +1027,8 @@ pub type StateDone = Box<dyn FnOnce(Result<Recorded, StateLogError>) + Send>;
 
 /// [`StateLog`] over two stores: the change, then the chain append. If the append fails, the
 /// recorded state stays (a resolution is then usable, a decision made, without its events; the
-/// error is answered, so the caller was not told it succeeded). For stores that cannot share a
+/// error is answered, so the caller was not told it succeeded). A session's end does not
+/// look for running executions here. For stores that cannot share a
 /// transaction (the in-memory test store); the runtime's backends do not use it.
 #[derive(Clone)]
 pub struct RecordThenAppend {
@@ -1036,6 +1089,18 @@ impl RecordThenAppend {
                     return Err(opened_before(&a.approval_id).into());
                 }
                 Err(e) => return Err(e.into()),
+            },
+            StateChange::Start(r) => match self.carp.create_session(r) {
+                Ok(()) => {}
+                Err(CarpStoreError::AlreadyExists { .. }) => {
+                    return Err(started_before(&r.session_id).into());
+                }
+                Err(e) => return Err(e.into()),
+            },
+            StateChange::End(e) => match self.carp.end_session(&e.session_id, &e.ended_at) {
+                Ok(_) => {}
+                Err(CarpStoreError::NotFound { .. }) => return Err(e.not_found().into()),
+                Err(err) => return Err(err.into()),
             },
             StateChange::Settle(_) => {
                 return Err(cra_trace::store::ChainStoreError::Unavailable(

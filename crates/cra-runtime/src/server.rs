@@ -298,6 +298,7 @@ fn roll_relay_forward(
     backends: &crate::Backends,
     notices: &mut Vec<StartNotice>,
 ) -> Result<(), StartError> {
+    cra_store::fault_point!("start.executions.closed");
     let rolled = crate::service::relay::outbox::roll_forward(
         backends.relay.as_ref(),
         backends.carp.as_ref(),

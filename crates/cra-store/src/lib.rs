@@ -22,6 +22,8 @@
 //!   tiles, appended in the same transaction as the events), read through [`tlog::LogStore`].
 //! * [`encryption`] ([`Encryption`]): encryption at rest of event bodies and CARP records, with the
 //!   current and retired storage keys; every backend passes stored bodies through it.
+//! * [`fault`]: the declared fault points where the crash suite stops a server
+//!   ([`fault_point!`]), armed only with the `fault-points` feature.
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
 //!   `CRA_TEST_POSTGRES_URL` is unset).
 //!
@@ -33,6 +35,7 @@ mod chain;
 mod collector;
 pub mod encryption;
 mod error;
+pub mod fault;
 pub mod pg;
 pub mod redb;
 pub mod relay;

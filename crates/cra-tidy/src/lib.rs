@@ -797,6 +797,59 @@ pub fn unused_workspace_dependencies(root: &str, members: &[&str]) -> Vec<Violat
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------------
+// Rule 11: every declared fault point is marked
+
+/// The registry of fault points (`cra_store::fault::POINTS`).
+pub const FAULT_REGISTRY: &str = "crates/cra-store/src/fault.rs";
+
+/// The names `registry` declares (its `name: "..."` lines).
+pub fn declared_fault_points(registry: &str) -> Vec<&str> {
+    registry
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("name: \""))
+        .filter_map(|rest| rest.split_once('"').map(|(name, _)| name))
+        .collect()
+}
+
+/// Rule 11. Invariant: every fault point declared in [`FAULT_REGISTRY`] is marked by a
+/// `fault_point!("name")` somewhere in `files` (the macro already refuses, at compile time, a
+/// name the registry does not declare). The crash suite arms every declared point and fails when
+/// one is never reached, so a declared point no code marks would only fail there, late.
+pub fn unmarked_fault_points<'a>(
+    registry: &str,
+    files: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Vec<Violation> {
+    let mut marked = BTreeSet::new();
+    for (_, text) in files {
+        for piece in text.split("fault_point!(\"").skip(1) {
+            if let Some((name, _)) = piece.split_once('"') {
+                marked.insert(name.to_owned());
+            }
+        }
+    }
+    let names = declared_fault_points(registry);
+    if names.is_empty() {
+        return vec![Violation::new(
+            FAULT_REGISTRY,
+            "declares no fault point (no `name: \"...\"` line): the crash suite would arm nothing",
+        )];
+    }
+    names
+        .into_iter()
+        .filter(|n| !marked.contains(*n))
+        .map(|n| {
+            Violation::new(
+                FAULT_REGISTRY,
+                format!(
+                    "declares the fault point `{n}`, which no code marks: put \
+                     `cra_store::fault_point!(\"{n}\")` where the crash belongs, or remove it"
+                ),
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

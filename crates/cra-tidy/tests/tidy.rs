@@ -547,3 +547,27 @@ fn an_unused_dependency_is_reported() {
     assert_reported(&found, "Cargo.toml", "has `hex`, which no member lists");
     assert_eq!(found.len(), 1, "{found:#?}");
 }
+
+// Rule 11
+
+#[test]
+fn every_declared_fault_point_is_marked() {
+    let registry = read(&root().join(FAULT_REGISTRY));
+    let files = source_files();
+    let found = unmarked_fault_points(
+        &registry,
+        files.iter().map(|(p, t)| (p.as_str(), t.as_str())),
+    );
+    assert_kept("every declared fault point is marked", found);
+}
+
+#[test]
+fn an_unmarked_fault_point_is_reported() {
+    let registry = "pub const POINTS: &[FaultPoint] = &[\n    FaultPoint {\n        name: \"a.b.c\",\n    },\n    FaultPoint {\n        name: \"a.b.d\",\n    },\n];\n";
+    let code = "fn f() {\n    cra_store::fault_point!(\"a.b.c\");\n}\n";
+    let found = unmarked_fault_points(registry, [("crates/x/src/lib.rs", code)]);
+    assert_reported(&found, FAULT_REGISTRY, "`a.b.d`, which no code marks");
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let empty = unmarked_fault_points("", [("crates/x/src/lib.rs", code)]);
+    assert_reported(&empty, FAULT_REGISTRY, "declares no fault point");
+}

@@ -45,7 +45,8 @@ pub(crate) async fn get(
     params(("session_id" = String, Path, description = "The session")),
     responses((status = 204, description = "Ended"),
               (status = 403, body = crate::openapi::ErrorBodySchema),
-              (status = 404, body = crate::openapi::ErrorBodySchema)))]
+              (status = 404, body = crate::openapi::ErrorBodySchema),
+              (status = 409, description = "`execution_in_progress`: an action of the session is executing; end it again once that execute has answered", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn end(
     State(state): State<AppState>,
     Caller(actor): Caller,

@@ -745,6 +745,7 @@ impl Call<'_> {
         atlases: &AtlasState,
         stored: Option<&StoredResolution>,
     ) -> ApiResult<ExecuteResponse> {
+        cra_store::fault_point!("execute.leased");
         let execution_id = cleared.execution_id.clone();
         let approval_id = self
             .approval_id
@@ -764,6 +765,7 @@ impl Call<'_> {
             self.rt.release_lease(&execution_id).await;
         }
         appended?;
+        cra_store::fault_point!("execute.approved");
         let started = self.rt.clock.now();
         let (executor, outcome) =
             match crate::executor::executor_of(atlases, stored, &self.exec.action_id) {
@@ -783,6 +785,7 @@ impl Call<'_> {
                 Err(unavailable) => (None, Err(unavailable)),
             };
         let duration_ms = millis_between(started, self.rt.clock.now());
+        cra_store::fault_point!("execute.performed");
         let mut record = engine(self.rt, atlases.set.clone()).execution_record(cleared, outcome);
         let redacted = self.redact_result(&mut record.response.result);
         let response = record.response.clone();

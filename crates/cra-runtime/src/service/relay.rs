@@ -367,6 +367,9 @@ impl Runtime {
         let done = crate::error::run_blocking("a relay task failed", move || op(relay))
             .await
             .and_then(|r| r.map_err(Into::into));
+        if done.is_ok() {
+            cra_store::fault_point!("relay.write.stored");
+        }
         let settled = self.settle_owed(planner.take()).await;
         let value = done?;
         settled?;

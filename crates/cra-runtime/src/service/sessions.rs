@@ -5,7 +5,7 @@
 //! session.
 
 use cra_carp::events::{SessionEnded, SessionStarted, redaction_drafts};
-use cra_carp::store::{CarpStoreError, SessionRecord};
+use cra_carp::store::{CarpStoreError, SessionEnd, SessionRecord, StateChange};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
 use cra_wire::Token;
@@ -271,8 +271,6 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         created_at: format_timestamp(rt.clock.now()),
         ended_at: None,
     };
-    let r = record.clone();
-    rt.carp(move |s| s.create_session(&r)).await?;
     let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
     let started = Span::root(&trace_id, &span_id).draft_of(&SessionStarted {
         agent_id: &input.agent_id,
@@ -288,8 +286,10 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         &redacted,
         None,
     ));
+    // The record and the events that open its chain are written in one transaction: no session
+    // is ever stored without its `session.started`.
     let events = rt
-        .append_events(&session_id, &record.agent_id, drafts)
+        .append_change(&record.agent_id, StateChange::Start(record.clone()), drafts)
         .await?;
     Ok(view(&record, events.first(), events.len() as u64))
 }
@@ -375,43 +375,51 @@ fn check_open(actor: &Actor, input: &CreateSession) -> ApiResult<()> {
 pub async fn get(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<SessionView> {
     let record = readable_session(rt, actor, id).await?;
     let first = rt.read_events_after(id, None, 1).await?;
-    let chains = rt.backends.chains.clone();
-    let sid = id.to_owned();
-    let count = crate::error::run_blocking("a store task failed", move || chains.session(&sid))
+    let count = rt
+        .chain_summary(id)
         .await?
-        .map_err(crate::tracelog::chain_error)?
-        .map(|s| s.head.next_sequence)
-        .unwrap_or(0);
+        .map_or(0, |s| s.head.next_sequence);
     Ok(view(&record, first.first(), count))
 }
 
-/// Ends session `id` (idempotent: an ended session is left as it is): marks it ended, then
-/// appends `session.ended` naming the pending approvals that lapse with it. Its owner, an
-/// operator or an admin may end it.
+impl Runtime {
+    /// The summary of `id`'s chain (its head, whether it has ended), if it has events.
+    pub(crate) async fn chain_summary(
+        &self,
+        id: &str,
+    ) -> ApiResult<Option<cra_trace::store::SessionSummary>> {
+        let chains = self.backends.chains.clone();
+        let sid = id.to_owned();
+        crate::error::run_blocking("a store task failed", move || chains.session(&sid))
+            .await?
+            .map_err(crate::tracelog::chain_error)
+    }
+}
+
+/// Ends session `id` (idempotent: an ended session is left as it is): marks it ended and
+/// appends `session.ended`, naming the pending approvals that lapse with it, in one transaction.
+/// Refused (409 `execution_in_progress`) while one of its actions is executing, so no outcome is
+/// ever left out of a closed chain. A session whose record says ended but whose chain has no
+/// `session.ended` (a store an earlier version wrote, stopped between the two) gets the event:
+/// a repeated end repairs the chain. Its owner, an operator or an admin may end it.
 pub async fn end(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<()> {
     check_uuid_field("/session_id", id)?;
     let record = rt.session_record(id).await?;
     if !(actor.has(Role::Operator) || actor.has(Role::Admin)) {
         require_owner(actor, &record)?;
     }
-    if !record.is_active() {
+    if !record.is_active() && rt.chain_summary(id).await?.is_some_and(|s| s.ended) {
         return Ok(());
     }
-    // The state first, then the event: the append is durable and makes the state write durable
-    // with it (the store defers state writes to the next append), so an answer means both are
-    // on disk. Should the append fail, a repeated end finds the session ended and answers at once.
     let ended_at = rt.clock.now();
     let duration_ms =
         parse_rfc3339(&record.created_at).map_or(0, |started| millis_between(started, ended_at));
-    let now = format_timestamp(ended_at);
     let sid = id.to_owned();
     // The session's pending approvals lapse with it (they can no longer be decided): the end
     // event names them, so the chain says what became of each `approval.requested`.
     let lapsed = rt
-        .carp(move |s| {
-            let pending = s.list_pending_approvals()?;
-            s.end_session(&sid, &now)?;
-            Ok(pending
+        .carp_read(move |s| {
+            Ok(s.list_pending_approvals()?
                 .into_iter()
                 .filter(|a| a.session_id == sid)
                 .map(|a| a.approval_id)
@@ -426,7 +434,15 @@ pub async fn end(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<()> {
         duration_ms,
         lapsed_approvals: (!lapsed.is_empty()).then_some(lapsed.as_slice()),
     });
-    match rt.append_events(id, &record.agent_id, vec![ended]).await {
+    let change = StateChange::End(SessionEnd {
+        session_id: id.to_owned(),
+        ended_at: format_timestamp(ended_at),
+    });
+    match rt
+        .append_change(&record.agent_id, change, vec![ended])
+        .await
+    {
+        // Ended meanwhile by another request: the session is ended, as asked.
         Err(e) if e.token() != Some(Token::SessionInactive) => Err(e),
         _ => Ok(()),
     }

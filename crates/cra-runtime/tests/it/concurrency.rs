@@ -807,3 +807,38 @@ async fn an_execute_whose_approval_was_opened_first_elsewhere_is_decided_again()
     );
     s.stop().await;
 }
+
+/// An end that races an execute: while the action runs, the session refuses to end (409
+/// `execution_in_progress`), so the outcome is never shut out of a closed chain; once the
+/// execute has answered, the end goes through after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ends_only_once_its_running_action_has_its_outcome() {
+    let exec = HeldExecutor::start().await;
+    let s = Arc::new(TestServer::start_with(with_executor(exec.url.clone())).await);
+    let (sid, resolution_id) = resolved(&s).await;
+    let body = comment(&sid, &resolution_id, None);
+    let server = s.clone();
+    let running = tokio::spawn(async move { server.post(Some(MAINT), "/v1/execute", &body).await });
+    exec.wait_calls(1).await;
+    let path = format!("/v1/sessions/{sid}");
+    let refused = s.delete(Some(MAINT), &path).await;
+    crate::support::assert_error(&refused, 409, "execution_in_progress");
+    assert!(
+        refused.1["message"]
+            .as_str()
+            .unwrap()
+            .contains("end it again"),
+        "{}",
+        refused.1
+    );
+    exec.open();
+    let (st, v) = running.await.unwrap();
+    assert_eq!((st, &v["status"]), (200, &json!("success")), "{v}");
+    assert_eq!(s.delete(Some(MAINT), &path).await.0, 204);
+    let types = s.event_types(&sid).await;
+    assert_eq!(
+        types[types.len() - 2..],
+        ["action.executed", "session.ended"],
+        "{types:?}"
+    );
+}

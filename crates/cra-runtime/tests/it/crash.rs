@@ -35,6 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cra_carp::CarpStore;
+use cra_carp::store::SessionRecord;
 use cra_runtime::config::RuntimeConfig;
 use cra_runtime::{build_runtime, start};
 use cra_store::testing::{TestSchema, postgres_url};
@@ -48,6 +50,8 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Notify;
 
 use crate::support::executor_endpoint;
+
+mod audit;
 
 const CHILD_VAR: &str = "CRA_RT_CRASH_CHILD";
 const CYCLE_VAR: &str = "CRA_RT_CRASH_CYCLE";
@@ -129,6 +133,8 @@ fn child_server() {
     let run = PathBuf::from(run);
     let cycle = env_u64(CYCLE_VAR).unwrap();
     let mut config = RuntimeConfig {
+        // One replica restarted: its restart closes the executions its crash cut off.
+        replica_id: Some("crash-replica".into()),
         addr: "127.0.0.1:0".into(),
         data: run.join("data"),
         api_keys: Some(run.join("keys.toml")),
@@ -225,6 +231,12 @@ struct Figures {
     fact_pairs: u64,
     /// Events of Relay writes the kills cut off, appended by the next start.
     recovered: u64,
+    /// Fault points the server aborted at ([`Plan::EveryPoint`]).
+    points: u64,
+    /// Projects whose interrupted creation left them neither usable nor creatable again.
+    stuck: Vec<String>,
+    /// What the store holds without the events that tell of it.
+    unaudited: Vec<String>,
 }
 
 struct Run {
@@ -265,6 +277,9 @@ struct Cycle {
     stop: AtomicBool,
     wake: Notify,
     unexpected: Mutex<Vec<String>>,
+    /// Projects whose creation got no answer (the server died): each must afterwards exist
+    /// whole, or be creatable again (never stuck between the two).
+    unanswered_projects: Mutex<Vec<String>>,
 }
 
 enum Outcome {
@@ -297,8 +312,9 @@ impl Run {
         self.dir.path().join("server.log")
     }
 
-    /// Starts the server for `cycle` and waits for its port.
-    async fn start_server(&mut self, cycle: u64) {
+    /// Starts the server for `cycle`, armed to abort at fault point `armed` if given, and waits
+    /// for its port. `false`: the server died at the armed point before it served.
+    async fn start_server(&mut self, cycle: u64, armed: Option<&str>) -> bool {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -320,6 +336,10 @@ impl Run {
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
             .kill_on_drop(true);
+        match armed {
+            Some(point) => command.env(cra_store::fault::ARM_VAR, point),
+            None => command.env_remove(cra_store::fault::ARM_VAR),
+        };
         match &self.store {
             Store::Redb => command.env_remove(PG_URL_VAR).env_remove(PG_SCHEMA_VAR),
             Store::Pg { url, schema } => command
@@ -337,6 +357,11 @@ impl Run {
                         break line[at + PORT_LINE.len()..].trim().parse::<u16>().unwrap();
                     }
                 }
+                Ok(Ok(None)) if armed.is_some() => {
+                    self.child = Some(child);
+                    self.reap_fault(cycle, armed.unwrap_or_default()).await;
+                    return false;
+                }
                 _ => panic!(
                     "{}: the server of cycle {cycle} (seed {}) did not print its port within 120 s; its log:\n{}",
                     self.backend,
@@ -353,6 +378,29 @@ impl Run {
             .timeout(Duration::from_secs(60))
             .build()
             .unwrap();
+        true
+    }
+
+    /// Waits for the server armed with fault point `point` to die, and checks that it aborted
+    /// there (its log names the point once: each point is armed once a run).
+    async fn reap_fault(&mut self, cycle: u64, point: &str) {
+        use std::os::unix::process::ExitStatusExt;
+        let mut child = self.child.take().unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(120), child.wait()).await;
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let mark = format!("{}{point}", cra_store::fault::HIT_MARK);
+        let hits = log
+            .lines()
+            .filter(|l| l.trim_end().ends_with(&mark))
+            .count();
+        match status {
+            Ok(Ok(st)) if st.signal() == Some(6) && hits == 1 => {}
+            other => panic!(
+                "{}: cycle {cycle} (seed {}): the server armed at `{point}` did not abort there \
+                 once ({other:?}, {hits} hit lines); its log:\n{log}",
+                self.backend, self.seed
+            ),
+        }
     }
 
     /// SIGKILL, then reap. Panics if the server had already died by itself.
@@ -550,6 +598,9 @@ async fn step(c: &Cycle, a: &mut Agent) -> Outcome {
             Err(o) => o,
         };
     }
+    if (75..78).contains(&roll) {
+        return create_project(c, a, n).await;
+    }
     // Relay writes go to the agent's session chain, or (one in five) to the project's.
     let in_session = a.rng.random_range(0..5u32) > 0;
     let chain = if in_session {
@@ -616,6 +667,73 @@ async fn step(c: &Cycle, a: &mut Agent) -> Outcome {
             chain,
         }),
         Err(o) => o,
+    }
+}
+
+/// A project of the agent's own (a Relay write that opens an audit chain: its creation is cut
+/// off by kills too).
+async fn create_project(c: &Cycle, a: &Agent, n: u64) -> Outcome {
+    let project_id = format!("crash-c{}-a{}-{n}", c.cycle, a.index);
+    let body = json!({"project_id": project_id, "name": project_id, "members": [a.id]});
+    match c
+        .call(a, reqwest::Method::POST, "/v1/projects", Some(&body), 201)
+        .await
+    {
+        Ok(v) => Outcome::Acked(Ack::Project {
+            project_id,
+            audit: v["audit_session_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        }),
+        Err(Outcome::Unknown) => {
+            c.unanswered_projects.lock().unwrap().push(project_id);
+            Outcome::Unknown
+        }
+        Err(o) => o,
+    }
+}
+
+/// A project whose creation got no answer must now exist whole (readable, its audit chain
+/// opened by `session.started` and `relay.project.created`) or not at all, in which case
+/// creating it again succeeds. Returns it as acknowledged, to be checked with the rest.
+async fn check_not_stuck(run: &Run, project_id: &str) -> Result<Ack, String> {
+    let ack = |v: &Value| Ack::Project {
+        project_id: project_id.to_owned(),
+        audit: v["audit_session_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+    };
+    let path = format!("/v1/projects/{project_id}");
+    match run
+        .request(reqwest::Method::GET, ADMIN_KEY, &path, None)
+        .await
+    {
+        Some((200, _)) => Ok(Ack::Project {
+            project_id: project_id.to_owned(),
+            audit: cra_runtime::service::relay::project_audit_session(project_id),
+        }),
+        Some((404, _)) => {
+            let body = json!({"project_id": project_id, "name": project_id, "members": []});
+            match run
+                .request(
+                    reqwest::Method::POST,
+                    ADMIN_KEY,
+                    "/v1/projects",
+                    Some(&body),
+                )
+                .await
+            {
+                Some((201, v)) => Ok(ack(&v)),
+                other => Err(format!(
+                    "project {project_id}: 404 after an interrupted creation, and creating it again answers {other:?}"
+                )),
+            }
+        }
+        other => Err(format!(
+            "project {project_id} after an interrupted creation: GET answers {other:?}"
+        )),
     }
 }
 
@@ -984,7 +1102,13 @@ fn child_application(schema: &str) -> String {
 /// Every chain in the store (listed by opening the store while the server is down), fetched as
 /// NDJSON, verified by the Python Appendix B code and by the server's verify route; each must
 /// hold as many events as its stored head says.
-async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String> {
+/// Also returns the session records of the agents and of the audit chains of `projects`, read
+/// from the store while the server was down.
+async fn verify_every_chain(
+    run: &mut Run,
+    next_cycle: u64,
+    projects: Vec<String>,
+) -> Result<Vec<SessionRecord>, String> {
     let (data, pg) = match &run.store {
         Store::Redb => (run.dir.path().join("data"), None),
         Store::Pg { url, schema } => (PathBuf::new(), Some((url.clone(), schema.clone()))),
@@ -994,51 +1118,68 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
         Box<dyn ChainStore>,
         Box<dyn cra_relay::RelayStore>,
         Box<dyn cra_store::tlog::LogStore>,
+        Box<dyn CarpStore>,
     );
-    let (heads, mut owed, log_check): (BTreeMap<String, u64>, Vec<String>, Result<(), String>) =
-        tokio::task::spawn_blocking(move || {
-            let (store, relay, log): Stores = match pg {
-                None => {
-                    let redb = cra_store::RedbStore::open(data).unwrap();
-                    let relay = cra_store::relay::RedbRelay::open(&redb).unwrap();
-                    (Box::new(redb.clone()), Box::new(relay), Box::new(redb))
-                }
-                Some((url, schema)) => {
-                    let pg = cra_store::PgStore::connect_with(
-                        &url,
-                        &schema,
-                        cra_store::StoreConfig::default(),
-                        2,
+    type Read = (
+        BTreeMap<String, u64>,
+        Vec<String>,
+        Result<(), String>,
+        Vec<SessionRecord>,
+    );
+    let (heads, mut owed, log_check, records): Read = tokio::task::spawn_blocking(move || {
+        let (store, relay, log, carp): Stores = match pg {
+            None => {
+                let redb = cra_store::RedbStore::open(data).unwrap();
+                let relay = cra_store::relay::RedbRelay::open(&redb).unwrap();
+                (
+                    Box::new(redb.clone()),
+                    Box::new(relay),
+                    Box::new(redb.clone()),
+                    Box::new(redb),
+                )
+            }
+            Some((url, schema)) => {
+                let pg = cra_store::PgStore::connect_with(
+                    &url,
+                    &schema,
+                    cra_store::StoreConfig::default(),
+                    2,
+                )
+                .unwrap();
+                // A commit the killed server sent just before SIGKILL may still be landing:
+                // end its connections and wait (inside PostgreSQL) until they are gone, so
+                // what is read here is final.
+                pg.client()
+                    .unwrap()
+                    .query(
+                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
+                              WHERE application_name = $1",
+                        &[&child_application(&schema)],
                     )
                     .unwrap();
-                    // A commit the killed server sent just before SIGKILL may still be landing:
-                    // end its connections and wait (inside PostgreSQL) until they are gone, so
-                    // what is read here is final.
-                    pg.client()
-                        .unwrap()
-                        .query(
-                            "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity
-                              WHERE application_name = $1",
-                            &[&child_application(&schema)],
-                        )
-                        .unwrap();
-                    let relay = cra_store::relay::PgRelay::new(pg.clone());
-                    (Box::new(pg.clone()), Box::new(relay), Box::new(pg))
-                }
-            };
-            let heads: BTreeMap<String, u64> = store
-                .sessions()
-                .unwrap()
-                .into_iter()
-                .map(|s| (s.session_id, s.head.next_sequence))
-                .collect();
-            let log_check = check_log(log.as_ref(), heads.values().sum());
-            (heads, owed_event_types(relay.as_ref()), log_check)
-        })
-        .await
-        .unwrap();
+                let relay = cra_store::relay::PgRelay::new(pg.clone());
+                (
+                    Box::new(pg.clone()),
+                    Box::new(relay),
+                    Box::new(pg.clone()),
+                    Box::new(pg),
+                )
+            }
+        };
+        let heads: BTreeMap<String, u64> = store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| (s.session_id, s.head.next_sequence))
+            .collect();
+        let log_check = check_log(log.as_ref(), heads.values().sum());
+        let records = audit::session_records(carp.as_ref(), AGENTS, &projects);
+        (heads, owed_event_types(relay.as_ref()), log_check, records)
+    })
+    .await
+    .unwrap();
     log_check?;
-    run.start_server(next_cycle).await;
+    assert!(run.start_server(next_cycle, None).await);
     let out = run.dir.path().join("chains");
     std::fs::create_dir_all(&out).unwrap();
     for sid in heads.keys() {
@@ -1122,7 +1263,7 @@ async fn verify_every_chain(run: &mut Run, next_cycle: u64) -> Result<(), String
             heads.len()
         ));
     }
-    Ok(())
+    Ok(records)
 }
 
 /// The transparency log after a kill: exactly one leaf per stored event (the leaves were
@@ -1152,7 +1293,21 @@ fn check_log(log: &dyn cra_store::tlog::LogStore, events: u64) -> Result<(), Str
     Ok(())
 }
 
-async fn crash_run(backend: &'static str, store: Store) {
+/// How a run chooses where its server dies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// SIGKILL after a seeded random number of acknowledged writes, every cycle.
+    Random,
+    /// After a random cycle 0, cycle `i` arms the `i`-th declared fault point
+    /// ([`cra_store::fault::POINTS`]) and runs until the server aborts there; a cycle of
+    /// [`POINT_BUDGET`] acknowledged writes that never reaches it fails the run.
+    EveryPoint,
+}
+
+/// Acknowledged writes a cycle of [`Plan::EveryPoint`] may take to reach its point.
+const POINT_BUDGET: usize = 400;
+
+async fn crash_run(backend: &'static str, store: Store, plan: Plan) {
     let seed = env_u64(SEED_VAR).unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -1160,13 +1315,19 @@ async fn crash_run(backend: &'static str, store: Store) {
             .unwrap_or(1)
     });
     let deadline = env_u64(SECONDS_VAR).map(|s| Instant::now() + Duration::from_secs(s));
-    let cycles = env_u64(CYCLES_VAR).unwrap_or(50);
+    let points = cra_store::fault::POINTS;
+    let (deadline, cycles) = match plan {
+        Plan::Random => (deadline, env_u64(CYCLES_VAR).unwrap_or(50)),
+        // Cycle 0 creates the shared project and is killed as a random cycle is.
+        Plan::EveryPoint => (None, points.len() as u64 + 1),
+    };
     let max_acks = env_u64(MAX_ACKS_VAR).unwrap_or(12).max(1) as usize;
     eprintln!(
         "crash test ({backend}): seed {seed} ({SEED_VAR}={seed} to repeat), {}",
-        match deadline {
-            Some(_) => format!("for {} s", env_u64(SECONDS_VAR).unwrap_or(0)),
-            None => format!("{cycles} cycles"),
+        match (plan, deadline) {
+            (Plan::EveryPoint, _) => format!("one cycle per fault point ({cycles})"),
+            (_, Some(_)) => format!("for {} s", env_u64(SECONDS_VAR).unwrap_or(0)),
+            (_, None) => format!("{cycles} cycles"),
         }
     );
     let started = Instant::now();
@@ -1187,6 +1348,7 @@ async fn crash_run(backend: &'static str, store: Store) {
     let mut ledger: Vec<Ack> = Vec::new();
     let mut projects: Vec<String> = Vec::new();
     let mut unchecked = 0usize;
+    let mut unanswered: Vec<String> = Vec::new();
     let (mut project, mut audit) = (String::new(), String::new());
     let mut cycle = 0u64;
     loop {
@@ -1197,7 +1359,12 @@ async fn crash_run(backend: &'static str, store: Store) {
         if !more {
             break;
         }
-        run.start_server(cycle).await;
+        let armed = match (plan, cycle) {
+            (Plan::EveryPoint, 1..) => Some(points[cycle as usize - 1].name),
+            _ => None,
+        };
+        // The checks run on an unarmed server (some reads write: a package read is recorded).
+        assert!(run.start_server(cycle, None).await);
         // What the previous cycle acknowledged must have survived its kill.
         let mut checker = Checker {
             run: &run,
@@ -1209,6 +1376,12 @@ async fn crash_run(backend: &'static str, store: Store) {
         }
         run.figures.lost.extend(lost);
         unchecked = ledger.len();
+        for p in std::mem::take(&mut unanswered) {
+            match check_not_stuck(&run, &p).await {
+                Ok(ack) => ledger.push(ack),
+                Err(e) => run.figures.stuck.push(format!("cycle {cycle}: {e}")),
+            }
+        }
         if !project.is_empty() {
             run.figures.fact_pairs += check_fact_histories(&run, &project)
                 .await
@@ -1224,6 +1397,16 @@ async fn crash_run(backend: &'static str, store: Store) {
             projects.push(project.clone());
             run.figures.acked += 1;
         }
+        if let Some(point) = armed {
+            run.kill_server(cycle).await;
+            if !run.start_server(cycle, armed).await {
+                // Died at a point of the start itself: the next start must repair that too.
+                eprintln!("crash test ({backend}): cycle {cycle}: the start aborted at {point}");
+                run.figures.points += 1;
+                cycle += 1;
+                continue;
+            }
+        }
         let shared = Arc::new(Cycle {
             cycle,
             base: run.base.clone(),
@@ -1237,8 +1420,12 @@ async fn crash_run(backend: &'static str, store: Store) {
             stop: AtomicBool::new(false),
             wake: Notify::new(),
             unexpected: Mutex::new(Vec::new()),
+            unanswered_projects: Mutex::new(Vec::new()),
         });
-        let kill_after = rng.random_range(1..=max_acks);
+        let kill_after = match armed {
+            Some(_) => POINT_BUDGET,
+            None => rng.random_range(1..=max_acks),
+        };
         let tasks: Vec<_> = agents
             .drain(..)
             .map(|mut a| {
@@ -1256,7 +1443,20 @@ async fn crash_run(backend: &'static str, store: Store) {
             }
             wait.await;
         }
-        run.kill_server(cycle).await;
+        match armed {
+            Some(point) => {
+                let reached = run.child.as_mut().unwrap().try_wait().unwrap().is_some()
+                    || shared.running.load(Ordering::SeqCst) == 0;
+                assert!(
+                    reached,
+                    "{backend}: cycle {cycle} (seed {seed}): {POINT_BUDGET} acknowledged writes \
+                     never reached the fault point `{point}`"
+                );
+                run.reap_fault(cycle, point).await;
+                run.figures.points += 1;
+            }
+            None => run.kill_server(cycle).await,
+        }
         shared.stop.store(true, Ordering::SeqCst);
         for t in tasks {
             agents.push(t.await.unwrap());
@@ -1268,18 +1468,38 @@ async fn crash_run(backend: &'static str, store: Store) {
             "{backend}: cycle {cycle} (seed {seed}): the live server refused valid requests: {unexpected:#?}"
         );
         let acked = shared.acked.load(Ordering::SeqCst);
+        // A point may come before the cycle's first answer.
         assert!(
-            acked >= 1,
+            acked >= 1 || armed.is_some(),
             "{backend}: cycle {cycle} (seed {seed}): no write was acknowledged"
         );
         run.figures.acked += acked as u64;
         run.figures.requests += shared.requests.load(Ordering::SeqCst);
         ledger.extend(shared.ledger.lock().unwrap().drain(..));
+        unanswered.extend(shared.unanswered_projects.lock().unwrap().drain(..));
         cycle += 1;
     }
     run.figures.cycles = cycle;
     // Afterwards: everything, on a server started once more.
-    let chains = verify_every_chain(&mut run, cycle).await;
+    let all_projects: Vec<String> = ledger
+        .iter()
+        .filter_map(|a| match a {
+            Ack::Project { project_id, .. } => Some(project_id.clone()),
+            _ => None,
+        })
+        .chain(unanswered.iter().cloned())
+        .collect();
+    let chains = verify_every_chain(&mut run, cycle, all_projects).await;
+    for p in std::mem::take(&mut unanswered) {
+        match check_not_stuck(&run, &p).await {
+            Ok(ack) => ledger.push(ack),
+            Err(e) => run.figures.stuck.push(format!("at the end: {e}")),
+        }
+    }
+    if let Ok(records) = &chains {
+        let found = audit::unaudited(&run, records, &projects).await;
+        run.figures.unaudited.extend(found);
+    }
     let mut checker = Checker {
         run: &run,
         chains: HashMap::new(),
@@ -1299,11 +1519,14 @@ async fn crash_run(backend: &'static str, store: Store) {
     all_lost.extend(lost);
     let f = &run.figures;
     let summary = format!(
-        "CRASH-SUMMARY backend={backend} seed={seed} cycles={} requests={} acked={} lost={} chains={} events={} fact_histories={} recovered_relay_events={} seconds={:.1}",
+        "CRASH-SUMMARY backend={backend} seed={seed} cycles={} fault_points={} requests={} acked={} lost={} stuck={} unaudited={} chains={} events={} fact_histories={} recovered_relay_events={} seconds={:.1}",
         f.cycles,
+        f.points,
         f.requests,
         f.acked,
         all_lost.len(),
+        f.stuck.len(),
+        f.unaudited.len(),
         f.chains,
         f.events,
         f.fact_pairs,
@@ -1319,6 +1542,17 @@ async fn crash_run(backend: &'static str, store: Store) {
         all_lost.is_empty(),
         "{backend} (seed {seed}): acknowledged writes lost: {all_lost:#?}"
     );
+    let f = &run.figures;
+    assert!(
+        f.stuck.is_empty(),
+        "{backend} (seed {seed}): projects stuck by an interrupted creation: {:#?}",
+        f.stuck
+    );
+    assert!(
+        f.unaudited.is_empty(),
+        "{backend} (seed {seed}): stored without the events that tell of it: {:#?}",
+        f.unaudited
+    );
     chains.unwrap_or_else(|e| panic!("{backend} (seed {seed}): {e}"));
     histories.unwrap_or_else(|e| panic!("{backend} (seed {seed}): {e}"));
 }
@@ -1331,18 +1565,38 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-#[test]
-fn kill_nine_server_loses_no_acknowledged_write_redb() {
-    runtime().block_on(crash_run("redb", Store::Redb));
-}
-
-#[test]
-fn kill_nine_server_loses_no_acknowledged_write_postgres() {
-    let Some(url) = postgres_url("kill_nine_server_loses_no_acknowledged_write_postgres") else {
+fn postgres_run(test: &str, plan: Plan) {
+    let Some(url) = postgres_url(test) else {
         return;
     };
     // One schema for every cycle, dropped (outside the async runtime) when the test ends.
     let schema = TestSchema::new(&url, "rtcrash");
     let name = schema.name().to_owned();
-    runtime().block_on(crash_run("postgres", Store::Pg { url, schema: name }));
+    runtime().block_on(crash_run("postgres", Store::Pg { url, schema: name }, plan));
+}
+
+#[test]
+fn kill_nine_server_loses_no_acknowledged_write_redb() {
+    runtime().block_on(crash_run("redb", Store::Redb, Plan::Random));
+}
+
+#[test]
+fn kill_nine_server_loses_no_acknowledged_write_postgres() {
+    postgres_run(
+        "kill_nine_server_loses_no_acknowledged_write_postgres",
+        Plan::Random,
+    );
+}
+
+#[test]
+fn a_crash_at_every_fault_point_leaves_nothing_lost_stuck_or_unaudited_redb() {
+    runtime().block_on(crash_run("redb", Store::Redb, Plan::EveryPoint));
+}
+
+#[test]
+fn a_crash_at_every_fault_point_leaves_nothing_lost_stuck_or_unaudited_postgres() {
+    postgres_run(
+        "a_crash_at_every_fault_point_leaves_nothing_lost_stuck_or_unaudited_postgres",
+        Plan::EveryPoint,
+    );
 }

@@ -198,3 +198,30 @@ async fn a_session_names_only_a_project_its_opener_reads_and_no_reserved_agent()
     }
     s.stop().await;
 }
+
+/// A session record marked ended without `session.ended` in its chain (a store an earlier
+/// version wrote, stopped between the two writes it then made): ending it again appends the
+/// event, once.
+#[tokio::test]
+async fn a_repeated_end_repairs_an_ended_record_whose_chain_never_ended() {
+    let mut carp = None;
+    let s = TestServer::start_hooked(|rt| carp = Some(rt.backends.carp.clone())).await;
+    let carp = carp.unwrap();
+    let sid = s.open_session(AGENT, "ops-bot").await;
+    let id = sid.clone();
+    tokio::task::spawn_blocking(move || carp.end_session(&id, "2026-03-02T10:00:00.000000Z"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.event_types(&sid).await, ["session.started"]);
+    let path = format!("/v1/sessions/{sid}");
+    assert_eq!(s.delete(Some(AGENT), &path).await.0, 204);
+    assert_eq!(
+        s.event_types(&sid).await,
+        ["session.started", "session.ended"]
+    );
+    assert_eq!(s.delete(Some(AGENT), &path).await.0, 204);
+    assert_eq!(s.event_types(&sid).await.len(), 2);
+    let (st, v) = s.get(Some(AGENT), &path).await;
+    assert_eq!((st, v["status"].as_str()), (200, Some("ended")), "{v}");
+}

@@ -14,8 +14,8 @@
 
 use crate::encryption::Encryption;
 use cra_carp::store::{
-    ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, Settlement,
-    StateChange,
+    ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, SessionEnd,
+    SessionRecord, Settlement, StateChange,
 };
 use cra_trace::store::ChainStoreError;
 
@@ -31,6 +31,11 @@ pub(crate) enum PgChange {
     Settle(Settlement),
     /// A pending approval opened by an execute, and its JSON.
     Open(ApprovalRecord, String),
+    /// A session's record, its JSON and its owner column (none with a storage key), created
+    /// with the events opening its chain.
+    Start(SessionRecord, String, Option<String>),
+    /// A session's end, recorded with its `session.ended`.
+    End(SessionEnd),
 }
 
 /// A resolve's state, encoded.
@@ -69,6 +74,12 @@ impl PgChange {
                 let body = encode(enc, "carp_executions", &e)?;
                 Self::Execute(e, body)
             }
+            StateChange::Start(r) => {
+                let body = encode(enc, "carp_sessions", &r)?;
+                let owner = enc.current().is_none().then(|| r.agent_id.clone());
+                Self::Start(r, body, owner)
+            }
+            StateChange::End(e) => Self::End(e),
         })
     }
 
@@ -84,8 +95,77 @@ impl PgChange {
             Self::Execute(e, body) => execute_in(tx, e, body),
             Self::Settle(s) => settle_in(tx, s),
             Self::Open(a, body) => open_in(tx, a, body),
+            Self::Start(r, body, owner) => start_in(tx, r, body, owner.as_deref()),
+            Self::End(e) => end_in(tx, enc, e),
         }
     }
+}
+
+/// Creates a session's record; refused, writing nothing, when its id is taken.
+fn start_in(
+    tx: &mut postgres::Transaction<'_>,
+    r: &SessionRecord,
+    body: &str,
+    owner: Option<&str>,
+) -> Result<Applied, postgres::Error> {
+    let n = tx.execute(
+        "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
+         ON CONFLICT (session_id) DO NOTHING",
+        &[&r.session_id, &body, &owner],
+    )?;
+    Ok(if n == 1 {
+        Ok(true)
+    } else {
+        Err(cra_carp::store::started_before(&r.session_id))
+    })
+}
+
+/// Marks a session ended; refused, writing nothing, while one of the session's executions
+/// holds a lease, or when the session has no record. A lease claimed after the check is
+/// harmless: its execution's first append comes after this transaction holds the chain's head,
+/// so it finds the chain ended and the execute is refused before its executor runs.
+fn end_in(
+    tx: &mut postgres::Transaction<'_>,
+    enc: &Encryption,
+    e: &SessionEnd,
+) -> Result<Applied, postgres::Error> {
+    let Some(row) = tx.query_opt(
+        "SELECT body FROM carp_sessions WHERE session_id = $1 FOR UPDATE",
+        &[&e.session_id],
+    )?
+    else {
+        return Ok(Err(e.not_found()));
+    };
+    if let Some(lease) = tx.query_opt(
+        "SELECT execution_id FROM carp_execution_leases WHERE session_id = $1
+         ORDER BY execution_id LIMIT 1",
+        &[&e.session_id],
+    )? {
+        return Ok(Err(e.execution_in_progress(lease.get::<_, &str>(0))));
+    }
+    let record: Result<SessionRecord, _> =
+        crate::pg::carp::decode_record(enc, "carp_sessions", row.get::<_, &str>(0));
+    let mut record = match record {
+        Ok(r) => r,
+        Err(err) => {
+            return Ok(Err(ChainStoreError::Unavailable(format!(
+                "session `{}`: {err}",
+                e.session_id
+            ))));
+        }
+    };
+    if record.ended_at.is_none() {
+        record.ended_at = Some(e.ended_at.clone());
+        let body = match encode(enc, "carp_sessions", &record) {
+            Ok(b) => b,
+            Err(err) => return Ok(Err(err)),
+        };
+        tx.execute(
+            "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
+            &[&e.session_id, &body],
+        )?;
+    }
+    Ok(Ok(true))
 }
 
 /// Opens a pending approval; refused, writing nothing, when its id is taken (another execute

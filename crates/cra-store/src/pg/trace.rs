@@ -72,6 +72,9 @@ pub(crate) fn commit_batch(pool: &Pool, config: &StoreConfig, notify: &Notify, b
     let result = result.map_err(|r| match r {
         Retry::Again(e) | Retry::Fail(e) => e,
     });
+    if result.is_ok() {
+        crate::fault_point!("trace.append.committed");
+    }
     answer_all(replies, answers, &result);
 }
 

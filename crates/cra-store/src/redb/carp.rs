@@ -30,7 +30,8 @@ use cra_carp::eval::unix_micros;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
     Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, DecisionRecord, ExecutionLease,
-    ExecutionRecord, Recorded, SessionRecord, Settlement, StateChange, StoredResolution,
+    ExecutionRecord, Recorded, SessionEnd, SessionRecord, Settlement, StateChange,
+    StoredResolution,
 };
 use cra_trace::store::ChainStoreError;
 use serde::Serialize;
@@ -331,6 +332,11 @@ impl cra_carp::store::StateLog for RedbStore {
                 Ok(bytes) => EncodedChange::Open(a.approval_id, bytes),
                 Err(err) => return done(Err(err.into())),
             },
+            StateChange::Start(r) => match encode(enc, SESSIONS, &r) {
+                Ok(bytes) => EncodedChange::Start(Box::new(r), bytes),
+                Err(err) => return done(Err(err.into())),
+            },
+            StateChange::End(e) => EncodedChange::End(e),
         };
         self.queue_append(
             &session_id,
@@ -363,6 +369,10 @@ pub(crate) enum EncodedChange {
     Settle(Settlement),
     /// A pending approval opened by an execute: its id and its JSON.
     Open(String, Vec<u8>),
+    /// A session's record and its JSON, created with the events opening its chain.
+    Start(Box<SessionRecord>, Vec<u8>),
+    /// A session's end, recorded with its `session.ended`.
+    End(SessionEnd),
 }
 
 impl EncodedChange {
@@ -370,7 +380,12 @@ impl EncodedChange {
     pub(crate) fn request_id(&self) -> Option<&str> {
         match self {
             Self::Resolve(r) => Some(r.request_id()),
-            Self::Decide(_) | Self::Execute(..) | Self::Settle(_) | Self::Open(..) => None,
+            Self::Decide(_)
+            | Self::Execute(..)
+            | Self::Settle(_)
+            | Self::Open(..)
+            | Self::Start(..)
+            | Self::End(_) => None,
         }
     }
 
@@ -379,7 +394,10 @@ impl EncodedChange {
     /// bug's trace: its drafts are sealed by the committer onto the head it reads, so a refusal
     /// leaves no append behind it sealed onto events that were never written.
     pub(crate) fn refused_in_course(&self) -> bool {
-        matches!(self, Self::Decide(_) | Self::Settle(_) | Self::Open(..))
+        matches!(
+            self,
+            Self::Decide(_) | Self::Settle(_) | Self::Open(..) | Self::Start(..) | Self::End(_)
+        )
     }
 }
 
@@ -404,7 +422,64 @@ pub(crate) fn apply_change(
         EncodedChange::Decide(d) => apply_decision(t, d),
         EncodedChange::Settle(s) => apply_settlement(txn, s),
         EncodedChange::Open(id, bytes) => apply_open(t, id, bytes),
+        EncodedChange::Start(r, bytes) => apply_start(txn, t.enc, r, bytes),
+        EncodedChange::End(e) => apply_end(txn, t.enc, e),
     }
+}
+
+/// Creates a session's record (and its owner index entry, kept only without a storage key);
+/// refused, writing nothing, when its id is taken.
+fn apply_start(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    r: &SessionRecord,
+    bytes: &[u8],
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    let mut sessions = txn.open_table(SESSIONS).map_err(be)?;
+    if sessions.get(r.session_id.as_str()).map_err(be)?.is_some() {
+        return Ok(Err(cra_carp::store::started_before(&r.session_id)));
+    }
+    sessions.insert(r.session_id.as_str(), bytes).map_err(be)?;
+    if enc.current().is_none() {
+        txn.open_table(SESSIONS_BY_AGENT)
+            .map_err(be)?
+            .insert((r.agent_id.as_str(), r.session_id.as_str()), ())
+            .map_err(be)?;
+    }
+    Ok(Ok(true))
+}
+
+/// Marks a session ended; refused, writing nothing, while one of its executions holds a lease
+/// (leases are few: only executions running now), or when the session has no record.
+fn apply_end(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    e: &SessionEnd,
+) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    for row in txn.open_table(LEASES).map_err(be)?.iter().map_err(be)? {
+        let lease: ExecutionLease = decode(enc, LEASES, row.map_err(be)?.1.value())?;
+        if lease.session_id == e.session_id {
+            return Ok(Err(e.execution_in_progress(&lease.execution_id)));
+        }
+    }
+    let mut sessions = txn.open_table(SESSIONS).map_err(be)?;
+    let found: Option<SessionRecord> = match sessions.get(e.session_id.as_str()).map_err(be)? {
+        Some(bytes) => Some(decode(enc, SESSIONS, bytes.value())?),
+        None => None,
+    };
+    let Some(mut record) = found else {
+        return Ok(Err(e.not_found()));
+    };
+    if record.ended_at.is_none() {
+        record.ended_at = Some(e.ended_at.clone());
+        sessions
+            .insert(
+                e.session_id.as_str(),
+                encode(enc, SESSIONS, &record)?.as_slice(),
+            )
+            .map_err(be)?;
+    }
+    Ok(Ok(true))
 }
 
 /// Opens a pending approval; refused, writing nothing, when its id is taken (another execute

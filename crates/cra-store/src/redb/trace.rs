@@ -347,6 +347,9 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
         }
         txn.commit().map_err(unavailable)
     })();
+    if result.is_ok() {
+        crate::fault_point!("trace.append.committed");
+    }
     for ((ticket, answer), spoiled) in tickets.into_iter().zip(answers).zip(spoiled) {
         {
             let mut state = ticket.slot.lock();

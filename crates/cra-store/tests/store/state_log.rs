@@ -9,7 +9,8 @@ use std::sync::{Arc, Barrier};
 
 use cra_carp::store::{
     ApprovalDecision, ApprovalStatus, CarpStore, ClaimOutcome, DecisionRecord, Recorded,
-    ResolveRecord, Settlement, StateChange, StateLog, StateLogError, StoredResolution,
+    ResolveRecord, SessionEnd, SessionRecord, Settlement, StateChange, StateLog, StateLogError,
+    StoredResolution,
 };
 use cra_carp::store_contract::{
     sample_approval, sample_execution, sample_lease, sample_resolution,
@@ -674,5 +675,143 @@ fn racing_settlements_append_once() {
         assert_eq!(stored.len(), 1, "{}", u.name);
         check_chain("s1", &stored).unwrap();
         assert!(u.relay.outbox().unwrap().is_empty(), "{}", u.name);
+    }
+}
+
+fn start(session_id: &str) -> StateChange {
+    StateChange::Start(SessionRecord::opened(
+        session_id,
+        "agent-a",
+        "2026-01-01T00:00:00.000000Z".to_owned(),
+    ))
+}
+
+fn end(session_id: &str) -> StateChange {
+    StateChange::End(SessionEnd {
+        session_id: session_id.to_owned(),
+        ended_at: "2026-01-01T01:00:00.000000Z".to_owned(),
+    })
+}
+
+/// A session's record is created with the events that open its chain, or not at all: a taken id
+/// refuses both, and so does a chain that refuses the events.
+#[test]
+fn a_session_starts_with_its_first_event_or_not_at_all() {
+    for u in under("state_log_start") {
+        let started = u.log.record_and_append(start("s1"), vec![note(0)]);
+        assert!(
+            matches!(started, Ok(Recorded::Appended(_))),
+            "{}: {started:?}",
+            u.name
+        );
+        let record = u.carp.get_session("s1").unwrap().unwrap();
+        assert_eq!(
+            (record.agent_id.as_str(), record.is_active()),
+            ("agent-a", true)
+        );
+        assert_eq!(
+            u.carp.sessions_of("agent-a").unwrap(),
+            Some(vec!["s1".to_owned()]),
+            "{}",
+            u.name
+        );
+        let again = u.log.record_and_append(start("s1"), vec![note(1)]);
+        assert_eq!(
+            refused_with(&again),
+            Some(Token::AlreadyExists),
+            "{}",
+            u.name
+        );
+        assert_eq!(
+            events(&u).len(),
+            1,
+            "{}: the refusal appended nothing",
+            u.name
+        );
+
+        // s2's chain has ended (an id used before): neither record nor events are written.
+        u.chains
+            .append("s2", vec![draft("session.ended", serde_json::json!({}))])
+            .unwrap();
+        let refused = u.log.record_and_append(start("s2"), vec![note(0)]);
+        assert!(refused.is_err(), "{}: {refused:?}", u.name);
+        assert_eq!(u.carp.get_session("s2").unwrap(), None, "{}", u.name);
+    }
+}
+
+/// A session ends with its `session.ended`, and not while one of its executions holds a lease
+/// (`execution_in_progress`, nothing written); once the lease is released it ends; a record
+/// already marked ended (an earlier version's two writes, cut between) takes the event.
+#[test]
+fn a_session_ends_with_its_event_and_not_while_an_execution_runs() {
+    for u in under("state_log_end") {
+        u.log.record_and_append(start("s1"), vec![note(0)]).unwrap();
+        let lease = sample_lease("e1", "replica-a", "s1", None);
+        assert_eq!(
+            u.carp.claim_execution(&lease).unwrap(),
+            ClaimOutcome::Claimed
+        );
+        let ended = || vec![draft("session.ended", serde_json::json!({}))];
+        let refused = u.log.record_and_append(end("s1"), ended());
+        assert_eq!(
+            refused_with(&refused),
+            Some(Token::ExecutionInProgress),
+            "{}",
+            u.name
+        );
+        assert!(
+            u.carp.get_session("s1").unwrap().unwrap().is_active(),
+            "{}",
+            u.name
+        );
+        assert_eq!(events(&u).len(), 1, "{}", u.name);
+
+        u.carp.release_execution("e1").unwrap();
+        let done = u.log.record_and_append(end("s1"), ended());
+        assert!(
+            matches!(done, Ok(Recorded::Appended(_))),
+            "{}: {done:?}",
+            u.name
+        );
+        let record = u.carp.get_session("s1").unwrap().unwrap();
+        assert_eq!(
+            record.ended_at.as_deref(),
+            Some("2026-01-01T01:00:00.000000Z")
+        );
+        let twice = u.log.record_and_append(end("s1"), ended());
+        assert!(
+            matches!(
+                twice,
+                Err(StateLogError::Chain(ChainStoreError::SessionEnded { .. }))
+            ),
+            "{}: {twice:?}",
+            u.name
+        );
+
+        u.log.record_and_append(start("s3"), vec![note(0)]).unwrap();
+        u.carp
+            .end_session("s3", "2026-01-01T00:30:00.000000Z")
+            .unwrap();
+        let repaired = u.log.record_and_append(end("s3"), ended());
+        assert!(
+            matches!(repaired, Ok(Recorded::Appended(_))),
+            "{}: {repaired:?}",
+            u.name
+        );
+        let kept = u.carp.get_session("s3").unwrap().unwrap().ended_at;
+        assert_eq!(
+            kept.as_deref(),
+            Some("2026-01-01T00:30:00.000000Z"),
+            "{}",
+            u.name
+        );
+
+        let unknown = u.log.record_and_append(end("s9"), ended());
+        assert_eq!(
+            refused_with(&unknown),
+            Some(Token::SessionNotFound),
+            "{}",
+            u.name
+        );
     }
 }

@@ -175,6 +175,7 @@ pub(crate) fn settle(
             Ok(()) | Err(CarpStoreError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        cra_store::fault_point!("relay.settle.opened");
     }
     let mut chain = owed.chain;
     loop {

@@ -43,6 +43,10 @@ pub struct Backends {
     /// The PostgreSQL store itself, for what only a database shared by replicas offers (the
     /// append feed of `crate::replicas`); `None` on the embedded store.
     pub postgres: Option<PgStore>,
+    /// The embedded store itself, for its write probe
+    /// ([`cra_store::RedbStore::check_writable`], which also reopens it after a failed write);
+    /// `None` on PostgreSQL.
+    pub redb: Option<RedbStore>,
     /// The database's clock the runtime and the store read, when the server uses it
     /// ([`crate::config::ClockSource::Database`] on PostgreSQL).
     pub database_clock: Option<Arc<DatabaseClock>>,
@@ -94,6 +98,7 @@ pub(crate) fn open(
                 kind: "postgres",
                 quick_reads: false,
                 postgres: Some(pg),
+                redb: None,
                 database_clock: None,
             })
         }
@@ -106,10 +111,11 @@ pub(crate) fn open(
                 relay: Arc::new(cra_store::relay::RedbRelay::open(&redb)?),
                 chains: Arc::new(redb.clone()),
                 state_log: Arc::new(redb.clone()),
-                carp: Arc::new(redb),
+                carp: Arc::new(redb.clone()),
                 kind: "redb",
                 quick_reads: true,
                 postgres: None,
+                redb: Some(redb),
                 database_clock: None,
             })
         }

@@ -6,7 +6,7 @@
 //!
 //! * [`redb`] ([`RedbStore`]): one data directory, one `redb::Database` file (`cra.redb`)
 //!   shared by every area: TRACE chains in `trace.rs`, CARP state in `carp.rs`. Other areas open
-//!   their own tables on [`RedbStore::database`].
+//!   their own tables through [`RedbStore::handle`].
 //! * [`pg`] ([`PgStore`]): one PostgreSQL schema per deployment, a small pool of synchronous
 //!   connections, and the embedded migrations of `migrations/NNNN_<area>.sql`, applied in order on
 //!   start and recorded in `cra_migrations`. An area adds its schema by adding a file there.

@@ -106,7 +106,7 @@ pub fn bulk_load_log(
 ) -> Result<(), crate::tlog::LogError> {
     let failed = |e: &dyn std::fmt::Display| crate::tlog::LogError::Store(e.to_string());
     for chunk in leaves.chunks(1 << 16) {
-        let txn = store.database().begin_write().map_err(|e| failed(&e))?;
+        let txn = store.handle().begin_write().map_err(|e| failed(&e))?;
         crate::redb::tlog::append_bare(&txn, chunk)?;
         txn.commit().map_err(|e| failed(&e))?;
     }

@@ -49,7 +49,7 @@ const STORE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 /// Readiness: whether this replica can serve, its store included, and what is loaded.
 #[utoipa::path(get, path = "/v1/health", tag = "system",
     responses((status = 200, description = "The server and its store are up", body = Health),
-              (status = 503, description = "The store does not answer", body = Health)))]
+              (status = 503, description = "The store does not answer, or cannot write (a full disk)", body = Health)))]
 pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<Health>) {
     let store_error = probe_store(&state).await.err();
     let status = if store_error.is_none() {
@@ -84,6 +84,23 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
 /// Asks PostgreSQL to answer within [`STORE_PROBE_TIMEOUT`]; the embedded store is in this
 /// process and open while the server runs.
 async fn probe_store(state: &AppState) -> Result<(), String> {
+    if let Some(redb) = state.backends.redb.clone() {
+        // Not ready while a failed write (a full disk) has not been followed by one that
+        // succeeds; the probe reopens the database, so it recovers once there is room.
+        let check = tokio::task::spawn_blocking(move || redb.check_writable());
+        let checked = match tokio::time::timeout(STORE_PROBE_TIMEOUT, check).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => Err(format!("the probe failed: {e}")),
+            Err(_) => Err(format!(
+                "the store did not reopen within {} s",
+                STORE_PROBE_TIMEOUT.as_secs()
+            )),
+        };
+        if let Err(e) = &checked {
+            tracing::warn!(error = %e, "the store cannot write; answering not ready");
+        }
+        return checked;
+    }
     let Some(pg) = state.backends.postgres.clone() else {
         return Ok(());
     };

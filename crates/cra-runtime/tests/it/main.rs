@@ -9,6 +9,7 @@ mod catalog;
 mod concurrency;
 mod connections;
 mod crash;
+mod disk;
 mod fidelity;
 mod flow;
 mod history;

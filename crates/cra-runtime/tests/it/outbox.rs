@@ -197,7 +197,7 @@ fn retitle_stored_package(data: &std::path::Path, project: &str, id: &str) {
     use redb::{ReadableTable, TableDefinition};
     const PACKAGES: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_packages");
     let store = cra_store::RedbStore::open(data).unwrap();
-    let db = store.database();
+    let db = store.handle();
     let key = format!("{project}\0{id}");
     let tx = db.begin_write().unwrap();
     {

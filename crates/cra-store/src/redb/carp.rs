@@ -23,8 +23,8 @@
 //! lives.
 
 use ::redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, Table,
-    TableDefinition, TableHandle, WriteTransaction,
+    Database, Durability, ReadableTable, ReadableTableMetadata, Table, TableDefinition,
+    TableHandle, WriteTransaction,
 };
 use cra_carp::eval::unix_micros;
 use cra_carp::store::{
@@ -154,7 +154,7 @@ impl RedbStore {
         &self,
         f: impl FnOnce(&WriteTransaction) -> Result<(T, bool), CarpError>,
     ) -> Result<T, CarpError> {
-        let mut txn = self.database().begin_write().map_err(be)?;
+        let mut txn = self.handle().begin_write().map_err(be)?;
         let durability = match self.config().state_durability {
             crate::StateDurability::Immediate => Durability::Immediate,
             crate::StateDurability::WithNextAppend => Durability::None,
@@ -174,7 +174,7 @@ impl RedbStore {
         table: TableDefinition<'static, &str, &[u8]>,
         id: &str,
     ) -> Result<Option<T>, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let t = txn.open_table(table).map_err(be)?;
         let found = t.get(id).map_err(be)?;
         found
@@ -238,7 +238,7 @@ impl EncodedResolve {
 
 /// Whether `session_id` has already used `request_id`, as stored.
 pub(crate) fn request_id_stored(
-    db: &Database,
+    db: &super::handle::DatabaseHandle,
     session_id: &str,
     request_id: &str,
 ) -> Result<bool, CarpError> {
@@ -867,7 +867,7 @@ impl CarpStore for RedbStore {
         if self.config().encryption.current().is_some() {
             return Ok(None);
         }
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let index = txn.open_table(SESSIONS_BY_AGENT).map_err(be)?;
         let mut out = Vec::new();
         for row in index
@@ -919,7 +919,7 @@ impl CarpStore for RedbStore {
     }
 
     fn has_request_id(&self, session_id: &str, request_id: &str) -> Result<bool, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let t = txn.open_table(REQUEST_IDS).map_err(be)?;
         Ok(t.get((session_id, request_id)).map_err(be)?.is_some())
     }
@@ -952,7 +952,7 @@ impl CarpStore for RedbStore {
         session_id: &str,
         idempotency_key: &str,
     ) -> Result<Option<ExecutionRecord>, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let keys = txn.open_table(EXECUTION_KEYS).map_err(be)?;
         let Some(id) = keys.get((session_id, idempotency_key)).map_err(be)? else {
             return Ok(None);
@@ -983,7 +983,7 @@ impl CarpStore for RedbStore {
         since_us: i64,
         until_us: i64,
     ) -> Result<u64, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let t = txn.open_table(RATE).map_err(be)?;
         count_in(&t, policy_id, scope_key, since_us, until_us)
     }
@@ -1000,14 +1000,14 @@ impl CarpStore for RedbStore {
     }
 
     fn mark_reader(&self) -> Result<Box<dyn cra_carp::store::MarkReader + '_>, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         Ok(Box::new(RedbMarks {
             rate: txn.open_table(RATE).map_err(be)?,
         }))
     }
 
     fn budget_spent(&self, policy_id: &str, scope_key: &str) -> Result<u64, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let t = txn.open_table(BUDGET).map_err(be)?;
         let spent = t.get((policy_id, scope_key)).map_err(be)?;
         Ok(spent.map(|v| v.value()).unwrap_or(0))
@@ -1063,7 +1063,7 @@ impl CarpStore for RedbStore {
     }
 
     fn leases_of(&self, owner: &str) -> Result<Vec<ExecutionLease>, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let t = txn.open_table(LEASES).map_err(be)?;
         let mut out = Vec::new();
         for entry in t.iter().map_err(be)? {
@@ -1123,7 +1123,7 @@ impl CarpStore for RedbStore {
     }
 
     fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpError> {
-        let txn = self.database().begin_read().map_err(be)?;
+        let txn = self.handle().begin_read().map_err(be)?;
         let pending = txn.open_table(PENDING).map_err(be)?;
         let approvals = txn.open_table(APPROVALS).map_err(be)?;
         let mut out = Vec::new();

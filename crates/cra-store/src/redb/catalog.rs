@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableTable, TableDefinition};
 
 use super::{RedbStore, backend};
 use crate::BackendError;
@@ -39,14 +39,14 @@ fn decode_generation(bytes: &[u8]) -> Result<Generation, BackendError> {
 
 impl AtlasCatalog for RedbStore {
     fn head(&self) -> Result<Option<Generation>, BackendError> {
-        let txn = self.database().begin_read().map_err(backend)?;
+        let txn = self.handle().begin_read().map_err(backend)?;
         let t = txn.open_table(GENERATIONS).map_err(backend)?;
         let last = t.last().map_err(backend)?;
         last.map(|(_, v)| decode_generation(v.value())).transpose()
     }
 
     fn last_recorded(&self) -> Result<Option<Generation>, BackendError> {
-        let txn = self.database().begin_read().map_err(backend)?;
+        let txn = self.handle().begin_read().map_err(backend)?;
         let t = txn.open_table(GENERATIONS).map_err(backend)?;
         for entry in t.iter().map_err(backend)?.rev() {
             let (_, v) = entry.map_err(backend)?;
@@ -59,7 +59,7 @@ impl AtlasCatalog for RedbStore {
     }
 
     fn history(&self, before: Option<u64>, limit: usize) -> Result<Vec<Generation>, BackendError> {
-        let txn = self.database().begin_read().map_err(backend)?;
+        let txn = self.handle().begin_read().map_err(backend)?;
         let t = txn.open_table(GENERATIONS).map_err(backend)?;
         let range = t.range(..before.unwrap_or(u64::MAX)).map_err(backend)?;
         range
@@ -73,7 +73,7 @@ impl AtlasCatalog for RedbStore {
     }
 
     fn mark_recorded(&self, number: u64) -> Result<bool, BackendError> {
-        let txn = self.database().begin_write().map_err(backend)?;
+        let txn = self.handle().begin_write().map_err(backend)?;
         let changed = {
             let mut t = txn.open_table(GENERATIONS).map_err(backend)?;
             let found = t
@@ -100,7 +100,7 @@ impl AtlasCatalog for RedbStore {
     }
 
     fn files(&self, digest: &str) -> Result<Option<BTreeMap<String, Vec<u8>>>, BackendError> {
-        let txn = self.database().begin_read().map_err(backend)?;
+        let txn = self.handle().begin_read().map_err(backend)?;
         let t = txn.open_table(CONTENTS).map_err(backend)?;
         let found = t.get(digest).map_err(backend)?;
         found.map(|v| decode_files(v.value())).transpose()
@@ -108,7 +108,7 @@ impl AtlasCatalog for RedbStore {
 
     fn commit(&self, change: &CatalogChange<'_>) -> Result<u64, CommitError> {
         let members = sorted_members(change.members)?;
-        let txn = self.database().begin_write().map_err(backend)?;
+        let txn = self.handle().begin_write().map_err(backend)?;
         let newest = {
             let t = txn.open_table(GENERATIONS).map_err(backend)?;
             let last = t.last().map_err(backend)?;

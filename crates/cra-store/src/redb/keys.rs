@@ -4,7 +4,7 @@
 //! current key after a rotation ([`RedbStore::reencrypt`]): TRACE event records, CARP records,
 //! and Relay's records and outbox (`crate::relay::redb`).
 
-use ::redb::{Database, ReadableDatabase, ReadableTable, TableDefinition, TableError, TableHandle};
+use ::redb::{Database, ReadableTable, TableDefinition, TableError, TableHandle};
 
 use super::{RedbStore, backend as be};
 use crate::encryption::{Encryption, EncryptionError, KeyId};
@@ -94,7 +94,7 @@ impl RedbStore {
 
     /// Removes every registered key but `current`; answers their ids.
     fn forget_keys_but(&self, current: KeyId) -> Result<Vec<String>, BackendError> {
-        let txn = self.database().begin_write().map_err(be)?;
+        let txn = self.handle().begin_write().map_err(be)?;
         let retired = {
             let mut t = txn.open_table(STORAGE_KEYS).map_err(be)?;
             let current = current.to_string();
@@ -123,7 +123,7 @@ impl RedbStore {
         progress: &mut dyn FnMut(&str, u64),
     ) -> Result<u64, BackendError> {
         let stale: Vec<O> = {
-            let txn = self.database().begin_read().map_err(be)?;
+            let txn = self.handle().begin_read().map_err(be)?;
             let t = match txn.open_table(table) {
                 Ok(t) => t,
                 Err(TableError::TableDoesNotExist(_)) => return Ok(0),
@@ -140,7 +140,7 @@ impl RedbStore {
         };
         let mut done = 0;
         for chunk in stale.chunks(CHUNK) {
-            let txn = self.database().begin_write().map_err(be)?;
+            let txn = self.handle().begin_write().map_err(be)?;
             {
                 let mut t = txn.open_table(table).map_err(be)?;
                 for key in chunk {

@@ -8,6 +8,7 @@
 
 pub(crate) mod carp;
 pub(crate) mod catalog;
+pub mod handle;
 mod heads;
 mod keys;
 pub mod record;
@@ -20,9 +21,19 @@ use std::sync::Arc;
 
 use ::redb::{Database, DatabaseError};
 
+pub use handle::DatabaseHandle;
+
 use crate::{BackendError, StoreConfig};
 
 use crate::collector::Collector;
+
+/// The space a data directory's file system must have available for
+/// [`RedbStore::check_writable`] to call the store writable (4 MiB: a few of redb's allocations).
+pub const MIN_FREE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The table [`RedbStore::check_writable`] writes its probe to.
+const WRITE_PROBE: ::redb::TableDefinition<'static, &str, &str> =
+    ::redb::TableDefinition::new("cra_write_probe");
 
 /// The database file inside a data directory.
 pub const DATABASE_FILE: &str = "cra.redb";
@@ -37,7 +48,7 @@ pub struct RedbStore {
 
 struct Inner {
     dir: PathBuf,
-    db: Arc<Database>,
+    db: Arc<DatabaseHandle>,
     config: StoreConfig,
     heads: heads::Heads,
     hash_index: tlog::HashIndex,
@@ -87,6 +98,7 @@ impl RedbStore {
         // After the key is admitted: building the owner index of an older directory decodes
         // its session records.
         carp::create_tables(&db, &config.encryption)?;
+        let db = Arc::new(DatabaseHandle::new(db, file, config.redb_cache_bytes));
         let collector = {
             let (db, config) = (db.clone(), config.clone());
             // One committer: redb runs one write transaction at a time anyway; appenders seal.
@@ -106,10 +118,60 @@ impl RedbStore {
         })
     }
 
-    /// The shared database, for areas that keep their own tables in it. redb serialises write
-    /// transactions; keep them short.
-    pub fn database(&self) -> &Arc<Database> {
+    /// The shared database, for areas that keep their own tables in it: begin each transaction
+    /// through it and keep no `Database` of your own, since it is reopened after a failed write
+    /// ([`handle`]). redb serialises write transactions; keep them short.
+    pub fn handle(&self) -> &Arc<DatabaseHandle> {
         &self.inner.db
+    }
+
+    /// Whether the store can write: `Err` with the reason while a failed write has not been
+    /// followed by a successful one. A failed database is reopened here (so a health probe
+    /// recovers it once the disk has room) and proves itself with one small durable write.
+    ///
+    /// Also `Err` while the file system holding the directory has less than
+    /// [`MIN_FREE_BYTES`] available: the next write would likely fail, and a small probe write
+    /// could still succeed, so space is what decides readiness on a full disk.
+    pub fn check_writable(&self) -> Result<(), String> {
+        let db = self.handle();
+        match fs4::available_space(&self.inner.dir) {
+            Ok(free) if free < MIN_FREE_BYTES => {
+                return Err(format!(
+                    "the file system holding {} has {free} bytes available, under the {} the \
+                     store needs to accept writes: free some space; the store recovers by itself",
+                    self.inner.dir.display(),
+                    MIN_FREE_BYTES
+                ));
+            }
+            _ => {}
+        }
+        if db.failure().is_none() {
+            return Ok(());
+        }
+        db.reopen()?;
+        let probe = || -> Result<(), String> {
+            let mut txn = db.begin_write().map_err(|e| e.to_string())?;
+            txn.set_durability(::redb::Durability::Immediate)
+                .map_err(|e| e.to_string())?;
+            txn.open_table(WRITE_PROBE)
+                .map_err(|e| e.to_string())?
+                .insert(
+                    "probe",
+                    cra_wire::clock::format_timestamp(self.config().clock.now()).as_str(),
+                )
+                .map_err(|e| e.to_string())?;
+            txn.commit().map_err(|e| e.to_string())
+        };
+        match probe() {
+            Ok(()) => {
+                db.clear();
+                Ok(())
+            }
+            Err(e) => {
+                db.mark_failed(&e);
+                Err(format!("the store cannot write: {e}"))
+            }
+        }
     }
 
     /// The data directory.

@@ -21,9 +21,7 @@
 //! Stores written before `tlog_runs` (a `size` in `tlog_meta`, places in `tlog_appends`, partial
 //! tiles stored) are converted when opened.
 
-use ::redb::{
-    Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use ::redb::{Database, Durability, ReadableTable, TableDefinition, WriteTransaction};
 use cra_tlog::Hash;
 
 use super::trace::EVENTS;
@@ -478,7 +476,7 @@ fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<Lea
 
 impl LogStore for RedbStore {
     fn log_size(&self) -> Result<u64, LogError> {
-        let txn = self.database().begin_read().map_err(store)?;
+        let txn = self.handle().begin_read().map_err(store)?;
         let runs = txn.open_table(RUNS).map_err(store)?;
         let tiles = txn.open_table(TILES).map_err(store)?;
         log_size_of(&runs, &tiles)
@@ -488,17 +486,17 @@ impl LogStore for RedbStore {
         let Some(index) = self.hash_index().find(self, event_hash)? else {
             return Ok(None);
         };
-        let txn = self.database().begin_read().map_err(store)?;
+        let txn = self.handle().begin_read().map_err(store)?;
         place_of(&txn, index)
     }
 
     fn read_tile(&self, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
-        let txn = self.database().begin_read().map_err(store)?;
+        let txn = self.handle().begin_read().map_err(store)?;
         tile_in(&txn, key)
     }
 
     fn checkpoints(&self, limit: usize) -> Result<Vec<String>, LogError> {
-        let txn = self.database().begin_read().map_err(store)?;
+        let txn = self.handle().begin_read().map_err(store)?;
         let table = txn.open_table(CHECKPOINTS).map_err(store)?;
         let mut out = Vec::new();
         for entry in table.iter().map_err(store)?.rev().take(limit) {
@@ -508,7 +506,7 @@ impl LogStore for RedbStore {
     }
 
     fn publish_checkpoint(&self, size: u64, note: &str) -> Result<String, LogError> {
-        let mut txn = self.database().begin_write().map_err(store)?;
+        let mut txn = self.handle().begin_write().map_err(store)?;
         txn.set_durability(Durability::Immediate).map_err(store)?;
         let latest = {
             let mut table = txn.open_table(CHECKPOINTS).map_err(store)?;
@@ -529,7 +527,7 @@ impl LogStore for RedbStore {
     }
 
     fn settle_identity(&self, identity: &LogIdentity) -> Result<(), LogError> {
-        let mut txn = self.database().begin_write().map_err(store)?;
+        let mut txn = self.handle().begin_write().map_err(store)?;
         txn.set_durability(Durability::Immediate).map_err(store)?;
         {
             let mut meta = txn.open_table(META).map_err(store)?;
@@ -578,7 +576,7 @@ impl HashIndex {
             .lock()
             .map_err(|_| LogError::Store("the event hash index was poisoned".into()))?;
         let size = store.log_size()?;
-        let txn = store.database().begin_read().map_err(store_err)?;
+        let txn = store.handle().begin_read().map_err(store_err)?;
         let width = crate::tlog::TILE_WIDTH as u64;
         while leaves.upto < size {
             let bundle = leaves.upto / width;
@@ -639,6 +637,7 @@ fn bundle_in(txn: &::redb::ReadTransaction, bundle: u64) -> Result<Vec<u8>, LogE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ::redb::ReadableDatabase;
     use rand::{Rng, SeedableRng};
     use std::collections::BTreeMap;
 
@@ -699,7 +698,7 @@ mod tests {
             crate::testing::bulk_load_log(&store, &data).unwrap();
             whole.push(&data);
             same_log(&store, &whole);
-            let txn = store.database().begin_read().unwrap();
+            let txn = store.handle().begin_read().unwrap();
             let runs = txn.open_table(RUNS).unwrap();
             let held = edge_data(&runs, whole.size / WIDTH).unwrap();
             assert_eq!(held.len() as u64, whole.size % WIDTH * HASH as u64);
@@ -718,7 +717,7 @@ mod tests {
         places: &[(u64, u64, &str)],
     ) {
         let store = RedbStore::open(dir).unwrap();
-        let txn = store.database().begin_write().unwrap();
+        let txn = store.handle().begin_write().unwrap();
         {
             let mut tiles = txn.open_table(TILES).unwrap();
             for (key, bytes) in whole.tiles.iter().filter(|(k, _)| !left_out.contains(k)) {
@@ -787,7 +786,7 @@ mod tests {
         let store = RedbStore::open(dir.path()).unwrap();
         same_log(&store, &whole);
         {
-            let txn = store.database().begin_read().unwrap();
+            let txn = store.handle().begin_read().unwrap();
             let meta = txn.open_table(META).unwrap();
             assert!(meta.get(OLD_SIZE).unwrap().is_none());
             let tiles = txn.open_table(TILES).unwrap();

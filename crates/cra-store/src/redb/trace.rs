@@ -41,11 +41,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ::redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition, TableHandle};
+use ::redb::{Database, Durability, ReadableTable, TableDefinition, TableHandle};
 use cra_trace::store::{ChainStore, ChainStoreError, SessionSummary, check_batch};
 use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent};
 
 use super::carp::EncodedChange;
+use super::handle::DatabaseHandle;
 use super::heads::{Slot, SlotState};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
@@ -186,7 +187,7 @@ impl RedbStore {
     ) -> Result<Option<Work>, ChainStoreError> {
         if state.head.is_none() && state.in_flight == 0 {
             // Nothing of the session is queued: the database has its whole chain.
-            state.head = Some(read_head(self.database(), session_id)?);
+            state.head = Some(read_head(self.handle(), session_id)?);
         }
         let Some(head) = &state.head else {
             return Ok(Some(Work::Drafts(drafts)));
@@ -194,7 +195,7 @@ impl RedbStore {
         check_batch(session_id, head.ended, &drafts)?;
         if let Some(r) = request_id
             && (state.requests.iter().any(|id| id == r)
-                || super::carp::request_id_stored(self.database(), session_id, r)
+                || super::carp::request_id_stored(self.handle(), session_id, r)
                     .map_err(unavailable)?)
         {
             return Ok(None);
@@ -215,7 +216,7 @@ impl RedbStore {
 }
 
 /// `session_id`'s head as stored (genesis when it has no chain).
-fn read_head(db: &Database, session_id: &str) -> Result<HeadRecord, ChainStoreError> {
+fn read_head(db: &DatabaseHandle, session_id: &str) -> Result<HeadRecord, ChainStoreError> {
     let txn = db.begin_read().map_err(unavailable)?;
     let heads = txn.open_table(HEADS).map_err(unavailable)?;
     let found = heads.get(session_id).map_err(unavailable)?;
@@ -235,7 +236,13 @@ fn moved(session_id: &str) -> ChainStoreError {
 
 /// Writes `batch` in one durable write transaction, then answers every append and tells each
 /// slot what became of it.
-pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Append>) {
+///
+/// A database a failed commit left refusing every transaction is reopened first; a commit that
+/// fails marks it failed, one that succeeds clears the mark ([`super::handle`]).
+pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec<Append>) {
+    if let Err(e) = db.reopen() {
+        db.mark_failed(&e);
+    }
     let (tickets, work): (Vec<Ticket>, Vec<(String, Work)>) = batch
         .into_iter()
         .map(|a| {
@@ -347,8 +354,12 @@ pub(crate) fn commit_batch(db: &Database, config: &StoreConfig, batch: Vec<Appen
         }
         txn.commit().map_err(unavailable)
     })();
-    if result.is_ok() {
-        crate::fault_point!("trace.append.committed");
+    match &result {
+        Ok(()) => {
+            db.clear();
+            crate::fault_point!("trace.append.committed");
+        }
+        Err(e) => db.mark_failed(&e.to_string()),
     }
     for ((ticket, answer), spoiled) in tickets.into_iter().zip(answers).zip(spoiled) {
         {
@@ -467,7 +478,7 @@ impl ChainStore for RedbStore {
         if from >= to {
             return Ok(Vec::new());
         }
-        let txn = self.database().begin_read().map_err(unavailable)?;
+        let txn = self.handle().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
         read_records(
             &self.config().encryption,
@@ -490,7 +501,7 @@ impl ChainStore for RedbStore {
             Some(u64::MAX) => return Ok(Vec::new()),
             Some(n) => n + 1,
         };
-        let txn = self.database().begin_read().map_err(unavailable)?;
+        let txn = self.handle().begin_read().map_err(unavailable)?;
         let events = txn.open_table(EVENTS).map_err(unavailable)?;
         read_records(
             &self.config().encryption,
@@ -503,7 +514,7 @@ impl ChainStore for RedbStore {
     }
 
     fn session(&self, session_id: &str) -> Result<Option<SessionSummary>, ChainStoreError> {
-        let txn = self.database().begin_read().map_err(unavailable)?;
+        let txn = self.handle().begin_read().map_err(unavailable)?;
         let heads = txn.open_table(HEADS).map_err(unavailable)?;
         let found = heads.get(session_id).map_err(unavailable)?;
         match found {
@@ -515,7 +526,7 @@ impl ChainStore for RedbStore {
     }
 
     fn sessions(&self) -> Result<Vec<SessionSummary>, ChainStoreError> {
-        let txn = self.database().begin_read().map_err(unavailable)?;
+        let txn = self.handle().begin_read().map_err(unavailable)?;
         let heads = txn.open_table(HEADS).map_err(unavailable)?;
         let mut out = Vec::new();
         for entry in heads.iter().map_err(unavailable)? {
@@ -548,7 +559,7 @@ fn remove_stored_chain(
     session_id: &str,
     expected: &ChainHead,
 ) -> Result<bool, ChainStoreError> {
-    let mut txn = store.database().begin_write().map_err(unavailable)?;
+    let mut txn = store.handle().begin_write().map_err(unavailable)?;
     txn.set_durability(Durability::Immediate)
         .map_err(unavailable)?;
     {
@@ -619,7 +630,7 @@ mod tests {
         slot.lock().in_flight += 1;
         let answer = wait_for(|reply| {
             commit_batch(
-                store.database(),
+                store.handle(),
                 store.config(),
                 vec![Append {
                     session_id: S.into(),

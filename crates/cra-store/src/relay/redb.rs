@@ -31,10 +31,7 @@ use std::sync::{Arc, Mutex};
 
 use cra_relay::store::{Outbox, OutboxEntry, Written};
 
-use ::redb::{
-    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition, TableError,
-    TableHandle,
-};
+use ::redb::{ReadableTable, ReadableTableMetadata, TableDefinition, TableError, TableHandle};
 use cra_relay::fact::{self, FactQuery, FactRecord, NewFact};
 use cra_relay::model::{Project, ReviewRecord, Session, StoredPackage};
 use cra_relay::store::{
@@ -276,7 +273,7 @@ fn fact_key(r: &FactRecord) -> String {
 /// Relay over a shared redb database. A store made by [`RelayStore::with_outbox`] shares the
 /// database and the search index of the one it was made from.
 pub struct RedbRelay {
-    db: Arc<Database>,
+    db: Arc<crate::redb::DatabaseHandle>,
     codec: Codec,
     index: Arc<Mutex<Option<ChunkIndex>>>,
     outbox: Option<Arc<dyn Outbox>>,
@@ -292,7 +289,7 @@ impl RedbRelay {
     /// Relay's tables in `db` (created if missing; packages of an earlier version rekeyed),
     /// records stored as plaintext: for a database without storage keys. A data directory's
     /// store is opened with [`RedbRelay::open`], which encrypts as the store does.
-    pub fn new(db: Arc<Database>) -> Result<Self, RelayStoreError> {
+    pub fn new(db: Arc<crate::redb::DatabaseHandle>) -> Result<Self, RelayStoreError> {
         Self::with_codec(db, Codec::default())
     }
 
@@ -300,10 +297,13 @@ impl RedbRelay {
     /// store's storage key when one is configured.
     pub fn open(store: &crate::RedbStore) -> Result<Self, RelayStoreError> {
         let codec = Codec(store.config().encryption.clone());
-        Self::with_codec(store.database().clone(), codec)
+        Self::with_codec(store.handle().clone(), codec)
     }
 
-    fn with_codec(db: Arc<Database>, codec: Codec) -> Result<Self, RelayStoreError> {
+    fn with_codec(
+        db: Arc<crate::redb::DatabaseHandle>,
+        codec: Codec,
+    ) -> Result<Self, RelayStoreError> {
         let tx = db.begin_write().map_err(be)?;
         {
             tx.open_table(PROJECTS).map_err(be)?;

@@ -188,7 +188,7 @@ fn redb_packages_of_an_earlier_version_are_rekeyed_by_project_on_open() {
         .unwrap();
     let before = relay.pull_specific(PROJECT, "pkg_old").unwrap();
     drop(relay);
-    earlier_version_keys(store.database());
+    earlier_version_keys(&store.handle().get().unwrap());
 
     let reopened = RedbRelay::open(&store).unwrap();
     assert_eq!(
@@ -318,7 +318,7 @@ fn redb_packages_stored_before_the_creation_index_are_indexed_on_open() {
         const CREATED: TableDefinition<'_, (&str, &str, u64), &str> =
             TableDefinition::new("relay_package_created");
         const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
-        let tx = store.database().begin_write().unwrap();
+        let tx = store.handle().begin_write().unwrap();
         tx.delete_table(CREATED).unwrap();
         tx.open_table(META)
             .unwrap()

@@ -187,7 +187,7 @@ fn carp_left(s: &dyn TestStore, id: &str) -> [bool; 7] {
 /// run removes it once the record is readable (restored) again.
 #[test]
 fn an_unreadable_carp_record_stops_retention_and_removes_nothing() {
-    use redb::{ReadableDatabase as _, TableDefinition};
+    use redb::TableDefinition;
     const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> =
         TableDefinition::new("carp_resolutions");
     let (clock, config) = fixed();
@@ -201,7 +201,7 @@ fn an_unreadable_carp_record_stops_retention_and_removes_nothing() {
     s.append("other", vec![note(0)]).unwrap();
     carp_records(&s, "old-ended");
     carp_records(&s, "other");
-    let db = s.database().clone();
+    let db = s.handle().clone();
     let stored = {
         let txn = db.begin_read().unwrap();
         let t = txn.open_table(RESOLUTIONS).unwrap();

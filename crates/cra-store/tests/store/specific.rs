@@ -7,7 +7,7 @@ use cra_store::pg::{check_schema_name, embedded_migrations};
 use cra_store::testing::{SkewedClock, TestSchema, postgres_url};
 use cra_store::{BackendError, PgStore, RedbStore, StoreConfig};
 use cra_trace::store::ChainStore;
-use redb::{ReadableDatabase, TableDefinition};
+use redb::TableDefinition;
 
 use serde_json::json;
 
@@ -45,7 +45,7 @@ fn redb_keeps_chains_across_reopen_and_stores_exact_bytes() {
     let more = store.append("r", vec![note(2)]).unwrap();
     assert_eq!(more[0].sequence, 2);
     assert_eq!(verify_stored(&store, "r"), Ok(3));
-    let txn = store.database().begin_read().unwrap();
+    let txn = store.handle().begin_read().unwrap();
     let table = txn.open_table(EVENTS).unwrap();
     // One record per append: its events' wire JSON, one per line.
     let line = |e| serde_json::to_vec(e).unwrap();
@@ -85,29 +85,35 @@ fn redb_without_a_page_cache_reads_what_it_wrote() {
     assert_eq!(verify_stored(&store, "c"), Ok(40));
 }
 
+/// Appends three events to chain `old` of `store`, then stores them again as an earlier
+/// version did, one event per key, each as the JSON text `edit(sequence, text)` makes of it.
+fn one_event_per_key(
+    store: &RedbStore,
+    edit: impl Fn(u64, String) -> String,
+) -> Vec<cra_trace::TraceEvent> {
+    let written = store
+        .append("old", vec![note(0), note(1), note(2)])
+        .unwrap();
+    let txn = store.handle().begin_write().unwrap();
+    {
+        let mut table = txn.open_table(EVENTS).unwrap();
+        table.remove(("old", 0)).unwrap().unwrap();
+        for e in &written {
+            let text = edit(e.sequence, serde_json::to_string(e).unwrap());
+            table.insert(("old", e.sequence), text.as_bytes()).unwrap();
+        }
+    }
+    txn.commit().unwrap();
+    written
+}
+
 /// A database written with one event per key (before an append became one record) reads the
 /// same: such a key is a record of one event.
 #[test]
 fn redb_reads_chains_stored_one_event_per_key() {
     let dir = tempfile::tempdir().unwrap();
     let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
-    let written = store
-        .append("old", vec![note(0), note(1), note(2)])
-        .unwrap();
-    let txn = store.database().begin_write().unwrap();
-    {
-        let mut table = txn.open_table(EVENTS).unwrap();
-        table.remove(("old", 0)).unwrap().unwrap();
-        for e in &written {
-            table
-                .insert(
-                    ("old", e.sequence),
-                    serde_json::to_vec(e).unwrap().as_slice(),
-                )
-                .unwrap();
-        }
-    }
-    txn.commit().unwrap();
+    let written = one_event_per_key(&store, |_, text| text);
     assert_eq!(store.read_range("old", 0, 10).unwrap(), written);
     assert_eq!(
         store.read_range("old", 1, 2).unwrap(),
@@ -133,22 +139,10 @@ fn redb_reads_chains_stored_one_event_per_key() {
 fn redb_pages_stop_before_an_unreadable_event_and_name_it() {
     let dir = tempfile::tempdir().unwrap();
     let store = RedbStore::open_with(dir.path(), fixed().1).unwrap();
-    let written = store
-        .append("old", vec![note(0), note(1), note(2)])
-        .unwrap();
-    let txn = store.database().begin_write().unwrap();
-    {
-        let mut table = txn.open_table(EVENTS).unwrap();
-        table.remove(("old", 0)).unwrap().unwrap();
-        for e in &written {
-            let mut text = serde_json::to_string(e).unwrap();
-            if e.sequence == 1 {
-                text = text.replacen("\"payload\":{", "\"payload\":{\"x\":Infinity,", 1);
-            }
-            table.insert(("old", e.sequence), text.as_bytes()).unwrap();
-        }
-    }
-    txn.commit().unwrap();
+    let written = one_event_per_key(&store, |sequence, text| match sequence {
+        1 => text.replacen("\"payload\":{", "\"payload\":{\"x\":Infinity,", 1),
+        _ => text,
+    });
     let page = cra_trace::store::read_page(&store, "old", 0, 10).unwrap();
     assert_eq!(page.events, written[..1].to_vec());
     let why = page.unreadable.expect("the unreadable event is named");
@@ -182,7 +176,7 @@ fn redb_compresses_large_records_and_reads_plain_ones() {
         .map(|e| serde_json::to_vec(e).unwrap())
         .join(&b'\n');
     {
-        let txn = store.database().begin_read().unwrap();
+        let txn = store.handle().begin_read().unwrap();
         let table = txn.open_table(EVENTS).unwrap();
         let raw = table.get(("big", 0)).unwrap().unwrap();
         assert!(
@@ -200,7 +194,7 @@ fn redb_compresses_large_records_and_reads_plain_ones() {
     assert_eq!(store.read_range("big", 0, 10).unwrap(), written);
     assert_eq!(store.read_after("big", Some(0), 1).unwrap(), written[1..2]);
 
-    let txn = store.database().begin_write().unwrap();
+    let txn = store.handle().begin_write().unwrap();
     {
         let mut table = txn.open_table(EVENTS).unwrap();
         table.insert(("big", 0), plain.as_slice()).unwrap();

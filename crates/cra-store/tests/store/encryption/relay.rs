@@ -312,7 +312,7 @@ fn a_relay_without_the_key_cannot_read_encrypted_records_and_says_so() {
         &marker(),
         1,
     );
-    let blind = RedbRelay::new(store.database().clone()).unwrap();
+    let blind = RedbRelay::new(store.handle().clone()).unwrap();
     let Err(e) = blind.get_package(testkit::PROJECT, "pkg_long") else {
         panic!("read without the key");
     };

@@ -8,7 +8,6 @@ use cra_store::redb::rewrite::{REWRITE_FILE, rewrite};
 use cra_store::testing::files_hold;
 use cra_store::tlog::LogStore;
 use cra_store::{BackendError, Encryption, RedbStore};
-use redb::ReadableDatabase;
 
 use super::{Place, key, marker, read_everything, write_everything};
 use crate::backends::fixed;
@@ -21,7 +20,7 @@ const FUTURE: redb::TableDefinition<'_, &str, u64> = redb::TableDefinition::new(
 fn written_with_a_future_table(dir: &std::path::Path, marker: &str) {
     let store = open(dir, Encryption::plaintext());
     write_everything(&store, "s", marker);
-    let txn = store.database().begin_write().unwrap();
+    let txn = store.handle().begin_write().unwrap();
     txn.open_table(FUTURE).unwrap().insert("kept", 7).unwrap();
     txn.commit().unwrap();
 }
@@ -103,7 +102,7 @@ fn a_rewrite_refuses_a_table_it_does_not_know_and_changes_nothing() {
     assert!(!dir.join(REWRITE_FILE).exists());
     let store = open(&dir, Encryption::plaintext());
     read_everything(&store, "s", &m);
-    let txn = store.database().begin_read().unwrap();
+    let txn = store.handle().begin_read().unwrap();
     let kept = txn.open_table(FUTURE).unwrap().get("kept").unwrap();
     assert_eq!(kept.map(|v| v.value()), Some(7));
 }

@@ -433,7 +433,7 @@ pub async fn eval(
         "replay" => {
             let id = string_arg(&args, "session_id")?.to_owned();
             readable_session(&state, &actor, &id).await?;
-            let events = state.read_all_events(&id).await?;
+            let events = state.trace(&actor, &id).await?;
             let given = args.get("atlases").cloned();
             let in_force = state.atlases().set.clone();
             crate::error::run_blocking("the replay task failed", move || {

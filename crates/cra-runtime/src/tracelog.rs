@@ -488,19 +488,6 @@ impl Runtime {
         .await?
         .map_err(chain_error)
     }
-
-    /// Every event of a session, in order.
-    pub async fn read_all_events(&self, session_id: &str) -> Result<Vec<TraceEvent>, ApiError> {
-        let mut out: Vec<TraceEvent> = Vec::new();
-        loop {
-            let after = out.last().map(|e| e.sequence);
-            let page = self.read_events_after(session_id, after, 4096).await?;
-            if page.is_empty() {
-                return Ok(out);
-            }
-            out.extend(page);
-        }
-    }
 }
 
 #[cfg(test)]

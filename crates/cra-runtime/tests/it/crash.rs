@@ -428,6 +428,21 @@ impl Run {
         request(&self.http, &self.base, method, key, path, body).await
     }
 
+    /// `GET /v1/traces/{sid}` as JSON Lines, as an admin: the status and the body.
+    async fn chain_ndjson(&self, sid: &str) -> Result<(u16, Vec<u8>), String> {
+        let resp = self
+            .http
+            .get(format!("{}/v1/traces/{sid}", self.base))
+            .bearer_auth(ADMIN_KEY)
+            .header("accept", "application/x-ndjson")
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
+        Ok((status, bytes.to_vec()))
+    }
+
     async fn get(&self, path: &str) -> Result<Value, String> {
         match self
             .request(reqwest::Method::GET, ADMIN_KEY, path, None)
@@ -1183,18 +1198,10 @@ async fn verify_every_chain(
     let out = run.dir.path().join("chains");
     std::fs::create_dir_all(&out).unwrap();
     for sid in heads.keys() {
-        let resp = run
-            .http
-            .get(format!("{}/v1/traces/{sid}", run.base))
-            .bearer_auth(ADMIN_KEY)
-            .header("accept", "application/x-ndjson")
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if resp.status().as_u16() != 200 {
-            return Err(format!("GET trace {sid}: {}", resp.status()));
+        let (status, bytes) = run.chain_ndjson(sid).await?;
+        if status != 200 {
+            return Err(format!("GET trace {sid}: {status}"));
         }
-        let bytes = resp.bytes().await.map_err(|e| e.to_string())?;
         std::fs::write(out.join(format!("{sid}.jsonl")), &bytes).unwrap();
         let (st, v) = run
             .request(

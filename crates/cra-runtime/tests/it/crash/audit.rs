@@ -17,7 +17,7 @@ use cra_carp::CarpStore;
 use cra_carp::store::SessionRecord;
 use serde_json::Value;
 
-use super::{ADMIN_KEY, PREDICATES, Run, SUBJECTS, agent_id, wire_fact};
+use super::{PREDICATES, Run, SUBJECTS, agent_id, wire_fact};
 
 /// The session records of the run's agents and of the audit chains of `projects` (read with
 /// the server down).
@@ -46,20 +46,11 @@ pub(super) fn session_records(
 async fn chain(run: &Run, dir: &Path, sid: &str) -> Result<Vec<Value>, String> {
     let text = match std::fs::read_to_string(dir.join(format!("{sid}.jsonl"))) {
         Ok(t) => t,
-        Err(_) => {
-            let resp = run
-                .http
-                .get(format!("{}/v1/traces/{sid}", run.base))
-                .bearer_auth(ADMIN_KEY)
-                .header("accept", "application/x-ndjson")
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            if resp.status().as_u16() == 404 {
-                return Ok(Vec::new());
-            }
-            resp.text().await.map_err(|e| e.to_string())?
-        }
+        Err(_) => match run.chain_ndjson(sid).await? {
+            (404, _) => return Ok(Vec::new()),
+            (200, bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            (status, _) => return Err(format!("GET trace {sid}: {status}")),
+        },
     };
     text.lines()
         .map(|l| serde_json::from_str(l).map_err(|e| format!("chain {sid}: {e}")))

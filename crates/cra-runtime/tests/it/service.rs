@@ -468,3 +468,39 @@ async fn a_server_with_retention_configured_applies_it_at_start() {
     assert!(chain(&state, &sid).await.is_empty());
     server.shutdown().await.unwrap();
 }
+
+/// A chain reader is a snapshot: it reads, page after page, up to the head the chain had when it
+/// was opened (what `GET /v1/traces/{id}` announces in `CRA-Chain-Events`), however many events
+/// are appended while it reads; a reader opened afterwards has them.
+#[tokio::test]
+async fn a_chain_reader_reads_the_chain_as_it_was_when_opened() {
+    let (state, actor, sid, _dir) = runtime();
+    let resolve = || async {
+        let body = resolve_request(&actor.id, &sid, &rid(), &[]);
+        service::resolve(&state, &actor, &body, false)
+            .await
+            .unwrap();
+    };
+    for _ in 0..40 {
+        resolve().await;
+    }
+    let before = chain(&state, &sid).await.len();
+    let mut reader = state.open_chain(&actor, &sid).await.unwrap();
+    assert_eq!(reader.event_count(), before as u64);
+    let first = reader.next_page().await.unwrap().unwrap();
+    assert!(
+        first.events.len() < before,
+        "the chain takes more than one page"
+    );
+    for _ in 0..5 {
+        resolve().await;
+    }
+    let mut read = first.events;
+    while let Some(page) = reader.next_page().await.unwrap() {
+        assert!(page.unreadable.is_none());
+        read.extend(page.events);
+    }
+    assert_eq!(read, chain(&state, &sid).await[..before].to_vec());
+    let later = state.open_chain(&actor, &sid).await.unwrap();
+    assert!(later.event_count() > before as u64);
+}

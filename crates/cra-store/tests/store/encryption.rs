@@ -67,6 +67,33 @@ impl Place {
     }
 }
 
+impl Place {
+    /// Entries of the owner index (`carp_sessions_by_agent` on redb, `carp_sessions.agent_id`
+    /// on PostgreSQL), read with the store closed.
+    fn owner_index_entries(&self) -> u64 {
+        match self {
+            Place::Dir(dir) => {
+                use redb::{ReadableDatabase, ReadableTableMetadata, TableDefinition};
+                const INDEX: TableDefinition<'_, (&str, &str), ()> =
+                    TableDefinition::new("carp_sessions_by_agent");
+                let file = dir.path().join("data").join(cra_store::redb::DATABASE_FILE);
+                let db = redb::Database::open(file).unwrap();
+                let txn = db.begin_read().unwrap();
+                txn.open_table(INDEX).unwrap().len().unwrap()
+            }
+            Place::Schema(schema, url) => {
+                let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                let sql = format!(
+                    "SELECT count(*) FROM \"{}\".carp_sessions WHERE agent_id IS NOT NULL",
+                    schema.name()
+                );
+                let n: i64 = c.query_one(&sql, &[]).unwrap().get(0);
+                u64::try_from(n).unwrap()
+            }
+        }
+    }
+}
+
 fn key() -> StorageKey {
     StorageKey::parse(&StorageKey::generate_text()).unwrap()
 }
@@ -285,5 +312,38 @@ fn a_rotation_reads_old_records_and_reencryption_retires_the_old_key() {
             retired.to_string().contains(&new.id().to_string()),
             "{retired}"
         );
+    }
+}
+
+/// The owner index would hold agent ids in the clear, so a store with a storage key keeps none:
+/// an index built before the key was configured is emptied when the store opens with it, new
+/// sessions add nothing to it, and `sessions_of` answers `None` (an agent's listing then reads
+/// every session, as before the index).
+#[test]
+fn a_store_opened_with_a_key_keeps_no_owner_index() {
+    let at = || "2026-01-01T00:00:00.000000Z".to_owned();
+    for place in Place::all("encryption_owner_index") {
+        let plain = place.open(Encryption::plaintext()).unwrap();
+        plain
+            .create_session(&SessionRecord::opened("s1", "agent-ix", at()))
+            .unwrap();
+        let listed = plain.sessions_of("agent-ix").unwrap();
+        assert_eq!(listed, Some(vec!["s1".to_owned()]), "{}", place.name());
+        drop(plain);
+        assert_eq!(place.owner_index_entries(), 1, "{}", place.name());
+
+        let keyed = place.open(Encryption::new(key(), Vec::new())).unwrap();
+        assert_eq!(
+            keyed.sessions_of("agent-ix").unwrap(),
+            None,
+            "{}",
+            place.name()
+        );
+        keyed
+            .create_session(&SessionRecord::opened("s2", "agent-ix", at()))
+            .unwrap();
+        assert!(keyed.get_session("s1").unwrap().is_some());
+        drop(keyed);
+        assert_eq!(place.owner_index_entries(), 0, "{}", place.name());
     }
 }

@@ -367,10 +367,12 @@ impl Runtime {
         let done = crate::error::run_blocking("a relay task failed", move || op(relay))
             .await
             .and_then(|r| r.map_err(Into::into));
-        if done.is_ok() {
+        let owed = planner.take();
+        // A change is stored with the entry owing its events (a read owes none).
+        if !owed.is_empty() {
             cra_store::fault_point!("relay.write.stored");
         }
-        let settled = self.settle_owed(planner.take()).await;
+        let settled = self.settle_owed(owed).await;
         let value = done?;
         settled?;
         Ok(value)

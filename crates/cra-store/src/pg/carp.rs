@@ -47,6 +47,53 @@ pub(crate) fn encode_record<T: Serialize>(
         .map_err(|e| format!("cannot encode: {e}"))
 }
 
+/// Inserts a session's record: `$1` its id, `$2` its encoded body, `$3` its owner column
+/// ([`owner_column`]); nothing when the id is taken.
+pub(crate) const INSERT_SESSION: &str =
+    "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
+     ON CONFLICT (session_id) DO NOTHING";
+
+/// What `carp_sessions.agent_id` holds for a session of `agent_id`: the id while records are
+/// stored in the clear, nothing once they are encrypted (the index would reveal it).
+pub(crate) fn owner_column<'a>(enc: &Encryption, agent_id: &'a str) -> Option<&'a str> {
+    enc.current().is_none().then_some(agent_id)
+}
+
+/// Marks session `session_id` ended at `ended_at` in `tx`, its row locked first; a record already
+/// ended is left as it is. `Ok(Ok(None))` when there is no such session; the inner `Err`: its
+/// record could not be decoded or encoded.
+pub(crate) fn end_session_in(
+    tx: &mut postgres::Transaction<'_>,
+    enc: &Encryption,
+    session_id: &str,
+    ended_at: &str,
+) -> Result<Result<Option<SessionRecord>, String>, postgres::Error> {
+    let Some(row) = tx.query_opt(
+        "SELECT body FROM carp_sessions WHERE session_id = $1 FOR UPDATE",
+        &[&session_id],
+    )?
+    else {
+        return Ok(Ok(None));
+    };
+    let mut record: SessionRecord = match decode_record(enc, SESSIONS, row.get::<_, &str>(0)) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    if record.ended_at.is_some() {
+        return Ok(Ok(Some(record)));
+    }
+    record.ended_at = Some(ended_at.to_owned());
+    let body = match encode_record(enc, SESSIONS, &record) {
+        Ok(b) => b,
+        Err(e) => return Ok(Err(e)),
+    };
+    tx.execute(
+        "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
+        &[&session_id, &body],
+    )?;
+    Ok(Ok(Some(record)))
+}
+
 /// The record a row of `table` holds, as [`encode_record`] stored it (or as stored before
 /// encryption was turned on).
 pub(crate) fn decode_record<T: DeserializeOwned>(
@@ -118,16 +165,6 @@ impl PgStore {
 
     fn decode<T: DeserializeOwned>(&self, table: &str, text: &str) -> Result<T, CarpError> {
         decode_record(&self.config().encryption, table, text).map_err(CarpError::Corrupt)
-    }
-
-    /// What `carp_sessions.agent_id` holds for a session of `agent_id`: the id while records are
-    /// stored in the clear, nothing once they are encrypted (the index would reveal it).
-    fn owner_column<'a>(&self, agent_id: &'a str) -> Option<&'a str> {
-        self.config()
-            .encryption
-            .current()
-            .is_none()
-            .then_some(agent_id)
     }
 
     fn carp_client(&self) -> Result<PooledClient<'_>, CarpError> {
@@ -392,12 +429,11 @@ impl CarpStore for PgStore {
         self.carp_insert(
             "session",
             &session.session_id,
-            "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
-             ON CONFLICT (session_id) DO NOTHING",
+            INSERT_SESSION,
             &[
                 &session.session_id,
                 &body,
-                &self.owner_column(&session.agent_id),
+                &owner_column(&self.config().encryption, &session.agent_id),
             ],
         )
     }
@@ -428,28 +464,15 @@ impl CarpStore for PgStore {
     fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
         let mut c = self.carp_client()?;
         let mut tx = c.transaction().map_err(be)?;
-        let row = tx
-            .query_opt(
-                "SELECT body FROM carp_sessions WHERE session_id = $1 FOR UPDATE",
-                &[&session_id],
-            )
-            .map_err(be)?;
-        let Some(row) = row else {
+        let ended = end_session_in(&mut tx, &self.config().encryption, session_id, ended_at)
+            .map_err(be)?
+            .map_err(CarpError::Corrupt)?;
+        let Some(record) = ended else {
             return Err(CarpError::NotFound {
                 what: "session",
                 id: session_id.to_owned(),
             });
         };
-        let mut record: SessionRecord = self.decode(SESSIONS, row.get::<_, &str>(0))?;
-        if record.ended_at.is_some() {
-            return Ok(record);
-        }
-        record.ended_at = Some(ended_at.to_owned());
-        tx.execute(
-            "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
-            &[&session_id, &self.encode(SESSIONS, &record)?],
-        )
-        .map_err(be)?;
         tx.commit().map_err(be)?;
         Ok(record)
     }

@@ -76,7 +76,7 @@ impl PgChange {
             }
             StateChange::Start(r) => {
                 let body = encode(enc, "carp_sessions", &r)?;
-                let owner = enc.current().is_none().then(|| r.agent_id.clone());
+                let owner = crate::pg::carp::owner_column(enc, &r.agent_id).map(str::to_owned);
                 Self::Start(r, body, owner)
             }
             StateChange::End(e) => Self::End(e),
@@ -109,8 +109,7 @@ fn start_in(
     owner: Option<&str>,
 ) -> Result<Applied, postgres::Error> {
     let n = tx.execute(
-        "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
-         ON CONFLICT (session_id) DO NOTHING",
+        crate::pg::carp::INSERT_SESSION,
         &[&r.session_id, &body, &owner],
     )?;
     Ok(if n == 1 {
@@ -129,13 +128,6 @@ fn end_in(
     enc: &Encryption,
     e: &SessionEnd,
 ) -> Result<Applied, postgres::Error> {
-    let Some(row) = tx.query_opt(
-        "SELECT body FROM carp_sessions WHERE session_id = $1 FOR UPDATE",
-        &[&e.session_id],
-    )?
-    else {
-        return Ok(Err(e.not_found()));
-    };
     if let Some(lease) = tx.query_opt(
         "SELECT execution_id FROM carp_execution_leases WHERE session_id = $1
          ORDER BY execution_id LIMIT 1",
@@ -143,29 +135,16 @@ fn end_in(
     )? {
         return Ok(Err(e.execution_in_progress(lease.get::<_, &str>(0))));
     }
-    let record: Result<SessionRecord, _> =
-        crate::pg::carp::decode_record(enc, "carp_sessions", row.get::<_, &str>(0));
-    let mut record = match record {
-        Ok(r) => r,
-        Err(err) => {
-            return Ok(Err(ChainStoreError::Unavailable(format!(
-                "session `{}`: {err}",
+    Ok(
+        match crate::pg::carp::end_session_in(tx, enc, &e.session_id, &e.ended_at)? {
+            Ok(Some(_)) => Ok(true),
+            Ok(None) => Err(e.not_found()),
+            Err(why) => Err(ChainStoreError::Unavailable(format!(
+                "session `{}`: {why}",
                 e.session_id
-            ))));
-        }
-    };
-    if record.ended_at.is_none() {
-        record.ended_at = Some(e.ended_at.clone());
-        let body = match encode(enc, "carp_sessions", &record) {
-            Ok(b) => b,
-            Err(err) => return Ok(Err(err)),
-        };
-        tx.execute(
-            "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
-            &[&e.session_id, &body],
-        )?;
-    }
-    Ok(Ok(true))
+            ))),
+        },
+    )
 }
 
 /// Opens a pending approval; refused, writing nothing, when its id is taken (another execute

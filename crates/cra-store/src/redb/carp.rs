@@ -427,26 +427,20 @@ pub(crate) fn apply_change(
     }
 }
 
-/// Creates a session's record (and its owner index entry, kept only without a storage key);
-/// refused, writing nothing, when its id is taken.
+/// Creates a session's record; refused, writing nothing, when its id is taken.
 fn apply_start(
     txn: &WriteTransaction,
     enc: &Encryption,
     r: &SessionRecord,
     bytes: &[u8],
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
-    let mut sessions = txn.open_table(SESSIONS).map_err(be)?;
-    if sessions.get(r.session_id.as_str()).map_err(be)?.is_some() {
-        return Ok(Err(cra_carp::store::started_before(&r.session_id)));
+    match create_session_in(txn, enc, r, bytes) {
+        Ok(()) => Ok(Ok(true)),
+        Err(CarpError::AlreadyExists { .. }) => {
+            Ok(Err(cra_carp::store::started_before(&r.session_id)))
+        }
+        Err(e) => Err(e),
     }
-    sessions.insert(r.session_id.as_str(), bytes).map_err(be)?;
-    if enc.current().is_none() {
-        txn.open_table(SESSIONS_BY_AGENT)
-            .map_err(be)?
-            .insert((r.agent_id.as_str(), r.session_id.as_str()), ())
-            .map_err(be)?;
-    }
-    Ok(Ok(true))
 }
 
 /// Marks a session ended; refused, writing nothing, while one of its executions holds a lease
@@ -462,24 +456,56 @@ fn apply_end(
             return Ok(Err(e.execution_in_progress(&lease.execution_id)));
         }
     }
-    let mut sessions = txn.open_table(SESSIONS).map_err(be)?;
-    let found: Option<SessionRecord> = match sessions.get(e.session_id.as_str()).map_err(be)? {
+    Ok(
+        match end_session_in(txn, enc, &e.session_id, &e.ended_at)? {
+            Some(_) => Ok(true),
+            None => Err(e.not_found()),
+        },
+    )
+}
+
+/// Stores a new session's record, `bytes` its encoding, and its owner index entry (kept only
+/// without a storage key: the index holds agent ids in the clear); [`CarpError::AlreadyExists`]
+/// when its id is taken.
+fn create_session_in(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    r: &SessionRecord,
+    bytes: &[u8],
+) -> Result<(), CarpError> {
+    insert_new_in(txn, SESSIONS, "session", &r.session_id, bytes)?;
+    if enc.current().is_none() {
+        txn.open_table(SESSIONS_BY_AGENT)
+            .map_err(be)?
+            .insert((r.agent_id.as_str(), r.session_id.as_str()), ())
+            .map_err(be)?;
+    }
+    Ok(())
+}
+
+/// Marks session `session_id` ended at `ended_at` in `txn`, a record already ended left as it
+/// is. Returns the record and whether it was written; `None` when there is no such session.
+fn end_session_in(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    session_id: &str,
+    ended_at: &str,
+) -> Result<Option<(SessionRecord, bool)>, CarpError> {
+    let mut t = txn.open_table(SESSIONS).map_err(be)?;
+    let found: Option<SessionRecord> = match t.get(session_id).map_err(be)? {
         Some(bytes) => Some(decode(enc, SESSIONS, bytes.value())?),
         None => None,
     };
     let Some(mut record) = found else {
-        return Ok(Err(e.not_found()));
+        return Ok(None);
     };
-    if record.ended_at.is_none() {
-        record.ended_at = Some(e.ended_at.clone());
-        sessions
-            .insert(
-                e.session_id.as_str(),
-                encode(enc, SESSIONS, &record)?.as_slice(),
-            )
-            .map_err(be)?;
+    if record.ended_at.is_some() {
+        return Ok(Some((record, false)));
     }
-    Ok(Ok(true))
+    record.ended_at = Some(ended_at.to_owned());
+    t.insert(session_id, encode(enc, SESSIONS, &record)?.as_slice())
+        .map_err(be)?;
+    Ok(Some((record, true)))
 }
 
 /// Opens a pending approval; refused, writing nothing, when its id is taken (another execute
@@ -850,16 +876,11 @@ fn release_in(
 
 impl CarpStore for RedbStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
-        self.carp_insert_new(SESSIONS, "session", &session.session_id, session, |txn| {
-            if self.config().encryption.current().is_some() {
-                return Ok(());
-            }
-            let key = (session.agent_id.as_str(), session.session_id.as_str());
-            txn.open_table(SESSIONS_BY_AGENT)
-                .map_err(be)?
-                .insert(key, ())
-                .map_err(be)?;
-            Ok(())
+        let enc = &self.config().encryption;
+        let bytes = encode(enc, SESSIONS, session)?;
+        self.carp_write(|txn| {
+            create_session_in(txn, enc, session, &bytes)?;
+            Ok(((), true))
         })
     }
 
@@ -886,24 +907,10 @@ impl CarpStore for RedbStore {
     fn end_session(&self, session_id: &str, ended_at: &str) -> Result<SessionRecord, CarpError> {
         let enc = &self.config().encryption;
         self.carp_write(|txn| {
-            let mut t = txn.open_table(SESSIONS).map_err(be)?;
-            let found: Option<SessionRecord> = match t.get(session_id).map_err(be)? {
-                Some(bytes) => Some(decode(enc, SESSIONS, bytes.value())?),
-                None => None,
-            };
-            let Some(mut record) = found else {
-                return Err(CarpError::NotFound {
-                    what: "session",
-                    id: session_id.to_owned(),
-                });
-            };
-            if record.ended_at.is_some() {
-                return Ok((record, false));
-            }
-            record.ended_at = Some(ended_at.to_owned());
-            t.insert(session_id, encode(enc, SESSIONS, &record)?.as_slice())
-                .map_err(be)?;
-            Ok((record, true))
+            end_session_in(txn, enc, session_id, ended_at)?.ok_or_else(|| CarpError::NotFound {
+                what: "session",
+                id: session_id.to_owned(),
+            })
         })
     }
 

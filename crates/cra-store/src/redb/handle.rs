@@ -4,11 +4,12 @@
 //! redb refuses every transaction once a write to its file has failed (`PreviousIo`), even after
 //! space is freed: only a new `Database` recovers, and opening one needs the old one gone (the
 //! file is locked while any handle or transaction is alive). So no area keeps a `Database` of
-//! its own: each transaction begins through the [`DatabaseHandle`], which the committer marks
-//! failed when a commit fails, and which [`DatabaseHandle::reopen`] swaps for a fresh one. The
-//! next batch of appends reopens a failed database before it writes, and so does the health
-//! probe ([`crate::RedbStore::check_writable`]): the store recovers without a restart once the
-//! disk has room, and reports not ready while it has none.
+//! its own: each transaction begins through the [`DatabaseHandle`]. A commit of the committer
+//! that fails, or a transaction refused for an I/O error, marks it failed; the next transaction
+//! begun through it, the next batch of appends and the health probe
+//! ([`crate::RedbStore::check_writable`]) then swap in a freshly opened database
+//! ([`DatabaseHandle::reopen`]). The store reports not ready until a write succeeds again, and
+//! recovers without a restart once the disk has room.
 //!
 //! Invariant: every commit that returned `Ok` is durable (appends commit with
 //! `Durability::Immediate`; state written with `Durability::None` is made durable by the next
@@ -88,9 +89,8 @@ impl DatabaseHandle {
     /// The database as it is now (reopened first if a write failed), for a caller that needs it
     /// whole.
     pub fn get(&self) -> Result<Arc<Database>, TransactionError> {
-        if matches!(*self.standing(), Standing::Failed(_)) {
-            let _ = self.reopen_within(Duration::ZERO);
-        }
+        // A failure the reopen cannot mend yet leaves the slot empty: answered just below.
+        let _ = self.reopen_within(Duration::ZERO);
         let slot = self.db.read().unwrap_or_else(PoisonError::into_inner);
         match slot.as_ref() {
             Some(db) => Ok(db.clone()),
@@ -140,7 +140,12 @@ impl DatabaseHandle {
     }
 
     fn reopen_within(&self, wait: Duration) -> Result<(), String> {
+        // The committer asks before every batch: a healthy database costs it no write lock.
+        if !matches!(*self.standing(), Standing::Failed(_)) {
+            return Ok(());
+        }
         let mut slot = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        // Asked again under the lock: another caller may have reopened it meanwhile.
         let reason = match &*self.standing() {
             Standing::Failed(r) => r.clone(),
             Standing::Healthy | Standing::Reopened(_) => return Ok(()),

@@ -31,7 +31,6 @@ use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::extract::{JsonBody, RawJson};
 use crate::routes::Caller;
-use crate::service::sessions::readable_session;
 use crate::state::AppState;
 
 /// The verbs `POST /v1/conformance/eval/{verb}` answers.
@@ -432,7 +431,7 @@ pub async fn eval(
     match verb.as_str() {
         "replay" => {
             let id = string_arg(&args, "session_id")?.to_owned();
-            readable_session(&state, &actor, &id).await?;
+            // `trace` refuses a caller who may not read the session.
             let events = state.trace(&actor, &id).await?;
             let given = args.get("atlases").cloned();
             let in_force = state.atlases().set.clone();

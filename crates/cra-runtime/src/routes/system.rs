@@ -81,8 +81,8 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
     (status, Json(health))
 }
 
-/// Asks PostgreSQL to answer within [`STORE_PROBE_TIMEOUT`]; the embedded store is in this
-/// process and open while the server runs.
+/// Asks the store, within [`STORE_PROBE_TIMEOUT`], whether it can serve: PostgreSQL whether it
+/// answers, the embedded store whether it can write (`RedbStore::check_writable`).
 async fn probe_store(state: &AppState) -> Result<(), String> {
     if let Some(redb) = state.backends.redb.clone() {
         // Not ready while a failed write (a full disk) has not been followed by one that

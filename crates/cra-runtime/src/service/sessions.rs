@@ -382,20 +382,6 @@ pub async fn get(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<SessionView
     Ok(view(&record, first.first(), count))
 }
 
-impl Runtime {
-    /// The summary of `id`'s chain (its head, whether it has ended), if it has events.
-    pub(crate) async fn chain_summary(
-        &self,
-        id: &str,
-    ) -> ApiResult<Option<cra_trace::store::SessionSummary>> {
-        let chains = self.backends.chains.clone();
-        let sid = id.to_owned();
-        crate::error::run_blocking("a store task failed", move || chains.session(&sid))
-            .await?
-            .map_err(crate::tracelog::chain_error)
-    }
-}
-
 /// Ends session `id` (idempotent: an ended session is left as it is): marks it ended and
 /// appends `session.ended`, naming the pending approvals that lapse with it, in one transaction.
 /// Refused (409 `execution_in_progress`) while one of its actions is executing, so no outcome is

@@ -109,17 +109,24 @@ impl Runtime {
         .await?
     }
 
+    /// The summary of `id`'s chain (its head, whether it has ended), if it has events.
+    pub(crate) async fn chain_summary(
+        &self,
+        id: &str,
+    ) -> ApiResult<Option<cra_trace::store::SessionSummary>> {
+        let chains = self.backends.chains.clone();
+        let sid = id.to_owned();
+        crate::error::run_blocking("a store task failed", move || chains.session(&sid))
+            .await?
+            .map_err(crate::tracelog::chain_error)
+    }
+
     /// Session `id`'s chain opened for reading page by page, to a reader of the session: the
     /// events stored when it was opened (the chain's head then), never the whole chain in memory
     /// at once (issue 29, item 3).
     pub async fn open_chain(&self, actor: &Actor, id: &str) -> ApiResult<ChainReader> {
         readable_session(self, actor, id).await?;
-        let chains = self.backends.chains.clone();
-        let sid = id.to_owned();
-        let head = crate::error::run_blocking("a store task failed", move || chains.session(&sid))
-            .await?
-            .map_err(crate::tracelog::chain_error)?
-            .map(|s| s.head);
+        let head = self.chain_summary(id).await?.map(|s| s.head);
         Ok(ChainReader {
             chains: self.backends.chains.clone(),
             session_id: id.to_owned(),

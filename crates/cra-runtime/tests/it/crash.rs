@@ -443,6 +443,22 @@ impl Run {
         Ok((status, bytes.to_vec()))
     }
 
+    /// The §7 facts of `project`'s (subject, predicate) history, as the server lists them.
+    async fn fact_history(
+        &self,
+        project: &str,
+        subject: &str,
+        predicate: &str,
+    ) -> Result<Vec<Value>, String> {
+        let rows = self
+            .get(&format!(
+                "/v1/projects/{project}/facts?subject={subject}&predicate={predicate}&history=true"
+            ))
+            .await?;
+        let rows = rows.as_array().map(Vec::as_slice).unwrap_or_default();
+        Ok(rows.iter().map(|r| wire_fact(r).clone()).collect())
+    }
+
     async fn get(&self, path: &str) -> Result<Value, String> {
         match self
             .request(reqwest::Method::GET, ADMIN_KEY, path, None)
@@ -894,17 +910,15 @@ impl Checker<'_> {
                 fact,
                 chain,
             } => {
-                let path = format!(
-                    "/v1/projects/{project_id}/facts?subject={}&predicate={}&history=true",
-                    fact["subject"].as_str().unwrap_or_default(),
-                    fact["predicate"].as_str().unwrap_or_default()
-                );
-                let rows = self.run.get(&path).await?;
-                let row = rows.as_array().and_then(|r| {
-                    r.iter()
-                        .map(wire_fact)
-                        .find(|r| r["fact_id"] == fact["fact_id"])
-                });
+                let rows = self
+                    .run
+                    .fact_history(
+                        project_id,
+                        fact["subject"].as_str().unwrap_or_default(),
+                        fact["predicate"].as_str().unwrap_or_default(),
+                    )
+                    .await?;
+                let row = rows.iter().find(|r| r["fact_id"] == fact["fact_id"]);
                 let same = row.is_some_and(|r| {
                     ["value", "valid_from", "created_at", "subject", "predicate"]
                         .iter()
@@ -986,15 +1000,7 @@ async fn check_fact_histories(run: &Run, project_id: &str) -> Result<u64, String
     let mut pairs = 0;
     for s in SUBJECTS {
         for p in PREDICATES {
-            let rows = run
-                .get(&format!(
-                    "/v1/projects/{project_id}/facts?subject={s}&predicate={p}&history=true"
-                ))
-                .await?;
-            let mut rows: Vec<Value> = rows
-                .as_array()
-                .map(|r| r.iter().map(|r| wire_fact(r).clone()).collect())
-                .unwrap_or_default();
+            let mut rows = run.fact_history(project_id, s, p).await?;
             let key = |r: &Value| {
                 (
                     r["created_at"].as_str().unwrap_or_default().to_owned(),

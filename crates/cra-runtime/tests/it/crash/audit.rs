@@ -181,13 +181,8 @@ impl Told {
         }
         for s in SUBJECTS {
             for pr in PREDICATES {
-                let rows = run
-                    .get(&format!(
-                        "/v1/projects/{project}/facts?subject={s}&predicate={pr}&history=true"
-                    ))
-                    .await?;
-                for row in rows.as_array().into_iter().flatten() {
-                    let id = wire_fact(row)["fact_id"].as_str().unwrap_or_default();
+                for row in run.fact_history(project, s, pr).await? {
+                    let id = row["fact_id"].as_str().unwrap_or_default();
                     if !self.facts.contains(id) {
                         found.push(format!(
                             "fact {id} of {project}: stored, never asserted in a chain"

@@ -1,7 +1,8 @@
 //! `cargo xtask`: project automation that is Rust, not shell.
 //!
 //! * `codegen [--check]`: regenerate every generated file, or (with `--check`) fail when one is
-//!   stale. Generated today: the token table in `specs/errors.md` (from `cra_wire::Token`).
+//!   stale. Generated today: the token table in `specs/errors.md`, the OpenAPI and TRACE event
+//!   schemas, and `THIRD-PARTY.md` (`codegen.rs` lists them).
 //! * `bench [--quick] [--render]`: benchmarks with same-run baselines -> `bench/results/latest.json`,
 //!   `bench/RESULTS.md` (`--render`: only render the report again from the last results).
 //!   `bench --smoke` (CI): every benchmark once, debug build, shared target, nothing written.

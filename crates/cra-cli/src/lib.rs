@@ -63,6 +63,8 @@ pub enum Command {
     /// rotation.
     #[command(subcommand)]
     Store(cmd::store::StoreCommand),
+    /// Print a shell completion script (bash, zsh, fish) for every command and flag.
+    Completions(cmd::completions::CompletionsArgs),
 }
 
 /// Runs a parsed command line and returns its exit status.
@@ -83,5 +85,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Witness(c) => cmd::witness::run(c),
         Command::Log(c) => cmd::log::run(c),
         Command::Store(c) => cmd::store::run(c),
+        Command::Completions(a) => cmd::completions::run(a),
     }
 }

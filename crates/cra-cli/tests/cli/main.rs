@@ -12,6 +12,7 @@ mod atlas_differential;
 mod log;
 mod mcp;
 mod mcp_http;
+mod packaging;
 mod readme;
 mod relay;
 mod replicas;

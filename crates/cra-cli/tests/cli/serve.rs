@@ -10,10 +10,10 @@ use cra_store::testing::{TestSchema, postgres_url};
 
 use crate::terminate;
 
-type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+pub(crate) type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
 
 /// The address `child` (a `cra serve`) prints once it listens, and the rest of its output.
-fn listening(child: &mut std::process::Child) -> (String, Lines) {
+pub(crate) fn listening(child: &mut std::process::Child) -> (String, Lines) {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     loop {
         let line = lines

@@ -1,0 +1,237 @@
+"""A synchronous client of a cra server's HTTP API (``specs/http.md``), standard library only.
+
+It fills in what CARP asks of every request (``carp_version``, a fresh ``request_id``, the
+``timestamp`` and the requester), raises :class:`~cra_client.errors.CraError` for every
+refusal, and reads TRACE chains for offline verification (:mod:`cra_client.chain`). Time and
+ids come from callables the caller may replace, so tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+from .errors import CraError
+from .models import CreateSession, DecideBody, Health, Json, SessionView
+
+#: Every route this client calls, with the query parameters it may send: compared with
+#: ``schemas/openapi.json`` by ``tests/test_openapi.py``.
+OPERATIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("GET", "/v1/health"): (),
+    ("POST", "/v1/sessions"): (),
+    ("GET", "/v1/sessions/{session_id}"): (),
+    ("DELETE", "/v1/sessions/{session_id}"): (),
+    ("POST", "/v1/resolve"): ("receipt",),
+    ("POST", "/v1/execute"): ("receipt",),
+    ("GET", "/v1/approvals"): ("status",),
+    ("GET", "/v1/approvals/{approval_id}"): ("wait",),
+    ("POST", "/v1/approvals/{approval_id}"): (),
+    ("GET", "/v1/traces/{session_id}"): (),
+}
+
+CARP_VERSION = "1.0"
+
+
+def utc_now() -> str:
+    """The time now as CARP writes it: UTC, microseconds, ``Z``."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def new_id() -> str:
+    """A fresh request id (a random UUID)."""
+    return str(uuid.uuid4())
+
+
+class Client:
+    """One server, one credential.
+
+    ``agent_id`` is the requester CARP requests name (an agent key may only name its own
+    agent); ``clock`` and ``ids`` make the envelope's timestamp and request id.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        agent_id: str | None = None,
+        timeout: float = 30.0,
+        clock: Callable[[], str] = utc_now,
+        ids: Callable[[], str] = new_id,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.agent_id = agent_id
+        self.timeout = timeout
+        self.clock = clock
+        self.ids = ids
+
+    # -- transport ------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        timeout: float | None = None,
+        carp_refusals: bool = False,
+    ) -> Any:
+        """Sends one request; answers the parsed JSON body (``None`` for 204).
+
+        A refusal raises :class:`CraError`, except, with ``carp_refusals``, one answered as a
+        CARP execute response (``denied``, ``pending_approval``), which is returned: an
+        admitted execute is always answered with one, whatever its HTTP status.
+        """
+        url = self.url + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self.token}")
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as answer:
+                raw = answer.read()
+        except urllib.error.HTTPError as refused:
+            raw = refused.read()
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            if carp_refusals and isinstance(parsed, dict) and "carp_version" in parsed:
+                return parsed
+            raise CraError.from_body(refused.code, parsed) from None
+        except (urllib.error.URLError, OSError) as failed:
+            raise CraError(0, "unavailable", f"{method} {url}: {failed}") from None
+        return json.loads(raw) if raw else None
+
+    def envelope(self, session_id: str, operation: str) -> Json:
+        """The members CARP asks of every request, filled in."""
+        requester: Json = {"session_id": session_id}
+        if self.agent_id is not None:
+            requester["agent_id"] = self.agent_id
+        return {
+            "carp_version": CARP_VERSION,
+            "request_id": self.ids(),
+            "timestamp": self.clock(),
+            "operation": operation,
+            "requester": requester,
+        }
+
+    # -- operations -----------------------------------------------------------------------
+
+    def health(self) -> Health:
+        """``GET /v1/health``."""
+        return cast(Health, self.request("GET", "/v1/health"))
+
+    def open_session(
+        self,
+        goal: str,
+        *,
+        agent_id: str | None = None,
+        parent_session_id: str | None = None,
+        project_id: str | None = None,
+    ) -> SessionView:
+        """Opens a session owned by ``agent_id`` (default: the client's)."""
+        owner = agent_id or self.agent_id
+        if owner is None:
+            raise ValueError("name the session's agent: Client(agent_id=...) or agent_id=")
+        body: CreateSession = {"agent_id": owner, "goal": goal}
+        if parent_session_id is not None:
+            body["parent_session_id"] = parent_session_id
+        if project_id is not None:
+            body["project_id"] = project_id
+        return cast(SessionView, self.request("POST", "/v1/sessions", body))
+
+    def session(self, session_id: str) -> SessionView:
+        """``GET /v1/sessions/{id}``."""
+        return cast(SessionView, self.request("GET", f"/v1/sessions/{_seg(session_id)}"))
+
+    def end_session(self, session_id: str) -> None:
+        """Ends the session (idempotent)."""
+        self.request("DELETE", f"/v1/sessions/{_seg(session_id)}")
+
+    def resolve(
+        self, session_id: str, goal: str, *, receipt: bool = False, **task: Any
+    ) -> Json:
+        """Asks what may be done for ``goal`` (CARP resolve); ``task`` adds members."""
+        body = self.envelope(session_id, "resolve")
+        body["task"] = {"goal": goal, **task}
+        query = {"receipt": "true"} if receipt else None
+        return cast(Json, self.request("POST", "/v1/resolve", body, query))
+
+    def execute(
+        self,
+        session_id: str,
+        resolution_id: str,
+        action_id: str,
+        parameters: Json | None = None,
+        *,
+        receipt: bool = False,
+    ) -> Json:
+        """Executes ``action_id`` under a resolution (CARP execute).
+
+        Answers the execute response whatever its status: ``success``, ``error`` (the action
+        ran, or its executor failed), ``denied`` or ``pending_approval`` (its ``error.code``
+        is the token, and ``approval_id`` names what to wait for: :meth:`wait_for_decision`,
+        then execute the same call again). A request the server did not admit raises
+        :class:`CraError`.
+        """
+        body = self.envelope(session_id, "execute")
+        body["execution"] = {
+            "resolution_id": resolution_id,
+            "action_id": action_id,
+            "parameters": parameters or {},
+        }
+        query = {"receipt": "true"} if receipt else None
+        return cast(Json, self.request("POST", "/v1/execute", body, query, carp_refusals=True))
+
+    def approvals(self, status: str = "pending") -> list[Json]:
+        """Approvals with ``status`` (auditor or operator keys)."""
+        answer = self.request("GET", "/v1/approvals", query={"status": status})
+        if isinstance(answer, dict) and isinstance(answer.get("approvals"), list):
+            return cast(list[Json], answer["approvals"])
+        return cast(list[Json], answer)
+
+    def approval(self, approval_id: str, *, wait: int = 0) -> Json:
+        """The approval as it stands; with ``wait`` (1-60 s) once it is decided or lapses."""
+        query = {"wait": str(wait)} if wait else None
+        path = f"/v1/approvals/{_seg(approval_id)}"
+        return cast(Json, self.request("GET", path, query=query, timeout=self.timeout + wait))
+
+    def wait_for_decision(self, approval_id: str, *, seconds: float = 300.0) -> Json:
+        """Long-polls until the approval is decided or lapses, or ``seconds`` pass."""
+        deadline = datetime.datetime.now() + datetime.timedelta(seconds=seconds)
+        while True:
+            left = (deadline - datetime.datetime.now()).total_seconds()
+            answer = self.approval(approval_id, wait=max(1, min(60, int(left))))
+            if answer.get("status") != "pending" or answer.get("lapsed") or left <= 1:
+                return answer
+
+    def decide(
+        self, approval_id: str, decision: Literal["grant", "reject"], note: str | None = None
+    ) -> Json:
+        """Grants or rejects a pending approval (operator keys)."""
+        body: DecideBody = {"decision": decision}
+        if note is not None:
+            body["note"] = note
+        return cast(Json, self.request("POST", f"/v1/approvals/{_seg(approval_id)}", body))
+
+    def trace(self, session_id: str) -> list[Json]:
+        """The session's TRACE chain, in order (``GET /v1/traces/{id}``)."""
+        return cast(list[Json], self.request("GET", f"/v1/traces/{_seg(session_id)}"))
+
+
+def _seg(value: str) -> str:
+    """One path segment, percent-encoded."""
+    return urllib.parse.quote(value, safe="")

@@ -13,8 +13,10 @@ import copy
 import json
 import os
 import pathlib
+import queue
 import subprocess
 import tempfile
+import threading
 import unittest
 from typing import IO, Any
 
@@ -60,9 +62,14 @@ class LiveServer:
             f'token = "{self.operator_token}"\nactor_id = "ops"\nactor_type = "human"\n'
             'roles = ["operator"]\n'
         )
+        self.args = [cra, "serve", "--data", str(root / "data"), "--atlas", str(atlas),
+                     "--api-keys", str(keys)]
+        self.url = self.start("127.0.0.1:0")
+
+    def start(self, addr: str) -> str:
+        """Starts the server on ``addr``; answers its URL once it listens."""
         self.process = subprocess.Popen(
-            [cra, "serve", "--addr", "127.0.0.1:0", "--data", str(root / "data"),
-             "--atlas", str(atlas), "--api-keys", str(keys)],
+            [*self.args, "--addr", addr],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -72,10 +79,14 @@ class LiveServer:
         prefix = "cra serve: listening on "
         for line in out:
             if line.startswith(prefix):
-                self.url = line[len(prefix):].strip()
-                break
-        else:
-            raise AssertionError(f"cra serve stopped: {self.stop()}")
+                return line[len(prefix):].strip()
+        raise AssertionError(f"cra serve stopped: {self.stop()}")
+
+    def restart(self) -> None:
+        """Stops the server and starts it again on the same port and data."""
+        self.stop()
+        url = self.start(self.url.split("://", 1)[1])
+        assert url == self.url, (url, self.url)
 
     def stop(self) -> str:
         self.process.terminate()
@@ -83,7 +94,9 @@ class LiveServer:
         return err
 
 
-class WalkThrough(unittest.TestCase):
+class LiveTest(unittest.TestCase):
+    """A fresh server per test, with an agent's client and an operator's."""
+
     def setUp(self) -> None:
         self.dir = tempfile.TemporaryDirectory()
         self.server = LiveServer(pathlib.Path(self.dir.name))
@@ -94,6 +107,8 @@ class WalkThrough(unittest.TestCase):
         self.server.stop()
         self.dir.cleanup()
 
+
+class WalkThrough(LiveTest):
     def test_session_resolve_approval_execute_and_a_chain_that_verifies(self) -> None:
         cra = self.cra
         self.assertEqual(cra.health()["status"], "ok")
@@ -143,6 +158,45 @@ class WalkThrough(unittest.TestCase):
         with self.assertRaises(CraError) as missing:
             self.cra.session("0190a000-0000-7000-8000-00000000dead")
         self.assertEqual(missing.exception.status, 404)
+
+
+class Streams(LiveTest):
+    def test_a_stream_resumes_after_the_server_restarts_with_every_event_once(self) -> None:
+        cra = self.cra
+        sid = cra.open_session("watch me")["session_id"]
+        cra.resolve(sid, "first")
+        received: queue.Queue[dict[str, Any] | BaseException | None] = queue.Queue()
+
+        def read() -> None:
+            try:
+                for event in cra.stream(sid):
+                    received.put(event)
+                received.put(None)
+            except BaseException as failed:  # reported to the test thread
+                received.put(failed)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        seen: list[dict[str, Any]] = []
+
+        def take(count: int) -> None:
+            while len(seen) < count:
+                item = received.get(timeout=20)
+                if isinstance(item, BaseException):
+                    raise item
+                assert item is not None, "the stream ended early"
+                seen.append(item)
+
+        take(len(cra.trace(sid)))
+        self.server.restart()
+        cra.resolve(sid, "second")
+        cra.end_session(sid)
+        chain = cra.trace(sid)
+        take(len(chain))
+        self.assertIsNone(received.get(timeout=20), "the stream ends after session.ended")
+        reader.join(timeout=20)
+        self.assertEqual([e["sequence"] for e in seen], list(range(len(chain))))
+        self.assertEqual(seen, chain)
 
 
 if __name__ == "__main__":

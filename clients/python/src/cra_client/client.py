@@ -14,11 +14,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, cast
 
 from .errors import CraError
 from .models import CreateSession, DecideBody, Health, Json, SessionView
+from .stream import WebSocket, follow, stream_url
 
 #: Every route this client calls, with the query parameters it may send: compared with
 #: ``schemas/openapi.json`` by ``tests/test_openapi.py``.
@@ -33,6 +34,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("GET", "/v1/approvals/{approval_id}"): ("wait",),
     ("POST", "/v1/approvals/{approval_id}"): (),
     ("GET", "/v1/traces/{session_id}"): (),
+    ("GET", "/v1/traces/stream"): ("session_id", "since_seq", "type"),
 }
 
 CARP_VERSION = "1.0"
@@ -230,6 +232,28 @@ class Client:
     def trace(self, session_id: str) -> list[Json]:
         """The session's TRACE chain, in order (``GET /v1/traces/{id}``)."""
         return cast(list[Json], self.request("GET", f"/v1/traces/{_seg(session_id)}"))
+
+
+    def stream(
+        self,
+        session_id: str,
+        *,
+        since_seq: int = 0,
+        event_type: str | None = None,
+        retry_for: float = 30.0,
+    ) -> Iterator[Json]:
+        """The session's events from ``since_seq`` on, then live, each once and in order, until
+        ``session.ended``; a broken connection (a server restart) is resumed where it broke
+        (:func:`cra_client.stream.follow`). ``event_type`` keeps events whose type starts so.
+        """
+
+        def connect(next_seq: int) -> WebSocket:
+            query = {"session_id": session_id, "since_seq": str(next_seq)}
+            if event_type is not None:
+                query["type"] = event_type
+            return WebSocket(stream_url(self.url, query), self.token, self.timeout)
+
+        return follow(connect, since_seq=since_seq, retry_for=retry_for)
 
 
 def _seg(value: str) -> str:

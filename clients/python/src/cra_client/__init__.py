@@ -11,8 +11,17 @@
 True
 """
 
+from .aio import AsyncClient
 from .chain import Finding, event_hash, read_jsonl, verify_chain
 from .client import Client
 from .errors import CraError
 
-__all__ = ["Client", "CraError", "Finding", "event_hash", "read_jsonl", "verify_chain"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "CraError",
+    "Finding",
+    "event_hash",
+    "read_jsonl",
+    "verify_chain",
+]

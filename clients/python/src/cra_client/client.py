@@ -35,6 +35,19 @@ OPERATIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", "/v1/approvals/{approval_id}"): (),
     ("GET", "/v1/traces/{session_id}"): (),
     ("GET", "/v1/traces/stream"): ("session_id", "since_seq", "type"),
+    ("POST", "/v1/projects"): (),
+    ("POST", "/v1/projects/{project_id}/packages"): (),
+    ("GET", "/v1/projects/{project_id}/packages"): ("mode", "limit", "query"),
+    ("GET", "/v1/projects/{project_id}/orient"): ("window_days",),
+    ("POST", "/v1/projects/{project_id}/facts"): (),
+    ("GET", "/v1/projects/{project_id}/facts"): (
+        "subject",
+        "predicate",
+        "as_of",
+        "recorded_as_of",
+        "history",
+    ),
+    ("DELETE", "/v1/projects/{project_id}/facts"): ("subject", "predicate"),
 }
 
 CARP_VERSION = "1.0"
@@ -164,7 +177,7 @@ class Client:
         self.request("DELETE", f"/v1/sessions/{_seg(session_id)}")
 
     def resolve(
-        self, session_id: str, goal: str, *, receipt: bool = False, **task: Any
+        self, /, session_id: str, goal: str, *, receipt: bool = False, **task: Any
     ) -> Json:
         """Asks what may be done for ``goal`` (CARP resolve); ``task`` adds members."""
         body = self.envelope(session_id, "resolve")
@@ -254,6 +267,99 @@ class Client:
             return WebSocket(stream_url(self.url, query), self.token, self.timeout)
 
         return follow(connect, since_seq=since_seq, retry_for=retry_for)
+
+
+    # -- Relay (Agentic Protocol v0.1) -----------------------------------------------------
+
+    def create_project(self, project_id: str, name: str, members: list[Json] | None = None) -> Json:
+        """Creates a Relay project (and its audit chain)."""
+        body: Json = {"project_id": project_id, "name": name}
+        if members is not None:
+            body["members"] = members
+        return cast(Json, self.request("POST", "/v1/projects", body))
+
+    def deposit(
+        self,
+        /,
+        project_id: str,
+        title: str,
+        *,
+        package_type: str = "standard",
+        status: str = "complete",
+        review_type: str = "none",
+        actor_type: str = "agent",
+        session_id: str | None = None,
+        **fields: Any,
+    ) -> Json:
+        """Deposits a context package; the id, version, creation time and creator are filled
+        in (the creator is the client's ``agent_id``). ``fields`` adds §6 members
+        (``handoff_note``, ``decisions_made``, ``open_questions``, ``tags``, ...)."""
+        if self.agent_id is None:
+            raise ValueError("name the depositing actor: Client(agent_id=...)")
+        package: Json = {
+            "package_id": "pkg_" + uuid.UUID(self.ids()).hex,
+            "project_id": project_id,
+            "relay_version": "0.1",
+            "title": title,
+            "status": status,
+            "package_type": package_type,
+            "review_type": review_type,
+            "created_at": self.clock(),
+            "created_by": {"id": self.agent_id, "type": actor_type, "session_id": session_id},
+            **fields,
+        }
+        path = f"/v1/projects/{_seg(project_id)}/packages"
+        return cast(Json, self.request("POST", path, package))
+
+    def pull(
+        self, project_id: str, *, mode: str = "latest", limit: int = 20, query: str | None = None
+    ) -> Json:
+        """Pulls packages, the latest or (``mode="relevant"``) the best for ``query``:
+        ``{"packages": [...], "quarantined": [ids]}``, with ``matches`` when relevant."""
+        params = {"mode": mode, "limit": str(limit)}
+        if query is not None:
+            params["query"] = query
+        path = f"/v1/projects/{_seg(project_id)}/packages"
+        return cast(Json, self.request("GET", path, query=params))
+
+    def orient(self, project_id: str, *, window_days: int | None = None) -> Json:
+        """The project's orientation bundle (recent packages, active facts, open questions)."""
+        params = None if window_days is None else {"window_days": str(window_days)}
+        return cast(Json, self.request("GET", f"/v1/projects/{_seg(project_id)}/orient", query=params))
+
+    def assert_fact(self, /, project_id: str, subject: str, predicate: str, value: Any, **fields: Any) -> Json:
+        """Asserts a temporal fact (it supersedes the current one of its subject and predicate)."""
+        body: Json = {"subject": subject, "predicate": predicate, "value": value, **fields}
+        return cast(Json, self.request("POST", f"/v1/projects/{_seg(project_id)}/facts", body))
+
+    def facts(
+        self,
+        project_id: str,
+        subject: str,
+        predicate: str,
+        *,
+        as_of: str | None = None,
+        recorded_as_of: str | None = None,
+        history: bool = False,
+    ) -> list[Json]:
+        """Facts of ``subject`` and ``predicate``: current, valid at ``as_of``, believed at
+        ``recorded_as_of``, or every row with ``history`` (at most one of the three)."""
+        params = {"subject": subject, "predicate": predicate}
+        if as_of is not None:
+            params["as_of"] = as_of
+        if recorded_as_of is not None:
+            params["recorded_as_of"] = recorded_as_of
+        if history:
+            params["history"] = "true"
+        path = f"/v1/projects/{_seg(project_id)}/facts"
+        return cast(list[Json], self.request("GET", path, query=params))
+
+    def invalidate_fact(self, project_id: str, subject: str, predicate: str) -> int:
+        """Ends the current fact of ``subject`` and ``predicate``; answers how many ended."""
+        params = {"subject": subject, "predicate": predicate}
+        path = f"/v1/projects/{_seg(project_id)}/facts"
+        answer = cast(Json, self.request("DELETE", path, query=params))
+        return int(answer["invalidated"])
 
 
 def _seg(value: str) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal, cast
 
 from .errors import CraError
+from .log import Checkpoint, VerifierKey, open_checkpoint, verify_consistency, verify_inclusion
 from .models import CreateSession, DecideBody, Health, Json, SessionView
 from .stream import WebSocket, follow, stream_url
 
@@ -35,6 +36,11 @@ OPERATIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("POST", "/v1/approvals/{approval_id}"): (),
     ("GET", "/v1/traces/{session_id}"): (),
     ("GET", "/v1/traces/stream"): ("session_id", "since_seq", "type"),
+    ("GET", "/v1/log/key"): (),
+    ("GET", "/v1/log/checkpoint"): (),
+    ("POST", "/v1/log/checkpoint"): (),
+    ("GET", "/v1/log/proof/inclusion"): ("event_hash", "tree_size"),
+    ("GET", "/v1/log/proof/consistency"): ("from", "to"),
     ("POST", "/v1/projects"): (),
     ("POST", "/v1/projects/{project_id}/packages"): (),
     ("GET", "/v1/projects/{project_id}/packages"): ("mode", "limit", "query"),
@@ -128,7 +134,9 @@ class Client:
             raise CraError.from_body(refused.code, parsed) from None
         except (urllib.error.URLError, OSError) as failed:
             raise CraError(0, "unavailable", f"{method} {url}: {failed}") from None
-        return json.loads(raw) if raw else None
+        if not raw:
+            return None
+        return json.loads(raw) if raw[:1] in (b"{", b"[") else raw.decode()
 
     def envelope(self, session_id: str, operation: str) -> Json:
         """The members CARP asks of every request, filled in."""
@@ -268,6 +276,33 @@ class Client:
 
         return follow(connect, since_seq=since_seq, retry_for=retry_for)
 
+
+    # -- the transparency log --------------------------------------------------------------
+
+    def log_key(self) -> VerifierKey:
+        """The log's verifier key as the server names it (pin it out of band to trust it)."""
+        return VerifierKey.parse(cast(str, self.request("GET", "/v1/log/key")))
+
+    def checkpoint(self, key: VerifierKey, *, cut: bool = False) -> Checkpoint:
+        """The latest signed checkpoint (``cut``: one cut now, operators), opened with ``key``."""
+        note = self.request("POST" if cut else "GET", "/v1/log/checkpoint")
+        return open_checkpoint(cast(str, note), key)
+
+    def verify_in_log(self, event: Json, checkpoint: Checkpoint) -> int:
+        """Checks that ``event`` is a leaf of the tree ``checkpoint`` signs; answers its index."""
+        params = {"event_hash": event["event_hash"], "tree_size": str(checkpoint.size)}
+        proof = cast(Json, self.request("GET", "/v1/log/proof/inclusion", query=params))
+        hashes = [bytes.fromhex(h) for h in proof["hashes"]]
+        index = int(proof["leaf_index"])
+        verify_inclusion(bytes.fromhex(event["event_hash"]), index, checkpoint.size, hashes, checkpoint.root)
+        return index
+
+    def verify_extends(self, old: Checkpoint, new: Checkpoint) -> None:
+        """Checks that ``new``'s tree extends ``old``'s (a log never rewrites what it showed)."""
+        params = {"from": str(old.size), "to": str(new.size)}
+        proof = cast(Json, self.request("GET", "/v1/log/proof/consistency", query=params))
+        hashes = [bytes.fromhex(h) for h in proof["hashes"]]
+        verify_consistency(old.size, new.size, old.root, new.root, hashes)
 
     # -- Relay (Agentic Protocol v0.1) -----------------------------------------------------
 

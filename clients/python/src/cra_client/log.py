@@ -30,7 +30,7 @@ class VerifierKey:
     @classmethod
     def parse(cls, text: str) -> VerifierKey:
         try:
-            name, hex_id, encoded = text.strip().split("+")
+            name, hex_id, encoded = text.strip().split("+", 2)
             raw = base64.b64decode(encoded, validate=True)
             key_id = bytes.fromhex(hex_id)
         except ValueError as bad:

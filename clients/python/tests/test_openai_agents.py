@@ -4,6 +4,7 @@ grants; the second run's same call executes; the session's chain records both an
 
 from __future__ import annotations
 
+import threading
 import unittest
 
 from agents import Agent, Runner, set_tracing_disabled
@@ -65,6 +66,35 @@ class OpenAIAgents(LiveTest, unittest.IsolatedAsyncioTestCase):
         self.assertIn("action.pending_approval", types)
         self.assertIn("action.executed", types)
         self.assertIsNone(verify_chain(chain))
+
+
+    async def test_a_waiting_tool_runs_once_an_operator_grants(self) -> None:
+        cra = self.cra
+        sid = cra.open_session("echo once granted")["session_id"]
+        resolution = cra.resolve(sid, "echo once granted")
+        approval_id = resolution["decision"]["approval_id"]
+
+        def grant_when_asked() -> None:
+            # The operator follows the session and grants when the approval is asked for.
+            for event in self.operator.stream(sid, event_type="approval.requested"):
+                self.operator.decide(event["payload"]["approval_id"], "grant")
+                return
+
+        operator = threading.Thread(target=grant_when_asked, daemon=True)
+        operator.start()
+        model = ScriptedModel(
+            [
+                [function_call("example_echo", {"message": "later"}, call_id="call-1")],
+                [assistant_message("done")],
+            ]
+        )
+        tools = governed_tools(cra, sid, resolution, on_pending="wait", wait_seconds=20)
+        agent = Agent(name="echoer", instructions="Echo.", model=model, tools=tools)
+        await Runner.run(agent, "say later")
+        operator.join(timeout=20)
+        [ran] = tool_outputs(model)
+        self.assertIn('"later"', ran)
+        self.assertEqual(self.operator.approval(approval_id)["status"], "granted")
 
 
 if __name__ == "__main__":

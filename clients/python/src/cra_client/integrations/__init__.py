@@ -25,27 +25,36 @@ class GovernedCall:
     session_id: str
     resolution_id: str
     action_id: str
+    approval_id: str | None = None
+    """The resolution's ``decision.approval_id``: a gated call's approval opens under it."""
     on_pending: OnPending = "report"
     wait_seconds: float = 300.0
 
+    @classmethod
+    def of(cls, client: Client, session_id: str, resolution: Json, action_id: str, **options: Any) -> GovernedCall:
+        """The call of ``action_id`` under ``resolution`` (which it must allow)."""
+        offered_action(resolution, action_id)
+        decision = resolution.get("decision") or {}
+        approval_id = decision.get("approval_id")
+        return cls(
+            client,
+            session_id,
+            resolution["resolution_id"],
+            action_id,
+            approval_id if isinstance(approval_id, str) else None,
+            **options,
+        )
+
     def __call__(self, arguments: Json) -> str:
         answer = self.client.execute(self.session_id, self.resolution_id, self.action_id, arguments)
-        if answer.get("status") == "pending_approval" and self.on_pending == "wait":
-            approval_id = _approval_of(answer)
-            if approval_id is not None:
-                decided = self.client.wait_for_decision(approval_id, seconds=self.wait_seconds)
-                if decided.get("status") == "granted":
-                    answer = self.client.execute(
-                        self.session_id, self.resolution_id, self.action_id, arguments
-                    )
+        waiting = answer.get("status") == "pending_approval"
+        if waiting and self.on_pending == "wait" and self.approval_id is not None:
+            decided = self.client.wait_for_decision(self.approval_id, seconds=self.wait_seconds)
+            if decided.get("status") == "granted":
+                answer = self.client.execute(
+                    self.session_id, self.resolution_id, self.action_id, arguments
+                )
         return describe(self.action_id, answer)
-
-
-def _approval_of(answer: Json) -> str | None:
-    error = answer.get("error") or {}
-    details = error.get("details") or {}
-    found = details.get("approval_id") or answer.get("approval_id")
-    return found if isinstance(found, str) else None
 
 
 def describe(action_id: str, answer: Json) -> str:

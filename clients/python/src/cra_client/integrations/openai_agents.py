@@ -30,13 +30,8 @@ def governed_tool(
 ) -> FunctionTool:
     """One allowed action of ``resolution`` as a tool."""
     action = offered_action(resolution, action_id)
-    call = GovernedCall(
-        client,
-        session_id,
-        resolution["resolution_id"],
-        action_id,
-        on_pending=on_pending,
-        wait_seconds=wait_seconds,
+    call = GovernedCall.of(
+        client, session_id, resolution, action_id, on_pending=on_pending, wait_seconds=wait_seconds
     )
 
     async def invoke(_context: RunContextWrapper[Any], arguments: str) -> str:

@@ -1,12 +1,15 @@
 //! CARP/1.0 wire objects (spec §3.2 to §3.5): the request (one shape for `resolve`, `execute` and
 //! `validate`), the resolution, and the execute response.
 //!
-//! Every object keeps members it does not know in `extra` (a `#[serde(flatten)]` map), so a
-//! request or resolution read and written back loses nothing. Shape checking (required members,
+//! Every object keeps members it does not know in `extra` (written back with
+//! `#[serde(flatten)]`), so a request or resolution read and written back loses nothing. The
+//! request's objects are read from a JSON object with `cra_wire::members::Members`, not through
+//! `flatten`, which refuses integers between 2^64 and 2^128 anywhere inside them. Shape checking (required members,
 //! types, `carp_version == "1.0"`) is done before deserialisation by [`crate::validate`], which
 //! reports every bad member with its JSON pointer; these types only carry the data.
 
 use cra_atlas::RiskTier;
+use cra_wire::members::Members;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -40,6 +43,7 @@ impl Operation {
 
 /// Who is asking (§3.2 `requester`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Requester {
     /// The requesting agent; must equal the authenticated actor.
     pub agent_id: String,
@@ -55,6 +59,7 @@ pub struct Requester {
 
 /// What the agent wants to do (§3.2 `task`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Task {
     /// Natural-language intent.
     pub goal: String,
@@ -97,6 +102,7 @@ impl Task {
 
 /// The `execution` member of an execute request (§3.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct Execution {
     /// The resolution that allowed the action.
     pub resolution_id: String,
@@ -113,12 +119,74 @@ pub struct Execution {
     pub extra: Map<String, Value>,
 }
 
+impl TryFrom<Map<String, Value>> for Requester {
+    type Error = serde_json::Error;
+    fn try_from(map: Map<String, Value>) -> Result<Self, Self::Error> {
+        let mut m = Members::new(map);
+        Ok(Requester {
+            agent_id: m.required("agent_id")?,
+            session_id: m.required("session_id")?,
+            parent_session_id: m.optional("parent_session_id")?,
+            extra: m.rest(),
+        })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for Task {
+    type Error = serde_json::Error;
+    fn try_from(map: Map<String, Value>) -> Result<Self, Self::Error> {
+        let mut m = Members::new(map);
+        Ok(Task {
+            goal: m.required("goal")?,
+            risk_tier: m.optional("risk_tier")?,
+            context_hints: m.optional("context_hints")?,
+            required_capabilities: m.optional("required_capabilities")?,
+            extra: m.rest(),
+        })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for Execution {
+    type Error = serde_json::Error;
+    fn try_from(map: Map<String, Value>) -> Result<Self, Self::Error> {
+        let mut m = Members::new(map);
+        Ok(Execution {
+            resolution_id: m.required("resolution_id")?,
+            action_id: m.required("action_id")?,
+            // Absent reads as `{}`; a `null` is kept (the parameter schema judges it).
+            parameters: m.present("parameters").unwrap_or_else(empty_object),
+            idempotency_key: m.optional("idempotency_key")?,
+            extra: m.rest(),
+        })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for CarpRequest {
+    type Error = serde_json::Error;
+    fn try_from(map: Map<String, Value>) -> Result<Self, Self::Error> {
+        let mut m = Members::new(map);
+        Ok(CarpRequest {
+            carp_version: m.required("carp_version")?,
+            request_id: m.required("request_id")?,
+            timestamp: m.required("timestamp")?,
+            operation: m.required("operation")?,
+            requester: m.nested_required("requester")?,
+            task: m.nested("task")?,
+            atlas_ids: m.optional("atlas_ids")?,
+            context: m.object("context")?,
+            execution: m.nested("execution")?,
+            extra: m.rest(),
+        })
+    }
+}
+
 fn empty_object() -> Value {
     Value::Object(Map::new())
 }
 
 /// A CARP request (§3.2, and §3.4 when `operation` is `execute`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
 pub struct CarpRequest {
     /// Always `"1.0"`.
     pub carp_version: String,

@@ -144,7 +144,14 @@ pub fn parse_request(value: &Value) -> Result<CarpRequest, CarpError> {
             errors,
         });
     }
-    serde_json::from_value(value.clone()).map_err(|e| {
+    // Read member by member from the object (not `from_value`, which re-renders numbers).
+    let Value::Object(map) = value.clone() else {
+        return Err(CarpError::new(
+            Token::InvalidRequest,
+            "the request is not a JSON object",
+        ));
+    };
+    CarpRequest::try_from(map).map_err(|e| {
         CarpError::new(
             Token::InvalidRequest,
             format!("the request could not be read: {e}"),

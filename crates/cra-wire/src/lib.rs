@@ -4,7 +4,7 @@
 //! helpers ([`hash`]), identifier generation and validation ([`id`]), the injectable clock and the
 //! wire timestamp form ([`clock`]), a strict JSON parser that refuses duplicate keys and unbounded
 //! nesting ([`json`]), and the one error body every HTTP route and CLI `-o json` answer uses
-//! ([`error`]).
+//! ([`error`]), and [`members`] for structs that keep unknown members (without serde's `flatten`).
 
 pub mod canonical;
 pub mod clock;
@@ -12,6 +12,7 @@ pub mod error;
 pub mod hash;
 pub mod id;
 pub mod json;
+pub mod members;
 
 pub use clock::{Clock, FixedClock, SystemClock};
 pub use error::{ErrorBody, FieldError, Token};

@@ -13,3 +13,4 @@ mod reconstruct;
 mod replay;
 mod store;
 mod table;
+mod wide_numbers;

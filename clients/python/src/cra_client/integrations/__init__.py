@@ -1,7 +1,7 @@
 """Governed tools for agent frameworks: each tool call is a CARP execute under a resolution, so
 cra's policies decide it and its chain records it. The framework-neutral core is
 :class:`GovernedCall`; :mod:`cra_client.integrations.openai_agents` adapts it to the OpenAI
-Agents SDK."""
+Agents SDK and :mod:`cra_client.integrations.langchain` to LangChain."""
 
 from __future__ import annotations
 
@@ -46,15 +46,20 @@ class GovernedCall:
         )
 
     def __call__(self, arguments: Json) -> str:
+        return describe(self.action_id, self.answer(arguments))
+
+    def answer(self, arguments: Json) -> Json:
+        """cra's execute response to the call; in ``wait`` mode, the one after the decision
+        (the call runs once granted, and a rejection reads as cra's refusal of it)."""
         answer = self.client.execute(self.session_id, self.resolution_id, self.action_id, arguments)
         waiting = answer.get("status") == "pending_approval"
         if waiting and self.on_pending == "wait" and self.approval_id is not None:
             decided = self.client.wait_for_decision(self.approval_id, seconds=self.wait_seconds)
-            if decided.get("status") == "granted":
+            if decided.get("status") != "pending":
                 answer = self.client.execute(
                     self.session_id, self.resolution_id, self.action_id, arguments
                 )
-        return describe(self.action_id, answer)
+        return answer
 
 
 def describe(action_id: str, answer: Json) -> str:

@@ -8,7 +8,6 @@ chain records it all and verifies."""
 
 from __future__ import annotations
 
-import threading
 import unittest
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -99,14 +98,7 @@ class LangChain(LiveTest):
         resolution = cra.resolve(sid, "echo once granted")
         approval_id = resolution["decision"]["approval_id"]
 
-        def grant_when_asked() -> None:
-            # The operator follows the session and grants when the approval is asked for.
-            for event in self.operator.stream(sid, event_type="approval.requested"):
-                self.operator.decide(event["payload"]["approval_id"], "grant")
-                return
-
-        operator = threading.Thread(target=grant_when_asked, daemon=True)
-        operator.start()
+        operator = self.decide_when_asked(sid, "grant")
         tools = governed_tools(cra, sid, resolution, on_pending="wait", wait_seconds=20)
         ran = run(script("later"), tools, "say later")
         operator.join(timeout=20)
@@ -122,13 +114,7 @@ class LangChain(LiveTest):
         sid = cra.open_session("echo, then rejected")["session_id"]
         resolution = cra.resolve(sid, "echo, then rejected")
 
-        def reject_when_asked() -> None:
-            for event in self.operator.stream(sid, event_type="approval.requested"):
-                self.operator.decide(event["payload"]["approval_id"], "reject")
-                return
-
-        operator = threading.Thread(target=reject_when_asked, daemon=True)
-        operator.start()
+        operator = self.decide_when_asked(sid, "reject")
         tools = governed_tools(cra, sid, resolution, on_pending="wait", wait_seconds=20)
         refused = run(script("never"), tools, "say never")
         operator.join(timeout=20)

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import unittest
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from cra_client import Client, CraError, verify_chain
 
@@ -106,6 +106,21 @@ class LiveTest(unittest.TestCase):
     def tearDown(self) -> None:
         self.server.stop()
         self.dir.cleanup()
+
+    def decide_when_asked(
+        self, session_id: str, decision: Literal["grant", "reject"]
+    ) -> threading.Thread:
+        """An operator, on a thread already following the session's stream, who decides the
+        first approval asked for (join the thread when the call is done)."""
+
+        def decide() -> None:
+            for event in self.operator.stream(session_id, event_type="approval.requested"):
+                self.operator.decide(event["payload"]["approval_id"], decision)
+                return
+
+        operator = threading.Thread(target=decide, daemon=True)
+        operator.start()
+        return operator
 
 
 class WalkThrough(LiveTest):

@@ -4,7 +4,6 @@ grants; the second run's same call executes; the session's chain records both an
 
 from __future__ import annotations
 
-import threading
 import unittest
 
 from agents import Agent, Runner, set_tracing_disabled
@@ -74,14 +73,7 @@ class OpenAIAgents(LiveTest, unittest.IsolatedAsyncioTestCase):
         resolution = cra.resolve(sid, "echo once granted")
         approval_id = resolution["decision"]["approval_id"]
 
-        def grant_when_asked() -> None:
-            # The operator follows the session and grants when the approval is asked for.
-            for event in self.operator.stream(sid, event_type="approval.requested"):
-                self.operator.decide(event["payload"]["approval_id"], "grant")
-                return
-
-        operator = threading.Thread(target=grant_when_asked, daemon=True)
-        operator.start()
+        operator = self.decide_when_asked(sid, "grant")
         model = ScriptedModel(
             [
                 [function_call("example_echo", {"message": "later"}, call_id="call-1")],

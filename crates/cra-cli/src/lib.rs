@@ -50,6 +50,9 @@ pub enum Command {
     /// Serve a CARP session as MCP tools (stdio): agents act through cra's policies.
     #[command(subcommand)]
     Mcp(cmd::mcp::McpCommand),
+    /// An agent's CARP flow on a running server: open a session, resolve, execute, end.
+    #[command(subcommand)]
+    Session(cmd::session::SessionCommand),
     /// List, show (and wait on), grant and reject approvals on a running server.
     #[command(subcommand)]
     Approvals(cmd::approvals::ApprovalsCommand),
@@ -81,6 +84,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Relay(a) => cmd::relay::run(a),
         Command::Resolve(a) => cmd::resolve::run(a),
         Command::Mcp(c) => cmd::mcp::run(c),
+        Command::Session(c) => cmd::session::run(c),
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Witness(c) => cmd::witness::run(c),
         Command::Log(c) => cmd::log::run(c),

@@ -10,26 +10,11 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use reqwest::blocking::{Client, RequestBuilder};
 use serde_json::{Value, json};
 
-use crate::cmd::client::{DEFAULT_URL, enc, token_or_local};
+use crate::cmd::client::{Failure, ServerArgs, call, enc};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
-
-/// Where the server is and who is asking.
-#[derive(Debug, Clone, Args)]
-pub struct ServerArgs {
-    /// The server (default: $CRA_URL or http://127.0.0.1:8421).
-    #[arg(long, env = "CRA_URL")]
-    pub url: Option<String>,
-    /// Bearer token (default: $CRA_TOKEN, else the admin key of ./cra-data).
-    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
-    pub output: OutputFormat,
-}
 
 /// `cra approvals` subcommands.
 #[derive(Debug, Subcommand)]
@@ -62,15 +47,6 @@ pub struct DecideArgs {
     pub note: Option<String>,
     #[command(flatten)]
     pub server: ServerArgs,
-}
-
-/// Why a call did not give an answer.
-#[derive(Debug)]
-enum Failure {
-    /// Could not ask (exit 1).
-    CouldNotRun(String),
-    /// The server said no (exit 2), with its error body.
-    Refused(Value),
 }
 
 /// Runs one `cra approvals` command on the process's standard output and error.
@@ -159,51 +135,6 @@ fn decide(d: DecideArgs, decision: &str) -> (ServerArgs, Result<Value, Failure>)
             .body(body.to_string())
     });
     (d.server, a)
-}
-
-/// Sends one request built by `build` and reads its JSON answer; a non-2xx answer is a refusal.
-fn call(
-    server: &ServerArgs,
-    build: impl FnOnce(&Client, &str) -> RequestBuilder,
-) -> Result<Value, Failure> {
-    let base = server.url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
-    let base = base.trim_end_matches('/');
-    let token = token_or_local(server.token.clone()).ok_or_else(|| {
-        Failure::CouldNotRun(
-            "no credential: pass --token or set CRA_TOKEN (or run next to a local server's \
-             ./cra-data)"
-                .into(),
-        )
-    })?;
-    // A long poll lasts up to 60 s: the timeout leaves room for it.
-    let client = cra_runtime::tls::blocking_http_client()
-        .timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| Failure::CouldNotRun(format!("cannot build the HTTP client: {e}")))?;
-    let resp = build(&client, base)
-        .bearer_auth(token)
-        .send()
-        .map_err(|e| {
-            Failure::CouldNotRun(format!(
-                "cannot reach the server at {base}: {}; is `cra serve` running there?",
-                cra_runtime::tls::explain(&e)
-            ))
-        })?;
-    let status = resp.status();
-    let bytes = resp
-        .bytes()
-        .map_err(|e| Failure::CouldNotRun(format!("the server's answer broke off: {e}")))?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| {
-        Failure::CouldNotRun(format!(
-            "the server answered {status} with something that is not JSON: {}",
-            String::from_utf8_lossy(&bytes)
-        ))
-    })?;
-    if status.is_success() {
-        Ok(v)
-    } else {
-        Err(Failure::Refused(v))
-    }
 }
 
 fn write_answer(out: &mut dyn Write, v: &Value, output: OutputFormat) -> std::io::Result<()> {

@@ -15,6 +15,7 @@ pub mod mcp;
 pub mod relay;
 pub mod resolve;
 pub mod serve;
+pub mod session;
 pub mod store;
 pub mod tail;
 #[cfg(test)]

@@ -30,10 +30,10 @@ fn cra(server: &Server, args: &[&str]) -> (Exit, String, String) {
 
 /// The refund agent's key, beside the admin's: the admin decides, and nobody decides an
 /// approval they requested (separation of duties).
-const AGENT_TOKEN: &str = "refund-bot-key-000000000";
+pub(crate) const AGENT_TOKEN: &str = "refund-bot-key-000000000";
 
 /// The keys file of `data`: an admin and the refund agent.
-fn write_keys(data: &Path) {
+pub(crate) fn write_keys(data: &Path) {
     std::fs::create_dir_all(data).unwrap();
     let keys = format!(
         "[[keys]]\ntoken = \"admin-key-000000000000\"\nactor_id = \"admin\"\nactor_type = \"human\"\nroles = [\"admin\"]\n\n[[keys]]\ntoken = \"{AGENT_TOKEN}\"\nactor_id = \"refund-bot\"\nactor_type = \"agent\"\nroles = [\"agent\"]\n"

@@ -17,6 +17,7 @@ mod readme;
 mod relay;
 mod replicas;
 mod serve;
+mod session;
 mod trace;
 mod witness;
 

@@ -1,37 +1,77 @@
-//! The README's five-minute first run, extracted and run verbatim: the commands of its first
-//! `sh` block after the heading "A five-minute first run", with the `cra` under test on the
-//! `PATH`, in an empty directory. It must reach an allowed execute and a verified chain, so the
-//! walk-through a new user follows stays true.
+//! The README's five-minute first run, extracted and run verbatim: the commands of its `sh`
+//! block after the heading "A five-minute first run" (with `cra session`), and of the one after
+//! "The same steps over plain HTTP" (with `curl`), each with the `cra` under test on the `PATH`,
+//! in an empty directory. Each must reach an allowed execute and a verified chain, so the
+//! walk-throughs a new user follows stay true.
 
 use std::path::Path;
 use std::process::Command;
 
-/// The first ```` ```sh ```` block after the heading `heading` in `markdown`.
-fn first_sh_block_after<'a>(markdown: &'a str, heading: &str) -> &'a str {
+/// The ```` ```sh ```` block after the heading `heading` in `markdown`, after skipping `skip`
+/// blocks (the install command is for people, not for CI).
+fn sh_block_after<'a>(markdown: &'a str, heading: &str, skip: usize) -> &'a str {
     let from = markdown
         .find(heading)
         .unwrap_or_else(|| panic!("the README has no heading `{heading}`"));
     let rest = &markdown[from..];
-    // The block after the install block: the install command is for people, not for CI.
-    let mut blocks = rest.split("```sh\n").skip(1);
-    let _install = blocks.next().expect("an install block");
-    let walk = blocks.next().expect("the walk-through block");
+    let walk = rest
+        .split("```sh\n")
+        .nth(1 + skip)
+        .expect("the walk-through block");
     &walk[..walk.find("```").expect("the block ends")]
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md")).unwrap()
 }
 
 #[cfg(unix)]
 #[test]
 fn the_readme_first_run_reaches_an_allowed_execute_and_a_verified_chain() {
-    use std::os::unix::process::CommandExt;
+    let readme = readme();
+    let block = sh_block_after(&readme, "## A five-minute first run", 1);
+    assert!(
+        block.contains("cra session execute"),
+        "the block executes an action with cra"
+    );
+    assert!(
+        !block.contains("curl"),
+        "the first run needs nothing but cra"
+    );
+    let (dir, out) = run_walkthrough(block);
+    assert!(out.contains("valid: "), "the chain verified:\n{out}");
+    let executed = std::fs::read_to_string(dir.path().join("executed.txt")).unwrap();
+    let mut lines = executed.lines();
+    assert_eq!(lines.next(), Some("success"));
+    let result: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(result, serde_json::json!({"echo": {"message": "hello"}}));
+}
 
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
-            .unwrap();
-    let block = first_sh_block_after(&readme, "## A five-minute first run");
+#[cfg(unix)]
+#[test]
+fn the_readme_http_walkthrough_reaches_an_allowed_execute_and_a_verified_chain() {
+    let readme = readme();
+    let block = sh_block_after(&readme, "### The same steps over plain HTTP", 0);
     assert!(
         block.contains("/v1/execute"),
-        "the block executes an action"
+        "the block executes an action over HTTP"
     );
+    let (dir, out) = run_walkthrough(block);
+    assert!(out.contains("success"), "the execute succeeded:\n{out}");
+    assert!(out.contains("valid: "), "the chain verified:\n{out}");
+    let executed = std::fs::read_to_string(dir.path().join("executed.json")).unwrap();
+    let executed: serde_json::Value = serde_json::from_str(&executed).unwrap();
+    assert_eq!(
+        executed["result"],
+        serde_json::json!({"echo": {"message": "hello"}})
+    );
+}
+
+/// Runs `block` in bash (`-euo pipefail`) in a fresh directory with the `cra` under test first
+/// on the `PATH`; answers the directory and what the block printed, once it succeeded.
+#[cfg(unix)]
+fn run_walkthrough(block: &str) -> (tempfile::TempDir, String) {
+    use std::os::unix::process::CommandExt;
 
     let dir = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_cra")).parent().unwrap();
@@ -65,12 +105,5 @@ fn the_readme_first_run_reaches_an_allowed_execute_and_a_verified_chain() {
         status.success(),
         "the walk-through failed ({status})\nstdout:\n{out}\nstderr:\n{err}\nserve.log:\n{log}"
     );
-    assert!(out.contains("success"), "the execute succeeded:\n{out}");
-    assert!(out.contains("valid: "), "the chain verified:\n{out}");
-    let executed = std::fs::read_to_string(dir.path().join("executed.json")).unwrap();
-    let executed: serde_json::Value = serde_json::from_str(&executed).unwrap();
-    assert_eq!(
-        executed["result"],
-        serde_json::json!({"echo": {"message": "hello"}})
-    );
+    (dir, out)
 }

@@ -197,7 +197,8 @@ fn bash_completes(line: &str) -> Vec<String> {
 
 #[test]
 fn bash_completes_commands_subcommands_and_flags() {
-    assert_eq!(bash_completes("cra se"), ["serve"]);
+    assert_eq!(bash_completes("cra se"), ["serve", "session"]);
+    assert_eq!(bash_completes("cra ses"), ["session"]);
     let trace = bash_completes("cra trace ");
     assert!(trace.iter().any(|w| w == "verify"), "{trace:?}");
     assert!(
@@ -209,6 +210,72 @@ fn bash_completes_commands_subcommands_and_flags() {
     for shell in ["bash", "zsh", "fish"] {
         assert!(shells.iter().any(|w| w == shell), "{shells:?}");
     }
+}
+
+/// Runs fish's own completion of `line` (`complete -C`) with the generated script and answers
+/// the candidates it offers (without their descriptions).
+fn fish_completes(line: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cra.fish");
+    std::fs::write(&path, script(Shell::Fish)).unwrap();
+    let program = format!("source {}; complete -C '{line}'", path.display());
+    let out = Command::new("fish")
+        .args(["--no-config", "-c", &program])
+        .output()
+        .unwrap_or_else(|e| panic!("this test needs fish on PATH (.ci/install installs it): {e}"));
+    assert!(
+        out.status.success(),
+        "fish: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split('\t').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn fish_completes_commands_subcommands_and_flags() {
+    assert_eq!(fish_completes("cra se"), ["serve", "session"]);
+    assert!(
+        fish_completes("cra session ")
+            .iter()
+            .any(|w| w == "execute")
+    );
+    assert!(fish_completes("cra trace ").iter().any(|w| w == "verify"));
+    assert!(
+        fish_completes("cra serve --ad")
+            .iter()
+            .any(|w| w == "--addr")
+    );
+}
+
+/// zsh's completion cannot be driven without a terminal, so this checks what can be: the
+/// script parses (`zsh -n`), and `compinit` then sourcing it registers `_cra` for `cra`.
+#[test]
+fn the_zsh_script_parses_and_registers_its_completion_function() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("_cra");
+    std::fs::write(&path, script(Shell::Zsh)).unwrap();
+    let zsh = |args: &[&str]| {
+        let out = Command::new("zsh").args(args).output().unwrap_or_else(|e| {
+            panic!("this test needs zsh on PATH (.ci/install installs it): {e}")
+        });
+        assert!(
+            out.status.success(),
+            "zsh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    zsh(&["-n", path.to_str().unwrap()]);
+    let program = format!(
+        "autoload -U compinit; compinit -u -D; source {}; print -r -- $_comps[cra] ${{+functions[_cra]}}",
+        path.display()
+    );
+    assert_eq!(zsh(&["-f", "-c", &program]).trim(), "_cra 1");
 }
 
 #[test]

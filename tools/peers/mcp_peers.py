@@ -182,7 +182,7 @@ def chain_checks(run, chain_file, texts):
 
 
 def export(cra, args, out):
-    subprocess.run([cra, "trace", "export", *args, "-o", str(out)], check=True, capture_output=True)
+    subprocess.run([cra, "trace", "export", *args, "--out", str(out)], check=True, capture_output=True)
 
 
 async def stdio_run(cra, work, era):

@@ -70,7 +70,7 @@ pub enum AtlasCommand {
         /// The atlas directory.
         dir: PathBuf,
         /// The archive to write (default: `<atlas_id>-<version>.atlas.tar.gz`).
-        #[arg(short = 'o', long = "out")]
+        #[arg(long = "out")]
         out: Option<PathBuf>,
     },
     /// Sign an atlas: an SSH signature (Ed25519, namespace cra-atlas) over its digest, which

@@ -52,8 +52,9 @@ pub struct GenerateArgs {
 /// `cra log watch` options.
 #[derive(Debug, Args)]
 pub struct WatchArgs {
-    /// The server's base URL (e.g. http://127.0.0.1:8421).
-    #[arg(long)]
+    /// The server's base URL (e.g. http://127.0.0.1:8421; default: $CRA_URL). No key is
+    /// needed: the log's key, checkpoints, proofs and tiles are public.
+    #[arg(long, env = "CRA_URL")]
     pub url: String,
     /// The state file: the pinned key and the last checkpoint seen (created on first use).
     #[arg(long)]

@@ -40,6 +40,9 @@ pub struct TailArgs {
     /// The server (default: $CRA_URL or http://127.0.0.1:8421).
     #[arg(long, env = "CRA_URL")]
     pub url: Option<String>,
+    /// Bearer token (default: $CRA_TOKEN, else the admin key of ./cra-data).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Stop after this many events (for scripts and tests).
     #[arg(long)]
     pub limit: Option<u64>,
@@ -103,11 +106,11 @@ pub fn run(args: TailArgs) -> Exit {
         .url
         .clone()
         .unwrap_or_else(|| client::DEFAULT_URL.to_owned());
-    let token = match client::token_or_local(std::env::var("CRA_TOKEN").ok()) {
+    let token = match client::token_or_local(args.token.clone()) {
         Some(t) => t,
         None => {
             eprintln!(
-                "cra trace tail: no credentials; set CRA_TOKEN (or run next to a local server's ./cra-data)"
+                "cra trace tail: no credentials; pass --token or set CRA_TOKEN (or run next to a local server's ./cra-data)"
             );
             return Exit::CouldNotRun;
         }
@@ -260,6 +263,7 @@ mod tests {
             agent: None,
             decision: None,
             url: None,
+            token: None,
             limit: None,
             output: OutputFormat::Text,
         };

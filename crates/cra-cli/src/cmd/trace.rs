@@ -89,8 +89,8 @@ pub enum TraceCommand {
     State(crate::cmd::trace_state::StateArgs),
     /// Write stored chains as .trace.jsonl files (verifiable with `cra trace verify`).
     ///
-    /// --session ID writes one chain (to -o FILE or standard output); --all writes one
-    /// <session_id>.trace.jsonl per session into -o DIR. Reads --data DIR (default ./cra-data;
+    /// --session ID writes one chain (to --out FILE or standard output); --all writes one
+    /// <session_id>.trace.jsonl per session into --out DIR. Reads --data DIR (default ./cra-data;
     /// a running server holds it), --postgres URL, or a server (--url / CRA_URL, --session only).
     ///
     /// Exit status: 0 exported, 1 could not run.

@@ -6,9 +6,9 @@
 //! (a running server, `GET /v1/traces/{id}` with `Accept: application/x-ndjson`, bearer token
 //! from `--token` / `CRA_TOKEN` or the local admin key), else `./cra-data`.
 //!
-//! * `--session ID`: one chain, to `-o FILE` or standard output.
+//! * `--session ID`: one chain, to `--out FILE` or standard output.
 //! * `--all`: every session with a chain, one `<session_id>.trace.jsonl` per session in the
-//!   directory `-o DIR` (created if needed). From a server, "every" means every chain
+//!   directory `--out DIR` (created if needed). From a server, "every" means every chain
 //!   `GET /v1/traces` lists for the caller (its own sessions; all of them for an auditor).
 //!   A chain that cannot be read (a stored event that no longer parses) does not stop the
 //!   others: each such session is named on standard error (and under `unreadable` with
@@ -41,12 +41,12 @@ pub struct ExportArgs {
     /// The session to export.
     #[arg(long, conflicts_with = "all", required_unless_present = "all")]
     pub session: Option<String>,
-    /// Export every session, one file each, into the directory given with -o (a chain that
+    /// Export every session, one file each, into the directory given with --out (a chain that
     /// cannot be read is listed on standard error and the others are exported; exit 2).
     #[arg(long)]
     pub all: bool,
     /// Where to write: a file for --session (default: standard output), a directory for --all.
-    #[arg(short = 'o', long = "out")]
+    #[arg(long = "out")]
     pub out: Option<PathBuf>,
     /// The store to read (--data DIR or --postgres URL).
     #[command(flatten)]
@@ -60,12 +60,12 @@ pub struct ExportArgs {
     /// Progress on standard error: auto shows it when standard error is a terminal.
     #[arg(long, value_enum, default_value_t = Progress::Auto)]
     pub progress: Progress,
-    /// Print a JSON summary (sessions, events, files) on standard output; needs -o.
+    /// Print a JSON summary (sessions, events, files) on standard output; needs --out.
     #[arg(long)]
     pub json: bool,
     /// Also write `<file>.tlog-proof` beside each chain: a C2SP tlog-proof@v1 that the chain's
     /// head is in a signed checkpoint of the transparency log (`cra trace verify FILE
-    /// --checkpoint FILE.tlog-proof --log-key KEY` checks it offline). Needs -o. From a server
+    /// --checkpoint FILE.tlog-proof --log-key KEY` checks it offline). Needs --out. From a server
     /// (--url) a checkpoint is cut when none covers the head yet; from a stopped store (--data,
     /// --postgres) its latest published checkpoint must already cover it.
     #[arg(long)]
@@ -226,7 +226,7 @@ pub fn export_from_store(
         let Some(dir) = &args.out else {
             return Err(Failure::new(
                 Token::InvalidRequest,
-                "--all writes one file per session: give the directory with -o DIR",
+                "--all writes one file per session: give the directory with --out DIR",
             ));
         };
         std::fs::create_dir_all(dir).map_err(|e| {
@@ -291,7 +291,7 @@ pub fn export_from_server(
         let Some(dir) = &args.out else {
             return Err(Failure::new(
                 Token::InvalidRequest,
-                "--all writes one file per session: give the directory with -o DIR",
+                "--all writes one file per session: give the directory with --out DIR",
             ));
         };
         let sessions = listed_sessions(&client, base, token)?;
@@ -561,14 +561,14 @@ pub fn export(
     if args.json && args.out.as_ref().is_none_or(|p| p.as_os_str() == "-") {
         return Failure::new(
             Token::InvalidRequest,
-            "--json prints a summary on standard output, so the trace needs a file: give -o",
+            "--json prints a summary on standard output, so the trace needs a file: give --out",
         )
         .report(CMD, fmt, out, err);
     }
     if args.with_proofs && args.out.as_ref().is_none_or(|p| p.as_os_str() == "-") {
         return Failure::new(
             Token::InvalidRequest,
-            "--with-proofs writes each proof as a file beside its chain: give -o",
+            "--with-proofs writes each proof as a file beside its chain: give --out",
         )
         .report(CMD, fmt, out, err);
     }

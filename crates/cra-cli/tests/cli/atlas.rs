@@ -279,9 +279,9 @@ fn pack_is_deterministic_and_archive_and_directory_share_the_digest() {
     let dir = fixtures().join("valid/base");
     let a = tmp.path().join("a.atlas.tar.gz");
     let b = tmp.path().join("b.atlas.tar.gz");
-    let (code, out_a, err) = cra(&["atlas", "pack", s(&dir), "-o", s(&a)]);
+    let (code, out_a, err) = cra(&["atlas", "pack", s(&dir), "--out", s(&a)]);
     assert_eq!(code, 0, "{err}");
-    let (_, out_b, _) = cra(&["atlas", "pack", s(&dir), "-o", s(&b)]);
+    let (_, out_b, _) = cra(&["atlas", "pack", s(&dir), "--out", s(&b)]);
     let bytes = std::fs::read(&a).unwrap();
     assert_eq!(bytes, std::fs::read(&b).unwrap());
     let sha = cra_wire::hash::sha256_hex(&bytes);
@@ -516,7 +516,7 @@ fn sign_and_verify_through_the_binary() {
 
     // Packing keeps the digest, so the signature goes beside the archive and holds there.
     let archive = tmp.path().join("signed.atlas.tar.gz");
-    let (code, out, err) = cra(&["atlas", "pack", s(&atlas), "-o", s(&archive)]);
+    let (code, out, err) = cra(&["atlas", "pack", s(&atlas), "--out", s(&archive)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("signature "), "{out}");
     let (code, _, err) = cra(&["atlas", "verify", s(&archive), "--trusted-key", s(&public)]);

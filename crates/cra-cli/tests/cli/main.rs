@@ -9,6 +9,7 @@
 mod approvals;
 mod atlas;
 mod atlas_differential;
+mod conventions;
 mod log;
 mod mcp;
 mod mcp_http;

@@ -237,7 +237,7 @@ fn a_live_session_exports_reconstructs_and_replays() {
         &live.base,
         "--token",
         OPERATOR,
-        "-o",
+        "--out",
         s(&http_file),
     ]);
     assert_eq!(exit, Exit::Success, "{err}");
@@ -250,7 +250,7 @@ fn a_live_session_exports_reconstructs_and_replays() {
         &live.base,
         "--token",
         OPERATOR,
-        "-o",
+        "--out",
         s(&http_all),
         "--json",
     ]);
@@ -301,7 +301,7 @@ fn a_live_session_exports_reconstructs_and_replays() {
         "--all",
         "--data",
         s(&live.data),
-        "-o",
+        "--out",
         s(&all),
         "--json",
     ]);
@@ -478,7 +478,7 @@ fn a_postgres_session_reconstructs_equal() {
         &url,
         "--postgres-schema",
         schema.name(),
-        "-o",
+        "--out",
         s(&all),
     ]);
     assert_eq!(exit, Exit::Success, "{err}");
@@ -555,7 +555,7 @@ fn refusals_exit_1_with_an_error_body() {
         "--data",
         s(dir.path()),
         "--json",
-        "-o",
+        "--out",
         s(&missing),
     ]);
     assert_eq!(exit, Exit::CouldNotRun);
@@ -568,14 +568,14 @@ fn refusals_exit_1_with_an_error_body() {
     assert!(err.contains("no session nope"), "{err}");
     let (exit, _, err) = cli(&["export", "--all", "--data", s(&store_dir)]);
     assert_eq!(exit, Exit::CouldNotRun);
-    assert!(err.contains("-o DIR"), "{err}");
+    assert!(err.contains("--out DIR"), "{err}");
     // An empty store exports nothing, successfully.
     let (exit, out, _) = cli(&[
         "export",
         "--all",
         "--data",
         s(&store_dir),
-        "-o",
+        "--out",
         s(&dir.path().join("none")),
         "--json",
     ]);
@@ -689,7 +689,7 @@ fn retention_lists_then_removes_an_ended_session_and_records_it() {
         audit,
         "--data",
         s(&data),
-        "-o",
+        "--out",
         s(&file),
     ]);
     assert_eq!(exit, Exit::Success, "{err}");
@@ -802,7 +802,7 @@ fn export_and_replay(live: &Live, session: &str, atlas: &Path) -> (PathBuf, Exit
         session,
         "--data",
         s(&live.data),
-        "-o",
+        "--out",
         s(&file),
     ]);
     assert_eq!(exit, Exit::Success, "{err}");
@@ -1007,7 +1007,7 @@ fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
         &live.base,
         "--token",
         OPERATOR,
-        "-o",
+        "--out",
         s(&file),
         "--with-proofs",
     ]);
@@ -1094,7 +1094,7 @@ fn an_exported_chain_s_head_is_proved_in_the_log_offline() {
             &facts.session,
             "--data",
             &data,
-            "-o",
+            "--out",
             s(file),
             "--with-proofs",
         ])
@@ -1122,7 +1122,7 @@ fn a_stored_chain_newer_than_the_last_checkpoint_gets_no_proof_offline() {
         &facts.session,
         "--data",
         &data,
-        "-o",
+        "--out",
         s(&file),
         "--with-proofs",
     ]);
@@ -1161,7 +1161,7 @@ fn export_all_exports_every_readable_chain_and_lists_the_unreadable_one() {
     assert_eq!(poisoned, 1);
     let all = live.dir.path().join("all");
     let flags = ["--postgres", &url, "--postgres-schema", schema.name()];
-    let mut args = vec!["export", "--all", "--json", "-o", s(&all)];
+    let mut args = vec!["export", "--all", "--json", "--out", s(&all)];
     args.extend(flags);
     let (exit, out, err) = cli(&args);
     assert_eq!(exit, Exit::Negative, "{out}{err}");
@@ -1185,7 +1185,7 @@ fn export_all_exports_every_readable_chain_and_lists_the_unreadable_one() {
     assert!(!all.join(file_name(&facts.session)).exists());
     // The session alone: its readable prefix (event 0), and where it broke.
     let prefix = live.dir.path().join("prefix.trace.jsonl");
-    let mut args = vec!["export", "--session", &facts.session, "-o", s(&prefix)];
+    let mut args = vec!["export", "--session", &facts.session, "--out", s(&prefix)];
     args.extend(flags);
     let (exit, out, err) = cli(&args);
     assert_eq!(exit, Exit::Negative, "{out}{err}");
@@ -1234,7 +1234,7 @@ fn readers_over_http_yield_the_readable_prefix(live: &mut Live, session: &str, p
         &live.base,
         "--token",
         OPERATOR,
-        "-o",
+        "--out",
         s(&over_http),
     ]);
     assert_eq!(exit, Exit::Negative, "{out}{err}");
@@ -1254,7 +1254,7 @@ fn readers_over_http_yield_the_readable_prefix(live: &mut Live, session: &str, p
         &live.base,
         "--token",
         OPERATOR,
-        "-o",
+        "--out",
         s(&all),
         "--json",
     ]);

@@ -389,6 +389,16 @@ pub fn server_chains(base: &str, token: &str) -> Result<Vec<(String, Vec<u8>)>, 
         .collect()
 }
 
+/// One session's whole chain from the server at `base`, as JSON Lines: what `cra trace state
+/// --session` rebuilds. A chain the server could not read to its end is refused.
+pub fn server_chain(base: &str, id: &str, token: &str) -> Result<Vec<u8>, Failure> {
+    let client = http_client()?;
+    match fetch_chain(&client, base.trim_end_matches('/'), id, token)? {
+        (body, None) => Ok(body),
+        (_, Some(why)) => Err(why),
+    }
+}
+
 fn http_client() -> Result<reqwest::blocking::Client, Failure> {
     cra_runtime::tls::blocking_http_client()
         .timeout(Duration::from_secs(300))

@@ -1,5 +1,6 @@
-//! `cra trace state FILE [--data DIR | --postgres URL]`: rebuild a session's CARP state from its
-//! trace alone (spec §4.5, state reconstruction; [`cra_carp::reconstruct`]) and, when a store is
+//! `cra trace state FILE [--data DIR | --postgres URL]` (or `--session ID` to read the chain
+//! from a running server, `--url`/`--token`): rebuild a session's CARP state from its trace
+//! alone (spec §4.5, state reconstruction; [`cra_carp::reconstruct`]) and, when a store is
 //! named, compare it with what the store holds for that session.
 //!
 //! Exit codes: 0 the chain verifies and (when a store is named) the store holds the same state;
@@ -14,6 +15,8 @@ use cra_trace::{Finding, VerifyOptions, verify_events_with};
 use cra_wire::Token;
 use serde_json::{Value, json};
 
+use crate::cmd::client::{DEFAULT_URL, token_or_local};
+use crate::cmd::trace_export::server_chain;
 use crate::cmd::trace_io::{Failure, StoreArgs, input_name, read_events};
 use crate::exit::Exit;
 use crate::output::OutputFormat;
@@ -22,7 +25,17 @@ use crate::output::OutputFormat;
 #[derive(Debug, Clone, Args)]
 pub struct StateArgs {
     /// The session's trace; `-` or nothing reads standard input.
+    #[arg(conflicts_with = "session")]
     pub file: Option<PathBuf>,
+    /// Read this session's chain from a running server instead (`--url`, `--token`).
+    #[arg(long)]
+    pub session: Option<String>,
+    /// The server, with --session (default: $CRA_URL or http://127.0.0.1:8421).
+    #[arg(long, env = "CRA_URL")]
+    pub url: Option<String>,
+    /// Bearer token, with --session (default: $CRA_TOKEN, else the admin key of ./cra-data).
+    #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Where the stored state lives (optional: without it the state is only printed).
     #[command(flatten)]
     pub store: StoreArgs,
@@ -75,7 +88,10 @@ pub fn run_state(
         }
     };
     Ok(StateReport {
-        name: input_name(args.file.as_deref()),
+        name: match &args.session {
+            Some(id) => format!("session {id} at the server"),
+            None => input_name(args.file.as_deref()),
+        },
         events: events.len(),
         findings: verify.findings,
         state,
@@ -86,7 +102,11 @@ pub fn run_state(
 /// `cra trace state` as a library function.
 pub fn state(args: &StateArgs, stdin: impl Read, out: &mut dyn Write, err: &mut dyn Write) -> Exit {
     const CMD: &str = "cra trace state";
-    let events = match read_events(args.file.as_deref(), stdin) {
+    let events = match &args.session {
+        Some(id) => events_from_server(args, id),
+        None => read_events(args.file.as_deref(), stdin),
+    };
+    let events = match events {
         Ok(e) => e,
         Err(f) => return f.report(CMD, args.output, out, err),
     };
@@ -107,6 +127,20 @@ pub fn state(args: &StateArgs, stdin: impl Read, out: &mut dyn Write, err: &mut 
     } else {
         Exit::Negative
     }
+}
+
+/// The chain of session `id` from the server `--url` names.
+fn events_from_server(args: &StateArgs, id: &str) -> Result<Vec<cra_trace::TraceEvent>, Failure> {
+    let base = args.url.clone().unwrap_or_else(|| DEFAULT_URL.to_owned());
+    let token = token_or_local(args.token.clone()).ok_or_else(|| {
+        Failure::new(
+            Token::Unauthenticated,
+            "no credential: pass --token or set CRA_TOKEN (or run next to a local server's ./cra-data)",
+        )
+    })?;
+    let lines = server_chain(&base, id, &token)?;
+    cra_trace::diff::parse_events(&lines)
+        .map_err(|e| Failure::new(Token::InvalidRequest, format!("session {id}: {e}")))
 }
 
 /// The `-o json` document.

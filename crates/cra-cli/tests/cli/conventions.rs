@@ -77,6 +77,8 @@ fn a_command_that_talks_to_a_server_takes_url_and_token_from_flags_or_the_enviro
         );
     }
     for expected in [
+        "cra trace state",
+        "cra session open",
         "cra session execute",
         "cra approvals grant",
         "cra trace export",

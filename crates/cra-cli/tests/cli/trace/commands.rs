@@ -260,6 +260,36 @@ fn a_live_session_exports_reconstructs_and_replays() {
         std::fs::read(http_all.join(file_name(&sid))).unwrap(),
         std::fs::read(&http_file).unwrap()
     );
+    // `trace state` reads the chain from the server too, and rebuilds the state the exported
+    // file does.
+    let state = [
+        "state", "-o", "json", "--url", &live.base, "--token", OPERATOR,
+    ];
+    let (exit, out, err) = cli(&[&state[..], &["--session", &sid]].concat());
+    assert_eq!(exit, Exit::Success, "{out}{err}");
+    let (_, from_file, _) = cli(&["state", "-o", "json", s(&http_file)]);
+    let (server, file) = (json(&out), json(&from_file));
+    assert_eq!(
+        (&server["ok"], &server["chain"]["valid"]),
+        (&serde_json::json!(true), &serde_json::json!(true))
+    );
+    assert_eq!(server["state"], file["state"]);
+    assert!(
+        !server["state"]["resolutions"]
+            .as_object()
+            .unwrap()
+            .is_empty()
+    );
+    let (exit, out, _) = cli(&[
+        &state[..],
+        &["--session", "0190a000-0000-7000-8000-00000000dead"],
+    ]
+    .concat());
+    assert_eq!(
+        (exit, json(&out)["error"].as_str()),
+        (Exit::CouldNotRun, Some("session_not_found")),
+        "{out}"
+    );
     let (exit, _, err) = cli(&["export", "--session", &sid, "--data", s(&live.data)]);
     assert_eq!(exit, Exit::CouldNotRun, "the server holds the directory");
     assert!(err.contains("in use"), "{err}");

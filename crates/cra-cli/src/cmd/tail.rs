@@ -1,6 +1,10 @@
-//! `cra trace tail`: the operator's live view of TRACE events over the runtime's WebSocket stream.
-//! It resumes by itself: when the connection drops or the server closes it as too slow, it
-//! reconnects with `since_seq` one past the last event printed, so nothing is missed or repeated.
+//! `cra trace tail`: the operator's live view of TRACE events over the runtime's WebSocket stream,
+//! one readable line per event (time, session and sequence, type, and the action, decision,
+//! deciding policy and approval the payload names). It resumes by itself: when the connection
+//! drops or the server closes it as too slow, it reconnects with `since_seq` one past the last
+//! event printed, so nothing is missed or repeated, backing off from 100 ms to 2 s; after
+//! `--retry-for` seconds without a connection it gives up (exit 1) saying why. A session's
+//! stream ends, exit 0, when the server closes it normally after `session.ended`.
 //!
 //! Exposed as [`run`] with [`TailArgs`] so the `cra trace` command group can mount it.
 
@@ -43,6 +47,9 @@ pub struct TailArgs {
     /// Bearer token (default: $CRA_TOKEN, else the admin key of ./cra-data).
     #[arg(long, env = "CRA_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Give up after this many seconds of failed connection attempts in a row.
+    #[arg(long, default_value_t = 30)]
+    pub retry_for: u64,
     /// Stop after this many events (for scripts and tests).
     #[arg(long)]
     pub limit: Option<u64>,
@@ -131,9 +138,11 @@ pub fn run(args: TailArgs) -> Exit {
 async fn tail_loop(base: String, token: String, args: TailArgs) -> Exit {
     let mut next = args.since_seq;
     let mut printed = 0u64;
-    let mut failures = 0u32;
+    let mut failing_since: Option<std::time::Instant> = None;
+    let mut backoff = Duration::from_millis(100);
     loop {
         let url = stream_url(&base, &args, next);
+        let before = printed;
         match connect_once(&url, &token, &args, &mut next, &mut printed).await {
             Ended::Done => return Exit::Success,
             Ended::Fatal(why) => {
@@ -141,14 +150,25 @@ async fn tail_loop(base: String, token: String, args: TailArgs) -> Exit {
                 return Exit::CouldNotRun;
             }
             Ended::Reconnect(why) => {
-                failures += 1;
-                if failures > 30 {
-                    eprintln!("cra trace tail: giving up after 30 attempts: {why}");
+                if printed > before {
+                    // The connection delivered: a new outage starts its own count.
+                    failing_since = None;
+                    backoff = Duration::from_millis(100);
+                }
+                let since = *failing_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= Duration::from_secs(args.retry_for) {
+                    eprintln!(
+                        "cra trace tail: giving up after {} s without a connection: {why}; is `cra serve` running at {base}?",
+                        args.retry_for
+                    );
                     return Exit::CouldNotRun;
                 }
-                eprintln!("cra trace tail: {why}; resuming");
-                let backoff = Duration::from_millis(100 * u64::from(failures.min(20)));
+                eprintln!(
+                    "cra trace tail: {why}; retrying in {} ms",
+                    backoff.as_millis()
+                );
                 tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
             }
         }
     }
@@ -209,6 +229,11 @@ async fn connect_once(
                     return Ended::Done;
                 }
             }
+            Ok(Message::Close(Some(frame)))
+                if args.session.is_some() && u16::from(frame.code) == 1000 =>
+            {
+                return Ended::Done; // after `session.ended`: the stream is complete
+            }
             Ok(Message::Close(frame)) => {
                 let why = frame
                     .map(|f| format!("closed by the server ({}: {})", u16::from(f.code), f.reason))
@@ -225,33 +250,83 @@ async fn connect_once(
 fn print_event(event: &Value, raw: &str, output: OutputFormat) {
     match output {
         OutputFormat::Json => println!("{raw}"),
-        OutputFormat::Text => {
-            let s = |k: &str| {
-                event
-                    .get(k)
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_owned()
-            };
-            let seq = event
-                .get("sequence")
-                .and_then(Value::as_u64)
-                .map(|n| n.to_string())
-                .unwrap_or_else(|| "-".into());
-            println!(
-                "{} {}#{} {}",
-                s("timestamp"),
-                s("session_id"),
-                seq,
-                s("event_type")
-            );
+        OutputFormat::Text => println!("{}", line(event)),
+    }
+}
+
+/// One event for people: time, `session#sequence`, type, then what its payload says of the
+/// action, the decision, the deciding policy and the approval, when it says it.
+pub fn line(event: &Value) -> String {
+    let s = |k: &str| event[k].as_str().unwrap_or("-").to_owned();
+    let seq = event["sequence"]
+        .as_u64()
+        .map_or_else(|| "-".into(), |n| n.to_string());
+    let mut out = format!(
+        "{} {}#{} {}",
+        s("timestamp"),
+        s("session_id"),
+        seq,
+        s("event_type")
+    );
+    let payload = &event["payload"];
+    let text = |k: &str| payload[k].as_str().map(str::to_owned);
+    let action = text("action_id").or_else(|| {
+        let list: Vec<&str> = payload["actions"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        (!list.is_empty()).then(|| list.join(","))
+    });
+    // `decision` is a string on action events; a resolution says `decision_type`; a policy
+    // evaluation its `result`; an execution its `status`.
+    let decision = text("decision")
+        .or_else(|| text("decision_type"))
+        .or_else(|| text("result"))
+        .or_else(|| text("status"));
+    for (name, value) in [
+        ("action", action),
+        ("decision", decision),
+        ("policy", text("policy_id")),
+        ("approval", text("approval_id")),
+    ] {
+        if let Some(v) = value {
+            out.push_str(&format!(" {name}={v}"));
         }
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_line_names_the_action_decision_policy_and_approval() {
+        let denied = json!({"timestamp": "t", "session_id": "s", "sequence": 7,
+            "event_type": "action.denied", "payload": {"action_id": "branch.delete",
+            "decision": "deny", "policy_id": "deny-protected-branches", "reason": "no"}});
+        assert_eq!(
+            line(&denied),
+            "t s#7 action.denied action=branch.delete decision=deny policy=deny-protected-branches"
+        );
+        let asked = json!({"timestamp": "t", "session_id": "s", "sequence": 3,
+            "event_type": "approval.requested",
+            "payload": {"approval_id": "a1", "actions": ["refund.issue", "x.y"]}});
+        assert_eq!(
+            line(&asked),
+            "t s#3 approval.requested action=refund.issue,x.y approval=a1"
+        );
+        let resolved = json!({"timestamp": "t", "session_id": "s", "sequence": 2,
+            "event_type": "carp.resolution.completed",
+            "payload": {"decision": {"type": "allow"}, "decision_type": "allow"}});
+        assert_eq!(
+            line(&resolved),
+            "t s#2 carp.resolution.completed decision=allow"
+        );
+        assert_eq!(line(&json!({})), "- -#- -");
+    }
 
     #[test]
     fn urls_carry_the_resume_point_and_filters() {
@@ -264,6 +339,7 @@ mod tests {
             decision: None,
             url: None,
             token: None,
+            retry_for: 30,
             limit: None,
             output: OutputFormat::Text,
         };

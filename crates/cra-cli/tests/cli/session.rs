@@ -2,7 +2,8 @@
 //! request written by hand: open, show, resolve with intended parameters (an approval is
 //! needed), execute (pending, exit 4), an operator grants, execute again (success, exit 0), a
 //! denied call (exit 2 with cra's token), bad parameters refused before anything is sent
-//! (exit 1), another agent's name refused by the server, and end; then the chain verifies.
+//! (exit 1), another agent's name refused by the server, and end; then the chain verifies and
+//! an operator's `cra trace tail` prints it, a readable line an event.
 
 use std::path::Path;
 
@@ -180,4 +181,69 @@ fn an_agent_opens_resolves_waits_for_approval_executes_and_ends_from_the_command
     );
     let report = cra_trace::verify_events_with(&chain, &cra_trace::VerifyOptions::default());
     assert!(report.findings.is_empty(), "{:?}", report.findings);
+
+    // An operator's `cra trace tail` of the ended session: every event, one readable line
+    // each, then exit 0 when the server closes the stream after `session.ended`.
+    let tail = std::process::Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args([
+            "trace",
+            "tail",
+            "--session",
+            &sid,
+            "--url",
+            &server.url,
+            "--token",
+            &admin,
+        ])
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(tail.stdout).unwrap();
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    assert_eq!(printed.lines().count(), chain.len(), "{printed}");
+    assert!(
+        printed.contains(
+            " action.denied action=branch.delete decision=deny policy=deny-protected-branches"
+        ),
+        "{printed}"
+    );
+    assert!(
+        printed
+            .lines()
+            .last()
+            .unwrap()
+            .contains(&format!("{sid}#{} session.ended", chain.len() - 1))
+    );
+}
+
+/// `cra trace tail` against a server that is not there backs off, then gives up saying so.
+#[test]
+fn tail_gives_up_on_an_unreachable_server_with_a_clear_error() {
+    let tail = std::process::Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args([
+            "trace",
+            "tail",
+            "--session",
+            "s",
+            "--url",
+            "http://127.0.0.1:9",
+            "--token",
+            "t",
+        ])
+        .args(["--retry-for", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8(tail.stderr).unwrap();
+    assert_eq!(tail.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("giving up after 1 s without a connection"),
+        "{err}"
+    );
+    assert!(
+        err.contains("is `cra serve` running at http://127.0.0.1:9?"),
+        "{err}"
+    );
 }

@@ -306,3 +306,47 @@ mod tests {
         assert_eq!(w.to_string(), "a.json: warning[x] at (document): m");
     }
 }
+
+/// The candidate an author most likely meant by `written` (a misspelt key or id), if one is
+/// close: one edit away, or two for names of ten characters or more, the nearest first (ties:
+/// the first candidate). Used to end a message with "did you mean `...`?".
+pub fn did_you_mean<'a>(
+    written: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .filter(|c| *c != written)
+        .map(|c| (strsim::levenshtein(written, c), c))
+        .filter(|(d, c)| *d <= (written.chars().count().max(c.chars().count()) / 5).clamp(1, 2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// `"; did you mean `x`?"` when a candidate is close to `written`, else nothing.
+pub fn suggestion<'a>(written: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    did_you_mean(written, candidates).map_or_else(String::new, |c| format!("; did you mean `{c}`?"))
+}
+
+#[cfg(test)]
+mod suggestion_tests {
+    use super::*;
+
+    #[test]
+    fn a_close_candidate_is_suggested_and_a_far_one_is_not() {
+        let keys = ["policies", "actions", "capabilities"];
+        assert_eq!(did_you_mean("polices", keys), Some("policies"));
+        assert_eq!(did_you_mean("actons", keys), Some("actions"));
+        assert_eq!(did_you_mean("reason", keys), None);
+        assert_eq!(did_you_mean("note.lst", ["note.get"]), None);
+        assert_eq!(
+            did_you_mean("note.remov", ["note.list", "note.remove"]),
+            Some("note.remove")
+        );
+        assert_eq!(
+            did_you_mean("risk_tiers", ["risk_tier", "priority"]),
+            Some("risk_tier")
+        );
+        assert_eq!(suggestion("polices", keys), "; did you mean `policies`?");
+    }
+}

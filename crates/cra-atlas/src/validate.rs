@@ -215,11 +215,13 @@ fn schema_check(
     for err in validator.iter_errors(value) {
         let mut pointer = format!("{prefix}{}", err.instance_path().as_str());
         // An unexpected member is reported at the member itself, not at its object.
+        let mut hint = String::new();
         if let jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } =
             err.kind()
             && let [only] = unexpected.as_slice()
         {
             pointer = push_pointer(&pointer, only);
+            hint = crate::diag::suggestion(only, schema_keys().iter().map(String::as_str));
         }
         // A missing member is reported where it belongs, so the author sees which field to add.
         if let jsonschema::error::ValidationErrorKind::Required { property } = err.kind()
@@ -228,7 +230,7 @@ fn schema_check(
             pointer = push_pointer(&pointer, name);
         }
         let last = pointer.rsplit('/').next().unwrap_or("");
-        let (code, hint) = match (err.kind().keyword(), last) {
+        let (code, pattern_hint) = match (err.kind().keyword(), last) {
             ("pattern", "atlas_id") => (
                 "invalid_id",
                 " (an atlas id is reverse-domain notation matching ^[a-z][a-z0-9]*(\\.[a-z][a-z0-9-]*)+$, e.g. com.example.support)",
@@ -251,9 +253,36 @@ fn schema_check(
             code,
             file,
             pointer,
-            format!("{err}{hint}"),
+            format!("{err}{pattern_hint}{hint}"),
         ));
     }
+}
+
+/// Every member name the embedded atlas schemas define (`properties` at any depth): what an
+/// unexpected member is compared with for a did-you-mean.
+fn schema_keys() -> &'static [String] {
+    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        fn collect(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+            match v {
+                Value::Object(map) => {
+                    if let Some(Value::Object(props)) = map.get("properties") {
+                        out.extend(props.keys().cloned());
+                    }
+                    map.values().for_each(|x| collect(x, out));
+                }
+                Value::Array(items) => items.iter().for_each(|x| collect(x, out)),
+                _ => {}
+            }
+        }
+        let mut keys = std::collections::BTreeSet::new();
+        for text in [MANIFEST_SCHEMA, POLICY_SCHEMA, ACTION_SCHEMA] {
+            if let Ok(v) = serde_json::from_str::<Value>(text) {
+                collect(&v, &mut keys);
+            }
+        }
+        keys.into_iter().collect()
+    })
 }
 
 /// Collects the policy (or action) objects held by one folder file.
@@ -473,7 +502,8 @@ fn conditions_checks(
                     format!("{pointer}/capabilities/{i}"),
                     format!(
                         "no capability `{cap}` is declared in this atlas: this condition holds only \
-                         for tasks naming a capability of another atlas"
+                         for tasks naming a capability of another atlas{}",
+                        crate::diag::suggestion(cap, capability_ids.iter().copied())
                     ),
                 ));
             }
@@ -578,8 +608,9 @@ fn semantic(
                     m,
                     format!("/capabilities/{i}/actions/{j}"),
                     format!(
-                        "capability `{}` names action `{a}`, which this atlas does not define",
-                        c.capability_id
+                        "capability `{}` names action `{a}`, which this atlas does not define{}",
+                        c.capability_id,
+                        crate::diag::suggestion(a, action_ids.iter().copied())
                     ),
                 ));
             }
@@ -604,8 +635,9 @@ fn semantic(
                         &o.file,
                         pointer,
                         format!(
-                            "policy `{}` names action `{pat}`, which this atlas does not define",
-                            p.policy_id
+                            "policy `{}` names action `{pat}`, which this atlas does not define{}",
+                            p.policy_id,
+                            crate::diag::suggestion(pat, action_ids.iter().copied())
                         ),
                     ));
                 }

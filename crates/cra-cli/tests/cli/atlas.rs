@@ -109,7 +109,11 @@ fn broken_atlases_report_exit_code_file_pointer_and_line() {
             file_exists && wfile.ends_with(".json"),
             "{name}: line of {hit}"
         );
-        assert!(!hit["message"].as_str().unwrap().is_empty());
+        let message = hit["message"].as_str().unwrap();
+        assert!(!message.is_empty());
+        if let Some(part) = want.get("message_contains").and_then(Value::as_str) {
+            assert!(message.contains(part), "{name}: `{message}` lacks `{part}`");
+        }
         // Text mode names the same file and pointer on standard error, and prints nothing else.
         let mut text_args = vec!["atlas", "check"];
         text_args.extend(extra.iter().map(String::as_str));

@@ -54,6 +54,8 @@ impl Analysis {
 }
 
 struct Schemas {
+    /// Every member name the schemas define: what an unexpected member is compared with.
+    keys: Vec<String>,
     manifest: jsonschema::Validator,
     policy: jsonschema::Validator,
     action: jsonschema::Validator,
@@ -70,9 +72,10 @@ fn schemas() -> Result<&'static Schemas, String> {
                 .map_err(|e| format!("embedded schema {name} does not compile: {e}"))?;
             Ok((value, validator))
         };
-        let (_, manifest) = compile("atlas-manifest", MANIFEST_SCHEMA)?;
+        let (manifest_value, manifest) = compile("atlas-manifest", MANIFEST_SCHEMA)?;
         let (policy_value, policy) = compile("atlas-policy", POLICY_SCHEMA)?;
-        let (_, action) = compile("atlas-action", ACTION_SCHEMA)?;
+        let (action_value, action) = compile("atlas-action", ACTION_SCHEMA)?;
+        let keys = member_names([&manifest_value, &policy_value, &action_value]);
         let mut conditions_schema = policy_value
             .pointer("/$defs/conditions")
             .cloned()
@@ -90,6 +93,7 @@ fn schemas() -> Result<&'static Schemas, String> {
         let conditions = jsonschema::validator_for(&conditions_schema)
             .map_err(|e| format!("embedded conditions schema does not compile: {e}"))?;
         Ok(Schemas {
+            keys,
             manifest,
             policy,
             action,
@@ -221,7 +225,8 @@ fn schema_check(
             && let [only] = unexpected.as_slice()
         {
             pointer = push_pointer(&pointer, only);
-            hint = crate::diag::suggestion(only, schema_keys().iter().map(String::as_str));
+            let keys = schemas().map(|s| s.keys.as_slice()).unwrap_or_default();
+            hint = crate::diag::suggestion(only, keys.iter().map(String::as_str));
         }
         // A missing member is reported where it belongs, so the author sees which field to add.
         if let jsonschema::error::ValidationErrorKind::Required { property } = err.kind()
@@ -258,31 +263,23 @@ fn schema_check(
     }
 }
 
-/// Every member name the embedded atlas schemas define (`properties` at any depth): what an
-/// unexpected member is compared with for a did-you-mean.
-fn schema_keys() -> &'static [String] {
-    static KEYS: OnceLock<Vec<String>> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        fn collect(v: &Value, out: &mut std::collections::BTreeSet<String>) {
-            match v {
-                Value::Object(map) => {
-                    if let Some(Value::Object(props)) = map.get("properties") {
-                        out.extend(props.keys().cloned());
-                    }
-                    map.values().for_each(|x| collect(x, out));
+/// Every member name `schemas` define (`properties` at any depth), sorted.
+fn member_names<'a>(schemas: impl IntoIterator<Item = &'a Value>) -> Vec<String> {
+    fn collect(v: &Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(Value::Object(props)) = map.get("properties") {
+                    out.extend(props.keys().cloned());
                 }
-                Value::Array(items) => items.iter().for_each(|x| collect(x, out)),
-                _ => {}
+                map.values().for_each(|x| collect(x, out));
             }
+            Value::Array(items) => items.iter().for_each(|x| collect(x, out)),
+            _ => {}
         }
-        let mut keys = std::collections::BTreeSet::new();
-        for text in [MANIFEST_SCHEMA, POLICY_SCHEMA, ACTION_SCHEMA] {
-            if let Ok(v) = serde_json::from_str::<Value>(text) {
-                collect(&v, &mut keys);
-            }
-        }
-        keys.into_iter().collect()
-    })
+    }
+    let mut keys = std::collections::BTreeSet::new();
+    schemas.into_iter().for_each(|v| collect(v, &mut keys));
+    keys.into_iter().collect()
 }
 
 /// Collects the policy (or action) objects held by one folder file.

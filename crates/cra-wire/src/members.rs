@@ -163,6 +163,27 @@ mod tests {
     }
 
     #[test]
+    fn an_object_member_that_is_not_an_object_is_refused_by_name() {
+        let Value::Object(map) = serde_json::from_str(r#"{"task":"do it","ctx":null}"#).unwrap()
+        else {
+            unreachable!()
+        };
+        let mut m = Members::new(map);
+        assert!(m.object("ctx").unwrap().is_none(), "null reads as absent");
+        let e = m.nested::<Kept>("task").unwrap_err();
+        assert!(
+            e.to_string().contains("member `task` must be an object"),
+            "{e}"
+        );
+        assert!(
+            m.nested_required::<Kept>("gone")
+                .unwrap_err()
+                .to_string()
+                .contains("missing field `gone`")
+        );
+    }
+
+    #[test]
     fn a_missing_or_mistyped_member_is_named() {
         let missing = serde_json::from_str::<Kept>(r#"{"note":"x"}"#).unwrap_err();
         assert!(

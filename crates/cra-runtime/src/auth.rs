@@ -21,7 +21,7 @@ use crate::config::JwtConfig;
 use crate::error::ApiError;
 
 /// Name of the keys file created in the data directory on first start.
-pub(crate) const DEFAULT_KEYS_FILE: &str = "api-keys.toml";
+pub const DEFAULT_KEYS_FILE: &str = "api-keys.toml";
 
 /// What an actor may do (the issue's five roles). `admin` implies every other role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -184,6 +184,57 @@ pub struct KeyEntry {
     /// For authors: the atlas id namespaces they may install atlases in ([`namespace_grants`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub atlas_namespaces: Vec<String>,
+    /// When the key stops authenticating (RFC 3339 with an offset, a TOML date-time or a
+    /// string); absent, it never expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Expiry>,
+    /// A revoked key is refused from the next request after the file is reloaded; it stays in
+    /// the file so that the record says which key it was and its token is never issued again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revoked: bool,
+}
+
+/// A key's expiry time, read from a TOML date-time (`2027-01-01T00:00:00Z`) or a string holding
+/// one; it must name its offset (a local time would mean a different instant on each machine).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Expiry(pub time::OffsetDateTime);
+
+impl fmt::Debug for Expiry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_string())
+    }
+}
+
+impl fmt::Display for Expiry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&cra_wire::clock::format_timestamp(self.0))
+    }
+}
+
+impl Serialize for Expiry {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Expiry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            DateTime(toml::value::Datetime),
+            Text(String),
+        }
+        let text = match Written::deserialize(deserializer)? {
+            Written::DateTime(d) => d.to_string(),
+            Written::Text(t) => t,
+        };
+        cra_wire::clock::parse_rfc3339(&text).map(Expiry).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "expires_at `{text}` is not an RFC 3339 time with an offset; write e.g. 2027-01-01T00:00:00Z"
+            ))
+        })
+    }
 }
 
 impl fmt::Debug for KeyEntry {
@@ -194,6 +245,8 @@ impl fmt::Debug for KeyEntry {
             .field("actor_type", &self.actor_type)
             .field("roles", &self.roles)
             .field("atlas_namespaces", &self.atlas_namespaces)
+            .field("expires_at", &self.expires_at)
+            .field("revoked", &self.revoked)
             .finish()
     }
 }
@@ -382,6 +435,8 @@ impl KeysFile {
                 actor_type: ActorType::Human,
                 roles: vec![Role::Admin],
                 atlas_namespaces: Vec::new(),
+                expires_at: None,
+                revoked: false,
             }],
             certificates: Vec::new(),
         };
@@ -410,7 +465,7 @@ pub fn local_admin_token(data: &Path) -> Option<String> {
     let file = KeysFile::load(&data.join(DEFAULT_KEYS_FILE)).ok()?;
     file.keys
         .into_iter()
-        .find(|k| k.roles.contains(&Role::Admin))
+        .find(|k| k.roles.contains(&Role::Admin) && !k.revoked)
         .map(|k| k.token)
 }
 
@@ -445,9 +500,35 @@ struct JwtVerifier {
     validation: Validation,
 }
 
+/// Whether a key still authenticates: not revoked, and not past its expiry.
+#[derive(Debug, Clone, Copy)]
+struct Validity {
+    expires_at: Option<time::OffsetDateTime>,
+    revoked: bool,
+}
+
+impl Validity {
+    /// Why the key `fingerprint` no longer authenticates at `now`, if it does not.
+    fn refusal(&self, fingerprint: &str, now: time::OffsetDateTime) -> Option<ApiError> {
+        let why = if self.revoked {
+            format!("the API key {fingerprint} was revoked")
+        } else {
+            let at = self.expires_at.filter(|at| *at <= now)?;
+            format!(
+                "the API key {fingerprint} expired at {}",
+                cra_wire::clock::format_timestamp(at)
+            )
+        };
+        Some(ApiError::new(
+            Token::Unauthenticated,
+            format!("{why}; ask an administrator for a new key"),
+        ))
+    }
+}
+
 /// Turns `Authorization` headers, and client certificates' subjects, into actors.
 pub struct Authenticator {
-    keys: Vec<([u8; 32], Actor)>,
+    keys: Vec<([u8; 32], Actor, Validity)>,
     certificates: BTreeMap<String, Actor>,
     jwt: Option<JwtVerifier>,
 }
@@ -477,7 +558,11 @@ impl Authenticator {
                     &k.atlas_namespaces,
                     key,
                 );
-                (digest, actor)
+                let validity = Validity {
+                    expires_at: k.expires_at.map(|e| e.0),
+                    revoked: k.revoked,
+                };
+                (digest, actor, validity)
             })
             .collect();
         let certificates = file
@@ -509,10 +594,11 @@ impl Authenticator {
         &self,
         header: Option<&str>,
         peer: Option<&crate::tls::PeerCertificate>,
+        now: time::OffsetDateTime,
     ) -> Result<Actor, ApiError> {
         match (header, peer) {
             (None, Some(peer)) => self.authenticate_certificate(peer),
-            _ => self.authenticate(header),
+            _ => self.authenticate(header, now),
         }
     }
 
@@ -544,11 +630,15 @@ impl Authenticator {
         }
     }
 
-    /// The actor for an `Authorization` header value, or 401 `unauthenticated`. Both outcomes
-    /// are logged with the credential's fingerprint only (never the credential): a refusal at
-    /// `info`, a success at `debug`.
-    pub fn authenticate(&self, header: Option<&str>) -> Result<Actor, ApiError> {
-        let result = self.identify(header);
+    /// The actor for an `Authorization` header value at `now`, or 401 `unauthenticated` (also
+    /// for a revoked key or one past its expiry). Both outcomes are logged with the credential's
+    /// fingerprint only (never the credential): a refusal at `info`, a success at `debug`.
+    pub fn authenticate(
+        &self,
+        header: Option<&str>,
+        now: time::OffsetDateTime,
+    ) -> Result<Actor, ApiError> {
+        let result = self.identify(header, now);
         match &result {
             Ok(actor) => tracing::debug!(
                 actor = %actor.id,
@@ -565,7 +655,7 @@ impl Authenticator {
         result
     }
 
-    fn identify(&self, header: Option<&str>) -> Result<Actor, ApiError> {
+    fn identify(&self, header: Option<&str>, now: time::OffsetDateTime) -> Result<Actor, ApiError> {
         let Some(header) = header else {
             return Err(ApiError::new(
                 Token::Unauthenticated,
@@ -582,11 +672,16 @@ impl Authenticator {
         // Every key is compared, whatever matched before, and the match is selected without a
         // branch, so timing says nothing about which key (if any) was close.
         let mut found = u64::MAX;
-        for (i, (digest, _)) in self.keys.iter().enumerate() {
+        for (i, (digest, _, _)) in self.keys.iter().enumerate() {
             found.conditional_assign(&(i as u64), digest.ct_eq(&presented));
         }
-        if let Some((_, actor)) = usize::try_from(found).ok().and_then(|i| self.keys.get(i)) {
-            return Ok(actor.clone());
+        if let Some((_, actor, validity)) =
+            usize::try_from(found).ok().and_then(|i| self.keys.get(i))
+        {
+            return match validity.refusal(&actor.key_fingerprint, now) {
+                Some(refused) => Err(refused),
+                None => Ok(actor.clone()),
+            };
         }
         if let Some(jwt) = &self.jwt
             && token.split('.').count() == 3
@@ -654,14 +749,21 @@ fn build_jwt(cfg: &JwtConfig) -> Result<JwtVerifier, AuthSetupError> {
     // jsonwebtoken ignores `nbf` unless told: a token that is not yet valid must be refused.
     validation.validate_nbf = true;
     validation.leeway = 0;
-    validation.set_required_spec_claims(&["exp", "sub"]);
+    // jsonwebtoken checks `iss` and `aud` only when a token carries them: a configured issuer or
+    // audience must also make the claim required, or a token without it would pass.
+    let mut required = vec!["exp", "sub"];
     if let Some(iss) = &cfg.issuer {
         validation.set_issuer(&[iss]);
+        required.push("iss");
     }
     match &cfg.audience {
-        Some(aud) => validation.set_audience(&[aud]),
+        Some(aud) => {
+            validation.set_audience(&[aud]);
+            required.push("aud");
+        }
         None => validation.validate_aud = false,
     }
+    validation.set_required_spec_claims(&required);
     Ok(JwtVerifier { key, validation })
 }
 
@@ -673,7 +775,9 @@ fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
             ErrorKind::ImmatureSignature => "the token is not valid yet (`nbf` is in the future)",
             ErrorKind::InvalidAlgorithm => "the token's algorithm is not the one configured",
             ErrorKind::InvalidSignature => "the token's signature does not verify",
-            ErrorKind::MissingRequiredClaim(_) => "the token lacks a required claim (exp, sub)",
+            ErrorKind::MissingRequiredClaim(_) => {
+                "the token lacks a required claim (exp, sub, and iss or aud when configured)"
+            }
             _ => "the token is not a valid JWT",
         };
         ApiError::new(Token::Unauthenticated, format!("{why}; obtain a new token"))
@@ -697,6 +801,11 @@ fn verify_jwt(jwt: &JwtVerifier, token: &str) -> Result<Actor, ApiError> {
 mod tests {
     use super::*;
 
+    /// The test's "now".
+    fn test_now() -> time::OffsetDateTime {
+        cra_wire::clock::parse_rfc3339("2026-03-02T10:00:00Z").unwrap()
+    }
+
     fn keys() -> KeysFile {
         KeysFile {
             keys: vec![KeyEntry {
@@ -705,6 +814,8 @@ mod tests {
                 actor_type: ActorType::Agent,
                 roles: vec![Role::Agent],
                 atlas_namespaces: Vec::new(),
+                expires_at: None,
+                revoked: false,
             }],
             certificates: vec![CertificateEntry {
                 subject: "CN=agent-7,O=Example".into(),
@@ -723,10 +834,16 @@ mod tests {
             subject: s.map(str::to_owned),
         };
         let known = peer(Some("CN=agent-7,O=Example"));
-        let actor = a.authenticate_request(None, Some(&known)).unwrap();
+        let actor = a
+            .authenticate_request(None, Some(&known), test_now())
+            .unwrap();
         assert_eq!(actor.id, "cert-bot");
         let by_key = a
-            .authenticate_request(Some("Bearer agent-key-0123456789"), Some(&known))
+            .authenticate_request(
+                Some("Bearer agent-key-0123456789"),
+                Some(&known),
+                test_now(),
+            )
             .unwrap();
         assert_eq!(by_key.id, "ops-bot");
         assert_ne!(actor.key_fingerprint, by_key.key_fingerprint);
@@ -736,15 +853,19 @@ mod tests {
             peer(Some("CN=agent-7, O=Example")),
             peer(None),
         ] {
-            let e = a.authenticate_request(None, Some(&other)).unwrap_err();
+            let e = a
+                .authenticate_request(None, Some(&other), test_now())
+                .unwrap_err();
             assert_eq!(e.status(), 401, "{other:?}");
         }
         let e = a
-            .authenticate_request(None, Some(&peer(Some("CN=nobody"))))
+            .authenticate_request(None, Some(&peer(Some("CN=nobody"))), test_now())
             .unwrap_err();
         assert!(e.body.message.contains("`CN=nobody`"), "{}", e.body.message);
         assert_eq!(
-            a.authenticate_request(None, None).unwrap_err().status(),
+            a.authenticate_request(None, None, test_now())
+                .unwrap_err()
+                .status(),
             401
         );
     }
@@ -752,7 +873,9 @@ mod tests {
     #[test]
     fn api_keys_authenticate_and_refuse() {
         let a = Authenticator::new(&keys(), None).unwrap();
-        let actor = a.authenticate(Some("Bearer agent-key-0123456789")).unwrap();
+        let actor = a
+            .authenticate(Some("Bearer agent-key-0123456789"), test_now())
+            .unwrap();
         assert_eq!(actor.id, "ops-bot");
         assert!(actor.has(Role::Agent) && !actor.has(Role::Operator));
         for bad in [
@@ -761,8 +884,96 @@ mod tests {
             Some("Bearer nope"),
             Some("Bearer "),
         ] {
-            let e = a.authenticate(bad).unwrap_err();
+            let e = a.authenticate(bad, test_now()).unwrap_err();
             assert_eq!(e.status(), 401, "{bad:?}");
+        }
+    }
+
+    /// Invariant: a revoked key, and a key at or past its expiry, authenticate nobody, and the
+    /// refusal says which key and why (by fingerprint, never the key).
+    #[test]
+    fn a_revoked_or_expired_key_is_refused_and_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.toml");
+        std::fs::write(
+            &p,
+            r#"
+[[keys]]
+token = "expiring-key-0123456789"
+actor_id = "temp-bot"
+actor_type = "agent"
+roles = ["agent"]
+expires_at = 2026-03-02T11:00:00Z
+
+[[keys]]
+token = "quoted-expiry-0123456789"
+actor_id = "temp-bot-2"
+actor_type = "agent"
+roles = ["agent"]
+expires_at = "2026-03-02T12:00:00+01:00"
+
+[[keys]]
+token = "revoked-key-0123456789"
+actor_id = "gone-bot"
+actor_type = "agent"
+roles = ["agent"]
+revoked = true
+"#,
+        )
+        .unwrap();
+        let file = KeysFile::load(&p).unwrap();
+        let a = Authenticator::new(&file, None).unwrap();
+        let at = |t: &str| cra_wire::clock::parse_rfc3339(t).unwrap();
+        let bearer = |t: &str| format!("Bearer {t}");
+        let key = bearer("expiring-key-0123456789");
+        assert_eq!(
+            a.authenticate(Some(&key), test_now()).unwrap().id,
+            "temp-bot"
+        );
+        let second_before = at("2026-03-02T10:59:59Z");
+        assert!(a.authenticate(Some(&key), second_before).is_ok());
+        for after in ["2026-03-02T11:00:00Z", "2027-01-01T00:00:00Z"] {
+            let e = a.authenticate(Some(&key), at(after)).unwrap_err();
+            assert_eq!(e.status(), 401);
+            assert!(
+                e.body
+                    .message
+                    .contains("expired at 2026-03-02T11:00:00.000000Z")
+                    && e.body
+                        .message
+                        .contains(&fingerprint("expiring-key-0123456789")),
+                "{}",
+                e.body.message
+            );
+        }
+        // An offset other than Z is the same instant (11:00Z).
+        let quoted = bearer("quoted-expiry-0123456789");
+        assert!(a.authenticate(Some(&quoted), second_before).is_ok());
+        assert!(
+            a.authenticate(Some(&quoted), at("2026-03-02T11:00:00Z"))
+                .is_err()
+        );
+        let e = a
+            .authenticate(Some(&bearer("revoked-key-0123456789")), test_now())
+            .unwrap_err();
+        assert!(e.body.message.contains("was revoked"), "{}", e.body.message);
+        assert!(!e.body.message.contains("revoked-key-0123456789"));
+    }
+
+    #[test]
+    fn an_expiry_without_an_offset_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("keys.toml");
+        for expiry in ["2027-01-01T00:00:00", "\"next year\"", "2027-01-01"] {
+            std::fs::write(
+                &p,
+                format!(
+                    "[[keys]]\ntoken = \"some-key-0123456789\"\nactor_id = \"a\"\nactor_type = \"agent\"\nroles = [\"agent\"]\nexpires_at = {expiry}\n"
+                ),
+            )
+            .unwrap();
+            let e = KeysFile::load(&p).unwrap_err().to_string();
+            assert!(e.contains("RFC 3339"), "{expiry}: {e}");
         }
     }
 
@@ -781,7 +992,9 @@ mod tests {
         let k = keys();
         assert!(!format!("{k:?}").contains("agent-key-0123456789"));
         let a = Authenticator::new(&k, None).unwrap();
-        let actor = a.authenticate(Some("Bearer agent-key-0123456789")).unwrap();
+        let actor = a
+            .authenticate(Some("Bearer agent-key-0123456789"), test_now())
+            .unwrap();
         assert!(!format!("{actor:?}").contains("agent-key"));
     }
 
@@ -875,7 +1088,9 @@ mod tests {
         ] {
             let claims = serde_json::json!({"sub": sub, "roles": ["agent"], "exp": now() + 600});
             let t = sign(Algorithm::HS256, secret, claims);
-            let e = a.authenticate(Some(&format!("Bearer {t}"))).unwrap_err();
+            let e = a
+                .authenticate(Some(&format!("Bearer {t}")), test_now())
+                .unwrap_err();
             assert_eq!(e.status(), 401, "{sub}");
             assert!(
                 e.body.message.contains("`sub`"),
@@ -921,9 +1136,45 @@ mod tests {
             b"0123456789abcdef0123456789abcdef",
             serde_json::json!({"sub": "ci-bot", "roles": ["agent", "author"], "exp": now() + 600}),
         );
-        let actor = a.authenticate(Some(&format!("Bearer {t}"))).unwrap();
+        let actor = a
+            .authenticate(Some(&format!("Bearer {t}")), test_now())
+            .unwrap();
         assert_eq!(actor.id, "ci-bot");
         assert!(actor.has(Role::Author) && !actor.has(Role::Admin));
+    }
+
+    /// Invariant: a configured issuer or audience is required, not only checked when present:
+    /// a token that leaves the claim out is refused (jsonwebtoken alone would accept it).
+    #[test]
+    fn a_configured_issuer_or_audience_is_required_of_every_token() {
+        let secret = "0123456789abcdef0123456789abcdef";
+        let cfg = JwtConfig {
+            algorithm: "HS256".into(),
+            secret: Some(secret.into()),
+            secret_file: None,
+            public_key_file: None,
+            issuer: Some("https://idp.example".into()),
+            audience: Some("cra".into()),
+        };
+        let a = Authenticator::new(&KeysFile::default(), Some(&cfg)).unwrap();
+        let token = |claims: serde_json::Value| {
+            let t = sign(Algorithm::HS256, secret.as_bytes(), claims);
+            a.authenticate(Some(&format!("Bearer {t}")), test_now())
+        };
+        let exp = now() + 600;
+        let full = serde_json::json!({"sub": "ci-bot", "exp": exp, "iss": "https://idp.example", "aud": "cra"});
+        assert!(token(full.clone()).is_ok());
+        for (drop, why) in [("iss", "no issuer"), ("aud", "no audience")] {
+            let mut claims = full.clone();
+            claims.as_object_mut().unwrap().remove(drop);
+            let e = token(claims).unwrap_err();
+            assert_eq!(e.status(), 401, "{why}");
+        }
+        for (claim, other) in [("iss", "https://evil.example"), ("aud", "someone-else")] {
+            let mut claims = full.clone();
+            claims[claim] = other.into();
+            assert!(token(claims).is_err(), "{claim} = {other}");
+        }
     }
 
     #[test]
@@ -966,7 +1217,9 @@ mod tests {
             ("not yet valid", not_yet),
             ("none", none),
         ] {
-            let e = a.authenticate(Some(&format!("Bearer {t}"))).unwrap_err();
+            let e = a
+                .authenticate(Some(&format!("Bearer {t}")), test_now())
+                .unwrap_err();
             assert_eq!(e.status(), 401, "{name}");
         }
     }

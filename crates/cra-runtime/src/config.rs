@@ -304,6 +304,11 @@ pub struct LogConfig {
     /// on PostgreSQL the log keeps its leaves but signs no checkpoint until one is configured
     /// (every replica must be given the same file).
     pub key_file: Option<PathBuf>,
+    /// Signer key files that sign every checkpoint beside `key_file` while the log key is
+    /// rotated (`specs/tlog.md`, "Rotating the log key"); each is named after the origin. The
+    /// store accepts a `key_file` other than the one it recorded only when the recorded key is
+    /// among these.
+    pub rotation_key_files: Vec<PathBuf>,
     /// Seconds between the leader's checkpoints (cut only when the tree grew); at least 1.
     pub checkpoint_interval_seconds: u64,
     /// C2SP `tlog-witness` servers asked to cosign every checkpoint before it is published
@@ -323,6 +328,7 @@ impl Default for LogConfig {
         Self {
             origin: None,
             key_file: None,
+            rotation_key_files: Vec::new(),
             checkpoint_interval_seconds: 60,
             witnesses: Vec::new(),
             witnesses_required: None,
@@ -611,6 +617,13 @@ pub struct RuntimeConfig {
     pub limits: Limits,
     /// Optional JWT verification.
     pub jwt: Option<JwtConfig>,
+    /// Reload the keys file and the JWT settings when their files change (checked once a
+    /// second); SIGHUP reloads them whatever this says.
+    pub watch_keys: bool,
+    /// The file this configuration was read from (`cra serve --config`): a credentials reload
+    /// reads its `[jwt]` again. Set by [`RuntimeConfig::from_file`], never written in the file.
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
     /// Executors by name (`[executors.NAME] url = ..., timeout_ms = ...`; `kind = "mcp"` with a
     /// `command` or `url` for an MCP server's tools).
     pub executors: BTreeMap<String, ExecutorConfig>,
@@ -659,6 +672,8 @@ impl Default for RuntimeConfig {
             clock: ClockSource::Database,
             limits: Limits::default(),
             jwt: None,
+            watch_keys: true,
+            config_file: None,
             executors: BTreeMap::new(),
             test_clock: false,
             replica_id: None,
@@ -705,10 +720,12 @@ impl RuntimeConfig {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_toml(&text).map_err(|message| ConfigError::Parse {
+        let mut config = Self::from_toml(&text).map_err(|message| ConfigError::Parse {
             path: path.to_owned(),
             message,
-        })
+        })?;
+        config.config_file = Some(path.to_owned());
+        Ok(config)
     }
 
     /// Parses configuration text.

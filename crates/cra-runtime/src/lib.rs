@@ -28,6 +28,7 @@ pub mod auth;
 mod backend;
 pub mod config;
 pub mod conformance;
+pub mod credentials;
 mod error;
 pub mod executor;
 mod extract;

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub rate_limited: AtomicU64,
     /// Atlas reloads that failed (the last good version stays in force).
     pub atlas_reload_failures: AtomicU64,
+    /// Credential reloads that failed (the last good keys stayed in force).
+    pub keys_reload_failures: AtomicU64,
     /// Resolves answered by an earlier resolution (`carp.resolution.cached`).
     pub resolution_cache_hits: AtomicU64,
     /// Actions whose `log_only` policies would have decided otherwise (shadow mode).
@@ -171,6 +173,11 @@ impl Metrics {
                 "cra_atlas_reload_failures_total",
                 "Atlas reloads that failed (the last good version stayed in force).",
                 &self.atlas_reload_failures,
+            ),
+            (
+                "cra_keys_reload_failures_total",
+                "Keys file or JWT reloads that failed (the last good credentials stayed in force).",
+                &self.keys_reload_failures,
             ),
             (
                 "cra_resolution_cache_hits_total",

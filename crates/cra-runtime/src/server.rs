@@ -12,8 +12,9 @@ use cra_wire::{Clock, IdGenerator};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::auth::{Authenticator, KeysFile};
+use crate::auth::KeysFile;
 use crate::config::{ClockSource, RuntimeConfig};
+use crate::credentials::Credentials;
 use crate::metrics::Metrics;
 use crate::ratelimit::RateLimiter;
 use crate::routes;
@@ -88,7 +89,12 @@ pub fn build_runtime(
     } else {
         KeysFile::load(&keys_path)?
     };
-    let auth = Authenticator::new(&keys, config.jwt.as_ref())?;
+    let auth = Credentials::new(
+        keys,
+        keys_path,
+        config.jwt.as_ref(),
+        config.config_file.clone(),
+    )?;
     let database_clock = (config.postgres.is_some()
         && config.clock == ClockSource::Database
         && test_clock.is_none())
@@ -257,7 +263,7 @@ pub fn open_local_with(
         crate::tlog::Log::open(&config, backends.log.clone()).map_err(StartError::Other)?;
     let parts = Parts {
         log,
-        auth: Authenticator::new(&KeysFile::default(), None)?,
+        auth: Credentials::new(KeysFile::default(), std::path::PathBuf::new(), None, None)?,
         backends,
         atlas_state,
         catalogued: false,
@@ -315,7 +321,7 @@ fn roll_relay_forward(
 
 /// What differs between the runtimes [`build_runtime`] and [`open_local`] put together.
 struct Parts {
-    auth: Authenticator,
+    auth: Credentials,
     backends: crate::Backends,
     atlas_state: crate::atlases::AtlasState,
     /// Whether atlas changes are committed to the store's catalog (a server) or not (a door).
@@ -546,6 +552,7 @@ pub async fn start(
         .map_err(|source| StartError::Bind { addr, source })?;
     let (guard, services_gone) = tokio::sync::mpsc::channel(1);
     let app = routes::router(state.clone()).layer(axum::Extension(ServiceGuard { _open: guard }));
+    tokio::spawn(crate::credentials::watch(state.clone()));
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }
@@ -626,13 +633,16 @@ pub async fn shutdown_signal() {
 /// Installs the global log subscriber (`RUST_LOG` filters; default `info`, with the MCP
 /// transport's own lines at `error`: it logs each connection and each client mistake, which cra
 /// answers and records itself). Keys never appear in log lines: requests are logged with the
-/// key's fingerprint only.
+/// key's fingerprint only. Lines carry colour codes only when stderr is a terminal.
 pub fn init_logging(format: crate::config::LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rmcp=error"));
+    // Colour codes only for a person at a terminal: a file or a log collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
     let _ = match format {
         crate::config::LogFormat::Json => builder.json().try_init(),

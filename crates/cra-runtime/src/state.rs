@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use cra_wire::{Clock, IdGenerator};
 
-use crate::auth::Authenticator;
 use crate::backend::Backends;
 use crate::config::RuntimeConfig;
 use crate::metrics::Metrics;
@@ -22,8 +21,8 @@ pub struct Runtime {
     pub clock: Arc<dyn Clock>,
     /// New ids, injected.
     pub ids: Arc<dyn IdGenerator>,
-    /// Credentials to actors.
-    pub auth: Authenticator,
+    /// Credentials to actors, swapped whole when the keys file or JWT settings reload.
+    pub auth: crate::credentials::Credentials,
     /// Per-key request limits.
     pub limiter: RateLimiter,
     /// Counters for `/metrics`.

@@ -142,12 +142,24 @@ impl LogIdentity {
         })
     }
 
-    /// Records `configured` as the store's identity the first time, else checks it is the one
-    /// stored (`stored` is what the store holds, if anything).
-    pub(crate) fn settle(stored: Option<Self>, configured: &Self) -> Result<bool, LogError> {
+    /// Records `configured` as the store's identity the first time, else checks that the stored
+    /// one is it or, during a key rotation, that the stored key is one of `rotating` (the keys
+    /// that sign beside the configured one) with the same origin; answers whether the store must
+    /// record `configured` (`stored` is what the store holds, if anything).
+    ///
+    /// So a replica whose keys share none with the store's refuses to start, and a rotation moves
+    /// the stored key only through a configuration that signs with both.
+    pub(crate) fn settle(
+        stored: Option<Self>,
+        configured: &Self,
+        rotating: &[String],
+    ) -> Result<bool, LogError> {
         match stored {
             None => Ok(true),
             Some(s) if s == *configured => Ok(false),
+            Some(s) if s.origin == configured.origin && rotating.contains(&s.verifier_key) => {
+                Ok(true)
+            }
             Some(s) => Err(LogError::Identity {
                 stored: format!("{} {}", s.origin, s.verifier_key),
                 configured: format!("{} {}", configured.origin, configured.verifier_key),
@@ -189,11 +201,13 @@ pub trait LogStore: Send + Sync {
     /// [`LogError`] when the store cannot be written.
     fn publish_checkpoint(&self, size: u64, note: &str) -> Result<String, LogError>;
 
-    /// Records the log's identity on first use, else checks it is the configured one.
+    /// Records the log's identity on first use, else checks it is the configured one, or one
+    /// with the same origin whose key is among `rotating` (then the configured one is recorded,
+    /// so the key moves only through a configuration that still signs with the old one).
     ///
     /// # Errors
     /// [`LogError::Identity`] when the store belongs to another log.
-    fn settle_identity(&self, identity: &LogIdentity) -> Result<(), LogError>;
+    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError>;
 }
 
 /// Reads proofs and roots of the log in `store` as it is now.
@@ -569,7 +583,7 @@ mod tests {
         fn publish_checkpoint(&self, _: u64, note: &str) -> Result<String, LogError> {
             Ok(note.to_owned())
         }
-        fn settle_identity(&self, _: &LogIdentity) -> Result<(), LogError> {
+        fn settle_identity(&self, _: &LogIdentity, _: &[String]) -> Result<(), LogError> {
             Ok(())
         }
     }

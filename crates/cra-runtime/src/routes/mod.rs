@@ -158,7 +158,8 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     let peer = req.extensions().get::<crate::tls::PeerCertificate>();
-    let actor = match state.auth.authenticate_request(header, peer) {
+    let now = state.clock.now();
+    let actor = match state.auth.current().authenticate_request(header, peer, now) {
         Ok(a) => a,
         Err(e) => return e.into_response(),
     };

@@ -23,6 +23,9 @@ pub struct Log {
     pub origin: String,
     /// The signer; `None` when no key is configured (PostgreSQL without `log.key_file`).
     signer: Option<Ed25519Signer>,
+    /// The keys that sign every checkpoint beside `signer` during a key rotation
+    /// (`log.rotation_key_files`).
+    rotating: Vec<Ed25519Signer>,
     /// The witnesses that cosign each checkpoint before it is published, if any.
     witnesses: Option<Witnesses>,
     /// Held while a checkpoint is cut, so one witness is never sent two at once by this server.
@@ -116,6 +119,17 @@ impl Log {
             )?),
             None => None,
         };
+        let rotating = config
+            .log
+            .rotation_key_files
+            .iter()
+            .map(|path| load_or_create(path, false, None))
+            .collect::<Result<Vec<_>, _>>()?;
+        if signer.is_none() && !rotating.is_empty() {
+            return Err(
+                "`log.rotation_key_files` sign beside `log.key_file`, which is not configured; configure it, or move the key there".to_owned(),
+            );
+        }
         let origin = match (&configured_origin, &signer) {
             (Some(o), _) => o.clone(),
             (None, Some(s)) => s.name().to_owned(),
@@ -129,16 +143,24 @@ impl Log {
                 s.name()
             ));
         }
+        let rotating_keys = rotation_keys(&origin, signer.as_ref(), &rotating)?;
         let notice = match &signer {
             Some(s) => {
                 let verifier = s.verifier().to_key_string();
                 store
-                    .settle_identity(&LogIdentity {
-                        origin: origin.clone(),
-                        verifier_key: verifier.clone(),
-                    })
+                    .settle_identity(
+                        &LogIdentity {
+                            origin: origin.clone(),
+                            verifier_key: verifier.clone(),
+                        },
+                        &rotating_keys,
+                    )
                     .map_err(|e| e.to_string())?;
-                format!("transparency log `{origin}`, verifier key {verifier}")
+                let mut notice = format!("transparency log `{origin}`, verifier key {verifier}");
+                for key in &rotating_keys {
+                    notice.push_str(&format!("; rotating: checkpoints are also signed by {key}"));
+                }
+                notice
             }
             None => format!(
                 "transparency log `{origin}`: leaves are recorded, but no checkpoint is signed until `log.key_file` is configured"
@@ -158,6 +180,7 @@ impl Log {
                 store,
                 origin,
                 signer,
+                rotating,
                 witnesses,
                 cutting: tokio::sync::Mutex::new(()),
                 published: tokio::sync::watch::Sender::new(None),
@@ -245,9 +268,13 @@ impl Log {
             published = latest_size;
         }
         let root = LogReader::at(self.store.as_ref(), size).root(size)?;
-        let note = Checkpoint::new(&self.origin, size, root)
+        let mut note = Checkpoint::new(&self.origin, size, root)
             .and_then(|c| c.sign(signer))
             .map_err(|e| LogError::Range(e.to_string()))?;
+        for other in &self.rotating {
+            note.sign(other)
+                .map_err(|e| LogError::Range(e.to_string()))?;
+        }
         Ok(Draft::New {
             size,
             note,
@@ -270,6 +297,35 @@ async fn blocking<T: Send + 'static>(
 pub(crate) fn checkpoint_of(note: &str) -> Option<Checkpoint> {
     let note = cra_tlog::Note::parse(note.as_bytes()).ok()?;
     Checkpoint::parse(note.text()).ok()
+}
+
+/// The verifier keys of the rotation signers, each checked: named after `origin`, and neither
+/// the primary key nor another rotation key.
+fn rotation_keys(
+    origin: &str,
+    primary: Option<&Ed25519Signer>,
+    rotating: &[Ed25519Signer],
+) -> Result<Vec<String>, String> {
+    let mut keys: Vec<String> = primary
+        .map(|s| s.verifier().to_key_string())
+        .into_iter()
+        .collect();
+    for (i, signer) in rotating.iter().enumerate() {
+        if signer.name() != origin {
+            return Err(format!(
+                "`log.rotation_key_files[{i}]` is named `{}`, not the origin `{origin}`; a rotation keeps the origin (a new origin is a new log)",
+                signer.name()
+            ));
+        }
+        let key = signer.verifier().to_key_string();
+        if keys.contains(&key) {
+            return Err(format!(
+                "`log.rotation_key_files[{i}]` repeats a key already configured; each key signs once"
+            ));
+        }
+        keys.push(key);
+    }
+    Ok(keys.split_off(usize::from(primary.is_some())))
 }
 
 /// Reads the signer key in `path`; when `create` and the file does not exist, makes one named

@@ -15,6 +15,7 @@ mod flow;
 mod history;
 mod hostile;
 mod inflight;
+mod keys;
 mod mcp_pool;
 mod outbox;
 mod params;

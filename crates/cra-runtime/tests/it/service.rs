@@ -45,7 +45,8 @@ fn runtime_with(
     let (state, _) = cra_runtime::build_runtime(config, clock, ids).unwrap();
     let actor = state
         .auth
-        .authenticate(Some(&format!("Bearer {MAINT}")))
+        .current()
+        .authenticate(Some(&format!("Bearer {MAINT}")), state.clock.now())
         .unwrap();
     (state, actor, dir)
 }
@@ -210,7 +211,8 @@ async fn relay_writes_are_granted_and_recorded_without_http() {
     let (state, maint, _sid, _dir) = runtime();
     let stranger = state
         .auth
-        .authenticate(Some(&format!("Bearer {AGENT2}")))
+        .current()
+        .authenticate(Some(&format!("Bearer {AGENT2}")), state.clock.now())
         .unwrap();
     let input = CreateProject {
         project_id: "proj-svc".into(),
@@ -263,7 +265,8 @@ async fn atlas_installs_are_authorised_and_idempotent_without_http() {
     let (state, agent, _sid, _dir) = runtime();
     let author = state
         .auth
-        .authenticate(Some(&format!("Bearer {AUTHOR}")))
+        .current()
+        .authenticate(Some(&format!("Bearer {AUTHOR}")), state.clock.now())
         .unwrap();
     let digests = || -> Vec<(String, String)> {
         let all = state.atlas_summaries().into_iter();
@@ -303,7 +306,11 @@ async fn atlas_installs_are_authorised_and_idempotent_without_http() {
     assert_eq!(digests(), before, "a refused install changes nothing");
     let operator = state
         .auth
-        .authenticate(Some(&format!("Bearer {}", crate::support::OPERATOR)))
+        .current()
+        .authenticate(
+            Some(&format!("Bearer {}", crate::support::OPERATOR)),
+            state.clock.now(),
+        )
         .unwrap();
     let installed = state
         .0

@@ -241,7 +241,7 @@ impl LogStore for PgStore {
         Ok(answer)
     }
 
-    fn settle_identity(&self, identity: &LogIdentity) -> Result<(), LogError> {
+    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError> {
         let mut client = self.client().map_err(|e| LogError::Store(e.to_string()))?;
         let mut tx = client.transaction().map_err(store)?;
         let row = tx
@@ -260,7 +260,7 @@ impl LogStore for PgStore {
             }),
             _ => None,
         };
-        if LogIdentity::settle(stored, identity)? {
+        if LogIdentity::settle(stored, identity, rotating)? {
             tx.execute(
                 "UPDATE tlog_state SET origin = $1, key = $2 WHERE id = 1",
                 &[&identity.origin, &identity.verifier_key],

@@ -526,7 +526,7 @@ impl LogStore for RedbStore {
         Ok(latest)
     }
 
-    fn settle_identity(&self, identity: &LogIdentity) -> Result<(), LogError> {
+    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError> {
         let mut txn = self.handle().begin_write().map_err(store)?;
         txn.set_durability(Durability::Immediate).map_err(store)?;
         {
@@ -536,7 +536,7 @@ impl LogStore for RedbStore {
                 .map_err(store)?
                 .map(|v| LogIdentity::decode(&String::from_utf8_lossy(v.value())))
                 .transpose()?;
-            if LogIdentity::settle(stored, identity)? {
+            if LogIdentity::settle(stored, identity, rotating)? {
                 meta.insert(IDENTITY, identity.encode().as_bytes())
                     .map_err(store)?;
             }

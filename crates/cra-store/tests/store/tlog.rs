@@ -294,16 +294,59 @@ fn a_store_refuses_a_second_log_identity() {
             origin: "b.example/log".into(),
             ..first.clone()
         };
-        b.store.settle_identity(&first).unwrap();
-        b.store.settle_identity(&first).unwrap();
-        let err = b.store.settle_identity(&other).unwrap_err();
+        b.store.settle_identity(&first, &[]).unwrap();
+        b.store.settle_identity(&first, &[]).unwrap();
+        let err = b.store.settle_identity(&other, &[]).unwrap_err();
         assert!(
             matches!(err, LogError::Identity { .. }),
             "{}: {err}",
             b.name
         );
         assert!(err.to_string().contains("a.example/log"), "{err}");
-        b.store.settle_identity(&first).unwrap();
+        b.store.settle_identity(&first, &[]).unwrap();
+    }
+}
+
+/// A log key rotation moves the stored identity only through a configuration that still signs
+/// with the stored key (`log.rotation_key_files`): the new key with the old one rotating is
+/// recorded; afterwards the new key alone is accepted and the old one alone, or another origin
+/// with the old key rotating, is refused.
+#[test]
+fn a_store_moves_its_log_key_only_through_a_rotation() {
+    use cra_store::tlog::{LogError, LogIdentity};
+    let (_, config) = fixed();
+    for b in backends("a_store_moves_its_log_key_only_through_a_rotation", || {
+        config.clone()
+    }) {
+        let old = LogIdentity {
+            origin: "a.example/log".into(),
+            verifier_key: "a.example/log+00000001+AQ==".into(),
+        };
+        let new = LogIdentity {
+            verifier_key: "a.example/log+00000002+Ag==".into(),
+            ..old.clone()
+        };
+        b.store.settle_identity(&old, &[]).unwrap();
+        // Phase 1: the old key still primary, the new one signing beside it.
+        b.store
+            .settle_identity(&old, std::slice::from_ref(&new.verifier_key))
+            .unwrap();
+        // Without the old key among the rotating ones, the new one is refused.
+        let err = b.store.settle_identity(&new, &[]).unwrap_err();
+        assert!(matches!(err, LogError::Identity { .. }), "{}", b.name);
+        // Another origin never takes over, rotating or not.
+        let elsewhere = LogIdentity {
+            origin: "b.example/log".into(),
+            ..new.clone()
+        };
+        let rotating = [old.verifier_key.clone()];
+        assert!(b.store.settle_identity(&elsewhere, &rotating).is_err());
+        // Phase 2: the new key primary, the old one rotating: recorded.
+        b.store.settle_identity(&new, &rotating).unwrap();
+        // Phase 3: the new key alone; the old one alone is refused now.
+        b.store.settle_identity(&new, &[]).unwrap();
+        let err = b.store.settle_identity(&old, &[]).unwrap_err();
+        assert!(err.to_string().contains("00000002"), "{}: {err}", b.name);
     }
 }
 

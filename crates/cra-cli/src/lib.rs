@@ -62,6 +62,10 @@ pub enum Command {
     /// Run a C2SP tlog-witness that cosigns checkpoints of the logs it is given; make its key.
     #[command(subcommand)]
     Witness(cmd::witness::WitnessCommand),
+    /// The API keys file: add a key (optionally expiring), revoke keys, list them by
+    /// fingerprint; a running server reloads the file by itself.
+    #[command(subcommand)]
+    Keys(cmd::keys::KeysCommand),
     /// A stopped store's encryption at rest: generate a storage key, re-encrypt after a
     /// rotation.
     #[command(subcommand)]
@@ -88,6 +92,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Approvals(c) => cmd::approvals::run(c),
         Command::Witness(c) => cmd::witness::run(c),
         Command::Log(c) => cmd::log::run(c),
+        Command::Keys(c) => cmd::keys::run(c),
         Command::Store(c) => cmd::store::run(c),
         Command::Completions(a) => cmd::completions::run(a),
     }

@@ -60,7 +60,8 @@ pub struct WatchArgs {
     #[arg(long)]
     pub state: PathBuf,
     /// The log's verifier key string to pin. Absent: the state's, else the server's own
-    /// (trusted on first use, and said so).
+    /// (trusted on first use, and said so). A key other than the state's is pinned only when
+    /// the served checkpoint is signed by both (the log is rotating its key).
     #[arg(long)]
     pub log_key: Option<String>,
     /// Check again every this many seconds until a check fails (absent: check once).
@@ -114,6 +115,40 @@ pub fn generate(args: &GenerateArgs) -> Result<String, String> {
     cra_runtime::tlog::write_key_file(&args.out, &key)
         .map_err(|e| format!("cannot write {}: {e}", args.out.display()))?;
     Ok(signer.verifier().to_key_string())
+}
+
+/// The verifiers of the key pinned in `state` (`pinned`), when the served checkpoint is signed by
+/// both it and the new key (`new`, of the log `origin`): the watcher may then pin the new key.
+fn repin(
+    pinned: &str,
+    origin: &str,
+    new: &Verifiers,
+    served: &str,
+    state: &Path,
+) -> Result<Verifiers, String> {
+    let refuse = |why: String| {
+        format!(
+            "--log-key is not the key pinned in {} and {why}; a log rotating its key signs each checkpoint with both keys: run again while it does, or use another state file for another log",
+            state.display()
+        )
+    };
+    let old = Ed25519Verifier::parse(pinned)
+        .map_err(|e| format!("the key pinned in {}: {e}", state.display()))?;
+    if old.name() != origin {
+        return Err(refuse(format!(
+            "names another log (`{}`, not `{origin}`)",
+            old.name()
+        )));
+    }
+    let old = Verifiers::new(vec![old]).map_err(|e| e.to_string())?;
+    for (which, verifiers) in [("the pinned key", &old), ("the new key", new)] {
+        if let Err(e) = Checkpoint::open(served.as_bytes(), origin, verifiers) {
+            return Err(refuse(format!(
+                "the served checkpoint is not signed by {which} ({e})"
+            )));
+        }
+    }
+    Ok(old)
 }
 
 /// What a watcher keeps between runs.
@@ -263,19 +298,20 @@ fn check(args: &WatchArgs) -> Result<WatchOutcome, String> {
                 .to_owned()
         }
     };
-    if let Some(s) = &stored
-        && s.log_key != log_key
-    {
-        return Err(format!(
-            "--log-key is not the key pinned in {}; use another state file for another log",
-            args.state.display()
-        ));
-    }
     let verifier = Ed25519Verifier::parse(&log_key).map_err(|e| format!("the log key: {e}"))?;
     let origin = verifier.name().to_owned();
-    let verifiers = Verifiers::new(vec![verifier]).map_err(|e| e.to_string())?;
+    let new_verifiers = Verifiers::new(vec![verifier]).map_err(|e| e.to_string())?;
     let previous_note = stored.as_ref().and_then(|s| s.checkpoint.clone());
     let served = get_text(&http, &format!("{base}/v1/log/checkpoint"))?;
+    // The state's checkpoint opens with the key pinned before; a new --log-key is pinned only
+    // when the served checkpoint carries both keys' signatures (a rotation: the old key vouches
+    // for the new one).
+    let verifiers = match &stored {
+        Some(s) if s.log_key != log_key => {
+            repin(&s.log_key, &origin, &new_verifiers, &served, &args.state)?
+        }
+        _ => new_verifiers,
+    };
     let finding = |kind, message: String, proof| {
         Ok(WatchOutcome::Inconsistent(Box::new(Finding {
             kind,

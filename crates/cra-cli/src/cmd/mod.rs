@@ -9,6 +9,7 @@ pub mod atlas_test;
 pub mod client;
 pub mod completions;
 pub mod conformance;
+pub mod keys;
 pub mod log;
 pub mod log_receipt;
 pub mod mcp;

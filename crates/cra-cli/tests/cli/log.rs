@@ -268,3 +268,95 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// A log rotating its key signs each checkpoint with both keys (`log.rotation_key_files`): a
+/// watcher pinned to the old key takes `--log-key NEW` only from a checkpoint both keys signed,
+/// checks it against the last one seen as usual, and pins the new key from then on; a
+/// checkpoint signed by the new key alone never moves the pin.
+#[test]
+fn a_watcher_follows_a_key_rotation_only_through_a_checkpoint_both_keys_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("watch.json");
+    let honest = tree(40, 0);
+    let served: Shared = Arc::new(Mutex::new(Served {
+        checkpoint: note(&honest, 20, &key(1)),
+        proof: Vec::new(),
+    }));
+    let url = serve(served.clone());
+    assert_eq!(
+        kind_or_consistent(&watch_once(&args(&url, &state))),
+        "consistent"
+    );
+    let pinned = |state: &std::path::Path| {
+        let text = std::fs::read_to_string(state).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value["log_key"].as_str().unwrap().to_owned()
+    };
+    let (old_key, new_key) = (
+        key(1).verifier().to_key_string(),
+        key(2).verifier().to_key_string(),
+    );
+    let rotated = WatchArgs {
+        log_key: Some(new_key.clone()),
+        ..args(&url, &state)
+    };
+
+    // Signed by the new key alone: refused, and the old key stays pinned.
+    {
+        let mut s = served.lock().unwrap();
+        s.checkpoint = note(&honest, 30, &key(2));
+        s.proof = proof_hex(&honest, 20, 30);
+    }
+    match watch_once(&rotated) {
+        WatchOutcome::Failed(e) => assert!(
+            e.contains("not signed by the pinned key") && e.contains("rotating its key"),
+            "{e}"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(pinned(&state), old_key);
+
+    // Signed by both: consistent with the last checkpoint seen, and the new key is pinned.
+    let mut both = Checkpoint::new(ORIGIN, 30, root(&honest, 30).unwrap())
+        .unwrap()
+        .sign(&key(1))
+        .unwrap();
+    both.sign(&key(2)).unwrap();
+    served.lock().unwrap().checkpoint = both.to_text();
+    assert!(
+        matches!(
+            watch_once(&rotated),
+            WatchOutcome::Consistent {
+                from: Some(20),
+                to: 30,
+                ..
+            }
+        ),
+        "a checkpoint both keys signed moves the pin"
+    );
+    assert_eq!(pinned(&state), new_key);
+
+    // From then on the new key alone is what passes; the old one is no longer pinned.
+    {
+        let mut s = served.lock().unwrap();
+        s.checkpoint = note(&honest, 35, &key(2));
+        s.proof = proof_hex(&honest, 30, 35);
+    }
+    let watching = WatchArgs {
+        log_key: None,
+        ..args(&url, &state)
+    };
+    assert_eq!(kind_or_consistent(&watch_once(&watching)), "consistent");
+    assert!(matches!(
+        watch_once(&args(&url, &state)),
+        WatchOutcome::Failed(_)
+    ));
+}
+
+/// The kind of a finding, or `consistent`.
+fn kind_or_consistent(outcome: &WatchOutcome) -> &'static str {
+    match outcome {
+        WatchOutcome::Consistent { .. } => "consistent",
+        other => kind(other),
+    }
+}

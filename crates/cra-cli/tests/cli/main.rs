@@ -10,6 +10,7 @@ mod approvals;
 mod atlas;
 mod atlas_differential;
 mod conventions;
+mod keys;
 mod log;
 mod mcp;
 mod mcp_http;

@@ -73,6 +73,12 @@ fn the_readme_http_walkthrough_reaches_an_allowed_execute_and_a_verified_chain()
 fn run_walkthrough(block: &str) -> (tempfile::TempDir, String) {
     use std::os::unix::process::CommandExt;
 
+    // Both walk-throughs serve on the README's port, 8421: one at a time (a panic in the other
+    // leaves the lock poisoned, not the port taken).
+    static PORT_8421: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _port = PORT_8421
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let bin = Path::new(env!("CARGO_BIN_EXE_cra")).parent().unwrap();
     let path = format!(

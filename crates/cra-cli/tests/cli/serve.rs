@@ -287,3 +287,122 @@ impl std::io::Write for LineCount {
         Ok(())
     }
 }
+
+/// Issue 31, item 3, as an operator does it: `cra keys add` writes a second admin key and the
+/// running `cra serve` picks it up by itself (its file watch); SIGHUP reloads on demand; `cra
+/// keys revoke` retires the first admin key, refused from the next request after the reload; no
+/// restart. The server's log says each reload, which is what the test waits for (a 60 s
+/// deadline, never a sleep).
+#[test]
+fn cra_serve_reloads_its_keys_on_a_file_change_and_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (mut child, addr, _stdout) = start_serve(&data, dir.path(), &[]);
+    let log = log_lines(child.stderr.take().unwrap());
+    let server = Reaped(Some(child));
+    let admin = cra_runtime::auth::local_admin_token(&data).unwrap();
+    let status = |token: &str| {
+        cra_runtime::tls::blocking_http_client()
+            .build()
+            .unwrap()
+            .get(format!("{addr}/v1/atlases"))
+            .bearer_auth(token)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(status(&admin).status().as_u16(), 200);
+    let keys = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cra"))
+            .arg("keys")
+            .args(args)
+            .arg("--data")
+            .arg(&data)
+            .args(["-o", "json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+
+    let added = keys(&[
+        "add", "--actor", "admin-2", "--type", "human", "--role", "admin",
+    ]);
+    let second = added["token"].as_str().unwrap().to_owned();
+    wait_for(&log, &["credentials reloaded", "source=Watch", "added=1"]);
+    assert_eq!(status(&second).status().as_u16(), 200);
+
+    // SIGHUP reloads at once; the files are as they were, so nothing changed.
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_for(&log, &["nothing changed", "source=Signal"]);
+
+    // The first admin key revoked: refused from the next request after the reload.
+    let first = cra_runtime::auth::fingerprint(&admin);
+    let revoked = keys(&["revoke", "--key", &first]);
+    assert_eq!(revoked[0]["status"], "revoked");
+    wait_for(&log, &["credentials reloaded", "source=Watch", "changed=1"]);
+    let refused = status(&admin);
+    assert_eq!(refused.status().as_u16(), 401);
+    assert!(refused.text().unwrap().contains("was revoked"));
+    assert_eq!(status(&second).status().as_u16(), 200);
+    terminate(server.take());
+}
+
+/// A server killed when the test ends early (a failed assertion), so no process outlives it.
+struct Reaped(Option<std::process::Child>);
+
+impl Reaped {
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// The child, no longer reaped here.
+    fn take(mut self) -> std::process::Child {
+        self.0.take().unwrap()
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The lines `stderr` (a server's log) writes, read on a thread of their own.
+fn log_lines(stderr: std::process::ChildStderr) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// Reads `log` until a line holds every one of `parts`; fails after 60 s without one, naming
+/// the lines seen.
+fn wait_for(log: &std::sync::mpsc::Receiver<String>, parts: &[&str]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match log.recv_timeout(left) {
+            Ok(line) if parts.iter().all(|p| line.contains(p)) => return,
+            Ok(line) => seen.push(line),
+            Err(e) => panic!("no log line with {parts:?} ({e}); saw {seen:#?}"),
+        }
+    }
+}

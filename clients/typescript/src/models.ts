@@ -50,6 +50,7 @@ export interface Health {
   leader: boolean;
   clock_offset_ms?: number | null;
   store_error?: string | null;
+  problems?: string[];
 }
 
 /** `GET /v1/log/proof/inclusion`: hashes in hex. */

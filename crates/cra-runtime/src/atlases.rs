@@ -723,6 +723,7 @@ impl Runtime {
         match result {
             Ok(n) => {
                 tracing::info!(atlases = n, "atlases reloaded");
+                self.problem(crate::state::Problem::AtlasReload, None);
                 Ok(n)
             }
             Err(e) => {
@@ -730,6 +731,7 @@ impl Runtime {
                     .atlas_reload_failures
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::error!(error = %e, "atlas reload failed; the last good atlases stay in force");
+                self.problem(crate::state::Problem::AtlasReload, Some(e.clone()));
                 Err(e)
             }
         }

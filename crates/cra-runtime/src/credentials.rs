@@ -326,6 +326,8 @@ pub async fn reload_recorded(
     let outcome = tokio::task::spawn_blocking(move || rt.auth.reload(source))
         .await
         .map_err(|e| format!("the credentials reload panicked: {e}"))?;
+    let failed = outcome.as_ref().err().map(ToString::to_string);
+    state.problem(crate::state::Problem::KeysReload, failed);
     let draft = match &outcome {
         Ok(None) => {
             tracing::info!(?source, "credentials reloaded: nothing changed");

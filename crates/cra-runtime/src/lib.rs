@@ -2,7 +2,8 @@
 //! talk to (axum HTTP API, WebSocket trace streams, auth, executors).
 //!
 //! * [`config`]: `cra serve` configuration (TOML + flags).
-//! * [`auth`]: API keys and JWTs to actors with roles.
+//! * [`auth`]: API keys and JWTs to actors with roles; [`credentials`]: the ones in force,
+//!   reloaded without a restart (SIGHUP, a file watch) and every change recorded.
 //! * `error`, `extract`: the one error body and the extractors that produce it.
 //! * `ratelimit`, `metrics`: per-key limits and Prometheus counters.
 //! * `routes`: the HTTP API; [`openapi`]: its generated description.

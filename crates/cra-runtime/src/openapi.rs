@@ -47,6 +47,8 @@ pub(crate) struct ErrorBodySchema {
     ),
     paths(
         routes::system::health,
+        routes::system::live,
+        routes::system::ready,
         routes::system::conformance,
         routes::system::metrics,
         routes::sessions::create,

@@ -393,6 +393,7 @@ fn assemble(
         log: Arc::new(parts.log),
         // `config.validate()`, which every start runs first, has compiled these rules once.
         redactor: config_redaction.redactor().unwrap_or_default(),
+        problems: std::sync::Mutex::default(),
     };
     Ok(AppState(Arc::new(runtime)))
 }

@@ -66,9 +66,53 @@ pub struct Runtime {
     pub log: Arc<crate::tlog::Log>,
     /// The redaction rules in force (`[[redaction.rules]]`).
     pub redactor: cra_atlas::redaction::Redactor,
+    /// What keeps this replica from being fully ready while it still serves (a reload that
+    /// failed and left the last good set in force), by kind; `/v1/health/ready` reports them.
+    pub problems: std::sync::Mutex<std::collections::BTreeMap<Problem, String>>,
+}
+
+/// A kind of problem `/v1/health/ready` reports as `degraded` (a closed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Problem {
+    /// The last `--watch` reload of the atlases failed; the last good set is in force.
+    AtlasReload,
+    /// The last reload of the keys file or JWT settings failed; the last good ones are in force.
+    KeysReload,
+}
+
+impl Problem {
+    /// How the problem is named in `/v1/health/ready`'s `problems`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Problem::AtlasReload => "atlas reload failed",
+            Problem::KeysReload => "keys reload failed",
+        }
+    }
 }
 
 impl Runtime {
+    /// Records that `problem` now holds (`Some(why)`) or no longer does (`None`).
+    pub fn problem(&self, problem: Problem, why: Option<String>) {
+        let mut problems = self
+            .problems
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match why {
+            Some(why) => problems.insert(problem, why),
+            None => problems.remove(&problem),
+        };
+    }
+
+    /// The problems that hold now, each as `<name>: <why>`.
+    pub fn problems(&self) -> Vec<String> {
+        self.problems
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(p, why)| format!("{}: {why}", p.name()))
+            .collect()
+    }
+
     /// Says that what a resolve may allow has changed (`tool_lists`).
     pub fn tool_lists_changed(&self) {
         self.tool_lists.send_modify(|generation| *generation += 1);

@@ -61,6 +61,7 @@ class DecideBody(_DecideBodyOptional):
 class _HealthOptional(TypedDict, total=False):
     clock_offset_ms: int | None
     store_error: str | None
+    problems: list[str]
 
 
 class Health(_HealthOptional):

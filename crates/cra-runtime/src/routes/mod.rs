@@ -23,7 +23,12 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Paths answered without credentials.
-const PUBLIC_PATHS: &[&str] = &["/v1/health", "/v1/conformance"];
+const PUBLIC_PATHS: &[&str] = &[
+    "/v1/health",
+    "/v1/health/live",
+    "/v1/health/ready",
+    "/v1/conformance",
+];
 
 /// Whether a request is answered without credentials: health, conformance, and the
 /// transparency log's key, checkpoint (read), consistency proofs and tiles, which any auditor
@@ -45,6 +50,8 @@ const PUBLIC_LOG_PATHS: &[&str] = &[
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/health", get(system::health))
+        .route("/v1/health/live", get(system::live))
+        .route("/v1/health/ready", get(system::ready))
         .route("/v1/conformance", get(system::conformance))
         .route("/metrics", get(system::metrics))
         .route("/v1/sessions", post(sessions::create))

@@ -17,8 +17,10 @@ use crate::state::AppState;
 /// `GET /v1/health`.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct Health {
-    /// `ok` when the server answers and its store answers too (PostgreSQL is asked); else
-    /// `unavailable`, with status 503 and `store_error`.
+    /// `ok` when the server answers and its store answers too (PostgreSQL is asked);
+    /// `degraded` (still 200) when it serves the last good atlases or keys after a failed
+    /// reload (`problems` says which); `unavailable`, with status 503 and `store_error`, when
+    /// the store does not answer.
     pub status: String,
     /// The implementation version.
     pub version: String,
@@ -41,6 +43,37 @@ pub(crate) struct Health {
     /// Why the store did not answer (only when `status` is `unavailable`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub store_error: Option<String>,
+    /// What keeps the replica `degraded` while it serves: a reload of the atlases (`--watch`)
+    /// or of the keys that failed, the last good set staying in force (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+}
+
+/// `GET /v1/health/live`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Liveness {
+    /// Always `ok`: the process answers.
+    pub status: String,
+}
+
+/// Liveness: the process answers HTTP; nothing else is asked (not the store), so an
+/// orchestrator restarts a replica only when it is stuck, never when its database is.
+#[utoipa::path(get, path = "/v1/health/live", tag = "system",
+    responses((status = 200, description = "The process answers", body = Liveness)))]
+pub(crate) async fn live() -> Json<Liveness> {
+    Json(Liveness {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness, as `/v1/health` answers it: 503 `unavailable` when the store does not answer or
+/// cannot write; 200 `degraded` with `problems` when a reload failed and the last good set
+/// serves; else 200 `ok`.
+#[utoipa::path(get, path = "/v1/health/ready", tag = "system",
+    responses((status = 200, description = "Ready (`ok`), or serving the last good atlases or keys after a failed reload (`degraded`)", body = Health),
+              (status = 503, description = "The store does not answer, or cannot write (a full disk)", body = Health)))]
+pub(crate) async fn ready(state: State<AppState>) -> (StatusCode, Json<Health>) {
+    health(state).await
 }
 
 /// How long the health check waits for the database before calling it unavailable.
@@ -57,11 +90,12 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
+    let problems = state.problems();
     let health = Health {
-        status: if store_error.is_none() {
-            "ok"
-        } else {
-            "unavailable"
+        status: match (&store_error, problems.is_empty()) {
+            (Some(_), _) => "unavailable",
+            (None, false) => "degraded",
+            (None, true) => "ok",
         }
         .into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -77,6 +111,7 @@ pub(crate) async fn health(State(state): State<AppState>) -> (StatusCode, Json<H
             .and_then(|c| c.offset())
             .map(|o| i64::try_from(o.whole_milliseconds()).unwrap_or(i64::MAX)),
         store_error,
+        problems,
     };
     (status, Json(health))
 }

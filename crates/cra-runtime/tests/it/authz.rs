@@ -51,6 +51,20 @@ async fn every_role_on_every_route() {
             [200, 200, 200, 200, 200, 200, 200],
         ),
         (
+            "liveness",
+            "GET",
+            "/v1/health/live".into(),
+            None,
+            [200, 200, 200, 200, 200, 200, 200],
+        ),
+        (
+            "readiness",
+            "GET",
+            "/v1/health/ready".into(),
+            None,
+            [200, 200, 200, 200, 200, 200, 200],
+        ),
+        (
             "conformance",
             "GET",
             "/v1/conformance".into(),

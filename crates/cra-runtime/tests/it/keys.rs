@@ -153,6 +153,19 @@ async fn keys_reload_scenario(s: TestServer) {
     let refusals = recorded(&s, "keys.refused").await;
     assert_eq!(refusals.len(), 1);
     assert_eq!(refusals[0]["payload"]["source"], "watch");
+    let (status, ready) = s.get(None, "/v1/health/ready").await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &"degraded".into()),
+        "{ready}"
+    );
+    assert!(
+        ready["problems"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("keys reload failed: keys file"),
+        "{ready}"
+    );
     let metrics = s.http.get(s.url("/metrics")).bearer_auth(ADMIN).send();
     let text = metrics.await.unwrap().text().await.unwrap();
     assert!(text.contains("cra_keys_reload_failures_total 1"), "{text}");
@@ -167,6 +180,7 @@ async fn keys_reload_scenario(s: TestServer) {
     assert_eq!(status_of(&s, AGENT).await.0, 200);
     assert_eq!(status_of(&s, AGENT2).await.0, 200);
     assert_eq!(recorded(&s, "keys.changed").await.len(), 2);
+    assert_eq!(s.get(None, "/v1/health/ready").await.1["status"], "ok");
     // The last reference to a PostgreSQL store is dropped off the async workers.
     drop(state);
     s.stop_blocking().await;
@@ -193,6 +207,10 @@ async fn keys_reload_without_a_restart_and_every_change_is_recorded_postgres() {
     })
     .await;
     keys_reload_scenario(s).await;
+    // Dropping the schema connects a synchronous client: off the async workers.
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
 }
 
 fn hs256(secret: &str) -> String {

@@ -21,6 +21,14 @@ async fn health_and_conformance_are_public() {
     assert_eq!(st, 200);
     assert_eq!(body["status"], "ok");
     assert_eq!(body["store"], "redb");
+    // Liveness asks nothing but the process; readiness is what /v1/health answers.
+    let (st, live) = s.get(None, "/v1/health/live").await;
+    assert_eq!((st, live), (200, json!({"status": "ok"})));
+    let (st, ready) = s.get(None, "/v1/health/ready").await;
+    assert_eq!(
+        (st, &ready["status"], &ready["store"]),
+        (200, &json!("ok"), &json!("redb"))
+    );
     let (st, body) = s.get(None, "/v1/conformance").await;
     assert_eq!(st, 200);
     assert_eq!(body["protocol_version"], "0.1");

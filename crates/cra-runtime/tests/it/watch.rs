@@ -127,11 +127,30 @@ async fn a_changed_atlas_is_reloaded_and_a_broken_one_keeps_the_last_good() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
+    // Ready, but degraded: it serves the last good set, and says why.
+    let (status, ready) = s.get(None, "/v1/health/ready").await;
+    assert_eq!(
+        (status, &ready["status"]),
+        (200, &"degraded".into()),
+        "{ready}"
+    );
+    let problems = ready["problems"].as_array().unwrap();
+    assert!(
+        problems.len() == 1
+            && problems[0]
+                .as_str()
+                .unwrap()
+                .starts_with("atlas reload failed: "),
+        "{ready}"
+    );
 
-    // Repaired: the next poll loads it.
+    // Repaired: the next poll loads it, and the replica is fully ready again.
     std::fs::write(&manifest, &good).unwrap();
     set_version(&manifest, "1.3.0");
     assert_eq!(watcher.poll(&state), Some(Ok(1)));
     assert_eq!(version_in_force(&s).await.0, "1.3.0");
+    let (_, ready) = s.get(None, "/v1/health/ready").await;
+    assert_eq!(ready["status"], "ok");
+    assert!(ready.get("problems").is_none(), "{ready}");
     s.stop().await;
 }

@@ -31,6 +31,8 @@ def json_type(annotation: Any) -> Any:
         return sorted(m if isinstance(m, str) else json.dumps(m) for m in members)
     if annotation is type(None):
         return "null"
+    if typing.get_origin(annotation) is list:
+        return {"array": json_type(typing.get_args(annotation)[0])}
     return _JSON_TYPES[annotation]
 
 
@@ -43,6 +45,8 @@ def schema_type(schema: dict[str, Any], all_schemas: dict[str, Any]) -> Any:
         members = [schema_type(s, all_schemas) for s in schema["oneOf"]]
         return sorted(m if isinstance(m, str) else json.dumps(m) for m in members)
     kind = schema["type"]
+    if kind == "array":
+        return {"array": schema_type(schema["items"], all_schemas)}
     return sorted(kind) if isinstance(kind, list) else kind
 
 

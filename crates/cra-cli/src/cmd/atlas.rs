@@ -101,9 +101,22 @@ pub struct CheckArgs {
     /// Treat warnings as errors.
     #[arg(long)]
     pub strict: bool,
-    /// Output format.
+    /// Output format: `text` (with each offending source line), `json`, or `sarif` (SARIF
+    /// 2.1.0, for code-review tools).
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
-    pub output: OutputFormat,
+    pub output: CheckFormat,
+}
+
+/// How `cra atlas check` reports: the shared formats, and SARIF.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum CheckFormat {
+    /// For people: a line per diagnostic, and the source line it is about.
+    #[default]
+    Text,
+    /// One JSON document on standard output, for programs.
+    Json,
+    /// One SARIF 2.1.0 document on standard output, for code-review tools.
+    Sarif,
 }
 
 fn parse_target(text: &str) -> Result<Target, String> {
@@ -306,14 +319,15 @@ fn check(args: &CheckArgs) -> Exit {
     };
     let ok = checked.iter().all(Checked::is_valid);
     match args.output {
-        OutputFormat::Text => {
+        CheckFormat::Text => {
             for c in &checked {
                 for d in &c.diagnostics {
-                    eprintln!("{}: {d}", c.path.display());
+                    eprintln!("{}", crate::cmd::atlas_report::text(&c.path, d));
                 }
             }
         }
-        OutputFormat::Json => {
+        CheckFormat::Sarif => println!("{}", crate::cmd::atlas_report::sarif(&checked)),
+        CheckFormat::Json => {
             let doc = json!({
                 "valid": ok,
                 "strict": args.strict,

@@ -3,6 +3,7 @@
 pub mod approvals;
 pub mod atlas;
 pub mod atlas_cases;
+pub mod atlas_report;
 pub mod atlas_sign;
 pub mod atlas_simulate;
 pub mod atlas_test;

@@ -127,8 +127,148 @@ fn broken_atlases_report_exit_code_file_pointer_and_line() {
                 .any(|l| l.contains(wfile) && l.contains(shown) && l.contains(wcode)),
             "{name}: stderr lacks {wfile} {shown}: {terr}"
         );
+        // ... and under it the source line the diagnostic is about, numbered.
+        if let Some(line) = hit.get("line").and_then(Value::as_u64) {
+            let text = std::fs::read_to_string(dir.join(wfile)).unwrap();
+            let source = text
+                .lines()
+                .nth(usize::try_from(line).unwrap() - 1)
+                .unwrap();
+            let shown = format!(" {line} | {}", source.chars().take(200).collect::<String>());
+            assert!(
+                terr.lines().any(|l| l.starts_with(&shown)),
+                "{name}: stderr lacks the source line `{shown}`: {terr}"
+            );
+        }
+        // SARIF names the same rule, file and line.
+        let mut sarif_args = vec!["atlas", "check", "-o", "sarif"];
+        sarif_args.extend(extra.iter().map(String::as_str));
+        sarif_args.push(s(&dir));
+        let (scode, sout, _) = cra(&sarif_args);
+        assert_eq!(scode, code, "{name}: sarif mode exit");
+        let sarif: Value = serde_json::from_str(&sout).unwrap();
+        let results = sarif["runs"][0]["results"].as_array().unwrap();
+        assert_eq!(
+            results.len(),
+            diags.len(),
+            "{name}: a result per diagnostic"
+        );
+        let uri = format!("{}/{wfile}", s(&dir));
+        let found = results.iter().find(|r| {
+            let location = &r["locations"][0];
+            let pointer = &location["logicalLocations"][0]["fullyQualifiedName"];
+            r["ruleId"] == wcode
+                && location["physicalLocation"]["artifactLocation"]["uri"]
+                    .as_str()
+                    .is_some_and(|u| u == format!("file://{uri}") || wfile.is_empty())
+                && (pointer == wptr || (wptr.is_empty() && pointer.is_null()))
+        });
+        let found = found.unwrap_or_else(|| panic!("{name}: no SARIF result for {uri}: {sout}"));
+        assert_eq!(
+            found["locations"][0]["physicalLocation"]["region"]["startLine"],
+            hit.get("line").cloned().unwrap_or(Value::Null),
+            "{name}: {found}"
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The SARIF document as code-review tools require it (SARIF 2.1.0, the properties GitHub code
+/// scanning reads): version, the tool's name and rules, each result's rule (by id and index
+/// into the rules), level, message and a relative location with its line; the rules are the
+/// codes that occur, each once.
+#[test]
+fn sarif_output_is_what_code_review_tools_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    copy_dir(
+        &fixtures().join("broken/policy-pattern-matches-nothing"),
+        &root.join("atlases/warned"),
+    );
+    copy_dir(
+        &fixtures().join("broken").join(first_broken_with_a_line()),
+        &root.join("atlases/broken"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cra"))
+        .args([
+            "atlas",
+            "check",
+            "-o",
+            "sarif",
+            "./atlases/warned",
+            "atlases/broken",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["version"], "2.1.0");
+    assert!(
+        doc["$schema"]
+            .as_str()
+            .unwrap()
+            .ends_with("sarif-2.1.0.json")
+    );
+    let run = &doc["runs"][0];
+    assert_eq!(run["tool"]["driver"]["name"], "cra");
+    assert_eq!(run["invocations"][0]["executionSuccessful"], true);
+    let rules: Vec<&str> = run["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    let mut unique = rules.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), rules.len(), "each rule once: {rules:?}");
+    let results = run["results"].as_array().unwrap();
+    assert!(results.iter().any(|r| r["level"] == "warning"));
+    assert!(results.iter().any(|r| r["level"] == "error"));
+    for r in results {
+        let index = usize::try_from(r["ruleIndex"].as_u64().unwrap()).unwrap();
+        assert_eq!(rules[index], r["ruleId"], "{r}");
+        assert!(!r["message"]["text"].as_str().unwrap().is_empty());
+        let place = &r["locations"][0]["physicalLocation"];
+        let uri = place["artifactLocation"]["uri"].as_str().unwrap();
+        assert!(
+            uri.starts_with("atlases/"),
+            "relative to where cra ran, no ./: {uri}"
+        );
+        assert!(root.join(uri).is_file() || root.join(uri).is_dir(), "{uri}");
+        if let Some(line) = place["region"]["startLine"].as_u64() {
+            let text = std::fs::read_to_string(root.join(uri)).unwrap();
+            assert!(
+                usize::try_from(line).unwrap() <= text.lines().count(),
+                "{r}"
+            );
+        }
+    }
+    assert!(
+        results
+            .iter()
+            .any(|r| r["locations"][0]["physicalLocation"]["region"]["startLine"].is_u64()),
+        "some result has a line"
+    );
+}
+
+/// The name of the first broken fixture whose expected diagnostic has a line (a JSON file
+/// that exists).
+fn first_broken_with_a_line() -> String {
+    let table: serde_json::Map<String, Value> =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("broken.json")).unwrap())
+            .unwrap();
+    table
+        .iter()
+        .find(|(name, want)| {
+            let file = want["file"].as_str().unwrap();
+            want.get("args").is_none()
+                && file.ends_with(".json")
+                && fixtures().join("broken").join(name).join(file).is_file()
+        })
+        .map(|(name, _)| name.clone())
+        .unwrap()
 }
 
 #[test]

@@ -15,7 +15,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use cra_cli::cmd::atlas::{CheckArgs, check_atlases};
-use cra_cli::output::OutputFormat;
 use serde_json::{Map, Value};
 
 /// Codes of the registry stage, which the HTTP door applies against the set in force.
@@ -123,7 +122,7 @@ fn cra_atlas_check_and_every_runtime_door_agree_on_every_atlas_fixture() {
             paths: vec![dir.clone()],
             with: with.clone(),
             strict: false,
-            output: OutputFormat::Json,
+            output: cra_cli::cmd::atlas::CheckFormat::Json,
         };
         let checked = check_atlases(&args).unwrap_or_else(|e| panic!("{name}: {e}"));
         let checked = &checked[0];

@@ -183,7 +183,7 @@ fn an_atlas_rule_outside_the_request_content_fails_the_check() {
         paths: vec![dir.path().to_owned()],
         with: Vec::new(),
         strict: false,
-        output: cra_cli::OutputFormat::Json,
+        output: cra_cli::cmd::atlas::CheckFormat::Json,
     })
     .unwrap();
     let d = &checked[0].diagnostics;

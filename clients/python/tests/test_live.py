@@ -33,7 +33,7 @@ def cra_binary() -> str:
 class LiveServer:
     """``cra serve`` on loopback over a fresh data directory, with one atlas."""
 
-    def __init__(self, root: pathlib.Path) -> None:
+    def __init__(self, root: pathlib.Path, extra: tuple[str, ...] = ()) -> None:
         cra = cra_binary()
         atlas = root / "atlas"
         subprocess.run(
@@ -63,7 +63,7 @@ class LiveServer:
             'roles = ["operator"]\n'
         )
         self.args = [cra, "serve", "--data", str(root / "data"), "--atlas", str(atlas),
-                     "--api-keys", str(keys)]
+                     "--api-keys", str(keys), *extra]
         self.url = self.start("127.0.0.1:0")
 
     def start(self, addr: str) -> str:

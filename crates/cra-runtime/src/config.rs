@@ -650,6 +650,132 @@ pub struct RuntimeConfig {
     pub approvals: ApprovalsConfig,
     /// HTTPS (`[tls]`); absent, the server speaks plain HTTP.
     pub tls: Option<TlsConfig>,
+    /// Approver notifications (`[[notifications.webhooks]]`); absent, nobody is told.
+    pub notifications: NotificationsConfig,
+}
+
+/// Approver notifications: webhooks told when an approval opens, is decided or expires
+/// (`specs/http.md`, "Approver notifications").
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotificationsConfig {
+    /// Every webhook (`[[notifications.webhooks]]`).
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// One webhook: where approval notifications are POSTed, signed as Standard Webhooks sign.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The receiver's URL (`http://` or `https://`).
+    pub url: String,
+    /// The signing secret, `whsec_` and the base64 of 24 to 64 random bytes.
+    #[serde(default)]
+    pub secret: Option<String>,
+    /// A file holding the secret instead.
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    /// Which notifications: any of `approval.requested`, `approval.granted`,
+    /// `approval.rejected`, `approval.expired` (absent: all).
+    #[serde(default)]
+    pub events: Option<Vec<String>>,
+    /// Attempts before a delivery is given up (1 to 20).
+    #[serde(default = "default_webhook_attempts")]
+    pub max_attempts: u32,
+    /// Milliseconds before the first retry; each later one waits twice as long, at most a
+    /// minute.
+    #[serde(default = "default_webhook_retry_ms")]
+    pub retry_initial_ms: u64,
+    /// Milliseconds one attempt may take.
+    #[serde(default = "default_webhook_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_webhook_attempts() -> u32 {
+    5
+}
+fn default_webhook_retry_ms() -> u64 {
+    1_000
+}
+fn default_webhook_timeout_ms() -> u64 {
+    10_000
+}
+
+/// The notifications a webhook may ask for.
+pub const WEBHOOK_EVENTS: [&str; 4] = [
+    "approval.requested",
+    "approval.granted",
+    "approval.rejected",
+    "approval.expired",
+];
+
+impl WebhookConfig {
+    /// The secret's bytes, read and checked.
+    ///
+    /// # Errors
+    /// Neither or both of `secret` and `secret_file`, an unreadable file, or a secret that is
+    /// not `whsec_` and base64 of 24 to 64 bytes.
+    pub fn secret_bytes(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine as _;
+        let text = match (&self.secret, &self.secret_file) {
+            (Some(s), None) => s.clone(),
+            (None, Some(p)) => std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read secret_file {}: {e}", p.display()))?,
+            _ => return Err("needs exactly one of `secret` or `secret_file`".into()),
+        };
+        let encoded = text.trim().strip_prefix("whsec_").ok_or(
+            "the secret must start with `whsec_` (Standard Webhooks), then base64 of 24 to 64 random bytes: `echo whsec_$(openssl rand -base64 32)`",
+        )?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .map_err(|e| format!("the secret after `whsec_` is not base64: {e}"))?;
+        if !(24..=64).contains(&bytes.len()) {
+            return Err(format!(
+                "the secret holds {} bytes; use 24 to 64 random bytes",
+                bytes.len()
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Whether this webhook asks for the notification `kind`.
+    pub fn wants(&self, kind: &str) -> bool {
+        self.events
+            .as_ref()
+            .is_none_or(|events| events.iter().any(|e| e == kind))
+    }
+
+    fn check(&self, i: usize) -> Result<(), ConfigError> {
+        let invalid =
+            |m: String| ConfigError::Invalid(format!("`notifications.webhooks[{i}]`: {m}"));
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return Err(invalid(format!(
+                "url `{}` is not http:// or https://",
+                self.url
+            )));
+        }
+        self.secret_bytes().map_err(invalid)?;
+        if let Some(unknown) = self
+            .events
+            .iter()
+            .flatten()
+            .find(|e| !WEBHOOK_EVENTS.contains(&e.as_str()))
+        {
+            return Err(invalid(format!(
+                "event `{unknown}` is not one of {}",
+                WEBHOOK_EVENTS.join(", ")
+            )));
+        }
+        if !(1..=20).contains(&self.max_attempts) {
+            return Err(invalid("max_attempts must be 1 to 20".into()));
+        }
+        if self.timeout_ms == 0 || self.retry_initial_ms == 0 {
+            return Err(invalid(
+                "timeout_ms and retry_initial_ms must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for RuntimeConfig {
@@ -685,6 +811,7 @@ impl Default for RuntimeConfig {
             redaction: RedactionConfig::default(),
             approvals: ApprovalsConfig::default(),
             tls: None,
+            notifications: NotificationsConfig::default(),
         }
     }
 }
@@ -760,6 +887,9 @@ impl RuntimeConfig {
                     r.interval_seconds
                 )));
             }
+        }
+        for (i, hook) in self.notifications.webhooks.iter().enumerate() {
+            hook.check(i)?;
         }
         if self.log.checkpoint_interval_seconds == 0 {
             return Err(ConfigError::Invalid(

@@ -22,6 +22,7 @@
 //! * [`tlog`]: the transparency log's key, origin and checkpoints (`/v1/log/*`).
 //! * [`tls`]: HTTPS and WSS for the server (mutual TLS's certificate identity too) and the one
 //!   rustls configuration of every client cra builds.
+//! * [`webhooks`]: approver notifications, signed as Standard Webhooks sign, retried, recorded.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
@@ -49,6 +50,7 @@ mod stream;
 pub mod tlog;
 pub mod tls;
 mod tracelog;
+pub mod webhooks;
 
 pub use backend::Backends;
 pub use config::{ClockSource, RuntimeConfig};
@@ -58,3 +60,4 @@ pub use routes::router;
 pub use server::{RunningServer, StartNotice, build_runtime, open_local, open_local_with, start};
 pub use state::{AppState, Runtime};
 pub use stream::{CLOSE_MAY_HAVE_MISSED, CLOSE_SLOW_CONSUMER};
+pub use tracelog::StreamFilter;

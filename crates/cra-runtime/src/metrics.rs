@@ -32,6 +32,12 @@ pub struct Metrics {
     pub atlas_reload_failures: AtomicU64,
     /// Credential reloads that failed (the last good keys stayed in force).
     pub keys_reload_failures: AtomicU64,
+    /// Approval notifications a webhook answered 2xx.
+    pub notifications_delivered: AtomicU64,
+    /// Approval notifications given up after their last attempt.
+    pub notifications_failed: AtomicU64,
+    /// Times the notifier's queue overflowed (notifications lost).
+    pub notifications_dropped: AtomicU64,
     /// Resolves answered by an earlier resolution (`carp.resolution.cached`).
     pub resolution_cache_hits: AtomicU64,
     /// Actions whose `log_only` policies would have decided otherwise (shadow mode).
@@ -178,6 +184,21 @@ impl Metrics {
                 "cra_keys_reload_failures_total",
                 "Keys file or JWT reloads that failed (the last good credentials stayed in force).",
                 &self.keys_reload_failures,
+            ),
+            (
+                "cra_notifications_delivered_total",
+                "Approval notifications a webhook answered with 2xx.",
+                &self.notifications_delivered,
+            ),
+            (
+                "cra_notifications_failed_total",
+                "Approval notifications given up after their last attempt.",
+                &self.notifications_failed,
+            ),
+            (
+                "cra_notifications_dropped_total",
+                "Times the approval notifier fell behind and lost notifications.",
+                &self.notifications_dropped,
             ),
             (
                 "cra_resolution_cache_hits_total",

@@ -554,6 +554,18 @@ pub async fn start(
     let (guard, services_gone) = tokio::sync::mpsc::channel(1);
     let app = routes::router(state.clone()).layer(axum::Extension(ServiceGuard { _open: guard }));
     tokio::spawn(crate::credentials::watch(state.clone()));
+    if !state.config.notifications.webhooks.is_empty() {
+        let hooks = state
+            .config
+            .notifications
+            .webhooks
+            .iter()
+            .cloned()
+            .map(crate::webhooks::Webhook::new)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| StartError::Other(format!("a webhook: {e}")))?;
+        tokio::spawn(crate::webhooks::run(state.clone(), hooks));
+    }
     if state.config.watch {
         tokio::spawn(crate::atlases::watch(state.clone()));
     }

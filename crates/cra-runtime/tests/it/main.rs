@@ -30,3 +30,4 @@ mod tamper;
 mod tlog;
 mod tls;
 mod watch;
+mod webhooks;

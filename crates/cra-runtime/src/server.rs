@@ -553,6 +553,7 @@ pub async fn start(
         .map_err(|source| StartError::Bind { addr, source })?;
     let (guard, services_gone) = tokio::sync::mpsc::channel(1);
     let app = routes::router(state.clone()).layer(axum::Extension(ServiceGuard { _open: guard }));
+    record_log_rotation(&state).await?;
     tokio::spawn(crate::credentials::watch(state.clone()));
     if !state.config.notifications.webhooks.is_empty() {
         let hooks = state
@@ -619,6 +620,23 @@ pub async fn start(
         leader,
         services_gone,
     })
+}
+
+/// Records `log.key_rotated` in the operator audit chain when this start moved the log's key,
+/// before anything is served under the new key.
+async fn record_log_rotation(state: &AppState) -> Result<(), StartError> {
+    let Some(rotated) = state.log.rotation() else {
+        return Ok(());
+    };
+    let chain = crate::service::operator::lock(state)
+        .await
+        .map_err(|e| StartError::Other(e.body.message))?;
+    let draft = crate::service::operator::draft(state, &rotated);
+    chain
+        .append(vec![draft])
+        .await
+        .map_err(|e| StartError::Other(e.body.message))?;
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

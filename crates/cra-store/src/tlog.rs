@@ -118,6 +118,28 @@ impl NewLeaf {
     }
 }
 
+/// What settling the log's identity did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Settled {
+    /// The store had none: the configured one is recorded.
+    First,
+    /// The store holds the configured one.
+    Same,
+    /// A key rotation: the store held `previous_key` (one of the rotating keys), and now holds
+    /// the configured key.
+    Moved {
+        /// The verifier key the store held before.
+        previous_key: String,
+    },
+}
+
+impl Settled {
+    /// Whether the store must record the configured identity.
+    pub(crate) fn records(&self) -> bool {
+        !matches!(self, Settled::Same)
+    }
+}
+
 /// The log's identity: the origin its checkpoints name and the verifier key that signs them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogIdentity {
@@ -153,12 +175,14 @@ impl LogIdentity {
         stored: Option<Self>,
         configured: &Self,
         rotating: &[String],
-    ) -> Result<bool, LogError> {
+    ) -> Result<Settled, LogError> {
         match stored {
-            None => Ok(true),
-            Some(s) if s == *configured => Ok(false),
+            None => Ok(Settled::First),
+            Some(s) if s == *configured => Ok(Settled::Same),
             Some(s) if s.origin == configured.origin && rotating.contains(&s.verifier_key) => {
-                Ok(true)
+                Ok(Settled::Moved {
+                    previous_key: s.verifier_key,
+                })
             }
             Some(s) => Err(LogError::Identity {
                 stored: format!("{} {}", s.origin, s.verifier_key),
@@ -207,7 +231,11 @@ pub trait LogStore: Send + Sync {
     ///
     /// # Errors
     /// [`LogError::Identity`] when the store belongs to another log.
-    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError>;
+    fn settle_identity(
+        &self,
+        identity: &LogIdentity,
+        rotating: &[String],
+    ) -> Result<Settled, LogError>;
 }
 
 /// Reads proofs and roots of the log in `store` as it is now.
@@ -583,8 +611,8 @@ mod tests {
         fn publish_checkpoint(&self, _: u64, note: &str) -> Result<String, LogError> {
             Ok(note.to_owned())
         }
-        fn settle_identity(&self, _: &LogIdentity, _: &[String]) -> Result<(), LogError> {
-            Ok(())
+        fn settle_identity(&self, _: &LogIdentity, _: &[String]) -> Result<Settled, LogError> {
+            Ok(Settled::Same)
         }
     }
 

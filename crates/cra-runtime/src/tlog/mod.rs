@@ -9,7 +9,7 @@ mod witnesses;
 use std::path::Path;
 use std::sync::Arc;
 
-use cra_store::tlog::{LogError, LogIdentity, LogReader, LogStore};
+use cra_store::tlog::{LogError, LogIdentity, LogReader, LogStore, Settled};
 use cra_tlog::{Checkpoint, Ed25519Signer};
 
 use crate::config::RuntimeConfig;
@@ -26,6 +26,9 @@ pub struct Log {
     /// The keys that sign every checkpoint beside `signer` during a key rotation
     /// (`log.rotation_key_files`).
     rotating: Vec<Ed25519Signer>,
+    /// The verifier key the store held before this start moved it to `signer`'s (a rotation's
+    /// swap), to be recorded in the operator audit chain ([`KeyRotated`]).
+    rotated_from: Option<String>,
     /// The witnesses that cosign each checkpoint before it is published, if any.
     witnesses: Option<Witnesses>,
     /// Held while a checkpoint is cut, so one witness is never sent two at once by this server.
@@ -144,10 +147,11 @@ impl Log {
             ));
         }
         let rotating_keys = rotation_keys(&origin, signer.as_ref(), &rotating)?;
+        let mut rotated_from = None;
         let notice = match &signer {
             Some(s) => {
                 let verifier = s.verifier().to_key_string();
-                store
+                let settled = store
                     .settle_identity(
                         &LogIdentity {
                             origin: origin.clone(),
@@ -157,6 +161,10 @@ impl Log {
                     )
                     .map_err(|e| e.to_string())?;
                 let mut notice = format!("transparency log `{origin}`, verifier key {verifier}");
+                if let Settled::Moved { previous_key } = settled {
+                    notice.push_str(&format!(" (rotated from {previous_key})"));
+                    rotated_from = Some(previous_key);
+                }
                 for key in &rotating_keys {
                     notice.push_str(&format!("; rotating: checkpoints are also signed by {key}"));
                 }
@@ -181,12 +189,28 @@ impl Log {
                 origin,
                 signer,
                 rotating,
+                rotated_from,
                 witnesses,
                 cutting: tokio::sync::Mutex::new(()),
                 published: tokio::sync::watch::Sender::new(None),
             },
             notice,
         ))
+    }
+
+    /// `log.key_rotated`, when this start moved the store's log key (a rotation's swap).
+    pub fn rotation(&self) -> Option<KeyRotated> {
+        let previous_key = self.rotated_from.clone()?;
+        Some(KeyRotated {
+            origin: self.origin.clone(),
+            previous_key,
+            key: self.verifier_key()?,
+            rotating: self
+                .rotating
+                .iter()
+                .map(|s| s.verifier().to_key_string())
+                .collect(),
+        })
     }
 
     /// The verifier key string auditors check checkpoints with, when the log signs.
@@ -297,6 +321,24 @@ async fn blocking<T: Send + 'static>(
 pub(crate) fn checkpoint_of(note: &str) -> Option<Checkpoint> {
     let note = cra_tlog::Note::parse(note.as_bytes()).ok()?;
     Checkpoint::parse(note.text()).ok()
+}
+
+/// `log.key_rotated`: a start moved the log's key (the swap of a rotation, `specs/tlog.md`,
+/// "Rotating the log key"), recorded in the operator audit chain before the server serves.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyRotated {
+    /// The log's origin (unchanged).
+    pub origin: String,
+    /// The verifier key the log signed with before.
+    pub previous_key: String,
+    /// The verifier key it signs with now.
+    pub key: String,
+    /// The keys still signing beside it (the previous one among them).
+    pub rotating: Vec<String>,
+}
+
+impl cra_trace::Payload for KeyRotated {
+    const EVENT_TYPE: &'static str = "log.key_rotated";
 }
 
 /// The verifier keys of the rotation signers, each checked: named after `origin`, and neither

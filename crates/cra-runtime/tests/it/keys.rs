@@ -349,8 +349,25 @@ async fn the_log_key_rotates_through_checkpoints_signed_by_both_keys() {
         );
         dir = s.stop_keep().await;
     }
-    // Phase 3: the new key alone.
+    // The swap (phase 2) was recorded once, naming both keys; nothing else moved the key.
     let s = TestServer::start_over(dir, 45, with(&new, Vec::new())).await;
+    let rotations: Vec<Value> = s
+        .events(OPERATOR_AUDIT_SESSION)
+        .await
+        .into_iter()
+        .filter(|e| e["event_type"] == "log.key_rotated")
+        .collect();
+    assert_eq!(rotations.len(), 1, "{rotations:?}");
+    let p = &rotations[0]["payload"];
+    let key_of = |path: &std::path::Path| {
+        let text = std::fs::read_to_string(path).unwrap();
+        let signer = cra_tlog::Ed25519Signer::parse(text.trim()).unwrap();
+        signer.verifier().to_key_string()
+    };
+    assert_eq!(p["previous_key"], key_of(&old));
+    assert_eq!(p["key"], key_of(&new));
+    assert_eq!(p["rotating"], serde_json::json!([key_of(&old)]));
+    // Phase 3: the new key alone.
     s.open_session(AGENT, "ops-bot").await;
     let note = cut(&s).await;
     assert!(opens(&note, &new_verifier) && !opens(&note, &old_verifier));

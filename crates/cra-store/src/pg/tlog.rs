@@ -14,7 +14,7 @@ use cra_tlog::Hash;
 use postgres::Transaction;
 
 use super::PgStore;
-use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, TileKey};
+use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, Settled, TileKey};
 
 fn store(e: postgres::Error) -> LogError {
     LogError::Store(format!("postgres: {}", super::error_text(&e)))
@@ -241,7 +241,11 @@ impl LogStore for PgStore {
         Ok(answer)
     }
 
-    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError> {
+    fn settle_identity(
+        &self,
+        identity: &LogIdentity,
+        rotating: &[String],
+    ) -> Result<Settled, LogError> {
         let mut client = self.client().map_err(|e| LogError::Store(e.to_string()))?;
         let mut tx = client.transaction().map_err(store)?;
         let row = tx
@@ -260,13 +264,15 @@ impl LogStore for PgStore {
             }),
             _ => None,
         };
-        if LogIdentity::settle(stored, identity, rotating)? {
+        let settled = LogIdentity::settle(stored, identity, rotating)?;
+        if settled.records() {
             tx.execute(
                 "UPDATE tlog_state SET origin = $1, key = $2 WHERE id = 1",
                 &[&identity.origin, &identity.verifier_key],
             )
             .map_err(store)?;
         }
-        tx.commit().map_err(store)
+        tx.commit().map_err(store)?;
+        Ok(settled)
     }
 }

@@ -27,7 +27,7 @@ use cra_tlog::Hash;
 use super::trace::EVENTS;
 use super::{RedbStore, backend};
 use crate::BackendError;
-use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, TileKey};
+use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, Settled, TileKey};
 
 const TILES: TableDefinition<'static, (u8, u64), &[u8]> = TableDefinition::new("tlog_tiles");
 const RUNS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_runs");
@@ -526,22 +526,29 @@ impl LogStore for RedbStore {
         Ok(latest)
     }
 
-    fn settle_identity(&self, identity: &LogIdentity, rotating: &[String]) -> Result<(), LogError> {
+    fn settle_identity(
+        &self,
+        identity: &LogIdentity,
+        rotating: &[String],
+    ) -> Result<Settled, LogError> {
         let mut txn = self.handle().begin_write().map_err(store)?;
         txn.set_durability(Durability::Immediate).map_err(store)?;
-        {
+        let settled = {
             let mut meta = txn.open_table(META).map_err(store)?;
             let stored = meta
                 .get(IDENTITY)
                 .map_err(store)?
                 .map(|v| LogIdentity::decode(&String::from_utf8_lossy(v.value())))
                 .transpose()?;
-            if LogIdentity::settle(stored, identity, rotating)? {
+            let settled = LogIdentity::settle(stored, identity, rotating)?;
+            if settled.records() {
                 meta.insert(IDENTITY, identity.encode().as_bytes())
                     .map_err(store)?;
             }
-        }
-        txn.commit().map_err(store)
+            settled
+        };
+        txn.commit().map_err(store)?;
+        Ok(settled)
     }
 }
 

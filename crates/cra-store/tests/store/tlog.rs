@@ -313,7 +313,7 @@ fn a_store_refuses_a_second_log_identity() {
 /// with the old key rotating, is refused.
 #[test]
 fn a_store_moves_its_log_key_only_through_a_rotation() {
-    use cra_store::tlog::{LogError, LogIdentity};
+    use cra_store::tlog::{LogError, LogIdentity, Settled};
     let (_, config) = fixed();
     for b in backends("a_store_moves_its_log_key_only_through_a_rotation", || {
         config.clone()
@@ -326,11 +326,13 @@ fn a_store_moves_its_log_key_only_through_a_rotation() {
             verifier_key: "a.example/log+00000002+Ag==".into(),
             ..old.clone()
         };
-        b.store.settle_identity(&old, &[]).unwrap();
+        assert_eq!(b.store.settle_identity(&old, &[]).unwrap(), Settled::First);
         // Phase 1: the old key still primary, the new one signing beside it.
-        b.store
+        let settled = b
+            .store
             .settle_identity(&old, std::slice::from_ref(&new.verifier_key))
             .unwrap();
+        assert_eq!(settled, Settled::Same, "{}", b.name);
         // Without the old key among the rotating ones, the new one is refused.
         let err = b.store.settle_identity(&new, &[]).unwrap_err();
         assert!(matches!(err, LogError::Identity { .. }), "{}", b.name);
@@ -341,10 +343,17 @@ fn a_store_moves_its_log_key_only_through_a_rotation() {
         };
         let rotating = [old.verifier_key.clone()];
         assert!(b.store.settle_identity(&elsewhere, &rotating).is_err());
-        // Phase 2: the new key primary, the old one rotating: recorded.
-        b.store.settle_identity(&new, &rotating).unwrap();
+        // Phase 2: the new key primary, the old one rotating: recorded, and said.
+        let moved = Settled::Moved {
+            previous_key: old.verifier_key.clone(),
+        };
+        assert_eq!(b.store.settle_identity(&new, &rotating).unwrap(), moved);
+        assert_eq!(
+            b.store.settle_identity(&new, &rotating).unwrap(),
+            Settled::Same
+        );
         // Phase 3: the new key alone; the old one alone is refused now.
-        b.store.settle_identity(&new, &[]).unwrap();
+        assert_eq!(b.store.settle_identity(&new, &[]).unwrap(), Settled::Same);
         let err = b.store.settle_identity(&old, &[]).unwrap_err();
         assert!(err.to_string().contains("00000002"), "{}: {err}", b.name);
     }

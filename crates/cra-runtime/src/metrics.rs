@@ -12,10 +12,38 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// The upper bounds, in seconds, of the request latency histogram's buckets (`+Inf` last).
+const LATENCY_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// One latency histogram: how many observations fell at or under each bound, their sum, and
+/// their count.
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    sum_seconds: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, seconds: f64) {
+        for (bound, n) in LATENCY_BUCKETS.iter().zip(self.buckets.iter_mut()) {
+            if seconds <= *bound {
+                *n += 1;
+            }
+        }
+        self.sum_seconds += seconds;
+        self.count += 1;
+    }
+}
+
 /// Every counter.
 #[derive(Debug, Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
+    /// Request latency by route template (a closed set, as `requests`' routes).
+    latencies: Mutex<BTreeMap<String, Histogram>>,
     /// TRACE events appended durably.
     pub trace_events: AtomicU64,
     /// Resolutions answered, by decision.
@@ -76,10 +104,52 @@ fn escape_label(v: &str) -> String {
 }
 
 impl Metrics {
-    /// Counts one answered HTTP request (labels from [`method_label`] and [`route_label`]).
-    pub fn record_request(&self, method: &'static str, route: &str, status: u16) {
+    /// Counts one answered HTTP request (labels from [`method_label`] and [`route_label`]) and
+    /// observes how long it took to answer.
+    pub fn record_request(
+        &self,
+        method: &'static str,
+        route: &str,
+        status: u16,
+        took: std::time::Duration,
+    ) {
         let mut m = self.requests.lock().unwrap_or_else(|p| p.into_inner());
         *m.entry((method, route.to_owned(), status)).or_insert(0) += 1;
+        drop(m);
+        let mut l = self.latencies.lock().unwrap_or_else(|p| p.into_inner());
+        match l.get_mut(route) {
+            Some(h) => h.observe(took.as_secs_f64()),
+            None => {
+                let mut h = Histogram::default();
+                h.observe(took.as_secs_f64());
+                l.insert(route.to_owned(), h);
+            }
+        }
+    }
+
+    /// The latency histograms in the Prometheus text format.
+    fn render_latencies(&self, out: &mut String) {
+        let name = "cra_http_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time to answer an HTTP request (to its response head), by route.\n# TYPE {name} histogram"
+        );
+        for (route, h) in self
+            .latencies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            let route = escape_label(route);
+            for (bound, n) in LATENCY_BUCKETS.iter().zip(h.buckets.iter()) {
+                let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}\n{name}_sum{{route=\"{route}\"}} {}\n{name}_count{{route=\"{route}\"}} {}",
+                h.count, h.sum_seconds, h.count
+            );
+        }
     }
 
     /// Counts one resolution with `decision`.
@@ -222,8 +292,21 @@ impl Metrics {
                 v.load(Ordering::Relaxed)
             );
         }
+        self.render_latencies(&mut out);
         out
     }
+}
+
+/// Gauges read when `/metrics` is asked, in the Prometheus text format: `(name, help, value)`.
+pub(crate) fn render_gauges(gauges: &[(&str, &str, f64)]) -> String {
+    let mut out = String::new();
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -233,9 +316,15 @@ mod tests {
     #[test]
     fn renders_counters() {
         let m = Metrics::default();
-        m.record_request("GET", "/v1/health", 200);
-        m.record_request("GET", "/v1/health", 200);
-        m.record_request(method_label(&"BREW".parse().unwrap()), "unmatched", 405);
+        let ms = std::time::Duration::from_millis;
+        m.record_request("GET", "/v1/health", 200, ms(3));
+        m.record_request("GET", "/v1/health", 200, ms(30));
+        m.record_request(
+            method_label(&"BREW".parse().unwrap()),
+            "unmatched",
+            405,
+            ms(1),
+        );
         m.record_resolution("allow");
         m.add_events(10);
         let text = m.render();
@@ -247,5 +336,20 @@ mod tests {
         ));
         assert!(text.contains("cra_resolutions_total{decision=\"allow\"} 1"));
         assert!(text.contains("cra_trace_events_total 10"));
+        // The histogram's buckets are cumulative: 3 ms is under 5 ms, both are under 50 ms.
+        let h = "cra_http_request_duration_seconds";
+        for (le, n) in [
+            ("0.0025", 0),
+            ("0.005", 1),
+            ("0.025", 1),
+            ("0.05", 2),
+            ("+Inf", 2),
+        ] {
+            let line = format!("{h}_bucket{{route=\"/v1/health\",le=\"{le}\"}} {n}\n");
+            assert!(text.contains(&line), "{line}{text}");
+        }
+        assert!(text.contains(&format!("{h}_count{{route=\"/v1/health\"}} 2\n")));
+        assert!(text.contains(&format!("{h}_sum{{route=\"/v1/health\"}} 0.033")));
+        assert!(text.contains(&format!("# TYPE {h} histogram\n")));
     }
 }

@@ -231,6 +231,18 @@ impl Hub {
             .map_or(0, Vec::len)
     }
 
+    /// How many subscribers follow the hub now: streams, approval waits and the notifier.
+    pub fn subscribers(&self) -> usize {
+        let sessions: usize = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(Vec::len)
+            .sum();
+        sessions + self.all.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
     /// Whether anybody follows every session.
     pub fn has_all_subscribers(&self) -> bool {
         !self

@@ -189,14 +189,17 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     next.run(req).await
 }
 
-/// Counts every answer by method, route template and status.
+/// Counts every answer by method, route template and status, and observes its latency.
 async fn count(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let method = crate::metrics::method_label(req.method());
     let route = crate::metrics::route_label(req.extensions().get::<MatchedPath>()).to_owned();
+    // Latency is a measurement of this machine, not a time the protocol records: the
+    // monotonic clock, not the injected one.
+    let began = std::time::Instant::now();
     let resp = next.run(req).await;
     state
         .metrics
-        .record_request(method, &route, resp.status().as_u16());
+        .record_request(method, &route, resp.status().as_u16(), began.elapsed());
     resp
 }
 

@@ -221,8 +221,33 @@ pub(crate) async fn metrics(
     Caller(actor): Caller,
 ) -> ApiResult<impl IntoResponse> {
     actor.require(&[Role::Operator, Role::Auditor], "reading /metrics")?;
+    let pending = state.carp_read(|s| s.list_pending_approvals()).await?;
+    let now_us = i64::try_from(state.clock.now().unix_timestamp_nanos() / 1_000).unwrap_or(0);
+    let oldest_age = pending
+        .iter()
+        .filter_map(|a| cra_wire::clock::parse_rfc3339(&a.created_at).ok())
+        .map(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(now_us))
+        .min()
+        .map_or(0.0, |oldest| (now_us - oldest).max(0) as f64 / 1e6);
+    let gauges = crate::metrics::render_gauges(&[
+        (
+            "cra_approvals_pending",
+            "Approvals waiting for a decision now.",
+            pending.len() as f64,
+        ),
+        (
+            "cra_approvals_oldest_pending_age_seconds",
+            "How long the oldest pending approval has waited (0 when none waits).",
+            oldest_age,
+        ),
+        (
+            "cra_stream_subscribers",
+            "Live subscribers of this replica now (WebSocket streams, approval waits, the notifier).",
+            state.hub.subscribers() as f64,
+        ),
+    ]);
     Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        format!("{}{gauges}", state.metrics.render()),
     ))
 }

@@ -91,7 +91,37 @@ async fn metrics_count_requests_and_need_a_reading_role() {
             "{text}"
         );
         assert!(text.contains("status=\"403\""), "{text}");
+        assert!(
+            text.contains("cra_http_request_duration_seconds_count{route=\"/v1/health\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("cra_approvals_pending 0\n"), "{text}");
     }
+    s.stop().await;
+}
+
+/// The approval queue as an operator alerts on it: how many wait, and for how long the oldest
+/// has, by the server's clock.
+#[tokio::test]
+async fn metrics_show_the_approval_queue_depth_and_its_oldest_age() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
+    let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    s.ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
+    s.clock.advance(time::Duration::seconds(90));
+    let resp = s.http.get(s.url("/metrics")).bearer_auth(OPERATOR);
+    let text = resp.send().await.unwrap().text().await.unwrap();
+    assert!(text.contains("cra_approvals_pending 1\n"), "{text}");
+    assert!(
+        text.contains("cra_approvals_oldest_pending_age_seconds 90\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE cra_stream_subscribers gauge\n"),
+        "{text}"
+    );
     s.stop().await;
 }
 

@@ -258,11 +258,12 @@ fn view(k: &cra_runtime::auth::KeyEntry, now: OffsetDateTime) -> KeyView {
     }
 }
 
-/// Adds a new key as `args` says; `now` dates `--expires-in`.
+/// Adds a new key as `args` says; `now` dates `--expires-in`. A missing file is created only
+/// for an admin key (`cra serve` would otherwise find a keys file and make no admin key).
 ///
 /// # Errors
-/// An expiry in the past, or a file that cannot be read, edited, checked or written (nothing
-/// is written then).
+/// An expiry in the past, a new file without an admin key, or a file that cannot be read,
+/// edited, checked or written (nothing is written then).
 pub fn add(args: &AddArgs, now: OffsetDateTime) -> Result<Added, String> {
     let path = args.file.path();
     let expires_at = match (args.expires_in, args.expires_at) {
@@ -271,6 +272,12 @@ pub fn add(args: &AddArgs, now: OffsetDateTime) -> Result<Added, String> {
     };
     if expires_at.is_some_and(|at| at <= now) {
         return Err("the expiry is not in the future; a key that never works is not added".into());
+    }
+    if !path.exists() && !args.roles.iter().any(|r| matches!(r, RoleArg::Admin)) {
+        return Err(format!(
+            "{} does not exist yet, and a keys file without an admin key locks the administrators out: start `cra serve` once (it creates the file with an admin key), or add an admin key first (--role admin)",
+            path.display()
+        ));
     }
     let mut doc = read_document(&path, true)?;
     let token = new_token();

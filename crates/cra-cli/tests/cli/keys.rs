@@ -169,6 +169,31 @@ fn the_last_working_admin_key_is_never_revoked_and_a_refused_edit_writes_nothing
     assert_eq!(leftovers.len(), 1, "no temporary file is left behind");
 }
 
+/// A keys file that does not exist yet is made only by adding an admin key: `cra serve` makes
+/// its own admin key only when it finds no file.
+#[test]
+fn a_new_keys_file_starts_with_an_admin_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data").join("api-keys.toml");
+    let KeysCommand::Add(agent) = parse(&["add", "--actor", "bot", "--role", "agent"], &file)
+    else {
+        panic!()
+    };
+    assert!(add(&agent, now()).unwrap_err().contains("--role admin"));
+    assert!(!file.exists());
+    let KeysCommand::Add(admin) = parse(
+        &[
+            "add", "--actor", "root", "--type", "human", "--role", "admin",
+        ],
+        &file,
+    ) else {
+        panic!()
+    };
+    add(&admin, now()).unwrap();
+    add(&agent, now()).unwrap();
+    assert_eq!(list(&file, now()).unwrap().len(), 2);
+}
+
 #[test]
 fn durations_and_instants_are_read_strictly() {
     let dir = tempfile::tempdir().unwrap();

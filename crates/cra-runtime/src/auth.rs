@@ -39,6 +39,19 @@ pub enum Role {
     Admin,
 }
 
+impl Role {
+    /// The wire spelling (as the keys file and JWT claims write it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Author => "author",
+            Role::Auditor => "auditor",
+            Role::Operator => "operator",
+            Role::Admin => "admin",
+        }
+    }
+}
+
 /// The kind of actor behind a credential.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -157,10 +170,7 @@ impl Actor {
         if self.has_any(roles) {
             Ok(())
         } else {
-            let names: Vec<String> = roles
-                .iter()
-                .map(|r| format!("{r:?}").to_ascii_lowercase())
-                .collect();
+            let names: Vec<&str> = roles.iter().map(|r| r.as_str()).collect();
             Err(ApiError::forbidden(format!(
                 "{what} needs the role {} (or admin); ask an administrator for a key with it",
                 names.join(" or ")

@@ -58,8 +58,34 @@ impl std::fmt::Debug for Credentials {
 struct Loaded {
     keys: KeysFile,
     jwt: Option<JwtConfig>,
-    /// The SHA-256 of every file read, in [`Credentials::inputs`] order.
-    digests: Vec<Option<[u8; 32]>>,
+    /// The files as they were when last read.
+    digests: Digests,
+}
+
+/// The SHA-256 of each file credentials are built from (`None`: absent or unreadable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Digests {
+    keys: Option<[u8; 32]>,
+    config: Option<[u8; 32]>,
+    jwt_key: Option<[u8; 32]>,
+}
+
+impl Digests {
+    /// The files as they are now: the keys file, the configuration file, and the JWT secret or
+    /// public key file `jwt` names.
+    fn now(keys: &Path, config: Option<&Path>, jwt: Option<&JwtConfig>) -> Self {
+        Self {
+            keys: digest(keys),
+            config: config.and_then(digest),
+            jwt_key: Self::jwt_key(jwt),
+        }
+    }
+
+    /// The JWT secret or public key file `jwt` names, as it is now.
+    fn jwt_key(jwt: Option<&JwtConfig>) -> Option<[u8; 32]> {
+        let file = jwt.and_then(|j| j.secret_file.as_deref().or(j.public_key_file.as_deref()));
+        file.and_then(digest)
+    }
 }
 
 /// A credential as the audit record names it: a key by fingerprint, a certificate by subject.
@@ -135,10 +161,7 @@ impl Credentials {
         config_file: Option<PathBuf>,
     ) -> Result<Self, AuthSetupError> {
         let authenticator = Authenticator::new(&keys, jwt)?;
-        let digests = inputs(&keys_path, config_file.as_deref(), jwt)
-            .iter()
-            .map(|p| digest(p))
-            .collect();
+        let digests = Digests::now(&keys_path, config_file.as_deref(), jwt);
         Ok(Self {
             current: RwLock::new(Arc::new(authenticator)),
             keys_path,
@@ -167,14 +190,11 @@ impl Credentials {
     /// True when a file the credentials were built from has changed since the last load.
     pub fn files_changed(&self) -> bool {
         let loaded = self.lock();
-        let now: Vec<_> = inputs(
+        let now = Digests::now(
             &self.keys_path,
             self.config_file.as_deref(),
             loaded.jwt.as_ref(),
-        )
-        .iter()
-        .map(|p| digest(p))
-        .collect();
+        );
         now != loaded.digests
     }
 
@@ -185,10 +205,7 @@ impl Credentials {
         // next poll. A refused reload remembers them too, so the watch retries only once the
         // files change again (SIGHUP always retries).
         let (loaded_jwt, config_file) = (loaded.jwt.clone(), self.config_file.as_deref());
-        let mut digests: Vec<_> = inputs(&self.keys_path, config_file, loaded_jwt.as_ref())
-            .iter()
-            .map(|p| digest(p))
-            .collect();
+        let mut digests = Digests::now(&self.keys_path, config_file, loaded_jwt.as_ref());
         let mut read = || -> Result<_, AuthSetupError> {
             let keys = KeysFile::load(&self.keys_path)?;
             let jwt = match config_file {
@@ -199,8 +216,7 @@ impl Credentials {
                 None => loaded_jwt.clone(),
             };
             // The JWT key file may be another one now.
-            let jwt_file = inputs(&self.keys_path, config_file, jwt.as_ref()).pop();
-            digests[2] = jwt_file.and_then(|p| digest(&p));
+            digests.jwt_key = Digests::jwt_key(jwt.as_ref());
             let authenticator = Authenticator::new(&keys, jwt.as_ref())?;
             Ok((keys, jwt, authenticator))
         };
@@ -211,7 +227,7 @@ impl Credentials {
                 return Err(e);
             }
         };
-        let jwt_changed = jwt != loaded.jwt || digests[2] != loaded.digests[2];
+        let jwt_changed = jwt != loaded.jwt || digests.jwt_key != loaded.digests.jwt_key;
         let change = diff(&loaded.keys, &keys, source, jwt_changed);
         *self
             .current
@@ -226,17 +242,6 @@ impl Credentials {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-/// The files credentials are built from: the keys file, the configuration file (a missing one
-/// reads as no file), then the JWT secret or public key file.
-fn inputs(keys: &Path, config: Option<&Path>, jwt: Option<&JwtConfig>) -> Vec<PathBuf> {
-    let jwt_file = jwt.and_then(|j| j.secret_file.clone().or_else(|| j.public_key_file.clone()));
-    vec![
-        keys.to_owned(),
-        config.map(Path::to_owned).unwrap_or_default(),
-        jwt_file.unwrap_or_default(),
-    ]
 }
 
 /// The SHA-256 of a file's bytes, `None` when it cannot be read (or the path is empty).

@@ -553,18 +553,19 @@ pub async fn start(
         .map_err(|source| StartError::Bind { addr, source })?;
     let (guard, services_gone) = tokio::sync::mpsc::channel(1);
     let app = routes::router(state.clone()).layer(axum::Extension(ServiceGuard { _open: guard }));
+    // What can refuse the start comes before anything is spawned or recorded.
+    let hooks = state
+        .config
+        .notifications
+        .webhooks
+        .iter()
+        .cloned()
+        .map(crate::webhooks::Webhook::new)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StartError::Other(format!("a webhook: {e}")))?;
     record_log_rotation(&state).await?;
     tokio::spawn(crate::credentials::watch(state.clone()));
-    if !state.config.notifications.webhooks.is_empty() {
-        let hooks = state
-            .config
-            .notifications
-            .webhooks
-            .iter()
-            .cloned()
-            .map(crate::webhooks::Webhook::new)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| StartError::Other(format!("a webhook: {e}")))?;
+    if !hooks.is_empty() {
         tokio::spawn(crate::webhooks::run(state.clone(), hooks));
     }
     if state.config.watch {

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use base64::Engine as _;
+use cra_carp::eval::unix_micros;
 use cra_trace::{Payload, TraceEvent};
 use hmac::Mac as _;
 use serde::Serialize;
@@ -112,19 +113,16 @@ pub struct NotificationOutcome<'a> {
     pub error: Option<String>,
 }
 
+/// `notification.delivered`: a webhook answered 2xx.
+#[derive(Serialize)]
+#[serde(transparent)]
 struct Delivered<'a>(NotificationOutcome<'a>);
+
+/// `notification.failed`: given up after the last attempt.
+#[derive(Serialize)]
+#[serde(transparent)]
 struct Failed<'a>(NotificationOutcome<'a>);
 
-impl Serialize for Delivered<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
-impl Serialize for Failed<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
 impl Payload for Delivered<'_> {
     const EVENT_TYPE: &'static str = "notification.delivered";
 }
@@ -182,7 +180,7 @@ pub fn notice(state: &AppState, hooks: &[Webhook], open: &mut Open, event: &Trac
                 .get("expires_at")
                 .and_then(Value::as_str)
                 .and_then(|t| cra_wire::clock::parse_rfc3339(t).ok())
-                .map(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX));
+                .map(unix_micros);
             if let Some(at) = lapse {
                 open.lapses
                     .insert(approval_id.to_owned(), (event.session_id.clone(), at));
@@ -214,7 +212,7 @@ pub fn notice(state: &AppState, hooks: &[Webhook], open: &mut Open, event: &Trac
 /// server's clock and that is still pending in the store; forgets the others.
 pub async fn expire_due(state: &AppState, hooks: &[Webhook], open: &mut Open) {
     let now = state.clock.now();
-    let now_us = i64::try_from(now.unix_timestamp_nanos() / 1_000).unwrap_or(i64::MAX);
+    let now_us = unix_micros(now);
     let due: Vec<(String, String)> = open
         .lapses
         .iter()

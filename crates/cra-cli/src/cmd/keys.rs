@@ -206,7 +206,7 @@ fn print_views(views: &[KeyView], output: OutputFormat) {
         OutputFormat::Json => println!("{}", json!(views)),
         OutputFormat::Text => {
             for v in views {
-                let roles: Vec<String> = v.roles.iter().map(|r| role_name(*r)).collect();
+                let roles: Vec<&str> = v.roles.iter().map(|r| r.as_str()).collect();
                 println!(
                     "{}  {:<8} {} ({}) [{}]{}",
                     v.key,
@@ -222,13 +222,6 @@ fn print_views(views: &[KeyView], output: OutputFormat) {
             }
         }
     }
-}
-
-fn role_name(role: Role) -> String {
-    serde_json::to_value(role)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// Every key of the file at `path`, as listed at `now`.
@@ -287,7 +280,7 @@ pub fn add(args: &AddArgs, now: OffsetDateTime) -> Result<Added, String> {
     entry["actor_type"] = toml_edit::value(actor_type(args.actor_type).as_str());
     let mut roles = toml_edit::Array::new();
     for r in &args.roles {
-        roles.push(role_name(role(*r)));
+        roles.push(role(*r).as_str());
     }
     entry["roles"] = toml_edit::value(roles);
     if !args.atlas_namespaces.is_empty() {

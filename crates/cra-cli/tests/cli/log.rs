@@ -218,7 +218,7 @@ fn watching_every_second_goes_on_while_consistent_and_exits_2_when_not() {
         proof: Vec::new(),
     }));
     let url = serve(served.clone());
-    let mut child = Reaped(
+    let mut child = crate::Reaped::new(
         std::process::Command::new(env!("CARGO_BIN_EXE_cra"))
             .args(["log", "watch", "--url", &url, "--every", "1", "-o", "json"])
             .arg("--state")
@@ -228,7 +228,7 @@ fn watching_every_second_goes_on_while_consistent_and_exits_2_when_not() {
             .spawn()
             .unwrap(),
     );
-    let mut reports = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut reports = std::io::BufReader::new(child.child().stdout.take().unwrap()).lines();
     // Each change is seen at the next check or the one after: a watch that goes on past 20
     // reports has missed one (and is killed with the test).
     let mut left = 20;
@@ -255,18 +255,8 @@ fn watching_every_second_goes_on_while_consistent_and_exits_2_when_not() {
         found = next();
     }
     assert!(found.to_string().contains("smaller"), "{found}");
-    let status = child.0.wait().unwrap();
+    let status = child.child().wait().unwrap();
     assert_eq!(status.code(), Some(2), "{found}");
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// A log rotating its key signs each checkpoint with both keys (`log.rotation_key_files`): a

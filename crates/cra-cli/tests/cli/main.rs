@@ -32,6 +32,38 @@ fn http_get(url: impl reqwest::IntoUrl) -> reqwest::Result<reqwest::blocking::Re
         .send()
 }
 
+/// A child process killed when the test ends early (a failed assertion), so none outlives it.
+struct Reaped(Option<std::process::Child>);
+
+impl Reaped {
+    fn new(child: std::process::Child) -> Self {
+        Self(Some(child))
+    }
+
+    /// The child, still reaped here.
+    fn child(&mut self) -> &mut std::process::Child {
+        self.0.as_mut().expect("a child until taken")
+    }
+
+    fn id(&self) -> u32 {
+        self.0.as_ref().map_or(0, std::process::Child::id)
+    }
+
+    /// The child, no longer reaped here (to stop it gracefully).
+    fn take(mut self) -> std::process::Child {
+        self.0.take().expect("a child until taken")
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM to `child` (a `cra` server process) and requires a clean exit.
 fn terminate(child: std::process::Child) {
     let status = std::process::Command::new("kill")

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 
 use cra_store::testing::{TestSchema, postgres_url};
 
-use crate::terminate;
+use crate::{Reaped, terminate};
 
 pub(crate) type Lines = std::io::Lines<BufReader<std::process::ChildStdout>>;
 
@@ -299,7 +299,7 @@ fn cra_serve_reloads_its_keys_on_a_file_change_and_on_sighup() {
     let data = dir.path().join("data");
     let (mut child, addr, _stdout) = start_serve(&data, dir.path(), &[]);
     let log = log_lines(child.stderr.take().unwrap());
-    let server = Reaped(Some(child));
+    let server = Reaped::new(child);
     let admin = cra_runtime::auth::local_admin_token(&data).unwrap();
     let status = |token: &str| {
         cra_runtime::tls::blocking_http_client()
@@ -353,29 +353,6 @@ fn cra_serve_reloads_its_keys_on_a_file_change_and_on_sighup() {
     assert!(refused.text().unwrap().contains("was revoked"));
     assert_eq!(status(&second).status().as_u16(), 200);
     terminate(server.take());
-}
-
-/// A server killed when the test ends early (a failed assertion), so no process outlives it.
-struct Reaped(Option<std::process::Child>);
-
-impl Reaped {
-    fn id(&self) -> u32 {
-        self.0.as_ref().map_or(0, std::process::Child::id)
-    }
-
-    /// The child, no longer reaped here.
-    fn take(mut self) -> std::process::Child {
-        self.0.take().unwrap()
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }
 
 /// The lines `stderr` (a server's log) writes, read on a thread of their own.

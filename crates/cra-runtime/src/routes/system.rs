@@ -222,11 +222,11 @@ pub(crate) async fn metrics(
 ) -> ApiResult<impl IntoResponse> {
     actor.require(&[Role::Operator, Role::Auditor], "reading /metrics")?;
     let pending = state.carp_read(|s| s.list_pending_approvals()).await?;
-    let now_us = i64::try_from(state.clock.now().unix_timestamp_nanos() / 1_000).unwrap_or(0);
+    let now_us = cra_carp::eval::unix_micros(state.clock.now());
     let oldest_age = pending
         .iter()
         .filter_map(|a| cra_wire::clock::parse_rfc3339(&a.created_at).ok())
-        .map(|t| i64::try_from(t.unix_timestamp_nanos() / 1_000).unwrap_or(now_us))
+        .map(cra_carp::eval::unix_micros)
         .min()
         .map_or(0.0, |oldest| (now_us - oldest).max(0) as f64 / 1e6);
     let gauges = crate::metrics::render_gauges(&[

@@ -455,3 +455,30 @@ pub(crate) async fn keep_checkpoints(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signer(name: &str, seed: u8) -> Ed25519Signer {
+        Ed25519Signer::from_seed(name, &[seed; 32]).unwrap()
+    }
+
+    /// A rotation key keeps the origin and signs once: one named for another log, or repeating
+    /// the primary or another rotation key, stops the start with a message naming it.
+    #[test]
+    fn rotation_keys_keep_the_origin_and_sign_once() {
+        let origin = "log.example/cra";
+        let primary = signer(origin, 1);
+        let keys = rotation_keys(origin, Some(&primary), &[signer(origin, 2)]).unwrap();
+        assert_eq!(keys, [signer(origin, 2).verifier().to_key_string()]);
+        for (rotating, says) in [
+            (vec![signer("other.example/cra", 2)], "not the origin"),
+            (vec![signer(origin, 1)], "repeats"),
+            (vec![signer(origin, 2), signer(origin, 2)], "repeats"),
+        ] {
+            let e = rotation_keys(origin, Some(&primary), &rotating).unwrap_err();
+            assert!(e.contains(says) && e.contains("rotation_key_files["), "{e}");
+        }
+    }
+}

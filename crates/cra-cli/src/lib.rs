@@ -70,6 +70,9 @@ pub enum Command {
     /// rotation.
     #[command(subcommand)]
     Store(cmd::store::StoreCommand),
+    /// Upgrade a stopped store written by an earlier cra, or (--check) say what the upgrade
+    /// would do; a store a newer cra wrote is refused.
+    Migrate(cmd::migrate::MigrateArgs),
     /// Print a shell completion script (bash, zsh, fish) for every command and flag.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -94,6 +97,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Log(c) => cmd::log::run(c),
         Command::Keys(c) => cmd::keys::run(c),
         Command::Store(c) => cmd::store::run(c),
+        Command::Migrate(a) => cmd::migrate::run(a),
         Command::Completions(a) => cmd::completions::run(a),
     }
 }

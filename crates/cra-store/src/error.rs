@@ -65,11 +65,32 @@ pub enum BackendError {
     },
     /// The database holds migrations this build does not know: it was written by a newer build.
     #[error(
-        "the database has migration {version} which this build does not know; run the newer build that wrote it"
+        "the database has migration {version}, which this build of cra does not know: a newer cra wrote it. Nothing was changed; run that cra (or a newer one), or restore a backup this version made"
     )]
     UnknownMigration {
         /// The unknown version.
         version: u32,
+    },
+    /// The data directory records a data format above this build's: a newer cra wrote it.
+    #[error(
+        "data directory {path} holds data format {found}, written by a newer cra than this one (which knows formats up to {known}). Nothing was changed; run that cra (or a newer one), or restore a backup this version made"
+    )]
+    NewerFormat {
+        /// The directory.
+        path: PathBuf,
+        /// The format it records.
+        found: u64,
+        /// The newest format this build knows.
+        known: u64,
+    },
+    /// The data directory's database was not closed cleanly, and a read-only look cannot repair
+    /// it.
+    #[error(
+        "the database of data directory {path} was not closed cleanly (a server stopped without its clean shutdown), so it cannot be read without redb's repair: `cra migrate` (without --check) repairs it first, as does the next `cra serve`"
+    )]
+    NeedsRepair {
+        /// The directory.
+        path: PathBuf,
     },
     /// The configured storage keys do not fit the store (`encryption`): a key that encrypted its records
     /// is missing, or a key is not the one registered under its id.

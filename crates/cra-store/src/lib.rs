@@ -24,6 +24,9 @@
 //!   current and retired storage keys; every backend passes stored bodies through it.
 //! * [`fault`]: the declared fault points where the crash suite stops a server
 //!   ([`fault_point!`]), armed only with the `fault-points` feature.
+//! * [`upgrade`]: what opening a store an earlier cra wrote will change (`cra migrate
+//!   --check`), planned by [`redb::upgrade`] (which also keeps the data format that stops an
+//!   older cra opening a newer directory) and [`pg::upgrade`].
 //! * [`testing`]: per-test PostgreSQL schemas for backend test suites (skips visibly when
 //!   `CRA_TEST_POSTGRES_URL` is unset).
 //!
@@ -42,6 +45,7 @@ pub mod relay;
 pub mod retention;
 pub mod testing;
 pub mod tlog;
+pub mod upgrade;
 
 use std::sync::Arc;
 

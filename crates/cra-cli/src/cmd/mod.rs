@@ -14,6 +14,7 @@ pub mod keys;
 pub mod log;
 pub mod log_receipt;
 pub mod mcp;
+pub mod migrate;
 pub mod relay;
 pub mod resolve;
 pub mod serve;

@@ -21,6 +21,7 @@ mod replicas;
 mod serve;
 mod session;
 mod trace;
+mod upgrade;
 mod witness;
 
 /// A GET with cra's client configuration (`reqwest::blocking::get` builds a client without

@@ -10,7 +10,7 @@
 //! clock every replica reads its time from. `tlog` keeps the transparency log (`crate::tlog`):
 //! its one row hands out leaf indexes to every replica's commits in commit order. `keys`
 //! registers the storage keys that encrypted the schema's records and re-encrypts them
-//! (`crate::encryption`).
+//! (`crate::encryption`). [`upgrade`] plans what the next start will migrate, without writing.
 
 mod carp;
 mod catalog;
@@ -23,6 +23,7 @@ pub mod ratelimit;
 pub(crate) mod state;
 pub(crate) mod tlog;
 pub(crate) mod trace;
+pub mod upgrade;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -291,22 +292,10 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
         .iter()
         .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
         .collect();
-    for version in applied.keys() {
-        if !MIGRATIONS.iter().any(|(v, _, _)| v == version) {
-            return Err(BackendError::UnknownMigration { version: *version });
-        }
-    }
+    upgrade::check_applied(&applied)?;
     for (version, name, sql) in MIGRATIONS {
-        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
-        match applied.get(version) {
-            Some(recorded) if *recorded == checksum => continue,
-            Some(_) => {
-                return Err(BackendError::MigrationChanged {
-                    version: *version,
-                    name: (*name).to_owned(),
-                });
-            }
-            None => {}
+        if applied.contains_key(version) {
+            continue;
         }
         let failed = |e: postgres::Error| BackendError::Migration {
             version: *version,
@@ -319,6 +308,7 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
             name: (*name).to_owned(),
             reason: "version does not fit an integer".into(),
         })?;
+        let checksum = cra_wire::hash::sha256_hex(sql.as_bytes());
         tx.execute(
             "INSERT INTO cra_migrations (version, name, checksum) VALUES ($1, $2, $3)",
             &[&v, name, &checksum],

@@ -122,6 +122,24 @@ pub(crate) fn create_tables(db: &Database, enc: &Encryption) -> Result<(), crate
     txn.commit().map_err(super::backend)
 }
 
+/// The owner index [`create_tables`] will build, as read from `txn` (`super::upgrade::plan`).
+pub(crate) fn pending(
+    txn: &::redb::ReadTransaction,
+    steps: &mut Vec<crate::upgrade::UpgradeStep>,
+) -> Result<(), crate::BackendError> {
+    let sessions = super::upgrade::rows(txn, SESSIONS)?;
+    if sessions > 0 && super::upgrade::rows(txn, SESSIONS_BY_AGENT)? == 0 {
+        steps.push(crate::upgrade::UpgradeStep::new(
+            "carp.owner_index",
+            format!(
+                "index {sessions} sessions by their agent (a store whose records are encrypted \
+                 keeps no such index)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Fills `carp_sessions_by_agent` from `carp_sessions` when it is empty and they are not. Every
 /// session has exactly one index entry, written with it, so an empty index beside sessions means
 /// a directory from before the index. A store whose records are encrypted keeps no index (it

@@ -15,6 +15,7 @@ pub mod record;
 pub mod rewrite;
 pub(crate) mod tlog;
 pub(crate) mod trace;
+pub mod upgrade;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -77,10 +78,12 @@ impl RedbStore {
             reason: e.to_string(),
         })?;
         let file = dir.join(DATABASE_FILE);
+        upgrade::admit_file(&dir, &file)?;
         let db = Database::builder()
             .set_cache_size(config.redb_cache_bytes)
             .create(&file)
             .map_err(|e| open_error(&dir, &file, e))?;
+        upgrade::admit(&db, &dir)?;
         let owner = format!(
             "pid {} since {}",
             std::process::id(),
@@ -98,6 +101,7 @@ impl RedbStore {
         // After the key is admitted: building the owner index of an older directory decodes
         // its session records.
         carp::create_tables(&db, &config.encryption)?;
+        upgrade::record(&db)?;
         let db = Arc::new(DatabaseHandle::new(db, file, config.redb_cache_bytes));
         let collector = {
             let (db, config) = (db.clone(), config.clone());

@@ -114,20 +114,29 @@ fn every_table(copier: &mut Copier<'_>) -> Result<(), BackendError> {
     super::catalog::copy_tables(copier)?;
     super::tlog::copy_tables(copier)?;
     super::keys::copy_tables(copier)?;
+    super::upgrade::copy_tables(copier)?;
+    // Written by a health probe after a failed write (`RedbStore::check_writable`).
+    copier.copy(super::WRITE_PROBE)?;
     crate::relay::redb::copy_tables(copier)
+}
+
+/// The name of every table this build keeps (whether or not `from` has it).
+pub(crate) fn known_tables(from: &ReadTransaction) -> Result<BTreeSet<String>, BackendError> {
+    let mut quiet = |_: &str, _: u64| {};
+    let mut names = Copier::new(from, None, &mut quiet);
+    every_table(&mut names)?;
+    Ok(names.known)
 }
 
 /// Refuses a database holding a table no area names (a newer cra's, or a multimap table): a
 /// rewrite would drop it.
 fn refuse_unknown(from: &ReadTransaction) -> Result<(), BackendError> {
-    let mut quiet = |_: &str, _: u64| {};
-    let mut names = Copier::new(from, None, &mut quiet);
-    every_table(&mut names)?;
+    let known = known_tables(from)?;
     let mut unknown: Vec<String> = from
         .list_tables()
         .map_err(backend)?
         .map(|t| t.name().to_owned())
-        .filter(|name| !names.known.contains(name))
+        .filter(|name| !known.contains(name))
         .collect();
     unknown.extend(
         from.list_multimap_tables()

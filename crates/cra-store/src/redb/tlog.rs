@@ -28,6 +28,7 @@ use super::trace::EVENTS;
 use super::{RedbStore, backend};
 use crate::BackendError;
 use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, Settled, TileKey};
+use crate::upgrade::UpgradeStep;
 
 const TILES: TableDefinition<'static, (u8, u64), &[u8]> = TableDefinition::new("tlog_tiles");
 const RUNS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_runs");
@@ -128,6 +129,37 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
         append_leaves(&txn, &leaves).map_err(log)?;
     }
     txn.commit().map_err(backend)
+}
+
+/// The conversions [`create_tables`] will make, as read from `txn` (`super::upgrade::plan`).
+pub(crate) fn pending(
+    txn: &::redb::ReadTransaction,
+    steps: &mut Vec<UpgradeStep>,
+) -> Result<(), BackendError> {
+    let converts = match txn.open_table(META) {
+        Ok(meta) => meta.get(OLD_SIZE).map_err(backend)?.is_some(),
+        Err(::redb::TableError::TableDoesNotExist(_)) => false,
+        Err(e) => return Err(backend(e)),
+    };
+    if converts {
+        steps.push(UpgradeStep::new(
+            "tlog.convert",
+            "convert the transparency log's places (tlog_appends) into runs (tlog_runs)",
+        ));
+        return Ok(());
+    }
+    let empty = super::upgrade::rows(txn, RUNS)? == 0 && super::upgrade::rows(txn, TILES)? == 0;
+    let chains = super::upgrade::rows(txn, super::trace::HEADS)?;
+    if empty && super::upgrade::rows(txn, EVENTS)? > 0 {
+        steps.push(UpgradeStep::new(
+            "tlog.backfill",
+            format!(
+                "add every stored event of {chains} chains to the transparency log, in \
+                 (timestamp, session, sequence) order"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Converts a log written before `tlog_runs`: each `tlog_appends` row becomes a run, those past

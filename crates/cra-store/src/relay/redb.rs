@@ -64,6 +64,50 @@ const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_
 /// appends an entry's events (`crate::redb::carp`).
 pub(crate) const OUTBOX: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_outbox");
 
+/// The conversions opening Relay's tables will make (`rekey_packages`, `build_created_index`),
+/// as read from `txn` (`crate::redb::upgrade::plan`).
+pub(crate) fn pending(
+    txn: &::redb::ReadTransaction,
+    steps: &mut Vec<crate::upgrade::UpgradeStep>,
+) -> Result<(), crate::BackendError> {
+    use crate::redb::backend;
+    use crate::upgrade::UpgradeStep;
+    let (mut done_keys, mut done_created) = (false, false);
+    match txn.open_table(META) {
+        Ok(meta) => {
+            done_keys = meta.get("package_keys").map_err(backend)?.is_some();
+            done_created = meta.get("package_created").map_err(backend)?.is_some();
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(backend(e)),
+    }
+    let (mut packages, mut unkeyed) = (0u64, 0u64);
+    match txn.open_table(PACKAGES) {
+        Ok(t) => {
+            for row in t.iter().map_err(backend)? {
+                let (k, _) = row.map_err(backend)?;
+                packages += 1;
+                unkeyed += u64::from(!k.value().contains('\0'));
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(e) => return Err(backend(e)),
+    }
+    if !done_keys && unkeyed > 0 {
+        steps.push(UpgradeStep::new(
+            "relay.package_keys",
+            format!("key {unkeyed} Relay packages by their project"),
+        ));
+    }
+    if !done_created && packages > 0 {
+        steps.push(UpgradeStep::new(
+            "relay.created_index",
+            format!("index {packages} Relay packages by their creation time"),
+        ));
+    }
+    Ok(())
+}
+
 /// Passes Relay's tables to a rewrite of the database (`crate::redb::rewrite`).
 pub(crate) fn copy_tables(
     c: &mut crate::redb::rewrite::Copier<'_>,

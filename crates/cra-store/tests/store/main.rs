@@ -17,3 +17,4 @@ mod retention;
 mod specific;
 mod state_log;
 mod tlog;
+mod upgrade;

@@ -181,7 +181,7 @@ fn a_postgres_schema_written_before_the_log_is_backfilled() {
 
 /// The fixtures a server built from `fda2190` (the commit before the log) wrote
 /// (`tests/fixtures/fda2190/README.md`).
-fn fda2190_fixture(name: &str) -> std::path::PathBuf {
+pub(crate) fn fda2190_fixture(name: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/fda2190")
         .join(name)
@@ -189,7 +189,7 @@ fn fda2190_fixture(name: &str) -> std::path::PathBuf {
 
 /// A data directory holding a copy of the database `fda2190` wrote (the directory lives as long
 /// as the `TempDir`).
-fn fda2190_data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+pub(crate) fn fda2190_data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();
@@ -199,6 +199,14 @@ fn fda2190_data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
     )
     .unwrap();
     (dir, data)
+}
+
+/// Runs the fixture `pg.sql` into `schema` (empty): the schema `fda2190` wrote, as it wrote it.
+pub(crate) fn load_fda2190_dump(url: &str, schema: &TestSchema) {
+    let dump = std::fs::read_to_string(fda2190_fixture("pg.sql")).unwrap();
+    let sql = dump.replace("fda2190_fixture", schema.name());
+    let mut client = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    client.batch_execute(&sql).unwrap();
 }
 
 /// Checks a store opened on a fixture: at least its three sessions, every chain verifying, and
@@ -270,10 +278,7 @@ fn a_postgres_dump_written_by_fda2190_is_backfilled() {
         return;
     };
     let schema = TestSchema::new(&url, "fda2190_dump");
-    let dump = std::fs::read_to_string(fda2190_fixture("pg.sql")).unwrap();
-    let sql = dump.replace("fda2190_fixture", schema.name());
-    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    client.batch_execute(&sql).unwrap();
+    load_fda2190_dump(&url, &schema);
     let store = schema.store(fixed().1).unwrap();
     check_fda2190_backfill(&store);
     check_fda2190_owner_index(&store);

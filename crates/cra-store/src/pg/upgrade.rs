@@ -1,0 +1,110 @@
+//! What the next start will migrate in a PostgreSQL schema ([`plan`], `cra migrate --check`),
+//! and the refusals a start and a plan share (`check_applied`): a schema holding a migration
+//! this build does not embed was written by a newer cra, and one whose recorded checksum differs
+//! was migrated by a build whose released SQL changed.
+
+use std::collections::BTreeMap;
+
+use postgres::{Client, IsolationLevel, NoTls};
+
+use super::{MIGRATIONS, check_schema_name, pg, quote_ident};
+use crate::BackendError;
+use crate::upgrade::{UpgradePlan, UpgradeStep};
+
+/// Refuses `applied` (version → checksum, from `cra_migrations`) when it names a migration this
+/// build does not embed or one whose SQL has changed since it was applied.
+pub(crate) fn check_applied(applied: &BTreeMap<u32, String>) -> Result<(), BackendError> {
+    for (version, checksum) in applied {
+        let Some((_, name, sql)) = MIGRATIONS.iter().find(|(v, _, _)| v == version) else {
+            return Err(BackendError::UnknownMigration { version: *version });
+        };
+        if *checksum != cra_wire::hash::sha256_hex(sql.as_bytes()) {
+            return Err(BackendError::MigrationChanged {
+                version: *version,
+                name: (*name).to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What the next start will do to `schema` at `url`, read in one repeatable-read transaction
+/// that writes nothing.
+///
+/// # Errors
+/// [`BackendError::InvalidSchema`], [`BackendError::Connect`], and the refusals of
+/// `check_applied`.
+pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
+    check_schema_name(schema)?;
+    let mut client =
+        Client::connect(url, NoTls).map_err(|e| BackendError::Connect(e.to_string()))?;
+    let mut tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(pg)?;
+    let q = quote_ident(schema);
+    let exists = |tx: &mut postgres::Transaction<'_>, table: &str| -> Result<bool, BackendError> {
+        let name = format!("{q}.{table}");
+        let row = tx
+            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
+            .map_err(pg)?;
+        Ok(row.get(0))
+    };
+    let mut steps = Vec::new();
+    let applied: BTreeMap<u32, String> = if exists(&mut tx, "cra_migrations")? {
+        tx.query(
+            &format!("SELECT version, checksum FROM {q}.cra_migrations"),
+            &[],
+        )
+        .map_err(pg)?
+        .iter()
+        .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
+        .collect()
+    } else {
+        steps.push(UpgradeStep::new(
+            "postgres.schema",
+            format!("create the schema {schema} and its migrations table"),
+        ));
+        BTreeMap::new()
+    };
+    check_applied(&applied)?;
+    for (version, name, _) in MIGRATIONS {
+        if !applied.contains_key(version) {
+            steps.push(UpgradeStep::new(
+                "postgres.migration",
+                format!("apply migration {version:04} ({name})"),
+            ));
+        }
+    }
+    let backfilled = exists(&mut tx, "tlog_state")?
+        && tx
+            .query_opt(&format!("SELECT 1 FROM {q}.tlog_state WHERE id = 1"), &[])
+            .map_err(pg)?
+            .is_some();
+    if !backfilled && exists(&mut tx, "trace_events")? {
+        let events: i64 = tx
+            .query_one(&format!("SELECT count(*) FROM {q}.trace_events"), &[])
+            .map_err(pg)?
+            .get(0);
+        if events > 0 {
+            steps.push(UpgradeStep::new(
+                "tlog.backfill",
+                format!(
+                    "add the {events} stored events to the transparency log, in (timestamp, \
+                     session, sequence) order"
+                ),
+            ));
+        }
+    }
+    tx.commit().map_err(pg)?;
+    let newest = |v: Option<u32>| v.map_or_else(|| "none".to_owned(), |v| format!("migration {v}"));
+    Ok(UpgradePlan {
+        backend: "postgres",
+        location: format!("schema {schema}"),
+        found: newest(applied.keys().next_back().copied()),
+        target: newest(MIGRATIONS.last().map(|(v, _, _)| *v)),
+        steps,
+    })
+}

@@ -73,6 +73,12 @@ pub enum Command {
     /// Upgrade a stopped store written by an earlier cra, or (--check) say what the upgrade
     /// would do; a store a newer cra wrote is refused.
     Migrate(cmd::migrate::MigrateArgs),
+    /// Back up a whole store into one archive (chains, CARP state, Relay, atlases, the log),
+    /// its manifest written last; PostgreSQL while replicas serve.
+    Backup(cmd::backup::BackupArgs),
+    /// Restore an archive into a new data directory or schema, verifying every chain and
+    /// checkpoint before it is put in place.
+    Restore(cmd::backup::RestoreArgs),
     /// Print a shell completion script (bash, zsh, fish) for every command and flag.
     Completions(cmd::completions::CompletionsArgs),
 }
@@ -98,6 +104,8 @@ pub fn run(cli: Cli) -> Exit {
         Command::Keys(c) => cmd::keys::run(c),
         Command::Store(c) => cmd::store::run(c),
         Command::Migrate(a) => cmd::migrate::run(a),
+        Command::Backup(a) => cmd::backup::run_backup(a),
+        Command::Restore(a) => cmd::backup::run_restore(a),
         Command::Completions(a) => cmd::completions::run(a),
     }
 }

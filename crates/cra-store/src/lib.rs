@@ -24,6 +24,8 @@
 //!   current and retired storage keys; every backend passes stored bodies through it.
 //! * [`fault`]: the declared fault points where the crash suite stops a server
 //!   ([`fault_point!`]), armed only with the `fault-points` feature.
+//! * [`backup`]: a whole store written to an archive (one consistent view, the manifest last) and
+//!   restored from one, verified before it is reported done.
 //! * [`upgrade`]: what opening a store an earlier cra wrote will change (`cra migrate
 //!   --check`), planned by [`redb::upgrade`] (which also keeps the data format that stops an
 //!   older cra opening a newer directory) and [`pg::upgrade`].
@@ -33,6 +35,7 @@
 //! Every trait is synchronous; async callers use `spawn_blocking`. Time and ids are injected
 //! through [`StoreConfig`].
 
+pub mod backup;
 pub mod catalog;
 mod chain;
 mod collector;

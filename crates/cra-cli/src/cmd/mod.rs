@@ -7,6 +7,7 @@ pub mod atlas_report;
 pub mod atlas_sign;
 pub mod atlas_simulate;
 pub mod atlas_test;
+pub mod backup;
 pub mod client;
 pub mod completions;
 pub mod conformance;

@@ -9,6 +9,7 @@
 mod approvals;
 mod atlas;
 mod atlas_differential;
+mod backup;
 mod conventions;
 mod keys;
 mod log;

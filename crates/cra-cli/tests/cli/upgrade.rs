@@ -14,14 +14,14 @@ use crate::serve::listening;
 use crate::{Reaped, terminate};
 
 /// A file of the `fda2190` fixtures.
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../cra-store/tests/fixtures/fda2190")
         .join(name)
 }
 
 /// Runs `cra` with `args`.
-fn cra(args: &[&str]) -> Output {
+pub(crate) fn cra(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cra"))
         .args(args)
         .output()
@@ -82,7 +82,7 @@ fn check_then_migrate(store: &[&str]) -> Vec<String> {
 
 /// Every session the server at `base` serves, exported with its proof and verified offline
 /// against the server's log key; answers how many.
-fn verify_every_chain(base: &str, token: &str, dir: &Path) -> usize {
+pub(crate) fn verify_every_chain(base: &str, token: &str, dir: &Path) -> usize {
     let client = cra_runtime::tls::blocking_http_client().build().unwrap();
     let list: Value = client
         .get(format!("{base}/v1/traces"))
@@ -141,7 +141,7 @@ fn verify_every_chain(base: &str, token: &str, dir: &Path) -> usize {
 }
 
 /// Starts `cra serve` with `args` in `cwd`; answers the reaped child and its base URL.
-fn serve(cwd: &Path, args: &[&str]) -> (Reaped, String) {
+pub(crate) fn serve(cwd: &Path, args: &[&str]) -> (Reaped, String) {
     let mut child = Reaped::new(
         Command::new(env!("CARGO_BIN_EXE_cra"))
             .args(["serve", "--addr", "127.0.0.1:0"])
@@ -159,7 +159,7 @@ fn serve(cwd: &Path, args: &[&str]) -> (Reaped, String) {
 }
 
 /// The admin token `cra serve` wrote into `data`'s keys file on its first start.
-fn admin_token(data: &Path) -> String {
+pub(crate) fn admin_token(data: &Path) -> String {
     let keys = std::fs::read_to_string(data.join("api-keys.toml")).unwrap();
     let line = keys.lines().find(|l| l.starts_with("token")).unwrap();
     line.split('"').nth(1).unwrap().to_owned()

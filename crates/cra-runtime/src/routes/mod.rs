@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health/ready", get(system::ready))
         .route("/v1/conformance", get(system::conformance))
         .route("/metrics", get(system::metrics))
+        .route("/v1/backup", get(system::backup))
         .route("/v1/sessions", post(sessions::create))
         .route(
             "/v1/sessions/{session_id}",

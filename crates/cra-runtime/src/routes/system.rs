@@ -1,5 +1,5 @@
-//! `/v1/health`, `/v1/conformance` (public) and `/metrics` (operators). The conformance suite's
-//! evaluation and clock routes live in [`crate::conformance`].
+//! `/v1/health`, `/v1/conformance` (public), `/metrics` (operators) and `/v1/backup` (admins).
+//! The conformance suite's evaluation and clock routes live in [`crate::conformance`].
 
 use axum::Json;
 use axum::extract::State;
@@ -250,4 +250,49 @@ pub(crate) async fn metrics(
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
         format!("{}{gauges}", state.metrics.render()),
     ))
+}
+
+/// The media type of a backup archive.
+const TAR: &str = "application/x-tar";
+
+/// An online backup of the whole store: a `cra-backup/1` archive (tar, `MANIFEST.json` last),
+/// streamed as it was written (`specs/backup.md`). Admins only; recorded as `store.backed_up`.
+#[utoipa::path(get, path = "/v1/backup", tag = "system",
+    responses((status = 200, description = "The archive (application/x-tar)", content_type = "application/x-tar", body = Vec<u8>),
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 503, body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn backup(
+    State(state): State<AppState>,
+    Caller(actor): Caller,
+) -> ApiResult<axum::response::Response> {
+    use futures::StreamExt as _;
+    let backup = state.0.backup(&actor).await?;
+    let file = tokio::fs::File::open(&backup.file).await.map_err(|e| {
+        crate::error::ApiError::new(
+            cra_wire::Token::Unavailable,
+            format!("the backup was written but cannot be read back: {e}"),
+        )
+    })?;
+    let length = backup.manifest.entries.len();
+    // The temporary directory goes when the body is sent (or the client leaves).
+    let dir = backup.dir;
+    let body = tokio_util::io::ReaderStream::new(file).map(move |chunk| {
+        let _kept = &dir;
+        chunk
+    });
+    Ok((
+        [
+            (CONTENT_TYPE, TAR.to_owned()),
+            (
+                axum::http::header::CONTENT_DISPOSITION,
+                "attachment; filename=\"cra.backup\"".to_owned(),
+            ),
+            (
+                axum::http::HeaderName::from_static("cra-backup-entries"),
+                length.to_string(),
+            ),
+        ],
+        axum::body::Body::from_stream(body),
+    )
+        .into_response())
 }

@@ -17,6 +17,7 @@
 //! * [`traces`]: the chains a caller may read, one chain's events, a stored chain re-verified.
 //! * [`retention`]: the configured retention of ended sessions, applied and recorded.
 //! * [`log`]: the transparency log: key, checkpoints, proofs and tiles.
+//! * [`backup`]: an online backup of the whole store, for admins.
 //! * [`operator`]: the operator audit chain, where atlas changes and retention runs are
 //!   recorded.
 //!
@@ -25,6 +26,7 @@
 
 pub mod approvals;
 pub mod atlases;
+pub mod backup;
 pub mod carp;
 pub mod log;
 pub mod operator;

@@ -79,6 +79,13 @@ async fn every_role_on_every_route() {
             [401, 403, 403, 403, 200, 200, 200],
         ),
         (
+            "backup",
+            "GET",
+            "/v1/backup".into(),
+            None,
+            [401, 403, 403, 403, 403, 403, 200],
+        ),
+        (
             "atlases",
             "GET",
             "/v1/atlases".into(),

@@ -269,14 +269,10 @@ pub(crate) fn name_key(text: &str) -> i64 {
     )
 }
 
-fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
-    let mut client = pool.get()?;
-    let mut tx = client.transaction().map_err(pg)?;
-    let key = name_key(&format!("cra-store migrations {schema}"));
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
-        .map_err(pg)?;
+/// Creates `schema` and its `cra_migrations` table when they do not exist.
+pub(crate) fn schema_sql(schema: &str) -> String {
     let q = quote_ident(schema);
-    tx.batch_execute(&format!(
+    format!(
         "CREATE SCHEMA IF NOT EXISTS {q};
          CREATE TABLE IF NOT EXISTS {q}.cra_migrations (
              version    integer     PRIMARY KEY,
@@ -284,8 +280,16 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
              checksum   text        NOT NULL,
              applied_at timestamptz NOT NULL DEFAULT now()
          );"
-    ))
-    .map_err(pg)?;
+    )
+}
+
+fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
+    let mut client = pool.get()?;
+    let mut tx = client.transaction().map_err(pg)?;
+    let key = name_key(&format!("cra-store migrations {schema}"));
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])
+        .map_err(pg)?;
+    tx.batch_execute(&schema_sql(schema)).map_err(pg)?;
     let applied: BTreeMap<u32, String> = tx
         .query("SELECT version, checksum FROM cra_migrations", &[])
         .map_err(pg)?

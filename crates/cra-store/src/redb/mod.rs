@@ -203,7 +203,7 @@ impl RedbStore {
 
 /// The error of opening `file` in the data directory `dir`: [`BackendError::InUse`], naming the
 /// holder, when another process has it open.
-fn open_error(dir: &Path, file: &Path, e: DatabaseError) -> BackendError {
+pub(crate) fn open_error(dir: &Path, file: &Path, e: DatabaseError) -> BackendError {
     match e {
         DatabaseError::DatabaseAlreadyOpen => {
             let holder = std::fs::read_to_string(dir.join(OWNER_FILE))

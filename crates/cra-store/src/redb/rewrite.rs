@@ -95,10 +95,23 @@ fn copy_into(
 ) -> Result<Vec<(String, u64)>, BackendError> {
     let source = Database::open(file).map_err(|e| open_error(dir, file, e))?;
     let from = source.begin_read().map_err(backend)?;
-    refuse_unknown(&from)?;
+    snapshot(&from, fresh, progress)
+}
+
+/// Copies every table `from` reads into a new database file at `fresh` (replacing any file
+/// there), made durable: the database as of `from`'s transaction, which writers may pass
+/// meanwhile. Answers each table and its records. Refuses (writing nothing) a table this build
+/// does not know.
+pub(crate) fn snapshot(
+    from: &ReadTransaction,
+    fresh: &Path,
+    progress: &mut dyn FnMut(&str, u64),
+) -> Result<Vec<(String, u64)>, BackendError> {
+    refuse_unknown(from)?;
     remove_if_present(fresh)?;
+    let dir = fresh.parent().unwrap_or(Path::new("."));
     let target = Database::create(fresh).map_err(|e| open_error(dir, fresh, e))?;
-    let mut copier = Copier::new(&from, Some(&target), progress);
+    let mut copier = Copier::new(from, Some(&target), progress);
     every_table(&mut copier)?;
     // The copies were committed without syncing; this commit makes them durable together.
     let mut txn = target.begin_write().map_err(backend)?;
@@ -243,7 +256,7 @@ fn file_size(file: &Path) -> Result<u64, BackendError> {
         .map_err(|e| io(file, &e))
 }
 
-fn remove_if_present(file: &Path) -> Result<(), BackendError> {
+pub(crate) fn remove_if_present(file: &Path) -> Result<(), BackendError> {
     match std::fs::remove_file(file) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(file, &e)),
         _ => Ok(()),
@@ -251,13 +264,13 @@ fn remove_if_present(file: &Path) -> Result<(), BackendError> {
 }
 
 /// Makes a rename in `dir` durable.
-fn sync_dir(dir: &Path) -> Result<(), BackendError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), BackendError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io(dir, &e))
 }
 
-fn io(path: &Path, e: &std::io::Error) -> BackendError {
+pub(crate) fn io(path: &Path, e: &std::io::Error) -> BackendError {
     BackendError::DataDir {
         path: PathBuf::from(path),
         reason: e.to_string(),

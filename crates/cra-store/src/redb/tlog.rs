@@ -426,6 +426,17 @@ fn edge_end(runs: &impl ReadableTable<u64, &'static [u8]>) -> Result<Option<u64>
     Ok((!run.data.is_empty()).then(|| first.value() + (run.data.len() / HASH) as u64))
 }
 
+/// The log's size as `txn` reads it (0 for a file without the log's tables).
+pub(crate) fn size_read(txn: &::redb::ReadTransaction) -> Result<u64, BackendError> {
+    let (runs, tiles) = match (txn.open_table(RUNS), txn.open_table(TILES)) {
+        (Ok(runs), Ok(tiles)) => (runs, tiles),
+        (Err(::redb::TableError::TableDoesNotExist(_)), _)
+        | (_, Err(::redb::TableError::TableDoesNotExist(_))) => return Ok(0),
+        (Err(e), _) | (_, Err(e)) => return Err(backend(e)),
+    };
+    log_size_of(&runs, &tiles).map_err(|e| backend(e.to_string()))
+}
+
 fn size_in(txn: &WriteTransaction) -> Result<u64, LogError> {
     let runs = txn.open_table(RUNS).map_err(store)?;
     let tiles = txn.open_table(TILES).map_err(store)?;

@@ -58,6 +58,12 @@ fn recorded(txn: &ReadTransaction) -> Result<Option<u64>, BackendError> {
     Ok(table.get(VERSION).map_err(backend)?.map(|v| v.value()))
 }
 
+/// The format `txn`'s database records, in words: `data format N`, or `none` before formats
+/// were recorded.
+pub(crate) fn recorded_text(txn: &ReadTransaction) -> Result<String, BackendError> {
+    Ok(recorded(txn)?.map_or_else(|| "none".to_owned(), |f| format!("data format {f}")))
+}
+
 /// Refuses the database file `file` of `dir` when a newer cra wrote it, before anything opens
 /// it for writing: read-only, so a refused file is left byte for byte as it was. A file that does
 /// not exist yet, or that needs redb's repair after an unclean stop, cannot be read that way;
@@ -144,7 +150,7 @@ pub fn plan(dir: &Path) -> Result<UpgradePlan, BackendError> {
     Ok(UpgradePlan {
         backend: "redb",
         location: dir.display().to_string(),
-        found: found.map_or_else(|| "none".to_owned(), |f| format!("data format {f}")),
+        found: recorded_text(&txn)?,
         target: format!("data format {FORMAT}"),
         steps,
     })

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod backends;
+mod backup;
 mod carp;
 mod catalog;
 mod chain;

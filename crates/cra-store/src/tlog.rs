@@ -50,7 +50,7 @@ pub enum LogError {
     Store(String),
     /// A stored tile or record is not what the log wrote.
     #[error(
-        "the transparency log is damaged: {0}; restore the store from a backup or run `cra log check`"
+        "the transparency log is damaged: {0}; restore the store from a backup (`cra restore`)"
     )]
     Corrupt(String),
     /// A proof or root was asked of a tree the log does not hold, or with impossible numbers.

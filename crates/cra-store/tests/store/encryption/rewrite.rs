@@ -147,3 +147,29 @@ fn a_rewrite_of_a_directory_a_process_holds_is_refused() {
     assert!(!files_hold(&dir, "half"), "nothing was written");
     rewrite(&dir, &mut |_, _| {}).unwrap();
 }
+
+/// Every table cra itself writes is one the rewrite knows: the disk-full health probe's
+/// (`RedbStore::check_writable` writes `cra_write_probe` after a failed write) and the data
+/// format's are copied, not refused as a newer cra's (the probe's once was).
+#[test]
+fn a_rewrite_copies_the_tables_the_health_probe_and_the_format_wrote() {
+    const PROBE: redb::TableDefinition<'_, &str, &str> =
+        redb::TableDefinition::new("cra_write_probe");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    {
+        let store = open(&dir, Encryption::plaintext());
+        cra_store::relay::RedbRelay::open(&store).unwrap();
+        let txn = store.handle().begin_write().unwrap();
+        txn.open_table(PROBE)
+            .unwrap()
+            .insert("probe", "2026-03-01T12:00:00Z")
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let report = rewrite(&dir, &mut |_, _| {}).unwrap();
+    assert_eq!(report.records("cra_write_probe"), Some(1), "{report:?}");
+    assert_eq!(report.records("cra_format"), Some(1), "{report:?}");
+    let plan = cra_store::redb::upgrade::plan(&dir).unwrap();
+    assert!(plan.is_current(), "{plan:#?}");
+}

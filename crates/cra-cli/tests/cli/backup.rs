@@ -10,7 +10,7 @@ use cra_store::testing::{TestSchema, postgres_url};
 use serde_json::Value;
 
 use crate::terminate;
-use crate::upgrade::{admin_token, cra, fixture, serve, verify_every_chain};
+use crate::upgrade::{admin_token, cra, fixture, serve, serve_postgres, verify_every_chain};
 
 /// Runs `cra` with `args` and `-o json`: the exit code, the JSON document and standard error.
 fn json(args: &[&str]) -> (i32, Value, String) {
@@ -157,6 +157,35 @@ fn a_postgres_schema_round_trips_through_cra_backup_and_cra_restore() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(verified["chains"], 5, "{verified:#}");
+
+    // Online: a server on the restored schema hands out a backup of it through GET /v1/backup,
+    // which restores into a third schema.
+    let (child, base, token) = serve_postgres(dir.path(), &url, target.name());
+    let online = dir.path().join("online.backup");
+    let (code, manifest, err) = json(&[
+        "backup",
+        "--url",
+        &base,
+        "--token",
+        &token,
+        "--out",
+        s(&online),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(manifest["backend"], "postgres", "{manifest:#}");
+    terminate(child.take());
+    let third = TestSchema::new(&url, "cli_backup_third");
+    let (code, verified, err) = json(&[
+        "restore",
+        s(&online),
+        "--postgres",
+        &url,
+        "--postgres-schema",
+        third.name(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(verified["chains"], manifest["chains"], "{verified:#}");
+    assert!(verified["checkpoints"].as_u64().is_some(), "{verified:#}");
     // A redb target for a PostgreSQL archive is refused by name.
     let (code, _, err) = json(&["restore", s(&archive), "--data", s(&dir.path().join("d"))]);
     assert_eq!(code, 1, "{err}");

@@ -158,6 +158,48 @@ pub(crate) fn serve(cwd: &Path, args: &[&str]) -> (Reaped, String) {
     (child, addr)
 }
 
+/// Starts `cra serve` on PostgreSQL `schema` at `url`, with a new log key (in `dir`, where its
+/// data directory goes too); answers the child, its base URL and its admin token.
+pub(crate) fn serve_postgres(dir: &Path, url: &str, schema: &str) -> (Reaped, String, String) {
+    let key = dir.join("log.key");
+    if !key.exists() {
+        let out = cra(&[
+            "log",
+            "key",
+            "generate",
+            "--origin",
+            "upgrade.example/cra-log",
+            "--out",
+            key.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let config = dir.join("cra.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "postgres = \"{url}\"\npostgres_schema = \"{schema}\"\n\n[log]\norigin = \"upgrade.example/cra-log\"\nkey_file = \"{}\"\n",
+            key.display()
+        ),
+    )
+    .unwrap();
+    let data = dir.join("data");
+    let (child, base) = serve(
+        dir,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+        ],
+    );
+    (child, base, admin_token(&data))
+}
+
 /// The admin token `cra serve` wrote into `data`'s keys file on its first start.
 pub(crate) fn admin_token(data: &Path) -> String {
     let keys = std::fs::read_to_string(data.join("api-keys.toml")).unwrap();
@@ -201,42 +243,7 @@ fn a_postgres_dump_fda2190_wrote_is_checked_migrated_served_and_verified() {
     );
 
     let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("log.key");
-    let out = cra(&[
-        "log",
-        "key",
-        "generate",
-        "--origin",
-        "upgrade.example/cra-log",
-        "--out",
-        key.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let config = dir.path().join("cra.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "postgres = \"{url}\"\npostgres_schema = \"{}\"\n\n[log]\norigin = \"upgrade.example/cra-log\"\nkey_file = \"{}\"\n",
-            schema.name(),
-            key.display()
-        ),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let (child, base) = serve(
-        dir.path(),
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--data",
-            data.to_str().unwrap(),
-        ],
-    );
-    let token = admin_token(&data);
+    let (child, base, token) = serve_postgres(dir.path(), &url, schema.name());
     // Four agents' sessions and the Relay project's chain.
     assert_eq!(verify_every_chain(&base, &token, dir.path()), 5);
     terminate(child.take());

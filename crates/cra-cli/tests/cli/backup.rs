@@ -23,6 +23,11 @@ fn json(args: &[&str]) -> (i32, Value, String) {
     (out.status.code().unwrap(), doc, err)
 }
 
+/// `cra backup --url BASE --token TOKEN --out OUT -o json`.
+fn online_backup(base: &str, token: &str, out: &Path) -> (i32, Value, String) {
+    json(&["backup", "--url", base, "--token", token, "--out", s(out)])
+}
+
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -59,41 +64,17 @@ fn a_running_server_is_backed_up_online_and_restored_into_a_new_directory() {
     let archive = dir.path().join("cra.backup");
 
     // An agent's key is refused, and no file is left.
-    let (code, _, err) = json(&[
-        "backup",
-        "--url",
-        &base,
-        "--token",
-        &agent,
-        "--out",
-        s(&archive),
-    ]);
+    let (code, _, err) = online_backup(&base, &agent, &archive);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("403"), "{err}");
     assert!(!archive.exists());
 
-    let (code, manifest, err) = json(&[
-        "backup",
-        "--url",
-        &base,
-        "--token",
-        &token,
-        "--out",
-        s(&archive),
-    ]);
+    let (code, manifest, err) = online_backup(&base, &token, &archive);
     assert_eq!(code, 0, "{err}");
     assert_eq!(manifest["backend"], "redb", "{manifest:#}");
     assert_eq!(manifest["chains"], 5, "{manifest:#}");
     assert!(!manifest["not_included"].as_array().unwrap().is_empty());
-    let (code, _, err) = json(&[
-        "backup",
-        "--url",
-        &base,
-        "--token",
-        &token,
-        "--out",
-        s(&archive),
-    ]);
+    let (code, _, err) = online_backup(&base, &token, &archive);
     assert_eq!(code, 1, "a backup never replaces a file: {err}");
     terminate(child.take());
 
@@ -162,15 +143,7 @@ fn a_postgres_schema_round_trips_through_cra_backup_and_cra_restore() {
     // which restores into a third schema.
     let (child, base, token) = serve_postgres(dir.path(), &url, target.name());
     let online = dir.path().join("online.backup");
-    let (code, manifest, err) = json(&[
-        "backup",
-        "--url",
-        &base,
-        "--token",
-        &token,
-        "--out",
-        s(&online),
-    ]);
+    let (code, manifest, err) = online_backup(&base, &token, &online);
     assert_eq!(code, 0, "{err}");
     assert_eq!(manifest["backend"], "postgres", "{manifest:#}");
     terminate(child.take());

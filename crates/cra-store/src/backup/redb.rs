@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use ::redb::{DatabaseError, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
+use ::redb::{ReadTransaction, ReadableDatabase};
 
 use super::archive::{Archive, Writer, partial_path};
 use super::{BackupError, FORMAT, Manifest, Verified, keys_not_included, verify_store};
-use crate::redb::{DATABASE_FILE, RedbStore, backend, open_error, rewrite, upgrade};
-use crate::{BackendError, StoreConfig};
+use crate::StoreConfig;
+use crate::redb::{DATABASE_FILE, RedbStore, backend, rewrite, upgrade};
 
 /// The archive entry holding the database file.
 pub const DATABASE_ENTRY: &str = "redb/cra.redb";
@@ -27,20 +27,7 @@ pub fn backup_dir(
     created_at: &str,
     progress: &mut dyn FnMut(&str, u64),
 ) -> Result<Manifest, BackupError> {
-    let file = dir.join(DATABASE_FILE);
-    if !file.is_file() {
-        return Err(BackendError::DataDir {
-            path: dir.to_path_buf(),
-            reason: format!("it holds no cra database ({DATABASE_FILE} is missing)"),
-        }
-        .into());
-    }
-    let db = ReadOnlyDatabase::open(&file).map_err(|e| match e {
-        DatabaseError::RepairAborted => BackendError::NeedsRepair {
-            path: dir.to_path_buf(),
-        },
-        e => open_error(dir, &file, e),
-    })?;
+    let db = upgrade::open_read_only(dir)?;
     let txn = db.begin_read().map_err(backend)?;
     backup_txn(&txn, out, created_at, progress)
 }

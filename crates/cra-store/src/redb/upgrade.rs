@@ -120,19 +120,7 @@ pub(crate) fn record(db: &Database) -> Result<(), BackendError> {
 /// on the next open for writing, [`repair`]), [`BackendError::NewerFormat`] when a newer cra
 /// wrote it.
 pub fn plan(dir: &Path) -> Result<UpgradePlan, BackendError> {
-    let file = dir.join(DATABASE_FILE);
-    if !file.is_file() {
-        return Err(BackendError::DataDir {
-            path: dir.to_path_buf(),
-            reason: format!("it holds no cra database ({DATABASE_FILE} is missing)"),
-        });
-    }
-    let db = ReadOnlyDatabase::open(&file).map_err(|e| match e {
-        DatabaseError::RepairAborted => BackendError::NeedsRepair {
-            path: dir.to_path_buf(),
-        },
-        e => open_error(dir, &file, e),
-    })?;
+    let db = open_read_only(dir)?;
     let txn = db.begin_read().map_err(backend)?;
     let found = recorded(&txn)?;
     check_known(found, dir)?;
@@ -153,6 +141,28 @@ pub fn plan(dir: &Path) -> Result<UpgradePlan, BackendError> {
         found: recorded_text(&txn)?,
         target: format!("data format {FORMAT}"),
         steps,
+    })
+}
+
+/// The database of the data directory `dir`, opened read-only: the file is not changed, and
+/// several readers may hold it (no process may hold it for writing).
+///
+/// # Errors
+/// [`BackendError::DataDir`] when `dir` holds no database, [`BackendError::InUse`] while a
+/// process holds it, [`BackendError::NeedsRepair`] after an unclean stop.
+pub(crate) fn open_read_only(dir: &Path) -> Result<ReadOnlyDatabase, BackendError> {
+    let file = dir.join(DATABASE_FILE);
+    if !file.is_file() {
+        return Err(BackendError::DataDir {
+            path: dir.to_path_buf(),
+            reason: format!("it holds no cra database ({DATABASE_FILE} is missing)"),
+        });
+    }
+    ReadOnlyDatabase::open(&file).map_err(|e| match e {
+        DatabaseError::RepairAborted => BackendError::NeedsRepair {
+            path: dir.to_path_buf(),
+        },
+        e => open_error(dir, &file, e),
     })
 }
 

@@ -16,7 +16,8 @@ pub use output::OutputFormat;
 ///
 /// Exit codes, for every command: 0 success (valid, same, passed), 1 could not run,
 /// 2 a negative result (invalid chain, failing test, deny under --fail-on, formatting needed,
-/// divergence, traces differ, a simulated flip, a rejected approval), 3 invalid atlas,
+/// divergence, traces differ, a simulated flip, a rejected approval, an upgrade still to make,
+/// a restore that does not verify), 3 invalid atlas,
 /// 4 requires approval (under --fail-on, or an approval still pending).
 #[derive(Debug, Parser)]
 #[command(name = "cra", version, propagate_version = true, max_term_width = 100)]

@@ -457,6 +457,9 @@ pub struct RunningServer {
     leader: Option<cra_store::pg::leader::Leadership>,
     /// Closed once every connection's service is dropped ([`ServiceGuard`]).
     services_gone: tokio::sync::mpsc::Receiver<()>,
+    /// The keys watch, the webhooks, the atlas watch and the clock sampler: ended (aborted) by
+    /// the shutdown before it drops the state.
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Carried by every clone of the router (one per connection): the serving task can end while a
@@ -507,6 +510,7 @@ impl RunningServer {
             task,
             retention,
             checkpoints,
+            background,
             replicas,
             leader,
             mut services_gone,
@@ -524,6 +528,10 @@ impl RunningServer {
         // returns once a cut it is running is done, and with it its handle on the store.
         state.stopping.cancel();
         let _ = checkpoints.await;
+        for task in background {
+            task.abort();
+            let _ = task.await;
+        }
         // No message is ever sent: this returns `None` once the last connection's service (and
         // the state it holds) is dropped.
         while services_gone.recv().await.is_some() {}
@@ -564,14 +572,16 @@ pub async fn start(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StartError::Other(format!("a webhook: {e}")))?;
     record_log_rotation(&state).await?;
-    tokio::spawn(crate::credentials::watch(state.clone()));
+    // Each holds the state (and so the store) until it ends: the shutdown ends them before it
+    // lets the store go, so a stopped server's data directory is free when `shutdown` returns.
+    let mut background = vec![tokio::spawn(crate::credentials::watch(state.clone()))];
     if !hooks.is_empty() {
-        tokio::spawn(crate::webhooks::run(state.clone(), hooks));
+        background.push(tokio::spawn(crate::webhooks::run(state.clone(), hooks)));
     }
     if state.config.watch {
-        tokio::spawn(crate::atlases::watch(state.clone()));
+        background.push(tokio::spawn(crate::atlases::watch(state.clone())));
     }
-    tokio::spawn(crate::backend::keep_clock(state.clone()));
+    background.push(tokio::spawn(crate::backend::keep_clock(state.clone())));
     crate::service::atlases::record_unrecorded(&state.0).await;
     let replicas = crate::replicas::start(&state).await?;
     let leader = crate::leader::bid(&state).await?;
@@ -617,6 +627,7 @@ pub async fn start(
         task,
         retention,
         checkpoints,
+        background,
         replicas,
         leader,
         services_gone,

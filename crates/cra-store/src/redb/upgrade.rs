@@ -65,17 +65,21 @@ pub(crate) fn recorded_text(txn: &ReadTransaction) -> Result<String, BackendErro
 }
 
 /// Refuses the database file `file` of `dir` when a newer cra wrote it, before anything opens
-/// it for writing: read-only, so a refused file is left byte for byte as it was. A file that does
-/// not exist yet, or that needs redb's repair after an unclean stop, cannot be read that way;
-/// [`admit`] checks it once it is open.
+/// it for writing: read-only, so a refused file is left byte for byte as it was. A file this
+/// look cannot read (none yet, one that needs redb's repair after an unclean stop, or a lock it
+/// cannot take) is left to the open for writing, which reports its own errors, and [`admit`]
+/// checks it once it is open.
 pub(crate) fn admit_file(dir: &Path, file: &Path) -> Result<(), BackendError> {
     if !file.is_file() {
         return Ok(());
     }
     match ReadOnlyDatabase::open(file) {
-        Ok(db) => check_known(recorded(&db.begin_read().map_err(backend)?)?, dir),
-        Err(DatabaseError::RepairAborted) => Ok(()),
-        Err(e) => Err(open_error(dir, file, e)),
+        Ok(db) => {
+            let found = recorded(&db.begin_read().map_err(backend)?)?;
+            drop(db);
+            check_known(found, dir)
+        }
+        Err(_) => Ok(()),
     }
 }
 

@@ -110,16 +110,7 @@ fn backup_online(args: &BackupArgs, progress: &mut dyn Write) -> Result<Manifest
         progress,
         "received {bytes} bytes; checking them against the manifest"
     );
-    let archive = Archive::open(&partial).map_err(|e| {
-        let mut f = failed(e);
-        f.message = format!(
-            "{}; the download is left as {} and nothing was written to {}",
-            f.message,
-            partial.display(),
-            args.out.display()
-        );
-        f
-    })?;
+    let archive = Archive::open(&partial).map_err(|e| left_partial(e, &args.out))?;
     if args.out.exists() {
         return Err(failed(BackupError::Exists(args.out.clone())));
     }
@@ -172,20 +163,23 @@ pub fn backup(args: &BackupArgs, progress: &mut dyn Write) -> Result<Manifest, F
     } else {
         return backup_online(args, progress);
     };
-    done.map_err(|e| {
-        let partial = partial_path(&args.out);
-        let mut f = failed(e);
-        if partial.exists() {
-            f.message = format!(
-                "{}; the backup did not finish: {} is partial (it has no manifest, and a \
-                 restore refuses it) and nothing was written to {}",
-                f.message,
-                partial.display(),
-                args.out.display()
-            );
-        }
-        f
-    })
+    done.map_err(|e| left_partial(e, &args.out))
+}
+
+/// The failure of a backup to `out`, naming the `<out>.partial` it left behind, if any.
+fn left_partial(e: BackupError, out: &std::path::Path) -> Failure {
+    let partial = partial_path(out);
+    let mut f = failed(e);
+    if partial.exists() {
+        f.message = format!(
+            "{}; the backup did not finish: {} is partial (a restore refuses it) and nothing \
+             was written to {}",
+            f.message,
+            partial.display(),
+            out.display()
+        );
+    }
+    f
 }
 
 /// Runs `cra restore`.

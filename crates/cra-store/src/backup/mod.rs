@@ -53,6 +53,18 @@ pub struct Manifest {
 }
 
 impl Manifest {
+    /// Refuses an archive of another backend than `wanted`, the restore's target.
+    pub fn require_backend(&self, wanted: &str) -> Result<(), BackupError> {
+        if self.backend == wanted {
+            Ok(())
+        } else {
+            Err(BackupError::Backend {
+                found: self.backend.clone(),
+                wanted: wanted.to_owned(),
+            })
+        }
+    }
+
     fn check_format(&self) -> Result<(), BackupError> {
         if self.format == FORMAT {
             Ok(())

@@ -9,11 +9,14 @@ use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use postgres::{Client, IsolationLevel, NoTls, Transaction};
+use postgres::{Client, Transaction};
 
 use super::archive::{Archive, Writer, partial_path};
 use super::{BackupError, FORMAT, Manifest, Verified, keys_not_included, verify_store};
-use crate::pg::{MIGRATIONS, PgStore, check_schema_name, pg, quote_ident, schema_sql};
+use crate::pg::{
+    MIGRATIONS, PgStore, check_schema_name, connect_client, pg, quote_ident, read_only_view,
+    schema_sql,
+};
 use crate::{BackendError, StoreConfig};
 
 /// The entry listing the migrations the schema had (a JSON array of versions).
@@ -22,10 +25,6 @@ pub const MIGRATIONS_ENTRY: &str = "postgres/migrations.json";
 /// The entry of table `table`'s rows.
 fn table_entry(table: &str) -> String {
     format!("postgres/tables/{table}.copy")
-}
-
-fn connect(url: &str) -> Result<Client, BackendError> {
-    Client::connect(url, NoTls).map_err(|e| BackendError::Connect(e.to_string()))
 }
 
 /// Backs up `schema` at `url` into the new archive `out`. `created_at` is the time to record;
@@ -38,7 +37,7 @@ pub fn backup(
     progress: &mut dyn FnMut(&str, u64),
 ) -> Result<Manifest, BackupError> {
     check_schema_name(schema)?;
-    backup_with(&mut connect(url)?, schema, out, created_at, progress)
+    backup_with(&mut connect_client(url)?, schema, out, created_at, progress)
 }
 
 /// Backs up the schema of the open store `store` (a running server's) into the new archive
@@ -60,12 +59,7 @@ fn backup_with(
     created_at: &str,
     progress: &mut dyn FnMut(&str, u64),
 ) -> Result<Manifest, BackupError> {
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(pg)?;
+    let mut tx = read_only_view(client)?;
     let tables = tables_in_order(&mut tx, schema)?;
     if !tables.iter().any(|t| t == "cra_migrations") {
         return Err(BackendError::Backend(format!(
@@ -227,14 +221,9 @@ pub fn restore(
     config: StoreConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Verified, BackupError> {
-    if archive.manifest.backend != "postgres" {
-        return Err(BackupError::Backend {
-            found: archive.manifest.backend.clone(),
-            wanted: "postgres".into(),
-        });
-    }
+    archive.manifest.require_backend("postgres")?;
     check_schema_name(schema)?;
-    let mut client = connect(url)?;
+    let mut client = connect_client(url)?;
     load(archive, &mut client, schema)?;
     let verified = PgStore::connect_with(url, schema, config, 4)
         .map_err(BackupError::from)

@@ -88,12 +88,7 @@ pub fn restore(
     config: StoreConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Verified, BackupError> {
-    if archive.manifest.backend != "redb" {
-        return Err(BackupError::Backend {
-            found: archive.manifest.backend.clone(),
-            wanted: "redb".into(),
-        });
-    }
+    archive.manifest.require_backend("redb")?;
     let target = dir.join(DATABASE_FILE);
     if target.exists() {
         return Err(BackupError::Exists(target));

@@ -269,6 +269,26 @@ pub(crate) fn name_key(text: &str) -> i64 {
     )
 }
 
+/// One plain connection to `url` (no pool, no `search_path`): for the upgrade plan and backups,
+/// which name every table with its schema.
+pub(crate) fn connect_client(url: &str) -> Result<postgres::Client, BackendError> {
+    postgres::Client::connect(url, postgres::NoTls)
+        .map_err(|e| BackendError::Connect(e.to_string()))
+}
+
+/// A read-only `REPEATABLE READ` transaction on `client`: one consistent view of the database,
+/// taken while others write (the upgrade plan, a backup).
+pub(crate) fn read_only_view(
+    client: &mut postgres::Client,
+) -> Result<postgres::Transaction<'_>, BackendError> {
+    client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(pg)
+}
+
 /// Creates `schema` and its `cra_migrations` table when they do not exist.
 pub(crate) fn schema_sql(schema: &str) -> String {
     let q = quote_ident(schema);

@@ -5,8 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use postgres::{Client, IsolationLevel, NoTls};
-
 use super::{MIGRATIONS, check_schema_name, pg, quote_ident};
 use crate::BackendError;
 use crate::upgrade::{UpgradePlan, UpgradeStep};
@@ -36,14 +34,8 @@ pub(crate) fn check_applied(applied: &BTreeMap<u32, String>) -> Result<(), Backe
 /// `check_applied`.
 pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
     check_schema_name(schema)?;
-    let mut client =
-        Client::connect(url, NoTls).map_err(|e| BackendError::Connect(e.to_string()))?;
-    let mut tx = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .map_err(pg)?;
+    let mut client = super::connect_client(url)?;
+    let mut tx = super::read_only_view(&mut client)?;
     let q = quote_ident(schema);
     let exists = |tx: &mut postgres::Transaction<'_>, table: &str| -> Result<bool, BackendError> {
         let name = format!("{q}.{table}");

@@ -65,6 +65,35 @@ impl SessionRecord {
     }
 }
 
+/// A session's opening ([`StateChange::Start`]): its record, and the most sessions its agent
+/// may have open once it is (the open-sessions quota; `None`: no limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionStart {
+    /// The new session.
+    pub record: SessionRecord,
+    /// The agent's open sessions may number at most this many, the new one included.
+    pub max_open: Option<u64>,
+}
+
+/// The key of `agent_id`'s open-sessions counter: the lowercase hex SHA-256 of the id, so a
+/// store whose records are encrypted keeps no agent id in the clear beside them (a reader who
+/// guesses an id still learns how many sessions it has open).
+pub fn open_sessions_key(agent_id: &str) -> String {
+    cra_wire::hash::sha256_hex(agent_id.as_bytes())
+}
+
+/// The refusal of a [`StateChange::Start`] that would give its agent more than `max_open`
+/// open sessions.
+pub fn open_sessions_exceeded(agent_id: &str, max_open: u64) -> cra_trace::store::ChainStoreError {
+    cra_trace::store::ChainStoreError::Refused {
+        token: cra_wire::Token::QuotaExceeded,
+        message: format!(
+            "agent `{agent_id}` has {max_open} open sessions, the most this server allows \
+             (quotas.max_open_sessions); end one (DELETE /v1/sessions/{{id}}) and open again"
+        ),
+    }
+}
+
 /// A resolution as stored for later execute requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredResolution {
@@ -548,6 +577,19 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
     /// encrypted does not, since the index would hold agent ids in the clear.
     fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpStoreError>;
 
+    /// How many sessions of `agent_id` are open: the counter the open-sessions quota reads
+    /// ([`SessionStart::max_open`]), kept with the records by every write that starts or ends a
+    /// session. This default counts through [`CarpStore::sessions_of`] (0 without that index).
+    fn open_sessions(&self, agent_id: &str) -> Result<u64, CarpStoreError> {
+        let mut open = 0;
+        for id in self.sessions_of(agent_id)?.unwrap_or_default() {
+            if self.get_session(&id)?.is_some_and(|r| r.is_active()) {
+                open += 1;
+            }
+        }
+        Ok(open)
+    }
+
     /// Ends an active session at `ended_at` and returns it. Ending an ended session returns it
     /// unchanged; [`CarpStoreError::NotFound`] when there is no such session.
     fn end_session(
@@ -894,8 +936,8 @@ pub enum StateChange {
     Open(ApprovalRecord),
     /// A session's record created with the events that open its chain (`session.started`), so
     /// no record is ever stored without them; refused with [`started_before`] when its id is
-    /// taken.
-    Start(SessionRecord),
+    /// taken, and with [`open_sessions_exceeded`] when its agent has its quota of open sessions.
+    Start(SessionStart),
     /// A session marked ended with the `session.ended` that closes its chain. Refused with
     /// [`SessionEnd::execution_in_progress`] while an execution of the session holds its lease
     /// (its outcome still has to be appended), and with [`SessionEnd::not_found`] when there is
@@ -953,7 +995,7 @@ impl StateChange {
             Self::Execute(e) => &e.session_id,
             Self::Settle(s) => &s.session_id,
             Self::Open(a) => &a.session_id,
-            Self::Start(r) => &r.session_id,
+            Self::Start(s) => &s.record.session_id,
             Self::End(e) => &e.session_id,
         }
     }
@@ -1090,13 +1132,21 @@ impl RecordThenAppend {
                 }
                 Err(e) => return Err(e.into()),
             },
-            StateChange::Start(r) => match self.carp.create_session(r) {
-                Ok(()) => {}
-                Err(CarpStoreError::AlreadyExists { .. }) => {
-                    return Err(started_before(&r.session_id).into());
+            StateChange::Start(start) => {
+                let r = &start.record;
+                if let Some(max) = start.max_open
+                    && self.carp.open_sessions(&r.agent_id)? >= max
+                {
+                    return Err(open_sessions_exceeded(&r.agent_id, max).into());
                 }
-                Err(e) => return Err(e.into()),
-            },
+                match self.carp.create_session(r) {
+                    Ok(()) => {}
+                    Err(CarpStoreError::AlreadyExists { .. }) => {
+                        return Err(started_before(&r.session_id).into());
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             StateChange::End(e) => match self.carp.end_session(&e.session_id, &e.ended_at) {
                 Ok(_) => {}
                 Err(CarpStoreError::NotFound { .. }) => return Err(e.not_found().into()),

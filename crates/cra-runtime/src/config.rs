@@ -652,6 +652,42 @@ pub struct RuntimeConfig {
     pub tls: Option<TlsConfig>,
     /// Approver notifications (`[[notifications.webhooks]]`); absent, nobody is told.
     pub notifications: NotificationsConfig,
+    /// What one agent may make the server keep (`[quotas]`, `specs/quotas.md`).
+    pub quotas: QuotasConfig,
+}
+
+/// Quotas: how much one agent may make the server keep, whatever its request rate. Each is
+/// refused with 429 `quota_exceeded` and changes nothing; 0 turns one off.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct QuotasConfig {
+    /// Sessions one agent may have open at once, counted in the store with every start and
+    /// end, so replicas sharing a schema enforce one count between them.
+    pub max_open_sessions: u64,
+    /// Events one session's chain may hold: past it, the session's resolves and executes are
+    /// refused (its end, and decisions on its approvals, are still recorded).
+    pub max_session_events: u64,
+}
+
+impl Default for QuotasConfig {
+    fn default() -> Self {
+        Self {
+            max_open_sessions: 1000,
+            max_session_events: 100_000,
+        }
+    }
+}
+
+impl QuotasConfig {
+    /// The open-sessions quota, `None` when off.
+    pub fn open_sessions(&self) -> Option<u64> {
+        (self.max_open_sessions > 0).then_some(self.max_open_sessions)
+    }
+
+    /// The events-per-session quota, `None` when off.
+    pub fn session_events(&self) -> Option<u64> {
+        (self.max_session_events > 0).then_some(self.max_session_events)
+    }
 }
 
 /// Approver notifications: webhooks told when an approval opens, is decided or expires
@@ -812,6 +848,7 @@ impl Default for RuntimeConfig {
             approvals: ApprovalsConfig::default(),
             tls: None,
             notifications: NotificationsConfig::default(),
+            quotas: QuotasConfig::default(),
         }
     }
 }

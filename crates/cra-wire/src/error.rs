@@ -193,6 +193,8 @@ tokens! {
     UnsupportedMediaType = ("unsupported_media_type", 415),
     /// Too many requests for this key.
     TooManyRequests = ("too_many_requests", 429),
+    /// A quota of this server is used up: open sessions of an agent, events in a session.
+    QuotaExceeded = ("quota_exceeded", 429),
     /// Something failed inside the runtime; nothing was changed.
     InternalError = ("internal_error", 500),
     /// A capability this deployment does not provide.

@@ -112,19 +112,43 @@ async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> Ap
             message,
         ));
     }
-    let session = rt
-        .session_record(&request.requester.session_id)
-        .await
-        .map_err(|e| match e.token() {
-            Some(Token::SessionNotFound) => ApiError::field(
-                Token::SessionNotFound,
-                "/requester/session_id",
-                "no such session; open one with POST /v1/sessions",
-            ),
-            _ => e,
-        })?;
+    let sid = &request.requester.session_id;
+    let (session, room) = tokio::join!(rt.session_record(sid), check_session_room(rt, sid));
+    let session = session.map_err(|e| match e.token() {
+        Some(Token::SessionNotFound) => ApiError::field(
+            Token::SessionNotFound,
+            "/requester/session_id",
+            "no such session; open one with POST /v1/sessions",
+        ),
+        _ => e,
+    })?;
     cra_carp::validate::check_session(&request, Some(&session)).map_err(ApiError::from)?;
+    room?;
     Ok(Admitted { request, session })
+}
+
+/// Refuses (429 `quota_exceeded`) a request to a session whose chain holds
+/// `quotas.max_session_events` events or more: it would make the chain longer. Read beside the
+/// session's record, so the check costs no extra round trip; requests of one session racing
+/// past it add at most their own events. Nothing is recorded: the chain is full.
+async fn check_session_room(rt: &Runtime, session_id: &str) -> ApiResult<()> {
+    let Some(max) = rt.config.quotas.session_events() else {
+        return Ok(());
+    };
+    let Some(summary) = rt.chain_summary(session_id).await? else {
+        return Ok(());
+    };
+    if summary.head.next_sequence < max {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        Token::QuotaExceeded,
+        format!(
+            "session {session_id} holds {} events, the most this server keeps in one session \
+             (quotas.max_session_events); end it and go on in a new session",
+            summary.head.next_sequence
+        ),
+    ))
 }
 
 /// Tokens of rule refusals that are recorded in the chain (not the runtime's own failures).

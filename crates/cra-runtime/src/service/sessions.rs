@@ -5,7 +5,7 @@
 //! session.
 
 use cra_carp::events::{SessionEnded, SessionStarted, redaction_drafts};
-use cra_carp::store::{CarpStoreError, SessionEnd, SessionRecord, StateChange};
+use cra_carp::store::{CarpStoreError, SessionEnd, SessionRecord, SessionStart, StateChange};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
 use cra_wire::Token;
@@ -271,6 +271,10 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         created_at: format_timestamp(rt.clock.now()),
         ended_at: None,
     };
+    let start = SessionStart {
+        record: record.clone(),
+        max_open: rt.config.quotas.open_sessions(),
+    };
     let (trace_id, span_id) = (rt.ids.new_id(), rt.ids.new_id());
     let started = Span::root(&trace_id, &span_id).draft_of(&SessionStarted {
         agent_id: &input.agent_id,
@@ -287,9 +291,10 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
         None,
     ));
     // The record and the events that open its chain are written in one transaction: no session
-    // is ever stored without its `session.started`.
+    // is ever stored without its `session.started`. The same transaction counts it among its
+    // agent's open sessions, refusing it (429 `quota_exceeded`) past the quota.
     let events = rt
-        .append_change(&record.agent_id, StateChange::Start(record.clone()), drafts)
+        .append_change(&record.agent_id, StateChange::Start(start), drafts)
         .await?;
     Ok(view(&record, events.first(), events.len() as u64))
 }

@@ -19,6 +19,7 @@ mod keys;
 mod mcp_pool;
 mod outbox;
 mod params;
+mod quotas;
 mod relay;
 mod service;
 mod sessions;

@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, CarpStore, CarpStoreError as CarpError, Charge, ChargeKind,
     ClaimOutcome, ConsumeOutcome, CounterRead, ExecutionLease, ExecutionRecord, SessionRecord,
-    StoredResolution,
+    StoredResolution, open_sessions_key,
 };
 use postgres::error::SqlState;
 use serde::Serialize;
@@ -91,6 +91,7 @@ pub(crate) fn end_session_in(
         "UPDATE carp_sessions SET body = $2 WHERE session_id = $1",
         &[&session_id, &body],
     )?;
+    count_end_in(tx, &record.agent_id)?;
     Ok(Ok(Some(record)))
 }
 
@@ -148,6 +149,88 @@ pub(crate) fn index_session_agents(
             .map_err(|e| fail(super::error_text(&e)))?;
         }
     }
+}
+
+/// Counts the open sessions of each agent into `carp_open_sessions` when migration 0020 left
+/// its row keyed '' (the sessions stored before it, not counted yet), and removes that row, in
+/// one transaction that holds `carp_sessions` against writes meanwhile: replicas starting
+/// together count once, and a session started on a running replica is counted by exactly one of
+/// the two. Runs when the store starts; records may be encrypted, so SQL alone cannot count.
+pub(crate) fn count_open_sessions(
+    pool: &super::pool::Pool,
+    enc: &Encryption,
+) -> Result<(), crate::BackendError> {
+    let fail = |e: String| crate::BackendError::Backend(format!("counting open sessions: {e}"));
+    let pg = |e: postgres::Error| fail(super::error_text(&e));
+    let mut c = pool.get()?;
+    let mut tx = c.transaction().map_err(pg)?;
+    tx.batch_execute("LOCK TABLE carp_sessions IN SHARE MODE")
+        .map_err(pg)?;
+    let pending = tx
+        .query_opt(
+            "DELETE FROM carp_open_sessions WHERE agent_key = '' RETURNING 1",
+            &[],
+        )
+        .map_err(pg)?;
+    if pending.is_none() {
+        return tx.commit().map_err(pg);
+    }
+    let mut counts = std::collections::BTreeMap::<String, i64>::new();
+    for row in tx
+        .query("SELECT session_id, body FROM carp_sessions", &[])
+        .map_err(pg)?
+    {
+        let (id, body) = (row.get::<_, &str>(0), row.get::<_, &str>(1));
+        let record: SessionRecord = decode_record(enc, SESSIONS, body)
+            .map_err(|e| fail(format!("session {id} cannot be read ({e})")))?;
+        if record.is_active() {
+            *counts
+                .entry(open_sessions_key(&record.agent_id))
+                .or_default() += 1;
+        }
+    }
+    for (key, open) in &counts {
+        tx.execute(
+            "INSERT INTO carp_open_sessions (agent_key, open) VALUES ($1, $2)
+             ON CONFLICT (agent_key) DO UPDATE SET open = EXCLUDED.open",
+            &[key, open],
+        )
+        .map_err(pg)?;
+    }
+    tx.commit().map_err(pg)
+}
+
+/// Adds one to `agent_id`'s open sessions in `tx`, unless it has `max_open` or more already:
+/// `Ok(false)` then, and nothing changed. The counter's row lock orders concurrent starts of
+/// one agent's sessions, on every replica.
+pub(crate) fn count_start_in(
+    tx: &mut postgres::Transaction<'_>,
+    agent_id: &str,
+    max_open: Option<u64>,
+) -> Result<bool, postgres::Error> {
+    if max_open == Some(0) {
+        return Ok(false);
+    }
+    let max = max_open.map(to_i64);
+    let n = tx.execute(
+        "INSERT INTO carp_open_sessions AS o (agent_key, open) VALUES ($1, 1)
+         ON CONFLICT (agent_key) DO UPDATE SET open = o.open + 1
+         WHERE $2::bigint IS NULL OR o.open < $2::bigint",
+        &[&open_sessions_key(agent_id), &max],
+    )?;
+    Ok(n == 1)
+}
+
+/// Takes one from `agent_id`'s open sessions in `tx` (a session ended).
+pub(crate) fn count_end_in(
+    tx: &mut postgres::Transaction<'_>,
+    agent_id: &str,
+) -> Result<(), postgres::Error> {
+    tx.execute(
+        "UPDATE carp_open_sessions SET open = open - 1 WHERE agent_key = $1 AND open > 0",
+        &[&open_sessions_key(agent_id)],
+    )?;
+    Ok(())
 }
 
 fn is_unique_violation(e: &postgres::Error) -> bool {
@@ -426,16 +509,31 @@ impl cra_carp::store::MarkReader for PgMarks<'_> {
 impl CarpStore for PgStore {
     fn create_session(&self, session: &SessionRecord) -> Result<(), CarpError> {
         let body = self.encode(SESSIONS, session)?;
-        self.carp_insert(
-            "session",
-            &session.session_id,
-            INSERT_SESSION,
-            &[
-                &session.session_id,
-                &body,
-                &owner_column(&self.config().encryption, &session.agent_id),
-            ],
-        )
+        let mut c = self.carp_client()?;
+        let mut tx = c.transaction().map_err(be)?;
+        let owner = owner_column(&self.config().encryption, &session.agent_id);
+        let inserted = tx
+            .execute(INSERT_SESSION, &[&session.session_id, &body, &owner])
+            .map_err(be)?;
+        if inserted != 1 {
+            return Err(CarpError::AlreadyExists {
+                what: "session",
+                id: session.session_id.clone(),
+            });
+        }
+        count_start_in(&mut tx, &session.agent_id, None).map_err(be)?;
+        tx.commit().map_err(be)
+    }
+
+    fn open_sessions(&self, agent_id: &str) -> Result<u64, CarpError> {
+        let mut c = self.carp_client()?;
+        let row = c
+            .query_opt(
+                "SELECT open FROM carp_open_sessions WHERE agent_key = $1",
+                &[&open_sessions_key(agent_id)],
+            )
+            .map_err(be)?;
+        Ok(row.map_or(0, |r| r.get::<_, i64>(0).unsigned_abs()))
     }
 
     fn sessions_of(&self, agent_id: &str) -> Result<Option<Vec<String>>, CarpError> {

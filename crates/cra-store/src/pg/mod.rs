@@ -92,6 +92,7 @@ impl PgStore {
         migrate(&pool, schema)?;
         keys::admit(&pool, &config.encryption)?;
         carp::index_session_agents(&pool, &config.encryption)?;
+        carp::count_open_sessions(&pool, &config.encryption)?;
         let origin = random_origin();
         let collector = {
             let (pool, config) = (pool.clone(), config.clone());

@@ -15,7 +15,7 @@
 use crate::encryption::Encryption;
 use cra_carp::store::{
     ApprovalRecord, ApprovalStatus, DecisionRecord, ExecutionRecord, ResolveRecord, SessionEnd,
-    SessionRecord, Settlement, StateChange,
+    SessionStart, Settlement, StateChange,
 };
 use cra_trace::store::ChainStoreError;
 
@@ -31,9 +31,9 @@ pub(crate) enum PgChange {
     Settle(Settlement),
     /// A pending approval opened by an execute, and its JSON.
     Open(ApprovalRecord, String),
-    /// A session's record, its JSON and its owner column (none with a storage key), created
-    /// with the events opening its chain.
-    Start(SessionRecord, String, Option<String>),
+    /// A session's opening (record and quota), its JSON and its owner column (none with a
+    /// storage key), created with the events opening its chain.
+    Start(SessionStart, String, Option<String>),
     /// A session's end, recorded with its `session.ended`.
     End(SessionEnd),
 }
@@ -74,10 +74,11 @@ impl PgChange {
                 let body = encode(enc, "carp_executions", &e)?;
                 Self::Execute(e, body)
             }
-            StateChange::Start(r) => {
-                let body = encode(enc, "carp_sessions", &r)?;
-                let owner = crate::pg::carp::owner_column(enc, &r.agent_id).map(str::to_owned);
-                Self::Start(r, body, owner)
+            StateChange::Start(start) => {
+                let body = encode(enc, "carp_sessions", &start.record)?;
+                let agent = &start.record.agent_id;
+                let owner = crate::pg::carp::owner_column(enc, agent).map(str::to_owned);
+                Self::Start(start, body, owner)
             }
             StateChange::End(e) => Self::End(e),
         })
@@ -101,22 +102,35 @@ impl PgChange {
     }
 }
 
-/// Creates a session's record; refused, writing nothing, when its id is taken.
+/// Creates a session's record and counts it open; refused, writing nothing, when its id is
+/// taken or its agent has its quota of open sessions. The record is inserted first: a taken
+/// id then changes nothing, and the counter is only touched for a new session (the batch
+/// transaction goes on after a refusal, so a refusal must leave nothing behind).
 fn start_in(
     tx: &mut postgres::Transaction<'_>,
-    r: &SessionRecord,
+    start: &SessionStart,
     body: &str,
     owner: Option<&str>,
 ) -> Result<Applied, postgres::Error> {
-    let n = tx.execute(
+    let r = &start.record;
+    let mut savepoint = tx.transaction()?;
+    let n = savepoint.execute(
         crate::pg::carp::INSERT_SESSION,
         &[&r.session_id, &body, &owner],
     )?;
-    Ok(if n == 1 {
-        Ok(true)
-    } else {
-        Err(cra_carp::store::started_before(&r.session_id))
-    })
+    if n != 1 {
+        return Ok(Err(cra_carp::store::started_before(&r.session_id)));
+    }
+    if !crate::pg::carp::count_start_in(&mut savepoint, &r.agent_id, start.max_open)? {
+        savepoint.rollback()?;
+        let max = start.max_open.unwrap_or_default();
+        return Ok(Err(cra_carp::store::open_sessions_exceeded(
+            &r.agent_id,
+            max,
+        )));
+    }
+    savepoint.commit()?;
+    Ok(Ok(true))
 }
 
 /// Marks a session ended; refused, writing nothing, while one of the session's executions

@@ -90,6 +90,26 @@ pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
             ));
         }
     }
+    let counted = exists(&mut tx, "carp_open_sessions")?
+        && tx
+            .query_opt(
+                &format!("SELECT 1 FROM {q}.carp_open_sessions WHERE agent_key = ''"),
+                &[],
+            )
+            .map_err(pg)?
+            .is_none();
+    if !counted && exists(&mut tx, "carp_sessions")? {
+        let sessions: i64 = tx
+            .query_one(&format!("SELECT count(*) FROM {q}.carp_sessions"), &[])
+            .map_err(pg)?
+            .get(0);
+        if sessions > 0 {
+            steps.push(UpgradeStep::new(
+                "carp.open_sessions",
+                format!("count the open sessions of each agent among {sessions} sessions"),
+            ));
+        }
+    }
     tx.commit().map_err(pg)?;
     let newest = |v: Option<u32>| v.map_or_else(|| "none".to_owned(), |v| format!("migration {v}"));
     Ok(UpgradePlan {

@@ -16,7 +16,10 @@
 //! lease) of executions running (added later: opening an older data directory creates it empty),
 //! `carp_sessions_by_agent` ((agent, session) -> ()), the owner index `GET /v1/traces` reads for
 //! an agent (added later: opening an older data directory builds it from `carp_sessions`; kept
-//! only while records are stored in the clear, since it holds agent ids).
+//! only while records are stored in the clear, since it holds agent ids), `carp_open_sessions`
+//! (SHA-256 of an agent id -> its open sessions), the counter of the open-sessions quota,
+//! written with every start and end (added in data format 2: opening an older data directory
+//! counts the open sessions of `carp_sessions`).
 //!
 //! An execution's idempotency key is claimed with its lease (`carp_execution_keys` names the
 //! execution before its record exists); a key naming no record is in flight while its lease
@@ -31,7 +34,7 @@ use cra_carp::store::{
     ApprovalDecision, ApprovalRecord, ApprovalStatus, CarpStore, CarpStoreError as CarpError,
     Charge, ChargeKind, ClaimOutcome, ConsumeOutcome, DecisionRecord, ExecutionLease,
     ExecutionRecord, Recorded, SessionEnd, SessionRecord, Settlement, StateChange,
-    StoredResolution,
+    StoredResolution, open_sessions_key,
 };
 use cra_trace::store::ChainStoreError;
 use serde::Serialize;
@@ -54,6 +57,8 @@ const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_p
 const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
 const SESSIONS_BY_AGENT: TableDefinition<'static, (&str, &str), ()> =
     TableDefinition::new("carp_sessions_by_agent");
+const OPEN_SESSIONS: TableDefinition<'static, &str, u64> =
+    TableDefinition::new("carp_open_sessions");
 
 fn be(e: impl std::fmt::Display) -> CarpError {
     CarpError::Backend(format!(
@@ -101,7 +106,8 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), crat
     c.copy(RATE)?;
     c.copy(BUDGET)?;
     c.copy(PENDING)?;
-    c.copy(SESSIONS_BY_AGENT)
+    c.copy(SESSIONS_BY_AGENT)?;
+    c.copy(OPEN_SESSIONS)
 }
 
 /// Creates the CARP tables so readers never meet a missing table, and builds the owner index of
@@ -109,6 +115,7 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), crat
 pub(crate) fn create_tables(db: &Database, enc: &Encryption) -> Result<(), crate::BackendError> {
     let txn = db.begin_write().map_err(super::backend)?;
     index_sessions_by_agent(&txn, enc).map_err(super::backend)?;
+    count_open_sessions(&txn, enc).map_err(super::backend)?;
     txn.open_table(SESSIONS).map_err(super::backend)?;
     txn.open_table(REQUEST_IDS).map_err(super::backend)?;
     txn.open_table(RESOLUTIONS).map_err(super::backend)?;
@@ -137,7 +144,76 @@ pub(crate) fn pending(
             ),
         ));
     }
+    if sessions > 0 && !has_table(txn, OPEN_SESSIONS.name())? {
+        steps.push(crate::upgrade::UpgradeStep::new(
+            "carp.open_sessions",
+            format!("count the open sessions of each agent among {sessions} sessions"),
+        ));
+    }
     Ok(())
+}
+
+/// Whether `txn`'s database holds the table `name`.
+fn has_table(txn: &::redb::ReadTransaction, name: &str) -> Result<bool, crate::BackendError> {
+    Ok(txn
+        .list_tables()
+        .map_err(super::backend)?
+        .any(|t| t.name() == name))
+}
+
+/// Counts each agent's open sessions into `carp_open_sessions` when the table is new (a data
+/// directory an earlier version wrote): from then on every start and end keeps the counts.
+fn count_open_sessions(txn: &WriteTransaction, enc: &Encryption) -> Result<(), CarpError> {
+    if txn
+        .list_tables()
+        .map_err(be)?
+        .any(|t| t.name() == OPEN_SESSIONS.name())
+    {
+        return Ok(());
+    }
+    let mut counts = std::collections::BTreeMap::<String, u64>::new();
+    for row in txn.open_table(SESSIONS).map_err(be)?.iter().map_err(be)? {
+        let record: SessionRecord = decode(enc, SESSIONS, row.map_err(be)?.1.value())?;
+        if record.is_active() {
+            *counts
+                .entry(open_sessions_key(&record.agent_id))
+                .or_default() += 1;
+        }
+    }
+    let mut table = txn.open_table(OPEN_SESSIONS).map_err(be)?;
+    for (key, open) in &counts {
+        table.insert(key.as_str(), open).map_err(be)?;
+    }
+    Ok(())
+}
+
+/// Adds `delta` (1 or -1) to the open sessions of `agent_id`, a count of 0 removed.
+fn count_open(txn: &WriteTransaction, agent_id: &str, delta: i64) -> Result<(), CarpError> {
+    let key = open_sessions_key(agent_id);
+    let mut table = txn.open_table(OPEN_SESSIONS).map_err(be)?;
+    let now = table
+        .get(key.as_str())
+        .map_err(be)?
+        .map_or(0, |v| v.value());
+    let next = now.saturating_add_signed(delta);
+    if next == 0 {
+        table.remove(key.as_str()).map_err(be)?;
+    } else {
+        table.insert(key.as_str(), next).map_err(be)?;
+    }
+    Ok(())
+}
+
+/// The open sessions of `agent_id` as `table` counts them.
+fn open_count(
+    table: &impl ReadableTable<&'static str, u64>,
+    agent_id: &str,
+) -> Result<u64, CarpError> {
+    let key = open_sessions_key(agent_id);
+    Ok(table
+        .get(key.as_str())
+        .map_err(be)?
+        .map_or(0, |v| v.value()))
 }
 
 /// Fills `carp_sessions_by_agent` from `carp_sessions` when it is empty and they are not. Every
@@ -350,8 +426,8 @@ impl cra_carp::store::StateLog for RedbStore {
                 Ok(bytes) => EncodedChange::Open(a.approval_id, bytes),
                 Err(err) => return done(Err(err.into())),
             },
-            StateChange::Start(r) => match encode(enc, SESSIONS, &r) {
-                Ok(bytes) => EncodedChange::Start(Box::new(r), bytes),
+            StateChange::Start(start) => match encode(enc, SESSIONS, &start.record) {
+                Ok(bytes) => EncodedChange::Start(Box::new(start.record), start.max_open, bytes),
                 Err(err) => return done(Err(err.into())),
             },
             StateChange::End(e) => EncodedChange::End(e),
@@ -387,8 +463,9 @@ pub(crate) enum EncodedChange {
     Settle(Settlement),
     /// A pending approval opened by an execute: its id and its JSON.
     Open(String, Vec<u8>),
-    /// A session's record and its JSON, created with the events opening its chain.
-    Start(Box<SessionRecord>, Vec<u8>),
+    /// A session's record, its agent's open-sessions quota and its JSON, created with the
+    /// events opening its chain.
+    Start(Box<SessionRecord>, Option<u64>, Vec<u8>),
     /// A session's end, recorded with its `session.ended`.
     End(SessionEnd),
 }
@@ -440,18 +517,28 @@ pub(crate) fn apply_change(
         EncodedChange::Decide(d) => apply_decision(t, d),
         EncodedChange::Settle(s) => apply_settlement(txn, s),
         EncodedChange::Open(id, bytes) => apply_open(t, id, bytes),
-        EncodedChange::Start(r, bytes) => apply_start(txn, t.enc, r, bytes),
+        EncodedChange::Start(r, max_open, bytes) => apply_start(txn, t.enc, r, *max_open, bytes),
         EncodedChange::End(e) => apply_end(txn, t.enc, e),
     }
 }
 
-/// Creates a session's record; refused, writing nothing, when its id is taken.
+/// Creates a session's record; refused, writing nothing, when its id is taken or its agent
+/// has `max_open` sessions open already.
 fn apply_start(
     txn: &WriteTransaction,
     enc: &Encryption,
     r: &SessionRecord,
+    max_open: Option<u64>,
     bytes: &[u8],
 ) -> Result<Result<bool, ChainStoreError>, CarpError> {
+    if let Some(max) = max_open
+        && open_count(&txn.open_table(OPEN_SESSIONS).map_err(be)?, &r.agent_id)? >= max
+    {
+        return Ok(Err(cra_carp::store::open_sessions_exceeded(
+            &r.agent_id,
+            max,
+        )));
+    }
     match create_session_in(txn, enc, r, bytes) {
         Ok(()) => Ok(Ok(true)),
         Err(CarpError::AlreadyExists { .. }) => {
@@ -492,6 +579,7 @@ fn create_session_in(
     bytes: &[u8],
 ) -> Result<(), CarpError> {
     insert_new_in(txn, SESSIONS, "session", &r.session_id, bytes)?;
+    count_open(txn, &r.agent_id, 1)?;
     if enc.current().is_none() {
         txn.open_table(SESSIONS_BY_AGENT)
             .map_err(be)?
@@ -523,6 +611,8 @@ fn end_session_in(
     record.ended_at = Some(ended_at.to_owned());
     t.insert(session_id, encode(enc, SESSIONS, &record)?.as_slice())
         .map_err(be)?;
+    drop(t);
+    count_open(txn, &record.agent_id, -1)?;
     Ok(Some((record, true)))
 }
 
@@ -916,6 +1006,11 @@ impl CarpStore for RedbStore {
             out.push(row.map_err(be)?.0.value().1.to_owned());
         }
         Ok(Some(out))
+    }
+
+    fn open_sessions(&self, agent_id: &str) -> Result<u64, CarpError> {
+        let txn = self.handle().begin_read().map_err(be)?;
+        open_count(&txn.open_table(OPEN_SESSIONS).map_err(be)?, agent_id)
     }
 
     fn get_session(&self, session_id: &str) -> Result<Option<SessionRecord>, CarpError> {

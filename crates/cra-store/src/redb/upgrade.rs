@@ -21,8 +21,10 @@ use crate::BackendError;
 use crate::upgrade::{UpgradePlan, UpgradeStep};
 
 /// The data format this build writes. History (`specs/upgrades.md`): 0, every directory written
-/// before the format was recorded; 1, the same tables, with the format recorded.
-pub const FORMAT: u64 = 1;
+/// before the format was recorded; 1, the same tables, with the format recorded; 2, each
+/// agent's open sessions counted in `carp_open_sessions` by every start and end (a table an
+/// older binary would leave behind the records).
+pub const FORMAT: u64 = 2;
 
 const FORMAT_TABLE: TableDefinition<'static, &str, u64> = TableDefinition::new("cra_format");
 const VERSION: &str = "version";

@@ -9,8 +9,8 @@ use std::sync::{Arc, Barrier};
 
 use cra_carp::store::{
     ApprovalDecision, ApprovalStatus, CarpStore, ClaimOutcome, DecisionRecord, Recorded,
-    ResolveRecord, SessionEnd, SessionRecord, Settlement, StateChange, StateLog, StateLogError,
-    StoredResolution,
+    ResolveRecord, SessionEnd, SessionRecord, SessionStart, Settlement, StateChange, StateLog,
+    StateLogError, StoredResolution,
 };
 use cra_carp::store_contract::{
     sample_approval, sample_execution, sample_lease, sample_resolution,
@@ -679,11 +679,106 @@ fn racing_settlements_append_once() {
 }
 
 fn start(session_id: &str) -> StateChange {
-    StateChange::Start(SessionRecord::opened(
-        session_id,
-        "agent-a",
-        "2026-01-01T00:00:00.000000Z".to_owned(),
-    ))
+    start_within(session_id, None)
+}
+
+/// A start of `session_id` by agent-a, which may have at most `max_open` sessions open.
+fn start_within(session_id: &str, max_open: Option<u64>) -> StateChange {
+    StateChange::Start(SessionStart {
+        record: SessionRecord::opened(
+            session_id,
+            "agent-a",
+            "2026-01-01T00:00:00.000000Z".to_owned(),
+        ),
+        max_open,
+    })
+}
+
+/// Invariant: an agent never has more sessions open than its quota. Every start and end keeps
+/// its count in the transaction that writes the record; a start past the quota is refused
+/// (`quota_exceeded`) and writes neither record nor events; an end makes room again; another
+/// agent's sessions do not count.
+#[test]
+fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
+    for u in under("state_log_open_quota") {
+        for id in ["q1", "q2"] {
+            let opened = u
+                .log
+                .record_and_append(start_within(id, Some(2)), vec![note(0)]);
+            assert!(
+                matches!(opened, Ok(Recorded::Appended(_))),
+                "{}: {opened:?}",
+                u.name
+            );
+        }
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 2, "{}", u.name);
+        let refused = u
+            .log
+            .record_and_append(start_within("q3", Some(2)), vec![note(0)]);
+        assert_eq!(
+            refused_with(&refused),
+            Some(Token::QuotaExceeded),
+            "{}",
+            u.name
+        );
+        assert_eq!(u.carp.get_session("q3").unwrap(), None, "{}", u.name);
+        assert!(
+            u.chains.session("q3").unwrap().is_none(),
+            "{}: no events",
+            u.name
+        );
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 2, "{}", u.name);
+
+        let ended = vec![draft("session.ended", serde_json::json!({}))];
+        u.log.record_and_append(end("q1"), ended.clone()).unwrap();
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 1, "{}", u.name);
+        // Ending it again (a repair) does not count it twice.
+        u.carp
+            .end_session("q1", "2026-01-01T02:00:00.000000Z")
+            .unwrap();
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 1, "{}", u.name);
+        let opened = u
+            .log
+            .record_and_append(start_within("q3", Some(2)), vec![note(0)]);
+        assert!(
+            matches!(opened, Ok(Recorded::Appended(_))),
+            "{}: {opened:?}",
+            u.name
+        );
+
+        let other = SessionRecord::opened("q4", "agent-b", "2026-01-01T00:00:00.000000Z".into());
+        let change = StateChange::Start(SessionStart {
+            record: other,
+            max_open: Some(1),
+        });
+        u.log.record_and_append(change, vec![note(0)]).unwrap();
+        assert_eq!(u.carp.open_sessions("agent-b").unwrap(), 1, "{}", u.name);
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 2, "{}", u.name);
+        // A start without a quota (the runtime's own chains) is counted all the same.
+        u.log.record_and_append(start("q5"), vec![note(0)]).unwrap();
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 3, "{}", u.name);
+    }
+}
+
+/// Starts of one agent's sessions racing for the last places of its quota: exactly as many
+/// win as there are places, on every replica's committer alike.
+#[test]
+fn racing_starts_fill_the_quota_and_no_more() {
+    const RACERS: usize = 8;
+    for u in under("state_log_open_quota_race") {
+        let won = race(RACERS, &u.log, |log, i| {
+            let outcome =
+                log.record_and_append(start_within(&format!("r{i}"), Some(3)), vec![note(0)]);
+            let lost = refused_with(&outcome);
+            assert!(
+                outcome.is_ok() || lost == Some(Token::QuotaExceeded),
+                "{outcome:?}"
+            );
+            outcome.is_ok()
+        });
+        assert_eq!(won, 3, "{}: {won} of {RACERS} starts won", u.name);
+        assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 3, "{}", u.name);
+    }
 }
 
 fn end(session_id: &str) -> StateChange {

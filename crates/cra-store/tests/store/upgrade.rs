@@ -55,8 +55,13 @@ fn check_fda2190_state(store: &dyn crate::backends::TestStore) {
         5,
         "three admin sessions, a maintainer's and the Relay project's chain"
     );
+    let mut open = std::collections::BTreeMap::<String, u64>::new();
     let mut approvals = std::collections::BTreeSet::new();
     for s in &sessions {
+        let record = store.get_session(&s.session_id).unwrap();
+        if let Some(r) = record.filter(|r| r.is_active()) {
+            *open.entry(r.agent_id).or_default() += 1;
+        }
         crate::backends::verify_stored(store, &s.session_id).unwrap();
         for e in store.read_range(&s.session_id, 0, u64::MAX).unwrap() {
             if e.event_type == "approval.requested" {
@@ -76,6 +81,11 @@ fn check_fda2190_state(store: &dyn crate::backends::TestStore) {
         .filter(|a| a.decided_by.as_deref() == Some("admin"))
         .count();
     assert_eq!(granted, 1);
+    // The open-sessions counter the upgrade made agrees with the records it counted.
+    assert!(!open.is_empty(), "the fixture leaves sessions open");
+    for (agent, n) in &open {
+        assert_eq!(store.open_sessions(agent).unwrap(), *n, "{agent}");
+    }
 }
 
 /// The invariant "a plan writes nothing" on redb: planning twice answers the same plan and
@@ -87,13 +97,14 @@ fn a_redb_directory_written_by_fda2190_is_planned_without_a_write_then_upgraded(
     let before = std::fs::read(&file).unwrap();
     let plan = cra_store::redb::upgrade::plan(&data).unwrap();
     assert_eq!(plan.found, "none");
-    assert_eq!(plan.target, "data format 1");
+    assert_eq!(plan.target, "data format 2");
     assert_eq!(
         kinds(&plan),
         [
             "redb.tables",
             "tlog.backfill",
             "carp.owner_index",
+            "carp.open_sessions",
             "relay.package_keys",
             "relay.created_index",
             "redb.format"
@@ -112,7 +123,7 @@ fn a_redb_directory_written_by_fda2190_is_planned_without_a_write_then_upgraded(
     }
     let after = cra_store::redb::upgrade::plan(&data).unwrap();
     assert!(after.is_current(), "{after:#?}");
-    assert_eq!(after.found, "data format 1");
+    assert_eq!(after.found, "data format 2");
 }
 
 /// A fresh data directory is current as soon as it is created.
@@ -194,7 +205,11 @@ fn a_postgres_dump_written_by_fda2190_is_planned_without_a_write_then_upgraded()
             .any(|s| s.description.contains("0017 (tlog)")),
         "{plan:#?}"
     );
-    assert_eq!(kinds(&plan).last(), Some(&"tlog.backfill"), "{plan:#?}");
+    assert_eq!(
+        kinds(&plan).iter().rev().take(2).collect::<Vec<_>>(),
+        [&"carp.open_sessions", &"tlog.backfill"],
+        "{plan:#?}"
+    );
     assert!(plan.found.starts_with("migration "), "{plan:#?}");
     assert_eq!(
         cra_store::pg::upgrade::plan(&url, schema.name()).unwrap(),

@@ -1,0 +1,139 @@
+//! Quotas (`[quotas]`, `specs/quotas.md`): an agent's open sessions and a session's events are
+//! bounded whatever the request rate; a refusal is 429 `quota_exceeded`, names the setting, and
+//! changes nothing. On PostgreSQL the replicas sharing a schema keep one count.
+
+use cra_store::testing::{TestSchema, postgres_url};
+use serde_json::json;
+
+use crate::support::*;
+
+/// Opens a session for `agent` with `key`, answering the status and body.
+async fn try_open(s: &TestServer, key: &str, agent: &str) -> (u16, serde_json::Value) {
+    let body = json!({"agent_id": agent, "goal": "test the quotas"});
+    s.post(Some(key), "/v1/sessions", &body).await
+}
+
+/// Invariant: an agent never has more sessions open than `quotas.max_open_sessions`. The start
+/// past it is refused and stores nothing (no Retry-After: a place frees when a session ends,
+/// which no clock predicts); an admin opening on the agent's behalf counts against the same
+/// quota; another agent is not affected; an end makes room.
+#[tokio::test]
+async fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
+    let s = TestServer::start_with(|c| c.quotas.max_open_sessions = 2).await;
+    let first = s.open_session(AGENT, "ops-bot").await;
+    s.open_session(AGENT, "ops-bot").await;
+    let traces_before = s.get(Some(ADMIN), "/v1/traces").await.1;
+
+    let refused = s
+        .http
+        .post(s.url("/v1/sessions"))
+        .bearer_auth(AGENT)
+        .json(&json!({"agent_id": "ops-bot", "goal": "one too many"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(refused.headers().get("retry-after").is_none());
+    let refused = (refused.status().as_u16(), refused.json().await.unwrap());
+    assert_error(&refused, 429, "quota_exceeded");
+    let message = refused.1["message"].as_str().unwrap();
+    assert!(message.contains("quotas.max_open_sessions"), "{message}");
+    assert!(message.contains("ops-bot"), "{message}");
+    assert_error(&try_open(&s, ADMIN, "ops-bot").await, 429, "quota_exceeded");
+    assert_eq!(
+        s.get(Some(ADMIN), "/v1/traces").await.1,
+        traces_before,
+        "a refused start stores no chain"
+    );
+
+    s.open_session(AGENT2, "other-bot").await;
+    let ended = s
+        .delete(Some(AGENT), &format!("/v1/sessions/{first}"))
+        .await;
+    assert_eq!(ended.0, 204, "{}", ended.1);
+    s.open_session(AGENT, "ops-bot").await;
+    assert_error(&try_open(&s, AGENT, "ops-bot").await, 429, "quota_exceeded");
+    s.stop().await;
+}
+
+/// Invariant: past `quotas.max_session_events`, a session's resolves are refused without
+/// writing (its chain keeps its length and verifies), and the session can still be ended.
+#[tokio::test]
+async fn a_session_holding_its_quota_of_events_refuses_requests_and_still_ends() {
+    let s = TestServer::start_with(|c| c.quotas.max_session_events = 6).await;
+    let id = s.open_session(AGENT, "ops-bot").await;
+    let mut refused = None;
+    for _ in 0..10 {
+        let request = resolve_request("ops-bot", &id, &rid(), &["repo-read"]);
+        let answer = s.post(Some(AGENT), "/v1/resolve", &request).await;
+        if answer.0 != 200 {
+            refused = Some(answer);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota refuses a resolve before the tenth");
+    assert_error(&refused, 429, "quota_exceeded");
+    let message = refused.1["message"].as_str().unwrap();
+    assert!(message.contains("quotas.max_session_events"), "{message}");
+    let held = s.events(&id).await.len();
+    assert!(held >= 6, "refused at {held} events");
+
+    let again = resolve_request("ops-bot", &id, &rid(), &["repo-read"]);
+    assert_error(
+        &s.post(Some(AGENT), "/v1/resolve", &again).await,
+        429,
+        "quota_exceeded",
+    );
+    assert_eq!(s.events(&id).await.len(), held, "a refusal writes nothing");
+
+    let ended = s.delete(Some(AGENT), &format!("/v1/sessions/{id}")).await;
+    assert_eq!(ended.0, 204, "{}", ended.1);
+    let path = format!("/v1/traces/{id}/verify");
+    let (st, report) = s.post(Some(AUDITOR), &path, &json!({})).await;
+    assert_eq!((st, &report["valid"]), (200, &json!(true)), "{report}");
+    assert_eq!(report["events"], held + 1);
+    s.stop().await;
+}
+
+/// Two replicas sharing a PostgreSQL schema keep one count of an agent's open sessions: opens
+/// alternating between them stop at the quota on both, and an end on one makes room on the
+/// other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_keep_one_count_of_open_sessions_postgres() {
+    let Some(url) = postgres_url("replicas_keep_one_count_of_open_sessions_postgres") else {
+        return;
+    };
+    let schema = TestSchema::new(&url, "open_quota");
+    let mut replicas = Vec::new();
+    for seed in [7, 8] {
+        let (url, name) = (url.clone(), schema.name().to_owned());
+        replicas.push(
+            TestServer::start_blocking_seeded(seed, move |c| {
+                c.postgres = Some(url);
+                c.postgres_schema = name;
+                c.quotas.max_open_sessions = 3;
+            })
+            .await,
+        );
+    }
+    let mut opened = Vec::new();
+    for i in 0..3 {
+        opened.push(replicas[i % 2].open_session(AGENT, "ops-bot").await);
+    }
+    for r in &replicas {
+        assert_error(&try_open(r, AGENT, "ops-bot").await, 429, "quota_exceeded");
+    }
+    let path = format!("/v1/sessions/{}", opened[0]);
+    assert_eq!(replicas[1].delete(Some(AGENT), &path).await.0, 204);
+    replicas[0].open_session(AGENT, "ops-bot").await;
+    assert_error(
+        &try_open(&replicas[1], AGENT, "ops-bot").await,
+        429,
+        "quota_exceeded",
+    );
+    for r in replicas {
+        r.stop_blocking().await;
+    }
+    tokio::task::spawn_blocking(move || drop(schema))
+        .await
+        .unwrap();
+}

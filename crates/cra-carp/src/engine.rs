@@ -42,6 +42,10 @@ pub struct CarpConfig {
     pub ttl_seconds: u64,
     /// Allowed clock skew of request timestamps.
     pub max_skew_seconds: i64,
+    /// The most candidate actions (allowed and denied) one resolve or validate may weigh: each
+    /// is recorded (`policy.evaluated`, the resolution), so this bounds what one request writes.
+    /// `None`: no bound.
+    pub max_candidates: Option<usize>,
 }
 
 impl Default for CarpConfig {
@@ -49,7 +53,32 @@ impl Default for CarpConfig {
         Self {
             ttl_seconds: crate::eval::DEFAULT_TTL_SECONDS,
             max_skew_seconds: DEFAULT_MAX_SKEW_SECONDS,
+            max_candidates: None,
         }
+    }
+}
+
+/// Refuses a resolution weighing more than `max` candidate actions (`CarpConfig::max_candidates`)
+/// before any of it is recorded: the request must name fewer capabilities or atlases.
+fn check_candidates(resolution: &Resolution, max: Option<usize>) -> Result<(), CarpError> {
+    let weighed = resolution.allowed_actions.len() + resolution.denied_actions.len();
+    match max {
+        Some(max) if weighed > max => {
+            let mut refusal = CarpError::new(
+                Token::InvalidRequest,
+                format!(
+                    "this resolve weighs {weighed} candidate actions; this server records at \
+                     most {max} in one resolve (quotas.max_resolve_actions): name the \
+                     task's required_capabilities, or fewer atlas_ids"
+                ),
+            );
+            refusal.errors.push(cra_wire::FieldError::new(
+                "/task/required_capabilities",
+                format!("narrow the request to at most {max} actions"),
+            ));
+            Err(refusal)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -440,6 +469,7 @@ impl Carp {
             &options,
         )
         .map_err(|e| CarpError::new(e.token(), e.to_string()))?;
+        check_candidates(&res, self.config.max_candidates)?;
         if request.operation == Operation::Validate {
             return Ok(PreparedResolve {
                 resolution: res,

@@ -667,6 +667,11 @@ pub struct QuotasConfig {
     /// Events one session's chain may hold: past it, the session's resolves and executes are
     /// refused (its end, and decisions on its approvals, are still recorded).
     pub max_session_events: u64,
+    /// Candidate actions (allowed and denied) one resolve may weigh: each is recorded, so
+    /// this bounds what one resolve writes (a 5,000-action atlas wrote 7.9 MB per resolve).
+    /// Past it the resolve is refused (400 `invalid_request` at `/task/required_capabilities`)
+    /// and asked to name fewer capabilities or atlases.
+    pub max_resolve_actions: u64,
 }
 
 impl Default for QuotasConfig {
@@ -674,6 +679,7 @@ impl Default for QuotasConfig {
         Self {
             max_open_sessions: 1000,
             max_session_events: 100_000,
+            max_resolve_actions: 1000,
         }
     }
 }
@@ -682,6 +688,12 @@ impl QuotasConfig {
     /// The open-sessions quota, `None` when off.
     pub fn open_sessions(&self) -> Option<u64> {
         (self.max_open_sessions > 0).then_some(self.max_open_sessions)
+    }
+
+    /// The candidate-actions bound of one resolve, `None` when off.
+    pub fn resolve_actions(&self) -> Option<usize> {
+        (self.max_resolve_actions > 0)
+            .then(|| usize::try_from(self.max_resolve_actions).unwrap_or(usize::MAX))
     }
 
     /// The events-per-session quota, `None` when off.

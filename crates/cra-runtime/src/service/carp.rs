@@ -57,6 +57,7 @@ pub fn engine(rt: &Runtime, atlases: Arc<AtlasSet>) -> Carp {
     let config = CarpConfig {
         ttl_seconds: rt.config.resolution_ttl_seconds,
         max_skew_seconds: i64::try_from(rt.config.clock_skew_seconds).unwrap_or(300),
+        max_candidates: rt.config.quotas.resolve_actions(),
     };
     let owner = rt.config.replica_id.as_deref();
     let carp = Carp::new(

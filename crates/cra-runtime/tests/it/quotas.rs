@@ -137,3 +137,81 @@ async fn replicas_keep_one_count_of_open_sessions_postgres() {
         .await
         .unwrap();
 }
+
+/// An atlas of `n` actions `g<k>.r<i>.op` (groups of ten, each group a capability `g<k>`), every
+/// action allowed, as `POST /v1/atlases` takes it.
+fn wide_atlas(n: usize) -> serde_json::Value {
+    let actions: Vec<_> = (0..n)
+        .map(|i| {
+            json!({
+                "action_id": format!("g{}.r{i}.op", i / 10),
+                "name": format!("Action {i}"),
+                "description": "One of many.",
+                "risk_tier": "low",
+                "parameters_schema": {"type": "object", "properties": {"id": {"type": "string"}}},
+            })
+        })
+        .collect();
+    let capabilities: Vec<_> = (0..n.div_ceil(10))
+        .map(|g| {
+            let ids: Vec<_> = (g * 10..(g * 10 + 10).min(n))
+                .map(|i| format!("g{g}.r{i}.op"))
+                .collect();
+            json!({"capability_id": format!("g{g}"), "name": format!("Group {g}"), "actions": ids})
+        })
+        .collect();
+    json!({
+        "manifest": {
+            "atlas_version": "1.0", "atlas_id": "com.example.wide", "version": "1.0.0",
+            "name": "Wide", "description": "Many actions.",
+            "capabilities": capabilities,
+            "context_packs": [{"pack_id": "intro", "files": ["context/intro.md"], "priority": 10}],
+            "policies": [{"policy_id": "allow-all", "type": "allow", "actions": ["*"]}],
+            "actions": actions,
+        },
+        "files": {"context/intro.md": "# Wide\n\nMany actions.\n"},
+    })
+}
+
+/// Invariant: one resolve records at most `quotas.max_resolve_actions` candidate actions. A
+/// resolve over a wider atlas is refused before anything of its evaluation is written (the
+/// refusal itself is recorded, small), and names how to narrow it; the same resolve naming a
+/// capability is answered; a resolve at the bound writes a bounded chain.
+#[tokio::test]
+async fn a_resolve_weighing_more_actions_than_the_bound_is_refused_before_it_writes() {
+    let s = TestServer::start_with(|c| c.quotas.max_resolve_actions = 300).await;
+    let installed = s.post(Some(ADMIN), "/v1/atlases", &wide_atlas(400)).await;
+    assert_eq!(installed.0, 201, "{}", installed.1);
+    let id = s.open_session(AGENT, "ops-bot").await;
+    let ask = |caps: &[&str]| {
+        let mut r = resolve_request("ops-bot", &id, &rid(), caps);
+        r["atlas_ids"] = json!(["com.example.wide"]);
+        r
+    };
+
+    let before = s.events(&id).await.len();
+    let refused = s.post(Some(AGENT), "/v1/resolve", &ask(&[])).await;
+    assert_error(&refused, 400, "invalid_request");
+    let message = refused.1["message"].as_str().unwrap();
+    assert!(message.contains("400 candidate actions"), "{message}");
+    assert!(message.contains("quotas.max_resolve_actions"), "{message}");
+    let pointer = &refused.1["details"]["errors"][0]["pointer"];
+    assert_eq!(pointer, "/task/required_capabilities", "{}", refused.1);
+    let recorded = s.event_types(&id).await;
+    assert_eq!(
+        recorded[before..],
+        ["carp.request.received", "carp.request.rejected"],
+        "only the refusal is recorded"
+    );
+
+    let narrowed = s.post(Some(AGENT), "/v1/resolve", &ask(&["g3"])).await;
+    assert_eq!(narrowed.0, 200, "{}", narrowed.1);
+    assert_eq!(narrowed.1["allowed_actions"].as_array().unwrap().len(), 10);
+
+    let groups: Vec<String> = (0..30).map(|g| format!("g{g}")).collect();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let at_bound = s.post(Some(AGENT), "/v1/resolve", &ask(&groups)).await;
+    assert_eq!(at_bound.0, 200, "{}", at_bound.1);
+    assert_eq!(at_bound.1["allowed_actions"].as_array().unwrap().len(), 300);
+    s.stop().await;
+}

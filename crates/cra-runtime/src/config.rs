@@ -667,6 +667,9 @@ pub struct QuotasConfig {
     /// Events one session's chain may hold: past it, the session's resolves and executes are
     /// refused (its end, and decisions on its approvals, are still recorded).
     pub max_session_events: u64,
+    /// Bytes one session's chain may hold (its events' wire JSON): past it, as past
+    /// `max_session_events`.
+    pub max_session_bytes: u64,
     /// Candidate actions (allowed and denied) one resolve may weigh: each is recorded, so
     /// this bounds what one resolve writes (a 5,000-action atlas wrote 7.9 MB per resolve).
     /// Past it the resolve is refused (400 `invalid_request` at `/task/required_capabilities`)
@@ -679,6 +682,7 @@ impl Default for QuotasConfig {
         Self {
             max_open_sessions: 1000,
             max_session_events: 100_000,
+            max_session_bytes: 256 << 20,
             max_resolve_actions: 1000,
         }
     }
@@ -696,9 +700,22 @@ impl QuotasConfig {
             .then(|| usize::try_from(self.max_resolve_actions).unwrap_or(usize::MAX))
     }
 
-    /// The events-per-session quota, `None` when off.
-    pub fn session_events(&self) -> Option<u64> {
-        (self.max_session_events > 0).then_some(self.max_session_events)
+    /// Whether a session holding `events` events of `bytes` bytes is full: the setting it
+    /// reached, and its limit.
+    pub fn session_full(&self, events: u64, bytes: u64) -> Option<(&'static str, u64)> {
+        let reached = |limit: u64, held: u64| limit > 0 && held >= limit;
+        if reached(self.max_session_events, events) {
+            Some(("max_session_events", self.max_session_events))
+        } else if reached(self.max_session_bytes, bytes) {
+            Some(("max_session_bytes", self.max_session_bytes))
+        } else {
+            None
+        }
+    }
+
+    /// Whether any per-session quota is on.
+    pub fn bounds_sessions(&self) -> bool {
+        self.max_session_events > 0 || self.max_session_bytes > 0
     }
 }
 

@@ -16,6 +16,9 @@ pub(crate) struct HeadRecord {
     pub first_timestamp: String,
     pub last_timestamp: String,
     pub ended: bool,
+    /// The events' wire JSON lengths, summed (absent from heads written before it was kept).
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl HeadRecord {
@@ -27,6 +30,7 @@ impl HeadRecord {
             first_timestamp: String::new(),
             last_timestamp: String::new(),
             ended: false,
+            bytes: 0,
         }
     }
 
@@ -40,6 +44,7 @@ impl HeadRecord {
             first_timestamp: self.first_timestamp,
             last_timestamp: self.last_timestamp,
             ended: self.ended,
+            bytes: self.bytes,
         }
     }
 }
@@ -96,6 +101,7 @@ pub(crate) fn seal_all(
         head.next_sequence += 1;
         head.head_hash = event.event_hash.clone();
         head.ended = event.event_type == SESSION_ENDED;
+        head.bytes = head.bytes.saturating_add(body.len() as u64);
         sealed.push(event);
         bodies.push(body);
     }

@@ -43,6 +43,9 @@ pub struct SessionSummary {
     pub last_timestamp: String,
     /// Whether the last event is `session.ended`.
     pub ended: bool,
+    /// The length of the chain's events as sealed (their wire JSON), summed: what the
+    /// stored-bytes quota counts. Events a store kept before it counted them add nothing.
+    pub bytes: u64,
 }
 
 /// Why a chain store could not do what was asked. Nothing was written in any case.

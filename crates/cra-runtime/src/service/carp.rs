@@ -129,25 +129,26 @@ async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> Ap
 }
 
 /// Refuses (429 `quota_exceeded`) a request to a session whose chain holds
-/// `quotas.max_session_events` events or more: it would make the chain longer. Read beside the
-/// session's record, so the check costs no extra round trip; requests of one session racing
-/// past it add at most their own events. Nothing is recorded: the chain is full.
+/// `quotas.max_session_events` events or `quotas.max_session_bytes` bytes: it would make the
+/// chain longer. Read beside the session's record, so the check costs no extra round trip;
+/// requests of one session racing past it add at most their own events. Nothing is recorded:
+/// the chain is full.
 async fn check_session_room(rt: &Runtime, session_id: &str) -> ApiResult<()> {
-    let Some(max) = rt.config.quotas.session_events() else {
+    if !rt.config.quotas.bounds_sessions() {
         return Ok(());
-    };
+    }
     let Some(summary) = rt.chain_summary(session_id).await? else {
         return Ok(());
     };
-    if summary.head.next_sequence < max {
+    let (events, bytes) = (summary.head.next_sequence, summary.bytes);
+    let Some((setting, limit)) = rt.config.quotas.session_full(events, bytes) else {
         return Ok(());
-    }
+    };
     Err(ApiError::new(
         Token::QuotaExceeded,
         format!(
-            "session {session_id} holds {} events, the most this server keeps in one session \
-             (quotas.max_session_events); end it and go on in a new session",
-            summary.head.next_sequence
+            "session {session_id} holds {events} events ({bytes} bytes), past the {limit} this \
+             server keeps in one session (quotas.{setting}); end it and go on in a new session"
         ),
     ))
 }

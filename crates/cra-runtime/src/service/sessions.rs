@@ -8,6 +8,7 @@ use cra_carp::events::{SessionEnded, SessionStarted, redaction_drafts};
 use cra_carp::store::{CarpStoreError, SessionEnd, SessionRecord, SessionStart, StateChange};
 use cra_trace::Span;
 use cra_trace::TraceEvent;
+use cra_trace::store::SessionSummary;
 use cra_wire::Token;
 use cra_wire::clock::{format_timestamp, millis_between, parse_rfc3339};
 use serde::{Deserialize, Serialize};
@@ -59,6 +60,9 @@ pub struct SessionView {
     pub ended_at: Option<String>,
     /// Events in its chain.
     pub event_count: u64,
+    /// The length of its chain's events as stored (their wire JSON, as exported), summed: what
+    /// `quotas.max_session_bytes` counts. Events a store kept before it counted them add 0.
+    pub stored_bytes: u64,
 }
 
 /// The longest accepted agent id, goal and project id.
@@ -224,7 +228,11 @@ pub(crate) fn require_owner(actor: &Actor, session: &SessionRecord) -> ApiResult
 }
 
 /// The answer about `record`, from its chain's first event and length.
-fn view(record: &SessionRecord, first: Option<&TraceEvent>, event_count: u64) -> SessionView {
+fn view(
+    record: &SessionRecord,
+    first: Option<&TraceEvent>,
+    summary: Option<&SessionSummary>,
+) -> SessionView {
     let p = first.map(|e| &e.payload);
     let s = |k: &str| {
         p.and_then(|p| p.get(k))
@@ -246,7 +254,8 @@ fn view(record: &SessionRecord, first: Option<&TraceEvent>, event_count: u64) ->
         .to_owned(),
         started_at: record.created_at.clone(),
         ended_at: record.ended_at.clone(),
-        event_count,
+        event_count: summary.map_or(0, |s| s.head.next_sequence),
+        stored_bytes: summary.map_or(0, |s| s.bytes),
     }
 }
 
@@ -296,7 +305,8 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
     let events = rt
         .append_change(&record.agent_id, StateChange::Start(start), drafts)
         .await?;
-    Ok(view(&record, events.first(), events.len() as u64))
+    let summary = rt.chain_summary(&record.session_id).await?;
+    Ok(view(&record, events.first(), summary.as_ref()))
 }
 
 /// Refuses a session naming a project its opener may not read, with the answer an unknown
@@ -380,11 +390,8 @@ fn check_open(actor: &Actor, input: &CreateSession) -> ApiResult<()> {
 pub async fn get(rt: &Runtime, actor: &Actor, id: &str) -> ApiResult<SessionView> {
     let record = readable_session(rt, actor, id).await?;
     let first = rt.read_events_after(id, None, 1).await?;
-    let count = rt
-        .chain_summary(id)
-        .await?
-        .map_or(0, |s| s.head.next_sequence);
-    Ok(view(&record, first.first(), count))
+    let summary = rt.chain_summary(id).await?;
+    Ok(view(&record, first.first(), summary.as_ref()))
 }
 
 /// Ends session `id` (idempotent: an ended session is left as it is): marks it ended and

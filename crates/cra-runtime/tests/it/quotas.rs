@@ -215,3 +215,37 @@ async fn a_resolve_weighing_more_actions_than_the_bound_is_refused_before_it_wri
     assert_eq!(at_bound.1["allowed_actions"].as_array().unwrap().len(), 300);
     s.stop().await;
 }
+
+/// The stored-bytes quota: a session's view says how many bytes its chain holds (its export's
+/// lines, summed), and past `quotas.max_session_bytes` its resolves are refused as past the
+/// events quota.
+#[tokio::test]
+async fn a_session_holding_its_quota_of_bytes_refuses_requests() {
+    let s = TestServer::start_with(|c| {
+        c.quotas.max_session_events = 0;
+        c.quotas.max_session_bytes = 8_000;
+    })
+    .await;
+    let id = s.open_session(AGENT, "ops-bot").await;
+    let mut refused = None;
+    for _ in 0..20 {
+        let request = resolve_request("ops-bot", &id, &rid(), &["repo-read"]);
+        let answer = s.post(Some(AGENT), "/v1/resolve", &request).await;
+        if answer.0 != 200 {
+            refused = Some(answer);
+            break;
+        }
+    }
+    let refused = refused.expect("the quota refuses a resolve before the twentieth");
+    assert_error(&refused, 429, "quota_exceeded");
+    let message = refused.1["message"].as_str().unwrap();
+    assert!(message.contains("quotas.max_session_bytes"), "{message}");
+
+    let (st, view) = s.get(Some(AGENT), &format!("/v1/sessions/{id}")).await;
+    assert_eq!(st, 200, "{view}");
+    let exported = s.export_ndjson(&id).await;
+    let lines: usize = exported.split(|b| *b == b'\n').map(<[u8]>::len).sum();
+    assert_eq!(view["stored_bytes"], lines as u64, "{view}");
+    assert!(view["stored_bytes"].as_u64().unwrap() >= 8_000, "{view}");
+    s.stop().await;
+}

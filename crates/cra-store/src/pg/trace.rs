@@ -206,6 +206,7 @@ fn try_batch(
         let mut first = Vec::new();
         let mut last = Vec::new();
         let mut ended = Vec::new();
+        let mut bytes = Vec::new();
         for s in &touched {
             let Some(h) = heads.get(*s) else { continue };
             next.push(to_i64(h.next_sequence));
@@ -213,15 +214,17 @@ fn try_batch(
             first.push(h.first_timestamp.as_str());
             last.push(h.last_timestamp.as_str());
             ended.push(h.ended);
+            bytes.push(to_i64(h.bytes));
         }
         tx.execute(
             "UPDATE trace_heads AS h
              SET next_sequence = u.n, head_hash = u.hh, first_timestamp = u.ft,
-                 last_timestamp = u.lt, ended = u.e
-             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[])
-                  AS u(s, n, hh, ft, lt, e)
+                 last_timestamp = u.lt, ended = u.e, bytes = u.b
+             FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::boolean[],
+                         $7::bigint[])
+                  AS u(s, n, hh, ft, lt, e, b)
              WHERE h.session_id = u.s",
-            &[&touched, &next, &hash, &first, &last, &ended],
+            &[&touched, &next, &hash, &first, &last, &ended, &bytes],
         )
         .map_err(sql)?;
         announce(&mut tx, notify, &touched, &starts, &heads)?;
@@ -289,11 +292,13 @@ fn head_from_row(row: &Row) -> HeadRecord {
         first_timestamp: row.get(2),
         last_timestamp: row.get(3),
         ended: row.get(4),
+        bytes: row.get::<_, i64>(6).unsigned_abs(),
     }
 }
 
+/// The columns [`head_from_row`] reads, in its order.
 const HEAD_COLUMNS: &str =
-    "next_sequence, head_hash, first_timestamp, last_timestamp, ended, session_id";
+    "next_sequence, head_hash, first_timestamp, last_timestamp, ended, session_id, bytes";
 
 impl PgStore {
     fn events_where(

@@ -49,6 +49,30 @@ fn appends_are_contiguous_and_readable() {
     }
 }
 
+/// Invariant: a chain's summary counts the bytes of its events as sealed (what the
+/// stored-bytes quota reads), batch after batch, on every backend.
+#[test]
+fn a_summary_counts_the_bytes_of_its_events() {
+    for b in backends("a_summary_counts_the_bytes_of_its_events", || fixed().1) {
+        let s = &*b.store;
+        s.append("s1", vec![note(0), note(1)]).unwrap();
+        s.append(
+            "s1",
+            vec![draft("test.payload", json!({"text": "é".repeat(40)}))],
+        )
+        .unwrap();
+        s.append("s1", vec![draft(SESSION_ENDED, json!({}))])
+            .unwrap();
+        let all = s.read_range("s1", 0, u64::MAX).unwrap();
+        let wire: usize = all
+            .iter()
+            .map(|e| serde_json::to_vec(e).unwrap().len())
+            .sum();
+        let summary = s.session("s1").unwrap().unwrap();
+        assert_eq!(summary.bytes, wire as u64, "{}", b.name);
+    }
+}
+
 #[test]
 fn payloads_round_trip_exactly() {
     let text = include_str!("../fixtures/payloads.json");

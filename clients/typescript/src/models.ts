@@ -27,6 +27,7 @@ export interface SessionView {
   status: string;
   started_at: string;
   event_count: number;
+  stored_bytes: number;
   ended_at?: string | null;
   goal?: string | null;
   parent_session_id?: string | null;

@@ -56,6 +56,8 @@ pub struct Metrics {
     pub streams_slow_closed: AtomicU64,
     /// Requests refused by the rate limiter.
     pub rate_limited: AtomicU64,
+    /// Requests refused by a quota (`specs/quotas.md`).
+    pub quota_exceeded: AtomicU64,
     /// Atlas reloads that failed (the last good version stays in force).
     pub atlas_reload_failures: AtomicU64,
     /// Credential reloads that failed (the last good keys stayed in force).
@@ -244,6 +246,11 @@ impl Metrics {
                 "cra_rate_limited_total",
                 "Requests refused by the per-key rate limit.",
                 &self.rate_limited,
+            ),
+            (
+                "cra_quota_exceeded_total",
+                "Requests refused by a quota: an agent's open sessions, a session's events or bytes.",
+                &self.quota_exceeded,
             ),
             (
                 "cra_atlas_reload_failures_total",

@@ -46,6 +46,7 @@ class SessionView(_SessionViewOptional):
     status: str
     started_at: str
     event_count: int
+    stored_bytes: int
 
 
 class _DecideBodyOptional(TypedDict, total=False):

@@ -90,7 +90,8 @@ fn with_receipt(
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema),
-              (status = 409, body = crate::openapi::ErrorBodySchema)))]
+              (status = 409, body = crate::openapi::ErrorBodySchema),
+              (status = 429, description = "`quota_exceeded`: the session holds its quota of events or bytes", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn resolve(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -127,7 +128,7 @@ pub(crate) async fn resolve(
               (status = 403, description = "An execute response refusing the action (`denied`), or the error body for another agent's request", body = Object),
               (status = 404, description = "An execute response naming an unknown resolution, or the error body for an unknown session", body = Object),
               (status = 409, description = "An execute response: `pending_approval`, or `denied` for an expired resolution or a repeated key in flight", body = Object),
-              (status = 429, description = "An execute response: `denied` by a rate limit or budget", body = Object)))]
+              (status = 429, description = "An execute response: `denied` by a rate limit or budget; or the error body `quota_exceeded` for a session holding its quota of events or bytes", body = Object)))]
 pub(crate) async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,

@@ -16,7 +16,8 @@ use crate::state::AppState;
 #[utoipa::path(post, path = "/v1/sessions", tag = "sessions", request_body = CreateSession,
     responses((status = 201, body = SessionView),
               (status = 400, body = crate::openapi::ErrorBodySchema),
-              (status = 403, body = crate::openapi::ErrorBodySchema)))]
+              (status = 403, body = crate::openapi::ErrorBodySchema),
+              (status = 429, description = "`quota_exceeded`: the agent has `quotas.max_open_sessions` open", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn create(
     State(state): State<AppState>,
     Caller(actor): Caller,

@@ -144,6 +144,9 @@ async fn check_session_room(rt: &Runtime, session_id: &str) -> ApiResult<()> {
     let Some((setting, limit)) = rt.config.quotas.session_full(events, bytes) else {
         return Ok(());
     };
+    rt.metrics
+        .quota_exceeded
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     Err(ApiError::new(
         Token::QuotaExceeded,
         format!(

@@ -304,7 +304,13 @@ pub async fn open(rt: &Runtime, actor: &Actor, mut input: CreateSession) -> ApiR
     // agent's open sessions, refusing it (429 `quota_exceeded`) past the quota.
     let events = rt
         .append_change(&record.agent_id, StateChange::Start(start), drafts)
-        .await?;
+        .await
+        .inspect_err(|e| {
+            if e.token() == Some(Token::QuotaExceeded) {
+                let counter = &rt.metrics.quota_exceeded;
+                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        })?;
     let summary = rt.chain_summary(&record.session_id).await?;
     Ok(view(&record, events.first(), summary.as_ref()))
 }

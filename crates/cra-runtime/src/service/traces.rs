@@ -116,7 +116,7 @@ impl Runtime {
     ) -> ApiResult<Option<cra_trace::store::SessionSummary>> {
         let chains = self.backends.chains.clone();
         let sid = id.to_owned();
-        crate::error::run_blocking("a store task failed", move || chains.session(&sid))
+        self.quick("a store read failed", move || chains.session(&sid))
             .await?
             .map_err(crate::tracelog::chain_error)
     }

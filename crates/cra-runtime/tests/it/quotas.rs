@@ -45,6 +45,16 @@ async fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
         "a refused start stores no chain"
     );
 
+    let metrics = s
+        .http
+        .get(s.url("/metrics"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    let metrics = metrics.text().await.unwrap();
+    assert!(metrics.contains("cra_quota_exceeded_total 2"), "{metrics}");
+
     s.open_session(AGENT2, "other-bot").await;
     let ended = s
         .delete(Some(AGENT), &format!("/v1/sessions/{first}"))

@@ -13,6 +13,19 @@ async fn try_open(s: &TestServer, key: &str, agent: &str) -> (u16, serde_json::V
     s.post(Some(key), "/v1/sessions", &body).await
 }
 
+/// Resolves in session `id` until a resolve is refused, at most `tries` times; answers the
+/// refusal.
+async fn resolve_until_refused(s: &TestServer, id: &str, tries: usize) -> (u16, serde_json::Value) {
+    for _ in 0..tries {
+        let request = resolve_request("ops-bot", id, &rid(), &["repo-read"]);
+        let answer = s.post(Some(AGENT), "/v1/resolve", &request).await;
+        if answer.0 != 200 {
+            return answer;
+        }
+    }
+    panic!("no resolve of {tries} was refused");
+}
+
 /// Invariant: an agent never has more sessions open than `quotas.max_open_sessions`. The start
 /// past it is refused and stores nothing (no Retry-After: a place frees when a session ends,
 /// which no clock predicts); an admin opening on the agent's behalf counts against the same
@@ -45,14 +58,7 @@ async fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
         "a refused start stores no chain"
     );
 
-    let metrics = s
-        .http
-        .get(s.url("/metrics"))
-        .bearer_auth(ADMIN)
-        .send()
-        .await
-        .unwrap();
-    let metrics = metrics.text().await.unwrap();
+    let (_, metrics) = s.metrics().await;
     assert!(metrics.contains("cra_quota_exceeded_total 2"), "{metrics}");
 
     s.open_session(AGENT2, "other-bot").await;
@@ -71,16 +77,7 @@ async fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
 async fn a_session_holding_its_quota_of_events_refuses_requests_and_still_ends() {
     let s = TestServer::start_with(|c| c.quotas.max_session_events = 6).await;
     let id = s.open_session(AGENT, "ops-bot").await;
-    let mut refused = None;
-    for _ in 0..10 {
-        let request = resolve_request("ops-bot", &id, &rid(), &["repo-read"]);
-        let answer = s.post(Some(AGENT), "/v1/resolve", &request).await;
-        if answer.0 != 200 {
-            refused = Some(answer);
-            break;
-        }
-    }
-    let refused = refused.expect("the quota refuses a resolve before the tenth");
+    let refused = resolve_until_refused(&s, &id, 10).await;
     assert_error(&refused, 429, "quota_exceeded");
     let message = refused.1["message"].as_str().unwrap();
     assert!(message.contains("quotas.max_session_events"), "{message}");
@@ -237,16 +234,7 @@ async fn a_session_holding_its_quota_of_bytes_refuses_requests() {
     })
     .await;
     let id = s.open_session(AGENT, "ops-bot").await;
-    let mut refused = None;
-    for _ in 0..20 {
-        let request = resolve_request("ops-bot", &id, &rid(), &["repo-read"]);
-        let answer = s.post(Some(AGENT), "/v1/resolve", &request).await;
-        if answer.0 != 200 {
-            refused = Some(answer);
-            break;
-        }
-    }
-    let refused = refused.expect("the quota refuses a resolve before the twentieth");
+    let refused = resolve_until_refused(&s, &id, 20).await;
     assert_error(&refused, 429, "quota_exceeded");
     let message = refused.1["message"].as_str().unwrap();
     assert!(message.contains("quotas.max_session_bytes"), "{message}");

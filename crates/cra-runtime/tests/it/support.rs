@@ -281,6 +281,13 @@ impl TestServer {
         body["session_id"].as_str().unwrap().to_owned()
     }
 
+    /// `GET /metrics` as the admin: the status and the Prometheus text.
+    pub(crate) async fn metrics(&self) -> (u16, String) {
+        let resp = self.http.get(self.url("/metrics")).bearer_auth(ADMIN);
+        let resp = resp.send().await.unwrap();
+        (resp.status().as_u16(), resp.text().await.unwrap())
+    }
+
     /// The session's events over HTTP (as the admin).
     pub(crate) async fn events(&self, session_id: &str) -> Vec<Value> {
         let (st, body) = self

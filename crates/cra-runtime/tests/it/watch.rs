@@ -101,16 +101,7 @@ async fn a_changed_atlas_is_reloaded_and_a_broken_one_keeps_the_last_good() {
     let refused = s.events(audit).await.pop().unwrap();
     assert_eq!(refused["event_type"], "atlas.refused");
     assert_eq!(refused["payload"]["source"], "watch");
-    let (status, metrics) = {
-        let r = s
-            .http
-            .get(s.url("/metrics"))
-            .bearer_auth(ADMIN)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
-    };
+    let (status, metrics) = s.metrics().await;
     assert_eq!(status, 200);
     assert!(
         metrics

@@ -153,9 +153,9 @@ pub(crate) fn index_session_agents(
 
 /// Counts the open sessions of each agent into `carp_open_sessions` when migration 0020 left
 /// its row keyed '' (the sessions stored before it, not counted yet), and removes that row, in
-/// one transaction that holds `carp_sessions` against writes meanwhile: replicas starting
-/// together count once, and a session started on a running replica is counted by exactly one of
-/// the two. Runs when the store starts; records may be encrypted, so SQL alone cannot count.
+/// one transaction that then holds `carp_sessions` against writes while it counts: replicas
+/// starting together count once, and a session started on a running replica is counted once.
+/// Runs when the store starts; records may be encrypted, so SQL alone cannot count.
 pub(crate) fn count_open_sessions(
     pool: &super::pool::Pool,
     enc: &Encryption,
@@ -164,8 +164,7 @@ pub(crate) fn count_open_sessions(
     let pg = |e: postgres::Error| fail(super::error_text(&e));
     let mut c = pool.get()?;
     let mut tx = c.transaction().map_err(pg)?;
-    tx.batch_execute("LOCK TABLE carp_sessions IN SHARE MODE")
-        .map_err(pg)?;
+    // The marker's row lock makes replicas starting together wait for the first to count.
     let pending = tx
         .query_opt(
             "DELETE FROM carp_open_sessions WHERE agent_key = '' RETURNING 1",
@@ -175,6 +174,10 @@ pub(crate) fn count_open_sessions(
     if pending.is_none() {
         return tx.commit().map_err(pg);
     }
+    // Starts in flight on running replicas finish first, and later ones wait for the count:
+    // each is then in the count or counts itself, never both (the count overwrites).
+    tx.batch_execute("LOCK TABLE carp_sessions IN SHARE MODE")
+        .map_err(pg)?;
     let mut counts = std::collections::BTreeMap::<String, i64>::new();
     for row in tx
         .query("SELECT session_id, body FROM carp_sessions", &[])

@@ -466,7 +466,22 @@ pub(crate) fn remove_chain(
         &[&session_id],
     )
     .map_err(unavailable)?;
-    // The session's CARP records go with it.
+    // The session's CARP records go with it; one still open leaves its agent's count.
+    let record = tx
+        .query_opt(
+            "SELECT body FROM carp_sessions WHERE session_id = $1",
+            &[&session_id],
+        )
+        .map_err(unavailable)?;
+    if let Some(row) = record {
+        let enc = &store.config().encryption;
+        let record: cra_carp::store::SessionRecord =
+            crate::pg::carp::decode_record(enc, "carp_sessions", row.get(0))
+                .map_err(|e| ChainStoreError::Unavailable(format!("session {session_id}: {e}")))?;
+        if record.is_active() {
+            crate::pg::carp::count_end_in(&mut tx, &record.agent_id).map_err(unavailable)?;
+        }
+    }
     for sql in [
         "DELETE FROM carp_sessions WHERE session_id = $1",
         "DELETE FROM carp_request_ids WHERE session_id = $1",

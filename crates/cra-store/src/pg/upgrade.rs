@@ -70,45 +70,42 @@ pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
             ));
         }
     }
-    let backfilled = exists(&mut tx, "tlog_state")?
-        && tx
-            .query_opt(&format!("SELECT 1 FROM {q}.tlog_state WHERE id = 1"), &[])
-            .map_err(pg)?
-            .is_some();
-    if !backfilled && exists(&mut tx, "trace_events")? {
-        let events: i64 = tx
-            .query_one(&format!("SELECT count(*) FROM {q}.trace_events"), &[])
-            .map_err(pg)?
-            .get(0);
-        if events > 0 {
-            steps.push(UpgradeStep::new(
-                "tlog.backfill",
-                format!(
-                    "add the {events} stored events to the transparency log, in (timestamp, \
-                     session, sequence) order"
-                ),
-            ));
+    // Rows of `table` matching `filter` (0 when the table does not exist yet).
+    let rows = |tx: &mut postgres::Transaction<'_>, table: &str, filter: &str| {
+        if !exists(tx, table)? {
+            return Ok::<i64, BackendError>(0);
         }
+        let sql = format!("SELECT count(*) FROM {q}.{table} WHERE {filter}");
+        Ok(tx.query_one(&sql, &[]).map_err(pg)?.get(0))
+    };
+    let backfilled = rows(&mut tx, "tlog_state", "id = 1")? > 0;
+    let events = if backfilled {
+        0
+    } else {
+        rows(&mut tx, "trace_events", "true")?
+    };
+    if events > 0 {
+        steps.push(UpgradeStep::new(
+            "tlog.backfill",
+            format!(
+                "add the {events} stored events to the transparency log, in (timestamp, \
+                 session, sequence) order"
+            ),
+        ));
     }
+    // Migration 0020 leaves a row keyed '' until the store has counted the open sessions.
     let counted = exists(&mut tx, "carp_open_sessions")?
-        && tx
-            .query_opt(
-                &format!("SELECT 1 FROM {q}.carp_open_sessions WHERE agent_key = ''"),
-                &[],
-            )
-            .map_err(pg)?
-            .is_none();
-    if !counted && exists(&mut tx, "carp_sessions")? {
-        let sessions: i64 = tx
-            .query_one(&format!("SELECT count(*) FROM {q}.carp_sessions"), &[])
-            .map_err(pg)?
-            .get(0);
-        if sessions > 0 {
-            steps.push(UpgradeStep::new(
-                "carp.open_sessions",
-                format!("count the open sessions of each agent among {sessions} sessions"),
-            ));
-        }
+        && rows(&mut tx, "carp_open_sessions", "agent_key = ''")? == 0;
+    let sessions = if counted {
+        0
+    } else {
+        rows(&mut tx, "carp_sessions", "true")?
+    };
+    if sessions > 0 {
+        steps.push(UpgradeStep::new(
+            "carp.open_sessions",
+            format!("count the open sessions of each agent among {sessions} sessions"),
+        ));
     }
     tx.commit().map_err(pg)?;
     let newest = |v: Option<u32>| v.map_or_else(|| "none".to_owned(), |v| format!("migration {v}"));

@@ -1298,6 +1298,9 @@ pub(crate) fn remove_session_records(
             .map_err(be)?
             .remove((record.agent_id.as_str(), session_id))
             .map_err(be)?;
+        if record.is_active() {
+            count_open(txn, &record.agent_id, -1)?;
+        }
     }
     txn.open_table(REQUEST_IDS)
         .map_err(be)?

@@ -51,6 +51,7 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
         for id in ["old-ended", "old-open"] {
             carp_records(s, id);
         }
+        assert_eq!(s.open_sessions("agent-a").unwrap(), 2, "{}", b.name);
 
         let week = RetentionPolicy::days(7).unwrap();
         clock.set(t0 + Duration::days(10));
@@ -69,6 +70,8 @@ fn ended_sessions_older_than_the_policy_are_removed_and_recorded() {
         // The removed session's CARP records went with its chain; the open one's stayed.
         assert_eq!(carp_left(s, "old-ended"), [false; 7], "{}", b.name);
         assert_eq!(carp_left(s, "old-open"), [true; 7], "{}", b.name);
+        // A record removed while it still said open (its chain had ended) leaves the count.
+        assert_eq!(s.open_sessions("agent-a").unwrap(), 1, "{}", b.name);
 
         let audit = s.read_range(OPERATOR_AUDIT_SESSION, 0, u64::MAX).unwrap();
         assert_eq!(audit.len(), 2, "{}", b.name);

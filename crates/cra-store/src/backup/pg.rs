@@ -14,8 +14,8 @@ use postgres::{Client, Transaction};
 use super::archive::{Archive, Writer, partial_path};
 use super::{BackupError, FORMAT, Manifest, Verified, keys_not_included, verify_store};
 use crate::pg::{
-    MIGRATIONS, PgStore, check_schema_name, connect_client, pg, quote_ident, read_only_view,
-    schema_sql,
+    MIGRATIONS, PgStore, check_schema_name, connect_client, count_rows, has_table, pg, quote_ident,
+    read_only_view, schema_sql,
 };
 use crate::{BackendError, StoreConfig};
 
@@ -85,7 +85,7 @@ fn backup_with(
         store_format: versions
             .last()
             .map_or_else(|| "none".to_owned(), |v| format!("migration {v}")),
-        chains: count(&mut tx, &format!("SELECT count(*) FROM {q}.trace_heads"))?,
+        chains: count_rows(&mut tx, schema, "trace_heads", "true")?,
         log_size: log_size(&mut tx, schema)?,
         not_included: keys_not_included(),
         entries: Vec::new(),
@@ -119,24 +119,12 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BackupError> {
     })
 }
 
-fn count(tx: &mut Transaction<'_>, sql: &str) -> Result<u64, BackendError> {
-    let n: i64 = tx.query_one(sql, &[]).map_err(pg)?.get(0);
-    Ok(n.unsigned_abs())
-}
-
 /// The log's leaves (0 for a schema from before the log).
 fn log_size(tx: &mut Transaction<'_>, schema: &str) -> Result<u64, BackendError> {
-    let q = quote_ident(schema);
-    let exists: bool = tx
-        .query_one(
-            "SELECT to_regclass($1) IS NOT NULL",
-            &[&format!("{q}.tlog_state")],
-        )
-        .map_err(pg)?
-        .get(0);
-    if !exists {
+    if !has_table(tx, schema, "tlog_state")? {
         return Ok(0);
     }
+    let q = quote_ident(schema);
     let size: Option<i64> = tx
         .query_opt(
             &format!("SELECT size FROM {q}.tlog_state WHERE id = 1"),

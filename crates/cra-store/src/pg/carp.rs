@@ -49,7 +49,7 @@ pub(crate) fn encode_record<T: Serialize>(
 
 /// Inserts a session's record: `$1` its id, `$2` its encoded body, `$3` its owner column
 /// ([`owner_column`]); nothing when the id is taken.
-pub(crate) const INSERT_SESSION: &str =
+const INSERT_SESSION: &str =
     "INSERT INTO carp_sessions (session_id, body, agent_id) VALUES ($1, $2, $3)
      ON CONFLICT (session_id) DO NOTHING";
 
@@ -203,10 +203,40 @@ pub(crate) fn count_open_sessions(
     tx.commit().map_err(pg)
 }
 
+/// Why [`start_session_in`] started nothing.
+pub(crate) enum NotStarted {
+    /// The session id is taken.
+    Taken,
+    /// The agent has its quota of open sessions.
+    Full,
+}
+
+/// Creates session `r`'s record (`body` its encoding, `owner` its owner column) and counts it
+/// among its agent's open sessions, in a savepoint of `tx`: refused, with nothing left of it in
+/// `tx` (which may go on for other writes), when its id is taken or its agent has `max_open`
+/// sessions open. The record goes first, so a taken id never touches the counter.
+pub(crate) fn start_session_in(
+    tx: &mut postgres::Transaction<'_>,
+    r: &SessionRecord,
+    body: &str,
+    owner: Option<&str>,
+    max_open: Option<u64>,
+) -> Result<Result<(), NotStarted>, postgres::Error> {
+    let mut savepoint = tx.transaction()?;
+    if savepoint.execute(INSERT_SESSION, &[&r.session_id, &body, &owner])? != 1 {
+        return Ok(Err(NotStarted::Taken));
+    }
+    if !count_start_in(&mut savepoint, &r.agent_id, max_open)? {
+        return Ok(Err(NotStarted::Full));
+    }
+    savepoint.commit()?;
+    Ok(Ok(()))
+}
+
 /// Adds one to `agent_id`'s open sessions in `tx`, unless it has `max_open` or more already:
 /// `Ok(false)` then, and nothing changed. The counter's row lock orders concurrent starts of
 /// one agent's sessions, on every replica.
-pub(crate) fn count_start_in(
+fn count_start_in(
     tx: &mut postgres::Transaction<'_>,
     agent_id: &str,
     max_open: Option<u64>,
@@ -515,16 +545,15 @@ impl CarpStore for PgStore {
         let mut c = self.carp_client()?;
         let mut tx = c.transaction().map_err(be)?;
         let owner = owner_column(&self.config().encryption, &session.agent_id);
-        let inserted = tx
-            .execute(INSERT_SESSION, &[&session.session_id, &body, &owner])
-            .map_err(be)?;
-        if inserted != 1 {
+        if start_session_in(&mut tx, session, &body, owner, None)
+            .map_err(be)?
+            .is_err()
+        {
             return Err(CarpError::AlreadyExists {
                 what: "session",
                 id: session.session_id.clone(),
             });
         }
-        count_start_in(&mut tx, &session.agent_id, None).map_err(be)?;
         tx.commit().map_err(be)
     }
 

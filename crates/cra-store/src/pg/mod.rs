@@ -290,6 +290,39 @@ pub(crate) fn read_only_view(
         .map_err(pg)
 }
 
+/// Whether `schema` holds `table`, as `tx` sees it (a schema an earlier cra migrated may lack
+/// later tables).
+pub(crate) fn has_table(
+    tx: &mut postgres::Transaction<'_>,
+    schema: &str,
+    table: &str,
+) -> Result<bool, BackendError> {
+    let name = format!("{}.{table}", quote_ident(schema));
+    let row = tx
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
+        .map_err(pg)?;
+    Ok(row.get(0))
+}
+
+/// The rows of `schema.table` matching the SQL condition `filter`, as `tx` sees them; 0 when
+/// the table does not exist.
+pub(crate) fn count_rows(
+    tx: &mut postgres::Transaction<'_>,
+    schema: &str,
+    table: &str,
+    filter: &str,
+) -> Result<u64, BackendError> {
+    if !has_table(tx, schema, table)? {
+        return Ok(0);
+    }
+    let sql = format!(
+        "SELECT count(*) FROM {}.{table} WHERE {filter}",
+        quote_ident(schema)
+    );
+    let n: i64 = tx.query_one(&sql, &[]).map_err(pg)?.get(0);
+    Ok(n.unsigned_abs())
+}
+
 /// Creates `schema` and its `cra_migrations` table when they do not exist.
 pub(crate) fn schema_sql(schema: &str) -> String {
     let q = quote_ident(schema);

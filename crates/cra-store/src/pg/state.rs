@@ -102,35 +102,27 @@ impl PgChange {
     }
 }
 
-/// Creates a session's record and counts it open; refused, writing nothing, when its id is
-/// taken or its agent has its quota of open sessions. The record is inserted first: a taken
-/// id then changes nothing, and the counter is only touched for a new session (the batch
-/// transaction goes on after a refusal, so a refusal must leave nothing behind).
+/// Creates a session's record and counts it open (`pg::carp::start_session_in`); refused,
+/// writing nothing, when its id is taken or its agent has its quota of open sessions: the batch
+/// transaction goes on after a refusal, so a refusal must leave nothing behind.
 fn start_in(
     tx: &mut postgres::Transaction<'_>,
     start: &SessionStart,
     body: &str,
     owner: Option<&str>,
 ) -> Result<Applied, postgres::Error> {
+    use crate::pg::carp::{NotStarted, start_session_in};
     let r = &start.record;
-    let mut savepoint = tx.transaction()?;
-    let n = savepoint.execute(
-        crate::pg::carp::INSERT_SESSION,
-        &[&r.session_id, &body, &owner],
-    )?;
-    if n != 1 {
-        return Ok(Err(cra_carp::store::started_before(&r.session_id)));
-    }
-    if !crate::pg::carp::count_start_in(&mut savepoint, &r.agent_id, start.max_open)? {
-        savepoint.rollback()?;
-        let max = start.max_open.unwrap_or_default();
-        return Ok(Err(cra_carp::store::open_sessions_exceeded(
-            &r.agent_id,
-            max,
-        )));
-    }
-    savepoint.commit()?;
-    Ok(Ok(true))
+    Ok(
+        match start_session_in(tx, r, body, owner, start.max_open)? {
+            Ok(()) => Ok(true),
+            Err(NotStarted::Taken) => Err(cra_carp::store::started_before(&r.session_id)),
+            Err(NotStarted::Full) => Err(cra_carp::store::open_sessions_exceeded(
+                &r.agent_id,
+                start.max_open.unwrap_or_default(),
+            )),
+        },
+    )
 }
 
 /// Marks a session ended; refused, writing nothing, while one of the session's executions

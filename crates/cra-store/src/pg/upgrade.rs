@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{MIGRATIONS, check_schema_name, pg, quote_ident};
+use super::{MIGRATIONS, check_schema_name, count_rows, has_table, pg, quote_ident};
 use crate::BackendError;
 use crate::upgrade::{UpgradePlan, UpgradeStep};
 
@@ -37,15 +37,8 @@ pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
     let mut client = super::connect_client(url)?;
     let mut tx = super::read_only_view(&mut client)?;
     let q = quote_ident(schema);
-    let exists = |tx: &mut postgres::Transaction<'_>, table: &str| -> Result<bool, BackendError> {
-        let name = format!("{q}.{table}");
-        let row = tx
-            .query_one("SELECT to_regclass($1) IS NOT NULL", &[&name])
-            .map_err(pg)?;
-        Ok(row.get(0))
-    };
     let mut steps = Vec::new();
-    let applied: BTreeMap<u32, String> = if exists(&mut tx, "cra_migrations")? {
+    let applied: BTreeMap<u32, String> = if has_table(&mut tx, schema, "cra_migrations")? {
         tx.query(
             &format!("SELECT version, checksum FROM {q}.cra_migrations"),
             &[],
@@ -70,19 +63,12 @@ pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
             ));
         }
     }
-    // Rows of `table` matching `filter` (0 when the table does not exist yet).
-    let rows = |tx: &mut postgres::Transaction<'_>, table: &str, filter: &str| {
-        if !exists(tx, table)? {
-            return Ok::<i64, BackendError>(0);
-        }
-        let sql = format!("SELECT count(*) FROM {q}.{table} WHERE {filter}");
-        Ok(tx.query_one(&sql, &[]).map_err(pg)?.get(0))
-    };
-    let backfilled = rows(&mut tx, "tlog_state", "id = 1")? > 0;
+    let mut rows = |table: &str, filter: &str| count_rows(&mut tx, schema, table, filter);
+    let backfilled = rows("tlog_state", "id = 1")? > 0;
     let events = if backfilled {
         0
     } else {
-        rows(&mut tx, "trace_events", "true")?
+        rows("trace_events", "true")?
     };
     if events > 0 {
         steps.push(UpgradeStep::new(
@@ -94,12 +80,12 @@ pub fn plan(url: &str, schema: &str) -> Result<UpgradePlan, BackendError> {
         ));
     }
     // Migration 0020 leaves a row keyed '' until the store has counted the open sessions.
-    let counted = exists(&mut tx, "carp_open_sessions")?
-        && rows(&mut tx, "carp_open_sessions", "agent_key = ''")? == 0;
+    let counted = has_table(&mut tx, schema, "carp_open_sessions")?
+        && count_rows(&mut tx, schema, "carp_open_sessions", "agent_key = ''")? == 0;
     let sessions = if counted {
         0
     } else {
-        rows(&mut tx, "carp_sessions", "true")?
+        count_rows(&mut tx, schema, "carp_sessions", "true")?
     };
     if sessions > 0 {
         steps.push(UpgradeStep::new(

@@ -116,6 +116,11 @@ pub struct Archive {
 }
 
 impl Archive {
+    /// Where the archive is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Reads the archive at `path` through once: its last entry must be the manifest, and every
     /// other entry one the manifest lists, with the listed size and digest.
     pub fn open(path: &Path) -> Result<Self, BackupError> {

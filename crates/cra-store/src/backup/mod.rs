@@ -6,7 +6,8 @@
 //! transaction exported table by table ([`pg::backup`]). It is written as an [`archive`] whose
 //! manifest comes last, so an archive cut short has none and is refused. Chains, CARP state,
 //! Relay, the atlas catalog and the transparency log are all tables of the store, so all are in
-//! it; the keys are not ([`Manifest::not_included`]).
+//! it; the keys are not ([`Manifest::not_included`]). A redb archive also restores onto
+//! PostgreSQL ([`transfer`]): a deployment moves from one server to replicas that way.
 //!
 //! Invariants:
 //! - **A restore never overwrites.** It refuses a data directory holding a database and a schema
@@ -19,6 +20,7 @@
 pub mod archive;
 pub mod pg;
 pub mod redb;
+pub mod transfer;
 
 use std::path::PathBuf;
 
@@ -130,7 +132,7 @@ pub enum BackupError {
     Damaged(String),
     /// The archive is for another backend.
     #[error(
-        "the archive holds a {found} store and the target is {wanted}: restore it onto the backend it came from"
+        "the archive holds a {found} store and the target is {wanted}, which it cannot be moved onto: restore it onto {found} (a redb archive also restores onto PostgreSQL)"
     )]
     Backend {
         /// The archive's backend.

@@ -200,8 +200,9 @@ fn tables_in_order(tx: &mut Transaction<'_>, schema: &str) -> Result<Vec<String>
     Ok(ordered)
 }
 
-/// Restores the PostgreSQL archive `archive` into `schema` at `url`, which must hold no table;
-/// answers what was verified.
+/// Restores `archive` into `schema` at `url`, which must hold no table; answers what was
+/// verified. A PostgreSQL archive is loaded table by table; a redb archive is moved across
+/// ([`super::transfer`]).
 pub fn restore(
     archive: &Archive,
     url: &str,
@@ -209,26 +210,50 @@ pub fn restore(
     config: StoreConfig,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Verified, BackupError> {
+    if archive.manifest.backend == "redb" {
+        return super::transfer::restore(archive, url, schema, config, progress);
+    }
     archive.manifest.require_backend("postgres")?;
     check_schema_name(schema)?;
     let mut client = connect_client(url)?;
     load(archive, &mut client, schema)?;
+    open_and_verify(&mut client, url, schema, config, archive, progress, |_| {
+        Ok(())
+    })
+}
+
+/// Opens the restored `schema` as a server opens it (later migrations, the log's backfill, the
+/// storage keys), runs `then` on it, and verifies it against `archive`'s manifest; drops the
+/// schema when any of it fails.
+pub(crate) fn open_and_verify(
+    client: &mut Client,
+    url: &str,
+    schema: &str,
+    config: StoreConfig,
+    archive: &Archive,
+    progress: &mut dyn FnMut(u64),
+    then: impl FnOnce(&PgStore) -> Result<(), BackupError>,
+) -> Result<Verified, BackupError> {
     let verified = PgStore::connect_with(url, schema, config, 4)
         .map_err(BackupError::from)
         .and_then(|store| {
+            then(&store)?;
             let v = verify_store(&store, &store, progress)?;
             super::check_counts(&archive.manifest, &v)?;
             Ok(v)
         });
     if verified.is_err() {
-        let _ = client.batch_execute(&format!("DROP SCHEMA {} CASCADE", quote_ident(schema)));
+        let _ = client.batch_execute(&format!(
+            "DROP SCHEMA IF EXISTS {} CASCADE",
+            quote_ident(schema)
+        ));
     }
     verified
 }
 
-/// Creates `schema` with the archive's migrations and copies its tables in, in one transaction.
-fn load(archive: &Archive, client: &mut Client, schema: &str) -> Result<(), BackupError> {
-    let mut tx = client.transaction().map_err(pg)?;
+/// Refuses `schema` when it holds a table; else creates it (with `cra_migrations`) in `tx` and
+/// makes it `tx`'s search path.
+pub(crate) fn create_schema_in(tx: &mut Transaction<'_>, schema: &str) -> Result<(), BackupError> {
     let tables: i64 = tx
         .query_one(
             "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
@@ -239,10 +264,17 @@ fn load(archive: &Archive, client: &mut Client, schema: &str) -> Result<(), Back
     if tables > 0 {
         return Err(BackupError::SchemaInUse(schema.to_owned()));
     }
-    let q = quote_ident(schema);
     tx.batch_execute(&schema_sql(schema)).map_err(pg)?;
-    tx.batch_execute(&format!("SET LOCAL search_path TO {q}"))
+    tx.batch_execute(&format!("SET LOCAL search_path TO {}", quote_ident(schema)))
         .map_err(pg)?;
+    Ok(())
+}
+
+/// Creates `schema` with the archive's migrations and copies its tables in, in one transaction.
+fn load(archive: &Archive, client: &mut Client, schema: &str) -> Result<(), BackupError> {
+    let mut tx = client.transaction().map_err(pg)?;
+    create_schema_in(&mut tx, schema)?;
+    let q = quote_ident(schema);
     archive.for_each(&mut |name, reader| {
         if name == MIGRATIONS_ENTRY {
             return create_tables(&mut tx, reader);

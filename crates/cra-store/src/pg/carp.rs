@@ -30,11 +30,11 @@ fn be(e: impl std::error::Error) -> CarpError {
     ))
 }
 
-const SESSIONS: &str = "carp_sessions";
-const RESOLUTIONS: &str = "carp_resolutions";
-const EXECUTIONS: &str = "carp_executions";
-const LEASES: &str = "carp_execution_leases";
-const APPROVALS: &str = "carp_approvals";
+pub(crate) const SESSIONS: &str = "carp_sessions";
+pub(crate) const RESOLUTIONS: &str = "carp_resolutions";
+pub(crate) const EXECUTIONS: &str = "carp_executions";
+pub(crate) const LEASES: &str = "carp_execution_leases";
+pub(crate) const APPROVALS: &str = "carp_approvals";
 
 /// A record's stored form in `table`: its JSON, encrypted when a storage key is configured.
 pub(crate) fn encode_record<T: Serialize>(

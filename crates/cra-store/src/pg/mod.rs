@@ -12,7 +12,7 @@
 //! registers the storage keys that encrypted the schema's records and re-encrypts them
 //! (`crate::encryption`). [`upgrade`] plans what the next start will migrate, without writing.
 
-mod carp;
+pub(crate) mod carp;
 mod catalog;
 pub mod clock;
 pub mod feed;
@@ -351,6 +351,17 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
         .map(|r| (r.get::<_, i32>(0).unsigned_abs(), r.get::<_, String>(1)))
         .collect();
     upgrade::check_applied(&applied)?;
+    apply_migrations(&mut tx, &applied)?;
+    tlog::backfill(&mut tx).map_err(|e| BackendError::Backend(e.to_string()))?;
+    tx.commit().map_err(pg)
+}
+
+/// Runs in `tx` every migration of this build not in `applied`, in order, recording each in
+/// `cra_migrations`; `tx`'s `search_path` is the schema's.
+pub(crate) fn apply_migrations(
+    tx: &mut postgres::Transaction<'_>,
+    applied: &BTreeMap<u32, String>,
+) -> Result<(), BackendError> {
     for (version, name, sql) in MIGRATIONS {
         if applied.contains_key(version) {
             continue;
@@ -373,8 +384,7 @@ fn migrate(pool: &Pool, schema: &str) -> Result<(), BackendError> {
         )
         .map_err(failed)?;
     }
-    tlog::backfill(&mut tx).map_err(|e| BackendError::Backend(e.to_string()))?;
-    tx.commit().map_err(pg)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
 
 /// The table of event bodies, also the associated data of their encryption.
-const EVENTS: &str = "trace_events";
+pub(crate) const EVENTS: &str = "trace_events";
 use crate::collector::{Answer, Job, JobWork, answer_all, split};
 use crate::tlog::NewLeaf;
 

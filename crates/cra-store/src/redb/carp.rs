@@ -43,21 +43,28 @@ use serde::de::DeserializeOwned;
 use super::RedbStore;
 use crate::encryption::Encryption;
 
-const SESSIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_sessions");
-const REQUEST_IDS: TableDefinition<'static, (&str, &str), ()> =
+pub(crate) const SESSIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_sessions");
+pub(crate) const REQUEST_IDS: TableDefinition<'static, (&str, &str), ()> =
     TableDefinition::new("carp_request_ids");
-const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_resolutions");
-const EXECUTIONS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_executions");
+pub(crate) const RESOLUTIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_resolutions");
+pub(crate) const EXECUTIONS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_executions");
 const EXECUTION_KEYS: TableDefinition<'static, (&str, &str), &str> =
     TableDefinition::new("carp_execution_keys");
-const RATE: TableDefinition<'static, (&str, &str, i64), u64> = TableDefinition::new("carp_rate");
-const BUDGET: TableDefinition<'static, (&str, &str), u64> = TableDefinition::new("carp_budget");
-const APPROVALS: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_approvals");
+pub(crate) const RATE: TableDefinition<'static, (&str, &str, i64), u64> =
+    TableDefinition::new("carp_rate");
+pub(crate) const BUDGET: TableDefinition<'static, (&str, &str), u64> =
+    TableDefinition::new("carp_budget");
+pub(crate) const APPROVALS: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_approvals");
 const PENDING: TableDefinition<'static, &str, ()> = TableDefinition::new("carp_pending");
-const LEASES: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("carp_leases");
+pub(crate) const LEASES: TableDefinition<'static, &str, &[u8]> =
+    TableDefinition::new("carp_leases");
 const SESSIONS_BY_AGENT: TableDefinition<'static, (&str, &str), ()> =
     TableDefinition::new("carp_sessions_by_agent");
-const OPEN_SESSIONS: TableDefinition<'static, &str, u64> =
+pub(crate) const OPEN_SESSIONS: TableDefinition<'static, &str, u64> =
     TableDefinition::new("carp_open_sessions");
 
 fn be(e: impl std::fmt::Display) -> CarpError {

@@ -517,6 +517,77 @@ fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<Lea
     }))
 }
 
+/// Every leaf of the log in the view `txn`, in log order, with its place, passed to `sink` a
+/// few thousand at a time: what a move to another backend appends there to rebuild the same
+/// tree (`crate::backup::transfer`).
+pub(crate) fn for_each_leaf(
+    txn: &::redb::ReadTransaction,
+    sink: &mut dyn FnMut(Vec<NewLeaf>) -> Result<(), LogError>,
+) -> Result<(), LogError> {
+    const BATCH: usize = 4096;
+    let size = size_read(txn).map_err(store)?;
+    let runs = txn.open_table(RUNS).map_err(store)?;
+    let mut rows = runs.iter().map_err(store)?.peekable();
+    let mut bundle: Option<(u64, Vec<u8>)> = None;
+    let mut batch = Vec::with_capacity(BATCH);
+    while let Some(row) = rows.next() {
+        let (first, value) = row.map_err(store)?;
+        let first = first.value();
+        let run = Run::decode(value.value())?;
+        let end = match rows.peek() {
+            Some(Ok((next, _))) => next.value(),
+            Some(Err(e)) => return Err(store(e)),
+            None => size,
+        };
+        for index in first..end {
+            let at = index / WIDTH;
+            if bundle.as_ref().is_none_or(|(b, _)| *b != at) {
+                bundle = Some((at, bundle_in(txn, at)?));
+            }
+            let data = bundle.as_ref().map_or(&[][..], |(_, d)| d.as_slice());
+            let offset = usize::try_from(index - at * WIDTH).unwrap_or(usize::MAX) * HASH;
+            let hash: Hash = data
+                .get(offset..offset + HASH)
+                .and_then(|h| h.try_into().ok())
+                .ok_or_else(|| LogError::Corrupt(format!("entry bundle {at} is too short")))?;
+            batch.push(NewLeaf {
+                event_hash: hash,
+                session_id: run.session.to_owned(),
+                sequence: run.sequence + (index - first),
+            });
+            if batch.len() == BATCH {
+                sink(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))?;
+            }
+        }
+    }
+    if !batch.is_empty() {
+        sink(batch)?;
+    }
+    Ok(())
+}
+
+/// A log's identity (none before a server signed for it) and its signed checkpoints by size.
+pub(crate) type Published = (Option<LogIdentity>, Vec<(u64, String)>);
+
+/// The log's identity and its signed checkpoints in the view `txn`.
+pub(crate) fn identity_and_checkpoints(
+    txn: &::redb::ReadTransaction,
+) -> Result<Published, LogError> {
+    let meta = txn.open_table(META).map_err(store)?;
+    let identity = meta
+        .get(IDENTITY)
+        .map_err(store)?
+        .map(|v| LogIdentity::decode(&String::from_utf8_lossy(v.value())))
+        .transpose()?;
+    let table = txn.open_table(CHECKPOINTS).map_err(store)?;
+    let mut checkpoints = Vec::new();
+    for row in table.iter().map_err(store)? {
+        let (size, note) = row.map_err(store)?;
+        checkpoints.push((size.value(), note.value().to_owned()));
+    }
+    Ok((identity, checkpoints))
+}
+
 impl LogStore for RedbStore {
     fn log_size(&self) -> Result<u64, LogError> {
         let txn = self.handle().begin_read().map_err(store)?;

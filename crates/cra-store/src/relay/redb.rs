@@ -59,7 +59,8 @@ const SESSIONS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("relay_s
 pub(crate) const RECORDS: [TableDefinition<'_, &str, &[u8]>; 4] =
     [PROJECTS, PACKAGES, FACTS, SESSIONS];
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("relay_meta");
-const FACT_CLOCK: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_fact_clock");
+pub(crate) const FACT_CLOCK: TableDefinition<'_, &str, &str> =
+    TableDefinition::new("relay_fact_clock");
 /// The audit outbox: written by Relay writes, emptied by the trace committer's transaction that
 /// appends an entry's events (`crate::redb::carp`).
 pub(crate) const OUTBOX: TableDefinition<'_, &str, &str> = TableDefinition::new("relay_outbox");

@@ -145,15 +145,6 @@ fn an_archive_cut_short_or_changed_is_refused() {
     assert!(err.to_string().contains("partial backup"), "{err}");
     let err = Archive::open(&flipped).unwrap_err();
     assert!(matches!(err, BackupError::Damaged(_)), "{err}");
-    // A redb archive is not restored onto PostgreSQL.
-    if let Some(url) = postgres_url("an_archive_cut_short_or_changed_is_refused") {
-        let schema = TestSchema::new(&url, "backup_cross");
-        let opened = Archive::open(&archive).unwrap();
-        let err =
-            cra_store::backup::pg::restore(&opened, &url, schema.name(), fixed().1, &mut |_| {})
-                .unwrap_err();
-        assert!(matches!(err, BackupError::Backend { .. }), "{err}");
-    }
 }
 
 #[test]
@@ -203,6 +194,15 @@ fn a_postgres_schema_backed_up_while_written_restores_and_verifies() {
         matches!(again, Err(BackupError::SchemaInUse(_))),
         "{again:?}"
     );
+    // A PostgreSQL archive is not moved onto redb: the error says where it can go.
+    let err =
+        cra_store::backup::redb::restore(&opened, &out.path().join("d"), fixed().1, &mut |_| {})
+            .unwrap_err();
+    assert!(matches!(err, BackupError::Backend { .. }), "{err}");
+    assert!(
+        err.to_string().contains("restore it onto postgres"),
+        "{err}"
+    );
     drop((store, restored));
 }
 
@@ -245,4 +245,239 @@ fn a_restore_that_does_not_verify_leaves_nothing() {
         .get(0);
     assert_eq!(left, 0, "a failed restore left its schema");
     drop(PgStore::connect_with(&url, source.name(), fixed().1, 2).unwrap());
+}
+
+/// Everything a store holds, read through its traits, to compare two stores area by area
+/// ([`assert_same`]).
+#[derive(Debug, PartialEq)]
+struct Contents {
+    /// Each chain's summary (head, times, bytes) and its events.
+    chains: Vec<(cra_trace::store::SessionSummary, Vec<serde_json::Value>)>,
+    /// Each session's record with the open count of its agent.
+    sessions: Vec<String>,
+    /// Each event's place in the log.
+    leaves: Vec<Option<cra_store::tlog::LeafPlace>>,
+    /// The log's size, root and checkpoints.
+    log: (u64, cra_tlog::Hash, Vec<String>),
+    /// The pending approvals.
+    pending: Vec<String>,
+    /// The budget spent and the rate counted.
+    counters: (u64, u64),
+    /// The catalog's generations, and the newest one's first atlas's files.
+    catalog: Vec<String>,
+    files: Option<std::collections::BTreeMap<String, Vec<u8>>>,
+}
+
+/// Compares two stores' contents area by area, so a failure names the area (and the chain).
+fn assert_same(moved: &Contents, source: &Contents) {
+    assert_eq!(moved.chains.len(), source.chains.len(), "chains");
+    for (m, s) in moved.chains.iter().zip(&source.chains) {
+        assert_eq!(m, s, "chain {}", s.0.session_id);
+    }
+    assert_eq!(moved.sessions, source.sessions, "CARP sessions");
+    assert_eq!(moved.leaves, source.leaves, "the events' leaves");
+    assert_eq!(
+        moved.log, source.log,
+        "the log's size, root and checkpoints"
+    );
+    assert_eq!(moved.pending, source.pending, "pending approvals");
+    assert_eq!(moved.counters, source.counters, "counters");
+    assert_eq!(moved.catalog, source.catalog, "catalog");
+    assert_eq!(moved.files, source.files, "atlas files");
+}
+
+const RATE: &str = "p-rate";
+const BUDGET: &str = "p-budget";
+
+fn contents(store: &dyn crate::backends::TestStore) -> Contents {
+    use cra_carp::store::CarpStore;
+    let mut chains = Vec::new();
+    let mut sessions = Vec::new();
+    let mut leaves = Vec::new();
+    for summary in store.sessions().unwrap() {
+        let events = store.read_range(&summary.session_id, 0, u64::MAX).unwrap();
+        for e in &events {
+            let hash = cra_tlog::hash::from_hex(&e.event_hash).unwrap();
+            leaves.push(store.leaf_place(&hash).unwrap());
+        }
+        if let Some(s) = CarpStore::get_session(store, &summary.session_id).unwrap() {
+            let open = store.open_sessions(&s.agent_id).unwrap();
+            sessions.push(format!(
+                "{} open {open}",
+                serde_json::to_string(&s).unwrap()
+            ));
+        }
+        let events = events
+            .iter()
+            .map(|e| serde_json::to_value(e).unwrap())
+            .collect();
+        chains.push((summary, events));
+    }
+    let size = store.log_size().unwrap();
+    let root = LogReader::at(store, size).root(size).unwrap();
+    let pending = store
+        .list_pending_approvals()
+        .unwrap()
+        .iter()
+        .map(|a| serde_json::to_string(a).unwrap())
+        .collect();
+    let head = store.head().unwrap();
+    let files = head
+        .as_ref()
+        .and_then(|g| store.files(&g.members[0].digest).unwrap());
+    Contents {
+        chains,
+        sessions,
+        leaves,
+        log: (size, root, store.checkpoints(usize::MAX).unwrap()),
+        pending,
+        counters: (
+            store.budget_spent(BUDGET, "global").unwrap(),
+            store.rate_count(RATE, "global", 0, i64::MAX).unwrap(),
+        ),
+        catalog: store
+            .history(None, 100)
+            .unwrap()
+            .iter()
+            .map(|g| serde_json::to_string(g).unwrap())
+            .collect(),
+        files,
+    }
+}
+
+/// Gives a store what the `fda2190` fixture lacks: every kind of CARP record (under the
+/// configured key), a pending approval, spent rate and budget counters, and an atlas catalog.
+fn add_every_area(store: &RedbStore, session: &str, marker: &str) {
+    use cra_carp::store::{CarpStore, Charge, ChargeKind};
+    use cra_store::AtlasCatalog;
+    crate::encryption::write_everything(store, session, marker);
+    let mut waiting = cra_carp::store_contract::sample_approval("ap-waiting");
+    waiting.session_id = session.to_owned();
+    store.create_approval(&waiting).unwrap();
+    let charges = [
+        Charge {
+            policy_id: RATE.into(),
+            scope_key: "global".into(),
+            kind: ChargeKind::Rate {
+                max_calls: 10,
+                window_seconds: 60,
+            },
+        },
+        Charge {
+            policy_id: BUDGET.into(),
+            scope_key: "global".into(),
+            kind: ChargeKind::Budget {
+                max_units: 100,
+                units: 7,
+            },
+        },
+    ];
+    store.try_consume(&charges, 1_772_366_400_000_000).unwrap();
+    let entry = cra_store::catalog::CatalogEntry {
+        atlas_id: "dev.cra.moved".into(),
+        version: "1.0.0".into(),
+        digest: "sha256:moved".into(),
+        signature: None,
+    };
+    let files =
+        std::collections::BTreeMap::from([("atlas.json".to_owned(), marker.as_bytes().to_vec())]);
+    let given = std::collections::BTreeMap::from([(entry.digest.clone(), &files)]);
+    store
+        .commit(&cra_store::catalog::CatalogChange {
+            after: None,
+            members: &[entry],
+            files: &given,
+            actor: "tester",
+            reason: "install",
+            recorded: true,
+        })
+        .unwrap();
+}
+
+/// The cross-backend restore (`specs/backup.md`, "Across backends"): a redb archive of the
+/// `fda2190` data directory, upgraded and then given every kind of record under a storage key,
+/// counters, a catalog, a log of over two full tiles holding the leaves of a removed chain, and
+/// a signed checkpoint, restores onto PostgreSQL. There every area reads
+/// back as the source holds it (chains event by event, the log's leaves, root and checkpoint,
+/// CARP records and counts, the catalog, Relay), no record is stored in the clear, and the
+/// restored store goes on: an append extends the same log.
+#[test]
+fn a_redb_archive_restores_onto_postgres_and_every_area_reads_back() {
+    let Some(url) = postgres_url("a_redb_archive_restores_onto_postgres") else {
+        return;
+    };
+    let enc = cra_store::Encryption::new(crate::encryption::key(), Vec::new());
+    let config = fixed().1.with_encryption(enc);
+    let (dir, data) = fda2190_data_dir();
+    let store = RedbStore::open_with(&data, config.clone()).unwrap();
+    let relay = RedbRelay::open(&store).unwrap();
+    let secret = format!("mk{:016x}", rand::random::<u64>());
+    eprintln!("marker {secret}");
+    let session = "0196b5a0-0000-7000-8000-0000000000aa";
+    add_every_area(&store, session, &secret);
+    // Past two full tiles, appended to chains in turn, so the leaves of a chain are not
+    // contiguous; then an ended chain removed, as retention does: its leaves stay in the log.
+    for n in 0..420u64 {
+        let chain = format!("0196b5a0-0000-7000-8000-0000000001{:02x}", n % 3);
+        let note = crate::backends::draft("session.note", serde_json::json!({"n": n}));
+        store.append(&chain, vec![note]).unwrap();
+    }
+    let ended = store
+        .sessions()
+        .unwrap()
+        .into_iter()
+        .find(|s| s.ended)
+        .unwrap();
+    let removal: &dyn cra_store::retention::SessionRemoval = &store;
+    assert!(
+        removal
+            .remove_session(&ended.session_id, &ended.head)
+            .unwrap()
+    );
+    checkpoint(&store);
+    let archive = dir.path().join("cra.backup");
+    let manifest =
+        cra_store::backup::redb::backup_store(&store, &archive, NOW, &mut |_, _| {}).unwrap();
+
+    let target = TestSchema::new(&url, "backup_moved");
+    let opened = Archive::open(&archive).unwrap();
+    let verified =
+        cra_store::backup::pg::restore(&opened, &url, target.name(), config.clone(), &mut |_| {})
+            .unwrap();
+    assert_eq!(
+        (verified.chains, verified.checkpoints),
+        (manifest.chains, 1)
+    );
+    assert_eq!(verified.log_size, manifest.log_size);
+    assert!(manifest.log_size > 512, "{manifest:?}");
+    assert!(!cra_store::backup::transfer::staging_path(&archive).exists());
+    let restored = target.store(config.clone()).unwrap();
+    let restored_relay = PgRelay::new(restored.clone());
+    assert_same(&contents(&restored), &contents(&store));
+    check_same(
+        (&store, &relay),
+        (&restored, &restored_relay, &restored),
+        &manifest,
+    );
+    assert_eq!(restored_relay.outbox().unwrap(), relay.outbox().unwrap());
+    crate::encryption::read_everything(&restored, session, &secret);
+    assert!(
+        !cra_store::testing::rows_hold(&url, target.name(), &secret),
+        "a record moved in the clear"
+    );
+
+    // The moved store goes on where the source stopped: an append is the log's next leaf.
+    let more = crate::backends::draft("session.note", serde_json::json!({"after": "move"}));
+    let sealed = restored.append(session, vec![more]).unwrap();
+    let hash = cra_tlog::hash::from_hex(&sealed[0].event_hash).unwrap();
+    let place = restored.leaf_place(&hash).unwrap().unwrap();
+    assert_eq!(place.leaf_index, manifest.log_size);
+
+    // Never into a schema holding tables.
+    let again = cra_store::backup::pg::restore(&opened, &url, target.name(), config, &mut |_| {});
+    assert!(
+        matches!(again, Err(BackupError::SchemaInUse(_))),
+        "{again:?}"
+    );
+    drop((store, restored));
 }

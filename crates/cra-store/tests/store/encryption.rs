@@ -94,7 +94,7 @@ impl Place {
     }
 }
 
-fn key() -> StorageKey {
+pub(crate) fn key() -> StorageKey {
     StorageKey::parse(&StorageKey::generate_text()).unwrap()
 }
 
@@ -106,7 +106,7 @@ fn marker() -> String {
 
 /// Writes the marker in a short and a long event, a session, a resolution, an approval (then
 /// decides it), a lease and an execution.
-fn write_everything(s: &dyn TestStore, session: &str, marker: &str) {
+pub(crate) fn write_everything(s: &dyn TestStore, session: &str, marker: &str) {
     let long = format!("{}{marker}", "long record ".repeat(2_000));
     s.append(
         session,
@@ -155,7 +155,7 @@ fn write_everything(s: &dyn TestStore, session: &str, marker: &str) {
 }
 
 /// Reads back what [`write_everything`] wrote and checks the marker is in each record.
-fn read_everything(s: &dyn TestStore, session: &str, marker: &str) {
+pub(crate) fn read_everything(s: &dyn TestStore, session: &str, marker: &str) {
     assert_eq!(verify_stored(s, session), Ok(2));
     let events = s.read_range(session, 0, 2).unwrap();
     assert_eq!(events[0].payload["short"], marker);

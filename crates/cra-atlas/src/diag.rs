@@ -106,6 +106,31 @@ pub fn push_pointer(base: &str, token: impl fmt::Display) -> String {
 /// The 1-based line where the value at `pointer` starts in the JSON `text`, or `None` when the
 /// text is not JSON or has no such value. For an object member the line is that of its key.
 pub fn line_of_pointer(text: &str, pointer: &str) -> Option<usize> {
+    let start = span_of_pointer(text, pointer)?.start;
+    Some(
+        1 + text.as_bytes()[..start]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count(),
+    )
+}
+
+/// Like [`line_of_pointer`], but when `pointer` names an absent member (a missing required
+/// field) it answers the line of the nearest enclosing value, which is where the author adds it.
+pub fn line_of_pointer_or_ancestor(text: &str, pointer: &str) -> Option<usize> {
+    let start = span_of_pointer_or_ancestor(text, pointer)?.start;
+    Some(
+        1 + text.as_bytes()[..start]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count(),
+    )
+}
+
+/// The bytes of the JSON `text` that hold the value at `pointer` (for an object member, from
+/// its key to the end of its value), or `None` when the text is not JSON or has no such value:
+/// what a diagnostic underlines.
+pub fn span_of_pointer(text: &str, pointer: &str) -> Option<std::ops::Range<usize>> {
     let tokens: Vec<String> = if pointer.is_empty() {
         Vec::new()
     } else {
@@ -121,21 +146,18 @@ pub fn line_of_pointer(text: &str, pointer: &str) -> Option<usize> {
     };
     s.ws();
     let start = s.find(&tokens, s.i)?;
-    Some(
-        1 + text.as_bytes()[..start]
-            .iter()
-            .filter(|&&c| c == b'\n')
-            .count(),
-    )
+    // The cursor is on the value found; a value left open runs to the end of the text.
+    let end = s.skip().map_or(text.len(), |()| s.i);
+    Some(start..end)
 }
 
-/// Like [`line_of_pointer`], but when `pointer` names an absent member (a missing required
-/// field) it answers the line of the nearest enclosing value, which is where the author adds it.
-pub fn line_of_pointer_or_ancestor(text: &str, pointer: &str) -> Option<usize> {
+/// Like [`span_of_pointer`], falling back to the nearest enclosing value when `pointer` names
+/// an absent member.
+pub fn span_of_pointer_or_ancestor(text: &str, pointer: &str) -> Option<std::ops::Range<usize>> {
     let mut p = pointer;
     loop {
-        if let Some(line) = line_of_pointer(text, p) {
-            return Some(line);
+        if let Some(span) = span_of_pointer(text, p) {
+            return Some(span);
         }
         p = &p[..p.rfind('/')?];
     }
@@ -292,6 +314,23 @@ mod tests {
         assert_eq!(line_of_pointer("not json", "/a"), None);
         assert_eq!(line_of_pointer_or_ancestor(text, "/b/1/missing"), Some(5));
         assert_eq!(line_of_pointer_or_ancestor(text, "/z"), Some(1));
+    }
+
+    #[test]
+    fn spans_from_pointers() {
+        let text = "{\"a\": 1, \"b\": [true, {\"c\": \"x}\"}], \"d\": {\"e\": [1, 2]}}";
+        let at = |p: &str| span_of_pointer(text, p).map(|r| &text[r]);
+        assert_eq!(at(""), Some(text));
+        assert_eq!(at("/a"), Some("\"a\": 1"));
+        assert_eq!(at("/b/0"), Some("true"));
+        assert_eq!(at("/b/1"), Some("{\"c\": \"x}\"}"));
+        assert_eq!(at("/b/1/c"), Some("\"c\": \"x}\""));
+        assert_eq!(at("/d/e"), Some("\"e\": [1, 2]"));
+        assert_eq!(at("/d/e/2"), None);
+        let missing = span_of_pointer_or_ancestor(text, "/d/missing").map(|r| &text[r]);
+        assert_eq!(missing, Some("\"d\": {\"e\": [1, 2]}"));
+        // A value left open runs to the end.
+        assert_eq!(span_of_pointer("{\"a\": [1,", "/a"), Some(1..9));
     }
 
     #[test]

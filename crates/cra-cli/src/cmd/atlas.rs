@@ -320,9 +320,10 @@ fn check(args: &CheckArgs) -> Exit {
     let ok = checked.iter().all(Checked::is_valid);
     match args.output {
         CheckFormat::Text => {
+            let colour = crate::cmd::atlas_report::colour_on_stderr();
             for c in &checked {
                 for d in &c.diagnostics {
-                    eprintln!("{}", crate::cmd::atlas_report::text(&c.path, d));
+                    eprintln!("{}", crate::cmd::atlas_report::text(&c.path, d, colour));
                 }
             }
         }

@@ -1,6 +1,8 @@
 //! How `cra atlas check` reports its diagnostics beyond JSON (issue 31, item 6): as SARIF 2.1.0
 //! (OASIS), which code-review tools read (GitHub code scanning, editors' SARIF viewers), and as
-//! text with the offending source line under each diagnostic.
+//! text: each diagnostic's line, then its source drawn by `miette` (the lines around the
+//! offending value, the value underlined, a did-you-mean as the label), in colour only on a
+//! terminal and without `NO_COLOR`.
 //!
 //! SARIF, as written here: one run whose tool is `cra` (with its version) and whose rules are
 //! the diagnostic codes that occur (`specs/atlas.md` lists them); one result per diagnostic,
@@ -116,36 +118,175 @@ fn uri_of(path: &Path) -> String {
 }
 
 /// The text report of one diagnostic of the atlas at `atlas`: its line (`file:line:
-/// severity[code] at pointer: message`), then, when the line is known and the atlas is a
-/// directory, that source line under a gutter with its number.
-pub fn text(atlas: &Path, d: &Diagnostic) -> String {
+/// severity[code] at pointer: message`), then, when the atlas is a directory whose file holds
+/// the value, that source drawn with the value underlined.
+pub fn text(atlas: &Path, d: &Diagnostic, colour: bool) -> String {
     let mut out = format!("{}: {d}", atlas.display());
-    if let Some(source) = d
-        .line
-        .filter(|_| atlas.is_dir())
-        .and_then(|line| source_line(&atlas.join(&d.file), line).map(|s| (line, s)))
-    {
-        let (line, text) = source;
-        let width = line.to_string().len();
-        let _ = write!(out, "\n {line:>width$} | {text}");
+    if let Some(drawn) = Snippet::of(atlas, d).and_then(|s| s.draw(colour)) {
+        // The drawing's first line is its empty heading (the line above says what is wrong).
+        for line in drawn.trim_end().lines().skip(1) {
+            out.push('\n');
+            out.push_str(line);
+        }
     }
     out
 }
 
-/// Line `line` (1-based) of the file at `path`, without its end and at most 200 characters.
-fn source_line(path: &Path, line: usize) -> Option<String> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let found = text.lines().nth(line.checked_sub(1)?)?;
-    let mut shown: String = found.chars().take(200).collect();
-    if found.chars().count() > 200 {
-        shown.push_str(" ...");
+/// Whether reports to standard error may be coloured: it is a terminal, and `NO_COLOR` is not
+/// set (no-color.org).
+pub fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// What to underline in `text`: the value at `pointer` (or the value that should hold it), unless
+/// the diagnostic's `line` is another one (a syntax error is at a line, not a value): then that
+/// line's text.
+fn span_on_line(text: &str, pointer: &str, line: Option<usize>) -> Option<std::ops::Range<usize>> {
+    let span = cra_atlas::diag::span_of_pointer_or_ancestor(text, pointer);
+    let line_of = |at: usize| 1 + text[..at].matches('\n').count();
+    match (span, line) {
+        (Some(span), Some(line)) if line_of(span.start) == line => Some(span),
+        (_, Some(line)) => {
+            let start: usize = text
+                .split_inclusive('\n')
+                .take(line - 1)
+                .map(str::len)
+                .sum();
+            let whole = text[start..].split('\n').next()?;
+            let indent = whole.len() - whole.trim_start().len();
+            Some(start + indent..start + whole.trim_end().len())
+        }
+        (span, None) => span,
     }
-    Some(shown)
+}
+
+/// A diagnostic with its source, as `miette` draws it.
+#[derive(Debug)]
+struct Snippet {
+    severity: Severity,
+    source: miette::NamedSource<String>,
+    span: miette::SourceSpan,
+    label: String,
+}
+
+impl Snippet {
+    /// The snippet of `d` when its file is in the directory `atlas` and holds the value (or,
+    /// for a missing member, the value that should hold it); the span is cut at its first
+    /// line, so a large object shows where it starts.
+    fn of(atlas: &Path, d: &Diagnostic) -> Option<Self> {
+        if !atlas.is_dir() {
+            return None;
+        }
+        let text = std::fs::read_to_string(atlas.join(&d.file)).ok()?;
+        let span = span_on_line(&text, &d.pointer, d.line)?;
+        let line_end = text[span.clone()]
+            .find('\n')
+            .map_or(span.end, |n| span.start + n);
+        // A did-you-mean is what the author wants beside the value; else the pointer.
+        let label = d.message.rfind("did you mean").map_or_else(
+            || {
+                format!(
+                    "at {}",
+                    if d.pointer.is_empty() {
+                        "(document)"
+                    } else {
+                        &d.pointer
+                    }
+                )
+            },
+            |at| d.message[at..].to_owned(),
+        );
+        Some(Self {
+            severity: d.severity,
+            source: miette::NamedSource::new(&d.file, text),
+            span: (span.start, line_end - span.start).into(),
+            label,
+        })
+    }
+
+    /// The drawing: `colour` chooses the theme.
+    fn draw(&self, colour: bool) -> Option<String> {
+        let theme = if colour {
+            miette::GraphicalTheme::unicode()
+        } else {
+            miette::GraphicalTheme::unicode_nocolor()
+        };
+        let mut out = String::new();
+        miette::GraphicalReportHandler::new_themed(theme)
+            .with_width(120)
+            .render_report(&mut out, self)
+            .ok()?;
+        Some(out)
+    }
+}
+
+/// Empty: the report's own line above the drawing says what is wrong, and `text` leaves out
+/// the heading this would fill.
+impl std::fmt::Display for Snippet {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        Ok(())
+    }
+}
+
+impl std::error::Error for Snippet {}
+
+impl miette::Diagnostic for Snippet {
+    fn severity(&self) -> Option<miette::Severity> {
+        Some(match self.severity {
+            Severity::Error => miette::Severity::Error,
+            Severity::Warning => miette::Severity::Warning,
+        })
+    }
+
+    fn source_code(&self) -> Option<&dyn miette::SourceCode> {
+        Some(&self.source)
+    }
+
+    fn labels(&self) -> Option<Box<dyn Iterator<Item = miette::LabeledSpan> + '_>> {
+        let label = miette::LabeledSpan::new_primary_with_span(Some(self.label.clone()), self.span);
+        Some(Box::new(std::iter::once(label)))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The drawing of a misspelt key: its line and the lines around it, numbered, the key and
+    /// its value underlined with the did-you-mean beside them; colour only when asked.
+    #[test]
+    fn a_diagnostic_is_drawn_over_its_source() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = "{\n  \"atlas_id\": \"x\",\n  \"verson\": \"1.0.0\",\n  \"name\": \"X\"\n}\n";
+        std::fs::write(dir.path().join("atlas.json"), source).unwrap();
+        let mut d = Diagnostic::error(
+            "schema",
+            "atlas.json",
+            "/verson",
+            "'verson' was unexpected; did you mean `version`?",
+        );
+        d.line = Some(3);
+        let plain = text(dir.path(), &d, false);
+        let lines: Vec<&str> = plain.lines().collect();
+        assert!(lines[0].ends_with("atlas.json:3: error[schema] at /verson: 'verson' was unexpected; did you mean `version`?"), "{plain}");
+        assert!(lines.contains(&" 3 │   \"verson\": \"1.0.0\","), "{plain}");
+        assert!(lines.contains(&" 2 │   \"atlas_id\": \"x\","), "{plain}");
+        let under = lines.iter().position(|l| l.contains("────")).unwrap();
+        let column = |l: &str, c: char| l.chars().position(|x| x == c);
+        assert_eq!(
+            column(lines[under], '─'),
+            column(lines[under - 1], '"'),
+            "{plain}"
+        );
+        assert!(plain.contains("╰── did you mean `version`?"), "{plain}");
+        assert!(!plain.contains('\u{1b}'), "{plain}");
+        assert!(text(dir.path(), &d, true).contains('\u{1b}'));
+        // A file that is not there (or an archive) gets the line alone.
+        let mut gone = d.clone();
+        gone.file = "policies/none.json".into();
+        assert_eq!(text(dir.path(), &gone, false).lines().count(), 1);
+    }
 
     #[test]
     fn paths_become_uri_references() {

@@ -757,6 +757,21 @@ fn an_agent_opens_sessions_up_to_its_quota_and_an_end_makes_room() {
         // A start without a quota (the runtime's own chains) is counted all the same.
         u.log.record_and_append(start("q5"), vec![note(0)]).unwrap();
         assert_eq!(u.carp.open_sessions("agent-a").unwrap(), 3, "{}", u.name);
+        // A quota of none refuses an agent's first session.
+        let first = SessionRecord::opened("q6", "agent-c", "2026-01-01T00:00:00.000000Z".into());
+        let change = StateChange::Start(SessionStart {
+            record: first,
+            max_open: Some(0),
+        });
+        let refused = u.log.record_and_append(change, vec![note(0)]);
+        assert_eq!(
+            refused_with(&refused),
+            Some(Token::QuotaExceeded),
+            "{}",
+            u.name
+        );
+        assert_eq!(u.carp.open_sessions("agent-c").unwrap(), 0, "{}", u.name);
+        assert_eq!(u.carp.get_session("q6").unwrap(), None, "{}", u.name);
     }
 }
 

@@ -225,6 +225,54 @@ fn a_postgres_dump_written_by_fda2190_is_planned_without_a_write_then_upgraded()
     drop(store);
 }
 
+/// The invariant "replicas starting together count an upgraded schema's open sessions once":
+/// four stores opened at the same instant on the `fda2190` dump (one migrates, the others wait
+/// on the migrations' lock, then all reach the count) leave each agent's counter equal to its
+/// open records, not a multiple of it; a session then started counts on top.
+#[test]
+fn replicas_starting_together_on_an_old_schema_count_its_open_sessions_once() {
+    let Some(url) = postgres_url("replicas_starting_together_count_open_sessions_once") else {
+        return;
+    };
+    use cra_carp::store::CarpStore;
+    use cra_trace::store::ChainStore;
+    let schema = TestSchema::new(&url, "fda2190_race");
+    load_fda2190_dump(&url, &schema);
+    let barrier = std::sync::Barrier::new(4);
+    let stores: Vec<PgStore> = std::thread::scope(|s| {
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    barrier.wait();
+                    PgStore::connect_with(&url, schema.name(), fixed().1, 2).unwrap()
+                })
+            })
+            .collect();
+        starts.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    check_fda2190_state(&stores[0]);
+    let agent = stores[0]
+        .sessions()
+        .unwrap()
+        .iter()
+        .filter_map(|s| stores[1].get_session(&s.session_id).unwrap())
+        .find(|r| r.is_active())
+        .unwrap()
+        .agent_id;
+    let before = stores[2].open_sessions(&agent).unwrap();
+    stores[3]
+        .create_session(&cra_carp::store::SessionRecord {
+            session_id: "0196b5a0-0000-7000-8000-0000000000cc".into(),
+            agent_id: agent.clone(),
+            parent_session_id: None,
+            created_at: "2026-03-01T00:00:00.000000Z".into(),
+            ended_at: None,
+        })
+        .unwrap();
+    assert_eq!(stores[0].open_sessions(&agent).unwrap(), before + 1);
+    drop(stores);
+}
+
 /// A schema that does not exist yet is planned as a new deployment: the schema, then every
 /// migration.
 #[test]

@@ -77,8 +77,8 @@ pub enum Command {
     /// Back up a whole store into one archive (chains, CARP state, Relay, atlases, the log),
     /// its manifest written last; PostgreSQL while replicas serve.
     Backup(cmd::backup::BackupArgs),
-    /// Restore an archive into a new data directory or schema, verifying every chain and
-    /// checkpoint before it is put in place.
+    /// Restore an archive into a new data directory or schema (a data directory's archive also
+    /// onto PostgreSQL), verifying every chain and checkpoint before it is put in place.
     Restore(cmd::backup::RestoreArgs),
     /// Print a shell completion script (bash, zsh, fish) for every command and flag.
     Completions(cmd::completions::CompletionsArgs),

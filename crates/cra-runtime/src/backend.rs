@@ -50,6 +50,8 @@ pub struct Backends {
     /// The database's clock the runtime and the store read, when the server uses it
     /// ([`crate::config::ClockSource::Database`] on PostgreSQL).
     pub database_clock: Option<Arc<DatabaseClock>>,
+    /// What the store's committers measure (`/metrics`).
+    pub commits: Arc<cra_store::stats::CommitStats>,
 }
 
 impl std::fmt::Debug for Backends {
@@ -97,6 +99,7 @@ pub(crate) fn open(
                 carp,
                 kind: "postgres",
                 quick_reads: false,
+                commits: pg.commit_stats(),
                 postgres: Some(pg),
                 redb: None,
                 database_clock: None,
@@ -114,6 +117,7 @@ pub(crate) fn open(
                 carp: Arc::new(redb.clone()),
                 kind: "redb",
                 quick_reads: true,
+                commits: redb.commit_stats(),
                 postgres: None,
                 redb: Some(redb),
                 database_clock: None,

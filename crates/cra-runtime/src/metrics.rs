@@ -27,6 +27,16 @@ struct Histogram {
 }
 
 impl Histogram {
+    /// Writes the series `name{labels}` (its buckets, sum and count).
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let buckets: Vec<(f64, u64)> = LATENCY_BUCKETS
+            .iter()
+            .copied()
+            .zip(self.buckets.iter().copied())
+            .collect();
+        write_histogram(out, name, labels, &buckets, self.sum_seconds, self.count);
+    }
+
     fn observe(&mut self, seconds: f64) {
         for (bound, n) in LATENCY_BUCKETS.iter().zip(self.buckets.iter_mut()) {
             if seconds <= *bound {
@@ -44,6 +54,10 @@ pub struct Metrics {
     requests: Mutex<BTreeMap<(&'static str, String, u16), u64>>,
     /// Request latency by route template (a closed set, as `requests`' routes).
     latencies: Mutex<BTreeMap<String, Histogram>>,
+    /// Resolve and execute latency by operation and outcome (decisions and statuses: closed).
+    carp_latencies: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
+    /// The size of the latest checkpoint and when this replica first saw it.
+    checkpoint_seen: Mutex<Option<(u64, std::time::Instant)>>,
     /// TRACE events appended durably.
     pub trace_events: AtomicU64,
     /// Resolutions answered, by decision.
@@ -129,27 +143,66 @@ impl Metrics {
         }
     }
 
+    /// Observes how long a resolve or an execute (`operation`) took to answer with `outcome`
+    /// (its decision or status), its executor's run included.
+    pub fn observe_carp(
+        &self,
+        operation: &'static str,
+        outcome: &'static str,
+        took: std::time::Duration,
+    ) {
+        let mut l = self
+            .carp_latencies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        l.entry((operation, outcome))
+            .or_default()
+            .observe(took.as_secs_f64());
+    }
+
+    /// How long ago this replica first saw a checkpoint of `size` leaves, the latest published
+    /// (its cuts and `/metrics` reads are where it looks); 0 when none is published.
+    pub fn checkpoint_age(&self, size: Option<u64>, now: std::time::Instant) -> f64 {
+        let mut seen = self
+            .checkpoint_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match (size, *seen) {
+            (None, _) => 0.0,
+            (Some(size), Some((was, at))) if was == size => now.duration_since(at).as_secs_f64(),
+            (Some(size), _) => {
+                *seen = Some((size, now));
+                0.0
+            }
+        }
+    }
+
     /// The latency histograms in the Prometheus text format.
     fn render_latencies(&self, out: &mut String) {
         let name = "cra_http_request_duration_seconds";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Time to answer an HTTP request (to its response head), by route.\n# TYPE {name} histogram"
-        );
+        let help = "Time to answer an HTTP request (to its response head), by route.";
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (route, h) in self
             .latencies
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            let route = escape_label(route);
-            for (bound, n) in LATENCY_BUCKETS.iter().zip(h.buckets.iter()) {
-                let _ = writeln!(out, "{name}_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}");
-            }
-            let _ = writeln!(
+            h.write(out, name, &format!("route=\"{}\"", escape_label(route)));
+        }
+        let name = "cra_carp_duration_seconds";
+        let help = "Time to answer a resolve or an execute (an execute's action run included), by operation and outcome.";
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for ((operation, outcome), h) in self
+            .carp_latencies
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            h.write(
                 out,
-                "{name}_bucket{{route=\"{route}\",le=\"+Inf\"}} {}\n{name}_sum{{route=\"{route}\"}} {}\n{name}_count{{route=\"{route}\"}} {}",
-                h.count, h.sum_seconds, h.count
+                name,
+                &format!("operation=\"{operation}\",outcome=\"{outcome}\""),
             );
         }
     }
@@ -304,6 +357,52 @@ impl Metrics {
     }
 }
 
+/// One histogram series in the Prometheus text format: `buckets` are cumulative `(bound, n)`,
+/// `labels` the series' own (`a="x",b="y"`, or empty).
+pub(crate) fn write_histogram(
+    out: &mut String,
+    name: &str,
+    labels: &str,
+    buckets: &[(f64, u64)],
+    sum: f64,
+    count: u64,
+) {
+    let sep = if labels.is_empty() { "" } else { "," };
+    for (bound, n) in buckets {
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {n}");
+    }
+    let braces = if labels.is_empty() {
+        String::new()
+    } else {
+        format!("{{{labels}}}")
+    };
+    let _ = writeln!(
+        out,
+        "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n{name}_sum{braces} {sum}\n{name}_count{braces} {count}"
+    );
+}
+
+/// The store committers' histograms (`cra_store::stats`) in the Prometheus text format.
+pub(crate) fn render_commits(stats: &cra_store::stats::CommitStats) -> String {
+    let mut out = String::new();
+    for (name, help, h) in [
+        (
+            "cra_store_commit_duration_seconds",
+            "Time a committer took to make one batch of appends durable (its transaction, fsync or commit included).",
+            stats.commit_seconds(),
+        ),
+        (
+            "cra_store_commit_batch_appends",
+            "Appends made durable together in one batch (group commit).",
+            stats.batch_appends(),
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        write_histogram(&mut out, name, "", &h.buckets, h.sum, h.count);
+    }
+    out
+}
+
 /// Gauges read when `/metrics` is asked, in the Prometheus text format: `(name, help, value)`.
 pub(crate) fn render_gauges(gauges: &[(&str, &str, f64)]) -> String {
     let mut out = String::new();
@@ -319,6 +418,36 @@ pub(crate) fn render_gauges(gauges: &[(&str, &str, f64)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A checkpoint's age counts from when this replica first saw its size, and starts again
+    /// at a larger one; none published is age 0.
+    #[test]
+    fn a_checkpoint_ages_from_when_its_size_was_first_seen() {
+        let m = Metrics::default();
+        let t0 = std::time::Instant::now();
+        let at = |s: u64| t0 + std::time::Duration::from_secs(s);
+        assert_eq!(m.checkpoint_age(None, at(0)), 0.0);
+        assert_eq!(m.checkpoint_age(Some(10), at(5)), 0.0);
+        assert_eq!(m.checkpoint_age(Some(10), at(35)), 30.0);
+        assert_eq!(m.checkpoint_age(Some(12), at(40)), 0.0);
+        assert_eq!(m.checkpoint_age(Some(12), at(41)), 1.0);
+    }
+
+    #[test]
+    fn carp_latency_is_kept_by_operation_and_outcome() {
+        let m = Metrics::default();
+        m.observe_carp("resolve", "allow", std::time::Duration::from_millis(2));
+        m.observe_carp("execute", "success", std::time::Duration::from_millis(200));
+        let text = m.render();
+        let name = "cra_carp_duration_seconds";
+        for line in [
+            format!("{name}_bucket{{operation=\"resolve\",outcome=\"allow\",le=\"0.0025\"}} 1\n"),
+            format!("{name}_bucket{{operation=\"execute\",outcome=\"success\",le=\"0.1\"}} 0\n"),
+            format!("{name}_count{{operation=\"execute\",outcome=\"success\"}} 1\n"),
+        ] {
+            assert!(text.contains(&line), "{line}{text}");
+        }
+    }
 
     #[test]
     fn renders_counters() {

@@ -7,6 +7,7 @@
 //! (drafts they seal themselves); redb's takes appends its appenders have already sealed
 //! (`crate::redb::trace::Append`).
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crate::pg::state::PgChange;
@@ -15,6 +16,7 @@ use cra_trace::{EventDraft, PreparedDraft, TraceEvent};
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::BackendError;
+use crate::stats::CommitStats;
 
 /// At most this many appends share one transaction.
 pub const MAX_BATCH_APPENDS: usize = 4096;
@@ -76,6 +78,7 @@ pub(crate) fn settle(
 pub(crate) struct Collector<J = Job> {
     queue: Option<Sender<J>>,
     threads: Vec<JoinHandle<()>>,
+    stats: Arc<CommitStats>,
 }
 
 impl<J: Send + 'static> Collector<J> {
@@ -85,20 +88,28 @@ impl<J: Send + 'static> Collector<J> {
         F: Fn(Vec<J>) + Send + Sync + Clone + 'static,
     {
         let (queue, jobs) = crossbeam_channel::unbounded::<J>();
+        let stats = Arc::new(CommitStats::default());
         let mut handles = Vec::new();
         for i in 0..threads.max(1) {
             let jobs = jobs.clone();
             let commit = commit.clone();
+            let stats = stats.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("{name}-{i}"))
-                .spawn(move || run(&jobs, &commit))
+                .spawn(move || run(&jobs, &commit, &stats))
                 .map_err(|e| BackendError::Backend(format!("cannot start a commit thread: {e}")))?;
             handles.push(handle);
         }
         Ok(Self {
             queue: Some(queue),
             threads: handles,
+            stats,
         })
+    }
+
+    /// What the committers have measured.
+    pub(crate) fn stats(&self) -> Arc<CommitStats> {
+        self.stats.clone()
     }
 
     /// Puts `job` on the queue; gives it back when the committers are gone.
@@ -197,7 +208,7 @@ impl<J> Drop for Collector<J> {
     }
 }
 
-fn run<J>(jobs: &Receiver<J>, commit: &dyn Fn(Vec<J>)) {
+fn run<J>(jobs: &Receiver<J>, commit: &dyn Fn(Vec<J>), stats: &CommitStats) {
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH_APPENDS {
@@ -206,6 +217,8 @@ fn run<J>(jobs: &Receiver<J>, commit: &dyn Fn(Vec<J>)) {
                 Err(_) => break,
             }
         }
+        let (appends, began) = (batch.len(), std::time::Instant::now());
         commit(batch);
+        stats.record(appends, began.elapsed());
     }
 }

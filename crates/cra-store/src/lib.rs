@@ -46,6 +46,7 @@ pub mod pg;
 pub mod redb;
 pub mod relay;
 pub mod retention;
+pub mod stats;
 pub mod testing;
 pub mod tlog;
 pub mod upgrade;

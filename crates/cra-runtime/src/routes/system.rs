@@ -222,6 +222,7 @@ pub(crate) async fn metrics(
 ) -> ApiResult<impl IntoResponse> {
     actor.require(&[Role::Operator, Role::Auditor], "reading /metrics")?;
     let pending = state.carp_read(|s| s.list_pending_approvals()).await?;
+    let log = state.0.log_sizes().await?;
     let now_us = cra_carp::eval::unix_micros(state.clock.now());
     let oldest_age = pending
         .iter()
@@ -245,10 +246,28 @@ pub(crate) async fn metrics(
             "Live subscribers of this replica now (WebSocket streams, approval waits, the notifier).",
             state.hub.subscribers() as f64,
         ),
+        (
+            "cra_log_leaves",
+            "Leaves of the transparency log now (one per TRACE event).",
+            log.0 as f64,
+        ),
+        (
+            "cra_log_checkpoint_leaves",
+            "Leaves the latest signed checkpoint covers (0 before the first).",
+            log.1.unwrap_or(0) as f64,
+        ),
+        (
+            "cra_log_checkpoint_age_seconds",
+            "How long ago this replica first saw the latest signed checkpoint (its cuts and /metrics reads are where it looks; 0 before the first).",
+            state
+                .metrics
+                .checkpoint_age(log.1, std::time::Instant::now()),
+        ),
     ]);
+    let commits = crate::metrics::render_commits(&state.backends.commits);
     Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-        format!("{}{gauges}", state.metrics.render()),
+        format!("{}{commits}{gauges}", state.metrics.render()),
     ))
 }
 

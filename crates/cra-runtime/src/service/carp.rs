@@ -185,6 +185,7 @@ pub async fn resolve(
     body: &Value,
     explain: bool,
 ) -> ApiResult<ResolveAnswer> {
+    let began = std::time::Instant::now();
     let atlases = rt.atlases();
     let (body, redacted) = redactor_for(rt, &atlases, body).apply(body, REQUEST_ROOTS);
     let Admitted { request, session } = admit(rt, actor, &body, Operation::Resolve).await?;
@@ -198,7 +199,12 @@ pub async fn resolve(
     let digests = atlases.digests();
     match prepared.record.take() {
         Some(record) => {
-            record_resolve(rt, &request, &trace_id, digests, prepared, record, explain).await
+            let answer =
+                record_resolve(rt, &request, &trace_id, digests, prepared, record, explain).await?;
+            let decision = answer.resolution.decision.kind.as_str();
+            rt.metrics
+                .observe_carp("resolve", decision, began.elapsed());
+            Ok(answer)
         }
         None => record_validate(rt, &request, &trace_id, digests, prepared, explain).await,
     }
@@ -457,9 +463,32 @@ pub async fn execute(rt: &Runtime, actor: &Actor, body: &Value) -> ApiResult<Exe
     execute_recorded(rt, actor, body).await.map(|(r, _)| r)
 }
 
+/// The `outcome` label of an execute answered with `status`.
+fn status_label(status: ExecuteStatus) -> &'static str {
+    match status {
+        ExecuteStatus::Success => "success",
+        ExecuteStatus::Error => "error",
+        ExecuteStatus::Denied => "denied",
+        ExecuteStatus::PendingApproval => "pending_approval",
+    }
+}
+
 /// As [`execute`], also answering the sequence of the last event the execute recorded in the
 /// session's chain (its outcome, refusal or pending approval): what a receipt binds.
 pub async fn execute_recorded(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+) -> ApiResult<(ExecuteResponse, Option<u64>)> {
+    let began = std::time::Instant::now();
+    let answered = decide_and_record_execute(rt, actor, body).await?;
+    let outcome = status_label(answered.0.status);
+    rt.metrics.observe_carp("execute", outcome, began.elapsed());
+    Ok(answered)
+}
+
+/// [`execute_recorded`]'s work: decide the call, run it when cleared, record what happened.
+async fn decide_and_record_execute(
     rt: &Runtime,
     actor: &Actor,
     body: &Value,

@@ -97,6 +97,22 @@ impl Runtime {
         latest.ok_or_else(unsigned)
     }
 
+    /// The log's leaves now and the leaves of its latest signed checkpoint (none before the
+    /// first): what `/metrics` reports of the log.
+    pub async fn log_sizes(&self) -> ApiResult<(u64, Option<u64>)> {
+        let log = self.log.clone();
+        run_blocking("reading the log's size failed", move || {
+            let latest = log.latest()?;
+            let covered = latest
+                .as_deref()
+                .and_then(crate::tlog::checkpoint_of)
+                .map(|c| c.size());
+            Ok((log.store.log_size()?, covered))
+        })
+        .await?
+        .map_err(log_failed)
+    }
+
     /// Cuts a checkpoint of the tree as it is now (operators), answering the latest.
     pub async fn cut_log_checkpoint(&self, actor: &Actor) -> ApiResult<String> {
         actor.require(

@@ -125,6 +125,68 @@ async fn metrics_show_the_approval_queue_depth_and_its_oldest_age() {
     s.stop().await;
 }
 
+/// The value of the series `series` (name and labels, as written) in a `/metrics` text.
+fn value_of(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Issue 27, item 3: what an operator alerts on beyond requests. Resolves and executes are
+/// timed by operation and outcome (a decision, a status); the store's committers by commit time
+/// and batch size; the log by its leaves, the leaves its latest checkpoint covers, and how long
+/// ago that checkpoint was first seen.
+#[tokio::test]
+async fn metrics_time_carp_by_outcome_the_store_commits_and_the_checkpoint_lag() {
+    let s = TestServer::start().await;
+    let sid = s.open_session(MAINT, "maintainer-bot").await;
+    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
+    let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
+    s.ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
+        .await;
+    let (status, text) = s.metrics().await;
+    assert_eq!(status, 200);
+    let carp = "cra_carp_duration_seconds_count";
+    let resolved = format!("{carp}{{operation=\"resolve\",outcome=\"requires_approval\"}}");
+    assert_eq!(value_of(&text, &resolved), 1.0);
+    let executed = format!("{carp}{{operation=\"execute\",outcome=\"pending_approval\"}}");
+    assert_eq!(value_of(&text, &executed), 1.0);
+    assert!(
+        text.contains("# TYPE cra_carp_duration_seconds histogram\n"),
+        "{text}"
+    );
+
+    // Every append went through a committer: at least one batch, each of at least one append.
+    let batches = value_of(&text, "cra_store_commit_duration_seconds_count");
+    assert!(batches >= 1.0, "{text}");
+    assert_eq!(
+        value_of(&text, "cra_store_commit_batch_appends_count"),
+        batches
+    );
+    assert!(value_of(&text, "cra_store_commit_batch_appends_sum") >= batches);
+    let inf = "cra_store_commit_duration_seconds_bucket{le=\"+Inf\"}";
+    assert_eq!(value_of(&text, inf), batches);
+
+    // The log grew past its checkpoint; a cut covers it, seen just now.
+    let leaves = value_of(&text, "cra_log_leaves");
+    assert!(leaves > 0.0, "{text}");
+    let cut = s
+        .http
+        .post(s.url("/v1/log/checkpoint"))
+        .bearer_auth(OPERATOR);
+    assert_eq!(cut.send().await.unwrap().status().as_u16(), 200);
+    let (_, text) = s.metrics().await;
+    let covered = value_of(&text, "cra_log_checkpoint_leaves");
+    assert!(covered >= leaves, "{text}");
+    assert!(
+        value_of(&text, "cra_log_checkpoint_age_seconds") < 60.0,
+        "{text}"
+    );
+    s.stop().await;
+}
+
 /// The series of every metric in a `/metrics` answer, counted by metric name.
 async fn series_counts(s: &TestServer) -> BTreeMap<String, usize> {
     let resp = s.http.get(s.url("/metrics")).bearer_auth(OPERATOR);

@@ -117,6 +117,11 @@ impl PgStore {
         })
     }
 
+    /// What this store's committers have measured (`/metrics`).
+    pub fn commit_stats(&self) -> Arc<crate::stats::CommitStats> {
+        self.inner.collector.stats()
+    }
+
     /// The schema this store lives in.
     pub fn schema(&self) -> &str {
         &self.inner.schema

@@ -122,6 +122,11 @@ impl RedbStore {
         })
     }
 
+    /// What this store's committer has measured (`/metrics`).
+    pub fn commit_stats(&self) -> Arc<crate::stats::CommitStats> {
+        self.inner.collector.stats()
+    }
+
     /// The shared database, for areas that keep their own tables in it: begin each transaction
     /// through it and keep no `Database` of your own, since it is reopened after a failed write
     /// ([`handle`]). redb serialises write transactions; keep them short.

@@ -18,6 +18,8 @@
 //!   so they survive restarts and replicas share them.
 //! * [`relay`]: the `cra_relay::store` implementation for both backends.
 //! * [`retention`]: removing whole ended sessions, recorded in the operator audit chain.
+//! * [`stats`] ([`stats::CommitStats`]): what the committers measure for `/metrics`, each
+//!   batch's commit time and appends.
 //! * [`tlog`]: the transparency log over every TRACE event (an RFC 6962 tree kept as C2SP
 //!   tiles, appended in the same transaction as the events), read through [`tlog::LogStore`].
 //! * [`encryption`] ([`Encryption`]): encryption at rest of event bodies and CARP records, with the

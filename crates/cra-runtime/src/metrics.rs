@@ -48,6 +48,17 @@ impl Histogram {
     }
 }
 
+/// The outcomes of a resolved action, in the order `policy_decisions` counts them.
+const OUTCOMES: [&str; 3] = ["allow", "requires_approval", "deny"];
+
+fn outcome_index(outcome: cra_carp::explain::Outcome) -> usize {
+    match outcome {
+        cra_carp::explain::Outcome::Allow => 0,
+        cra_carp::explain::Outcome::RequiresApproval => 1,
+        cra_carp::explain::Outcome::Deny => 2,
+    }
+}
+
 /// Every counter.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -58,6 +69,10 @@ pub struct Metrics {
     carp_latencies: Mutex<BTreeMap<(&'static str, &'static str), Histogram>>,
     /// The size of the latest checkpoint and when this replica first saw it.
     checkpoint_seen: Mutex<Option<(u64, std::time::Instant)>>,
+    /// Resolved actions by atlas, deciding policy (or `default_deny`) and outcome. Policy ids
+    /// are atlas authors' words, not a client's, and only those of atlases in force are kept
+    /// ([`Metrics::render_policy_decisions`]), so the series are as many as the policies in force.
+    policy_decisions: Mutex<BTreeMap<String, BTreeMap<String, [u64; OUTCOMES.len()]>>>,
     /// TRACE events appended durably.
     pub trace_events: AtomicU64,
     /// Resolutions answered, by decision.
@@ -158,6 +173,56 @@ impl Metrics {
         l.entry((operation, outcome))
             .or_default()
             .observe(took.as_secs_f64());
+    }
+
+    /// Counts each action a resolve decided by its atlas, deciding policy and outcome.
+    pub fn record_policy_decisions(&self, actions: &[cra_carp::explain::ActionExplain]) {
+        let mut m = self
+            .policy_decisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for a in actions {
+            let policies = match m.get_mut(a.atlas_id.as_str()) {
+                Some(p) => p,
+                None => m.entry(a.atlas_id.clone()).or_default(),
+            };
+            let counts = match policies.get_mut(a.decided_by.as_str()) {
+                Some(c) => c,
+                None => policies.entry(a.decided_by.clone()).or_default(),
+            };
+            counts[outcome_index(a.outcome)] += 1;
+        }
+    }
+
+    /// `cra_policy_decisions_total` in the Prometheus text format, for the policies `in_force`
+    /// says are in force (atlas id, policy id); the others' counts are dropped here, so a
+    /// replaced or removed atlas leaves no series behind.
+    pub fn render_policy_decisions(&self, in_force: &dyn Fn(&str, &str) -> bool) -> String {
+        let name = "cra_policy_decisions_total";
+        let mut out = format!(
+            "# HELP {name} Actions resolves decided, by atlas, deciding policy (default_deny when none granted) and outcome; atlases in force only.\n# TYPE {name} counter\n"
+        );
+        let mut m = self
+            .policy_decisions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        m.retain(|atlas, policies| {
+            policies.retain(|policy, _| in_force(atlas, policy));
+            !policies.is_empty()
+        });
+        for (atlas, policies) in m.iter() {
+            for (policy, counts) in policies {
+                for (outcome, n) in OUTCOMES.iter().zip(counts).filter(|(_, n)| **n > 0) {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{atlas=\"{}\",policy=\"{}\",outcome=\"{outcome}\"}} {n}",
+                        escape_label(atlas),
+                        escape_label(policy)
+                    );
+                }
+            }
+        }
+        out
     }
 
     /// How long ago this replica first saw a checkpoint of `size` leaves, the latest published
@@ -418,6 +483,54 @@ pub(crate) fn render_gauges(gauges: &[(&str, &str, f64)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn explained(
+        atlas: &str,
+        policy: &str,
+        outcome: cra_carp::explain::Outcome,
+    ) -> cra_carp::explain::ActionExplain {
+        cra_carp::explain::ActionExplain {
+            action_id: "a".into(),
+            atlas_id: atlas.into(),
+            outcome,
+            decided_by: policy.into(),
+            deny_kind: None,
+            policies: Vec::new(),
+            shadow: None,
+        }
+    }
+
+    /// Decisions are counted by atlas, policy and outcome, and only the policies in force are
+    /// shown (and kept): a removed atlas's series end.
+    #[test]
+    fn decisions_are_counted_per_policy_in_force() {
+        use cra_carp::explain::Outcome::{Allow, Deny};
+        let m = Metrics::default();
+        m.record_policy_decisions(&[
+            explained("a1", "p-allow", Allow),
+            explained("a1", "p-allow", Allow),
+            explained("a1", "default_deny", Deny),
+            explained("gone", "p-x", Deny),
+        ]);
+        let text = m.render_policy_decisions(&|atlas, _| atlas == "a1");
+        let name = "cra_policy_decisions_total";
+        assert!(
+            text.contains(&format!(
+                "{name}{{atlas=\"a1\",policy=\"p-allow\",outcome=\"allow\"}} 2\n"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "{name}{{atlas=\"a1\",policy=\"default_deny\",outcome=\"deny\"}} 1\n"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("gone"), "{text}");
+        assert!(!text.contains("outcome=\"requires_approval\""), "{text}");
+        // The dropped series stays gone even if the atlas comes back.
+        assert!(!m.render_policy_decisions(&|_, _| true).contains("gone"));
+    }
 
     /// A checkpoint's age counts from when this replica first saw its size, and starts again
     /// at a larger one; none published is age 0.

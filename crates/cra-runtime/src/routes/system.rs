@@ -265,9 +265,16 @@ pub(crate) async fn metrics(
         ),
     ]);
     let commits = crate::metrics::render_commits(&state.backends.commits);
+    let atlases = state.atlases();
+    let policies = state.metrics.render_policy_decisions(&|atlas, policy| {
+        atlases
+            .set
+            .get(atlas)
+            .is_some_and(|a| policy == "default_deny" || a.policy(policy).is_some())
+    });
     Ok((
         [(CONTENT_TYPE, "text/plain; version=0.0.4")],
-        format!("{}{commits}{gauges}", state.metrics.render()),
+        format!("{}{policies}{commits}{gauges}", state.metrics.render()),
     ))
 }
 

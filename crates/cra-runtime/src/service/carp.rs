@@ -396,6 +396,9 @@ async fn record_resolve(
     let recorded = appended.last().map(|e| e.sequence);
     rt.metrics
         .record_resolution(resolution.decision.kind.as_str());
+    if let (false, Some(ex)) = (cache_hit, &explained) {
+        rt.metrics.record_policy_decisions(&ex.actions);
+    }
     if cache_hit {
         rt.metrics.record_resolution_cache_hit();
     } else {

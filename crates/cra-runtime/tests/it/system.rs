@@ -135,7 +135,8 @@ fn value_of(text: &str, series: &str) -> f64 {
 }
 
 /// Issue 27, item 3: what an operator alerts on beyond requests. Resolves and executes are
-/// timed by operation and outcome (a decision, a status); the store's committers by commit time
+/// timed by operation and outcome (a decision, a status); resolved actions are counted by the
+/// policy that decided them; the store's committers by commit time
 /// and batch size; the log by its leaves, the leaves its latest checkpoint covers, and how long
 /// ago that checkpoint was first seen.
 #[tokio::test]
@@ -157,6 +158,18 @@ async fn metrics_time_carp_by_outcome_the_store_commits_and_the_checkpoint_lag()
         text.contains("# TYPE cra_carp_duration_seconds histogram\n"),
         "{text}"
     );
+    // Each candidate action the resolve weighed is counted once, under the policy that decided
+    // it, in the atlas in force.
+    let candidates = res["allowed_actions"].as_array().unwrap().len()
+        + res["denied_actions"].as_array().unwrap().len();
+    let decided: f64 = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("cra_policy_decisions_total{atlas=\"dev.cra.github-ops\",policy=\"")
+        })
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(decided, candidates as f64, "{text}");
 
     // Every append went through a committer: at least one batch, each of at least one append.
     let batches = value_of(&text, "cra_store_commit_duration_seconds_count");

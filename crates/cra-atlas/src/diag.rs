@@ -106,25 +106,24 @@ pub fn push_pointer(base: &str, token: impl fmt::Display) -> String {
 /// The 1-based line where the value at `pointer` starts in the JSON `text`, or `None` when the
 /// text is not JSON or has no such value. For an object member the line is that of its key.
 pub fn line_of_pointer(text: &str, pointer: &str) -> Option<usize> {
-    let start = span_of_pointer(text, pointer)?.start;
-    Some(
-        1 + text.as_bytes()[..start]
-            .iter()
-            .filter(|&&c| c == b'\n')
-            .count(),
-    )
+    Some(line_at(text, span_of_pointer(text, pointer)?.start))
+}
+
+/// The 1-based line of byte `at` of `text`.
+pub fn line_at(text: &str, at: usize) -> usize {
+    1 + text.as_bytes()[..at.min(text.len())]
+        .iter()
+        .filter(|&&c| c == b'\n')
+        .count()
 }
 
 /// Like [`line_of_pointer`], but when `pointer` names an absent member (a missing required
 /// field) it answers the line of the nearest enclosing value, which is where the author adds it.
 pub fn line_of_pointer_or_ancestor(text: &str, pointer: &str) -> Option<usize> {
-    let start = span_of_pointer_or_ancestor(text, pointer)?.start;
-    Some(
-        1 + text.as_bytes()[..start]
-            .iter()
-            .filter(|&&c| c == b'\n')
-            .count(),
-    )
+    Some(line_at(
+        text,
+        span_of_pointer_or_ancestor(text, pointer)?.start,
+    ))
 }
 
 /// The bytes of the JSON `text` that hold the value at `pointer` (for an object member, from

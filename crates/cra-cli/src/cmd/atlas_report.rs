@@ -144,9 +144,10 @@ pub fn colour_on_stderr() -> bool {
 /// line's text.
 fn span_on_line(text: &str, pointer: &str, line: Option<usize>) -> Option<std::ops::Range<usize>> {
     let span = cra_atlas::diag::span_of_pointer_or_ancestor(text, pointer);
-    let line_of = |at: usize| 1 + text[..at].matches('\n').count();
     match (span, line) {
-        (Some(span), Some(line)) if line_of(span.start) == line => Some(span),
+        (Some(span), Some(line)) if cra_atlas::diag::line_at(text, span.start) == line => {
+            Some(span)
+        }
         (_, Some(line)) => {
             let start: usize = text
                 .split_inclusive('\n')

@@ -100,16 +100,23 @@ async fn metrics_count_requests_and_need_a_reading_role() {
     s.stop().await;
 }
 
-/// The approval queue as an operator alerts on it: how many wait, and for how long the oldest
-/// has, by the server's clock.
-#[tokio::test]
-async fn metrics_show_the_approval_queue_depth_and_its_oldest_age() {
-    let s = TestServer::start().await;
+/// A maintainer's session whose resolve asked for merges and whose merge now waits for an
+/// approval; answers the resolution.
+async fn merge_waiting_for_approval(s: &TestServer) -> Value {
     let sid = s.open_session(MAINT, "maintainer-bot").await;
     let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
     let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
     s.ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
         .await;
+    res
+}
+
+/// The approval queue as an operator alerts on it: how many wait, and for how long the oldest
+/// has, by the server's clock.
+#[tokio::test]
+async fn metrics_show_the_approval_queue_depth_and_its_oldest_age() {
+    let s = TestServer::start().await;
+    merge_waiting_for_approval(&s).await;
     s.clock.advance(time::Duration::seconds(90));
     let resp = s.http.get(s.url("/metrics")).bearer_auth(OPERATOR);
     let text = resp.send().await.unwrap().text().await.unwrap();
@@ -142,11 +149,7 @@ fn value_of(text: &str, series: &str) -> f64 {
 #[tokio::test]
 async fn metrics_time_carp_by_outcome_the_store_commits_and_the_checkpoint_lag() {
     let s = TestServer::start().await;
-    let sid = s.open_session(MAINT, "maintainer-bot").await;
-    let resolve = resolve_request("maintainer-bot", &sid, &rid(), &["repo-read", "maintain"]);
-    let (_, res) = s.post(Some(MAINT), "/v1/resolve", &resolve).await;
-    s.ask_merge_approval(MAINT, "maintainer-bot", &sid, &res)
-        .await;
+    let res = merge_waiting_for_approval(&s).await;
     let (status, text) = s.metrics().await;
     assert_eq!(status, 200);
     let carp = "cra_carp_duration_seconds_count";

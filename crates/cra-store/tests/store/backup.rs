@@ -481,3 +481,49 @@ fn a_redb_archive_restores_onto_postgres_and_every_area_reads_back() {
     );
     drop((store, restored));
 }
+
+/// The invariant "a refusal never half-applies", for the move onto PostgreSQL: an archive whose
+/// records a storage key encrypted, restored without that key, is refused before anything is
+/// written (no table in the schema, no staging directory left beside the archive); a staging
+/// directory a crashed restore left there is cleared, and the next restore goes through.
+#[test]
+fn a_refused_move_leaves_nothing_and_a_crashed_one_is_cleared() {
+    let Some(url) = postgres_url("a_refused_move_leaves_nothing") else {
+        return;
+    };
+    let enc = cra_store::Encryption::new(crate::encryption::key(), Vec::new());
+    let keyed = fixed().1.with_encryption(enc);
+    let (dir, data) = fda2190_data_dir();
+    let store = RedbStore::open_with(&data, keyed.clone()).unwrap();
+    crate::encryption::write_everything(&store, "0196b5a0-0000-7000-8000-0000000000bb", "mk-x");
+    let archive = dir.path().join("cra.backup");
+    cra_store::backup::redb::backup_store(&store, &archive, NOW, &mut |_, _| {}).unwrap();
+    drop(store);
+    let opened = Archive::open(&archive).unwrap();
+    let staging = cra_store::backup::transfer::staging_path(&archive);
+    let target = TestSchema::new(&url, "backup_move_refused");
+
+    let err = cra_store::backup::pg::restore(&opened, &url, target.name(), fixed().1, &mut |_| {})
+        .unwrap_err();
+    assert!(matches!(err, BackupError::Store(_)), "{err}");
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let tables: i64 = client
+        .query_one(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
+            &[&target.name()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "a refused move wrote tables");
+    assert!(
+        !staging.exists(),
+        "a refused move left its staging directory"
+    );
+
+    std::fs::create_dir_all(&staging).unwrap();
+    std::fs::write(staging.join("cra.redb"), b"left by a crash").unwrap();
+    let verified =
+        cra_store::backup::pg::restore(&opened, &url, target.name(), keyed, &mut |_| {}).unwrap();
+    assert_eq!(verified.chains, opened.manifest.chains);
+    assert!(!staging.exists());
+}

@@ -225,8 +225,9 @@ impl Metrics {
         out
     }
 
-    /// How long ago this replica first saw a checkpoint of `size` leaves, the latest published
-    /// (its cuts and `/metrics` reads are where it looks); 0 when none is published.
+    /// How long ago a `/metrics` read first saw a checkpoint of `size` leaves, the latest
+    /// published (scrapes are where it looks, so it lags publication by at most one scrape
+    /// interval); 0 when none is published.
     pub fn checkpoint_age(&self, size: Option<u64>, now: std::time::Instant) -> f64 {
         let mut seen = self
             .checkpoint_seen

@@ -258,7 +258,7 @@ pub(crate) async fn metrics(
         ),
         (
             "cra_log_checkpoint_age_seconds",
-            "How long ago this replica first saw the latest signed checkpoint (its cuts and /metrics reads are where it looks; 0 before the first).",
+            "How long ago a /metrics read of this replica first saw the latest signed checkpoint, so within one scrape interval of its publication (0 before the first).",
             state
                 .metrics
                 .checkpoint_age(log.1, std::time::Instant::now()),

@@ -197,6 +197,16 @@ pub fn verify_store<S: LogStore + ?Sized>(
     Ok(done)
 }
 
+/// Makes `dir` a new, empty directory to build a restore in; one a crashed restore left is
+/// removed first (nothing it held was ever put in place).
+fn fresh_staging(dir: &std::path::Path) -> Result<(), BackupError> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| crate::redb::rewrite::io(dir, &e))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| crate::redb::rewrite::io(dir, &e))?;
+    Ok(())
+}
+
 /// Refuses a restored store holding fewer chains, or a shorter log, than the manifest says its
 /// view held (a log the restore's open backfilled from nothing may be longer).
 fn check_counts(manifest: &Manifest, verified: &Verified) -> Result<(), BackupError> {

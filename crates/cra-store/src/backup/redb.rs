@@ -94,11 +94,7 @@ pub fn restore(
         return Err(BackupError::Exists(target));
     }
     let staging = dir.join(STAGING);
-    // A restore that crashed leaves its staging directory: it was never in place.
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(|e| rewrite::io(&staging, &e))?;
-    }
-    std::fs::create_dir_all(&staging).map_err(|e| rewrite::io(&staging, &e))?;
+    super::fresh_staging(&staging)?;
     let staged = staging.join(DATABASE_FILE);
     let verified = archive
         .extract(DATABASE_ENTRY, &staged)

@@ -32,8 +32,8 @@ use super::redb::DATABASE_ENTRY;
 use super::{BackupError, Verified};
 use crate::catalog::{AtlasCatalog, encode_files};
 use crate::encryption::Encryption;
-use crate::pg::{check_schema_name, connect_client, pg};
-use crate::redb::{RedbStore, backend, rewrite};
+use crate::pg::{check_schema_name, connect_client, pg, to_i64};
+use crate::redb::{RedbStore, backend};
 use crate::relay::{PgRelay, RedbRelay};
 use crate::{BackendError, StoreConfig};
 
@@ -57,11 +57,7 @@ pub fn restore(
     check_schema_name(schema)?;
     let mut client = connect_client(url)?;
     let staging = staging_path(archive.path());
-    // A restore that crashed leaves its staging directory: nothing else uses the name.
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging).map_err(|e| rewrite::io(&staging, &e))?;
-    }
-    std::fs::create_dir_all(&staging).map_err(|e| rewrite::io(&staging, &e))?;
+    super::fresh_staging(&staging)?;
     let moved = (|| {
         archive.extract(DATABASE_ENTRY, &staging.join(crate::redb::DATABASE_FILE))?;
         let source = RedbStore::open_with(&staging, config.clone())?;
@@ -147,10 +143,6 @@ fn damaged(what: &str, e: impl std::fmt::Display) -> BackupError {
     BackupError::Damaged(format!("{what}: {e}"))
 }
 
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 impl Source<'_> {
     /// The text of a record stored in redb's `table`, decrypted and decompressed.
     fn text(&self, table: &str, stored: &[u8]) -> Result<String, BackupError> {
@@ -175,39 +167,67 @@ impl Source<'_> {
         Ok((value, body))
     }
 
+    /// Copies every row of redb's `from` into PostgreSQL's `to` (`columns`, each with its
+    /// type) in one binary `COPY`; `row` writes the rows of one stored key and value.
+    fn copy_table<K: ::redb::Key + 'static, V: ::redb::Value + 'static>(
+        &self,
+        tx: &mut Transaction<'_>,
+        from: ::redb::TableDefinition<'static, K, V>,
+        to: &str,
+        columns: &[(&str, Type)],
+        row: impl for<'v> Fn(
+            &mut BinaryCopyInWriter<'_>,
+            K::SelfType<'v>,
+            V::SelfType<'v>,
+        ) -> Result<(), BackupError>,
+    ) -> Result<(), BackupError> {
+        let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+        let types: Vec<Type> = columns.iter().map(|(_, ty)| ty.clone()).collect();
+        let mut rows = copy_in(tx, to, &names, &types)?;
+        let table = self.view.open_table(from).map_err(backend)?;
+        for entry in table.iter().map_err(backend)? {
+            let (key, value) = entry.map_err(backend)?;
+            row(&mut rows, key.value(), value.value())?;
+        }
+        rows.finish().map_err(pg)?;
+        Ok(())
+    }
+
+    /// Copies the records of redb's `from` into PostgreSQL's `to` (text `columns`): `row`
+    /// writes each from the decoded record and its body as PostgreSQL stores it.
+    fn records<T: DeserializeOwned>(
+        &self,
+        tx: &mut Transaction<'_>,
+        from: ::redb::TableDefinition<'static, &'static str, &'static [u8]>,
+        to: &str,
+        columns: &[&str],
+        row: impl Fn(&mut BinaryCopyInWriter<'_>, T, String) -> Result<(), BackupError>,
+    ) -> Result<(), BackupError> {
+        let columns: Vec<(&str, Type)> = columns.iter().map(|c| (*c, Type::TEXT)).collect();
+        self.copy_table(tx, from, to, &columns, |rows, _, stored| {
+            let (value, body) = self.record(from.name(), to, stored)?;
+            row(rows, value, body)
+        })
+    }
+
     /// Every chain's head as stored and every event's wire JSON as sealed.
     fn chains(&self, tx: &mut Transaction<'_>) -> Result<(), BackupError> {
         use crate::redb::trace::{EVENTS, HEADS};
-        let heads = self.view.open_table(HEADS).map_err(backend)?;
-        let mut rows = copy_in(
-            tx,
-            "trace_heads",
-            &[
-                "session_id",
-                "next_sequence",
-                "head_hash",
-                "first_timestamp",
-                "last_timestamp",
-                "ended",
-                "bytes",
-            ],
-            &[
-                Type::TEXT,
-                Type::INT8,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-                Type::BOOL,
-                Type::INT8,
-            ],
-        )?;
-        for row in heads.iter().map_err(backend)? {
-            let (id, bytes) = row.map_err(backend)?;
-            let id = id.value();
-            let head = crate::chain::decode_head(id, bytes.value())
-                .map_err(|e| damaged(HEADS.name(), e))?;
+        let (text, int, boolean) = (Type::TEXT, Type::INT8, Type::BOOL);
+        let columns = [
+            ("session_id", text.clone()),
+            ("next_sequence", int.clone()),
+            ("head_hash", text.clone()),
+            ("first_timestamp", text.clone()),
+            ("last_timestamp", text.clone()),
+            ("ended", boolean),
+            ("bytes", int.clone()),
+        ];
+        self.copy_table(tx, HEADS, "trace_heads", &columns, |rows, id, stored| {
+            let head =
+                crate::chain::decode_head(id, stored).map_err(|e| damaged(HEADS.name(), e))?;
             write_row(
-                &mut rows,
+                rows,
                 &[
                     &id,
                     &to_i64(head.next_sequence),
@@ -217,57 +237,38 @@ impl Source<'_> {
                     &head.ended,
                     &to_i64(head.bytes),
                 ],
-            )?;
-        }
-        rows.finish().map_err(pg)?;
-        let events = self.view.open_table(EVENTS).map_err(backend)?;
-        let mut rows = copy_in(
+            )
+        })?;
+        let columns = [
+            ("session_id", text.clone()),
+            ("sequence", int),
+            ("event_type", text.clone()),
+            ("timestamp", text.clone()),
+            ("event_hash", text.clone()),
+            ("body", text),
+        ];
+        // A record holds an append's events, one per line, from the sequence its key names.
+        self.copy_table(
             tx,
+            EVENTS,
             "trace_events",
-            &[
-                "session_id",
-                "sequence",
-                "event_type",
-                "timestamp",
-                "event_hash",
-                "body",
-            ],
-            &[
-                Type::TEXT,
-                Type::INT8,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-                Type::TEXT,
-            ],
-        )?;
-        for row in events.iter().map_err(backend)? {
-            let (key, stored) = row.map_err(backend)?;
-            let (id, first) = key.value();
-            let text = self.text(EVENTS.name(), stored.value())?;
-            for (i, line) in text.split('\n').enumerate() {
-                let sequence = first.saturating_add(i as u64);
-                let event = crate::chain::decode_event(id, sequence, line.as_bytes())
-                    .map_err(|e| damaged(EVENTS.name(), e))?;
-                let body = self
-                    .enc
-                    .encrypt_text(crate::pg::trace::EVENTS, line.to_owned())
-                    .map_err(|e| damaged(EVENTS.name(), e))?;
-                write_row(
-                    &mut rows,
-                    &[
-                        &id,
-                        &to_i64(sequence),
-                        &event.event_type,
-                        &event.timestamp,
-                        &event.event_hash,
-                        &body,
-                    ],
-                )?;
-            }
-        }
-        rows.finish().map_err(pg)?;
-        Ok(())
+            &columns,
+            |rows, (id, first), stored| {
+                let text = self.text(EVENTS.name(), stored)?;
+                for (i, line) in text.split('\n').enumerate() {
+                    let sequence = first.saturating_add(i as u64);
+                    let event = crate::chain::decode_event(id, sequence, line.as_bytes())
+                        .map_err(|e| damaged(EVENTS.name(), e))?;
+                    let body = self
+                        .enc
+                        .encrypt_text(crate::pg::trace::EVENTS, line.to_owned())
+                        .map_err(|e| damaged(EVENTS.name(), e))?;
+                    let (kind, at, hash) = (&event.event_type, &event.timestamp, &event.event_hash);
+                    write_row(rows, &[&id, &to_i64(sequence), kind, at, hash, &body])?;
+                }
+                Ok(())
+            },
+        )
     }
 
     /// The log: its identity, its leaves in the redb log's order (so the same tree), and its
@@ -294,27 +295,6 @@ impl Source<'_> {
             )
             .map_err(pg)?;
         }
-        Ok(())
-    }
-
-    /// Copies every record of redb's `from` into PostgreSQL's `to` (text `columns`), each row
-    /// written by `row` from the decoded record and its stored body.
-    fn records<T: DeserializeOwned>(
-        &self,
-        tx: &mut Transaction<'_>,
-        from: ::redb::TableDefinition<'static, &'static str, &'static [u8]>,
-        to: &str,
-        columns: &[&str],
-        row: impl Fn(&mut BinaryCopyInWriter<'_>, T, String) -> Result<(), BackupError>,
-    ) -> Result<(), BackupError> {
-        let mut rows = copy_in(tx, to, columns, &vec![Type::TEXT; columns.len()])?;
-        let table = self.view.open_table(from).map_err(backend)?;
-        for entry in table.iter().map_err(backend)? {
-            let (_, stored) = entry.map_err(backend)?;
-            let (value, body) = self.record(from.name(), to, stored.value())?;
-            row(&mut rows, value, body)?;
-        }
-        rows.finish().map_err(pg)?;
         Ok(())
     }
 
@@ -373,15 +353,10 @@ impl Source<'_> {
             to::LEASES,
             &columns,
             |rows, l: ExecutionLease, body| {
+                let key = &l.idempotency_key;
                 write_row(
                     rows,
-                    &[
-                        &l.execution_id,
-                        &l.owner,
-                        &l.session_id,
-                        &l.idempotency_key,
-                        &body,
-                    ],
+                    &[&l.execution_id, &l.owner, &l.session_id, key, &body],
                 )
             },
         )?;
@@ -404,82 +379,50 @@ impl Source<'_> {
     /// CARP's request ids, budget and rate counters and open-session counts, as they are.
     fn counters(&self, tx: &mut Transaction<'_>) -> Result<(), BackupError> {
         use crate::redb::carp as from;
-        let text = [Type::TEXT; 2];
-        let mut rows = copy_in(
+        let (text, int) = (Type::TEXT, Type::INT8);
+        let columns = [("session_id", text.clone()), ("request_id", text.clone())];
+        self.copy_table(
             tx,
+            from::REQUEST_IDS,
             "carp_request_ids",
-            &["session_id", "request_id"],
-            &text[..2],
+            &columns,
+            |rows, (session, request), ()| write_row(rows, &[&session, &request]),
         )?;
-        for row in self
-            .view
-            .open_table(from::REQUEST_IDS)
-            .map_err(backend)?
-            .iter()
-            .map_err(backend)?
-        {
-            let (key, _) = row.map_err(backend)?;
-            let (session, request) = key.value();
-            write_row(&mut rows, &[&session, &request])?;
-        }
-        rows.finish().map_err(pg)?;
-
-        let mut rows = copy_in(
+        let columns = [
+            ("policy_id", text.clone()),
+            ("scope_key", text.clone()),
+            ("spent", int.clone()),
+        ];
+        self.copy_table(
             tx,
+            from::BUDGET,
             "carp_counters",
-            &["policy_id", "scope_key", "spent"],
-            &[Type::TEXT, Type::TEXT, Type::INT8],
+            &columns,
+            |rows, (policy, scope), spent| write_row(rows, &[&policy, &scope, &to_i64(spent)]),
         )?;
-        for row in self
-            .view
-            .open_table(from::BUDGET)
-            .map_err(backend)?
-            .iter()
-            .map_err(backend)?
-        {
-            let (key, spent) = row.map_err(backend)?;
-            let (policy, scope) = key.value();
-            write_row(&mut rows, &[&policy, &scope, &to_i64(spent.value())])?;
-        }
-        rows.finish().map_err(pg)?;
-
-        let mut rows = copy_in(
+        let columns = [
+            ("policy_id", text.clone()),
+            ("scope_key", text.clone()),
+            ("at_us", int.clone()),
+            ("n", int.clone()),
+        ];
+        self.copy_table(
             tx,
+            from::RATE,
             "carp_rate_events",
-            &["policy_id", "scope_key", "at_us", "n"],
-            &[Type::TEXT, Type::TEXT, Type::INT8, Type::INT8],
+            &columns,
+            |rows, (policy, scope, at_us), n| {
+                write_row(rows, &[&policy, &scope, &at_us, &to_i64(n)])
+            },
         )?;
-        for row in self
-            .view
-            .open_table(from::RATE)
-            .map_err(backend)?
-            .iter()
-            .map_err(backend)?
-        {
-            let (key, n) = row.map_err(backend)?;
-            let (policy, scope, at_us) = key.value();
-            write_row(&mut rows, &[&policy, &scope, &at_us, &to_i64(n.value())])?;
-        }
-        rows.finish().map_err(pg)?;
-
-        let mut rows = copy_in(
+        let columns = [("agent_key", text), ("open", int)];
+        self.copy_table(
             tx,
+            from::OPEN_SESSIONS,
             "carp_open_sessions",
-            &["agent_key", "open"],
-            &[Type::TEXT, Type::INT8],
-        )?;
-        for row in self
-            .view
-            .open_table(from::OPEN_SESSIONS)
-            .map_err(backend)?
-            .iter()
-            .map_err(backend)?
-        {
-            let (key, open) = row.map_err(backend)?;
-            write_row(&mut rows, &[&key.value(), &to_i64(open.value())])?;
-        }
-        rows.finish().map_err(pg)?;
-        Ok(())
+            &columns,
+            |rows, agent, open| write_row(rows, &[&agent, &to_i64(open)]),
+        )
     }
 }
 
@@ -523,26 +466,21 @@ fn relay_state(
     relay: &RedbRelay,
     tx: &mut Transaction<'_>,
 ) -> Result<(), BackupError> {
-    let clock = from
-        .view
-        .open_table(crate::relay::redb::FACT_CLOCK)
-        .map_err(backend)?;
-    for row in clock.iter().map_err(backend)? {
-        let (project, at) = row.map_err(backend)?;
-        tx.execute(
-            "INSERT INTO relay_fact_clock (project_id, recorded_at) VALUES ($1, $2)",
-            &[&project.value(), &at.value()],
-        )
-        .map_err(pg)?;
-    }
-    let owed = relay
-        .outbox()
-        .map_err(|e| BackupError::Damaged(format!("relay_outbox: {e}")))?;
+    let columns = [("project_id", Type::TEXT), ("recorded_at", Type::TEXT)];
+    let clock = crate::relay::redb::FACT_CLOCK;
+    from.copy_table(
+        tx,
+        clock,
+        "relay_fact_clock",
+        &columns,
+        |rows, project, at| write_row(rows, &[&project, &at]),
+    )?;
+    let owed = relay.outbox().map_err(|e| damaged("relay_outbox", e))?;
     for entry in owed {
         let body = from
             .enc
-            .encrypt_text("relay_outbox", entry.body)
-            .map_err(|e| damaged("relay_outbox", e))?;
+            .encrypt_text(crate::relay::pg::OUTBOX, entry.body)
+            .map_err(|e| damaged(crate::relay::pg::OUTBOX, e))?;
         tx.execute(
             "INSERT INTO relay_outbox (key, body) VALUES ($1, $2)",
             &[&entry.key, &body],

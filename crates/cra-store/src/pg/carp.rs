@@ -21,7 +21,7 @@ use postgres::error::SqlState;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::{PgStore, PooledClient};
+use super::{PgStore, PooledClient, to_i64};
 
 fn be(e: impl std::error::Error) -> CarpError {
     CarpError::Backend(format!(
@@ -268,10 +268,6 @@ pub(crate) fn count_end_in(
 
 fn is_unique_violation(e: &postgres::Error) -> bool {
     e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 impl PgStore {

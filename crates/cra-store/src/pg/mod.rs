@@ -233,6 +233,11 @@ pub fn embedded_migrations() -> Vec<(u32, &'static str)> {
     MIGRATIONS.iter().map(|(v, n, _)| (*v, *n)).collect()
 }
 
+/// A count or sequence as PostgreSQL's `bigint` (one beyond it, never reached, saturates).
+pub(crate) fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// Refuses schema names that would need quoting games.
 pub fn check_schema_name(schema: &str) -> Result<(), BackendError> {
     let mut bytes = schema.bytes();

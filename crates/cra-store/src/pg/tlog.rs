@@ -13,15 +13,11 @@ use std::collections::BTreeMap;
 use cra_tlog::Hash;
 use postgres::Transaction;
 
-use super::PgStore;
+use super::{PgStore, to_i64};
 use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, Settled, TileKey};
 
 fn store(e: postgres::Error) -> LogError {
     LogError::Store(format!("postgres: {}", super::error_text(&e)))
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// The stored level of a tile key (entry bundles are -1).

@@ -25,7 +25,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use postgres::error::SqlState;
 
-use super::{PgStore, Pool};
+use super::{PgStore, Pool, to_i64};
 use crate::StoreConfig;
 use crate::chain::{HeadRecord, decode_event, seal_all};
 
@@ -36,10 +36,6 @@ use crate::tlog::NewLeaf;
 
 fn unavailable(e: impl std::error::Error) -> ChainStoreError {
     ChainStoreError::Unavailable(format!("postgres: {}", super::error_text(&e)))
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Tries of a batch that met a deadlock or serialisation failure.

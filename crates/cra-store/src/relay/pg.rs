@@ -44,7 +44,7 @@ const PACKAGES: &str = "relay_packages";
 const REVIEWS: &str = "relay_reviews";
 const FACTS: &str = "relay_facts";
 const SESSIONS: &str = "relay_sessions";
-const OUTBOX: &str = "relay_outbox";
+pub(crate) const OUTBOX: &str = "relay_outbox";
 
 /// How Relay's records are stored in the `body` columns: their JSON, encrypted in the text form
 /// ([`Encryption::encrypt_text`], the table's name being the associated data) when the store has

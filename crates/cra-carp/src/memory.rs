@@ -387,4 +387,9 @@ impl CarpStore for MemoryStore {
             .cloned()
             .collect())
     }
+
+    fn list_decided_approvals(&self, limit: usize) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
+        let approvals: Vec<ApprovalRecord> = self.lock().approvals.values().cloned().collect();
+        Ok(crate::store::newest_decisions(approvals, limit))
+    }
 }

@@ -787,6 +787,31 @@ pub trait CarpStore: Send + Sync + fmt::Debug {
 
     /// Every approval still pending, ordered by `approval_id`.
     fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError>;
+
+    /// The `limit` approvals decided most recently (granted or rejected), newest decision
+    /// first, ties by `approval_id`: the history an operator reviews. Backends read every
+    /// approval to answer (retention bounds how many there are).
+    fn list_decided_approvals(&self, limit: usize) -> Result<Vec<ApprovalRecord>, CarpStoreError>;
+}
+
+/// The `limit` newest decisions among `approvals`, as
+/// [`CarpStore::list_decided_approvals`] orders them (every backend sorts with this).
+pub fn newest_decisions(
+    approvals: impl IntoIterator<Item = ApprovalRecord>,
+    limit: usize,
+) -> Vec<ApprovalRecord> {
+    let mut decided: Vec<ApprovalRecord> = approvals
+        .into_iter()
+        .filter(|a| a.status != ApprovalStatus::Pending)
+        .collect();
+    // Wire timestamps are RFC 3339 UTC with a fixed width, so they sort as text.
+    decided.sort_by(|a, b| {
+        b.decided_at
+            .cmp(&a.decided_at)
+            .then_with(|| a.approval_id.cmp(&b.approval_id))
+    });
+    decided.truncate(limit);
+    decided
 }
 
 // --- a change of state and its trace events as one unit -------------------------------------

@@ -40,6 +40,7 @@ pub fn check_all(make: &dyn Fn() -> Box<dyn CarpStore>) {
     leases_of_lists_exactly_the_owners_leases_in_id_order(make().as_ref());
     release_removes_only_that_lease(make().as_ref());
     approvals(make().as_ref());
+    decided_approvals_are_listed_newest_decision_first(make().as_ref());
 }
 
 /// The owner index: an agent's sessions and none of another's, ended ones included.
@@ -625,6 +626,36 @@ fn approvals(s: &dyn CarpStore) {
         .unwrap();
     assert_eq!(rejected.status, ApprovalStatus::Rejected);
     assert!(s.list_pending_approvals().unwrap().is_empty());
+}
+
+/// The history: decisions only, newest `decided_at` first (ties by id), at most `limit`.
+fn decided_approvals_are_listed_newest_decision_first(s: &dyn CarpStore) {
+    for id in ["a1", "a2", "a3", "a4"] {
+        s.create_approval(&sample_approval(id)).unwrap();
+    }
+    assert!(s.list_decided_approvals(10).unwrap().is_empty());
+    for (id, decision, at) in [
+        ("a3", ApprovalDecision::Grant, "2026-01-01T00:05:00.000000Z"),
+        (
+            "a1",
+            ApprovalDecision::Reject,
+            "2026-01-01T00:09:00.000000Z",
+        ),
+        ("a2", ApprovalDecision::Grant, "2026-01-01T00:05:00.000000Z"),
+    ] {
+        s.decide_approval(id, decision, "human-1", None, at)
+            .unwrap();
+    }
+    let ids = |limit| -> Vec<String> {
+        s.list_decided_approvals(limit)
+            .unwrap()
+            .into_iter()
+            .map(|a| a.approval_id)
+            .collect()
+    };
+    assert_eq!(ids(10), ["a1", "a2", "a3"], "a4 is pending: not history");
+    assert_eq!(ids(2), ["a1", "a2"]);
+    assert!(ids(0).is_empty());
 }
 
 /// Two charges on one `(policy, scope)` in one call are counted together: each fitting alone

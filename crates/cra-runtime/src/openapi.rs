@@ -51,6 +51,7 @@ pub(crate) struct ErrorBodySchema {
         routes::system::ready,
         routes::system::conformance,
         routes::system::metrics,
+        routes::system::whoami,
         routes::system::backup,
         routes::sessions::create,
         routes::sessions::get,

@@ -20,29 +20,62 @@ use crate::state::AppState;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ListQuery {
-    /// Only `pending` is listed.
+    /// `pending` (the default) or `decided`.
     #[serde(default)]
     pub status: Option<String>,
+    /// How many decisions `status=decided` answers (default 50, at most 500).
+    #[serde(default)]
+    pub limit: Option<String>,
 }
 
-/// Pending approvals (operators, auditors).
+/// Pending approvals of open sessions, or the most recent decisions (operators, auditors).
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
-    params(("status" = Option<String>, Query, description = "`pending` (the default)")),
-    responses((status = 200, description = "Pending approvals", body = [Object]),
+    params(("status" = Option<String>, Query, description = "`pending` (the default): the queue; `decided`: the newest decisions first"),
+           ("limit" = Option<u64>, Query, description = "With `status=decided`: how many (default 50, at most 500)")),
+    responses((status = 200, description = "Approvals", body = [Object]),
+              (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn list(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ListQuery>,
 ) -> ApiResult<Json<Vec<ApprovalRecord>>> {
-    if let Some(o) = q.status.as_deref().filter(|s| *s != "pending") {
-        return Err(ApiError::new(
+    match q.status.as_deref() {
+        None | Some("pending") => {
+            if q.limit.is_some() {
+                return Err(ApiError::new(
+                    Token::InvalidRequest,
+                    "query parameter `limit` applies to `status=decided`; the pending queue is listed whole",
+                ));
+            }
+            Ok(Json(service::pending(&state, &actor).await?))
+        }
+        Some("decided") => {
+            let limit = match q.limit.as_deref() {
+                None => DEFAULT_HISTORY,
+                Some(v) => crate::extract::query_u64("limit", Some(v))?,
+            };
+            if limit == 0 || limit > service::MAX_HISTORY as u64 {
+                return Err(ApiError::new(
+                    Token::InvalidRequest,
+                    format!(
+                        "query parameter `limit`: {limit} is not between 1 and {}",
+                        service::MAX_HISTORY
+                    ),
+                ));
+            }
+            let limit = usize::try_from(limit).unwrap_or(service::MAX_HISTORY);
+            Ok(Json(service::decided(&state, &actor, limit).await?))
+        }
+        Some(o) => Err(ApiError::new(
             Token::InvalidRequest,
-            format!("query parameter `status`: only `pending` is listed, not `{o}`"),
-        ));
+            format!("query parameter `status`: `{o}` is neither `pending` nor `decided`"),
+        )),
     }
-    Ok(Json(service::pending(&state, &actor).await?))
 }
+
+/// How many decisions `status=decided` answers without a `limit`.
+const DEFAULT_HISTORY: u64 = 50;
 
 /// `GET /v1/approvals/{approval_id}` query.
 #[derive(Debug, Deserialize)]

@@ -1,4 +1,5 @@
-//! `/v1/health`, `/v1/conformance` (public), `/metrics` (operators) and `/v1/backup` (admins).
+//! `/v1/health`, `/v1/conformance` (public), `/v1/whoami` (any credential), `/metrics`
+//! (operators) and `/v1/backup` (admins).
 //! The conformance suite's evaluation and clock routes live in [`crate::conformance`].
 
 use axum::Json;
@@ -47,6 +48,36 @@ pub(crate) struct Health {
     /// or of the keys that failed, the last good set staying in force (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<String>,
+}
+
+/// `GET /v1/whoami`: the actor a credential names.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct Identity {
+    /// The actor id.
+    pub actor_id: String,
+    /// `agent`, `human` or `script`.
+    pub actor_type: String,
+    /// The roles granted, sorted (`agent`, `author`, `auditor`, `operator`, `admin`).
+    pub roles: Vec<String>,
+    /// A fingerprint of the credential (never the credential): how log lines name it.
+    pub key_fingerprint: String,
+}
+
+/// Who the presented credential is: its actor, type and roles (any credential). The console
+/// asks it to choose its pages; the server enforces the roles on every other route.
+#[utoipa::path(get, path = "/v1/whoami", tag = "system",
+    responses((status = 200, description = "The caller's identity", body = Identity),
+              (status = 401, body = crate::openapi::ErrorBodySchema)))]
+pub(crate) async fn whoami(Caller(actor): Caller) -> Json<Identity> {
+    Json(Identity {
+        actor_id: actor.id.clone(),
+        actor_type: serde_json::to_value(actor.actor_type)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default(),
+        roles: actor.roles.iter().map(|r| r.as_str().to_owned()).collect(),
+        key_fingerprint: actor.key_fingerprint,
+    })
 }
 
 /// `GET /v1/health/live`.

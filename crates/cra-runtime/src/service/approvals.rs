@@ -54,6 +54,17 @@ pub async fn pending(rt: &Runtime, actor: &Actor) -> ApiResult<Vec<ApprovalRecor
     .await
 }
 
+/// The most decisions one history read answers.
+pub const MAX_HISTORY: usize = 500;
+
+/// The `limit` most recent decisions (at most [`MAX_HISTORY`]), newest first, for operators and
+/// auditors: the approval history the console shows.
+pub async fn decided(rt: &Runtime, actor: &Actor, limit: usize) -> ApiResult<Vec<ApprovalRecord>> {
+    actor.require(&[Role::Operator, Role::Auditor], "listing approvals")?;
+    let limit = limit.min(MAX_HISTORY);
+    rt.carp(move |s| s.list_decided_approvals(limit)).await
+}
+
 /// The longest an agent may wait for a decision in one request (`wait`, seconds).
 pub const MAX_WAIT_SECONDS: u64 = 60;
 

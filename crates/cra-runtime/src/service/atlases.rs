@@ -46,6 +46,10 @@ pub struct AtlasSummary {
     pub actions: usize,
     /// Number of policies.
     pub policies: usize,
+    /// `verified` (signed by a key the server trusts: `[atlas_signing]` is configured, and no
+    /// atlas is in force without that), `signed` (it carries a signature, which nothing checks
+    /// because the server trusts no key) or `unsigned`.
+    pub signature: &'static str,
 }
 
 impl AtlasSummary {
@@ -59,6 +63,11 @@ impl AtlasSummary {
             digest: a.digest.clone(),
             actions: a.manifest.actions.len(),
             policies: a.manifest.policies.len(),
+            signature: if a.signature.is_some() {
+                "signed"
+            } else {
+                "unsigned"
+            },
         }
     }
 }
@@ -175,7 +184,15 @@ impl Runtime {
 
     /// Every atlas in force (any authenticated caller).
     pub fn atlas_summaries(&self) -> Vec<AtlasSummary> {
-        self.atlases().loaded.iter().map(AtlasSummary::of).collect()
+        let checked = self.config.atlas_signing != crate::config::AtlasSigningConfig::default();
+        let mut all: Vec<AtlasSummary> =
+            self.atlases().loaded.iter().map(AtlasSummary::of).collect();
+        if checked {
+            for a in all.iter_mut().filter(|a| a.signature == "signed") {
+                a.signature = "verified";
+            }
+        }
+        all
     }
 
     /// The manifest of atlas `atlas_id` (inline and folder-held policies and actions merged),

@@ -159,6 +159,9 @@ impl CarpStore for Gated {
     fn list_pending_approvals(&self) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
         self.inner.list_pending_approvals()
     }
+    fn list_decided_approvals(&self, limit: usize) -> Result<Vec<ApprovalRecord>, CarpStoreError> {
+        self.inner.list_decided_approvals(limit)
+    }
 }
 
 /// An executor endpoint whose calls are counted and held until `open` is called.

@@ -922,4 +922,19 @@ impl CarpStore for PgStore {
             .map(|r| self.decode(APPROVALS, r.get::<_, &str>(0)))
             .collect()
     }
+
+    fn list_decided_approvals(&self, limit: usize) -> Result<Vec<ApprovalRecord>, CarpError> {
+        let mut c = self.carp_client()?;
+        let rows = c
+            .query(
+                "SELECT body FROM carp_approvals WHERE status <> 'pending'",
+                &[],
+            )
+            .map_err(be)?;
+        let decided = rows
+            .iter()
+            .map(|r| self.decode(APPROVALS, r.get::<_, &str>(0)))
+            .collect::<Result<Vec<ApprovalRecord>, CarpError>>()?;
+        Ok(cra_carp::store::newest_decisions(decided, limit))
+    }
 }

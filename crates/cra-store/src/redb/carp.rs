@@ -1271,6 +1271,21 @@ impl CarpStore for RedbStore {
         }
         Ok(out)
     }
+
+    fn list_decided_approvals(&self, limit: usize) -> Result<Vec<ApprovalRecord>, CarpError> {
+        let txn = self.handle().begin_read().map_err(be)?;
+        let approvals = txn.open_table(APPROVALS).map_err(be)?;
+        let mut all = Vec::new();
+        for entry in approvals.iter().map_err(be)? {
+            let (_, bytes) = entry.map_err(be)?;
+            all.push(decode::<ApprovalRecord>(
+                &self.config().encryption,
+                APPROVALS,
+                bytes.value(),
+            )?);
+        }
+        Ok(cra_carp::store::newest_decisions(all, limit))
+    }
 }
 
 /// Whether a stored JSON record of `table` names `session_id` as its `session_id`. A record that

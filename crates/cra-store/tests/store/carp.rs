@@ -205,6 +205,12 @@ macro_rules! forward {
             ) -> Result<Vec<cra_carp::store::ApprovalRecord>, cra_carp::store::CarpStoreError> {
                 self.store.list_pending_approvals()
             }
+            fn list_decided_approvals(
+                &self,
+                limit: usize,
+            ) -> Result<Vec<cra_carp::store::ApprovalRecord>, cra_carp::store::CarpStoreError> {
+                self.store.list_decided_approvals(limit)
+            }
         }
     };
 }

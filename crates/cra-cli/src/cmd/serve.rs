@@ -1,6 +1,7 @@
 //! `cra serve`: runs the runtime (HTTP API, WebSocket streams) until Ctrl-C or SIGTERM, then
 //! shuts down gracefully (every acknowledged write is already durable; in-flight requests finish).
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -174,7 +175,12 @@ pub fn run(args: ServeArgs) -> Exit {
         println!("cra serve: listening on {}", server.url());
         match server.wait().await {
             Ok(()) => {
-                println!("cra serve: stopped; every acknowledged write is on disk");
+                // Said last, to whoever still reads: a closed standard output (the reader
+                // gone first) is no reason to fail a clean stop.
+                let _ = writeln!(
+                    std::io::stdout(),
+                    "cra serve: stopped; every acknowledged write is on disk"
+                );
                 Exit::Success
             }
             Err(e) => {

@@ -23,6 +23,7 @@
 //! * [`tls`]: HTTPS and WSS for the server (mutual TLS's certificate identity too) and the one
 //!   rustls configuration of every client cra builds.
 //! * [`webhooks`]: approver notifications, signed as Standard Webhooks sign, retried, recorded.
+//! * `console`: the operator's web console at `/console`, files compiled in.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
@@ -30,6 +31,7 @@ pub mod auth;
 mod backend;
 pub mod config;
 pub mod conformance;
+mod console;
 pub mod credentials;
 mod error;
 pub mod executor;
@@ -59,5 +61,7 @@ pub use inflight::close_interrupted;
 pub use routes::router;
 pub use server::{RunningServer, StartNotice, build_runtime, open_local, open_local_with, start};
 pub use state::{AppState, Runtime};
-pub use stream::{CLOSE_MAY_HAVE_MISSED, CLOSE_SLOW_CONSUMER};
+pub use stream::{
+    BEARER_PROTOCOL_PREFIX, CLOSE_MAY_HAVE_MISSED, CLOSE_SLOW_CONSUMER, STREAM_PROTOCOL,
+};
 pub use tracelog::StreamFilter;

@@ -34,6 +34,35 @@ pub const CLOSE_SLOW_CONSUMER: u16 = 4008;
 /// for a while (`crate::replicas`): it may have missed events.
 pub const CLOSE_MAY_HAVE_MISSED: u16 = 4009;
 
+/// The subprotocol a browser offers (and the server selects) on a trace stream: browsers cannot
+/// set `Authorization` on a WebSocket, so they offer their key beside it as
+/// [`BEARER_PROTOCOL_PREFIX`] and the key's base64url (`specs/http.md`, "Live streams").
+pub const STREAM_PROTOCOL: &str = "cra.trace.v1";
+
+/// The prefix of the subprotocol that carries a bearer token: `cra.bearer.` then the token in
+/// unpadded base64url, so any key fits the header's token syntax.
+pub const BEARER_PROTOCOL_PREFIX: &str = "cra.bearer.";
+
+/// The `Authorization` value a `Sec-WebSocket-Protocol` header carries, if it offers
+/// [`BEARER_PROTOCOL_PREFIX`]: `Bearer <token>`. A value that does not decode is passed on as
+/// a bearer token no key matches, so the refusal is the ordinary 401.
+pub(crate) fn bearer_from_protocols(headers: &axum::http::HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    let offered = headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .find_map(|p| p.strip_prefix(BEARER_PROTOCOL_PREFIX))?;
+    let token = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(offered)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .unwrap_or_default();
+    Some(format!("Bearer {token}"))
+}
+
 /// Query of `GET /v1/traces/stream`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -129,6 +158,9 @@ pub(crate) async fn stream(
             format!("this route is a WebSocket; connect with an Upgrade request ({e})"),
         )
     })?;
+    // Selected when offered (a browser fails the handshake unless one it offered is chosen);
+    // the bearer protocol is never echoed.
+    let ws = ws.protocols([STREAM_PROTOCOL]);
     let capacity = state.config.limits.stream_queue;
     state.metrics.streams_opened.fetch_add(1, Ordering::Relaxed);
     Ok(match mode {

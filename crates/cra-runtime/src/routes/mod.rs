@@ -35,6 +35,7 @@ const PUBLIC_PATHS: &[&str] = &[
 /// must be able to fetch (`specs/tlog.md`).
 fn is_public(method: &axum::http::Method, path: &str) -> bool {
     PUBLIC_PATHS.contains(&path)
+        || (method == axum::http::Method::GET && crate::console::is_console_path(path))
         || (method == axum::http::Method::GET
             && (PUBLIC_LOG_PATHS.contains(&path) || path.starts_with("/v1/log/tile/")))
 }
@@ -53,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/health/live", get(system::live))
         .route("/v1/health/ready", get(system::ready))
         .route("/v1/conformance", get(system::conformance))
+        .route("/v1/whoami", get(system::whoami))
         .route("/metrics", get(system::metrics))
         .route("/v1/backup", get(system::backup))
         .route("/v1/sessions", post(sessions::create))
@@ -139,6 +141,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/traces/{session_id}", get(traces::get))
         .route("/v1/traces/{session_id}/verify", post(traces::verify))
         .merge(crate::mcp::http::router(state.clone()))
+        .merge(crate::console::routes())
         .fallback(fallback)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authenticate))
@@ -161,10 +164,15 @@ async fn authenticate(State(state): State<AppState>, mut req: Request, next: Nex
     if is_public(req.method(), req.uri().path()) {
         return next.run(req).await;
     }
+    // A browser's trace stream carries its key in the subprotocols it offers (no other route).
+    let from_protocol = (req.uri().path() == "/v1/traces/stream")
+        .then(|| crate::stream::bearer_from_protocols(req.headers()))
+        .flatten();
     let header = req
         .headers()
         .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+        .and_then(|v| v.to_str().ok())
+        .or(from_protocol.as_deref());
     let peer = req.extensions().get::<crate::tls::PeerCertificate>();
     let now = state.clock.now();
     let actor = match state.auth.current().authenticate_request(header, peer, now) {

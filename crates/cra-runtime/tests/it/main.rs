@@ -8,6 +8,7 @@ mod bad_requests;
 mod catalog;
 mod concurrency;
 mod connections;
+mod console;
 mod crash;
 mod disk;
 mod fidelity;

@@ -121,6 +121,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     step("websocket", http_load(quick, "ws"), &mut steps);
     step("slow_clients", http_load(quick, "slow"), &mut steps);
     step("mcp_proxy", mcp_proxy(quick), &mut steps);
+    step("console", console(quick), &mut steps);
     for &(pkg, bench, area, in_quick) in CRITERION {
         if quick && !in_quick {
             continue;
@@ -491,6 +492,23 @@ fn mcp_proxy(quick: bool) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&output(&mut cmd)?)?)
 }
 
+/// The operator console in Debian's chromium (`tools/peers/console_bench.mjs`, which needs
+/// `.ci/install`'s puppeteer-core and chromium): 10,000 sessions, 1,000 live events a second
+/// (a tenth of both with `--quick`).
+fn console(quick: bool) -> anyhow::Result<Value> {
+    build_workspace(true)?;
+    let mut cmd = Command::new("node");
+    cmd.args([
+        "tools/peers/console_bench.mjs",
+        "--cra",
+        &format!("{TARGET}/release/cra"),
+    ]);
+    if quick {
+        cmd.args(["--sessions", "1000", "--rate", "100", "--seconds", "5"]);
+    }
+    Ok(serde_json::from_str(&output(&mut cmd)?)?)
+}
+
 /// Runs one criterion bench and reads back every benchmark it wrote during this run.
 fn criterion_bench(
     pkg: &str,
@@ -726,6 +744,7 @@ fn render(doc: &Value) -> String {
             "websocket" => render_ws(&mut s, r),
             "slow_clients" => render_slow(&mut s, r),
             "mcp_proxy" => render_mcp_proxy(&mut s, r),
+            "console" => render_console(&mut s, r),
             _ => render_criterion(&mut s, name, r),
         }
     }
@@ -784,6 +803,58 @@ fn render_mcp_proxy(s: &mut String, r: &Value) {
             ms(&r[key]["p50"]),
             ms(&r[key]["p99"])
         );
+    }
+    let _ = writeln!(s);
+}
+
+fn render_console(s: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let ms = |v: &Value| f(v).map_or("?".to_owned(), |x| format!("{x:.0} ms"));
+    let live = &r["live"];
+    let _ = writeln!(
+        s,
+        "## Console: {} sessions, {} live events a second, in chromium
+",
+        r["sessions"], r["rate"]
+    );
+    let _ = writeln!(
+        s,
+        "`tools/peers/console_bench.mjs`: the sessions are opened through the API, then the live view is watched while the API ends them at the rate (one `session.ended` each); delays run from an event's timestamp to its row in the page; the main thread's lag is a 50 ms timer's lateness. Target: the live view draws every event, delay p99 under 1 s, and a click is answered within 500 ms under the load.
+"
+    );
+    let _ = writeln!(s, "| figure | value |");
+    let _ = writeln!(s, "|---|---:|");
+    let rows = [
+        ("sessions opened (API)", ms(&r["seed_ms"])),
+        (
+            "sessions page drawn (median of 3)",
+            ms(&r["sessions_page_ms"]["p50"]),
+        ),
+        (
+            "events sent / drawn while watched",
+            format!("{} / {}", live["sent"], live["drawn"]),
+        ),
+        (
+            "rate reached",
+            f(&live["rate_reached"]).map_or("?".into(), |x| format!("{x:.0} /s")),
+        ),
+        ("event to row, p50", ms(&live["delay_ms"]["p50"])),
+        ("event to row, p99", ms(&live["delay_ms"]["p99"])),
+        (
+            "main thread lag, p99",
+            ms(&live["main_thread_lag_ms"]["p99"]),
+        ),
+        (
+            "under load: sessions page drawn",
+            ms(&r["sessions_page_under_load_ms"]),
+        ),
+        (
+            "under load: a session's verified timeline drawn",
+            ms(&r["session_page_under_load_ms"]),
+        ),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(s, "| {name} | {value} |");
     }
     let _ = writeln!(s);
 }

@@ -8,6 +8,7 @@
 //! included: `policy-compare`, `history-compare`), a 1,000-event synthetic session through
 //! `verify-limit`, cra-trace's `verify_file` and the Appendix B Python verifier, `http-load` against the debug `cra` for HTTP and
 //! WebSocket, `mcp-proxy` for five calls each way (the filesystem MCP server from `.ci/install`),
+//! the console's benchmark in chromium on 50 sessions (`tools/peers/console_bench.mjs`),
 //! and every criterion bench in criterion's test mode (each benchmark once, through
 //! one `cargo test --workspace --bench ...`). A failed step does not stop the others; the
 //! command fails at the end naming every failed step.
@@ -78,6 +79,7 @@ pub(crate) fn run(build_only: bool) -> anyhow::Result<()> {
             ],
         ),
     );
+    step("console", console(&target));
     step("criterion", criterion());
     if !failed.is_empty() {
         bail!("benchmark smoke steps failed: {}", failed.join(", "));
@@ -115,6 +117,24 @@ fn json_of(target: &str, program: &str, args: &[&str]) -> anyhow::Result<()> {
     let out = output(Command::new(format!("{target}/debug/{program}")).args(args))?;
     serde_json::from_str::<Value>(&out)
         .with_context(|| format!("{program} did not print one JSON document"))?;
+    Ok(())
+}
+
+/// The console's benchmark in chromium on 50 sessions, 20 events a second for 2 s.
+fn console(target: &str) -> anyhow::Result<()> {
+    let out = output(Command::new("node").args([
+        "tools/peers/console_bench.mjs",
+        "--cra",
+        &format!("{target}/debug/cra"),
+        "--sessions",
+        "50",
+        "--rate",
+        "20",
+        "--seconds",
+        "2",
+    ]))?;
+    serde_json::from_str::<Value>(&out)
+        .context("console_bench.mjs did not print one JSON document")?;
     Ok(())
 }
 

@@ -31,6 +31,9 @@ pub struct RequestReceived<'a> {
     atlas_digests: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     counters: Option<ReadCounters<'a>>,
+    /// The caller's W3C `traceparent`, when its front door received one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traceparent: Option<&'a str>,
 }
 
 impl Payload for RequestReceived<'_> {
@@ -57,6 +60,7 @@ impl<'a> RequestReceived<'a> {
                 rate: &counters.rate,
                 budget: &counters.budget,
             }),
+            traceparent: request.traceparent.as_deref(),
         }
     }
 }
@@ -80,6 +84,9 @@ pub struct RefusedRequestReceived<'a> {
     pub goal: Option<&'a str>,
     /// The request as received.
     pub request: &'a CarpRequest,
+    /// The caller's W3C `traceparent`, when its front door received one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<&'a str>,
 }
 
 impl Payload for RefusedRequestReceived<'_> {
@@ -407,6 +414,9 @@ pub struct ActionRequested<'a> {
     /// none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub history: Option<&'a crate::history::HistoryRead>,
+    /// The caller's W3C `traceparent`, when its front door received one (`specs/otlp.md`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<&'a str>,
 }
 
 impl Payload for ActionRequested<'_> {
@@ -961,6 +971,7 @@ mod tests {
                 operation: "resolve",
                 goal: None,
                 request: &request,
+                traceparent: None,
             },
             &json!({"request_id": request.request_id, "operation": "resolve", "goal": null, "request": request}),
         );
@@ -1063,11 +1074,23 @@ mod tests {
             idempotency_key: None,
             shadow: None,
             history: None,
+            traceparent: None,
         };
         same(
             &requested,
             &json!({"execution_id": "e", "request_id": "q", "resolution_id": "r", "action_id": "x.get",
                 "parameters_hash": "sha256:11", "parameters": {"id": 7}, "idempotency_key": null}),
+        );
+        // A caller's trace context is its own member, written only when there is one.
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        same(
+            &ActionRequested {
+                traceparent: Some(tp),
+                ..requested
+            },
+            &json!({"execution_id": "e", "request_id": "q", "resolution_id": "r", "action_id": "x.get",
+                "parameters_hash": "sha256:11", "parameters": {"id": 7}, "idempotency_key": null,
+                "traceparent": tp}),
         );
         same(
             &ActionDenied {

@@ -176,6 +176,7 @@ impl TryFrom<Map<String, Value>> for CarpRequest {
             context: m.object("context")?,
             execution: m.nested("execution")?,
             extra: m.rest(),
+            traceparent: None,
         })
     }
 }
@@ -213,6 +214,11 @@ pub struct CarpRequest {
     /// Unknown members, kept as written.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The caller's W3C trace context (`traceparent`, validated) as its front door received it
+    /// beside the body (HTTP's `traceparent` header). Never part of the request's JSON: the
+    /// request's events record it in a member of their own (`specs/otlp.md`).
+    #[serde(skip)]
+    pub traceparent: Option<String>,
 }
 
 impl CarpRequest {

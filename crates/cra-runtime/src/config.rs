@@ -654,6 +654,86 @@ pub struct RuntimeConfig {
     pub notifications: NotificationsConfig,
     /// What one agent may make the server keep (`[quotas]`, `specs/quotas.md`).
     pub quotas: QuotasConfig,
+    /// OpenTelemetry export (`[otlp]`, `--otlp-endpoint`; `specs/otlp.md`); absent, nothing is
+    /// exported.
+    pub otlp: Option<OtlpConfig>,
+}
+
+/// Where and how spans are exported: OTLP over HTTP with protobuf bodies.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The collector (`http://` or `https://`); spans go to its `/v1/traces` (added unless the
+    /// path already ends with it).
+    pub endpoint: String,
+    /// Spans waiting to be sent, at most (more are dropped and counted).
+    #[serde(default = "default_otlp_queue")]
+    pub queue_spans: usize,
+    /// Spans sent in one request, at most.
+    #[serde(default = "default_otlp_batch")]
+    pub batch_spans: usize,
+    /// Milliseconds one export request may take.
+    #[serde(default = "default_otlp_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Headers sent with every export (a collector's API key, say).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl OtlpConfig {
+    /// The export to `endpoint` with every other setting at its default.
+    pub fn to(endpoint: &str) -> Self {
+        Self {
+            endpoint: endpoint.to_owned(),
+            queue_spans: default_otlp_queue(),
+            batch_spans: default_otlp_batch(),
+            timeout_ms: default_otlp_timeout_ms(),
+            headers: BTreeMap::new(),
+        }
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        let url = reqwest::Url::parse(&self.endpoint).map_err(|e| {
+            ConfigError::Invalid(format!(
+                "`otlp.endpoint` `{}` is not a URL: {e}",
+                self.endpoint
+            ))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(ConfigError::Invalid(format!(
+                "`otlp.endpoint` `{}` must be http:// or https:// (OTLP over HTTP)",
+                self.endpoint
+            )));
+        }
+        if self.queue_spans == 0 || self.batch_spans == 0 || self.timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "`otlp.queue_spans`, `otlp.batch_spans` and `otlp.timeout_ms` must be at least 1"
+                    .into(),
+            ));
+        }
+        for (name, value) in &self.headers {
+            let ok = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                && reqwest::header::HeaderValue::from_str(value).is_ok();
+            if !ok {
+                return Err(ConfigError::Invalid(format!(
+                    "`otlp.headers`: `{name}` is not a header name with a header value"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn default_otlp_queue() -> usize {
+    8_192
+}
+
+fn default_otlp_batch() -> usize {
+    512
+}
+
+fn default_otlp_timeout_ms() -> u64 {
+    5_000
 }
 
 /// Quotas: how much one agent may make the server keep, whatever its request rate. Each is
@@ -878,6 +958,7 @@ impl Default for RuntimeConfig {
             tls: None,
             notifications: NotificationsConfig::default(),
             quotas: QuotasConfig::default(),
+            otlp: None,
         }
     }
 }
@@ -967,6 +1048,9 @@ impl RuntimeConfig {
             ex.check(name)?;
         }
         self.atlas_signing.trust()?;
+        if let Some(otlp) = &self.otlp {
+            otlp.check()?;
+        }
         self.encryption.encryption()?;
         self.redaction.redactor()?;
         Ok(addr)
@@ -1199,6 +1283,28 @@ days = 30
                 .contains("trusts no Ed25519 key")
         );
         assert!(RuntimeConfig::from_toml("[atlas_signing]\ntrusted = []").is_err());
+    }
+
+    #[test]
+    fn otlp_export_is_configured_with_an_http_endpoint() {
+        let c = RuntimeConfig::from_toml(
+            "[otlp]\nendpoint = \"http://collector:4318\"\nheaders = { \"x-api-key\" = \"k\" }",
+        )
+        .unwrap();
+        assert!(c.validate().is_ok());
+        let otlp = c.otlp.unwrap();
+        assert_eq!(otlp.queue_spans, 8_192);
+        assert_eq!(otlp.headers["x-api-key"], "k");
+        for (toml, says) in [
+            ("endpoint = \"grpc://c:4317\"", "http:// or https://"),
+            ("endpoint = \"not a url\"", "is not a URL"),
+            ("endpoint = \"http://c\"\nqueue_spans = 0", "at least 1"),
+            ("endpoint = \"http://c\"\nheaders = { \"bad name\" = \"v\" }", "header name"),
+        ] {
+            let c = RuntimeConfig::from_toml(&format!("[otlp]\n{toml}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("otlp") && e.contains(says), "{toml}: {e}");
+        }
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //!   rustls configuration of every client cra builds.
 //! * [`webhooks`]: approver notifications, signed as Standard Webhooks sign, retried, recorded.
 //! * `console`: the operator's web console at `/console`, files compiled in.
+//! * [`otlp`]: OpenTelemetry export, a span per operation from the appended events.
 //! * [`mcp`]: the MCP front door, a CARP session served as MCP tools (`specs/mcp.md`).
 
 pub mod atlases;
@@ -42,6 +43,7 @@ mod listen;
 pub mod mcp;
 mod metrics;
 pub mod openapi;
+pub mod otlp;
 mod ratelimit;
 mod replicas;
 mod routes;

@@ -97,6 +97,14 @@ pub struct Metrics {
     pub notifications_failed: AtomicU64,
     /// Times the notifier's queue overflowed (notifications lost).
     pub notifications_dropped: AtomicU64,
+    /// Spans the OTLP collector took.
+    pub otlp_spans_exported: AtomicU64,
+    /// Spans given up after their export's last attempt.
+    pub otlp_spans_failed: AtomicU64,
+    /// Spans dropped because the export queue was full.
+    pub otlp_spans_dropped: AtomicU64,
+    /// Times the exporter fell behind the appends and the live feed dropped it.
+    pub otlp_feed_overflows: AtomicU64,
     /// Resolves answered by an earlier resolution (`carp.resolution.cached`).
     pub resolution_cache_hits: AtomicU64,
     /// Actions whose `log_only` policies would have decided otherwise (shadow mode).
@@ -395,6 +403,26 @@ impl Metrics {
                 "cra_notifications_dropped_total",
                 "Times the approval notifier fell behind and lost notifications.",
                 &self.notifications_dropped,
+            ),
+            (
+                "cra_otlp_spans_exported_total",
+                "Spans the OTLP collector took.",
+                &self.otlp_spans_exported,
+            ),
+            (
+                "cra_otlp_spans_failed_total",
+                "Spans given up after their export's last attempt (collector down or refusing).",
+                &self.otlp_spans_failed,
+            ),
+            (
+                "cra_otlp_spans_dropped_total",
+                "Spans dropped because the export queue was full.",
+                &self.otlp_spans_dropped,
+            ),
+            (
+                "cra_otlp_feed_overflows_total",
+                "Times the OTLP exporter fell behind the appends (spans of those events not made).",
+                &self.otlp_feed_overflows,
             ),
             (
                 "cra_resolution_cache_hits_total",

@@ -578,6 +578,9 @@ pub async fn start(
     if !hooks.is_empty() {
         background.push(tokio::spawn(crate::webhooks::run(state.clone(), hooks)));
     }
+    if let Some(otlp) = state.config.otlp.clone() {
+        background.push(tokio::spawn(crate::otlp::run(state.clone(), otlp)));
+    }
     if state.config.watch {
         background.push(tokio::spawn(crate::atlases::watch(state.clone())));
     }

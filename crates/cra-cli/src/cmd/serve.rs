@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// Tests only: let admins set the server's clock (POST /v1/conformance/clock).
     #[arg(long)]
     pub test_clock: bool,
+    /// Export spans to this OpenTelemetry collector (OTLP over HTTP, protobuf; `/v1/traces`
+    /// is added); `[otlp]` sets the rest.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl ServeArgs {
@@ -109,6 +113,12 @@ impl ServeArgs {
         }
         if let Some(k) = &self.api_keys {
             c.api_keys = Some(k.clone());
+        }
+        if let Some(url) = &self.otlp_endpoint {
+            match &mut c.otlp {
+                Some(o) => o.endpoint = url.clone(),
+                None => c.otlp = Some(cra_runtime::config::OtlpConfig::to(url)),
+            }
         }
         Ok(c)
     }

@@ -5,7 +5,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use cra_carp::types::{ExecuteResponse, ExecuteStatus};
 use cra_wire::Token;
@@ -37,6 +37,16 @@ pub(crate) struct ExecuteQuery {
     /// `true` or `false`.
     #[serde(default)]
     pub receipt: Option<String>,
+}
+
+/// What the request says beside its body: a valid W3C `traceparent` header (one that is not is
+/// ignored, as the Trace Context recommendation asks).
+fn call_context(headers: &HeaderMap) -> service::CallContext {
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::otlp::traceparent);
+    service::CallContext { traceparent }
 }
 
 /// A `true`/`false` query parameter; absent is false.
@@ -96,11 +106,13 @@ pub(crate) async fn resolve(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ResolveQuery>,
+    headers: HeaderMap,
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
     let explain = flag("explain", q.explain.as_deref())?;
     let receipt = flag("receipt", q.receipt.as_deref())?;
-    let answer = service::resolve(&state, &actor, &body, explain).await?;
+    let call = call_context(&headers);
+    let answer = service::resolve_in(&state, &actor, &body, explain, &call).await?;
     if receipt {
         let receipt = receipt_of(&state, &body, answer.recorded).await;
         let resolution = serde_json::to_value(&answer.resolution)
@@ -133,10 +145,12 @@ pub(crate) async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,
     QueryParams(q): QueryParams<ExecuteQuery>,
+    headers: HeaderMap,
     RawJson(body): RawJson,
 ) -> ApiResult<Response> {
     let receipt = flag("receipt", q.receipt.as_deref())?;
-    let (response, recorded) = service::execute_recorded(&state, &actor, &body).await?;
+    let call = call_context(&headers);
+    let (response, recorded) = service::execute_in(&state, &actor, &body, &call).await?;
     let retry_after = retry_after(&response);
     let status = execute_status(&response);
     let mut http = if receipt {

@@ -82,10 +82,17 @@ struct Admitted {
 
 /// Parses `body`, checks the operation, the caller's identity and the session (read once: the
 /// engine judges the request against this reading).
-async fn admit(rt: &Runtime, actor: &Actor, body: &Value, want: Operation) -> ApiResult<Admitted> {
+async fn admit(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+    want: Operation,
+    call: &CallContext,
+) -> ApiResult<Admitted> {
     // HTTP bodies were checked when parsed; an MCP tool call's arguments arrive here unchecked.
     cra_wire::json::require_finite(body).map_err(|e| crate::extract::json_error(&e))?;
-    let request = parse_request(body).map_err(ApiError::from)?;
+    let mut request = parse_request(body).map_err(ApiError::from)?;
+    request.traceparent = call.traceparent.clone();
     // `validate` is a resolve that changes nothing (CARP §3.2): it takes resolve's door.
     let taken = request.operation == want
         || (want == Operation::Resolve && request.operation == Operation::Validate);
@@ -177,6 +184,14 @@ pub struct ResolveAnswer {
     pub recorded: Option<u64>,
 }
 
+/// What a front door knew of a CARP call beside its body.
+#[derive(Debug, Clone, Default)]
+pub struct CallContext {
+    /// The caller's W3C trace context (`traceparent`), already checked with
+    /// [`crate::otlp::traceparent`]: the call's events record it (`specs/otlp.md`).
+    pub traceparent: Option<String>,
+}
+
 /// Resolves (or validates) the CARP request `body` for `actor`; `explain` attaches the
 /// evaluation's explanation to the answer.
 pub async fn resolve(
@@ -185,10 +200,21 @@ pub async fn resolve(
     body: &Value,
     explain: bool,
 ) -> ApiResult<ResolveAnswer> {
+    resolve_in(rt, actor, body, explain, &CallContext::default()).await
+}
+
+/// [`resolve`], for a call whose front door knew `call`.
+pub async fn resolve_in(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+    explain: bool,
+    call: &CallContext,
+) -> ApiResult<ResolveAnswer> {
     let began = std::time::Instant::now();
     let atlases = rt.atlases();
     let (body, redacted) = redactor_for(rt, &atlases, body).apply(body, REQUEST_ROOTS);
-    let Admitted { request, session } = admit(rt, actor, &body, Operation::Resolve).await?;
+    let Admitted { request, session } = admit(rt, actor, &body, Operation::Resolve, call).await?;
     let trace_id = rt.ids.new_id();
     record_redactions(rt, &request, &redacted, &trace_id, None).await?;
     let prepared = evaluate(rt, &atlases, session, &request, explain, &trace_id).await?;
@@ -308,6 +334,7 @@ async fn refuse(rt: &Runtime, request: &CarpRequest, trace_id: &str, err: ApiErr
             operation: request.operation.as_str(),
             goal: request.task.as_ref().map(|t| t.goal.as_str()),
             request,
+            traceparent: request.traceparent.as_deref(),
         }),
         span.draft_of(&RequestRejected {
             request_id: &request.request_id,
@@ -483,8 +510,18 @@ pub async fn execute_recorded(
     actor: &Actor,
     body: &Value,
 ) -> ApiResult<(ExecuteResponse, Option<u64>)> {
+    execute_in(rt, actor, body, &CallContext::default()).await
+}
+
+/// [`execute_recorded`], for a call whose front door knew `call`.
+pub async fn execute_in(
+    rt: &Runtime,
+    actor: &Actor,
+    body: &Value,
+    call: &CallContext,
+) -> ApiResult<(ExecuteResponse, Option<u64>)> {
     let began = std::time::Instant::now();
-    let answered = decide_and_record_execute(rt, actor, body).await?;
+    let answered = decide_and_record_execute(rt, actor, body, call).await?;
     let outcome = status_label(answered.0.status);
     rt.metrics.observe_carp("execute", outcome, began.elapsed());
     Ok(answered)
@@ -495,11 +532,12 @@ async fn decide_and_record_execute(
     rt: &Runtime,
     actor: &Actor,
     body: &Value,
+    call: &CallContext,
 ) -> ApiResult<(ExecuteResponse, Option<u64>)> {
     let atlases = rt.atlases();
     let redactor = redactor_for(rt, &atlases, body);
     let (body, redacted) = redactor.apply(body, REQUEST_ROOTS);
-    let Admitted { request, session } = admit(rt, actor, &body, Operation::Execute).await?;
+    let Admitted { request, session } = admit(rt, actor, &body, Operation::Execute, call).await?;
     let Some(exec) = request.execution.clone() else {
         return Err(ApiError::field(
             Token::InvalidRequest,
@@ -656,6 +694,7 @@ impl Call<'_> {
             idempotency_key: self.exec.idempotency_key.as_deref(),
             shadow: self.shadow.as_ref().map(ShadowEvaluated::from),
             history: (!self.history.is_empty()).then_some(&self.history),
+            traceparent: self.request.traceparent.as_deref(),
         })
     }
 

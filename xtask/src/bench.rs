@@ -122,6 +122,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     step("slow_clients", http_load(quick, "slow"), &mut steps);
     step("mcp_proxy", mcp_proxy(quick), &mut steps);
     step("console", console(quick), &mut steps);
+    step("otlp_dead_endpoint", otlp_dead_endpoint(quick), &mut steps);
     for &(pkg, bench, area, in_quick) in CRITERION {
         if quick && !in_quick {
             continue;
@@ -509,6 +510,53 @@ fn console(quick: bool) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&output(&mut cmd)?)?)
 }
 
+/// The append path with an OTLP endpoint that never answers against none (issue 27: a dead
+/// collector must not slow it): `http-load --only http` at 16 clients, the two servers
+/// alternating, `pairs` times. The endpoint is a loopback socket that listens and never
+/// accepts, so every export hangs until its timeout (a refused connection would fail fast).
+fn otlp_dead_endpoint(quick: bool) -> anyhow::Result<Value> {
+    build_compare()?;
+    build_workspace(true)?;
+    let blackhole = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let dead = format!(
+        "otlp = {{ endpoint = \"http://{}\", timeout_ms = 5000 }}",
+        blackhole.local_addr()?
+    );
+    let (pairs, seconds) = if quick { (1, "3") } else { (3, "8") };
+    let mut rows = Vec::new();
+    for pair in 0..pairs {
+        for (variant, config) in [("none", None), ("dead", Some(dead.as_str()))] {
+            let mut cmd = Command::new(format!("{TARGET}/release/http-load"));
+            cmd.args([
+                "--cra",
+                &format!("{TARGET}/release/cra"),
+                "--atlas",
+                "atlases/dev.cra.github-ops",
+                "--work",
+                &format!("{TARGET}/bench/otlp-{variant}"),
+                "--only",
+                "http",
+                "--clients",
+                "16",
+                "--runs",
+                "1",
+                "--seconds",
+                seconds,
+            ]);
+            if let Some(c) = config {
+                cmd.args(["--server-config", c]);
+            }
+            let doc: Value = serde_json::from_str(&output(&mut cmd)?)?;
+            for row in doc["http"].as_array().into_iter().flatten() {
+                rows.push(json!({"pair": pair, "otlp": variant, "op": row["op"],
+                    "requests_per_second": row["requests_per_second"], "p99_ms": row["p99_ms"]}));
+            }
+        }
+    }
+    drop(blackhole);
+    Ok(json!({"clients": 16, "pairs": pairs, "seconds": seconds, "rows": rows}))
+}
+
 /// Runs one criterion bench and reads back every benchmark it wrote during this run.
 fn criterion_bench(
     pkg: &str,
@@ -745,6 +793,7 @@ fn render(doc: &Value) -> String {
             "slow_clients" => render_slow(&mut s, r),
             "mcp_proxy" => render_mcp_proxy(&mut s, r),
             "console" => render_console(&mut s, r),
+            "otlp_dead_endpoint" => render_otlp_dead(&mut s, r),
             _ => render_criterion(&mut s, name, r),
         }
     }
@@ -855,6 +904,48 @@ fn render_console(s: &mut String, r: &Value) {
     ];
     for (name, value) in rows {
         let _ = writeln!(s, "| {name} | {value} |");
+    }
+    let _ = writeln!(s);
+}
+
+fn render_otlp_dead(s: &mut String, r: &Value) {
+    use std::fmt::Write;
+    let rows = r["rows"].as_array().cloned().unwrap_or_default();
+    let median = |variant: &str, op: &str, key: &str| {
+        let v: Vec<f64> = rows
+            .iter()
+            .filter(|x| x["otlp"] == variant && x["op"] == op)
+            .filter_map(|x| f(&x[key]))
+            .collect();
+        summary(v)["median"].as_f64()
+    };
+    let _ = writeln!(
+        s,
+        "## OTLP export to a dead collector vs none\n\n`http-load --only http`, {} clients, {} alternating pairs of servers: one without `[otlp]`, one exporting to a loopback socket that never accepts (every export hangs to its 5 s timeout). Target: the append path is not slowed (ratios within the run's noise, about 0.9 to 1.1).\n",
+        r["clients"], r["pairs"]
+    );
+    let _ = writeln!(
+        s,
+        "| operation | req/s without | req/s dead collector | ratio | p99 without | p99 dead collector |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+    for op in ["resolve", "execute", "deposit"] {
+        let (a, b) = (
+            median("none", op, "requests_per_second"),
+            median("dead", op, "requests_per_second"),
+        );
+        let ratio = a
+            .zip(b)
+            .map_or("?".to_owned(), |(a, b)| format!("{:.2}", b / a));
+        let ms = |v: Option<f64>| v.map_or("?".to_owned(), |x| format!("{x:.2} ms"));
+        let _ = writeln!(
+            s,
+            "| {op} | {:.0} | {:.0} | {ratio} | {} | {} |",
+            a.unwrap_or(f64::NAN),
+            b.unwrap_or(f64::NAN),
+            ms(median("none", op, "p99_ms")),
+            ms(median("dead", op, "p99_ms"))
+        );
     }
     let _ = writeln!(s);
 }

@@ -248,11 +248,13 @@ function signature(a) {
 /** The kinds of policy in the order CARP weighs them. */
 const PRECEDENCE = ["deny", "require_approval", "rate_limit", "budget", "allow"];
 
-/** Policies in evaluation order: by kind's precedence, then priority (highest first), then id. */
+/** Policies in evaluation order (specs/carp.md): by kind's precedence, then priority (highest first), then id. */
 export function evaluationOrder(policies) {
   const rank = (p) => (PRECEDENCE.includes(p.type) ? PRECEDENCE.indexOf(p.type) : PRECEDENCE.length);
+  // Ids compare as CARP compares them: by code unit, not by locale.
+  const byId = (a, b) => (a.policy_id < b.policy_id ? -1 : a.policy_id > b.policy_id ? 1 : 0);
   return [...policies].sort((a, b) => rank(a) - rank(b) || (b.priority || 0) - (a.priority || 0)
-    || String(a.policy_id).localeCompare(String(b.policy_id)));
+    || byId(a, b));
 }
 
 /** Whether a policy's action pattern (`*` one segment, `**` any) names an action. */

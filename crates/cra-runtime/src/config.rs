@@ -1299,7 +1299,10 @@ days = 30
             ("endpoint = \"grpc://c:4317\"", "http:// or https://"),
             ("endpoint = \"not a url\"", "is not a URL"),
             ("endpoint = \"http://c\"\nqueue_spans = 0", "at least 1"),
-            ("endpoint = \"http://c\"\nheaders = { \"bad name\" = \"v\" }", "header name"),
+            (
+                "endpoint = \"http://c\"\nheaders = { \"bad name\" = \"v\" }",
+                "header name",
+            ),
         ] {
             let c = RuntimeConfig::from_toml(&format!("[otlp]\n{toml}")).unwrap();
             let e = c.validate().unwrap_err().to_string();

@@ -9,8 +9,9 @@
 //!   ([`crate::config::OtlpConfig::queue_spans`]) whose overflow is counted
 //!   (`cra_otlp_spans_dropped_total`), never buffered without bound. A dead collector costs
 //!   the exporter's own task and nothing else (`cargo xtask bench` measures it).
-//! - **Once per deployment.** Only the replica that leads exports (every replica sees every
-//!   append through the live feed); on the embedded store that is the one process.
+//! - **Once per deployment.** Only the replica that leads follows the appends and exports
+//!   (the leader sees every replica's appends through the live feed); on the embedded store
+//!   that is the one process.
 //! - **Spans from the chain alone** ([`spans`]): ids derive from session and TRACE ids, so a
 //!   span's parent and trace are known without asking the store.
 //!
@@ -69,24 +70,49 @@ pub fn traces_url(endpoint: &str) -> String {
     }
 }
 
-/// Follows the appended events and exports their spans until the server stops.
+/// Exports the spans of appended events until the server stops, while this replica leads: a
+/// replica that does not lead does not follow the appends at all (an all-sessions follower
+/// would make it read every other replica's events from the store).
 pub(crate) async fn run(state: AppState, config: OtlpConfig) {
     let (tx, rx) = mpsc::channel::<Span>(config.queue_spans.max(1));
     let sender = tokio::spawn(send(state.clone(), config.clone(), rx));
+    let mut leading = state.leading.subscribe();
+    loop {
+        if *leading.borrow_and_update() {
+            follow(&state, &tx, &mut leading).await;
+        }
+        tokio::select! {
+            () = state.stopping.cancelled() => break,
+            changed = leading.changed() => if changed.is_err() { break },
+        }
+    }
+    drop(tx);
+    // The sender sends what is queued, then ends (each post bounded by its timeout).
+    let _ = sender.await;
+}
+
+/// Follows the live fan-out and queues each ended span, until the server stops or this
+/// replica stops leading.
+async fn follow(
+    state: &AppState,
+    tx: &mpsc::Sender<Span>,
+    leading: &mut tokio::sync::watch::Receiver<bool>,
+) {
     let mut tracker = Tracker::default();
     let mut sub = state
         .hub
         .subscribe(None, StreamFilter::default(), FEED_QUEUE);
     loop {
         tokio::select! {
-            () = state.stopping.cancelled() => break,
+            () = state.stopping.cancelled() => return,
+            changed = leading.changed() => {
+                if changed.is_err() || !*leading.borrow_and_update() {
+                    return;
+                }
+            }
             event = sub.rx.recv() => match event {
                 Some(live) => {
-                    let ended = tracker.observe(&live.event);
-                    if !*state.leading.borrow() {
-                        continue;
-                    }
-                    for span in ended {
+                    for span in tracker.observe(&live.event) {
                         if tx.try_send(span).is_err() {
                             state.metrics.otlp_spans_dropped.fetch_add(1, Ordering::Relaxed);
                         }
@@ -103,9 +129,6 @@ pub(crate) async fn run(state: AppState, config: OtlpConfig) {
             },
         }
     }
-    drop(tx);
-    // The sender sends what is queued, then ends (each post bounded by its timeout).
-    let _ = sender.await;
 }
 
 /// Sends queued spans in batches of at most `batch_spans`: a batch is what is queued when the

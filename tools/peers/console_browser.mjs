@@ -211,6 +211,14 @@ async function main() {
     check("policies are listed in evaluation order (deny first, allow last)",
       order[0] === "deny-drop" && order.at(-1) === "allow-work", JSON.stringify(order));
 
+    // The API's interactive documentation (Swagger UI, vendored) on this server's description.
+    const docs = await page.goto(`${base}/docs/`);
+    check("the API docs are sent without inline script",
+      /script-src 'self'(;|$)/.test(docs.headers()["content-security-policy"] || ""));
+    check("the API docs list the operations", await until(page,
+      () => document.querySelectorAll(".opblock").length > 40));
+    await shot(page, "docs");
+
     // An agent's key: another agent's session is refused by the API behind the view.
     const agentErrors = [];
     const agent = await openPage(browser, "agent", agentErrors);

@@ -147,7 +147,24 @@ fn third_party(_current: &str) -> Result<String> {
     for (name, version, license) in &rows {
         text.push_str(&format!("| {name} | {version} | {license} |\n"));
     }
+    text.push_str(&vendored()?);
     Ok(text)
+}
+
+/// The section on files compiled in that are not crates: Swagger UI, served at `/docs/`, as
+/// `crates/cra-runtime/docs-ui/vendor/VENDORED` records it.
+fn vendored() -> Result<String> {
+    let dir = workspace_root().join("crates/cra-runtime/docs-ui/vendor");
+    let manifest = std::fs::read_to_string(dir.join("VENDORED")).context("reading VENDORED")?;
+    let version = manifest
+        .lines()
+        .next()
+        .and_then(|l| l.strip_prefix("swagger-ui-dist "))
+        .context("VENDORED does not start with `swagger-ui-dist VERSION`")?;
+    Ok(format!(
+        "\n## Vendored files\n\n| files | package | version | license |\n|---|---|---|---|\n\
+         | `swagger-ui-bundle.js`, `swagger-ui.css` (`/docs/`) | swagger-ui-dist (npm) | {version} | Apache-2.0 (`crates/cra-runtime/docs-ui/vendor/LICENSE`, `NOTICE`, and the bundle's own notices in `swagger-ui-bundle.js.LICENSE.txt`) |\n"
+    ))
 }
 
 /// `(name, version, license)` of every package `cra-cli` links, sorted by name and version.

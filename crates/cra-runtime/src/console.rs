@@ -1,9 +1,11 @@
-//! The operator's web console at `/console`: static files compiled into the binary
-//! (`crates/cra-runtime/console/`, plain ES modules with no build step), served without
-//! credentials because they hold no data. Every datum the page shows comes from the API with the
-//! key the operator signs in with, so roles are the server's, never the page's.
+//! The pages a browser opens: the operator's web console at `/console/` (`crates/cra-runtime/
+//! console/`, plain ES modules with no build step) and the API's interactive documentation at
+//! `/docs/` (Swagger UI, vendored in `crates/cra-runtime/docs-ui/vendor/`, on `/openapi.json`).
+//! Their files are compiled into the binary and served without credentials because they hold no
+//! data: every datum the console shows comes from the API with the key the operator signs in
+//! with, so roles are the server's, never the page's.
 //!
-//! Every answer carries a Content-Security-Policy that allows script only from the console's own
+//! Every answer carries a Content-Security-Policy that allows script only from the pages' own
 //! files (no inline script, no `eval`), connections only to this origin (HTTP and WebSocket), and
 //! no framing; `specs/console.md` says what each directive is for.
 
@@ -33,6 +35,36 @@ struct Asset {
     content_type: &'static str,
     body: &'static [u8],
 }
+
+/// The documentation's policy: the console's, but Swagger UI sets `style` attributes and
+/// `<style>` elements as it draws, so styles may be inline (scripts still may not).
+pub(crate) const DOCS_POLICY: &str = "default-src 'none'; script-src 'self'; \
+     style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+     font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The documentation's files (`/docs/NAME`): Swagger UI as vendored, and its start.
+const DOCS: &[Asset] = &[
+    Asset {
+        name: "index.html",
+        content_type: "text/html; charset=utf-8",
+        body: include_bytes!("../docs-ui/index.html"),
+    },
+    Asset {
+        name: "docs.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../docs-ui/docs.js"),
+    },
+    Asset {
+        name: "swagger-ui-bundle.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_bytes!("../docs-ui/vendor/swagger-ui-bundle.js"),
+    },
+    Asset {
+        name: "swagger-ui.css",
+        content_type: "text/css; charset=utf-8",
+        body: include_bytes!("../docs-ui/vendor/swagger-ui.css"),
+    },
+];
 
 /// The console's files, by the name they are served under (`/console/NAME`).
 const ASSETS: &[Asset] = &[
@@ -68,44 +100,82 @@ const ASSETS: &[Asset] = &[
     },
 ];
 
-/// The console's routes (public: see [`is_console_path`]).
+/// The pages' routes (public: see [`is_page_path`]).
 pub(crate) fn routes() -> Router<AppState> {
     Router::new()
-        .route("/console", get(redirect))
-        .route("/console/", get(index))
-        .route("/console/{name}", get(asset))
+        .route("/console", get(|| redirect("/console/")))
+        .route(
+            "/console/",
+            get(|h: HeaderMap| async move { console("index.html", &h) }),
+        )
+        .route(
+            "/console/{name}",
+            get(|Path(name): Path<String>, h: HeaderMap| async move { console(&name, &h) }),
+        )
+        .route("/docs", get(|| redirect("/docs/")))
+        .route(
+            "/docs/",
+            get(|h: HeaderMap| async move { docs("index.html", &h) }),
+        )
+        .route(
+            "/docs/{name}",
+            get(|Path(name): Path<String>, h: HeaderMap| async move { docs(&name, &h) }),
+        )
+        .route("/openapi.json", get(openapi))
 }
 
-/// Whether `path` is one of the console's files, which are served without credentials.
-pub(crate) fn is_console_path(path: &str) -> bool {
-    path == "/console" || path.starts_with("/console/")
+/// Whether `path` is one of the pages' files or the API description, served without
+/// credentials.
+pub(crate) fn is_page_path(path: &str) -> bool {
+    ["/console", "/docs"]
+        .iter()
+        .any(|p| path == *p || path.strip_prefix(p).is_some_and(|r| r.starts_with('/')))
+        || path == "/openapi.json"
 }
 
-async fn redirect() -> Response {
+async fn redirect(to: &'static str) -> Response {
     (
         StatusCode::MOVED_PERMANENTLY,
-        [(LOCATION, HeaderValue::from_static("/console/"))],
+        [(LOCATION, HeaderValue::from_static(to))],
     )
         .into_response()
 }
 
-async fn index(headers: HeaderMap) -> Response {
-    serve("index.html", &headers)
+fn console(name: &str, headers: &HeaderMap) -> Response {
+    serve(
+        ASSETS,
+        CONTENT_SECURITY_POLICY_VALUE,
+        name,
+        headers,
+        "/console/",
+    )
 }
 
-async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
-    serve(&name, &headers)
+fn docs(name: &str, headers: &HeaderMap) -> Response {
+    serve(DOCS, DOCS_POLICY, name, headers, "/docs/")
+}
+
+/// `GET /openapi.json`: the API's description as this binary generates it (the document
+/// `schemas/openapi.json` commits).
+async fn openapi() -> Response {
+    static DOCUMENT: std::sync::LazyLock<String> =
+        std::sync::LazyLock::new(crate::openapi::openapi_json);
+    ([(CONTENT_TYPE, "application/json")], DOCUMENT.as_str()).into_response()
 }
 
 /// Answers one file with its type, an entity tag (its SHA-256), `no-cache` (revalidated on each
 /// load, so a new binary's console is never mixed with an old one's), and the security headers;
 /// 304 when the browser already holds it.
-fn serve(name: &str, headers: &HeaderMap) -> Response {
-    let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
-        return ApiError::not_found(format!(
-            "the console has no file `{name}`; open /console/ for the console"
-        ))
-        .into_response();
+fn serve(
+    assets: &[Asset],
+    policy: &'static str,
+    name: &str,
+    headers: &HeaderMap,
+    home: &str,
+) -> Response {
+    let Some(asset) = assets.iter().find(|a| a.name == name) else {
+        return ApiError::not_found(format!("there is no file `{name}` here; open {home}"))
+            .into_response();
     };
     let tag = format!("\"{}\"", hex::encode(&Sha256::digest(asset.body)[..16]));
     let fresh = headers
@@ -122,10 +192,7 @@ fn serve(name: &str, headers: &HeaderMap) -> Response {
         h.insert(ETAG, v);
     }
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert(
-        CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY_VALUE),
-    );
+    h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy));
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     h.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
@@ -140,8 +207,8 @@ mod tests {
     /// imported by another and forgotten here fails this test rather than a browser.
     #[test]
     fn every_file_the_console_loads_is_served() {
-        let names: Vec<&str> = ASSETS.iter().map(|a| a.name).collect();
-        for asset in ASSETS {
+        let names: Vec<&str> = ASSETS.iter().chain(DOCS).map(|a| a.name).collect();
+        for asset in ASSETS.iter().chain(&DOCS[..2]) {
             let text = std::str::from_utf8(asset.body).expect("console files are UTF-8");
             for referenced in references(text) {
                 assert!(
@@ -153,10 +220,48 @@ mod tests {
         }
     }
 
+    /// Invariant: the vendored Swagger UI is exactly what `tools/vendor-swagger-ui.sh` wrote:
+    /// each file's SHA-256 is the one `VENDORED` records.
+    #[test]
+    fn the_vendored_swagger_ui_is_as_vendored() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs-ui/vendor");
+        let manifest = std::fs::read_to_string(dir.join("VENDORED")).expect("VENDORED");
+        let mut lines = manifest.lines();
+        assert!(
+            lines
+                .next()
+                .is_some_and(|l| l.starts_with("swagger-ui-dist "))
+        );
+        let mut checked = 0;
+        for line in lines {
+            let (want, file) = line.split_once("  ").expect("`<sha256>  <file>` lines");
+            let bytes = std::fs::read(dir.join(file)).expect("a vendored file");
+            assert_eq!(
+                hex::encode(Sha256::digest(&bytes)),
+                want,
+                "{file} differs from VENDORED: run tools/vendor-swagger-ui.sh"
+            );
+            checked += 1;
+        }
+        for served in &DOCS[2..] {
+            assert!(
+                manifest.contains(&format!("  {}", served.name)),
+                "{} is not in VENDORED",
+                served.name
+            );
+        }
+        assert!(checked >= 4);
+    }
+
     /// Invariant: no inline script or handler attribute, which the policy would block.
     #[test]
     fn the_page_has_no_inline_script() {
-        let html = std::str::from_utf8(ASSETS[0].body).expect("UTF-8");
+        for html in [ASSETS[0].body, DOCS[0].body] {
+            page_has_no_inline_script(std::str::from_utf8(html).expect("UTF-8"));
+        }
+    }
+
+    fn page_has_no_inline_script(html: &str) {
         for (i, part) in html.split("<script").enumerate().skip(1) {
             let tag = part.split('>').next().unwrap_or_default();
             assert!(tag.contains("src="), "script {i} of index.html is inline");

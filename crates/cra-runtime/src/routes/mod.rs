@@ -35,7 +35,7 @@ const PUBLIC_PATHS: &[&str] = &[
 /// must be able to fetch (`specs/tlog.md`).
 fn is_public(method: &axum::http::Method, path: &str) -> bool {
     PUBLIC_PATHS.contains(&path)
-        || (method == axum::http::Method::GET && crate::console::is_console_path(path))
+        || (method == axum::http::Method::GET && crate::console::is_page_path(path))
         || (method == axum::http::Method::GET
             && (PUBLIC_LOG_PATHS.contains(&path) || path.starts_with("/v1/log/tile/")))
 }

@@ -416,9 +416,9 @@ fn string_arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, ApiError> {
 /// given inline atlases, or the set in force. `export_import {project_id, tamper?}`: auditors,
 /// operators, admins and the project's creator and members. Nothing is written.
 #[utoipa::path(post, path = "/v1/conformance/eval/{verb}", tag = "conformance",
-    request_body(content = Object, description = "The verb's `args` (conformance/README.md, Verbs)"),
+    request_body(content = crate::openapi::wire::ConformanceArgs, description = "The verb's `args` (conformance/README.md, Verbs)"),
     params(("verb" = String, Path, description = "canonical_trace, hash_event, verify_chain, validate_request, load_atlas, relay_canonical, content_hash, replay or export_import")),
-    responses((status = 200, description = "The verb's answer", body = Object),
+    responses((status = 200, description = "The verb's answer", body = crate::openapi::wire::ConformanceAnswer),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, description = "No such verb, session or project", body = crate::openapi::ErrorBodySchema)))]

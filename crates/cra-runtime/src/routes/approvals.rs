@@ -32,7 +32,7 @@ pub(crate) struct ListQuery {
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
     params(("status" = Option<String>, Query, description = "`pending` (the default): the queue; `decided`: the newest decisions first"),
            ("limit" = Option<u64>, Query, description = "With `status=decided`: how many (default 50, at most 500)")),
-    responses((status = 200, description = "Approvals", body = [Object]),
+    responses((status = 200, description = "Approvals", body = [crate::openapi::wire::Approval]),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn list(
@@ -91,7 +91,7 @@ pub(crate) struct ShowQuery {
 #[utoipa::path(get, path = "/v1/approvals/{approval_id}", tag = "approvals",
     params(("approval_id" = String, Path, description = "The approval"),
            ("wait" = Option<u64>, Query, description = "Seconds to wait while pending, 0-60")),
-    responses((status = 200, description = "The approval as it stands", body = Object),
+    responses((status = 200, description = "The approval as it stands", body = crate::openapi::wire::ApprovalView),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
@@ -109,7 +109,7 @@ pub(crate) async fn show(
 #[utoipa::path(post, path = "/v1/approvals/{approval_id}", tag = "approvals",
     params(("approval_id" = String, Path, description = "The approval")),
     request_body = DecideBody,
-    responses((status = 200, description = "The decided approval", body = Object),
+    responses((status = 200, description = "The decided approval", body = crate::openapi::wire::Approval),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema),
               (status = 409, body = crate::openapi::ErrorBodySchema)))]

@@ -31,7 +31,7 @@ pub(crate) async fn list(
 /// exactly as a directory holding those files. It joins the set in force, replacing the atlas
 /// with the same id at another version: 201. The identical atlas again: 200, nothing changes.
 /// The same id and version with other content: 409 `atlas_version_conflict`.
-#[utoipa::path(post, path = "/v1/atlases", tag = "atlases", request_body = Object,
+#[utoipa::path(post, path = "/v1/atlases", tag = "atlases", request_body = crate::openapi::wire::InlineAtlas,
     responses((status = 201, description = "Installed", body = InstalledAtlas),
               (status = 200, description = "Already in force, unchanged", body = InstalledAtlas),
               (status = 400, description = "invalid_request or invalid_atlas (every diagnostic, by pointer)", body = crate::openapi::ErrorBodySchema),
@@ -54,7 +54,7 @@ pub(crate) async fn install(
 /// Replaces the whole set in force with `{"atlases": [inline atlas, ...]}` (distinct ids; each
 /// validated as `POST /v1/atlases` does), atomically: either every atlas is valid and the new set
 /// is swapped in, or nothing changes. The configured sources leave the set until restart.
-#[utoipa::path(put, path = "/v1/atlases", tag = "atlases", request_body = Object,
+#[utoipa::path(put, path = "/v1/atlases", tag = "atlases", request_body = crate::openapi::wire::AtlasSet,
     responses((status = 200, description = "The set now in force", body = [AtlasSummary]),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema)))]
@@ -69,7 +69,7 @@ pub(crate) async fn replace(
 /// One atlas's manifest (inline and folder-held policies and actions merged).
 #[utoipa::path(get, path = "/v1/atlases/{atlas_id}", tag = "atlases",
     params(("atlas_id" = String, Path, description = "The atlas id")),
-    responses((status = 200, description = "The manifest", body = Object),
+    responses((status = 200, description = "The manifest", body = crate::openapi::wire::AtlasManifest),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get(
     State(state): State<AppState>,

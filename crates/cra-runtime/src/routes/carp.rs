@@ -93,10 +93,10 @@ fn with_receipt(
 
 /// Resolves a CARP request.
 #[utoipa::path(post, path = "/v1/resolve", tag = "carp",
-    request_body(content = Object, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
+    request_body(content = crate::openapi::wire::CarpRequest, description = "A CARP/1.0 request (schemas/carp-request.schema.json)"),
     params(("explain" = Option<bool>, Query, description = "Attach the evaluation's explanation"),
            ("receipt" = Option<bool>, Query, description = "Attach a receipt (`Receipt`) of the recorded resolution as `receipt`")),
-    responses((status = 200, description = "The resolution (schemas/carp-resolution.schema.json)", body = Object),
+    responses((status = 200, description = "The resolution (schemas/carp-resolution.schema.json)", body = crate::openapi::wire::CarpResolution),
               (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema),
@@ -133,14 +133,14 @@ pub(crate) async fn resolve(
 /// a refusal (`denied`, `pending_approval`) carries its token's status. A request that is not
 /// admitted (malformed, another agent's, no active session) gets the error body.
 #[utoipa::path(post, path = "/v1/execute", tag = "carp",
-    request_body(content = Object, description = "A CARP/1.0 execute request (schemas/carp-execute-request.schema.json)"),
+    request_body(content = crate::openapi::wire::CarpExecuteRequest, description = "A CARP/1.0 execute request (schemas/carp-execute-request.schema.json)"),
     params(("receipt" = Option<bool>, Query, description = "Attach a receipt (`Receipt`) of the recorded outcome as `receipt`")),
-    responses((status = 200, description = "The execute response, status `success` or `error` (schemas/carp-execute-response.schema.json)", body = Object),
-              (status = 400, description = "Not a CARP execute request (error body), or an execute response refusing its parameters", body = Object),
-              (status = 403, description = "An execute response refusing the action (`denied`), or the error body for another agent's request", body = Object),
-              (status = 404, description = "An execute response naming an unknown resolution, or the error body for an unknown session", body = Object),
-              (status = 409, description = "An execute response: `pending_approval`, or `denied` for an expired resolution or a repeated key in flight", body = Object),
-              (status = 429, description = "An execute response: `denied` by a rate limit or budget; or the error body `quota_exceeded` for a session holding its quota of events or bytes", body = Object)))]
+    responses((status = 200, description = "The execute response, status `success` or `error` (schemas/carp-execute-response.schema.json)", body = crate::openapi::wire::CarpExecuteResponse),
+              (status = 400, description = "Not a CARP execute request (error body), or an execute response refusing its parameters", body = crate::openapi::wire::ExecuteAnswer),
+              (status = 403, description = "An execute response refusing the action (`denied`), or the error body for another agent's request", body = crate::openapi::wire::ExecuteAnswer),
+              (status = 404, description = "An execute response naming an unknown resolution, or the error body for an unknown session", body = crate::openapi::wire::ExecuteAnswer),
+              (status = 409, description = "An execute response: `pending_approval`, or `denied` for an expired resolution or a repeated key in flight", body = crate::openapi::wire::ExecuteAnswer),
+              (status = 429, description = "An execute response: `denied` by a rate limit or budget; or the error body `quota_exceeded` for a session holding its quota of events or bytes", body = crate::openapi::wire::ExecuteAnswer)))]
 pub(crate) async fn execute(
     State(state): State<AppState>,
     Caller(actor): Caller,

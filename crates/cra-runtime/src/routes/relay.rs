@@ -22,8 +22,8 @@ use crate::service::relay::{CreateProject, Flag, PackageListing, Review};
 use crate::state::AppState;
 
 /// Creates a project and its audit chain.
-#[utoipa::path(post, path = "/v1/projects", tag = "relay", request_body = Object,
-    responses((status = 201, body = Object), (status = 409, body = crate::openapi::ErrorBodySchema)))]
+#[utoipa::path(post, path = "/v1/projects", tag = "relay", request_body = crate::service::relay::CreateProject,
+    responses((status = 201, body = crate::openapi::wire::CreatedProject), (status = 409, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn create_project(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -41,7 +41,7 @@ fn render<T: serde::Serialize>(value: &T) -> ApiResult<Value> {
 /// A project.
 #[utoipa::path(get, path = "/v1/projects/{project_id}", tag = "relay",
     params(("project_id" = String, Path, description = "The project")),
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, body = crate::openapi::wire::Project), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get_project(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -52,7 +52,7 @@ pub(crate) async fn get_project(
 
 /// Archives a project (writes refused until unarchived).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/archive", tag = "relay",
-    params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = Object)))]
+    params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = crate::openapi::wire::Project)))]
 pub(crate) async fn archive(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -65,7 +65,7 @@ pub(crate) async fn archive(
 
 /// Unarchives a project.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/unarchive", tag = "relay",
-    params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = Object)))]
+    params(("project_id" = String, Path, description = "The project")), responses((status = 200, body = crate::openapi::wire::Project)))]
 pub(crate) async fn unarchive(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -79,7 +79,7 @@ pub(crate) async fn unarchive(
 /// Starts a Relay work session (§5.5) of the caller in a project it may write to.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/sessions", tag = "relay",
     params(("project_id" = String, Path, description = "The project")),
-    responses((status = 201, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+    responses((status = 201, body = crate::openapi::wire::RelaySession), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn start_session(
     State(state): State<AppState>,
@@ -94,7 +94,7 @@ pub(crate) async fn start_session(
 #[utoipa::path(get, path = "/v1/projects/{project_id}/sessions/{session_id}", tag = "relay",
     params(("project_id" = String, Path, description = "The project"),
            ("session_id" = String, Path, description = "The Relay session (sess_...)")),
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, body = crate::openapi::wire::RelaySession), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get_session(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -109,7 +109,7 @@ pub(crate) async fn get_session(
 #[utoipa::path(post, path = "/v1/projects/{project_id}/sessions/{session_id}/end", tag = "relay",
     params(("project_id" = String, Path, description = "The project"),
            ("session_id" = String, Path, description = "The Relay session (sess_...)")),
-    responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+    responses((status = 200, body = crate::openapi::wire::RelaySession), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn end_session(
     State(state): State<AppState>,
@@ -124,8 +124,8 @@ pub(crate) async fn end_session(
 /// §8.1 deposit.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/packages", tag = "relay",
     params(("project_id" = String, Path, description = "The project")),
-    request_body(content = Object, description = "A context package"),
-    responses((status = 201, description = "Stored", body = Object), (status = 200, description = "Identical package already stored", body = Object),
+    request_body(content = crate::openapi::wire::RelayPackage, description = "A context package"),
+    responses((status = 201, description = "Stored", body = crate::openapi::wire::RelayPackage), (status = 200, description = "Identical package already stored", body = crate::openapi::wire::RelayPackage),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn deposit(
     State(state): State<AppState>,
@@ -266,7 +266,7 @@ fn parse_usize(name: &str, v: &Option<String>) -> ApiResult<Option<usize>> {
            ("topic" = Option<String>, Query, description = "Only this topic"), ("package_type" = Option<String>, Query, description = "Only this package_type"),
            ("tags" = Option<String>, Query, description = "Only packages with every one of these comma-separated tags"),
            ("since" = Option<String>, Query, description = "created_at at or after (RFC 3339)"), ("until" = Option<String>, Query, description = "created_at before (RFC 3339)")),
-    responses((status = 200, description = "{packages, quarantined} (+ matches for relevant)", body = Object),
+    responses((status = 200, description = "{packages, quarantined} (+ matches for relevant)", body = crate::openapi::wire::PackageListing),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 501, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn list_packages(
     State(state): State<AppState>,
@@ -293,7 +293,7 @@ pub(crate) struct PackageScope {
 #[utoipa::path(get, path = "/v1/packages/{package_id}", tag = "relay",
     params(("package_id" = String, Path, description = "The package"),
            ("project_id" = Option<String>, Query, description = "Only in this project")),
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema),
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 404, body = crate::openapi::ErrorBodySchema),
               (status = 409, description = "`ambiguous_package_id`: several readable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get_package(
     State(state): State<AppState>,
@@ -309,7 +309,7 @@ pub(crate) async fn get_package(
 #[utoipa::path(get, path = "/v1/projects/{project_id}/packages/{package_id}", tag = "relay",
     params(("project_id" = String, Path, description = "The project"),
            ("package_id" = String, Path, description = "The package")),
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get_project_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -323,8 +323,8 @@ pub(crate) async fn get_project_package(
 /// §8.5 flag_for_review, in a named project.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/packages/{package_id}/flag", tag = "relay",
     params(("project_id" = String, Path, description = "The project"),
-           ("package_id" = String, Path, description = "The package")), request_body = Object,
-    responses((status = 200, body = Object), (status = 404, body = crate::openapi::ErrorBodySchema)))]
+           ("package_id" = String, Path, description = "The package")), request_body = crate::service::relay::Flag,
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn flag_project_package(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -339,8 +339,8 @@ pub(crate) async fn flag_project_package(
 /// Review of a flagged package, in a named project (the review gates of `review` apply).
 #[utoipa::path(post, path = "/v1/projects/{project_id}/packages/{package_id}/review", tag = "relay",
     params(("project_id" = String, Path, description = "The project"),
-           ("package_id" = String, Path, description = "The package")), request_body = Object,
-    responses((status = 200, body = Object), (status = 403, body = crate::openapi::ErrorBodySchema),
+           ("package_id" = String, Path, description = "The package")), request_body = crate::service::relay::Review,
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn review_project_package(
     State(state): State<AppState>,
@@ -356,8 +356,8 @@ pub(crate) async fn review_project_package(
 /// §8.5 flag_for_review.
 #[utoipa::path(post, path = "/v1/packages/{package_id}/flag", tag = "relay",
     params(("package_id" = String, Path, description = "The package"),
-           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = Object,
-    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = crate::service::relay::Flag,
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 409, description = "`ambiguous_package_id`: several writable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn flag(
     State(state): State<AppState>,
@@ -376,8 +376,8 @@ pub(crate) async fn flag(
 /// "Review gates").
 #[utoipa::path(post, path = "/v1/packages/{package_id}/review", tag = "relay",
     params(("package_id" = String, Path, description = "The package"),
-           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = Object,
-    responses((status = 200, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+           ("project_id" = Option<String>, Query, description = "Only in this project")), request_body = crate::service::relay::Review,
+    responses((status = 200, body = crate::openapi::wire::RelayPackage), (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, description = "`unauthorized` (no grant) or `review_not_allowed` (review gate)", body = crate::openapi::ErrorBodySchema),
               (status = 409, description = "`ambiguous_package_id`: several writable projects hold the id", body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn review(
@@ -395,8 +395,8 @@ pub(crate) async fn review(
 
 /// §8.6 assert_fact.
 #[utoipa::path(post, path = "/v1/projects/{project_id}/facts", tag = "relay",
-    params(("project_id" = String, Path, description = "The project")), request_body = Object,
-    responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema)))]
+    params(("project_id" = String, Path, description = "The project")), request_body = crate::openapi::wire::AssertFact,
+    responses((status = 201, body = crate::openapi::wire::RelayFact), (status = 400, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn assert_fact(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -469,7 +469,7 @@ impl FactParams {
     params(("project_id" = String, Path, description = "The project"), ("subject" = Option<String>, Query, description = "Subject"),
            ("predicate" = Option<String>, Query, description = "Predicate"), ("as_of" = Option<String>, Query, description = "Valid time"),
            ("recorded_as_of" = Option<String>, Query, description = "Transaction time"), ("history" = Option<bool>, Query, description = "Every row")),
-    responses((status = 200, body = [Object])))]
+    responses((status = 200, body = [crate::openapi::wire::RelayFact])))]
 pub(crate) async fn facts(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -495,7 +495,7 @@ pub(crate) struct InvalidateParams {
 /// §8.7 invalidate_fact.
 #[utoipa::path(delete, path = "/v1/projects/{project_id}/facts", tag = "relay",
     params(("project_id" = String, Path, description = "The project"), ("subject" = String, Query, description = "Subject"), ("predicate" = String, Query, description = "Predicate")),
-    responses((status = 200, body = Object)))]
+    responses((status = 200, body = crate::openapi::wire::Invalidated)))]
 pub(crate) async fn invalidate_fact(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -528,7 +528,7 @@ pub(crate) const MARKDOWN: &str = "text/markdown; charset=utf-8";
 #[utoipa::path(get, path = "/v1/projects/{project_id}/orient", tag = "relay",
     params(("project_id" = String, Path, description = "The project"), ("window_days" = Option<u32>, Query, description = "Window"),
            ("format" = Option<String>, Query, description = "json (default) | markdown")),
-    responses((status = 200, description = "The OrientationBundle (JSON) or the briefing (text/markdown)", body = Object),
+    responses((status = 200, description = "The OrientationBundle (JSON) or the briefing (text/markdown)", body = crate::openapi::wire::OrientationBundle),
               (status = 400, body = crate::openapi::ErrorBodySchema), (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn orient(
     State(state): State<AppState>,
@@ -575,7 +575,7 @@ pub(crate) struct OrchestrateParams {
 /// offered to readers of every project: auditors, operators, admins).
 #[utoipa::path(get, path = "/v1/orchestrate", tag = "relay",
     params(("project" = Option<String>, Query, description = "The project"), ("focus" = Option<String>, Query, description = "Focus"), ("snippets" = Option<u32>, Query, description = "Snippets")),
-    responses((status = 200, body = Object)))]
+    responses((status = 200, body = crate::openapi::wire::DigestBundle)))]
 pub(crate) async fn orchestrate(
     State(state): State<AppState>,
     Caller(actor): Caller,
@@ -693,7 +693,7 @@ const IMPORT_BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 #[utoipa::path(post, path = "/v1/import", tag = "relay",
     params(("members" = Option<String>, Query, description = "Comma-separated actors granted the imported projects")),
     request_body(content = String, description = "An export bundle", content_type = "application/x-ndjson"),
-    responses((status = 201, body = Object), (status = 400, body = crate::openapi::ErrorBodySchema),
+    responses((status = 201, body = crate::service::relay::Imported), (status = 400, body = crate::openapi::ErrorBodySchema),
               (status = 403, body = crate::openapi::ErrorBodySchema), (status = 409, body = crate::openapi::ErrorBodySchema),
               (status = 413, body = crate::openapi::ErrorBodySchema), (status = 415, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn import(

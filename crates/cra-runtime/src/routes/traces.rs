@@ -37,7 +37,7 @@ pub(crate) const CHAIN_EVENTS: &str = "cra-chain-events";
 /// (`CRA-Chain-Events`); one the store cannot decode ends it early, after the readable prefix.
 #[utoipa::path(get, path = "/v1/traces/{session_id}", tag = "traces",
     params(("session_id" = String, Path, description = "The session")),
-    responses((status = 200, description = "The events (JSON array, or JSON Lines with Accept: application/x-ndjson); the CRA-Chain-Events header gives their number", body = [Object]),
+    responses((status = 200, description = "The events (JSON array, or JSON Lines with Accept: application/x-ndjson); the CRA-Chain-Events header gives their number", body = [crate::openapi::wire::TraceEvent]),
               (status = 403, body = crate::openapi::ErrorBodySchema),
               (status = 404, body = crate::openapi::ErrorBodySchema)))]
 pub(crate) async fn get(

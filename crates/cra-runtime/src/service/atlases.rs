@@ -111,7 +111,7 @@ pub struct CatalogGeneration {
     /// a start records one a crash left unrecorded).
     pub recorded: bool,
     /// The atlases in force from it on, ascending by id.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<crate::openapi::wire::CatalogEntry>)]
     pub atlases: Vec<CatalogEntry>,
 }
 

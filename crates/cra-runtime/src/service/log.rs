@@ -38,7 +38,7 @@ pub struct ConsistencyProof {
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Receipt {
     /// The TRACE event as stored; its `event_hash` is the leaf's data.
-    #[schema(value_type = Object)]
+    #[schema(value_type = crate::openapi::wire::TraceEvent)]
     pub event: cra_trace::TraceEvent,
     /// `sha256:` digest of the TRACE canonical form of the event's `payload`: the decision as
     /// recorded.

@@ -76,7 +76,7 @@ pub struct Grants {
 }
 
 /// A new project: `POST /v1/projects`'s body.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProject {
     /// The id.
@@ -134,7 +134,7 @@ impl PackageList {
 }
 
 /// How a flagged package's review ended, or why it is flagged.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Flag {
     /// `human` or `agent`.
@@ -145,7 +145,7 @@ pub struct Flag {
 }
 
 /// A reviewer's verdict on a flagged package.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Review {
     /// `complete` or `revision_requested`.
@@ -156,7 +156,7 @@ pub struct Review {
 }
 
 /// What an import brought in, in all and per project.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Imported {
     /// The counts of everything imported.
     pub imported: ImportTotals,
@@ -167,7 +167,7 @@ pub struct Imported {
 }
 
 /// Counts of an import's records.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ImportTotals {
     /// Projects.
     pub projects: usize,

@@ -248,12 +248,22 @@ async fn the_docs_serve_swagger_ui_on_the_committed_description() {
     let s = TestServer::start().await;
     let page = raw_get(&s, "/docs/", None).await;
     assert_eq!(page.status(), 200);
-    let csp = page.headers()["content-security-policy"].to_str().unwrap().to_owned();
-    assert!(csp.contains("script-src 'self';") && !csp.contains("unsafe-eval"), "{csp}");
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        csp.contains("script-src 'self';") && !csp.contains("unsafe-eval"),
+        "{csp}"
+    );
     assert!(page.text().await.unwrap().contains("./docs.js"));
     let bundle = raw_get(&s, "/docs/swagger-ui-bundle.js", None).await;
     assert_eq!(bundle.status(), 200);
-    let served = raw_get(&s, "/openapi.json", None).await.text().await.unwrap();
+    let served = raw_get(&s, "/openapi.json", None)
+        .await
+        .text()
+        .await
+        .unwrap();
     let committed = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas/openapi.json"),
     )

@@ -18,6 +18,7 @@ mod hostile;
 mod inflight;
 mod keys;
 mod mcp_pool;
+mod openapi;
 mod outbox;
 mod params;
 mod quotas;

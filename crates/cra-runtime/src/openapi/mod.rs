@@ -1,10 +1,14 @@
 //! The OpenAPI document, generated from the handlers' annotations (utoipa). `cargo xtask codegen`
 //! writes it to `schemas/openapi.json`; `--check` fails when the committed file is stale.
+//!
+//! * [`wire`]: the bodies' shapes: the protocols' JSON Schemas embedded, and mirrors.
 
 use serde::Serialize;
 use utoipa::{OpenApi, ToSchema};
 
 use crate::routes;
+
+pub mod wire;
 
 /// One problem with one field (documentation mirror of `cra_wire::FieldError`).
 #[derive(Debug, Serialize, ToSchema)]
@@ -107,12 +111,14 @@ pub(crate) struct ErrorBodySchema {
 )]
 pub struct ApiDoc;
 
-/// The OpenAPI document as pretty JSON with a trailing newline (the committed form).
+/// The OpenAPI document as pretty JSON with a trailing newline (the committed form): the
+/// handlers' description with the protocols' JSON Schemas embedded ([`wire`] says how).
 pub fn openapi_json() -> String {
-    let doc = ApiDoc::openapi();
-    let mut s = doc
-        .to_pretty_json()
-        .unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let mut doc = serde_json::to_value(ApiDoc::openapi())
+        .unwrap_or_else(|e| serde_json::json!({"error": e.to_string()}));
+    wire::embed(&mut doc);
+    let mut s =
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     s.push('\n');
     s
 }

@@ -12,7 +12,7 @@
 //! - **Once per deployment.** Only the replica that leads follows the appends and exports
 //!   (the leader sees every replica's appends through the live feed); on the embedded store
 //!   that is the one process.
-//! - **Spans from the chain alone** ([`spans`]): ids derive from session and TRACE ids, so a
+//! - **Spans from the chain alone** (`spans`): ids derive from session and TRACE ids, so a
 //!   span's parent and trace are known without asking the store.
 //!
 //! * `proto`: the protobuf encoding of `ExportTraceServiceRequest`.

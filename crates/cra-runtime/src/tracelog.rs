@@ -102,6 +102,8 @@ pub struct Hub {
     next_id: AtomicU64,
     sessions: Mutex<HashMap<String, Vec<Sub>>>,
     all: Mutex<Vec<Sub>>,
+    /// Followers of every append that take the events as appended ([`Hub::tap`]).
+    taps: Mutex<Vec<TapSender>>,
     /// Bumped when events may have reached the store without reaching the hub
     /// ([`Hub::resync`]).
     resync: tokio::sync::watch::Sender<u64>,
@@ -157,6 +159,41 @@ impl Drop for Subscription {
             }
         }
     }
+}
+
+/// Every event of one append as a tap receives it: copied, but not made shareable (no payload
+/// parsed back from its canonical text, nothing serialized), so that a tap costs the append's
+/// path one copy and leaves the rest to the follower's own task.
+#[derive(Debug)]
+pub struct Tapped {
+    /// The events, in order. An event whose payload was written as canonical text (a resolve's
+    /// completion) has a `null` payload here and its text in `texts`.
+    pub events: Vec<TraceEvent>,
+    /// Canonical payload texts, by the index of their event in `events`.
+    pub texts: Vec<(usize, String)>,
+}
+
+impl Tapped {
+    /// The payload text of `events[index]`, when it was written as canonical text.
+    pub fn text_of(&self, index: usize) -> Option<&str> {
+        self.texts
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, t)| t.as_str())
+    }
+}
+
+/// A tap's receiving end ([`Hub::tap`]); dropping it ends the tap.
+pub struct Tap {
+    /// Each append's events.
+    pub rx: mpsc::Receiver<Arc<Tapped>>,
+    /// Set when the queue overflowed and the hub dropped this tap.
+    pub overflow: Arc<AtomicBool>,
+}
+
+struct TapSender {
+    tx: mpsc::Sender<Arc<Tapped>>,
+    overflow: Arc<AtomicBool>,
 }
 
 /// Queues `events` on every subscriber in `subs` that admits them; drops overflowed or closed ones.
@@ -243,13 +280,35 @@ impl Hub {
         sessions + self.all.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 
-    /// Whether anybody follows every session.
+    /// Whether anybody follows every session (an all-sessions stream, the notifier, a tap).
     pub fn has_all_subscribers(&self) -> bool {
         !self
             .all
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_empty()
+            || !self
+                .taps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    }
+
+    /// Follows every append with a queue of `capacity` appends, each delivered as
+    /// [`Tapped`]: for a follower that reads a few members of a few events (the OTLP
+    /// exporter), which must not make every append parse and serialize its events as the
+    /// streams need them. A tap whose queue overflows is dropped, its `overflow` set.
+    pub fn tap(&self, capacity: usize) -> Tap {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let overflow = Arc::new(AtomicBool::new(false));
+        self.taps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(TapSender {
+                tx,
+                overflow: overflow.clone(),
+            });
+        Tap { rx, overflow }
     }
 
     /// Tells every subscriber that events may have been stored without being published here
@@ -281,28 +340,32 @@ impl Hub {
     /// The events are copied for the streams only when somebody listens: with no subscriber, the
     /// copy was a tenth of the server's CPU under load.
     pub fn publish(&self, session: &str, owner: &str, events: &[TraceEvent]) {
-        self.publish_with(session, owner, events, &|_| {});
+        self.publish_with(session, owner, events, &[]);
     }
 
-    /// As [`Hub::publish`]; `fill` completes each event's copy before it is shared, and runs
-    /// only when somebody listens (an event appended from a draft written as canonical text
-    /// carries no payload value: `fill` parses it back for the subscribers).
+    /// As [`Hub::publish`], for events some of whose payloads were written as canonical text
+    /// (`texts`, by index in `events`; such an event carries no payload value). Streams get
+    /// each payload parsed back, and only when somebody listens; taps get the texts as they are.
     pub fn publish_with(
         &self,
         session: &str,
         owner: &str,
         events: &[TraceEvent],
-        fill: &dyn Fn(&mut TraceEvent),
+        texts: &[(usize, String)],
     ) {
+        self.tap_out(events, texts);
         let mut shared: Option<Vec<Arc<LiveEvent>>> = None;
         let mut share = || -> Vec<Arc<LiveEvent>> {
             shared
                 .get_or_insert_with(|| {
                     events
                         .iter()
-                        .map(|e| {
+                        .enumerate()
+                        .map(|(i, e)| {
                             let mut e = e.clone();
-                            fill(&mut e);
+                            if let Some((_, text)) = texts.iter().find(|(at, _)| *at == i) {
+                                e.payload = serde_json::from_str(text).unwrap_or(Value::Null);
+                            }
                             Arc::new(LiveEvent::new(e))
                         })
                         .collect()
@@ -322,6 +385,26 @@ impl Hub {
         if !all.is_empty() {
             fan_out(&mut all, owner, &share());
         }
+    }
+
+    /// Queues one [`Tapped`] of `events` on every tap; drops overflowed or closed ones.
+    fn tap_out(&self, events: &[TraceEvent], texts: &[(usize, String)]) {
+        let mut taps = self.taps.lock().unwrap_or_else(|p| p.into_inner());
+        if taps.is_empty() {
+            return;
+        }
+        let tapped = Arc::new(Tapped {
+            events: events.to_vec(),
+            texts: texts.to_vec(),
+        });
+        taps.retain(|tap| match tap.tx.try_send(Arc::clone(&tapped)) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                tap.overflow.store(true, Ordering::SeqCst);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        });
     }
 }
 
@@ -413,13 +496,8 @@ impl Runtime {
             })?;
         if let cra_carp::store::Recorded::Appended(events) = &appended {
             self.metrics.add_events(events.len() as u64);
-            let first = events.first().map_or(0, |e| e.sequence);
-            self.hub.publish_with(&sid, owner, events, &|e| {
-                let place = usize::try_from(e.sequence - first).unwrap_or(usize::MAX);
-                if let Some((_, text)) = texts.iter().find(|(i, _)| *i == place) {
-                    e.payload = serde_json::from_str(text).unwrap_or(Value::Null);
-                }
-            });
+            // The drafts were appended in order, so a text's draft index is its event's.
+            self.hub.publish_with(&sid, owner, events, &texts);
         }
         Ok(appended)
     }
@@ -544,6 +622,42 @@ pub(crate) mod tests {
         for i in 0..5 {
             assert_eq!(big.rx.try_recv().unwrap().sequence, i);
         }
+    }
+
+    /// Invariant: a tap takes each append whole and as appended (texts unparsed), streams get
+    /// the payloads parsed back, and a tap that overflows is dropped and told.
+    #[test]
+    fn a_tap_takes_appends_as_appended_and_is_dropped_when_full() {
+        let hub = Arc::new(Hub::default());
+        assert!(!hub.has_all_subscribers());
+        let mut tap = hub.tap(1);
+        let mut stream = hub.subscribe(Some("sess"), StreamFilter::default(), 10);
+        assert!(hub.has_all_subscribers(), "a tap follows every session");
+        let texts = vec![(1, "{\"decision_type\":\"allow\"}".to_owned())];
+        let batch = vec![ev(0, "a", json!({"k": 1})), ev(1, "b", Value::Null)];
+        hub.publish_with("sess", "bot", &batch, &texts);
+        let tapped = tap.rx.try_recv().unwrap();
+        assert_eq!(tapped.events.len(), 2);
+        assert_eq!(
+            tapped.events[1].payload,
+            Value::Null,
+            "the tap parses nothing"
+        );
+        assert_eq!(tapped.text_of(1), Some("{\"decision_type\":\"allow\"}"));
+        assert_eq!(tapped.text_of(0), None);
+        stream.rx.try_recv().unwrap();
+        assert_eq!(
+            stream.rx.try_recv().unwrap().payload["decision_type"],
+            "allow"
+        );
+        // A queue of one append: the second is held, the third overflows it.
+        hub.publish("sess", "bot", &batch);
+        hub.publish("sess", "bot", &batch);
+        assert!(tap.overflow.load(Ordering::SeqCst));
+        assert!(tap.rx.try_recv().is_ok());
+        assert!(tap.rx.try_recv().is_err(), "the hub dropped it");
+        drop(stream);
+        assert!(!hub.has_all_subscribers());
     }
 
     #[test]

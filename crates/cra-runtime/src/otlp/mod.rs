@@ -3,9 +3,10 @@
 //! protobuf bodies to a collector.
 //!
 //! Invariants:
-//! - **Never in the append's path.** The exporter follows the live fan-out of appended events,
-//!   after the durable append, like the streams: the fan-out never waits for a subscriber, a
-//!   subscriber that falls behind is dropped and counted, and spans wait in a bounded queue
+//! - **Never in the append's path.** The exporter taps the live fan-out of appended events,
+//!   after the durable append: the fan-out never waits for it and hands it each append's
+//!   events as appended (one copy; payloads are parsed and spans made on the exporter's own
+//!   task), a tap that falls behind is dropped and counted, and spans wait in a bounded queue
 //!   ([`crate::config::OtlpConfig::queue_spans`]) whose overflow is counted
 //!   (`cra_otlp_spans_dropped_total`), never buffered without bound. A dead collector costs
 //!   the exporter's own task and nothing else (`cargo xtask bench` measures it).
@@ -28,11 +29,11 @@ use tokio::sync::mpsc;
 
 use crate::config::OtlpConfig;
 use crate::state::AppState;
-use crate::tracelog::StreamFilter;
+use crate::tracelog::Tapped;
 use spans::{Attr, Span, Tracker};
 
-/// The live-feed queue the exporter reads (events, not spans).
-const FEED_QUEUE: usize = 8_192;
+/// Appends the exporter's tap holds, at most (each append's events together).
+const FEED_QUEUE: usize = 4_096;
 
 /// A W3C Trace Context `traceparent` value, when it is one this server may record: version
 /// `00` exactly as the recommendation writes it (`00-<32 hex>-<16 hex>-<2 hex>`, lower case,
@@ -91,17 +92,16 @@ pub(crate) async fn run(state: AppState, config: OtlpConfig) {
     let _ = sender.await;
 }
 
-/// Follows the live fan-out and queues each ended span, until the server stops or this
-/// replica stops leading.
+/// Follows every append through a tap of the fan-out ([`crate::tracelog::Hub::tap`], which
+/// costs an append one copy of its events) and queues each ended span, until the server stops
+/// or this replica stops leading.
 async fn follow(
     state: &AppState,
     tx: &mpsc::Sender<Span>,
     leading: &mut tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tracker = Tracker::default();
-    let mut sub = state
-        .hub
-        .subscribe(None, StreamFilter::default(), FEED_QUEUE);
+    let mut tap = state.hub.tap(FEED_QUEUE);
     loop {
         tokio::select! {
             () = state.stopping.cancelled() => return,
@@ -110,25 +110,46 @@ async fn follow(
                     return;
                 }
             }
-            event = sub.rx.recv() => match event {
-                Some(live) => {
-                    for span in tracker.observe(&live.event) {
+            appended = tap.rx.recv() => match appended {
+                Some(batch) => {
+                    for span in spans_of(&mut tracker, &batch) {
                         if tx.try_send(span).is_err() {
                             state.metrics.otlp_spans_dropped.fetch_add(1, Ordering::Relaxed);
                         }
                     }
                 }
                 None => {
-                    // The fan-out dropped a queue that overflowed: what it held is lost.
-                    if sub.overflow.load(Ordering::SeqCst) {
+                    // The fan-out dropped a tap that overflowed: what it held is lost.
+                    if tap.overflow.load(Ordering::SeqCst) {
                         state.metrics.otlp_feed_overflows.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!("the OTLP exporter fell behind the appends; some spans were not made");
                     }
-                    sub = state.hub.subscribe(None, StreamFilter::default(), FEED_QUEUE);
+                    tap = state.hub.tap(FEED_QUEUE);
                 }
             },
         }
     }
+}
+
+/// The spans one append ends. A payload written as canonical text is read here, on the
+/// exporter's task, only for the events whose payload the tracker reads, and only the members
+/// it reads ([`spans::payload_from_text`]).
+fn spans_of(tracker: &mut Tracker, batch: &Tapped) -> Vec<Span> {
+    let mut out = Vec::new();
+    for (i, event) in batch.events.iter().enumerate() {
+        let parsed;
+        let event = match batch.text_of(i) {
+            Some(text) if spans::reads_payload(&event.event_type) => {
+                let mut e = event.clone();
+                e.payload = spans::payload_from_text(text);
+                parsed = e;
+                &parsed
+            }
+            _ => event,
+        };
+        out.extend(tracker.observe(event));
+    }
+    out
 }
 
 /// Sends queued spans in batches of at most `batch_spans`: a batch is what is queued when the

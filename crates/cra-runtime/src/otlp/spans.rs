@@ -143,9 +143,108 @@ fn link(traceparent: &str) -> Option<Link> {
     })
 }
 
+/// The payload members [`Tracker::observe`] reads, and nothing else: a payload written as
+/// canonical text (a resolve's completion holds the whole resolution) is read into this, which
+/// skips every other member without building it, rather than into a whole JSON value.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct Read {
+    decision_type: Option<String>,
+    decision: Option<Value>,
+    allowed_count: Option<i64>,
+    denied_count: Option<i64>,
+    traceparent: Option<String>,
+    request: Option<ReadRequest>,
+    action_id: Option<String>,
+    error: Option<Value>,
+    error_message: Option<String>,
+    error_code: Option<String>,
+    policy_id: Option<String>,
+    approval_id: Option<String>,
+    decided_by: Option<Value>,
+    agent_id: Option<String>,
+    duration_ms: Option<u64>,
+    reason: Option<String>,
+    project_id: Option<String>,
+    package_id: Option<String>,
+    status: Option<String>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct ReadRequest {
+    requester: Option<Value>,
+}
+
+/// The members of canonical payload text `text` that [`Tracker::observe`] reads, as a JSON
+/// object (`null` when the text is not an object).
+pub(crate) fn payload_from_text(text: &str) -> Value {
+    let Ok(read) = serde_json::from_str::<Read>(text) else {
+        return Value::Null;
+    };
+    let mut out = serde_json::Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v {
+            out.insert(k.to_owned(), v);
+        }
+    };
+    put("decision_type", read.decision_type.map(Value::from));
+    put("decision", read.decision);
+    put("allowed_count", read.allowed_count.map(Value::from));
+    put("denied_count", read.denied_count.map(Value::from));
+    put("traceparent", read.traceparent.map(Value::from));
+    put(
+        "request",
+        read.request
+            .and_then(|r| r.requester)
+            .map(|r| serde_json::json!({"requester": r})),
+    );
+    put("action_id", read.action_id.map(Value::from));
+    put("error", read.error);
+    put("error_message", read.error_message.map(Value::from));
+    put("error_code", read.error_code.map(Value::from));
+    put("policy_id", read.policy_id.map(Value::from));
+    put("approval_id", read.approval_id.map(Value::from));
+    put("decided_by", read.decided_by);
+    put("agent_id", read.agent_id.map(Value::from));
+    put("duration_ms", read.duration_ms.map(Value::from));
+    put("reason", read.reason.map(Value::from));
+    put("project_id", read.project_id.map(Value::from));
+    put("package_id", read.package_id.map(Value::from));
+    put("status", read.status.map(Value::from));
+    Value::Object(out)
+}
+
+/// Whether [`Tracker::observe`] reads the payload of events of type `event_type`.
+pub(crate) fn reads_payload(event_type: &str) -> bool {
+    matches!(
+        event_type,
+        "carp.request.received"
+            | "action.requested"
+            | "approval.requested"
+            | "carp.resolution.completed"
+            | "carp.resolution.cached"
+            | "carp.request.rejected"
+            | "action.executed"
+            | "action.failed"
+            | "action.denied"
+            | "action.pending_approval"
+            | "action.deduplicated"
+            | "approval.granted"
+            | "approval.rejected"
+            | "approval.expired"
+            | "relay.package.deposited"
+            | "session.ended"
+    )
+}
+
 impl Tracker {
     /// The spans `e` ends (none for most events).
     pub(crate) fn observe(&mut self, e: &TraceEvent) -> Vec<Span> {
+        // The events read here are exactly those whose canonical text the exporter parses.
+        if !reads_payload(&e.event_type) {
+            return Vec::new();
+        }
         let p = &e.payload;
         let at = nanos(&e.timestamp);
         match e.event_type.as_str() {
@@ -539,6 +638,38 @@ mod tests {
             t.open.is_empty(),
             "nothing is remembered once the session ended"
         );
+    }
+
+    /// Invariant: a span made from a payload's canonical text (read partially) is the span
+    /// made from the whole payload.
+    #[test]
+    fn a_payload_read_from_its_text_makes_the_same_spans() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let received = json!({"request_id": "q", "request": {"requester": {"agent_id": "bot", "session_id": "s"},
+            "task": {"goal": "g"}}, "traceparent": tp, "atlas_digests": {"a": "sha256:1"}});
+        let completed = json!({"resolution_id": "res1", "decision_type": "deny", "allowed_count": 0,
+            "denied_count": 3, "decision": "deny", "resolution": {"context_blocks": [{"content": "x"}]}});
+        let (mut whole, mut partial) = (Tracker::default(), Tracker::default());
+        let mut spans = (Vec::new(), Vec::new());
+        for (seq, kind, payload) in [
+            (1, "carp.request.received", received),
+            (2, "carp.resolution.completed", completed),
+        ] {
+            let e = event(
+                seq,
+                "2026-01-01T00:00:00Z",
+                "res1",
+                None,
+                kind,
+                payload.clone(),
+            );
+            spans.0.extend(whole.observe(&e));
+            let mut read = e.clone();
+            read.payload = payload_from_text(&serde_json::to_string(&payload).unwrap());
+            spans.1.extend(partial.observe(&read));
+        }
+        assert_eq!(spans.0, spans.1);
+        assert_eq!(spans.0.len(), 1);
     }
 
     #[test]

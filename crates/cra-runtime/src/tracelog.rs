@@ -194,6 +194,8 @@ pub struct Tap {
 struct TapSender {
     tx: mpsc::Sender<Arc<Tapped>>,
     overflow: Arc<AtomicBool>,
+    /// The event types the tap takes (the others are not copied for it).
+    wanted: fn(&str) -> bool,
 }
 
 /// Queues `events` on every subscriber in `subs` that admits them; drops overflowed or closed ones.
@@ -295,10 +297,11 @@ impl Hub {
     }
 
     /// Follows every append with a queue of `capacity` appends, each delivered as
-    /// [`Tapped`]: for a follower that reads a few members of a few events (the OTLP
+    /// [`Tapped`] holding the events whose type is `wanted` (an append with none is not
+    /// delivered): for a follower that reads a few members of a few events (the OTLP
     /// exporter), which must not make every append parse and serialize its events as the
     /// streams need them. A tap whose queue overflows is dropped, its `overflow` set.
-    pub fn tap(&self, capacity: usize) -> Tap {
+    pub fn tap(&self, capacity: usize, wanted: fn(&str) -> bool) -> Tap {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let overflow = Arc::new(AtomicBool::new(false));
         self.taps
@@ -307,6 +310,7 @@ impl Hub {
             .push(TapSender {
                 tx,
                 overflow: overflow.clone(),
+                wanted,
             });
         Tap { rx, overflow }
     }
@@ -387,24 +391,42 @@ impl Hub {
         }
     }
 
-    /// Queues one [`Tapped`] of `events` on every tap; drops overflowed or closed ones.
+    /// Queues on every tap a [`Tapped`] of the `events` it wants; drops overflowed or closed
+    /// taps.
     fn tap_out(&self, events: &[TraceEvent], texts: &[(usize, String)]) {
         let mut taps = self.taps.lock().unwrap_or_else(|p| p.into_inner());
-        if taps.is_empty() {
-            return;
-        }
-        let tapped = Arc::new(Tapped {
-            events: events.to_vec(),
-            texts: texts.to_vec(),
+        taps.retain(|tap| {
+            let mut tapped = Tapped {
+                events: Vec::new(),
+                texts: Vec::new(),
+            };
+            for (i, e) in events.iter().enumerate() {
+                if (tap.wanted)(&e.event_type) {
+                    if let Some((_, t)) = texts.iter().find(|(at, _)| *at == i) {
+                        tapped.texts.push((tapped.events.len(), t.clone()));
+                    }
+                    tapped.events.push(e.clone());
+                }
+            }
+            if tapped.events.is_empty() {
+                return !tap.tx.is_closed();
+            }
+            tap_send(tap, tapped)
         });
-        taps.retain(|tap| match tap.tx.try_send(Arc::clone(&tapped)) {
+    }
+}
+
+/// Queues `tapped` on `tap`; whether the tap stays (false: overflowed, its flag set, or closed).
+fn tap_send(tap: &TapSender, tapped: Tapped) -> bool {
+    {
+        match tap.tx.try_send(Arc::new(tapped)) {
             Ok(()) => true,
             Err(mpsc::error::TrySendError::Full(_)) => {
                 tap.overflow.store(true, Ordering::SeqCst);
                 false
             }
             Err(mpsc::error::TrySendError::Closed(_)) => false,
-        });
+        }
     }
 }
 
@@ -630,21 +652,29 @@ pub(crate) mod tests {
     fn a_tap_takes_appends_as_appended_and_is_dropped_when_full() {
         let hub = Arc::new(Hub::default());
         assert!(!hub.has_all_subscribers());
-        let mut tap = hub.tap(1);
+        let mut tap = hub.tap(1, |t| t != "c");
         let mut stream = hub.subscribe(Some("sess"), StreamFilter::default(), 10);
         assert!(hub.has_all_subscribers(), "a tap follows every session");
         let texts = vec![(1, "{\"decision_type\":\"allow\"}".to_owned())];
-        let batch = vec![ev(0, "a", json!({"k": 1})), ev(1, "b", Value::Null)];
+        let batch = vec![ev(0, "c", json!({"k": 1})), ev(1, "b", Value::Null)];
         hub.publish_with("sess", "bot", &batch, &texts);
         let tapped = tap.rx.try_recv().unwrap();
-        assert_eq!(tapped.events.len(), 2);
         assert_eq!(
-            tapped.events[1].payload,
+            tapped.events.len(),
+            1,
+            "the type it does not want is not copied"
+        );
+        assert_eq!(
+            tapped.events[0].payload,
             Value::Null,
             "the tap parses nothing"
         );
-        assert_eq!(tapped.text_of(1), Some("{\"decision_type\":\"allow\"}"));
-        assert_eq!(tapped.text_of(0), None);
+        assert_eq!(tapped.text_of(0), Some("{\"decision_type\":\"allow\"}"));
+        hub.publish("sess", "bot", &batch[..1]);
+        assert!(
+            tap.rx.try_recv().is_err(),
+            "an append with nothing wanted is not delivered"
+        );
         stream.rx.try_recv().unwrap();
         assert_eq!(
             stream.rx.try_recv().unwrap().payload["decision_type"],

@@ -101,7 +101,7 @@ async fn follow(
     leading: &mut tokio::sync::watch::Receiver<bool>,
 ) {
     let mut tracker = Tracker::default();
-    let mut tap = state.hub.tap(FEED_QUEUE);
+    let mut tap = state.hub.tap(FEED_QUEUE, spans::reads_payload);
     loop {
         tokio::select! {
             () = state.stopping.cancelled() => return,
@@ -111,6 +111,12 @@ async fn follow(
                 }
             }
             appended = tap.rx.recv() => match appended {
+                Some(batch) if tx.capacity() == 0 => {
+                    // The queue is full (the collector is slow or gone): the spans these
+                    // events end are dropped, counted without being made.
+                    let ended = batch.events.iter().filter(|e| spans::ends_span(&e.event_type)).count();
+                    state.metrics.otlp_spans_dropped.fetch_add(ended as u64, Ordering::Relaxed);
+                }
                 Some(batch) => {
                     for span in spans_of(&mut tracker, &batch) {
                         if tx.try_send(span).is_err() {
@@ -124,7 +130,7 @@ async fn follow(
                         state.metrics.otlp_feed_overflows.fetch_add(1, Ordering::Relaxed);
                         tracing::warn!("the OTLP exporter fell behind the appends; some spans were not made");
                     }
-                    tap = state.hub.tap(FEED_QUEUE);
+                    tap = state.hub.tap(FEED_QUEUE, spans::reads_payload);
                 }
             },
         }

@@ -238,6 +238,15 @@ pub(crate) fn reads_payload(event_type: &str) -> bool {
     )
 }
 
+/// Whether an event of type `event_type` ends a span.
+pub(crate) fn ends_span(event_type: &str) -> bool {
+    reads_payload(event_type)
+        && !matches!(
+            event_type,
+            "carp.request.received" | "action.requested" | "approval.requested"
+        )
+}
+
 impl Tracker {
     /// The spans `e` ends (none for most events).
     pub(crate) fn observe(&mut self, e: &TraceEvent) -> Vec<Span> {

@@ -96,10 +96,25 @@ async fn last_audit_event(s: &TestServer) -> Value {
     s.events(OPERATOR_AUDIT_SESSION).await.pop().unwrap()
 }
 
+/// The atlases in force, as their summaries say them but for `signature` (which says how
+/// they stand with the keys the server trusts now, not which atlases they are).
 async fn in_force(s: &TestServer) -> Value {
-    let (st, body) = s.get(Some(ADMIN), "/v1/atlases").await;
+    let (st, mut body) = s.get(Some(ADMIN), "/v1/atlases").await;
     assert_eq!(st, 200, "{body}");
+    for a in body.as_array_mut().into_iter().flatten() {
+        a.as_object_mut().map(|o| o.remove("signature"));
+    }
     body
+}
+
+/// Each summary's `signature`: `verified`, `signed` or `unsigned`.
+async fn signatures(s: &TestServer) -> Vec<String> {
+    let (_, body) = s.get(Some(ADMIN), "/v1/atlases").await;
+    body.as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| a["signature"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 /// Invariant: with trusted keys, a server does not start on an atlas that is unsigned, signed by
@@ -366,6 +381,11 @@ async fn a_start_with_trusted_keys_refuses_a_catalogued_atlas_taken_in_unsigned(
     assert_eq!(post_signed(&s, SUPPORT, Some(&stranger())).await, 201);
     assert_eq!(post_signed(&s, PAYMENTS, None).await, 201);
     let before = in_force(&s).await;
+    assert_eq!(
+        signatures(&s).await,
+        ["signed", "signed", "unsigned"],
+        "trusting no key, a signature is kept but not verified"
+    );
     let dir = s.stop_keep().await;
 
     let e = start_error(dir.path(), 500, |c| trust_config(c, atlas.clone())).await;
@@ -406,6 +426,11 @@ async fn a_start_with_trusted_keys_refuses_a_catalogued_atlas_taken_in_unsigned(
 
     let s = TestServer::start_over(dir, 900, |c| trust_config(c, atlas)).await;
     assert_eq!(in_force(&s).await, before, "every atlas is in force again");
+    assert_eq!(
+        signatures(&s).await,
+        ["verified"; 3],
+        "with trusted keys every atlas in force was verified"
+    );
     s.stop().await;
 }
 

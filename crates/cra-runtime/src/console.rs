@@ -9,6 +9,8 @@
 //! files (no inline script, no `eval`), connections only to this origin (HTTP and WebSocket), and
 //! no framing; `specs/console.md` says what each directive is for.
 
+use std::sync::LazyLock;
+
 use axum::Router;
 use axum::extract::Path;
 use axum::http::header::{
@@ -29,11 +31,20 @@ pub(crate) const CONTENT_SECURITY_POLICY_VALUE: &str = "default-src 'none'; scri
      style-src 'self'; img-src 'self' data:; connect-src 'self'; font-src 'self'; \
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// One file of the console.
+/// One file of a page, compiled in.
 struct Asset {
     name: &'static str,
-    content_type: &'static str,
     body: &'static [u8],
+}
+
+/// The file `$name` of folder `$dir` (beside `src/`), served under `$name`.
+macro_rules! asset {
+    ($dir:literal, $name:literal) => {
+        Asset {
+            name: $name,
+            body: include_bytes!(concat!("../", $dir, "/", $name)),
+        }
+    };
 }
 
 /// The documentation's policy: the console's, but Swagger UI sets `style` attributes and
@@ -42,63 +53,54 @@ pub(crate) const DOCS_POLICY: &str = "default-src 'none'; script-src 'self'; \
      style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
      font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// The documentation's files (`/docs/NAME`): Swagger UI as vendored, and its start.
+/// The documentation's files (`/docs/NAME`): its page and start, then Swagger UI as vendored.
 const DOCS: &[Asset] = &[
-    Asset {
-        name: "index.html",
-        content_type: "text/html; charset=utf-8",
-        body: include_bytes!("../docs-ui/index.html"),
-    },
-    Asset {
-        name: "docs.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../docs-ui/docs.js"),
-    },
-    Asset {
-        name: "swagger-ui-bundle.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../docs-ui/vendor/swagger-ui-bundle.js"),
-    },
-    Asset {
-        name: "swagger-ui.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../docs-ui/vendor/swagger-ui.css"),
-    },
+    asset!("docs-ui", "index.html"),
+    asset!("docs-ui", "docs.js"),
+    asset!("docs-ui/vendor", "swagger-ui-bundle.js"),
+    asset!("docs-ui/vendor", "swagger-ui.css"),
 ];
 
 /// The console's files, by the name they are served under (`/console/NAME`).
 const ASSETS: &[Asset] = &[
-    Asset {
-        name: "index.html",
-        content_type: "text/html; charset=utf-8",
-        body: include_bytes!("../console/index.html"),
-    },
-    Asset {
-        name: "console.css",
-        content_type: "text/css; charset=utf-8",
-        body: include_bytes!("../console/console.css"),
-    },
-    Asset {
-        name: "app.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../console/app.js"),
-    },
-    Asset {
-        name: "api.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../console/api.js"),
-    },
-    Asset {
-        name: "views.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../console/views.js"),
-    },
-    Asset {
-        name: "dom.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_bytes!("../console/dom.js"),
-    },
+    asset!("console", "index.html"),
+    asset!("console", "console.css"),
+    asset!("console", "app.js"),
+    asset!("console", "api.js"),
+    asset!("console", "views.js"),
+    asset!("console", "dom.js"),
 ];
+
+/// A file as it is answered: its type from its name's extension, and its entity tag (the first
+/// 16 bytes of its SHA-256), both worked out once (the Swagger UI bundle is 1.7 MB).
+struct Served {
+    asset: &'static Asset,
+    content_type: &'static str,
+    etag: HeaderValue,
+}
+
+fn served(assets: &'static [Asset]) -> Vec<Served> {
+    assets
+        .iter()
+        .map(|asset| Served {
+            asset,
+            content_type: match asset.name.rsplit('.').next() {
+                Some("html") => "text/html; charset=utf-8",
+                Some("css") => "text/css; charset=utf-8",
+                Some("js") => "text/javascript; charset=utf-8",
+                _ => "application/octet-stream",
+            },
+            etag: HeaderValue::from_str(&format!(
+                "\"{}\"",
+                hex::encode(&Sha256::digest(asset.body)[..16])
+            ))
+            .unwrap_or_else(|_| HeaderValue::from_static("\"\"")),
+        })
+        .collect()
+}
+
+static CONSOLE_FILES: LazyLock<Vec<Served>> = LazyLock::new(|| served(ASSETS));
+static DOCS_FILES: LazyLock<Vec<Served>> = LazyLock::new(|| served(DOCS));
 
 /// The pages' routes (public: see [`is_page_path`]).
 pub(crate) fn routes() -> Router<AppState> {
@@ -143,7 +145,7 @@ async fn redirect(to: &'static str) -> Response {
 
 fn console(name: &str, headers: &HeaderMap) -> Response {
     serve(
-        ASSETS,
+        &CONSOLE_FILES,
         CONTENT_SECURITY_POLICY_VALUE,
         name,
         headers,
@@ -152,7 +154,7 @@ fn console(name: &str, headers: &HeaderMap) -> Response {
 }
 
 fn docs(name: &str, headers: &HeaderMap) -> Response {
-    serve(DOCS, DOCS_POLICY, name, headers, "/docs/")
+    serve(&DOCS_FILES, DOCS_POLICY, name, headers, "/docs/")
 }
 
 /// `GET /openapi.json`: the API's description as this binary generates it (the document
@@ -163,34 +165,34 @@ async fn openapi() -> Response {
     ([(CONTENT_TYPE, "application/json")], DOCUMENT.as_str()).into_response()
 }
 
-/// Answers one file with its type, an entity tag (its SHA-256), `no-cache` (revalidated on each
+/// Answers one file with its type, its entity tag, `no-cache` (revalidated on each
 /// load, so a new binary's console is never mixed with an old one's), and the security headers;
 /// 304 when the browser already holds it.
 fn serve(
-    assets: &[Asset],
+    files: &[Served],
     policy: &'static str,
     name: &str,
     headers: &HeaderMap,
     home: &str,
 ) -> Response {
-    let Some(asset) = assets.iter().find(|a| a.name == name) else {
+    let Some(file) = files.iter().find(|f| f.asset.name == name) else {
         return ApiError::not_found(format!("there is no file `{name}` here; open {home}"))
             .into_response();
     };
-    let tag = format!("\"{}\"", hex::encode(&Sha256::digest(asset.body)[..16]));
     let fresh = headers
         .get(IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == tag));
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().as_bytes() == file.etag.as_bytes())
+        });
     let mut resp = if fresh {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        ([(CONTENT_TYPE, asset.content_type)], asset.body).into_response()
+        ([(CONTENT_TYPE, file.content_type)], file.asset.body).into_response()
     };
     let h = resp.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&tag) {
-        h.insert(ETAG, v);
-    }
+    h.insert(ETAG, file.etag.clone());
     h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(policy));
     h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));

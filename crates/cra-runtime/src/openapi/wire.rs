@@ -205,9 +205,10 @@ fn rewrite_refs(node: &mut Value, name: &str) {
 
 /// Whether `node` is an object schema that says nothing of its members.
 pub fn is_untyped_object(node: &Value) -> bool {
-    let Some(o) = node.as_object() else {
-        return false;
-    };
+    node.as_object().is_some_and(is_untyped)
+}
+
+fn is_untyped(o: &serde_json::Map<String, Value>) -> bool {
     let typed = [
         "properties",
         "$ref",
@@ -229,9 +230,7 @@ pub fn is_untyped_object(node: &Value) -> bool {
 fn mark_free_form(node: &mut Value, member: Option<&str>) {
     match node {
         Value::Object(o) => {
-            if member.is_some_and(|m| FREE_FORM.contains(&m))
-                && is_untyped_object(&Value::Object(o.clone()))
-            {
+            if member.is_some_and(|m| FREE_FORM.contains(&m)) && is_untyped(o) {
                 o.insert("additionalProperties".into(), Value::Bool(true));
             }
             for (k, v) in o.iter_mut() {

@@ -11,14 +11,14 @@ cra; one span per operation (a resolve, three executes, an approval decision, a 
 session); every span of the session in the trace whose id is the session's UUID; parents as
 the chain says (executes and the decision under the resolve, the resolve under the session's
 root); GenAI and tool-call attributes; the caller's traceparent recorded in the TRACE payload
-and linked from the spans of its calls; the exported count in /metrics.
+and linked from the spans of its calls; the exported count in /metrics; and, against a
+collector that refuses every export, three attempts of the batch, then the failure counted.
 """
 
 import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import threading
@@ -35,23 +35,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-ATLAS = ROOT / "crates/cra-cli/tests/fixtures/trace/atlas"
-AGENT = "otlp-agent-key-000000000"
-OPERATOR = "otlp-operator-key-000000"
-KEYS = f"""
-[[keys]]
-token = "{AGENT}"
-actor_id = "bot"
-actor_type = "agent"
-roles = ["agent"]
+# The MCP peers' server start, keys (agent `bot`, operator `oscar`) and test atlas.
+from mcp_peers import AGENT_KEY as AGENT, OPERATOR_KEY as OPERATOR, start_server
 
-[[keys]]
-token = "{OPERATOR}"
-actor_id = "oscar"
-actor_type = "human"
-roles = ["operator"]
-"""
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 # How long the export may take to arrive (a bound for a broken exporter, not a pace).
 DEADLINE_S = 10.0
@@ -143,19 +129,6 @@ def envelope(session, operation):
             "operation": operation, "requester": {"session_id": session, "agent_id": "bot"}}
 
 
-def start_server(cra, work, otlp):
-    (work / "keys.toml").write_text(KEYS)
-    command = [cra, "serve", "--addr", "127.0.0.1:0", "--data", str(work / "data"), "--atlas", str(ATLAS),
-               "--api-keys", str(work / "keys.toml"), "--otlp-endpoint", otlp]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    for line in server.stdout:
-        m = re.search(r"listening on (http://\S+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in server.stdout], daemon=True).start()
-            return server, m.group(1)
-    raise SystemExit(f"cra serve did not start (exit {server.wait()})")
-
-
 def drive(base):
     """One session: a resolve and three executes with the traceparent, an approval granted, a
     deposit, the end. Answers the session id, the resolution id and the execution ids."""
@@ -193,6 +166,55 @@ def drive(base):
     return sid, rid, [read["execution_id"], waiting["execution_id"], ran["execution_id"]], approval, package["package_id"]
 
 
+class Refuser(BaseHTTPRequestHandler):
+    """A collector that is there but refuses every export (503), counting the attempts."""
+
+    attempts = 0
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        Refuser.attempts += 1
+        self.send_response(503)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def metric(base, name):
+    """The value of an unlabelled counter in `base`'s /metrics (0 when absent)."""
+    req = urllib.request.Request(base + "/metrics", headers={"authorization": f"Bearer {OPERATOR}"})
+    text = urllib.request.urlopen(req, timeout=30).read().decode()
+    found = re.search(rf"^{name} (\d+)", text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def refused_exports(cra, work):
+    """A collector refusing every export: the batch is tried three times (the first, then after
+    1 s and 2 s), then given up and counted, and the server answers all along."""
+    refuser = ThreadingHTTPServer(("127.0.0.1", 0), Refuser)
+    threading.Thread(target=refuser.serve_forever, daemon=True).start()
+    config = work / "refused.toml"
+    config.write_text(f'[otlp]\nendpoint = "http://127.0.0.1:{refuser.server_port}"\n')
+    server, base = start_server(cra, work, name="refused", config=config)
+    try:
+        status, opened = api(base, AGENT, "POST", "/v1/sessions", {"agent_id": "bot", "goal": "refused"})
+        ended, _ = api(base, AGENT, "DELETE", f"/v1/sessions/{opened['session_id']}")
+        check("with a refusing collector the server answers", status == 201 and ended == 204)
+        until = time.monotonic() + DEADLINE_S
+        while time.monotonic() < until and metric(base, "cra_otlp_spans_failed_total") < 1:
+            time.sleep(0.1)  # polling for a condition, bounded by the deadline
+        check("a refused batch is tried three times, then given up and counted",
+              Refuser.attempts == 3 and metric(base, "cra_otlp_spans_failed_total") == 1
+              and metric(base, "cra_otlp_spans_exported_total") == 0,
+              f"attempts {Refuser.attempts}")
+    finally:
+        server.terminate()
+        server.wait()
+        refuser.shutdown()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cra", required=True, help="the cra binary")
@@ -200,7 +222,9 @@ def main():
     receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
     threading.Thread(target=receiver.serve_forever, daemon=True).start()
     work = Path(tempfile.mkdtemp(prefix="cra-otlp-"))
-    server, base = start_server(os.path.abspath(args.cra), work, f"http://127.0.0.1:{receiver.server_port}")
+    config = work / "otlp.toml"
+    config.write_text(f'[otlp]\nendpoint = "http://127.0.0.1:{receiver.server_port}"\n')
+    server, base = start_server(os.path.abspath(args.cra), work, config=config)
     try:
         sid, rid, executions, approval, package_id = drive(base)
         trace_id = uuid.UUID(sid).bytes
@@ -267,11 +291,9 @@ def main():
                     if e["event_type"] in ("carp.request.received", "action.requested")]
         check("the traceparent is recorded in the TRACE payloads of its calls",
               recorded == [TRACEPARENT] * 4, recorded)
-        req = urllib.request.Request(base + "/metrics", headers={"authorization": f"Bearer {OPERATOR}"})
-        text = urllib.request.urlopen(req, timeout=30).read().decode()
-        exported = re.search(r"^cra_otlp_spans_exported_total (\d+)", text, re.M)
-        check("/metrics counts the exported spans", exported and int(exported.group(1)) >= 7,
-              exported and exported.group(0))
+        exported = metric(base, "cra_otlp_spans_exported_total")
+        check("/metrics counts the exported spans", exported >= 7, exported)
+        refused_exports(os.path.abspath(args.cra), work)
     finally:
         server.terminate()
         server.wait()

@@ -72,7 +72,7 @@ async function act(api, session, action, parameters) {
   return { first: await run(), again: run };
 }
 
-/** A page that records what its console says; `expected` filters errors the check expects. */
+/** A page in a context of its own (its own session storage) whose console errors go to `errors`. */
 async function openPage(browser, name, errors) {
   const context = await browser.createBrowserContext();
   const page = await context.newPage();

@@ -74,22 +74,25 @@ pub fn traces_url(endpoint: &str) -> String {
 /// Exports the spans of appended events until the server stops, while this replica leads: a
 /// replica that does not lead does not follow the appends at all (an all-sessions follower
 /// would make it read every other replica's events from the store).
+///
+/// The intake and the sender are two futures of this one task, not tasks of their own: when
+/// the server stops (or aborts this task) both end with it, and nothing of the exporter holds
+/// the runtime, and so the store, past the server's shutdown.
 pub(crate) async fn run(state: AppState, config: OtlpConfig) {
     let (tx, rx) = mpsc::channel::<Span>(config.queue_spans.max(1));
-    let sender = tokio::spawn(send(state.clone(), config.clone(), rx));
-    let mut leading = state.leading.subscribe();
-    loop {
-        if *leading.borrow_and_update() {
-            follow(&state, &tx, &mut leading).await;
+    let intake = async {
+        let mut leading = state.leading.subscribe();
+        loop {
+            if *leading.borrow_and_update() {
+                follow(&state, &tx, &mut leading).await;
+            }
+            tokio::select! {
+                () = state.stopping.cancelled() => break,
+                changed = leading.changed() => if changed.is_err() { break },
+            }
         }
-        tokio::select! {
-            () = state.stopping.cancelled() => break,
-            changed = leading.changed() => if changed.is_err() { break },
-        }
-    }
-    drop(tx);
-    // The sender sends what is queued, then ends (each post bounded by its timeout).
-    let _ = sender.await;
+    };
+    tokio::join!(intake, send(&state, &config, rx));
 }
 
 /// Follows every append through a tap of the fan-out ([`crate::tracelog::Hub::tap`], which
@@ -162,7 +165,7 @@ fn spans_of(tracker: &mut Tracker, batch: &Tapped) -> Vec<Span> {
 /// sender is free, so spans go out as soon as they end, and more at once under load. A batch
 /// the collector refuses or does not answer is retried twice (after 1 s, then 2 s), then
 /// dropped and counted.
-async fn send(state: AppState, config: OtlpConfig, mut rx: mpsc::Receiver<Span>) {
+async fn send(state: &AppState, config: &OtlpConfig, mut rx: mpsc::Receiver<Span>) {
     let url = traces_url(&config.endpoint);
     let client = match crate::tls::http_client()
         .timeout(Duration::from_millis(config.timeout_ms))
@@ -192,7 +195,20 @@ async fn send(state: AppState, config: OtlpConfig, mut rx: mpsc::Receiver<Span>)
         ),
     ];
     let mut batch = Vec::with_capacity(config.batch_spans);
-    while let Some(first) = rx.recv().await {
+    loop {
+        let first = tokio::select! {
+            () = state.stopping.cancelled() => None,
+            first = rx.recv() => first,
+        };
+        let Some(first) = first else {
+            // Stopping: what is still queued is not sent.
+            let left = rx.len() as u64;
+            state
+                .metrics
+                .otlp_spans_dropped
+                .fetch_add(left, Ordering::Relaxed);
+            return;
+        };
         batch.push(first);
         while batch.len() < config.batch_spans {
             match rx.try_recv() {
@@ -203,7 +219,7 @@ async fn send(state: AppState, config: OtlpConfig, mut rx: mpsc::Receiver<Span>)
         let body = proto::export_request(&resource, env!("CARGO_PKG_VERSION"), &batch);
         let count = batch.len() as u64;
         batch.clear();
-        if post(&state, &client, &url, &config, body).await {
+        if post(state, &client, &url, config, body).await {
             state
                 .metrics
                 .otlp_spans_exported
@@ -240,7 +256,11 @@ async fn post(
         for (name, value) in &config.headers {
             req = req.header(name, value);
         }
-        match req.send().await {
+        let answer = tokio::select! {
+            () = state.stopping.cancelled() => return false,
+            answer = req.send() => answer,
+        };
+        match answer {
             Ok(resp) if resp.status().is_success() => return true,
             Ok(resp) => {
                 tracing::warn!(status = %resp.status(), url, "the OTLP collector refused spans")

@@ -19,6 +19,7 @@ mod inflight;
 mod keys;
 mod mcp_pool;
 mod openapi;
+mod otlp;
 mod outbox;
 mod params;
 mod quotas;

@@ -166,25 +166,46 @@ async function showCheckpoint(el, last) {
   }
 }
 
-/** The pending queue (with the exact call each gates), decisions, and the history. */
+/**
+ * The pending queue (with the exact call each gates), decisions, and the history, read again
+ * every 5 s. A card stays as it is while its approval waits (a note being typed is kept, and
+ * its call is read from the chain once); only cards that come or go change.
+ */
 export async function approvals(main) {
   const queue = h("div", { id: "approval-queue" });
+  const empty = h("p", { class: "empty" }, "No approval is waiting.");
+  const status = h("div", {});
   const history = h("div", { id: "approval-history" });
+  const cards = new Map();
   const refresh = async () => {
     const [pending, decided] = await Promise.all([
       get("/v1/approvals"),
       get("/v1/approvals?status=decided&limit=50"),
     ]);
-    replace(queue, pending.length ? pending.map((a) => approvalCard(a, refresh))
-      : h("p", { class: "empty" }, "No approval is waiting."));
+    const waiting = new Set(pending.map((a) => a.approval_id));
+    for (const [id, card] of cards) {
+      if (!waiting.has(id)) {
+        card.remove();
+        cards.delete(id);
+      }
+    }
+    for (const a of pending) {
+      if (!cards.has(a.approval_id)) {
+        const card = approvalCard(a, refresh);
+        cards.set(a.approval_id, card);
+        queue.append(card);
+      }
+    }
+    empty.hidden = cards.size > 0;
+    replace(status);
     replace(history, table(["decided", "approval", "session", "actions", "decision", "by", "note"],
       decided.map((a) => [a.decided_at, h("code", {}, a.approval_id), sessionLink(a.session_id),
         a.actions.join(", "), badge(a.status), a.decided_by || "", a.note || ""])));
   };
-  replace(main, h("h1", {}, "Approvals"), h("h2", {}, "Waiting"), queue,
+  replace(main, h("h1", {}, "Approvals"), h("h2", {}, "Waiting"), empty, queue, status,
     h("h2", {}, "Decided"), history);
   await refresh();
-  const timer = setInterval(() => refresh().catch((e) => replace(queue, problem(e))), 5000);
+  const timer = setInterval(() => refresh().catch((e) => replace(status, problem(e))), 5000);
   return () => clearInterval(timer);
 }
 

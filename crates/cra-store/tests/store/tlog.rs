@@ -528,3 +528,44 @@ fn checkpoints_published_at_once_never_go_back() {
         );
     }
 }
+
+/// The sessions of the `runs-layout` fixture and what each appends, in turn: runs of one event,
+/// runs that cross entry bundles, and one append that fills more than a tile.
+const RUNS_LAYOUT_APPENDS: [(&str, u64); 9] = [
+    ("alpha", 1),
+    ("beta", 40),
+    ("alpha", 3),
+    ("gamma", 300),
+    ("beta", 1),
+    ("delta", 200),
+    ("alpha", 120),
+    ("gamma", 2),
+    ("epsilon", 90),
+];
+
+/// Writes the `runs-layout` fixture (`tests/fixtures/runs-layout/make.sh` runs it with the code
+/// of the commit it names): a data directory whose log holds full and partial entry bundles in
+/// the layout of that commit, and `log.txt` with the log's size and root.
+#[test]
+#[ignore = "writes a fixture; run by tests/fixtures/runs-layout/make.sh"]
+fn write_the_runs_layout_fixture() {
+    use cra_store::tlog::LogStore as _;
+    let out = std::path::PathBuf::from(std::env::var("CRA_FIXTURE_DIR").unwrap());
+    let (clock, config) = fixed();
+    let store = RedbStore::open_with(&out, config).unwrap();
+    for round in 0..2u64 {
+        for (session, n) in RUNS_LAYOUT_APPENDS {
+            store
+                .append(session, (0..n).map(|i| note(round * 1000 + i)).collect())
+                .unwrap();
+            clock.advance(time::Duration::seconds(1));
+        }
+    }
+    let size = store.log_size().unwrap();
+    let root = LogReader::new(&store).unwrap().root(size).unwrap();
+    std::fs::write(
+        out.join("log.txt"),
+        format!("{size} {}\n", cra_tlog::hash::to_hex(&root)),
+    )
+    .unwrap();
+}

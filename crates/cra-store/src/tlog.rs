@@ -11,7 +11,9 @@
 //! hashes). Entry bundles hold the leaf data (the 32-byte event hashes) in log order, 256 a
 //! bundle, stored bare and framed as C2SP entries only when served. A partial tile or bundle is
 //! rewritten wider as leaves arrive; its prefix never changes, so a reader that meets a wider
-//! tile than it asked for takes the prefix.
+//! tile than it asked for takes the prefix. A store may keep level-0 tiles in another form
+//! (redb keeps their upper levels and computes the rest from the leaves): it then answers the
+//! hashes below tile level 1 itself ([`LogStore::low_subtree_hash`]) and whole tiles when read.
 //!
 //! **Invariants** (tested by name in `tests/store/tlog.rs`): the log holds exactly one leaf per
 //! stored event, in commit order; a tile never loses or changes a hash it held; an append that
@@ -212,6 +214,17 @@ pub trait LogStore: Send + Sync {
     /// [`LogError`] when the store cannot be read.
     fn read_tile(&self, key: TileKey) -> Result<Option<Vec<u8>>, LogError>;
 
+    /// The hash of the complete subtree `(level, index)`, `level` below 8 (inside a level-0
+    /// tile), when the store answers it without a whole stored tile; `None` (the default) reads
+    /// the level-0 tile. The caller asks only for subtrees the log holds whole.
+    ///
+    /// # Errors
+    /// [`LogError`] when the store cannot be read or holds damaged leaves.
+    fn low_subtree_hash(&self, level: u8, index: u64) -> Result<Option<Hash>, LogError> {
+        let _ = (level, index);
+        Ok(None)
+    }
+
     /// The signed checkpoint notes published, the latest first, at most `limit`.
     ///
     /// # Errors
@@ -376,6 +389,15 @@ impl<S: LogStore + ?Sized> HashReader for LogReader<'_, S> {
         if level > 63 || end.is_none_or(|end| end > self.size) {
             return Err(missing);
         }
+        if u32::from(level) < TILE_HEIGHT {
+            let low = self
+                .store
+                .low_subtree_hash(level, index)
+                .map_err(|e| HashReadError::Store(Box::new(e)))?;
+            if let Some(hash) = low {
+                return Ok(hash);
+            }
+        }
         let (tile_level, inner) = (level / 8, u32::from(level % 8));
         let first = index << inner;
         let key = TileKey {
@@ -441,6 +463,20 @@ impl<'a> StoredTile<'a> {
             l.zip(r).map(|(l, r)| node_hash(&l, &r))
         })?
     }
+}
+
+/// The hashes of inner levels `from` to 7 of the full stored tile `bytes` (at `key`), level by
+/// level: what a store that computes the lower levels from the leaves keeps of it.
+///
+/// # Errors
+/// [`LogError::Corrupt`] when `bytes` is not a full stored tile.
+pub(crate) fn upper_levels(key: TileKey, bytes: &[u8], from: u32) -> Result<Vec<u8>, LogError> {
+    let stored = StoredTile::parse(key, bytes)?;
+    if stored.width != TILE_WIDTH {
+        return Err(short(key));
+    }
+    let before: usize = (0..from.min(TILE_HEIGHT)).map(|h| TILE_WIDTH >> h).sum();
+    Ok(stored.hashes[before * HASH_LEN..].to_vec())
 }
 
 /// The stored form of a tile whose own hashes are `base`.

@@ -40,7 +40,7 @@ impl UpgradePlan {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct UpgradeStep {
     /// What kind of change, stable for scripts: `redb.tables`, `redb.format`, `tlog.convert`,
-    /// `tlog.backfill`, `carp.owner_index`, `relay.package_keys`, `relay.created_index`,
+    /// `tlog.layout`, `tlog.backfill`, `carp.owner_index`, `relay.package_keys`, `relay.created_index`,
     /// `postgres.schema`, `postgres.migration`.
     pub step: &'static str,
     /// The change in words.

@@ -53,6 +53,7 @@ struct Inner {
     config: StoreConfig,
     heads: heads::Heads,
     hash_index: tlog::HashIndex,
+    edge_hashes: tlog::EdgeHashes,
     collector: Collector<trace::Append>,
 }
 
@@ -117,6 +118,7 @@ impl RedbStore {
                 config,
                 heads: heads::Heads::default(),
                 hash_index: tlog::HashIndex::default(),
+                edge_hashes: tlog::EdgeHashes::default(),
                 collector,
             }),
         })
@@ -203,6 +205,10 @@ impl RedbStore {
 
     pub(crate) fn hash_index(&self) -> &tlog::HashIndex {
         &self.inner.hash_index
+    }
+
+    pub(crate) fn edge_hashes(&self) -> &tlog::EdgeHashes {
+        &self.inner.edge_hashes
     }
 }
 

@@ -1,25 +1,27 @@
 //! The transparency log in redb (`crate::tlog`): its tables, the append the committer makes in
-//! each batch's write transaction, the backfill of a data directory written before the log, and
+//! each batch's write transaction, the conversions of stores written in earlier layouts, and
 //! [`LogStore`] for [`RedbStore`].
 //!
-//! Tables: `tlog_tiles` maps `(level, index)` to a stored tile (level 255: entry bundles);
-//! `tlog_runs` maps the leaf index of each run's first leaf to a [`Run`]: the sequence and session
-//! of its first event (an append adds leaves to one chain in order, so every leaf's place follows
-//! from the row at or before it) and, for runs past the last full entry bundle, their leaf data;
-//! `tlog_meta` holds `identity`; `tlog_checkpoints` maps a tree size to the signed checkpoint
-//! published for it.
+//! Tables: `tlog_runs` maps the leaf index of each run's first leaf to a [`Run`]: the sequence and
+//! session of its first event (an append adds leaves to one chain in order, so every leaf's place
+//! follows from the row at or before it) and the run's leaf data, its events' 32-byte hashes. The
+//! runs are the log's leaves: entry bundles are read from them, and no run crosses a multiple of
+//! [`RUN_SPAN`] leaves. `tlog_tiles` maps `(level, index)` to a stored hash tile: a level-0 tile
+//! only once full, and only its inner levels 4 to 7 (30 hashes); tiles of higher levels whole
+//! with their inner levels, partial ones too. `tlog_meta` holds `identity` and `layout`;
+//! `tlog_checkpoints` maps a tree size to the signed checkpoint published for it.
 //!
-//! **The right edge is not stored as tiles.** `tlog_tiles` holds full level-0 tiles and entry
-//! bundles only; the leaves after the last full one are the data of the runs at the table's
-//! right edge, from which the partial level-0 tile and entry bundle are made when read. So the
-//! log adds one row in one table to an append that does not fill a tile, where rewriting the
-//! partial tiles wrote up to 24 KiB a commit (`bench/NOTES.md`, stop 56). The append that fills
-//! a tile writes it and the tiles above it whole, and rewrites the runs it covered without their
-//! data. Partial tiles of higher levels are still stored: they change once per 256 leaves. The
-//! log's size is the last run's end when it has data, else the full bundles' count times 256.
+//! **Each leaf's data is written once.** An append that fills no level-0 tile adds rows to
+//! `tlog_runs` and nothing else; the append that fills one also stores its upper levels and the
+//! tiles above it. Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
+//! any node a proof needs) are computed from the runs when read, and so is a whole level-0 tile
+//! or entry bundle when one is served. The layout before this one wrote each leaf's data twice
+//! (in its run, then in its entry bundle: a 16 KiB page for 8 KiB) and every level-0 tile whole,
+//! over 150 bytes a leaf where a leaf's data is 32 (`bench/NOTES.md`, stops 63 and 69).
 //!
-//! Stores written before `tlog_runs` (a `size` in `tlog_meta`, places in `tlog_appends`, partial
-//! tiles stored) are converted when opened.
+//! Stores written in earlier layouts are converted in the transaction that opens them: a `size`
+//! in `tlog_meta` with places in `tlog_appends` (before `tlog_runs`), and runs without their data
+//! beside entry bundles and whole level-0 tiles (before `layout`).
 
 use ::redb::{Database, Durability, ReadableTable, TableDefinition, WriteTransaction};
 use cra_tlog::Hash;
@@ -40,10 +42,20 @@ const OLD_APPENDS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("
 /// The size stored before `tlog_runs`; removed when a store is converted.
 const OLD_SIZE: &str = "size";
 const IDENTITY: &str = "identity";
+/// The meta row naming the layout of the log's tables; absent before runs held their data.
+const LAYOUT: &str = "layout";
+/// The layout this module writes.
+const DATA_IN_RUNS: &[u8] = b"data-in-runs";
 
 const WIDTH: u64 = crate::tlog::TILE_WIDTH as u64;
 /// Bytes of a leaf's data.
 const HASH: usize = 32;
+/// No run crosses a multiple of this many leaves, so a row holds at most 2 KiB of leaf data.
+pub(crate) const RUN_SPAN: u64 = 64;
+/// The inner levels of a level-0 tile computed from leaf data (0 to 3) rather than stored.
+const LOW_LEVELS: u8 = 4;
+/// Hashes a full level-0 tile keeps: its inner levels [`LOW_LEVELS`] to 7.
+const UPPER_HASHES: usize = 16 + 8 + 4 + 2;
 
 fn store(e: impl std::fmt::Display) -> LogError {
     LogError::Store(format!("redb: {e}"))
@@ -53,9 +65,13 @@ fn malformed() -> LogError {
     LogError::Corrupt("a stored run of the log is malformed".into())
 }
 
+fn usize_of(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 /// A run: leaves of consecutive events of one chain. Stored as the sequence (8 bytes,
 /// big-endian), the session's length (2 bytes, big-endian), the session, then the leaf data
-/// while the run is past the last full entry bundle.
+/// (empty only in a store not yet converted from the layout before `layout`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Run<'a> {
     sequence: u64,
@@ -90,6 +106,11 @@ impl<'a> Run<'a> {
         })
     }
 
+    /// Leaves the run holds data for.
+    fn leaves(&self) -> u64 {
+        (self.data.len() / HASH) as u64
+    }
+
     /// The same run from its `skip`th leaf on, with `data`.
     fn tail(&self, skip: u64, data: &'a [u8]) -> Self {
         Self {
@@ -110,7 +131,7 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), Back
     c.copy(OLD_APPENDS)
 }
 
-/// Creates the log's tables and converts a store written before `tlog_runs`; a data directory
+/// Creates the log's tables and converts a store written in an earlier layout; a data directory
 /// written before the log (events, an empty log) gets every stored event as a leaf first, in the
 /// order `(timestamp, session_id, sequence)`: redb records no commit order, and a chain's
 /// timestamps never go back.
@@ -124,11 +145,40 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
         txn.open_table(META).map_err(backend)?;
     }
     let log = |e: LogError| backend(e.to_string());
-    if !convert_sized(&txn).map_err(log)? && size_in(&txn).map_err(log)? == 0 {
+    convert(&txn).map_err(log)?;
+    if size_in(&txn).map_err(log)? == 0 {
         let leaves = stored_events(&txn).map_err(log)?;
         append_leaves(&txn, &leaves).map_err(log)?;
     }
     txn.commit().map_err(backend)
+}
+
+/// Converts a log of an earlier layout to this one, and marks the layout.
+fn convert(txn: &WriteTransaction) -> Result<(), LogError> {
+    let mut meta = txn.open_table(META).map_err(store)?;
+    if meta.get(LAYOUT).map_err(store)?.is_some() {
+        return Ok(());
+    }
+    drop(meta);
+    let sized = convert_sized(txn)?;
+    let held = txn
+        .open_table(RUNS)
+        .map_err(store)?
+        .first()
+        .map_err(store)?
+        .is_some()
+        || txn
+            .open_table(TILES)
+            .map_err(store)?
+            .first()
+            .map_err(store)?
+            .is_some();
+    if held {
+        move_data_into_runs(txn, sized)?;
+    }
+    meta = txn.open_table(META).map_err(store)?;
+    meta.insert(LAYOUT, DATA_IN_RUNS).map_err(store)?;
+    Ok(())
 }
 
 /// The conversions [`create_tables`] will make, as read from `txn` (`super::upgrade::plan`).
@@ -136,21 +186,30 @@ pub(crate) fn pending(
     txn: &::redb::ReadTransaction,
     steps: &mut Vec<UpgradeStep>,
 ) -> Result<(), BackendError> {
-    let converts = match txn.open_table(META) {
-        Ok(meta) => meta.get(OLD_SIZE).map_err(backend)?.is_some(),
-        Err(::redb::TableError::TableDoesNotExist(_)) => false,
+    let (sized, laid_out) = match txn.open_table(META) {
+        Ok(meta) => (
+            meta.get(OLD_SIZE).map_err(backend)?.is_some(),
+            meta.get(LAYOUT).map_err(backend)?.is_some(),
+        ),
+        Err(::redb::TableError::TableDoesNotExist(_)) => (false, false),
         Err(e) => return Err(backend(e)),
     };
-    if converts {
+    let empty = super::upgrade::rows(txn, RUNS)? == 0 && super::upgrade::rows(txn, TILES)? == 0;
+    if sized {
         steps.push(UpgradeStep::new(
             "tlog.convert",
             "convert the transparency log's places (tlog_appends) into runs (tlog_runs)",
         ));
-        return Ok(());
     }
-    let empty = super::upgrade::rows(txn, RUNS)? == 0 && super::upgrade::rows(txn, TILES)? == 0;
+    if !laid_out && (sized || !empty) {
+        steps.push(UpgradeStep::new(
+            "tlog.layout",
+            "move the transparency log's leaf data from its entry bundles into its runs, and \
+             keep the upper four levels of each level-0 tile",
+        ));
+    }
     let chains = super::upgrade::rows(txn, super::trace::HEADS)?;
-    if empty && super::upgrade::rows(txn, EVENTS)? > 0 {
+    if !sized && empty && super::upgrade::rows(txn, EVENTS)? > 0 {
         steps.push(UpgradeStep::new(
             "tlog.backfill",
             format!(
@@ -162,36 +221,35 @@ pub(crate) fn pending(
     Ok(())
 }
 
-/// Converts a log written before `tlog_runs`: each `tlog_appends` row becomes a run, those past
-/// the last full entry bundle with their data from the partial bundle, which goes with the
-/// partial level-0 tile. Answers whether the store was of that form.
-fn convert_sized(txn: &WriteTransaction) -> Result<bool, LogError> {
+/// Converts a log written before `tlog_runs` into the layout before `layout`: each
+/// `tlog_appends` row becomes a run without data, and the partial level-0 tile goes (its entry
+/// bundle stays, for [`move_data_into_runs`]). Answers the log's size if the store was of that
+/// form.
+fn convert_sized(txn: &WriteTransaction) -> Result<Option<u64>, LogError> {
     let size = {
         let mut meta = txn.open_table(META).map_err(store)?;
         let removed = meta.remove(OLD_SIZE).map_err(store)?;
         match removed {
             Some(bytes) => decode_u64(bytes.value())?,
-            None => return Ok(false),
+            None => return Ok(None),
         }
     };
-    let boundary = size - size % WIDTH;
-    let partial = boundary / WIDTH;
-    let edge = {
+    let partial = size / WIDTH;
+    {
         let mut tiles = txn.open_table(TILES).map_err(store)?;
-        let edge = match tiles.remove((ENTRIES, partial)).map_err(store)? {
-            Some(bytes) => bytes.value().to_vec(),
-            None => Vec::new(),
+        let held = match tiles.get((ENTRIES, partial)).map_err(store)? {
+            Some(bytes) => bytes.value().len() as u64,
+            None => 0,
         };
+        if held != size % WIDTH * HASH as u64 {
+            return Err(LogError::Corrupt(format!(
+                "entry bundle {partial} does not hold the log's last {} leaves",
+                size % WIDTH
+            )));
+        }
         tiles.remove((0, partial)).map_err(store)?;
-        edge
-    };
-    if edge.len() as u64 != (size - boundary) * HASH as u64 {
-        return Err(LogError::Corrupt(format!(
-            "entry bundle {partial} does not hold the log's last {} leaves",
-            size - boundary
-        )));
     }
-    let mut old: Vec<(u64, u64, String)> = Vec::new();
+    let mut old: Vec<(u64, Vec<u8>)> = Vec::new();
     for row in txn
         .open_table(OLD_APPENDS)
         .map_err(store)?
@@ -203,57 +261,206 @@ fn convert_sized(txn: &WriteTransaction) -> Result<bool, LogError> {
             .value()
             .split_first_chunk::<8>()
             .ok_or_else(malformed)?;
-        let session = String::from_utf8(session.to_vec()).map_err(|_| malformed())?;
-        old.push((first.value(), u64::from_be_bytes(*sequence), session));
-    }
-    let uncovered = || {
-        LogError::Corrupt(format!(
-            "the log's places (tlog_appends) do not cover its {size} leaves"
-        ))
-    };
-    if size > 0 && old.first().map(|o| o.0) != Some(0) {
-        return Err(uncovered());
-    }
-    let mut runs = txn.open_table(RUNS).map_err(store)?;
-    for (i, (first, sequence, session)) in old.iter().enumerate() {
-        let end = old.get(i + 1).map_or(size, |next| next.0);
+        let session = std::str::from_utf8(session).map_err(|_| malformed())?;
         let run = Run {
-            sequence: *sequence,
+            sequence: u64::from_be_bytes(*sequence),
             session,
             data: &[],
         };
-        put_run(&mut runs, (*first, end), boundary, &run, (boundary, &edge))?;
+        old.push((first.value(), run.encode()?));
+    }
+    if size > 0 && old.first().map(|o| o.0) != Some(0) || old.last().is_some_and(|o| o.0 >= size) {
+        return Err(LogError::Corrupt(format!(
+            "the log's places (tlog_appends) do not cover its {size} leaves"
+        )));
+    }
+    let mut runs = txn.open_table(RUNS).map_err(store)?;
+    for (first, value) in old {
+        runs.insert(first, value.as_slice()).map_err(store)?;
     }
     drop(runs);
     txn.delete_table(OLD_APPENDS).map_err(store)?;
-    if size_in(txn)? != size {
-        return Err(uncovered());
-    }
-    Ok(true)
+    Ok(Some(size))
 }
 
-/// Stores `run`, whose leaves are `[first, end)`, as one row, or as two when it crosses
-/// `boundary` (the first leaf past the last full entry bundle): leaves from `boundary` on carry
-/// their data, taken from `edge` (the data of the leaves from leaf `edge.0` on).
-fn put_run(
-    runs: &mut ::redb::Table<'_, u64, &'static [u8]>,
-    (first, end): (u64, u64),
-    boundary: u64,
-    run: &Run<'_>,
-    (start, edge): (u64, &[u8]),
-) -> Result<(), LogError> {
-    if first < boundary {
-        runs.insert(first, run.tail(0, &[]).encode()?.as_slice())
-            .map_err(store)?;
+/// Converts runs whose leaves' data is in entry bundles (the layout before `layout`; `sized`
+/// when [`convert_sized`] just made them): every run takes its leaves' data, split at multiples
+/// of [`RUN_SPAN`]; each full level-0 tile keeps its upper levels; entry bundles and partial
+/// level-0 tiles go. Works a few thousand rows at a time, so a large log is never held whole.
+fn move_data_into_runs(txn: &WriteTransaction, sized: Option<u64>) -> Result<(), LogError> {
+    const CHUNK: usize = 4096;
+    let mut runs = txn.open_table(RUNS).map_err(store)?;
+    let mut tiles = txn.open_table(TILES).map_err(store)?;
+    let size = match sized {
+        Some(size) => size,
+        None => old_size(&runs, &tiles)?,
+    };
+    let mut bundles = Bundles::default();
+    let mut from = 0u64;
+    loop {
+        let rows = rows_from(&runs, from, CHUNK + 1)?;
+        let Some(&(first, _)) = rows.first() else {
+            break;
+        };
+        if first != from {
+            return Err(gap(from));
+        }
+        for (i, (first, bytes)) in rows.iter().take(CHUNK).enumerate() {
+            let end = rows.get(i + 1).map_or(size, |next| next.0);
+            let run = Run::decode(bytes)?;
+            if !run.data.is_empty() && run.leaves() != end - first {
+                return Err(malformed());
+            }
+            runs.remove(*first).map_err(store)?;
+            let mut at = *first;
+            while at < end {
+                let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
+                let data = if run.data.is_empty() {
+                    bundles.data(&tiles, at, stop)?
+                } else {
+                    let part = |i: u64| usize_of(i - first) * HASH;
+                    run.data
+                        .get(part(at)..part(stop))
+                        .ok_or_else(malformed)?
+                        .to_vec()
+                };
+                let piece = run.tail(at - first, &data);
+                runs.insert(at, piece.encode()?.as_slice()).map_err(store)?;
+                at = stop;
+            }
+        }
+        match rows.get(CHUNK) {
+            Some(&(next, _)) => from = next,
+            None => break,
+        }
     }
-    if end > boundary {
-        let at = first.max(boundary);
-        let offset = |i: u64| usize::try_from(i - start).unwrap_or(usize::MAX) * HASH;
-        let data = edge.get(offset(at)..offset(end)).ok_or_else(malformed)?;
-        runs.insert(at, run.tail(at - first, data).encode()?.as_slice())
-            .map_err(store)?;
+    compact_level_zero(&mut tiles, CHUNK)?;
+    if log_size_of(&runs)? != size {
+        return Err(LogError::Corrupt(format!(
+            "the log's runs do not cover its {size} leaves"
+        )));
     }
     Ok(())
+}
+
+/// Up to `n` rows of `table` from key `from` on.
+fn rows_from(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    from: u64,
+    n: usize,
+) -> Result<Vec<(u64, Vec<u8>)>, LogError> {
+    let mut out = Vec::new();
+    for row in table.range(from..).map_err(store)?.take(n) {
+        let (key, value) = row.map_err(store)?;
+        out.push((key.value(), value.value().to_vec()));
+    }
+    Ok(out)
+}
+
+fn gap(at: u64) -> LogError {
+    LogError::Corrupt(format!(
+        "the log's runs do not follow each other at leaf {at}"
+    ))
+}
+
+/// The size of a log in the layout before `layout`: the last run's end when it has data, else
+/// the leaves of the entry bundles (the last one partial after [`convert_sized`]).
+fn old_size(
+    runs: &impl ReadableTable<u64, &'static [u8]>,
+    tiles: &impl ReadableTable<(u8, u64), &'static [u8]>,
+) -> Result<u64, LogError> {
+    if let Some((first, value)) = runs.last().map_err(store)? {
+        let run = Run::decode(value.value())?;
+        if !run.data.is_empty() {
+            return Ok(first.value() + run.leaves());
+        }
+    }
+    let last = tiles
+        .range((ENTRIES, 0)..)
+        .map_err(store)?
+        .next_back()
+        .transpose()
+        .map_err(store)?;
+    Ok(last.map_or(0, |(key, value)| {
+        key.value().1 * WIDTH + (value.value().len() / HASH) as u64
+    }))
+}
+
+/// The entry bundles of a store being converted, read one at a time.
+#[derive(Default)]
+struct Bundles {
+    held: Option<(u64, Vec<u8>)>,
+}
+
+impl Bundles {
+    /// The data of leaves `[from, to)`, which lie in one entry bundle.
+    fn data(
+        &mut self,
+        tiles: &impl ReadableTable<(u8, u64), &'static [u8]>,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<u8>, LogError> {
+        let index = from / WIDTH;
+        if self.held.as_ref().is_none_or(|(b, _)| *b != index) {
+            let bytes = tiles
+                .get((ENTRIES, index))
+                .map_err(store)?
+                .map(|v| v.value().to_vec())
+                .ok_or_else(|| LogError::Corrupt(format!("entry bundle {index} is missing")))?;
+            self.held = Some((index, bytes));
+        }
+        let bundle = self.held.as_ref().map_or(&[][..], |(_, d)| d.as_slice());
+        let at = |i: u64| usize_of(i - index * WIDTH) * HASH;
+        bundle
+            .get(at(from)..at(to))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| LogError::Corrupt(format!("entry bundle {index} is too short")))
+    }
+}
+
+/// Keeps the upper levels of each level-0 tile (all full: the layout before `layout` stored no
+/// partial one, and [`convert_sized`] removed its partial one) and removes every entry bundle:
+/// the last step of [`move_data_into_runs`].
+fn compact_level_zero(
+    tiles: &mut ::redb::Table<'_, (u8, u64), &'static [u8]>,
+    chunk: usize,
+) -> Result<(), LogError> {
+    let mut from = 0u64;
+    loop {
+        let mut rows: Vec<(u64, Vec<u8>)> = Vec::new();
+        for row in tiles
+            .range((0, from)..=(0, u64::MAX))
+            .map_err(store)?
+            .take(chunk)
+        {
+            let (key, value) = row.map_err(store)?;
+            rows.push((key.value().1, value.value().to_vec()));
+        }
+        let Some(&(last, _)) = rows.last() else {
+            break;
+        };
+        for (index, bytes) in &rows {
+            let key = TileKey {
+                level: 0,
+                index: *index,
+            };
+            let upper = crate::tlog::upper_levels(key, bytes, u32::from(LOW_LEVELS))?;
+            tiles.insert((0, *index), upper.as_slice()).map_err(store)?;
+        }
+        from = last + 1;
+    }
+    loop {
+        let mut keys = Vec::new();
+        for row in tiles.range((ENTRIES, 0)..).map_err(store)?.take(chunk) {
+            keys.push(row.map_err(store)?.0.value());
+        }
+        if keys.is_empty() {
+            return Ok(());
+        }
+        for key in keys {
+            tiles.remove(key).map_err(store)?;
+        }
+    }
 }
 
 /// Every stored event as a leaf, in backfill order.
@@ -278,38 +485,27 @@ fn stored_events(txn: &WriteTransaction) -> Result<Vec<NewLeaf>, LogError> {
 }
 
 /// Appends `leaves` to the log in `txn`, which also holds their events: the leaves are stored
-/// with the events or not at all. Leaves that do not fill a tile are new runs with their data;
-/// the append that fills one writes the full tiles and strips the data from the runs they cover.
+/// with the events or not at all. Each chain's consecutive leaves are a run with their data; an
+/// append that fills a level-0 tile also stores its upper levels and the tiles above it.
 pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Result<(), LogError> {
     // No index by event hash here: its keys are random, and a B-tree that copies each page it
     // changes would write a page per event at every commit (the 64-client resolve lost 43% to
-    // it). Event hashes are found from the entry bundles instead (`HashIndex`).
+    // it). Event hashes are found from the runs instead (`HashIndex`).
     if leaves.is_empty() {
         return Ok(());
     }
     let data: Vec<u8> = leaves.iter().flat_map(|l| l.event_hash).collect();
     let mut runs = txn.open_table(RUNS).map_err(store)?;
-    // `tlog_tiles` is opened only when needed: an append within a tile leaves it alone.
-    let size = match edge_end(&runs)? {
-        Some(size) => size,
-        None => bundles_end(&txn.open_table(TILES).map_err(store)?)?,
-    };
+    let size = log_size_of(&runs)?;
     let new_size = size
         .checked_add(leaves.len() as u64)
         .ok_or_else(|| LogError::Range("the log cannot grow past 2^64 leaves".into()))?;
-    let old_boundary = size - size % WIDTH;
-    let boundary = new_size - new_size % WIDTH;
-    // The data of the leaves from `start` on, which covers every new run's leaves.
-    let (start, edge) = if boundary > old_boundary {
-        let mut held = edge_data(&runs, old_boundary / WIDTH)?;
+    // `tlog_tiles` is opened only when a level-0 tile fills: other appends leave it alone.
+    if new_size / WIDTH > size / WIDTH {
+        let held = leaves_data(&runs, size - size % WIDTH, size)?;
         let mut tiles = txn.open_table(TILES).map_err(store)?;
         write_full_tiles(&mut tiles, size, &held, &data)?;
-        strip_runs(&mut runs, old_boundary)?;
-        held.extend_from_slice(&data);
-        (old_boundary, held)
-    } else {
-        (size, data)
-    };
+    }
     let mut i = 0;
     while i < leaves.len() {
         let head = &leaves[i];
@@ -323,11 +519,29 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
         let run = Run {
             sequence: head.sequence,
             session: &head.session_id,
-            data: &[],
+            data: &data[i * HASH..end * HASH],
         };
-        let leaves = (size + i as u64, size + end as u64);
-        put_run(&mut runs, leaves, boundary, &run, (start, &edge))?;
+        put_run(&mut runs, size + i as u64, &run)?;
         i = end;
+    }
+    Ok(())
+}
+
+/// Stores `run`, whose first leaf is `first`, as one row, or as several where it crosses a
+/// multiple of [`RUN_SPAN`].
+fn put_run(
+    runs: &mut ::redb::Table<'_, u64, &'static [u8]>,
+    first: u64,
+    run: &Run<'_>,
+) -> Result<(), LogError> {
+    let end = first + run.leaves();
+    let mut at = first;
+    while at < end {
+        let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
+        let data = &run.data[usize_of(at - first) * HASH..usize_of(stop - first) * HASH];
+        let piece = run.tail(at - first, data);
+        runs.insert(at, piece.encode()?.as_slice()).map_err(store)?;
+        at = stop;
     }
     Ok(())
 }
@@ -346,9 +560,10 @@ pub(crate) fn append_bare(txn: &WriteTransaction, data: &[Hash]) -> Result<(), L
     append_leaves(txn, &leaves)
 }
 
-/// Writes the full tiles (and the partial tiles of higher levels) of appending `data` to a log of
-/// `size` leaves whose leaves past the last full entry bundle are `held`; the partial level-0
-/// tile and entry bundle the append leaves behind are not stored.
+/// Stores the tiles that appending `data` to a log of `size` leaves fills, whose leaves past the
+/// last full level-0 tile are `held`: each full level-0 tile's upper levels, and the tiles of
+/// higher levels whole (partial ones too). Entry bundles and the partial level-0 tile are made
+/// from the runs when read, so they are not stored.
 fn write_full_tiles(
     tiles: &mut ::redb::Table<'_, (u8, u64), &'static [u8]>,
     size: u64,
@@ -368,104 +583,85 @@ fn write_full_tiles(
             .map_err(store)?
             .map(|v| v.value().to_vec())),
     })?;
-    let new_size = size + hashes.len() as u64;
+    let full = (size + hashes.len() as u64) / WIDTH;
     for (key, bytes) in writes {
-        let at_edge = (key.level == 0 || key.level == ENTRIES) && key.index == new_size / WIDTH;
-        if !at_edge {
-            tiles
-                .insert((key.level, key.index), bytes.as_slice())
-                .map_err(store)?;
+        match key.level {
+            ENTRIES => {}
+            0 if key.index < full => {
+                let upper = crate::tlog::upper_levels(key, &bytes, u32::from(LOW_LEVELS))?;
+                tiles
+                    .insert((0, key.index), upper.as_slice())
+                    .map_err(store)?;
+            }
+            0 => {}
+            level => {
+                tiles
+                    .insert((level, key.index), bytes.as_slice())
+                    .map_err(store)?;
+            }
         }
     }
     Ok(())
 }
 
-/// Rewrites the runs from leaf `from` on without their data (their leaves are in full bundles
-/// now, or about to be stored again as the new edge).
-fn strip_runs(runs: &mut ::redb::Table<'_, u64, &'static [u8]>, from: u64) -> Result<(), LogError> {
-    let mut bare = Vec::new();
-    for row in runs.range(from..).map_err(store)? {
-        let (first, value) = row.map_err(store)?;
-        let run = Run::decode(value.value())?;
-        bare.push((first.value(), run.tail(0, &[]).encode()?));
-    }
-    for (first, value) in bare {
-        runs.insert(first, value.as_slice()).map_err(store)?;
-    }
-    Ok(())
-}
-
-/// The log's size: the last run's end when it has data, else every full entry bundle's leaves.
-fn log_size_of(
-    runs: &impl ReadableTable<u64, &'static [u8]>,
-    tiles: &impl ReadableTable<(u8, u64), &'static [u8]>,
-) -> Result<u64, LogError> {
-    match edge_end(runs)? {
-        Some(size) => Ok(size),
-        None => bundles_end(tiles),
-    }
-}
-
-/// The leaves of every full entry bundle.
-fn bundles_end(tiles: &impl ReadableTable<(u8, u64), &'static [u8]>) -> Result<u64, LogError> {
-    let last = tiles
-        .range((ENTRIES, 0)..)
-        .map_err(store)?
-        .next_back()
-        .transpose()
-        .map_err(store)?;
-    Ok(last.map_or(0, |(key, _)| (key.value().1 + 1) * WIDTH))
-}
-
-/// The log's size when the last run has data (the log is not at a full bundle's end).
-fn edge_end(runs: &impl ReadableTable<u64, &'static [u8]>) -> Result<Option<u64>, LogError> {
+/// The log's size: the last run's end (every run holds its leaves' data).
+fn log_size_of(runs: &impl ReadableTable<u64, &'static [u8]>) -> Result<u64, LogError> {
     let Some((first, value)) = runs.last().map_err(store)? else {
-        return Ok(None);
+        return Ok(0);
     };
     let run = Run::decode(value.value())?;
-    Ok((!run.data.is_empty()).then(|| first.value() + (run.data.len() / HASH) as u64))
+    if run.data.is_empty() {
+        return Err(malformed());
+    }
+    Ok(first.value() + run.leaves())
 }
 
 /// The log's size as `txn` reads it (0 for a file without the log's tables).
 pub(crate) fn size_read(txn: &::redb::ReadTransaction) -> Result<u64, BackendError> {
-    let (runs, tiles) = match (txn.open_table(RUNS), txn.open_table(TILES)) {
-        (Ok(runs), Ok(tiles)) => (runs, tiles),
-        (Err(::redb::TableError::TableDoesNotExist(_)), _)
-        | (_, Err(::redb::TableError::TableDoesNotExist(_))) => return Ok(0),
-        (Err(e), _) | (_, Err(e)) => return Err(backend(e)),
+    let runs = match txn.open_table(RUNS) {
+        Ok(runs) => runs,
+        Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(backend(e)),
     };
-    log_size_of(&runs, &tiles).map_err(|e| backend(e.to_string()))
+    log_size_of(&runs).map_err(|e| backend(e.to_string()))
 }
 
 fn size_in(txn: &WriteTransaction) -> Result<u64, LogError> {
-    let runs = txn.open_table(RUNS).map_err(store)?;
-    let tiles = txn.open_table(TILES).map_err(store)?;
-    log_size_of(&runs, &tiles)
+    log_size_of(&txn.open_table(RUNS).map_err(store)?)
 }
 
-/// The leaf data of the runs from entry bundle `bundle`'s first leaf on (the edge, when `bundle`
-/// is the partial one; empty when no run starts there).
-fn edge_data(
+/// The data of leaves `[from, to)`, or of those of them the log holds, read from the runs.
+fn leaves_data(
     runs: &impl ReadableTable<u64, &'static [u8]>,
-    bundle: u64,
+    from: u64,
+    to: u64,
 ) -> Result<Vec<u8>, LogError> {
-    let start = bundle * WIDTH;
-    let mut out = Vec::new();
-    for row in runs.range(start..).map_err(store)? {
+    let mut out = Vec::with_capacity(usize_of(to.saturating_sub(from)).min(1 << 16) * HASH);
+    let start = match runs.range(..=from).map_err(store)?.next_back() {
+        Some(row) => row.map_err(store)?.0.value(),
+        None => from,
+    };
+    let mut next = from;
+    for row in runs.range(start..to).map_err(store)? {
         let (first, value) = row.map_err(store)?;
+        let first = first.value();
         let run = Run::decode(value.value())?;
-        if first.value() != start + (out.len() / HASH) as u64 || run.data.is_empty() {
-            return Err(LogError::Corrupt(format!(
-                "the log's run at leaf {} does not follow the one before it",
-                first.value()
-            )));
+        let end = first + run.leaves();
+        if run.data.is_empty() || first > next {
+            return Err(gap(next));
         }
-        out.extend_from_slice(run.data);
+        if end <= next {
+            continue;
+        }
+        let stop = end.min(to);
+        let at = |i: u64| usize_of(i - first) * HASH;
+        out.extend_from_slice(&run.data[at(next)..at(stop)]);
+        next = stop;
     }
     Ok(out)
 }
 
-/// The stored form of the partial level-0 tile over `entries` (leaf data).
+/// The stored form of the level-0 tile over `entries` (leaf data), made whole.
 fn level_zero(entries: &[u8]) -> Vec<u8> {
     let hashes: Vec<Hash> = entries
         .chunks_exact(HASH)
@@ -474,18 +670,19 @@ fn level_zero(entries: &[u8]) -> Vec<u8> {
     crate::tlog::encode_tile(&hashes)
 }
 
-/// The tile at `key` as [`LogStore::read_tile`] answers it: stored, or the partial level-0 tile
-/// or entry bundle made from the runs at the edge.
+/// The tile at `key` as [`LogStore::read_tile`] answers it: entry bundles and level-0 tiles made
+/// from the runs (a partial one as wide as the log), higher tiles as stored.
 fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
-    let tiles = txn.open_table(TILES).map_err(store)?;
-    if let Some(v) = tiles.get((key.level, key.index)).map_err(store)? {
-        return Ok(Some(v.value().to_vec()));
-    }
     if key.level != 0 && key.level != ENTRIES {
-        return Ok(None);
+        let tiles = txn.open_table(TILES).map_err(store)?;
+        return Ok(tiles
+            .get((key.level, key.index))
+            .map_err(store)?
+            .map(|v| v.value().to_vec()));
     }
     let runs = txn.open_table(RUNS).map_err(store)?;
-    let data = edge_data(&runs, key.index)?;
+    let first = key.index.saturating_mul(WIDTH);
+    let data = leaves_data(&runs, first, first.saturating_add(WIDTH))?;
     if data.is_empty() {
         return Ok(None);
     }
@@ -496,13 +693,78 @@ fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>
     }))
 }
 
+/// The hash of the complete subtree `(level, index)` inside a level-0 tile: from the tile's
+/// stored upper levels when it has them, else from the leaves' data (at most 31 hashes below
+/// level 4; up to 255 in the partial tile at the edge), and whether it was computed so.
+fn low_hash_in(
+    txn: &::redb::ReadTransaction,
+    level: u8,
+    index: u64,
+) -> Result<(Hash, bool), LogError> {
+    let width = 1u64 << level;
+    let first = index.saturating_mul(width);
+    if level >= LOW_LEVELS {
+        let tiles = txn.open_table(TILES).map_err(store)?;
+        if let Some(upper) = tiles.get((0, first / WIDTH)).map_err(store)? {
+            let upper = upper.value();
+            let before: u64 = (LOW_LEVELS..level).map(|h| WIDTH >> h).sum();
+            let at = usize_of(before + ((first % WIDTH) >> level)) * HASH;
+            if upper.len() != UPPER_HASHES * HASH {
+                return Err(LogError::Corrupt(format!(
+                    "stored level-0 tile {} has {} bytes, not {}",
+                    first / WIDTH,
+                    upper.len(),
+                    UPPER_HASHES * HASH
+                )));
+            }
+            let hash = upper[at..at + HASH].try_into().map_err(|_| malformed())?;
+            return Ok((hash, false));
+        }
+    }
+    let runs = txn.open_table(RUNS).map_err(store)?;
+    let data = leaves_data(&runs, first, first.saturating_add(width))?;
+    if data.len() as u64 != width * HASH as u64 {
+        return Err(LogError::Corrupt(format!(
+            "the log holds {} of the {width} leaves from leaf {first}",
+            data.len() / HASH
+        )));
+    }
+    let hashes: Vec<Hash> = data.chunks_exact(HASH).map(cra_tlog::leaf_hash).collect();
+    Ok((cra_tlog::root_of(&hashes), true))
+}
+
+/// Hashes of complete subtrees of level [`LOW_LEVELS`] and up computed from leaf data: those of
+/// the partial level-0 tile at the edge, which every proof of a tree of that size reads (the
+/// 128-leaf subtree alone is 255 hashes). A complete subtree's hash never changes, so an entry
+/// is never stale; the cache is emptied when it holds [`EdgeHashes::LIMIT`] entries.
+#[derive(Debug, Default)]
+pub(crate) struct EdgeHashes(std::sync::Mutex<std::collections::HashMap<(u8, u64), Hash>>);
+
+impl EdgeHashes {
+    /// More entries than the partial tiles of a few sizes hold (30 a tile).
+    const LIMIT: usize = 256;
+
+    fn get(&self, level: u8, index: u64) -> Option<Hash> {
+        self.0.lock().ok()?.get(&(level, index)).copied()
+    }
+
+    fn put(&self, level: u8, index: u64, hash: Hash) {
+        if let Ok(mut map) = self.0.lock() {
+            if map.len() >= Self::LIMIT {
+                map.clear();
+            }
+            map.insert((level, index), hash);
+        }
+    }
+}
+
 fn decode_u64(bytes: &[u8]) -> Result<u64, LogError> {
     Ok(u64::from_be_bytes(bytes.try_into().map_err(|_| {
         LogError::Corrupt(format!("stored log size of {} bytes", bytes.len()))
     })?))
 }
 
-/// The place of leaf `leaf_index`, from the run at or before it.
+/// The place of leaf `leaf_index`, from the run that holds it.
 fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<LeafPlace>, LogError> {
     let runs = txn.open_table(RUNS).map_err(store)?;
     let Some(row) = runs.range(..=leaf_index).map_err(store)?.next_back() else {
@@ -510,6 +772,9 @@ fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<Lea
     };
     let (first, value) = row.map_err(store)?;
     let run = Run::decode(value.value())?;
+    if leaf_index >= first.value() + run.leaves() {
+        return Ok(None);
+    }
     Ok(Some(LeafPlace {
         leaf_index,
         sequence: run.sequence + (leaf_index - first.value()),
@@ -525,35 +790,21 @@ pub(crate) fn for_each_leaf(
     sink: &mut dyn FnMut(Vec<NewLeaf>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     const BATCH: usize = 4096;
-    let size = size_read(txn).map_err(store)?;
     let runs = txn.open_table(RUNS).map_err(store)?;
-    let mut rows = runs.iter().map_err(store)?.peekable();
-    let mut bundle: Option<(u64, Vec<u8>)> = None;
     let mut batch = Vec::with_capacity(BATCH);
-    while let Some(row) = rows.next() {
+    let mut next = 0u64;
+    for row in runs.iter().map_err(store)? {
         let (first, value) = row.map_err(store)?;
-        let first = first.value();
         let run = Run::decode(value.value())?;
-        let end = match rows.peek() {
-            Some(Ok((next, _))) => next.value(),
-            Some(Err(e)) => return Err(store(e)),
-            None => size,
-        };
-        for index in first..end {
-            let at = index / WIDTH;
-            if bundle.as_ref().is_none_or(|(b, _)| *b != at) {
-                bundle = Some((at, bundle_in(txn, at)?));
-            }
-            let data = bundle.as_ref().map_or(&[][..], |(_, d)| d.as_slice());
-            let offset = usize::try_from(index - at * WIDTH).unwrap_or(usize::MAX) * HASH;
-            let hash: Hash = data
-                .get(offset..offset + HASH)
-                .and_then(|h| h.try_into().ok())
-                .ok_or_else(|| LogError::Corrupt(format!("entry bundle {at} is too short")))?;
+        if first.value() != next || run.data.is_empty() {
+            return Err(gap(next));
+        }
+        next += run.leaves();
+        for (i, hash) in (0u64..).zip(run.data.chunks_exact(HASH)) {
             batch.push(NewLeaf {
-                event_hash: hash,
+                event_hash: hash.try_into().map_err(|_| malformed())?,
                 session_id: run.session.to_owned(),
-                sequence: run.sequence + (index - first),
+                sequence: run.sequence + i,
             });
             if batch.len() == BATCH {
                 sink(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))?;
@@ -591,9 +842,7 @@ pub(crate) fn identity_and_checkpoints(
 impl LogStore for RedbStore {
     fn log_size(&self) -> Result<u64, LogError> {
         let txn = self.handle().begin_read().map_err(store)?;
-        let runs = txn.open_table(RUNS).map_err(store)?;
-        let tiles = txn.open_table(TILES).map_err(store)?;
-        log_size_of(&runs, &tiles)
+        log_size_of(&txn.open_table(RUNS).map_err(store)?)
     }
 
     fn leaf_place(&self, event_hash: &Hash) -> Result<Option<LeafPlace>, LogError> {
@@ -607,6 +856,22 @@ impl LogStore for RedbStore {
     fn read_tile(&self, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
         let txn = self.handle().begin_read().map_err(store)?;
         tile_in(&txn, key)
+    }
+
+    fn low_subtree_hash(&self, level: u8, index: u64) -> Result<Option<Hash>, LogError> {
+        let cached = level >= LOW_LEVELS;
+        if let Some(hash) = cached
+            .then(|| self.edge_hashes().get(level, index))
+            .flatten()
+        {
+            return Ok(Some(hash));
+        }
+        let txn = self.handle().begin_read().map_err(store)?;
+        let (hash, computed) = low_hash_in(&txn, level, index)?;
+        if computed && cached {
+            self.edge_hashes().put(level, index, hash);
+        }
+        Ok(Some(hash))
     }
 
     fn checkpoints(&self, limit: usize) -> Result<Vec<String>, LogError> {
@@ -666,7 +931,7 @@ impl LogStore for RedbStore {
     }
 }
 
-/// Event hashes to leaf indexes, in memory, read from the entry bundles on first use and extended
+/// Event hashes to leaf indexes, in memory, read from the runs on first use and extended
 /// as the log grows: an index stored with every append would cost a random B-tree insert per
 /// event (see [`append_leaves`]). About 24 bytes a leaf while it is in use; only the inclusion
 /// route by event hash needs it.
@@ -797,9 +1062,43 @@ mod tests {
         }
     }
 
+    /// Checks the layout: every run holds its leaves' data and crosses no multiple of
+    /// `RUN_SPAN`, no entry bundle is stored, and a level-0 tile is stored, as its upper levels,
+    /// exactly when it is full.
+    fn laid_out(store: &RedbStore, size: u64) {
+        let txn = store.handle().begin_read().unwrap();
+        let runs = txn.open_table(RUNS).unwrap();
+        let mut next = 0;
+        for row in runs.iter().unwrap() {
+            let (first, value) = row.unwrap();
+            let run = Run::decode(value.value()).unwrap();
+            assert_eq!(first.value(), next, "runs follow each other");
+            assert!(run.leaves() > 0, "run at {next} has no data");
+            next += run.leaves();
+            assert!(
+                (next - 1) / RUN_SPAN == first.value() / RUN_SPAN,
+                "run at {} crosses a span",
+                first.value()
+            );
+        }
+        assert_eq!(next, size);
+        let tiles = txn.open_table(TILES).unwrap();
+        assert!(tiles.range((ENTRIES, 0)..).unwrap().next().is_none());
+        let level_zero: Vec<(u64, usize)> = tiles
+            .range((0, 0)..=(0, u64::MAX))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .map(|(k, v)| (k.value().1, v.value().len()))
+            .collect();
+        let full: Vec<(u64, usize)> = (0..size / WIDTH)
+            .map(|i| (i, UPPER_HASHES * HASH))
+            .collect();
+        assert_eq!(level_zero, full);
+    }
+
     /// Invariant: however appends fall across tile boundaries (one leaf, a tile's rest, many
     /// tiles at once), the log reads as the same tree as one whose every tile is stored whole,
-    /// and the edge holds only leaves past the last full entry bundle.
+    /// answers the same proofs as the tree in memory, and keeps its layout.
     #[test]
     fn appends_of_every_shape_read_as_the_whole_tree() {
         let seed = rand::random::<u64>();
@@ -808,6 +1107,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = RedbStore::open(dir.path()).unwrap();
         let mut whole = Whole::default();
+        let mut tree = cra_tlog::MemoryTree::new();
         for _ in 0..60 {
             let n = match rng.random_range(0..4) {
                 0 => 1,
@@ -818,11 +1118,25 @@ mod tests {
             let data = leaves(whole.size, n);
             crate::testing::bulk_load_log(&store, &data).unwrap();
             whole.push(&data);
+            for leaf in &data {
+                tree.append(cra_tlog::leaf_hash(leaf));
+            }
             same_log(&store, &whole);
-            let txn = store.handle().begin_read().unwrap();
-            let runs = txn.open_table(RUNS).unwrap();
-            let held = edge_data(&runs, whole.size / WIDTH).unwrap();
-            assert_eq!(held.len() as u64, whole.size % WIDTH * HASH as u64);
+            laid_out(&store, whole.size);
+            let reader = crate::tlog::LogReader::new(&store).unwrap();
+            let size = whole.size;
+            for index in [0, rng.random_range(0..size), size - 1] {
+                assert_eq!(
+                    reader.inclusion(index, size).unwrap(),
+                    cra_tlog::inclusion_proof(&tree, index, size).unwrap(),
+                    "leaf {index} of {size}"
+                );
+            }
+            let old = rng.random_range(1..=size);
+            assert_eq!(
+                reader.consistency(old, size).unwrap(),
+                cra_tlog::consistency_proof(&tree, old, size).unwrap()
+            );
         }
     }
 
@@ -849,6 +1163,7 @@ mod tests {
             let mut meta = txn.open_table(META).unwrap();
             meta.insert(OLD_SIZE, whole.size.to_be_bytes().as_slice())
                 .unwrap();
+            meta.remove(LAYOUT).unwrap();
             let mut appends = txn.open_table(OLD_APPENDS).unwrap();
             for (first, sequence, session) in places {
                 let mut place = sequence.to_be_bytes().to_vec();
@@ -897,7 +1212,7 @@ mod tests {
     }
 
     /// A log written with its size stored and its partial tiles whole is converted when the
-    /// store opens: the same tree, its partial entry bundle in the edge, and appends go on.
+    /// store opens: the same tree, every leaf's data in its run, and appends go on.
     #[test]
     fn a_log_with_its_size_stored_is_converted_at_open() {
         let dir = tempfile::tempdir().unwrap();
@@ -922,10 +1237,12 @@ mod tests {
                 );
             }
         }
+        laid_out(&store, 1000);
         let more = leaves(1000, 300);
         crate::testing::bulk_load_log(&store, &more).unwrap();
         whole.push(&more);
         same_log(&store, &whole);
+        laid_out(&store, 1300);
     }
 
     /// Leaves whose data share their first eight bytes are told apart by the whole hash; a hash

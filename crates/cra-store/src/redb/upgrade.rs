@@ -23,8 +23,10 @@ use crate::upgrade::{UpgradePlan, UpgradeStep};
 /// The data format this build writes. History (`specs/upgrades.md`): 0, every directory written
 /// before the format was recorded; 1, the same tables, with the format recorded; 2, each
 /// agent's open sessions counted in `carp_open_sessions` by every start and end (a table an
-/// older binary would leave behind the records).
-pub const FORMAT: u64 = 2;
+/// older binary would leave behind the records); 3, the transparency log's leaf data in its
+/// runs, no entry bundles stored, level-0 tiles kept as their upper levels (an older binary would
+/// find no entry bundles).
+pub const FORMAT: u64 = 3;
 
 const FORMAT_TABLE: TableDefinition<'static, &str, u64> = TableDefinition::new("cra_format");
 const VERSION: &str = "version";

@@ -87,7 +87,7 @@ fn a_redb_store_backed_up_while_written_restores_and_verifies() {
         m.unwrap()
     });
     assert_eq!(manifest.backend, "redb");
-    assert_eq!(manifest.store_format, "data format 2");
+    assert_eq!(manifest.store_format, "data format 3");
     assert!(manifest.chains >= 5, "{manifest:?}");
     assert!(!manifest.not_included.is_empty());
 

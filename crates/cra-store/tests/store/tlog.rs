@@ -569,3 +569,59 @@ fn write_the_runs_layout_fixture() {
     )
     .unwrap();
 }
+
+/// A data directory written in the runs layout (`tests/fixtures/runs-layout`, by `9285a96`'s
+/// store) is planned with its layout step and no write, then converted when opened: the same
+/// tree (the size and root that code read), one leaf per event in its place, a layout the plan
+/// no longer names, and appends go on in a tree consistent with the one it had.
+#[test]
+fn a_redb_directory_in_the_runs_layout_is_converted_to_data_in_runs() {
+    use cra_store::tlog::LogStore as _;
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs-layout");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(cra_store::redb::DATABASE_FILE);
+    std::fs::copy(fixture.join("cra.redb"), &file).unwrap();
+    let log = std::fs::read_to_string(fixture.join("log.txt")).unwrap();
+    let (size, root) = log.trim().split_once(' ').unwrap();
+    let (size, root): (u64, _) = (
+        size.parse().unwrap(),
+        cra_tlog::hash::from_hex(root).unwrap(),
+    );
+
+    let before = std::fs::read(&file).unwrap();
+    let plan = cra_store::redb::upgrade::plan(dir.path()).unwrap();
+    let steps: Vec<&str> = plan.steps.iter().map(|s| s.step).collect();
+    assert!(steps.contains(&"tlog.layout"), "{plan:#?}");
+    assert!(std::fs::read(&file).unwrap() == before, "a plan wrote");
+
+    let (clock, config) = fixed();
+    clock.advance(time::Duration::hours(1));
+    let store = RedbStore::open_with(dir.path(), config).unwrap();
+    assert_eq!(store.log_size().unwrap(), size);
+    let reader = LogReader::new(&store).unwrap();
+    assert_eq!(reader.root(size).unwrap(), root);
+    let mut sessions: Vec<String> = RUNS_LAYOUT_APPENDS
+        .iter()
+        .map(|(s, _)| (*s).to_owned())
+        .collect();
+    sessions.sort();
+    sessions.dedup();
+    check_one_leaf_per_event(&store, &stored(&store, &sessions));
+
+    store.append("zeta", (0..300).map(note).collect()).unwrap();
+    sessions.push("zeta".into());
+    check_one_leaf_per_event(&store, &stored(&store, &sessions));
+    let reader = LogReader::new(&store).unwrap();
+    let grown = store.log_size().unwrap();
+    assert_eq!(grown, size + 300);
+    let proof = reader.consistency(size, grown).unwrap();
+    cra_tlog::verify_consistency(size, grown, &root, &reader.root(grown).unwrap(), &proof).unwrap();
+    drop(reader);
+    drop(store);
+    let after = cra_store::redb::upgrade::plan(dir.path()).unwrap();
+    assert!(
+        after.steps.iter().all(|s| s.step != "tlog.layout"),
+        "{after:#?}"
+    );
+}

@@ -570,6 +570,56 @@ fn write_the_runs_layout_fixture() {
     .unwrap();
 }
 
+/// The runs-layout fixture with entry bundle 2 removed, as damage would leave it: the conversion
+/// at open refuses it, naming the bundle, and leaves the log as it was, still to be converted
+/// (the conversion is one transaction: a refusal never half-applies).
+#[test]
+fn a_runs_layout_directory_missing_an_entry_bundle_is_refused_and_left_as_it_was() {
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs-layout");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(cra_store::redb::DATABASE_FILE);
+    std::fs::copy(fixture.join("cra.redb"), &file).unwrap();
+    {
+        let db = redb::Database::open(&file).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(redb::TableDefinition::<(u8, u64), &[u8]>::new("tlog_tiles"))
+            .unwrap()
+            .remove((u8::MAX, 2))
+            .unwrap()
+            .expect("the fixture holds entry bundle 2");
+        txn.commit().unwrap();
+    }
+    let tiles = || {
+        let db = redb::Database::open(&file).unwrap();
+        let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+        let table = txn
+            .open_table(redb::TableDefinition::<(u8, u64), &[u8]>::new("tlog_tiles"))
+            .unwrap();
+        redb::ReadableTable::iter(&table)
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value(), v.value().to_vec())
+            })
+            .collect::<Vec<_>>()
+    };
+    let before = tiles();
+    let Err(e) = RedbStore::open_with(dir.path(), fixed().1) else {
+        panic!("a log missing an entry bundle was opened");
+    };
+    assert!(e.to_string().contains("entry bundle 2 is missing"), "{e}");
+    assert!(
+        tiles() == before,
+        "the refused conversion changed the log's tiles"
+    );
+    let plan = cra_store::redb::upgrade::plan(dir.path()).unwrap();
+    assert!(
+        plan.steps.iter().any(|s| s.step == "tlog.layout"),
+        "{plan:#?}"
+    );
+}
+
 /// A data directory written in the runs layout (`tests/fixtures/runs-layout`, by `9285a96`'s
 /// store) is planned with its layout step and no write, then converted when opened: the same
 /// tree (the size and root that code read), one leaf per event in its place, a layout the plan

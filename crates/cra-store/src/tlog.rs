@@ -103,20 +103,27 @@ pub struct LeafPlace {
 #[derive(Debug, Clone)]
 pub(crate) struct NewLeaf {
     pub(crate) event_hash: Hash,
-    pub(crate) session_id: String,
+    /// Shared by the leaves of one append: a commit names each session once, not once an event.
+    pub(crate) session_id: std::sync::Arc<str>,
     pub(crate) sequence: u64,
 }
 
 impl NewLeaf {
     /// The leaf of a sealed event; a hash that is not 64 hex digits is a bug of sealing.
     pub(crate) fn of(event: &cra_trace::TraceEvent) -> Result<Self, LogError> {
-        let event_hash = cra_tlog::hash::from_hex(&event.event_hash)
-            .map_err(|e| LogError::Corrupt(format!("event hash `{}`: {e}", event.event_hash)))?;
         Ok(Self {
-            event_hash,
-            session_id: event.session_id.clone(),
+            event_hash: Self::data_of(event)?,
+            session_id: event.session_id.as_str().into(),
             sequence: event.sequence,
         })
+    }
+}
+
+impl NewLeaf {
+    /// The leaf data of a sealed event: its hash's 32 bytes.
+    pub(crate) fn data_of(event: &cra_trace::TraceEvent) -> Result<Hash, LogError> {
+        cra_tlog::hash::from_hex(&event.event_hash)
+            .map_err(|e| LogError::Corrupt(format!("event hash `{}`: {e}", event.event_hash)))
     }
 }
 
@@ -517,48 +524,118 @@ pub(crate) fn append(
     size.checked_add(leaves.len() as u64)
         .ok_or_else(|| LogError::Range("the log cannot grow past 2^64 leaves".into()))?;
     append_entries(size, leaves, &mut read, &mut writes)?;
-    let mut new: Vec<Hash> = leaves.iter().map(|l| leaf_hash(l)).collect();
-    let mut level = 0u8;
+    let new: Vec<Hash> = leaves.iter().map(|l| leaf_hash(l)).collect();
+    append_hashes(size, 0, new, &mut read, &mut writes)?;
+    Ok(writes)
+}
+
+/// Adds to `writes` the hash tiles of tile level `level` and above that appending `new` (hashes
+/// of Merkle level `8 * level`) changes, in a log of `size` leaves before the append: each tile
+/// the new hashes reach, extended from its stored form (only the new hashes and the inner nodes
+/// above them are computed), and the roots of those they fill appended one level up in turn.
+///
+/// # Errors
+/// What `read` met, or [`LogError::Corrupt`] when a partial tile is not as wide as `size` says.
+pub(crate) fn append_hashes(
+    size: u64,
+    level: u8,
+    mut new: Vec<Hash>,
+    read: &mut impl FnMut(TileKey) -> Result<Option<Vec<u8>>, LogError>,
+    writes: &mut Vec<(TileKey, Vec<u8>)>,
+) -> Result<(), LogError> {
+    let mut level = level;
     while !new.is_empty() {
-        let count = size >> (u32::from(level) * TILE_HEIGHT);
-        let first_tile = count / TILE_WIDTH as u64;
-        let held = (count % TILE_WIDTH as u64) as usize;
-        let key = TileKey {
+        let count = size
+            .checked_shr(u32::from(level) * TILE_HEIGHT)
+            .unwrap_or(0);
+        let mut key = TileKey {
             level,
-            index: first_tile,
+            index: count / TILE_WIDTH as u64,
         };
-        let mut hashes: Vec<Hash> = Vec::with_capacity(held + new.len());
-        if held > 0 {
-            let bytes = read(key)?.ok_or_else(|| short(key))?;
-            let stored = StoredTile::parse(key, &bytes)?;
-            if stored.width != held {
-                return Err(short(key));
+        let held = (count % TILE_WIDTH as u64) as usize;
+        let stored = if held > 0 {
+            Some(read(key)?.ok_or_else(|| short(key))?)
+        } else {
+            None
+        };
+        let mut prior = match &stored {
+            Some(bytes) => {
+                let tile = StoredTile::parse(key, bytes)?;
+                if tile.width != held {
+                    return Err(short(key));
+                }
+                Some(tile)
             }
-            hashes.extend(
-                stored
-                    .base()
-                    .chunks_exact(HASH_LEN)
-                    .filter_map(|c| Hash::try_from(c).ok()),
-            );
-        }
-        hashes.append(&mut new);
-        for (i, chunk) in hashes.chunks(TILE_WIDTH).enumerate() {
-            let key = TileKey {
-                level,
-                index: first_tile + i as u64,
-            };
-            let bytes = encode_tile(chunk);
-            if chunk.len() == TILE_WIDTH {
-                let root = StoredTile::parse(key, &bytes)?
-                    .root()
-                    .ok_or_else(|| short(key))?;
-                new.push(root);
+            None => None,
+        };
+        let mut roots = Vec::new();
+        let mut rest = new.as_slice();
+        while !rest.is_empty() {
+            let room = TILE_WIDTH - prior.as_ref().map_or(0, |t| t.width);
+            let (add, after) = rest.split_at(room.min(rest.len()));
+            let bytes = extend_tile(key, prior.take(), add)?;
+            if let Some(root) = StoredTile::parse(key, &bytes)?.root() {
+                roots.push(root);
             }
             writes.push((key, bytes));
+            key.index += 1;
+            rest = after;
         }
+        new = roots;
         level += 1;
     }
-    Ok(writes)
+    Ok(())
+}
+
+/// The stored form of the tile `prior` (none: an empty one) with `add` appended to its own
+/// hashes: `prior`'s hashes are copied, and only the inner nodes above the new hashes computed.
+/// Equal to [`encode_tile`] of the whole tile; the caller keeps the width within a tile.
+fn extend_tile(
+    key: TileKey,
+    prior: Option<StoredTile<'_>>,
+    add: &[Hash],
+) -> Result<Vec<u8>, LogError> {
+    let old = prior.as_ref().map_or(0, |t| t.width);
+    let width = old + add.len();
+    let mut out = Vec::with_capacity(2 + stored_hashes(width));
+    out.extend_from_slice(&u16::try_from(width).unwrap_or(u16::MAX).to_be_bytes());
+    // Where the level below begins in `out`.
+    let mut below = 0;
+    for h in 0..TILE_HEIGHT {
+        let start = out.len();
+        let (kept, wide) = (old >> h, width >> h);
+        if let Some(tile) = &prior {
+            let from = (0..h).map(|i| old >> i).sum::<usize>() * HASH_LEN;
+            out.extend_from_slice(&tile.hashes[from..from + kept * HASH_LEN]);
+        }
+        if h == 0 {
+            add.iter().for_each(|hash| out.extend_from_slice(hash));
+        } else {
+            for pos in kept..wide {
+                let (l, r) = pair_at(&out, below + 2 * pos * HASH_LEN).ok_or_else(|| short(key))?;
+                let node = node_hash(l, r);
+                out.extend_from_slice(&node);
+            }
+        }
+        below = start;
+    }
+    Ok(out)
+}
+
+/// The two hashes from byte `at` of `bytes`, or `None` past its end.
+fn pair_at(bytes: &[u8], at: usize) -> Option<(&Hash, &Hash)> {
+    let (l, rest) = bytes.get(at..)?.split_first_chunk::<HASH_LEN>()?;
+    Some((l, rest.first_chunk::<HASH_LEN>()?))
+}
+
+/// The root of the full stored tile `bytes` (at `key`): the hash its level carries up.
+///
+/// # Errors
+/// [`LogError::Corrupt`] when `bytes` is not a full stored tile.
+pub(crate) fn tile_root(key: TileKey, bytes: &[u8]) -> Result<Hash, LogError> {
+    StoredTile::parse(key, bytes)?
+        .root()
+        .ok_or_else(|| short(key))
 }
 
 fn append_entries(
@@ -722,6 +799,25 @@ mod tests {
                 .len(),
             320
         );
+    }
+
+    /// Extending a stored tile computes only the new nodes, and gives the bytes encoding the
+    /// whole tile gives, for every split of a tile into what was held and what is added.
+    #[test]
+    fn an_extended_tile_is_the_whole_tiles_encoding() {
+        let base: Vec<Hash> = (0..256).map(leaf).collect();
+        let key = TileKey { level: 1, index: 0 };
+        for old in [0, 1, 2, 3, 7, 8, 100, 127, 128, 129, 254, 255] {
+            for width in [old + 1, old + 2, old + 3, 129, 200, 255, 256] {
+                if width <= old || width > 256 {
+                    continue;
+                }
+                let held = encode_tile(&base[..old]);
+                let prior = (old > 0).then(|| StoredTile::parse(key, &held).unwrap());
+                let extended = extend_tile(key, prior, &base[old..width]).unwrap();
+                assert_eq!(extended, encode_tile(&base[..width]), "{old} then {width}");
+            }
+        }
     }
 
     /// A stored partial tile narrower than the size says is damage, not a reason to guess.

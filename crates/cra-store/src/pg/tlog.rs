@@ -56,7 +56,7 @@ pub(crate) fn backfill(tx: &mut Transaction<'_>) -> Result<(), LogError> {
         leaves.push(NewLeaf {
             event_hash: cra_tlog::hash::from_hex(&hash)
                 .map_err(|e| LogError::Corrupt(format!("stored event hash `{hash}`: {e}")))?,
-            session_id: row.get(0),
+            session_id: row.get::<_, &str>(0).into(),
             sequence: row.get::<_, i64>(1).unsigned_abs(),
         });
     }
@@ -76,7 +76,7 @@ pub(crate) fn append_leaves(tx: &mut Transaction<'_>, leaves: &[NewLeaf]) -> Res
     let size = append_tiles(tx, &data)?;
     let hashes: Vec<&[u8]> = leaves.iter().map(|l| l.event_hash.as_slice()).collect();
     let places: Vec<i64> = (0..leaves.len()).map(|i| to_i64(size + i as u64)).collect();
-    let sessions: Vec<&str> = leaves.iter().map(|l| l.session_id.as_str()).collect();
+    let sessions: Vec<&str> = leaves.iter().map(|l| &*l.session_id).collect();
     let sequences: Vec<i64> = leaves.iter().map(|l| to_i64(l.sequence)).collect();
     tx.execute(
         "INSERT INTO tlog_leaves (event_hash, leaf_index, session_id, sequence)

@@ -553,7 +553,7 @@ pub(crate) fn append_bare(txn: &WriteTransaction, data: &[Hash]) -> Result<(), L
         .zip(data)
         .map(|(sequence, hash)| NewLeaf {
             event_hash: *hash,
-            session_id: String::new(),
+            session_id: "".into(),
             sequence,
         })
         .collect();
@@ -561,45 +561,48 @@ pub(crate) fn append_bare(txn: &WriteTransaction, data: &[Hash]) -> Result<(), L
 }
 
 /// Stores the tiles that appending `data` to a log of `size` leaves fills, whose leaves past the
-/// last full level-0 tile are `held`: each full level-0 tile's upper levels, and the tiles of
-/// higher levels whole (partial ones too). Entry bundles and the partial level-0 tile are made
-/// from the runs when read, so they are not stored.
+/// last full level-0 tile are `held`: each level-0 tile it fills, as its upper levels only, and
+/// the tiles of higher levels whole (partial ones too), extended by the filled tiles' roots.
+/// Entry bundles and the partial level-0 tile are made from the runs when read, so they are
+/// neither stored nor computed here.
 fn write_full_tiles(
     tiles: &mut ::redb::Table<'_, (u8, u64), &'static [u8]>,
     size: u64,
     held: &[u8],
     data: &[u8],
 ) -> Result<(), LogError> {
-    let partial = size / WIDTH;
-    let hashes: Vec<Hash> = data
-        .chunks_exact(HASH)
-        .filter_map(|c| Hash::try_from(c).ok())
-        .collect();
-    let writes = crate::tlog::append(size, &hashes, |key| match key.level {
-        ENTRIES if key.index == partial => Ok(Some(held.to_vec())),
-        0 if key.index == partial => Ok(Some(level_zero(held))),
-        _ => Ok(tiles
-            .get((key.level, key.index))
-            .map_err(store)?
-            .map(|v| v.value().to_vec())),
-    })?;
-    let full = (size + hashes.len() as u64) / WIDTH;
+    let first = size / WIDTH;
+    let filled = (size + (data.len() / HASH) as u64) / WIDTH - first;
+    let whole_bytes = usize_of(filled * WIDTH) * HASH;
+    let mut leaves = Vec::with_capacity(whole_bytes);
+    leaves.extend_from_slice(held);
+    let taken = whole_bytes.checked_sub(held.len()).ok_or_else(malformed)?;
+    leaves.extend_from_slice(data.get(..taken).ok_or_else(malformed)?);
+    let mut roots = Vec::with_capacity(usize_of(filled));
+    for (index, bundle) in (first..).zip(leaves.chunks_exact(usize_of(WIDTH) * HASH)) {
+        let key = TileKey { level: 0, index };
+        let whole = level_zero(bundle);
+        roots.push(crate::tlog::tile_root(key, &whole)?);
+        let upper = crate::tlog::upper_levels(key, &whole, u32::from(LOW_LEVELS))?;
+        tiles.insert((0, index), upper.as_slice()).map_err(store)?;
+    }
+    let mut writes = Vec::new();
+    crate::tlog::append_hashes(
+        size,
+        1,
+        roots,
+        &mut |key| {
+            Ok(tiles
+                .get((key.level, key.index))
+                .map_err(store)?
+                .map(|v| v.value().to_vec()))
+        },
+        &mut writes,
+    )?;
     for (key, bytes) in writes {
-        match key.level {
-            ENTRIES => {}
-            0 if key.index < full => {
-                let upper = crate::tlog::upper_levels(key, &bytes, u32::from(LOW_LEVELS))?;
-                tiles
-                    .insert((0, key.index), upper.as_slice())
-                    .map_err(store)?;
-            }
-            0 => {}
-            level => {
-                tiles
-                    .insert((level, key.index), bytes.as_slice())
-                    .map_err(store)?;
-            }
-        }
+        tiles
+            .insert((key.level, key.index), bytes.as_slice())
+            .map_err(store)?;
     }
     Ok(())
 }
@@ -803,7 +806,7 @@ pub(crate) fn for_each_leaf(
         for (i, hash) in (0u64..).zip(run.data.chunks_exact(HASH)) {
             batch.push(NewLeaf {
                 event_hash: hash.try_into().map_err(|_| malformed())?,
-                session_id: run.session.to_owned(),
+                session_id: run.session.into(),
                 sequence: run.sequence + i,
             });
             if batch.len() == BATCH {
@@ -1096,15 +1099,22 @@ mod tests {
         assert_eq!(level_zero, full);
     }
 
+    /// A random source whose seed is printed (to replay a failure), and a directory for a store.
+    fn seeded() -> (rand::rngs::StdRng, tempfile::TempDir) {
+        let seed = rand::random::<u64>();
+        eprintln!("seed {seed}");
+        (
+            rand::rngs::StdRng::seed_from_u64(seed),
+            tempfile::tempdir().unwrap(),
+        )
+    }
+
     /// Invariant: however appends fall across tile boundaries (one leaf, a tile's rest, many
     /// tiles at once), the log reads as the same tree as one whose every tile is stored whole,
     /// answers the same proofs as the tree in memory, and keeps its layout.
     #[test]
     fn appends_of_every_shape_read_as_the_whole_tree() {
-        let seed = rand::random::<u64>();
-        eprintln!("seed {seed}");
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let dir = tempfile::tempdir().unwrap();
+        let (mut rng, dir) = seeded();
         let store = RedbStore::open(dir.path()).unwrap();
         let mut whole = Whole::default();
         let mut tree = cra_tlog::MemoryTree::new();
@@ -1140,6 +1150,58 @@ mod tests {
         }
     }
 
+    /// Invariant: past a full level-1 tile (65,536 leaves) and a second one, with appends
+    /// landing on and beside each boundary, the log serves every C2SP tile as the tree in
+    /// memory makes it and answers its proofs, across the boundaries too: the level-1 and
+    /// level-2 tiles, extended a few roots at a time, stay exact.
+    #[test]
+    fn a_log_past_a_full_level_one_tile_answers_the_trees_proofs() {
+        let (mut rng, dir) = seeded();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let mut tree = cra_tlog::MemoryTree::new();
+        let mut size = 0u64;
+        let mut seen = Vec::new();
+        for target in [65_535, 65_536, 65_537, 131_071, 131_072, 136_000] {
+            while size < target {
+                let n = rng.random_range(1..3_000).min(target - size);
+                let data = leaves(size, n);
+                crate::testing::bulk_load_log(&store, &data).unwrap();
+                for leaf in &data {
+                    tree.append(cra_tlog::leaf_hash(leaf));
+                }
+                size += n;
+            }
+            let reader = crate::tlog::LogReader::new(&store).unwrap();
+            assert_eq!(reader.root(size).unwrap(), tree.root(), "root at {size}");
+            for index in [0, 65_535, 65_536, rng.random_range(0..size), size - 1] {
+                if index < size {
+                    assert_eq!(
+                        reader.inclusion(index, size).unwrap(),
+                        cra_tlog::inclusion_proof(&tree, index, size).unwrap(),
+                        "leaf {index} of {size}"
+                    );
+                }
+            }
+            for &old in &seen {
+                assert_eq!(
+                    reader.consistency(old, size).unwrap(),
+                    cra_tlog::consistency_proof(&tree, old, size).unwrap(),
+                    "{old} to {size}"
+                );
+            }
+            seen.push(size);
+        }
+        laid_out(&store, size);
+        let reader = crate::tlog::LogReader::new(&store).unwrap();
+        for tile in cra_tlog::tiles::tiles_for_size(size) {
+            assert_eq!(
+                reader.served_tile(&tile).unwrap().unwrap(),
+                cra_tlog::tiles::tile_data(&tree, &tile).unwrap(),
+                "{tile:?}"
+            );
+        }
+    }
+
     /// The bytes the log's tables hold (redb's count of stored keys and values, without page
     /// padding or branch pages).
     fn log_bytes(store: &RedbStore) -> u64 {
@@ -1166,7 +1228,7 @@ mod tests {
                         event_hash: cra_tlog::leaf_hash(
                             &(round * 1000 + chain * 32 + i).to_be_bytes(),
                         ),
-                        session_id: format!("0196b5a0-0000-7000-8000-00000000000{chain}"),
+                        session_id: format!("0196b5a0-0000-7000-8000-00000000000{chain}").into(),
                         sequence: round * 32 + i,
                     })
                 })

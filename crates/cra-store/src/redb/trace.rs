@@ -97,6 +97,9 @@ enum Work {
         head: HeadRecord,
         events: Vec<TraceEvent>,
         record: Vec<u8>,
+        /// The events' hashes as the log's leaf data (empty when the store keeps no log):
+        /// decoded here, on the appender's thread, so that the committer only copies them.
+        leaves: Vec<cra_tlog::Hash>,
     },
     /// Drafts for the committer to seal: the slot did not know its head while earlier appends of
     /// the session were queued.
@@ -209,8 +212,9 @@ impl RedbStore {
         Ok(Some(Work::Sealed {
             base,
             head,
-            events,
+            leaves: leaf_data(self.config(), &events)?,
             record: pack(&self.config().encryption, &bodies)?,
+            events,
         }))
     }
 }
@@ -314,30 +318,36 @@ pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec
                         }
                     }
                 }
-                let (head, first, record, sealed) = match work {
+                let (head, first, record, sealed, data) = match work {
                     Work::Sealed {
                         head,
                         events,
                         record,
+                        leaves,
                         ..
-                    } => (head, base_sequence(&events), record, events),
+                    } => (head, base_sequence(&events), record, events, leaves),
                     Work::Drafts(drafts) => {
                         let (head, events, bodies) = seal_all(config, &session_id, head, drafts)?;
+                        let data = leaf_data(config, &events)?;
                         (
                             head,
                             base_sequence(&events),
                             pack(&config.encryption, &bodies)?,
                             events,
+                            data,
                         )
                     }
                 };
                 events
                     .insert((session_id.as_str(), first), record.as_slice())
                     .map_err(unavailable)?;
-                if config.log_appends {
-                    for event in &sealed {
-                        leaves.push(NewLeaf::of(event).map_err(unavailable)?);
-                    }
+                if !data.is_empty() {
+                    let session: Arc<str> = session_id.as_str().into();
+                    leaves.extend((first..).zip(data).map(|(sequence, event_hash)| NewLeaf {
+                        event_hash,
+                        session_id: session.clone(),
+                        sequence,
+                    }));
                 }
                 touched.insert(session_id, head);
                 answers[i] = Some(Ok(sealed));
@@ -376,6 +386,20 @@ pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec
         }
         (ticket.reply)(settle(&result, answer));
     }
+}
+
+/// The log's leaf data of `events` (their hashes), or nothing when the store keeps no log.
+fn leaf_data(
+    config: &StoreConfig,
+    events: &[TraceEvent],
+) -> Result<Vec<cra_tlog::Hash>, ChainStoreError> {
+    if !config.log_appends {
+        return Ok(Vec::new());
+    }
+    events
+        .iter()
+        .map(|e| NewLeaf::data_of(e).map_err(unavailable))
+        .collect()
 }
 
 /// The sequence of an append's first event (every append has one).
@@ -637,6 +661,7 @@ mod tests {
                     work: Work::Sealed {
                         base: ChainHead::genesis(),
                         head,
+                        leaves: leaf_data(store.config(), &events).unwrap(),
                         events,
                         record: pack(&store.config().encryption, &bodies).unwrap(),
                     },

@@ -117,9 +117,7 @@ impl NewLeaf {
             sequence: event.sequence,
         })
     }
-}
 
-impl NewLeaf {
     /// The leaf data of a sealed event: its hash's 32 bytes.
     pub(crate) fn data_of(event: &cra_trace::TraceEvent) -> Result<Hash, LogError> {
         cra_tlog::hash::from_hex(&event.event_hash)
@@ -538,12 +536,11 @@ pub(crate) fn append(
 /// What `read` met, or [`LogError::Corrupt`] when a partial tile is not as wide as `size` says.
 pub(crate) fn append_hashes(
     size: u64,
-    level: u8,
+    mut level: u8,
     mut new: Vec<Hash>,
     read: &mut impl FnMut(TileKey) -> Result<Option<Vec<u8>>, LogError>,
     writes: &mut Vec<(TileKey, Vec<u8>)>,
 ) -> Result<(), LogError> {
-    let mut level = level;
     while !new.is_empty() {
         let count = size
             .checked_shr(u32::from(level) * TILE_HEIGHT)

@@ -1202,6 +1202,23 @@ mod tests {
         }
     }
 
+    /// Invariant: the edge's hash cache stays bounded: at [`EdgeHashes::LIMIT`] entries it is
+    /// emptied, and the hash just put is kept and answered.
+    #[test]
+    fn the_edge_hash_cache_never_holds_more_than_its_limit() {
+        let cache = EdgeHashes::default();
+        let hash = |i: u64| cra_tlog::leaf_hash(&i.to_be_bytes());
+        for i in 0..3 * EdgeHashes::LIMIT as u64 {
+            cache.put(1, i, hash(i));
+            let held = cache.0.lock().unwrap().len();
+            assert!(held <= EdgeHashes::LIMIT, "{held} entries after {i}");
+            assert_eq!(cache.get(1, i), Some(hash(i)));
+        }
+        let limit = EdgeHashes::LIMIT as u64;
+        assert_eq!(cache.get(1, 2 * limit - 1), None, "emptied at the limit");
+        assert_eq!(cache.get(1, 2 * limit), Some(hash(2 * limit)));
+    }
+
     /// The bytes the log's tables hold (redb's count of stored keys and values, without page
     /// padding or branch pages).
     fn log_bytes(store: &RedbStore) -> u64 {

@@ -570,16 +570,25 @@ fn write_the_runs_layout_fixture() {
     .unwrap();
 }
 
+/// The `runs-layout` fixture's directory.
+fn runs_layout_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs-layout")
+}
+
+/// A data directory holding a copy of the `runs-layout` fixture's database, and that file.
+fn runs_layout_data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(cra_store::redb::DATABASE_FILE);
+    std::fs::copy(runs_layout_fixture().join("cra.redb"), &file).unwrap();
+    (dir, file)
+}
+
 /// The runs-layout fixture with entry bundle 2 removed, as damage would leave it: the conversion
 /// at open refuses it, naming the bundle, and leaves the log as it was, still to be converted
 /// (the conversion is one transaction: a refusal never half-applies).
 #[test]
 fn a_runs_layout_directory_missing_an_entry_bundle_is_refused_and_left_as_it_was() {
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs-layout");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join(cra_store::redb::DATABASE_FILE);
-    std::fs::copy(fixture.join("cra.redb"), &file).unwrap();
+    let (dir, file) = runs_layout_data_dir();
     {
         let db = redb::Database::open(&file).unwrap();
         let txn = db.begin_write().unwrap();
@@ -627,11 +636,8 @@ fn a_runs_layout_directory_missing_an_entry_bundle_is_refused_and_left_as_it_was
 #[test]
 fn a_redb_directory_in_the_runs_layout_is_converted_to_data_in_runs() {
     use cra_store::tlog::LogStore as _;
-    let fixture =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/runs-layout");
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join(cra_store::redb::DATABASE_FILE);
-    std::fs::copy(fixture.join("cra.redb"), &file).unwrap();
+    let fixture = runs_layout_fixture();
+    let (dir, file) = runs_layout_data_dir();
     let log = std::fs::read_to_string(fixture.join("log.txt")).unwrap();
     let (size, root) = log.trim().split_once(' ').unwrap();
     let (size, root): (u64, _) = (

@@ -160,8 +160,9 @@ fn fsync_baseline(c: &mut Criterion) {
 /// The log's cost on redb, interleaved so that the disk's drift falls on both sides alike: in
 /// each round the same work is appended to a store without the log and to one with it (a fresh
 /// pair per shape), in alternating order; prints each round's ratio of throughputs (with /
-/// without) and their median. Seven rounds under `cargo bench`, three with `--quick`, one short
-/// one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
+/// without) and their median. Fifteen rounds under `cargo bench` (a round lasts about 0.2 s, and
+/// the median of seven moved by 5-8% from run to run: `bench/NOTES.md`, stop 70), three with
+/// `--quick`, one short one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
 /// and 16,384 with 64 (65,536 in batches of 32).
 fn log_cost(_: &mut Criterion) {
     let args: Vec<String> = std::env::args().collect();
@@ -171,7 +172,7 @@ fn log_cost(_: &mut Criterion) {
     } else if args.iter().any(|a| a == "--quick") {
         (3, 1)
     } else {
-        (7, 1)
+        (15, 1)
     };
     for (sessions, batch, events) in [
         (1, 1, 4096),

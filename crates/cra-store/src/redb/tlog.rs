@@ -573,11 +573,15 @@ fn write_full_tiles(
 ) -> Result<(), LogError> {
     let first = size / WIDTH;
     let filled = (size + (data.len() / HASH) as u64) / WIDTH - first;
+    let start = first * WIDTH;
+    if held.len() != usize_of(size - start) * HASH {
+        // The runs before `size` hold fewer leaves than it counts.
+        return Err(gap(start + (held.len() / HASH) as u64));
+    }
     let whole_bytes = usize_of(filled * WIDTH) * HASH;
     let mut leaves = Vec::with_capacity(whole_bytes);
     leaves.extend_from_slice(held);
-    let taken = whole_bytes.checked_sub(held.len()).ok_or_else(malformed)?;
-    leaves.extend_from_slice(data.get(..taken).ok_or_else(malformed)?);
+    leaves.extend_from_slice(data.get(..whole_bytes - held.len()).ok_or_else(malformed)?);
     let mut roots = Vec::with_capacity(usize_of(filled));
     for (index, bundle) in (first..).zip(leaves.chunks_exact(usize_of(WIDTH) * HASH)) {
         let key = TileKey { level: 0, index };

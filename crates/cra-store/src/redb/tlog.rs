@@ -11,6 +11,14 @@
 //! with their inner levels, partial ones too. `tlog_meta` holds `identity` and `layout`;
 //! `tlog_checkpoints` maps a tree size to the signed checkpoint published for it.
 //!
+//! `tlog_edge` holds the newest runs, in the same form, while they fit one page
+//! ([`EDGE_BYTES`]): every key in it lies above every key in `tlog_runs`, and the two read as one
+//! table ([`Runs`]). An append of a few events (one session, one event at a time) rewrites that
+//! one page, not the three pages of `tlog_runs`'s path to its last leaf; the append that would
+//! outgrow the page moves the edge's rows and its own into `tlog_runs`, and so does any append
+//! too large for the page, so no row is written to `tlog_runs` twice. A run that continues the
+//! run of the row before it in the same span joins that row (`NewRows`).
+//!
 //! **Each leaf's data is written once.** An append that fills no level-0 tile adds rows to
 //! `tlog_runs` and nothing else; the append that fills one also stores its upper levels and the
 //! tiles above it. Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
@@ -34,6 +42,11 @@ use crate::upgrade::UpgradeStep;
 
 const TILES: TableDefinition<'static, (u8, u64), &[u8]> = TableDefinition::new("tlog_tiles");
 const RUNS: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_runs");
+/// The newest runs, in [`RUNS`]'s form, while they fit one page (data format 4 on).
+const EDGE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_edge");
+/// The bytes of rows (keys and values) [`EDGE`] holds at most: with redb's offsets of a few
+/// bytes a row, they fit one 4 KiB page.
+const EDGE_BYTES: usize = 3072;
 const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("tlog_meta");
 const CHECKPOINTS: TableDefinition<'static, u64, &str> = TableDefinition::new("tlog_checkpoints");
 /// Places before `tlog_runs`: the leaf index of an append's first event to its sequence (8
@@ -126,6 +139,7 @@ impl<'a> Run<'a> {
 pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), BackendError> {
     c.copy(TILES)?;
     c.copy(RUNS)?;
+    c.copy(EDGE)?;
     c.copy(META)?;
     c.copy(CHECKPOINTS)?;
     c.copy(OLD_APPENDS)
@@ -141,6 +155,7 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     {
         txn.open_table(TILES).map_err(backend)?;
         txn.open_table(RUNS).map_err(backend)?;
+        txn.open_table(EDGE).map_err(backend)?;
         txn.open_table(CHECKPOINTS).map_err(backend)?;
         txn.open_table(META).map_err(backend)?;
     }
@@ -194,7 +209,9 @@ pub(crate) fn pending(
         Err(::redb::TableError::TableDoesNotExist(_)) => (false, false),
         Err(e) => return Err(backend(e)),
     };
-    let empty = super::upgrade::rows(txn, RUNS)? == 0 && super::upgrade::rows(txn, TILES)? == 0;
+    let empty = super::upgrade::rows(txn, RUNS)? == 0
+        && super::upgrade::rows(txn, EDGE)? == 0
+        && super::upgrade::rows(txn, TILES)? == 0;
     if sized {
         steps.push(UpgradeStep::new(
             "tlog.convert",
@@ -335,7 +352,7 @@ fn move_data_into_runs(txn: &WriteTransaction, sized: Option<u64>) -> Result<(),
         }
     }
     compact_level_zero(&mut tiles, CHUNK)?;
-    if log_size_of(&runs)? != size {
+    if log_size_of(&Runs::new(&runs, None))? != size {
         return Err(LogError::Corrupt(format!(
             "the log's runs do not cover its {size} leaves"
         )));
@@ -485,8 +502,9 @@ fn stored_events(txn: &WriteTransaction) -> Result<Vec<NewLeaf>, LogError> {
 }
 
 /// Appends `leaves` to the log in `txn`, which also holds their events: the leaves are stored
-/// with the events or not at all. Each chain's consecutive leaves are a run with their data; an
-/// append that fills a level-0 tile also stores its upper levels and the tiles above it.
+/// with the events or not at all. Each chain's consecutive leaves are a run with their data,
+/// stored in the edge while it fits the page and in `tlog_runs` with the edge's rows otherwise;
+/// an append that fills a level-0 tile also stores its upper levels and the tiles above it.
 pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Result<(), LogError> {
     // No index by event hash here: its keys are random, and a B-tree that copies each page it
     // changes would write a page per event at every commit (the 64-client resolve lost 43% to
@@ -496,16 +514,19 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
     }
     let data: Vec<u8> = leaves.iter().flat_map(|l| l.event_hash).collect();
     let mut runs = txn.open_table(RUNS).map_err(store)?;
-    let size = log_size_of(&runs)?;
+    let mut edge = txn.open_table(EDGE).map_err(store)?;
+    let view = Runs::new(&runs, Some(&edge));
+    let size = log_size_of(&view)?;
     let new_size = size
         .checked_add(leaves.len() as u64)
         .ok_or_else(|| LogError::Range("the log cannot grow past 2^64 leaves".into()))?;
     // `tlog_tiles` is opened only when a level-0 tile fills: other appends leave it alone.
     if new_size / WIDTH > size / WIDTH {
-        let held = leaves_data(&runs, size - size % WIDTH, size)?;
+        let held = leaves_data(&view, size - size % WIDTH, size)?;
         let mut tiles = txn.open_table(TILES).map_err(store)?;
         write_full_tiles(&mut tiles, size, &held, &data)?;
     }
+    let mut rows = NewRows::after(&edge)?;
     let mut i = 0;
     while i < leaves.len() {
         let head = &leaves[i];
@@ -521,29 +542,108 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
             session: &head.session_id,
             data: &data[i * HASH..end * HASH],
         };
-        put_run(&mut runs, size + i as u64, &run)?;
+        rows.push(size + i as u64, &run)?;
         i = end;
     }
-    Ok(())
+    rows.store(&mut runs, &mut edge)
 }
 
-/// Stores `run`, whose first leaf is `first`, as one row, or as several where it crosses a
-/// multiple of [`RUN_SPAN`].
-fn put_run(
-    runs: &mut ::redb::Table<'_, u64, &'static [u8]>,
-    first: u64,
-    run: &Run<'_>,
-) -> Result<(), LogError> {
-    let end = first + run.leaves();
-    let mut at = first;
-    while at < end {
-        let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
-        let data = &run.data[usize_of(at - first) * HASH..usize_of(stop - first) * HASH];
-        let piece = run.tail(at - first, data);
-        runs.insert(at, piece.encode()?.as_slice()).map_err(store)?;
-        at = stop;
+/// Rows of runs on their way into the tables: the edge's, then an append's, each run split at
+/// multiples of [`RUN_SPAN`] and joined to the row before it where it continues that row's run
+/// in the same span.
+struct NewRows {
+    rows: Vec<(u64, Vec<u8>)>,
+    /// The keys of the rows read from the edge (the first of `rows`).
+    from_edge: Vec<u64>,
+    /// The first row the append changed or added.
+    changed: usize,
+}
+
+impl NewRows {
+    /// The rows `edge` holds, to which an append's are added.
+    fn after(edge: &impl ReadableTable<u64, &'static [u8]>) -> Result<Self, LogError> {
+        let rows = rows_from(edge, 0, usize::MAX)?;
+        Ok(Self {
+            changed: rows.len(),
+            from_edge: rows.iter().map(|(first, _)| *first).collect(),
+            rows,
+        })
     }
-    Ok(())
+
+    /// Adds `run`, whose first leaf is `first`.
+    fn push(&mut self, first: u64, run: &Run<'_>) -> Result<(), LogError> {
+        let end = first + run.leaves();
+        let mut at = first;
+        while at < end {
+            let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
+            let data = &run.data[usize_of(at - first) * HASH..usize_of(stop - first) * HASH];
+            let piece = run.tail(at - first, data);
+            if !self.join(at, &piece)? {
+                self.rows.push((at, piece.encode()?));
+            }
+            at = stop;
+        }
+        Ok(())
+    }
+
+    /// Adds `piece`, whose first leaf is `at`, to the last row if it continues that row's run
+    /// in the same span; answers whether it did.
+    fn join(&mut self, at: u64, piece: &Run<'_>) -> Result<bool, LogError> {
+        let last = self.rows.len().saturating_sub(1);
+        let Some((first, bytes)) = self.rows.last_mut() else {
+            return Ok(false);
+        };
+        let continues = continues(*first, &Run::decode(bytes)?, at, piece);
+        if continues {
+            bytes.extend_from_slice(piece.data);
+            self.changed = self.changed.min(last);
+        }
+        Ok(continues)
+    }
+
+    /// Stores the rows: the changed and added ones in the edge when all of them fit it, else
+    /// every one in `tlog_runs` (the first joined to its last row where it continues it), the
+    /// edge emptied.
+    fn store(
+        mut self,
+        runs: &mut ::redb::Table<'_, u64, &'static [u8]>,
+        edge: &mut ::redb::Table<'_, u64, &'static [u8]>,
+    ) -> Result<(), LogError> {
+        let bytes: usize = self.rows.iter().map(|(_, row)| 8 + row.len()).sum();
+        if bytes <= EDGE_BYTES {
+            for (first, row) in &self.rows[self.changed..] {
+                edge.insert(*first, row.as_slice()).map_err(store)?;
+            }
+            return Ok(());
+        }
+        let settled = runs
+            .last()
+            .map_err(store)?
+            .map(|(first, row)| (first.value(), row.value().to_vec()));
+        if let (Some((first, mut bytes)), Some((at, head))) = (settled, self.rows.first()) {
+            let piece = Run::decode(head)?;
+            if continues(first, &Run::decode(&bytes)?, *at, &piece) {
+                bytes.extend_from_slice(piece.data);
+                self.rows[0] = (first, bytes);
+            }
+        }
+        for (first, row) in &self.rows {
+            runs.insert(*first, row.as_slice()).map_err(store)?;
+        }
+        for first in self.from_edge {
+            edge.remove(first).map_err(store)?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `piece`, whose first leaf is `at`, continues `run`, whose first leaf is `first`, in
+/// the same span: the same chain, the next sequence, the next leaf.
+fn continues(first: u64, run: &Run<'_>, at: u64, piece: &Run<'_>) -> bool {
+    run.session == piece.session
+        && run.sequence + run.leaves() == piece.sequence
+        && first + run.leaves() == at
+        && first / RUN_SPAN == at / RUN_SPAN
 }
 
 /// Appends leaves with `data` and no event behind them (one run of the empty session): the bulk
@@ -611,9 +711,89 @@ fn write_full_tiles(
     Ok(())
 }
 
+/// A row of the log's runs: the first leaf's index and the stored [`Run`].
+type Row<'t> = (
+    ::redb::AccessGuard<'t, u64>,
+    ::redb::AccessGuard<'t, &'static [u8]>,
+);
+
+/// The log's runs read as one table: the rows of `tlog_runs`, then those of `tlog_edge`, whose
+/// keys all lie above them (none in a store not yet opened by a cra that keeps an edge).
+struct Runs<'t, T> {
+    settled: &'t T,
+    edge: Option<&'t T>,
+}
+
+impl<'t, T: ReadableTable<u64, &'static [u8]>> Runs<'t, T> {
+    fn new(settled: &'t T, edge: Option<&'t T>) -> Self {
+        Self { settled, edge }
+    }
+
+    /// The last row.
+    fn last(&self) -> Result<Option<Row<'t>>, LogError> {
+        if let Some(edge) = self.edge
+            && let Some(row) = edge.last().map_err(store)?
+        {
+            return Ok(Some(row));
+        }
+        self.settled.last().map_err(store)
+    }
+
+    /// The last row whose key is at most `at`: that of the run holding leaf `at`, if any does.
+    fn at_or_before(&self, at: u64) -> Result<Option<Row<'t>>, LogError> {
+        for table in self.edge.into_iter().chain([self.settled]) {
+            if let Some(row) = table.range(..=at).map_err(store)?.next_back() {
+                return row.map(Some).map_err(store);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The rows whose keys lie in `keys`, in order.
+    fn range(
+        &self,
+        keys: impl std::ops::RangeBounds<u64> + Clone + 't,
+    ) -> Result<impl Iterator<Item = Result<Row<'t>, LogError>>, LogError> {
+        let settled = self.settled.range(keys.clone()).map_err(store)?;
+        let edge = match self.edge {
+            Some(edge) => Some(edge.range(keys).map_err(store)?),
+            None => None,
+        };
+        Ok(settled
+            .chain(edge.into_iter().flatten())
+            .map(|row| row.map_err(store)))
+    }
+}
+
+/// `tlog_runs` and `tlog_edge` opened in a read transaction, for a [`Runs`] view.
+struct ReadRuns {
+    settled: ::redb::ReadOnlyTable<u64, &'static [u8]>,
+    edge: Option<::redb::ReadOnlyTable<u64, &'static [u8]>>,
+}
+
+impl ReadRuns {
+    /// The tables in `txn`: an error when the log has no runs table, no edge in a file opened
+    /// only by a cra that kept none.
+    fn open(txn: &::redb::ReadTransaction) -> Result<Self, LogError> {
+        let edge = match txn.open_table(EDGE) {
+            Ok(edge) => Some(edge),
+            Err(::redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(store(e)),
+        };
+        Ok(Self {
+            settled: txn.open_table(RUNS).map_err(store)?,
+            edge,
+        })
+    }
+
+    fn view(&self) -> Runs<'_, ::redb::ReadOnlyTable<u64, &'static [u8]>> {
+        Runs::new(&self.settled, self.edge.as_ref())
+    }
+}
+
 /// The log's size: the last run's end (every run holds its leaves' data).
-fn log_size_of(runs: &impl ReadableTable<u64, &'static [u8]>) -> Result<u64, LogError> {
-    let Some((first, value)) = runs.last().map_err(store)? else {
+fn log_size_of<T: ReadableTable<u64, &'static [u8]>>(runs: &Runs<'_, T>) -> Result<u64, LogError> {
+    let Some((first, value)) = runs.last()? else {
         return Ok(0);
     };
     let run = Run::decode(value.value())?;
@@ -625,32 +805,35 @@ fn log_size_of(runs: &impl ReadableTable<u64, &'static [u8]>) -> Result<u64, Log
 
 /// The log's size as `txn` reads it (0 for a file without the log's tables).
 pub(crate) fn size_read(txn: &::redb::ReadTransaction) -> Result<u64, BackendError> {
-    let runs = match txn.open_table(RUNS) {
-        Ok(runs) => runs,
+    match txn.open_table(RUNS) {
+        Ok(_) => {}
         Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(0),
         Err(e) => return Err(backend(e)),
-    };
-    log_size_of(&runs).map_err(|e| backend(e.to_string()))
+    }
+    let runs = ReadRuns::open(txn).map_err(|e| backend(e.to_string()))?;
+    log_size_of(&runs.view()).map_err(|e| backend(e.to_string()))
 }
 
 fn size_in(txn: &WriteTransaction) -> Result<u64, LogError> {
-    log_size_of(&txn.open_table(RUNS).map_err(store)?)
+    let runs = txn.open_table(RUNS).map_err(store)?;
+    let edge = txn.open_table(EDGE).map_err(store)?;
+    log_size_of(&Runs::new(&runs, Some(&edge)))
 }
 
 /// The data of leaves `[from, to)`, or of those of them the log holds, read from the runs.
-fn leaves_data(
-    runs: &impl ReadableTable<u64, &'static [u8]>,
+fn leaves_data<T: ReadableTable<u64, &'static [u8]>>(
+    runs: &Runs<'_, T>,
     from: u64,
     to: u64,
 ) -> Result<Vec<u8>, LogError> {
     let mut out = Vec::with_capacity(usize_of(to.saturating_sub(from)).min(1 << 16) * HASH);
-    let start = match runs.range(..=from).map_err(store)?.next_back() {
-        Some(row) => row.map_err(store)?.0.value(),
+    let start = match runs.at_or_before(from)? {
+        Some(row) => row.0.value(),
         None => from,
     };
     let mut next = from;
-    for row in runs.range(start..to).map_err(store)? {
-        let (first, value) = row.map_err(store)?;
+    for row in runs.range(start..to)? {
+        let (first, value) = row?;
         let first = first.value();
         let run = Run::decode(value.value())?;
         let end = first + run.leaves();
@@ -687,9 +870,9 @@ fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>
             .map_err(store)?
             .map(|v| v.value().to_vec()));
     }
-    let runs = txn.open_table(RUNS).map_err(store)?;
+    let runs = ReadRuns::open(txn)?;
     let first = key.index.saturating_mul(WIDTH);
-    let data = leaves_data(&runs, first, first.saturating_add(WIDTH))?;
+    let data = leaves_data(&runs.view(), first, first.saturating_add(WIDTH))?;
     if data.is_empty() {
         return Ok(None);
     }
@@ -728,8 +911,8 @@ fn low_hash_in(
             return Ok((hash, false));
         }
     }
-    let runs = txn.open_table(RUNS).map_err(store)?;
-    let data = leaves_data(&runs, first, first.saturating_add(width))?;
+    let runs = ReadRuns::open(txn)?;
+    let data = leaves_data(&runs.view(), first, first.saturating_add(width))?;
     if data.len() as u64 != width * HASH as u64 {
         return Err(LogError::Corrupt(format!(
             "the log holds {} of the {width} leaves from leaf {first}",
@@ -773,11 +956,10 @@ fn decode_u64(bytes: &[u8]) -> Result<u64, LogError> {
 
 /// The place of leaf `leaf_index`, from the run that holds it.
 fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<LeafPlace>, LogError> {
-    let runs = txn.open_table(RUNS).map_err(store)?;
-    let Some(row) = runs.range(..=leaf_index).map_err(store)?.next_back() else {
+    let runs = ReadRuns::open(txn)?;
+    let Some((first, value)) = runs.view().at_or_before(leaf_index)? else {
         return Ok(None);
     };
-    let (first, value) = row.map_err(store)?;
     let run = Run::decode(value.value())?;
     if leaf_index >= first.value() + run.leaves() {
         return Ok(None);
@@ -797,11 +979,11 @@ pub(crate) fn for_each_leaf(
     sink: &mut dyn FnMut(Vec<NewLeaf>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     const BATCH: usize = 4096;
-    let runs = txn.open_table(RUNS).map_err(store)?;
+    let runs = ReadRuns::open(txn)?;
     let mut batch = Vec::with_capacity(BATCH);
     let mut next = 0u64;
-    for row in runs.iter().map_err(store)? {
-        let (first, value) = row.map_err(store)?;
+    for row in runs.view().range(..)? {
+        let (first, value) = row?;
         let run = Run::decode(value.value())?;
         if first.value() != next || run.data.is_empty() {
             return Err(gap(next));
@@ -849,7 +1031,7 @@ pub(crate) fn identity_and_checkpoints(
 impl LogStore for RedbStore {
     fn log_size(&self) -> Result<u64, LogError> {
         let txn = self.handle().begin_read().map_err(store)?;
-        log_size_of(&txn.open_table(RUNS).map_err(store)?)
+        log_size_of(&ReadRuns::open(&txn)?.view())
     }
 
     fn leaf_place(&self, event_hash: &Hash) -> Result<Option<LeafPlace>, LogError> {
@@ -1074,9 +1256,25 @@ mod tests {
     /// exactly when it is full.
     fn laid_out(store: &RedbStore, size: u64) {
         let txn = store.handle().begin_read().unwrap();
-        let runs = txn.open_table(RUNS).unwrap();
+        let runs = ReadRuns::open(&txn).unwrap();
+        let edge = runs.edge.as_ref().unwrap();
+        let edge_bytes: usize = edge
+            .iter()
+            .unwrap()
+            .map(|row| 8 + row.unwrap().1.value().len())
+            .sum();
+        assert!(
+            edge_bytes <= EDGE_BYTES,
+            "the edge holds {edge_bytes} bytes"
+        );
+        if let (Some(last), Some(first)) = (runs.settled.last().unwrap(), edge.first().unwrap()) {
+            assert!(
+                last.0.value() < first.0.value(),
+                "the edge lies above the runs"
+            );
+        }
         let mut next = 0;
-        for row in runs.iter().unwrap() {
+        for row in runs.view().range(..).unwrap() {
             let (first, value) = row.unwrap();
             let run = Run::decode(value.value()).unwrap();
             assert_eq!(first.value(), next, "runs follow each other");
@@ -1229,8 +1427,9 @@ mod tests {
         use ::redb::ReadableTableMetadata;
         let txn = store.handle().begin_read().unwrap();
         let runs = txn.open_table(RUNS).unwrap().stats().unwrap();
+        let edge = txn.open_table(EDGE).unwrap().stats().unwrap();
         let tiles = txn.open_table(TILES).unwrap().stats().unwrap();
-        runs.stored_bytes() + tiles.stored_bytes()
+        runs.stored_bytes() + edge.stored_bytes() + tiles.stored_bytes()
     }
 
     /// Invariant: the log stores each leaf's data once. Eight chains appending runs of 32
@@ -1263,6 +1462,85 @@ mod tests {
         let per_leaf = log_bytes(&store) as f64 / size as f64;
         eprintln!("the log holds {per_leaf:.1} bytes a leaf over {size} leaves");
         assert!(per_leaf <= 40.0, "{per_leaf:.1} bytes a leaf");
+    }
+
+    /// Rows `store`'s `table` holds.
+    fn rows_in(store: &RedbStore, table: TableDefinition<'static, u64, &'static [u8]>) -> u64 {
+        use ::redb::ReadableTableMetadata;
+        let txn = store.handle().begin_read().unwrap();
+        txn.open_table(table).unwrap().len().unwrap()
+    }
+
+    /// Invariant: a chain's one-event appends go to the edge, joined into one row a span, and
+    /// reach `tlog_runs` together when the edge would outgrow its page: over 1,000 of them
+    /// `tlog_runs` is written at most once a span, and the runs are one row a span. An append too
+    /// large for the page goes to `tlog_runs` at once with the edge's rows, leaving it empty.
+    #[test]
+    fn small_appends_reach_the_runs_together_and_large_ones_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let session: std::sync::Arc<str> = "0196b5a0-0000-7000-8000-000000000001".into();
+        let append = |leaves: &[NewLeaf]| {
+            let txn = store.handle().begin_write().unwrap();
+            append_leaves(&txn, leaves).unwrap();
+            txn.commit().unwrap();
+        };
+        let (mut writes, mut settled) = (0u64, 0u64);
+        for i in 0..1000u64 {
+            append(&[NewLeaf {
+                event_hash: cra_tlog::leaf_hash(&i.to_be_bytes()),
+                session_id: session.clone(),
+                sequence: i,
+            }]);
+            let now = rows_in(&store, RUNS);
+            if now != settled {
+                writes += 1;
+                settled = now;
+            }
+            laid_out(&store, i + 1);
+        }
+        assert!(
+            (1..=1000 / RUN_SPAN).contains(&writes),
+            "tlog_runs written {writes} times"
+        );
+        assert!(
+            rows_in(&store, EDGE) > 0,
+            "the last appends wait in the edge"
+        );
+
+        let large: Vec<NewLeaf> = (0..200u64)
+            .map(|i| NewLeaf {
+                event_hash: cra_tlog::leaf_hash(&(5000 + i).to_be_bytes()),
+                session_id: format!("0196b5a0-0000-7000-8000-00000000010{}", i % 2).into(),
+                sequence: i / 2,
+            })
+            .collect();
+        append(&large);
+        assert_eq!(rows_in(&store, EDGE), 0, "a large append empties the edge");
+        laid_out(&store, 1200);
+        let txn = store.handle().begin_read().unwrap();
+        let chain = txn.open_table(RUNS).unwrap().range(..1000).unwrap().count();
+        assert_eq!(chain as u64, 1000u64.div_ceil(RUN_SPAN), "one row a span");
+        let mut tree = cra_tlog::MemoryTree::new();
+        let reader = crate::tlog::LogReader::new(&store).unwrap();
+        for (i, leaf) in (0u64..).zip(for_each(&store)) {
+            tree.append(cra_tlog::leaf_hash(&leaf.event_hash));
+            let place = store.leaf_place(&leaf.event_hash).unwrap().unwrap();
+            assert_eq!((place.leaf_index, place.sequence), (i, leaf.sequence));
+        }
+        assert_eq!(reader.root(1200).unwrap(), tree.root());
+    }
+
+    /// Every leaf of `store`'s log, in order, through [`for_each_leaf`].
+    fn for_each(store: &RedbStore) -> Vec<NewLeaf> {
+        let txn = store.handle().begin_read().unwrap();
+        let mut all = Vec::new();
+        for_each_leaf(&txn, &mut |batch| {
+            all.extend(batch);
+            Ok(())
+        })
+        .unwrap();
+        all
     }
 
     /// The places of the old form's test log: leaves of `a` from 0, `b` from 400, `c` from 900.

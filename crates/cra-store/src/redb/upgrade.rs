@@ -25,8 +25,9 @@ use crate::upgrade::{UpgradePlan, UpgradeStep};
 /// agent's open sessions counted in `carp_open_sessions` by every start and end (a table an
 /// older binary would leave behind the records); 3, the transparency log's leaf data in its
 /// runs, no entry bundles stored, level-0 tiles kept as their upper levels (an older binary would
-/// find no entry bundles).
-pub const FORMAT: u64 = 3;
+/// find no entry bundles); 4, the log's newest runs kept in `tlog_edge` (an older binary would
+/// not read them, and would append over them).
+pub const FORMAT: u64 = 4;
 
 const FORMAT_TABLE: TableDefinition<'static, &str, u64> = TableDefinition::new("cra_format");
 const VERSION: &str = "version";

@@ -87,7 +87,10 @@ fn a_redb_store_backed_up_while_written_restores_and_verifies() {
         m.unwrap()
     });
     assert_eq!(manifest.backend, "redb");
-    assert_eq!(manifest.store_format, "data format 3");
+    assert_eq!(
+        manifest.store_format,
+        format!("data format {}", cra_store::redb::upgrade::FORMAT)
+    );
     assert!(manifest.chains >= 5, "{manifest:?}");
     assert!(!manifest.not_included.is_empty());
 

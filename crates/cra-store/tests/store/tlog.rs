@@ -145,7 +145,13 @@ fn a_redb_directory_written_before_the_log_is_backfilled() {
     {
         let db = redb::Database::open(path.join(cra_store::redb::DATABASE_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
-        for table in ["tlog_tiles", "tlog_runs", "tlog_meta", "tlog_checkpoints"] {
+        for table in [
+            "tlog_tiles",
+            "tlog_runs",
+            "tlog_edge",
+            "tlog_meta",
+            "tlog_checkpoints",
+        ] {
             txn.delete_table(redb::TableDefinition::<(), ()>::new(table))
                 .unwrap_or_default();
         }
@@ -654,6 +660,7 @@ fn a_redb_directory_in_the_runs_layout_is_converted_to_data_in_runs() {
     let (clock, config) = fixed();
     clock.advance(time::Duration::hours(1));
     let store = RedbStore::open_with(dir.path(), config).unwrap();
+    cra_store::relay::RedbRelay::open(&store).unwrap();
     assert_eq!(store.log_size().unwrap(), size);
     let reader = LogReader::new(&store).unwrap();
     assert_eq!(reader.root(size).unwrap(), root);
@@ -680,4 +687,73 @@ fn a_redb_directory_in_the_runs_layout_is_converted_to_data_in_runs() {
         after.steps.iter().all(|s| s.step != "tlog.layout"),
         "{after:#?}"
     );
+}
+
+/// A data directory of data format 3, whose log kept every run in `tlog_runs` and had no
+/// `tlog_edge` (made here from one this build wrote, its edge's rows moved into `tlog_runs`), is
+/// planned with the edge's table and the format and no conversion, then opened with the same
+/// tree, and appends go on in a tree consistent with it.
+#[test]
+fn a_format_3_directory_opens_with_an_empty_edge() {
+    use cra_store::tlog::LogStore as _;
+    let (clock, config) = fixed();
+    let dir = tempfile::tempdir().unwrap();
+    let mut sessions: Vec<String> = vec!["a".into(), "b".into()];
+    let (size, root) = {
+        let store = RedbStore::open_with(dir.path(), config.clone()).unwrap();
+        cra_store::relay::RedbRelay::open(&store).unwrap();
+        write_rounds(&store, &clock, &sessions);
+        let size = store.log_size().unwrap();
+        (size, LogReader::new(&store).unwrap().root(size).unwrap())
+    };
+    {
+        let db = redb::Database::open(dir.path().join(cra_store::redb::DATABASE_FILE)).unwrap();
+        let txn = db.begin_write().unwrap();
+        let edge = redb::TableDefinition::<u64, &[u8]>::new("tlog_edge");
+        let rows: Vec<(u64, Vec<u8>)> = redb::ReadableTable::iter(&txn.open_table(edge).unwrap())
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value(), v.value().to_vec())
+            })
+            .collect();
+        assert!(!rows.is_empty(), "small appends wait in the edge");
+        {
+            let runs = redb::TableDefinition::<u64, &[u8]>::new("tlog_runs");
+            let mut runs = txn.open_table(runs).unwrap();
+            for (first, row) in &rows {
+                runs.insert(first, row.as_slice()).unwrap();
+            }
+            let format = redb::TableDefinition::<&str, u64>::new("cra_format");
+            txn.open_table(format)
+                .unwrap()
+                .insert("version", 3)
+                .unwrap();
+        }
+        assert!(txn.delete_table(edge).unwrap());
+        txn.commit().unwrap();
+    }
+    let plan = cra_store::redb::upgrade::plan(dir.path()).unwrap();
+    assert_eq!(plan.found, "data format 3");
+    let steps: Vec<&str> = plan.steps.iter().map(|s| s.step).collect();
+    assert_eq!(steps, ["redb.tables", "redb.format"], "{plan:#?}");
+    assert!(
+        plan.steps[0].description.ends_with("tables tlog_edge"),
+        "{plan:#?}"
+    );
+
+    let store = RedbStore::open_with(dir.path(), config).unwrap();
+    assert_eq!(store.log_size().unwrap(), size);
+    assert_eq!(LogReader::new(&store).unwrap().root(size).unwrap(), root);
+    store.append("c", (0..5).map(note).collect()).unwrap();
+    sessions.push("c".into());
+    check_one_leaf_per_event(&store, &stored(&store, &sessions));
+    let reader = LogReader::new(&store).unwrap();
+    let proof = reader.consistency(size, size + 5).unwrap();
+    let grown = reader.root(size + 5).unwrap();
+    cra_tlog::verify_consistency(size, size + 5, &root, &grown, &proof).unwrap();
+    drop(reader);
+    drop(store);
+    let after = cra_store::redb::upgrade::plan(dir.path()).unwrap();
+    assert!(after.is_current(), "{after:#?}");
 }

@@ -97,7 +97,10 @@ fn a_redb_directory_written_by_fda2190_is_planned_without_a_write_then_upgraded(
     let before = std::fs::read(&file).unwrap();
     let plan = cra_store::redb::upgrade::plan(&data).unwrap();
     assert_eq!(plan.found, "none");
-    assert_eq!(plan.target, "data format 3");
+    assert_eq!(
+        plan.target,
+        format!("data format {}", cra_store::redb::upgrade::FORMAT)
+    );
     assert_eq!(
         kinds(&plan),
         [
@@ -123,7 +126,10 @@ fn a_redb_directory_written_by_fda2190_is_planned_without_a_write_then_upgraded(
     }
     let after = cra_store::redb::upgrade::plan(&data).unwrap();
     assert!(after.is_current(), "{after:#?}");
-    assert_eq!(after.found, "data format 3");
+    assert_eq!(
+        after.found,
+        format!("data format {}", cra_store::redb::upgrade::FORMAT)
+    );
 }
 
 /// A fresh data directory is current as soon as it is created.

@@ -84,6 +84,16 @@ impl cra_wire::Clock for SkewedClock {
     }
 }
 
+/// The redb tables that hold the transparency log: dropping them all leaves a data directory as
+/// one written before the log, which the next open backfills from its events.
+pub const REDB_LOG_TABLES: [&str; 5] = [
+    "tlog_tiles",
+    "tlog_runs",
+    "tlog_edge",
+    "tlog_meta",
+    "tlog_checkpoints",
+];
+
 /// `config` with redb appends that leave the transparency log alone: the baseline of the append
 /// benchmark, which measures what the log costs a durable append. A store opened so holds events
 /// no leaf has, which a real store never does; use it only on a store made for the purpose.

@@ -542,13 +542,7 @@ async fn a_whole_chain_rewrite_is_caught_by_an_earlier_checkpoint_on_redb() {
         let mut raw = RedbRaw(redb::Database::open(&file).unwrap());
         apply(&mut raw, &sid2, Edit::Rewrite(0));
         let txn = raw.0.begin_write().unwrap();
-        for table in [
-            "tlog_tiles",
-            "tlog_runs",
-            "tlog_edge",
-            "tlog_meta",
-            "tlog_checkpoints",
-        ] {
+        for table in cra_store::testing::REDB_LOG_TABLES {
             txn.delete_table(redb::TableDefinition::<(), ()>::new(table))
                 .unwrap();
         }

@@ -1464,6 +1464,16 @@ mod tests {
         assert!(per_leaf <= 40.0, "{per_leaf:.1} bytes a leaf");
     }
 
+    /// The tables a test drops to make a directory written before the log are the log's.
+    #[test]
+    fn the_testing_list_of_log_tables_names_every_table_of_the_log() {
+        use ::redb::TableHandle;
+        let names = [TILES.name(), RUNS.name(), EDGE.name(), META.name()];
+        let mut listed = crate::testing::REDB_LOG_TABLES.to_vec();
+        assert_eq!(listed.pop(), Some(CHECKPOINTS.name()));
+        assert_eq!(listed, names);
+    }
+
     /// Rows `store`'s `table` holds.
     fn rows_in(store: &RedbStore, table: TableDefinition<'static, u64, &'static [u8]>) -> u64 {
         use ::redb::ReadableTableMetadata;

@@ -145,13 +145,7 @@ fn a_redb_directory_written_before_the_log_is_backfilled() {
     {
         let db = redb::Database::open(path.join(cra_store::redb::DATABASE_FILE)).unwrap();
         let txn = db.begin_write().unwrap();
-        for table in [
-            "tlog_tiles",
-            "tlog_runs",
-            "tlog_edge",
-            "tlog_meta",
-            "tlog_checkpoints",
-        ] {
+        for table in cra_store::testing::REDB_LOG_TABLES {
             txn.delete_table(redb::TableDefinition::<(), ()>::new(table))
                 .unwrap_or_default();
         }

@@ -160,7 +160,8 @@ fn fsync_baseline(c: &mut Criterion) {
 /// The log's cost on redb, interleaved so that the disk's drift falls on both sides alike: in
 /// each round the same work is appended to a store without the log and to one with it (a fresh
 /// pair per shape), in alternating order; prints each round's ratio of throughputs (with /
-/// without) and their median. Fifteen rounds under `cargo bench` (a round lasts about 0.2 s, and
+/// without) and their median, then the bytes written and the process's CPU time an event on
+/// each side (steadier than throughput on a disk whose speed drifts). Fifteen rounds under `cargo bench` (a round lasts about 0.2 s, and
 /// the median of seven moved by 5-8% from run to run: `bench/NOTES.md`, stop 70), three with
 /// `--quick`, one short one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
 /// and 16,384 with 64 (65,536 in batches of 32).
@@ -189,18 +190,19 @@ fn log_cost(_: &mut Criterion) {
         ];
         let appends = (events / scale / sessions / batch).max(1);
         let mut round = 0u64;
-        // Bytes each store had written to storage, over the measured rounds.
-        let mut written = [0u64; 2];
-        let mut time = |side: usize, written: &mut [u64; 2]| {
+        // Bytes each store had written to storage and the process's CPU ticks, over the
+        // measured rounds.
+        let mut written = [Usage::default(); 2];
+        let mut time = |side: usize, written: &mut [Usage; 2]| {
             round += 1;
-            let before = written_bytes();
+            let before = Usage::now();
             let took = one_round(&stores[side], sessions, batch, appends, round).as_secs_f64();
-            written[side] += written_bytes().saturating_sub(before);
+            written[side].add_since(&before);
             took
         };
         // A warm-up round on each.
-        time(0, &mut [0; 2]);
-        time(1, &mut [0; 2]);
+        time(0, &mut [Usage::default(); 2]);
+        time(1, &mut [Usage::default(); 2]);
         let mut ratios: Vec<f64> = (0..rounds)
             .map(|r| {
                 let (without, with) = if r % 2 == 0 {
@@ -220,28 +222,66 @@ fn log_cost(_: &mut Criterion) {
             ratios[ratios.len() / 2],
             each.join(" ")
         );
-        let per_event = |side: usize| {
-            written[side] as f64 / (rounds as f64 * (appends * sessions * batch) as f64)
-        };
+        let measured = rounds as f64 * (appends * sessions * batch) as f64;
+        let [without, with] = written.map(|u| u.per_event(measured));
         println!(
-            "log cost: redb, {sessions} sessions, batch {batch}: bytes written an event with the log {:.0}, without {:.0}",
-            per_event(1),
-            per_event(0)
+            "log cost: redb, {sessions} sessions, batch {batch}: bytes written an event with the log {:.0}, without {:.0}; CPU an event with the log {:.1} us, without {:.1} us",
+            with.0, without.0, with.1, without.1
         );
     }
 }
 
-/// Bytes this process has caused to be written to storage (`write_bytes` of `/proc/self/io`;
-/// 0 where there is none): a steadier account of what the log adds than throughput, which moves
-/// with the disk from one round to the next.
-fn written_bytes() -> u64 {
-    std::fs::read_to_string("/proc/self/io")
-        .ok()
-        .and_then(|io| {
-            io.lines()
-                .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
-        })
-        .unwrap_or(0)
+/// What the process spent over some rounds: bytes it caused to be written to storage
+/// (`write_bytes` of `/proc/self/io`) and CPU time of all its threads (`utime` and `stime` of
+/// `/proc/self/stat`, in ticks of 10 ms); 0 where there is no `/proc`. Steadier accounts of what
+/// the log adds than throughput, which moves with the disk from one round to the next.
+#[derive(Debug, Default, Clone, Copy)]
+struct Usage {
+    bytes: u64,
+    ticks: u64,
+}
+
+impl Usage {
+    fn now() -> Self {
+        let bytes = std::fs::read_to_string("/proc/self/io")
+            .ok()
+            .and_then(|io| {
+                io.lines()
+                    .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
+            })
+            .unwrap_or(0);
+        // The fields after the command's closing parenthesis; utime and stime are the 12th
+        // and 13th of them.
+        let ticks = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|stat| {
+                let fields: Vec<u64> = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .map(|f| f.parse().unwrap_or(0))
+                    .collect();
+                Some(fields.iter().sum())
+            })
+            .unwrap_or(0);
+        Self { bytes, ticks }
+    }
+
+    fn add_since(&mut self, before: &Self) {
+        let now = Self::now();
+        self.bytes += now.bytes.saturating_sub(before.bytes);
+        self.ticks += now.ticks.saturating_sub(before.ticks);
+    }
+
+    /// Bytes and CPU microseconds an event, over `events`.
+    fn per_event(&self, events: f64) -> (f64, f64) {
+        (
+            self.bytes as f64 / events,
+            self.ticks as f64 * 10_000.0 / events,
+        )
+    }
 }
 
 criterion_group!(benches, fsync_baseline, backends, log_cost);

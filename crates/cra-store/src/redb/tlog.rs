@@ -19,9 +19,9 @@
 //! too large for the page, so no row is written to `tlog_runs` twice. A run that continues the
 //! run of the row before it in the same span joins that row (`NewRows`).
 //!
-//! **Each leaf's data is written once.** An append that fills no level-0 tile adds rows to
-//! `tlog_runs` and nothing else; the append that fills one also stores its upper levels and the
-//! tiles above it. Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
+//! **Each leaf's data is stored once.** An append that fills no level-0 tile adds runs (to the
+//! edge or to `tlog_runs`) and nothing else; the append that fills one also stores its upper
+//! levels and the tiles above it. Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
 //! any node a proof needs) are computed from the runs when read, and so is a whole level-0 tile
 //! or entry bundle when one is served. The layout before this one wrote each leaf's data twice
 //! (in its run, then in its entry bundle: a 16 KiB page for 8 KiB) and every level-0 tile whole,

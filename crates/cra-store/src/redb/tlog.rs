@@ -593,12 +593,11 @@ impl NewRows {
         let Some((first, bytes)) = self.rows.last_mut() else {
             return Ok(false);
         };
-        let continues = continues(*first, &Run::decode(bytes)?, at, piece);
-        if continues {
-            bytes.extend_from_slice(piece.data);
+        let joined = join_row(*first, bytes, at, piece)?;
+        if joined {
             self.changed = self.changed.min(last);
         }
-        Ok(continues)
+        Ok(joined)
     }
 
     /// Stores the rows: the changed and added ones in the edge when all of them fit it, else
@@ -620,12 +619,10 @@ impl NewRows {
             .last()
             .map_err(store)?
             .map(|(first, row)| (first.value(), row.value().to_vec()));
-        if let (Some((first, mut bytes)), Some((at, head))) = (settled, self.rows.first()) {
-            let piece = Run::decode(head)?;
-            if continues(first, &Run::decode(&bytes)?, *at, &piece) {
-                bytes.extend_from_slice(piece.data);
-                self.rows[0] = (first, bytes);
-            }
+        if let (Some((first, mut bytes)), Some((at, head))) = (settled, self.rows.first())
+            && join_row(first, &mut bytes, *at, &Run::decode(head)?)?
+        {
+            self.rows[0] = (first, bytes);
         }
         for (first, row) in &self.rows {
             runs.insert(*first, row.as_slice()).map_err(store)?;
@@ -637,13 +634,19 @@ impl NewRows {
     }
 }
 
-/// Whether `piece`, whose first leaf is `at`, continues `run`, whose first leaf is `first`, in
-/// the same span: the same chain, the next sequence, the next leaf.
-fn continues(first: u64, run: &Run<'_>, at: u64, piece: &Run<'_>) -> bool {
-    run.session == piece.session
+/// Adds `piece`'s data to the stored row `bytes` when `piece`, whose first leaf is `at`,
+/// continues that row's run, whose first leaf is `first`, in the same span (the same chain, the
+/// next sequence, the next leaf); answers whether it did.
+fn join_row(first: u64, bytes: &mut Vec<u8>, at: u64, piece: &Run<'_>) -> Result<bool, LogError> {
+    let run = Run::decode(bytes)?;
+    let continues = run.session == piece.session
         && run.sequence + run.leaves() == piece.sequence
         && first + run.leaves() == at
-        && first / RUN_SPAN == at / RUN_SPAN
+        && first / RUN_SPAN == at / RUN_SPAN;
+    if continues {
+        bytes.extend_from_slice(piece.data);
+    }
+    Ok(continues)
 }
 
 /// Appends leaves with `data` and no event behind them (one run of the empty session): the bulk
@@ -775,15 +778,22 @@ impl ReadRuns {
     /// The tables in `txn`: an error when the log has no runs table, no edge in a file opened
     /// only by a cra that kept none.
     fn open(txn: &::redb::ReadTransaction) -> Result<Self, LogError> {
+        Self::open_any(txn)?.ok_or_else(|| store("the table tlog_runs does not exist"))
+    }
+
+    /// The tables in `txn`, or none in a file without the log's tables.
+    fn open_any(txn: &::redb::ReadTransaction) -> Result<Option<Self>, LogError> {
+        let settled = match txn.open_table(RUNS) {
+            Ok(settled) => settled,
+            Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(store(e)),
+        };
         let edge = match txn.open_table(EDGE) {
             Ok(edge) => Some(edge),
             Err(::redb::TableError::TableDoesNotExist(_)) => None,
             Err(e) => return Err(store(e)),
         };
-        Ok(Self {
-            settled: txn.open_table(RUNS).map_err(store)?,
-            edge,
-        })
+        Ok(Some(Self { settled, edge }))
     }
 
     fn view(&self) -> Runs<'_, ::redb::ReadOnlyTable<u64, &'static [u8]>> {
@@ -805,13 +815,11 @@ fn log_size_of<T: ReadableTable<u64, &'static [u8]>>(runs: &Runs<'_, T>) -> Resu
 
 /// The log's size as `txn` reads it (0 for a file without the log's tables).
 pub(crate) fn size_read(txn: &::redb::ReadTransaction) -> Result<u64, BackendError> {
-    match txn.open_table(RUNS) {
-        Ok(_) => {}
-        Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(0),
-        Err(e) => return Err(backend(e)),
+    let log = |e: LogError| backend(e.to_string());
+    match ReadRuns::open_any(txn).map_err(log)? {
+        Some(runs) => log_size_of(&runs.view()).map_err(log),
+        None => Ok(0),
     }
-    let runs = ReadRuns::open(txn).map_err(|e| backend(e.to_string()))?;
-    log_size_of(&runs.view()).map_err(|e| backend(e.to_string()))
 }
 
 fn size_in(txn: &WriteTransaction) -> Result<u64, LogError> {
@@ -1468,10 +1476,14 @@ mod tests {
     #[test]
     fn the_testing_list_of_log_tables_names_every_table_of_the_log() {
         use ::redb::TableHandle;
-        let names = [TILES.name(), RUNS.name(), EDGE.name(), META.name()];
-        let mut listed = crate::testing::REDB_LOG_TABLES.to_vec();
-        assert_eq!(listed.pop(), Some(CHECKPOINTS.name()));
-        assert_eq!(listed, names);
+        let names = [
+            TILES.name(),
+            RUNS.name(),
+            EDGE.name(),
+            META.name(),
+            CHECKPOINTS.name(),
+        ];
+        assert_eq!(crate::testing::REDB_LOG_TABLES, names);
     }
 
     /// Rows `store`'s `table` holds.

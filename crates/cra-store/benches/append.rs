@@ -165,6 +165,9 @@ fn fsync_baseline(c: &mut Criterion) {
 /// the median of seven moved by 5-8% from run to run: `bench/NOTES.md`, stop 70), three with
 /// `--quick`, one short one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
 /// and 16,384 with 64 (65,536 in batches of 32).
+///
+/// For an A/B of one shape, `CRA_BENCH_SHAPES` names the shapes to run as `SESSIONSxBATCH`
+/// (`64x32`, or `1x1,8x1`) and `CRA_BENCH_ROUNDS` sets the number of rounds.
 fn log_cost(_: &mut Criterion) {
     let args: Vec<String> = std::env::args().collect();
     // Criterion's test mode (CI's smoke) runs one short round of each shape.
@@ -175,12 +178,25 @@ fn log_cost(_: &mut Criterion) {
     } else {
         (15, 1)
     };
+    let rounds = std::env::var("CRA_BENCH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .filter(|&r| r > 0)
+        .unwrap_or(rounds);
+    let shapes = std::env::var("CRA_BENCH_SHAPES").ok();
     for (sessions, batch, events) in [
         (1, 1, 4096),
         (8, 1, 8192),
         (64, 1, 16_384),
         (64, 32, 65_536),
     ] {
+        let shape = format!("{sessions}x{batch}");
+        if shapes
+            .as_deref()
+            .is_some_and(|only| !only.split(',').any(|s| s.trim() == shape))
+        {
+            continue;
+        }
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
         let stores: [Arc<dyn ChainStore>; 2] = [
             Arc::new(
@@ -225,31 +241,40 @@ fn log_cost(_: &mut Criterion) {
         let measured = rounds as f64 * (appends * sessions * batch) as f64;
         let [without, with] = written.map(|u| u.per_event(measured));
         println!(
-            "log cost: redb, {sessions} sessions, batch {batch}: bytes written an event with the log {:.0}, without {:.0}; CPU an event with the log {:.1} us, without {:.1} us",
-            with.0, without.0, with.1, without.1
+            "log cost: redb, {sessions} sessions, batch {batch}: bytes written an event with the log {:.0} ({:.0} handed to write calls), without {:.0} ({:.0}); CPU an event with the log {:.1} us, without {:.1} us",
+            with.bytes, with.handed, without.bytes, without.handed, with.cpu_us, without.cpu_us
         );
     }
 }
 
 /// What the process spent over some rounds: bytes it caused to be written to storage
-/// (`write_bytes` of `/proc/self/io`) and CPU time of all its threads (`utime` and `stime` of
-/// `/proc/self/stat`, in ticks of 10 ms); 0 where there is no `/proc`. Steadier accounts of what
-/// the log adds than throughput, which moves with the disk from one round to the next.
+/// (`write_bytes` of `/proc/self/io`), bytes it handed to write calls (`wchar`: redb's page
+/// writes, before the page cache merges any), and CPU time of all its threads (`utime` and
+/// `stime` of `/proc/self/stat`, in ticks of 10 ms); 0 where there is no `/proc`. Steadier
+/// accounts of what the log adds than throughput, which moves with the disk from one round to
+/// the next.
 #[derive(Debug, Default, Clone, Copy)]
 struct Usage {
     bytes: u64,
+    handed: u64,
     ticks: u64,
+}
+
+/// [`Usage`] an event.
+struct PerEvent {
+    bytes: f64,
+    handed: f64,
+    cpu_us: f64,
 }
 
 impl Usage {
     fn now() -> Self {
-        let bytes = std::fs::read_to_string("/proc/self/io")
-            .ok()
-            .and_then(|io| {
-                io.lines()
-                    .find_map(|l| l.strip_prefix("write_bytes: ")?.trim().parse().ok())
-            })
-            .unwrap_or(0);
+        let io = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+        let field = |name: &str| {
+            io.lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or(0)
+        };
         // The fields after the command's closing parenthesis; utime and stime are the 12th
         // and 13th of them.
         let ticks = std::fs::read_to_string("/proc/self/stat")
@@ -266,21 +291,27 @@ impl Usage {
                 Some(fields.iter().sum())
             })
             .unwrap_or(0);
-        Self { bytes, ticks }
+        Self {
+            bytes: field("write_bytes:"),
+            handed: field("wchar:"),
+            ticks,
+        }
     }
 
     fn add_since(&mut self, before: &Self) {
         let now = Self::now();
         self.bytes += now.bytes.saturating_sub(before.bytes);
+        self.handed += now.handed.saturating_sub(before.handed);
         self.ticks += now.ticks.saturating_sub(before.ticks);
     }
 
-    /// Bytes and CPU microseconds an event, over `events`.
-    fn per_event(&self, events: f64) -> (f64, f64) {
-        (
-            self.bytes as f64 / events,
-            self.ticks as f64 * 10_000.0 / events,
-        )
+    /// The usage an event, over `events`.
+    fn per_event(&self, events: f64) -> PerEvent {
+        PerEvent {
+            bytes: self.bytes as f64 / events,
+            handed: self.handed as f64 / events,
+            cpu_us: self.ticks as f64 * 10_000.0 / events,
+        }
     }
 }
 

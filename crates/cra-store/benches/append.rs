@@ -8,6 +8,9 @@
 //! events in total. Every append is acknowledged only once durable (redb: one fsync per group
 //! commit; PostgreSQL: WAL flushed at commit). PostgreSQL runs when `CRA_TEST_POSTGRES_URL` is
 //! set. Run: `cargo bench -p cra-store --bench append`.
+//!
+//! For an A/B of the log's cost (`log_cost`) on some shapes, `CRA_BENCH_SHAPES` names them as
+//! `SESSIONSxBATCH` (`64x32`, or `1x1,8x1`) and `CRA_BENCH_ROUNDS` sets the rounds of each.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
@@ -25,10 +28,12 @@ const SESSIONS: [usize; 3] = [1, 8, 64];
 const EVENTS_PER_ITERATION: usize = 16_384;
 
 fn batch() -> usize {
-    std::env::var("CRA_BENCH_BATCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
+    env_count("CRA_BENCH_BATCH").unwrap_or(32)
+}
+
+/// The positive number the environment variable `name` holds, if it holds one.
+fn env_count(name: &str) -> Option<usize> {
+    std::env::var(name).ok()?.parse().ok().filter(|&n| n > 0)
 }
 
 fn draft(i: usize) -> EventDraft {
@@ -160,14 +165,12 @@ fn fsync_baseline(c: &mut Criterion) {
 /// The log's cost on redb, interleaved so that the disk's drift falls on both sides alike: in
 /// each round the same work is appended to a store without the log and to one with it (a fresh
 /// pair per shape), in alternating order; prints each round's ratio of throughputs (with /
-/// without) and their median, then the bytes written and the process's CPU time an event on
-/// each side (steadier than throughput on a disk whose speed drifts). Fifteen rounds under `cargo bench` (a round lasts about 0.2 s, and
-/// the median of seven moved by 5-8% from run to run: `bench/NOTES.md`, stop 70), three with
-/// `--quick`, one short one in criterion's test mode. Each round appends 4,096 events with one session, 8,192 with 8
-/// and 16,384 with 64 (65,536 in batches of 32).
-///
-/// For an A/B of one shape, `CRA_BENCH_SHAPES` names the shapes to run as `SESSIONSxBATCH`
-/// (`64x32`, or `1x1,8x1`) and `CRA_BENCH_ROUNDS` sets the number of rounds.
+/// without) and their median, then the bytes written, the bytes handed to write calls and the
+/// process's CPU time an event on each side (steadier than throughput on a disk whose speed
+/// drifts). Fifteen rounds under `cargo bench` (a round lasts about 0.2 s, and the median of
+/// seven moved by 5-8% from run to run: `bench/NOTES.md`, stop 70), three with `--quick`, one
+/// short one in criterion's test mode, or `CRA_BENCH_ROUNDS`. Each round appends 4,096 events
+/// with one session, 8,192 with 8 and 16,384 with 64 (65,536 in batches of 32).
 fn log_cost(_: &mut Criterion) {
     let args: Vec<String> = std::env::args().collect();
     // Criterion's test mode (CI's smoke) runs one short round of each shape.
@@ -178,11 +181,7 @@ fn log_cost(_: &mut Criterion) {
     } else {
         (15, 1)
     };
-    let rounds = std::env::var("CRA_BENCH_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .filter(|&r| r > 0)
-        .unwrap_or(rounds);
+    let rounds = env_count("CRA_BENCH_ROUNDS").unwrap_or(rounds);
     let shapes = std::env::var("CRA_BENCH_SHAPES").ok();
     for (sessions, batch, events) in [
         (1, 1, 4096),

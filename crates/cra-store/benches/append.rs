@@ -182,18 +182,29 @@ fn log_cost(_: &mut Criterion) {
         (15, 1)
     };
     let rounds = env_count("CRA_BENCH_ROUNDS").unwrap_or(rounds);
-    let shapes = std::env::var("CRA_BENCH_SHAPES").ok();
-    for (sessions, batch, events) in [
+    let all = [
         (1, 1, 4096),
         (8, 1, 8192),
         (64, 1, 16_384),
         (64, 32, 65_536),
-    ] {
-        let shape = format!("{sessions}x{batch}");
-        if shapes
-            .as_deref()
-            .is_some_and(|only| !only.split(',').any(|s| s.trim() == shape))
-        {
+    ];
+    let shape_of = |(sessions, batch, _): (usize, usize, usize)| format!("{sessions}x{batch}");
+    let only = std::env::var("CRA_BENCH_SHAPES").ok();
+    let only: Option<Vec<&str>> = only
+        .as_deref()
+        .map(|o| o.split(',').map(str::trim).collect());
+    // A name of no shape is a typo, not a request to measure nothing.
+    for name in only.iter().flatten() {
+        let known: Vec<String> = all.iter().map(|s| shape_of(*s)).collect();
+        assert!(
+            known.iter().any(|k| k == name),
+            "CRA_BENCH_SHAPES names `{name}`, which is no shape of log_cost; the shapes are {}",
+            known.join(", ")
+        );
+    }
+    for (sessions, batch, events) in all {
+        let shape = shape_of((sessions, batch, events));
+        if only.as_ref().is_some_and(|o| !o.contains(&shape.as_str())) {
             continue;
         }
         let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];

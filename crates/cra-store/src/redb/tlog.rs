@@ -1696,4 +1696,38 @@ mod tests {
         assert_eq!(index.find(&store, &leaf(3)).unwrap(), Some(302));
         assert_eq!(index.find(&store, &filler[299]).unwrap(), Some(300));
     }
+
+    /// The size a backup's manifest records (`size_read`): 0 in a file that holds none of the
+    /// log's tables (a store written before the log), the end of the last run in one that holds
+    /// `tlog_runs` but no edge (written before `tlog_edge`), and the log's own size otherwise.
+    #[test]
+    fn the_size_a_backup_records_reads_files_of_every_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let bare = ::redb::Database::create(dir.path().join("bare.redb")).unwrap();
+        assert_eq!(size_read(&bare.begin_read().unwrap()).unwrap(), 0);
+
+        let no_edge = ::redb::Database::create(dir.path().join("no-edge.redb")).unwrap();
+        let data: Vec<u8> = leaves(0, 3).concat();
+        let run = Run {
+            sequence: 4,
+            session: "s",
+            data: &data,
+        };
+        let txn = no_edge.begin_write().unwrap();
+        txn.open_table(RUNS)
+            .unwrap()
+            .insert(10, run.encode().unwrap().as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+        assert_eq!(size_read(&no_edge.begin_read().unwrap()).unwrap(), 13);
+
+        let store = RedbStore::open(dir.path().join("store")).unwrap();
+        crate::testing::bulk_load_log(&store, &leaves(0, 300)).unwrap();
+        // Two leaves more wait in the edge, above the runs.
+        crate::testing::bulk_load_log(&store, &leaves(300, 2)).unwrap();
+        assert!(rows_in(&store, EDGE) > 0);
+        let txn = store.handle().begin_read().unwrap();
+        assert_eq!(size_read(&txn).unwrap(), store.log_size().unwrap());
+        assert_eq!(size_read(&txn).unwrap(), 302);
+    }
 }

@@ -192,7 +192,7 @@ fn write(quick: bool, started: Instant, steps: &[Value]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn workspace_root() -> anyhow::Result<PathBuf> {
+pub(crate) fn workspace_root() -> anyhow::Result<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     // xtask/ lives directly under the workspace root.
     let root = if dir.ends_with("xtask") {

@@ -11,6 +11,7 @@
 //!
 //! For an A/B of the log's cost (`log_cost`) on some shapes, `CRA_BENCH_SHAPES` names them as
 //! `SESSIONSxBATCH` (`64x32`, or `1x1,8x1`) and `CRA_BENCH_ROUNDS` sets the rounds of each.
+//! `cargo xtask log-cost` runs it several times and pools the rounds into one verdict.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;

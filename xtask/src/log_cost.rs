@@ -16,6 +16,8 @@
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, bail};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 /// The lowest ratio of throughputs (with the log / without) the criterion allows.
@@ -74,7 +76,7 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
     let root = crate::bench::workspace_root()?;
     std::env::set_current_dir(&root)?;
     let bench = build()?;
-    let mut pooled: Vec<(String, Vec<f64>, Vec<f64>)> = Vec::new();
+    let mut pooled: Vec<Pooled> = Vec::new();
     for run in 1..=args.runs {
         let out = run_bench(&bench, &args)
             .with_context(|| format!("run {run} of {} of the append bench", args.runs))?;
@@ -84,12 +86,13 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
                 "log-cost: run {run} of {}: {shape} median {median:.2}",
                 args.runs
             );
-            match pooled.iter_mut().find(|(s, _, _)| *s == shape) {
-                Some((_, all, medians)) => {
-                    all.extend(rounds);
-                    medians.push(median);
-                }
-                None => pooled.push((shape, rounds, vec![median])),
+            match pooled.iter_mut().find(|p| p.shape == shape) {
+                Some(p) => p.add(rounds, median),
+                None => pooled.push(Pooled {
+                    shape,
+                    rounds,
+                    run_medians: vec![median],
+                }),
             }
         }
     }
@@ -97,18 +100,13 @@ fn run(args: &[String]) -> anyhow::Result<bool> {
         bail!("the bench printed no `{LINE}` lines: was log_cost renamed?");
     }
     let seed = args.seed.unwrap_or_else(clock_seed);
-    let shapes: Vec<Value> = pooled
-        .iter()
-        .map(|(shape, rounds, medians)| summary(shape, rounds, medians, seed))
-        .collect();
-    let inside = shapes.iter().all(|s| s["verdict"] == "inside");
-    let report = json!({"target": TARGET, "seed": seed, "runs": args.runs, "shapes": shapes});
+    let shapes: Vec<Summary> = pooled.iter().map(|p| p.summary(seed)).collect();
     if args.json {
-        println!("{report:#}");
+        println!("{:#}", report_json(args.runs, seed, &shapes));
     } else {
-        print!("{}", render(&report));
+        print!("{}", render(args.runs, seed, &shapes));
     }
-    Ok(inside)
+    Ok(shapes.iter().all(|s| s.verdict == "inside"))
 }
 
 fn parse_args(args: &[String]) -> anyhow::Result<Args> {
@@ -232,19 +230,44 @@ fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// A shape's pooled figures and verdict.
-fn summary(shape: &str, rounds: &[f64], medians: &[f64], seed: u64) -> Value {
-    let (low, high) = interval(rounds, seed);
-    let mean = rounds.iter().sum::<f64>() / rounds.len() as f64;
-    json!({
-        "shape": shape,
-        "rounds": rounds.len(),
-        "pooled_median": median(rounds),
-        "interval_95": [low, high],
-        "mean": mean,
-        "run_medians": medians,
-        "verdict": verdict(low, high),
-    })
+/// Every round of one shape, over the runs.
+struct Pooled {
+    shape: String,
+    rounds: Vec<f64>,
+    run_medians: Vec<f64>,
+}
+
+/// What the report says of one shape.
+#[derive(Debug)]
+struct Summary {
+    shape: String,
+    rounds: usize,
+    pooled_median: f64,
+    interval_95: (f64, f64),
+    mean: f64,
+    run_medians: Vec<f64>,
+    verdict: &'static str,
+}
+
+impl Pooled {
+    fn add(&mut self, rounds: Vec<f64>, median: f64) {
+        self.rounds.extend(rounds);
+        self.run_medians.push(median);
+    }
+
+    /// The pooled figures and the verdict, the interval drawn from `seed`.
+    fn summary(&self, seed: u64) -> Summary {
+        let interval_95 = interval(&self.rounds, seed);
+        Summary {
+            shape: self.shape.clone(),
+            rounds: self.rounds.len(),
+            pooled_median: median(&self.rounds),
+            interval_95,
+            mean: self.rounds.iter().sum::<f64>() / self.rounds.len() as f64,
+            run_medians: self.run_medians.clone(),
+            verdict: verdict(interval_95.0, interval_95.1),
+        }
+    }
 }
 
 fn verdict(low: f64, high: f64) -> &'static str {
@@ -260,10 +283,12 @@ fn verdict(low: f64, high: f64) -> &'static str {
 /// The 2.5th and 97.5th percentiles of the medians of [`RESAMPLES`] resamples of `v` (drawn with
 /// replacement), from `seed`: the same seed gives the same interval.
 fn interval(v: &[f64], seed: u64) -> (f64, f64) {
-    let mut rng = SplitMix(seed);
+    let mut rng = StdRng::seed_from_u64(seed);
     let mut medians: Vec<f64> = (0..RESAMPLES)
         .map(|_| {
-            let sample: Vec<f64> = (0..v.len()).map(|_| v[rng.below(v.len())]).collect();
+            let sample: Vec<f64> = (0..v.len())
+                .map(|_| v[rng.random_range(0..v.len())])
+                .collect();
             median(&sample)
         })
         .collect();
@@ -274,62 +299,49 @@ fn interval(v: &[f64], seed: u64) -> (f64, f64) {
     )
 }
 
-/// SplitMix64: small, seedable and good enough to draw resamples.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `[0, n)` (the modulo's bias is far below what a resample can show).
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).unwrap_or(0)
-    }
-}
-
 fn clock_seed() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn render(report: &Value) -> String {
-    let mut s = format!(
-        "log cost on redb, {} runs, target {:.2} (throughput with the log / without), bootstrap seed {}\n",
-        report["runs"], TARGET, report["seed"]
+/// The report as `-o json` prints it.
+fn report_json(runs: usize, seed: u64, shapes: &[Summary]) -> Value {
+    let shapes: Vec<Value> = shapes
+        .iter()
+        .map(|s| {
+            json!({
+                "shape": s.shape,
+                "rounds": s.rounds,
+                "pooled_median": s.pooled_median,
+                "interval_95": [s.interval_95.0, s.interval_95.1],
+                "mean": s.mean,
+                "run_medians": s.run_medians,
+                "verdict": s.verdict,
+            })
+        })
+        .collect();
+    json!({"target": TARGET, "seed": seed, "runs": runs, "shapes": shapes})
+}
+
+/// The report as text, a line a shape.
+fn render(runs: usize, seed: u64, shapes: &[Summary]) -> String {
+    let mut out = format!(
+        "log cost on redb, {runs} runs, target {TARGET:.2} (throughput with the log / without), bootstrap seed {seed}\n"
     );
-    for shape in report["shapes"].as_array().into_iter().flatten() {
-        let f = |k: &str| shape[k].as_f64().unwrap_or(f64::NAN);
-        let medians: Vec<f64> = shape["run_medians"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_f64)
-            .collect();
-        let (lo, hi) = medians
+    for s in shapes {
+        let lo = s.run_medians.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = s
+            .run_medians
             .iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &m| {
-                (lo.min(m), hi.max(m))
-            });
-        s.push_str(&format!(
-            "{}: {} rounds: pooled median {:.3} (95% interval {:.3}-{:.3}), mean {:.3}, run medians {:.2}-{:.2}: {}\n",
-            shape["shape"].as_str().unwrap_or("?"),
-            shape["rounds"],
-            f("pooled_median"),
-            shape["interval_95"][0].as_f64().unwrap_or(f64::NAN),
-            shape["interval_95"][1].as_f64().unwrap_or(f64::NAN),
-            f("mean"),
-            lo,
-            hi,
-            shape["verdict"].as_str().unwrap_or("?"),
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        out.push_str(&format!(
+            "{}: {} rounds: pooled median {:.3} (95% interval {:.3}-{:.3}), mean {:.3}, run medians {lo:.2}-{hi:.2}: {}\n",
+            s.shape, s.rounds, s.pooled_median, s.interval_95.0, s.interval_95.1, s.mean, s.verdict,
         ));
     }
-    s
+    out
 }
 
 #[cfg(test)]
@@ -358,6 +370,20 @@ log cost: redb, 64 sessions, batch 32: throughput with the log / without, median
         );
         // The bench's median is the upper middle, and so is ours.
         assert_eq!(median(&shapes[1].1), 0.90);
+    }
+
+    /// The line [`parse_rounds`] reads is the one the bench prints: a change to `log_cost`'s
+    /// format string fails here, not as a run that finds no lines.
+    #[test]
+    fn the_bench_prints_the_line_this_command_reads() {
+        let bench = include_str!("../../crates/cra-store/benches/append.rs");
+        let printed = format!(
+            "\"{LINE}{{sessions}} sessions, batch {{batch}}: throughput with the log / without, median {{:.2}} (rounds {{}})\""
+        );
+        assert!(
+            bench.contains(&printed),
+            "append.rs no longer prints {printed}"
+        );
     }
 
     #[test]
@@ -415,10 +441,12 @@ log cost: redb, 64 sessions, batch 32: throughput with the log / without, median
 
     #[test]
     fn the_report_names_each_shape_with_its_verdict() {
-        let rounds = [0.95, 0.93, 0.97, 0.96];
-        let report =
-            json!({"runs": 2, "seed": 5, "shapes": [summary("1x1", &rounds, &[0.95, 0.96], 5)]});
-        let text = render(&report);
+        let pooled = Pooled {
+            shape: "1x1".to_owned(),
+            rounds: vec![0.95, 0.93, 0.97, 0.96],
+            run_medians: vec![0.95, 0.96],
+        };
+        let text = render(2, 5, &[pooled.summary(5)]);
         assert!(
             text.contains("1x1: 4 rounds: pooled median 0.960"),
             "{text}"

@@ -189,22 +189,20 @@ fn log_cost(_: &mut Criterion) {
         (64, 1, 16_384),
         (64, 32, 65_536),
     ];
-    let shape_of = |(sessions, batch, _): (usize, usize, usize)| format!("{sessions}x{batch}");
+    let names: Vec<String> = all.iter().map(|(s, b, _)| format!("{s}x{b}")).collect();
     let only = std::env::var("CRA_BENCH_SHAPES").ok();
     let only: Option<Vec<&str>> = only
         .as_deref()
         .map(|o| o.split(',').map(str::trim).collect());
     // A name of no shape is a typo, not a request to measure nothing.
     for name in only.iter().flatten() {
-        let known: Vec<String> = all.iter().map(|s| shape_of(*s)).collect();
         assert!(
-            known.iter().any(|k| k == name),
+            names.iter().any(|k| k == name),
             "CRA_BENCH_SHAPES names `{name}`, which is no shape of log_cost; the shapes are {}",
-            known.join(", ")
+            names.join(", ")
         );
     }
-    for (sessions, batch, events) in all {
-        let shape = shape_of((sessions, batch, events));
+    for ((sessions, batch, events), shape) in all.into_iter().zip(&names) {
         if only.as_ref().is_some_and(|o| !o.contains(&shape.as_str())) {
             continue;
         }

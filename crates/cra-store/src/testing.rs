@@ -86,10 +86,11 @@ impl cra_wire::Clock for SkewedClock {
 
 /// The redb tables that hold the transparency log: dropping them all leaves a data directory as
 /// one written before the log, which the next open backfills from its events.
-pub const REDB_LOG_TABLES: [&str; 5] = [
+pub const REDB_LOG_TABLES: [&str; 6] = [
     "tlog_tiles",
     "tlog_runs",
     "tlog_edge",
+    "tlog_retired",
     "tlog_meta",
     "tlog_checkpoints",
 ];
@@ -117,7 +118,7 @@ pub fn bulk_load_log(
     let failed = |e: &dyn std::fmt::Display| crate::tlog::LogError::Store(e.to_string());
     for chunk in leaves.chunks(1 << 16) {
         let txn = store.handle().begin_write().map_err(|e| failed(&e))?;
-        crate::redb::tlog::append_bare(&txn, chunk)?;
+        crate::redb::tlog::append_bare(&txn, &store.config().encryption, chunk)?;
         txn.commit().map_err(|e| failed(&e))?;
     }
     Ok(())

@@ -284,7 +284,7 @@ impl Source<'_> {
             &[&origin, &key],
         )
         .map_err(pg)?;
-        crate::redb::tlog::for_each_leaf(self.view, &mut |leaves| {
+        crate::redb::tlog::for_each_leaf(self.view, self.enc, &mut |leaves| {
             crate::pg::tlog::append_leaves(tx, &leaves)
         })
         .map_err(log)?;

@@ -97,7 +97,7 @@ impl RedbStore {
         let db = Arc::new(db);
         trace::create_tables(&db)?;
         catalog::create_tables(&db)?;
-        tlog::create_tables(&db)?;
+        tlog::create_tables(&db, &config.encryption)?;
         keys::admit(&db, &config.encryption)?;
         // After the key is admitted: building the owner index of an older directory decodes
         // its session records.
@@ -107,8 +107,9 @@ impl RedbStore {
         let collector = {
             let (db, config) = (db.clone(), config.clone());
             // One committer: redb runs one write transaction at a time anyway; appenders seal.
+            let partial = Arc::new(tlog::PartialTile::default());
             Collector::start("cra-redb-commit", 1, move |batch| {
-                trace::commit_batch(&db, &config, batch);
+                trace::commit_batch(&db, &config, &partial, batch);
             })?
         };
         Ok(Self {

@@ -4,9 +4,13 @@
 //!
 //! Tables: `tlog_runs` maps the leaf index of each run's first leaf to a [`Run`]: the sequence and
 //! session of its first event (an append adds leaves to one chain in order, so every leaf's place
-//! follows from the row at or before it) and the run's leaf data, its events' 32-byte hashes. The
-//! runs are the log's leaves: entry bundles are read from them, and no run crosses a multiple of
-//! [`RUN_SPAN`] leaves. `tlog_tiles` maps `(level, index)` to a stored hash tile: a level-0 tile
+//! follows from the row at or before it) and the run's leaves. The committer's runs hold a count:
+//! a leaf's data is its event's 32-byte hash, which the event's record already holds, so it is
+//! read from there ([`Events`]) and not written twice. Runs of leaves with no event behind them
+//! (a bulk load) and runs written before data format 5 hold the data itself. The runs are the
+//! log's leaves: entry bundles are read from them, and no run crosses a multiple of
+//! [`RUN_SPAN`] leaves. `tlog_retired` keeps the hashes of the events retention removes, under
+//! their records' keys, so a counted run never loses its data. `tlog_tiles` maps `(level, index)` to a stored hash tile: a level-0 tile
 //! only once full, and only its inner levels 4 to 7 (30 hashes); tiles of higher levels whole
 //! with their inner levels, partial ones too. `tlog_meta` holds `identity` and `layout`;
 //! `tlog_checkpoints` maps a tree size to the signed checkpoint published for it.
@@ -19,9 +23,10 @@
 //! too large for the page, so no row is written to `tlog_runs` twice. A run that continues the
 //! run of the row before it in the same span joins that row (`NewRows`).
 //!
-//! **Each leaf's data is stored once.** An append that fills no level-0 tile adds runs (to the
-//! edge or to `tlog_runs`) and nothing else; the append that fills one also stores its upper
-//! levels and the tiles above it. Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
+//! **Each leaf's data is stored once**, in its event's record. An append that fills no level-0
+//! tile adds runs (to the edge or to `tlog_runs`) and nothing else; the append that fills one also
+//! stores its upper levels and the tiles above it, hashed from the partial tile's data the
+//! committer keeps between commits ([`PartialTile`]). Leaf hashes and the lower four levels of a level-0 tile (at most 31 hashes for
 //! any node a proof needs) are computed from the runs when read, and so is a whole level-0 tile
 //! or entry bundle when one is served. The layout before this one wrote each leaf's data twice
 //! (in its run, then in its entry bundle: a 16 KiB page for 8 KiB) and every level-0 tile whole,
@@ -31,12 +36,13 @@
 //! in `tlog_meta` with places in `tlog_appends` (before `tlog_runs`), and runs without their data
 //! beside entry bundles and whole level-0 tiles (before `layout`).
 
-use ::redb::{Database, Durability, ReadableTable, TableDefinition, WriteTransaction};
+use ::redb::{Database, Durability, ReadableTable, TableDefinition, TableHandle, WriteTransaction};
 use cra_tlog::Hash;
 
 use super::trace::EVENTS;
 use super::{RedbStore, backend};
 use crate::BackendError;
+use crate::encryption::Encryption;
 use crate::tlog::{ENTRIES, LeafPlace, LogError, LogIdentity, LogStore, NewLeaf, Settled, TileKey};
 use crate::upgrade::UpgradeStep;
 
@@ -47,6 +53,9 @@ const EDGE: TableDefinition<'static, u64, &[u8]> = TableDefinition::new("tlog_ed
 /// The bytes of rows (keys and values) [`EDGE`] holds at most: with redb's offsets of a few
 /// bytes a row, they fit one 4 KiB page.
 const EDGE_BYTES: usize = 3072;
+/// The leaf data of chains retention removed, whose runs are counted: each removed record's
+/// key (session, first sequence) to its events' hashes, 32 bytes each (data format 5 on).
+const RETIRED: TableDefinition<'static, (&str, u64), &[u8]> = TableDefinition::new("tlog_retired");
 const META: TableDefinition<'static, &str, &[u8]> = TableDefinition::new("tlog_meta");
 const CHECKPOINTS: TableDefinition<'static, u64, &str> = TableDefinition::new("tlog_checkpoints");
 /// Places before `tlog_runs`: the leaf index of an append's first event to its sequence (8
@@ -83,24 +92,42 @@ fn usize_of(n: u64) -> usize {
 }
 
 /// A run: leaves of consecutive events of one chain. Stored as the sequence (8 bytes,
-/// big-endian), the session's length (2 bytes, big-endian), the session, then the leaf data
-/// (empty only in a store not yet converted from the layout before `layout`).
+/// big-endian), the session's length (2 bytes, big-endian), the session, then the leaves: their
+/// data (a multiple of 32 bytes; empty only in a store not yet converted from the layout before
+/// `layout`), or their count (4 bytes, big-endian) when the data is the hashes of the run's
+/// events, read from their records ([`Events`]). A tail of 4 bytes is never data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Run<'a> {
     sequence: u64,
     session: &'a str,
-    data: &'a [u8],
+    leaves: Leaves<'a>,
 }
+
+/// What a [`Run`] holds of its leaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaves<'a> {
+    /// Their data: leaves with no event behind them (a bulk load), or written before counted
+    /// runs (data format 5).
+    Data(&'a [u8]),
+    /// How many there are: their data is the hashes their events' records hold.
+    Counted(u32),
+}
+
+/// Bytes of a counted run's tail.
+const COUNT: usize = 4;
 
 impl<'a> Run<'a> {
     fn encode(&self) -> Result<Vec<u8>, LogError> {
         let len = u16::try_from(self.session.len())
             .map_err(|_| LogError::Range("a session id of over 65,535 bytes".into()))?;
-        let mut out = Vec::with_capacity(10 + self.session.len() + self.data.len());
+        let mut out = Vec::with_capacity(10 + self.session.len() + HASH * RUN_SPAN as usize);
         out.extend_from_slice(&self.sequence.to_be_bytes());
         out.extend_from_slice(&len.to_be_bytes());
         out.extend_from_slice(self.session.as_bytes());
-        out.extend_from_slice(self.data);
+        match self.leaves {
+            Leaves::Data(data) => out.extend_from_slice(data),
+            Leaves::Counted(n) => out.extend_from_slice(&n.to_be_bytes()),
+        }
         Ok(out)
     }
 
@@ -108,29 +135,51 @@ impl<'a> Run<'a> {
         let (sequence, rest) = bytes.split_first_chunk::<8>().ok_or_else(malformed)?;
         let (len, rest) = rest.split_first_chunk::<2>().ok_or_else(malformed)?;
         let len = usize::from(u16::from_be_bytes(*len));
-        if rest.len() < len || (rest.len() - len) % HASH != 0 {
+        if rest.len() < len {
             return Err(malformed());
         }
-        let (session, data) = rest.split_at(len);
+        let (session, tail) = rest.split_at(len);
+        let leaves = match <[u8; COUNT]>::try_from(tail) {
+            Ok(n) if u32::from_be_bytes(n) > 0 => Leaves::Counted(u32::from_be_bytes(n)),
+            _ if tail.len() % HASH == 0 => Leaves::Data(tail),
+            _ => return Err(malformed()),
+        };
         Ok(Self {
             sequence: u64::from_be_bytes(*sequence),
             session: std::str::from_utf8(session).map_err(|_| malformed())?,
-            data,
+            leaves,
         })
     }
 
-    /// Leaves the run holds data for.
+    /// Leaves the run holds.
     fn leaves(&self) -> u64 {
-        (self.data.len() / HASH) as u64
+        match self.leaves {
+            Leaves::Data(data) => (data.len() / HASH) as u64,
+            Leaves::Counted(n) => u64::from(n),
+        }
     }
 
-    /// The same run from its `skip`th leaf on, with `data`.
-    fn tail(&self, skip: u64, data: &'a [u8]) -> Self {
-        Self {
-            sequence: self.sequence + skip,
+    /// A run of the layout before `layout`, whose data is in entry bundles.
+    fn is_bare(&self) -> bool {
+        self.leaves == Leaves::Data(&[])
+    }
+
+    /// The same run's leaves `[from, to)` (counted from its first), `None` past its end.
+    fn part(&self, from: u64, to: u64) -> Option<Self> {
+        let leaves = match self.leaves {
+            Leaves::Data(data) => {
+                Leaves::Data(data.get(usize_of(from) * HASH..usize_of(to) * HASH)?)
+            }
+            Leaves::Counted(n) => {
+                (from < to && to <= u64::from(n)).then_some(())?;
+                Leaves::Counted(u32::try_from(to - from).ok()?)
+            }
+        };
+        Some(Self {
+            sequence: self.sequence + from,
             session: self.session,
-            data,
-        }
+            leaves,
+        })
     }
 }
 
@@ -140,6 +189,7 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), Back
     c.copy(TILES)?;
     c.copy(RUNS)?;
     c.copy(EDGE)?;
+    c.copy(RETIRED)?;
     c.copy(META)?;
     c.copy(CHECKPOINTS)?;
     c.copy(OLD_APPENDS)
@@ -149,13 +199,14 @@ pub(crate) fn copy_tables(c: &mut super::rewrite::Copier<'_>) -> Result<(), Back
 /// written before the log (events, an empty log) gets every stored event as a leaf first, in the
 /// order `(timestamp, session_id, sequence)`: redb records no commit order, and a chain's
 /// timestamps never go back.
-pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
+pub(crate) fn create_tables(db: &Database, enc: &Encryption) -> Result<(), BackendError> {
     let mut txn = db.begin_write().map_err(backend)?;
     txn.set_durability(Durability::Immediate).map_err(backend)?;
     {
         txn.open_table(TILES).map_err(backend)?;
         txn.open_table(RUNS).map_err(backend)?;
         txn.open_table(EDGE).map_err(backend)?;
+        txn.open_table(RETIRED).map_err(backend)?;
         txn.open_table(CHECKPOINTS).map_err(backend)?;
         txn.open_table(META).map_err(backend)?;
     }
@@ -163,7 +214,7 @@ pub(crate) fn create_tables(db: &Database) -> Result<(), BackendError> {
     convert(&txn).map_err(log)?;
     if size_in(&txn).map_err(log)? == 0 {
         let leaves = stored_events(&txn).map_err(log)?;
-        append_leaves(&txn, &leaves).map_err(log)?;
+        append_leaves(&txn, enc, &leaves).map_err(log)?;
     }
     txn.commit().map_err(backend)
 }
@@ -282,7 +333,7 @@ fn convert_sized(txn: &WriteTransaction) -> Result<Option<u64>, LogError> {
         let run = Run {
             sequence: u64::from_be_bytes(*sequence),
             session,
-            data: &[],
+            leaves: Leaves::Data(&[]),
         };
         old.push((first.value(), run.encode()?));
     }
@@ -325,23 +376,24 @@ fn move_data_into_runs(txn: &WriteTransaction, sized: Option<u64>) -> Result<(),
         for (i, (first, bytes)) in rows.iter().take(CHUNK).enumerate() {
             let end = rows.get(i + 1).map_or(size, |next| next.0);
             let run = Run::decode(bytes)?;
-            if !run.data.is_empty() && run.leaves() != end - first {
+            if !run.is_bare() && run.leaves() != end - first {
                 return Err(malformed());
             }
             runs.remove(*first).map_err(store)?;
             let mut at = *first;
             while at < end {
                 let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
-                let data = if run.data.is_empty() {
-                    bundles.data(&tiles, at, stop)?
+                let data;
+                let piece = if run.is_bare() {
+                    data = bundles.data(&tiles, at, stop)?;
+                    Run {
+                        sequence: run.sequence + (at - first),
+                        session: run.session,
+                        leaves: Leaves::Data(&data),
+                    }
                 } else {
-                    let part = |i: u64| usize_of(i - first) * HASH;
-                    run.data
-                        .get(part(at)..part(stop))
-                        .ok_or_else(malformed)?
-                        .to_vec()
+                    run.part(at - first, stop - first).ok_or_else(malformed)?
                 };
-                let piece = run.tail(at - first, &data);
                 runs.insert(at, piece.encode()?.as_slice()).map_err(store)?;
                 at = stop;
             }
@@ -388,7 +440,7 @@ fn old_size(
 ) -> Result<u64, LogError> {
     if let Some((first, value)) = runs.last().map_err(store)? {
         let run = Run::decode(value.value())?;
-        if !run.data.is_empty() {
+        if !run.is_bare() {
             return Ok(first.value() + run.leaves());
         }
     }
@@ -501,16 +553,73 @@ fn stored_events(txn: &WriteTransaction) -> Result<Vec<NewLeaf>, LogError> {
     Ok(found.into_iter().map(|(_, leaf)| leaf).collect())
 }
 
-/// Appends `leaves` to the log in `txn`, which also holds their events: the leaves are stored
-/// with the events or not at all. Each chain's consecutive leaves are a run with their data,
-/// stored in the edge while it fits the page and in `tlog_runs` with the edge's rows otherwise;
-/// an append that fills a level-0 tile also stores its upper levels and the tiles above it.
-pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Result<(), LogError> {
+/// Appends `leaves` to the log in `txn` with their data in their runs: leaves no event of
+/// `txn`'s store has (a bulk load), or backfilled. `enc` reads the events of counted runs before
+/// them. An append that fills a level-0 tile also stores its upper levels and the tiles above it.
+pub(crate) fn append_leaves(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    leaves: &[NewLeaf],
+) -> Result<(), LogError> {
+    append(txn, enc, leaves, None).map(drop)
+}
+
+/// The committer's append: `leaves` are the hashes of events whose records `txn` also holds, so
+/// their runs hold a count, not the data again (the bytes a commit writes are its serial cost:
+/// `bench/NOTES.md`, stop 73). `partial` is the data of the log's partial level-0 tile as the last
+/// commit left it, which saves reading it back from the events; the answer is the tile after this
+/// append, for [`PartialTile::keep`] once `txn` commits.
+pub(crate) fn append_counted(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    leaves: &[NewLeaf],
+    partial: &PartialTile,
+) -> Result<Option<Edge>, LogError> {
+    append(txn, enc, leaves, Some(partial))
+}
+
+/// The data of a log's partial level-0 tile: its leaves from the last multiple of the tile width
+/// to `size`.
+#[derive(Debug, Clone)]
+pub(crate) struct Edge {
+    size: u64,
+    data: Vec<u8>,
+}
+
+/// The committer's copy of the log's partial level-0 tile ([`Edge`]), kept between commits. It
+/// is used only while the log's size is the one it was kept for: a commit that failed left the
+/// size as it was, and anything else that appends (a bulk load) changes the size.
+#[derive(Debug, Default)]
+pub(crate) struct PartialTile(std::sync::Mutex<Option<Edge>>);
+
+impl PartialTile {
+    /// The partial tile's data when the log has `size` leaves, if this copy is of that size.
+    fn at(&self, size: u64) -> Option<Vec<u8>> {
+        let kept = self.0.lock().ok()?;
+        kept.as_ref()
+            .filter(|edge| edge.size == size)
+            .map(|edge| edge.data.clone())
+    }
+
+    /// Keeps `edge`, which a commit just made the log's.
+    pub(crate) fn keep(&self, edge: Option<Edge>) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = edge;
+        }
+    }
+}
+
+fn append(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    leaves: &[NewLeaf],
+    counted: Option<&PartialTile>,
+) -> Result<Option<Edge>, LogError> {
     // No index by event hash here: its keys are random, and a B-tree that copies each page it
     // changes would write a page per event at every commit (the 64-client resolve lost 43% to
     // it). Event hashes are found from the runs instead (`HashIndex`).
     if leaves.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let data: Vec<u8> = leaves.iter().flat_map(|l| l.event_hash).collect();
     let mut runs = txn.open_table(RUNS).map_err(store)?;
@@ -520,11 +629,24 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
     let new_size = size
         .checked_add(leaves.len() as u64)
         .ok_or_else(|| LogError::Range("the log cannot grow past 2^64 leaves".into()))?;
+    let fills = new_size / WIDTH > size / WIDTH;
+    // The leaves of the partial level-0 tile: needed when a tile fills, and by the committer
+    // for the tile it keeps.
+    let held = match counted.and_then(|kept| kept.at(size)) {
+        Some(held) => Some(held),
+        None if fills || counted.is_some() => {
+            let records = txn.open_table(EVENTS).map_err(store)?;
+            let retired = txn.open_table(RETIRED).map_err(store)?;
+            let events = Events::new(&records, Some(&retired), enc);
+            Some(leaves_data(&view, &events, size - size % WIDTH, size)?)
+        }
+        None => None,
+    };
+    let mut tile = held.unwrap_or_default();
     // `tlog_tiles` is opened only when a level-0 tile fills: other appends leave it alone.
-    if new_size / WIDTH > size / WIDTH {
-        let held = leaves_data(&view, size - size % WIDTH, size)?;
+    if fills {
         let mut tiles = txn.open_table(TILES).map_err(store)?;
-        write_full_tiles(&mut tiles, size, &held, &data)?;
+        write_full_tiles(&mut tiles, size, &tile, &data)?;
     }
     let mut rows = NewRows::after(&edge)?;
     let mut i = 0;
@@ -537,15 +659,30 @@ pub(crate) fn append_leaves(txn: &WriteTransaction, leaves: &[NewLeaf]) -> Resul
         {
             end += 1;
         }
+        let held = match counted {
+            Some(_) => Leaves::Counted(
+                u32::try_from(end - i)
+                    .map_err(|_| LogError::Range("an append of over 2^32 events".into()))?,
+            ),
+            None => Leaves::Data(&data[i * HASH..end * HASH]),
+        };
         let run = Run {
             sequence: head.sequence,
             session: &head.session_id,
-            data: &data[i * HASH..end * HASH],
+            leaves: held,
         };
         rows.push(size + i as u64, &run)?;
         i = end;
     }
-    rows.store(&mut runs, &mut edge)
+    rows.store(&mut runs, &mut edge)?;
+    Ok(counted.map(|_| {
+        tile.extend_from_slice(&data);
+        let keep = usize_of(new_size % WIDTH) * HASH;
+        Edge {
+            size: new_size,
+            data: tile.split_off(tile.len() - keep),
+        }
+    }))
 }
 
 /// Rows of runs on their way into the tables: the edge's, then an append's, each run split at
@@ -576,8 +713,7 @@ impl NewRows {
         let mut at = first;
         while at < end {
             let stop = ((at / RUN_SPAN + 1) * RUN_SPAN).min(end);
-            let data = &run.data[usize_of(at - first) * HASH..usize_of(stop - first) * HASH];
-            let piece = run.tail(at - first, data);
+            let piece = run.part(at - first, stop - first).ok_or_else(malformed)?;
             if !self.join(at, &piece)? {
                 self.rows.push((at, piece.encode()?));
             }
@@ -643,15 +779,26 @@ fn join_row(first: u64, bytes: &mut Vec<u8>, at: u64, piece: &Run<'_>) -> Result
         && run.sequence + run.leaves() == piece.sequence
         && first + run.leaves() == at
         && first / RUN_SPAN == at / RUN_SPAN;
-    if continues {
-        bytes.extend_from_slice(piece.data);
+    match (run.leaves, piece.leaves) {
+        (Leaves::Data(_), Leaves::Data(data)) if continues => bytes.extend_from_slice(data),
+        (Leaves::Counted(n), Leaves::Counted(more)) if continues => {
+            let total = n.checked_add(more).ok_or_else(malformed)?;
+            let tail = bytes.len() - COUNT;
+            bytes[tail..].copy_from_slice(&total.to_be_bytes());
+        }
+        // Another chain, a gap, another span, or one run counted and the other not.
+        _ => return Ok(false),
     }
-    Ok(continues)
+    Ok(true)
 }
 
 /// Appends leaves with `data` and no event behind them (one run of the empty session): the bulk
 /// load of proof benchmarks (`crate::testing::bulk_load_log`).
-pub(crate) fn append_bare(txn: &WriteTransaction, data: &[Hash]) -> Result<(), LogError> {
+pub(crate) fn append_bare(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    data: &[Hash],
+) -> Result<(), LogError> {
     let leaves: Vec<NewLeaf> = (0u64..)
         .zip(data)
         .map(|(sequence, hash)| NewLeaf {
@@ -660,7 +807,7 @@ pub(crate) fn append_bare(txn: &WriteTransaction, data: &[Hash]) -> Result<(), L
             sequence,
         })
         .collect();
-    append_leaves(txn, &leaves)
+    append_leaves(txn, enc, &leaves)
 }
 
 /// Stores the tiles that appending `data` to a log of `size` leaves fills, whose leaves past the
@@ -774,6 +921,35 @@ struct ReadRuns {
     edge: Option<::redb::ReadOnlyTable<u64, &'static [u8]>>,
 }
 
+/// A read transaction's tables for leaf data: the runs, and the events and retired chains that
+/// counted runs read theirs from.
+struct ReadLeaves {
+    runs: ReadRuns,
+    records: ::redb::ReadOnlyTable<(&'static str, u64), &'static [u8]>,
+    retired: Option<::redb::ReadOnlyTable<(&'static str, u64), &'static [u8]>>,
+}
+
+impl ReadLeaves {
+    fn open(txn: &::redb::ReadTransaction) -> Result<Self, LogError> {
+        let retired = match txn.open_table(RETIRED) {
+            Ok(retired) => Some(retired),
+            Err(::redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(store(e)),
+        };
+        Ok(Self {
+            runs: ReadRuns::open(txn)?,
+            records: txn.open_table(EVENTS).map_err(store)?,
+            retired,
+        })
+    }
+
+    /// The data of leaves `[from, to)`, or of those of them the log holds.
+    fn data(&self, enc: &Encryption, from: u64, to: u64) -> Result<Vec<u8>, LogError> {
+        let events = Events::new(&self.records, self.retired.as_ref(), enc);
+        leaves_data(&self.runs.view(), &events, from, to)
+    }
+}
+
 impl ReadRuns {
     /// The tables in `txn`: an error when the log has no runs table, no edge in a file opened
     /// only by a cra that kept none.
@@ -807,7 +983,7 @@ fn log_size_of<T: ReadableTable<u64, &'static [u8]>>(runs: &Runs<'_, T>) -> Resu
         return Ok(0);
     };
     let run = Run::decode(value.value())?;
-    if run.data.is_empty() {
+    if run.is_bare() {
         return Err(malformed());
     }
     Ok(first.value() + run.leaves())
@@ -828,12 +1004,18 @@ fn size_in(txn: &WriteTransaction) -> Result<u64, LogError> {
     log_size_of(&Runs::new(&runs, Some(&edge)))
 }
 
-/// The data of leaves `[from, to)`, or of those of them the log holds, read from the runs.
-fn leaves_data<T: ReadableTable<u64, &'static [u8]>>(
+/// The data of leaves `[from, to)`, or of those of them the log holds, read from the runs and,
+/// for counted runs, from `events`.
+fn leaves_data<T, E>(
     runs: &Runs<'_, T>,
+    events: &Events<'_, E>,
     from: u64,
     to: u64,
-) -> Result<Vec<u8>, LogError> {
+) -> Result<Vec<u8>, LogError>
+where
+    T: ReadableTable<u64, &'static [u8]>,
+    E: ReadableTable<(&'static str, u64), &'static [u8]>,
+{
     let mut out = Vec::with_capacity(usize_of(to.saturating_sub(from)).min(1 << 16) * HASH);
     let start = match runs.at_or_before(from)? {
         Some(row) => row.0.value(),
@@ -845,18 +1027,193 @@ fn leaves_data<T: ReadableTable<u64, &'static [u8]>>(
         let first = first.value();
         let run = Run::decode(value.value())?;
         let end = first + run.leaves();
-        if run.data.is_empty() || first > next {
+        if run.is_bare() || first > next {
             return Err(gap(next));
         }
         if end <= next {
             continue;
         }
         let stop = end.min(to);
-        let at = |i: u64| usize_of(i - first) * HASH;
-        out.extend_from_slice(&run.data[at(next)..at(stop)]);
+        match run.part(next - first, stop - first).ok_or_else(malformed)? {
+            Run {
+                leaves: Leaves::Data(data),
+                ..
+            } => out.extend_from_slice(data),
+            Run {
+                sequence, session, ..
+            } => events.hashes(session, sequence, stop - next, &mut out)?,
+        }
         next = stop;
     }
     Ok(out)
+}
+
+/// Where the data of a counted run's leaves is read: the `event_hash` of each event in its
+/// append's record (decrypted and decompressed as the chain's reads do), or, once retention
+/// removed the chain, the hashes it kept in `tlog_retired`.
+struct Events<'t, E> {
+    records: &'t E,
+    retired: Option<&'t E>,
+    enc: &'t Encryption,
+}
+
+impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
+    fn new(records: &'t E, retired: Option<&'t E>, enc: &'t Encryption) -> Self {
+        Self {
+            records,
+            retired,
+            enc,
+        }
+    }
+
+    /// Appends to `out` the hashes of `n` events of `session` from `sequence` on.
+    fn hashes(
+        &self,
+        session: &str,
+        sequence: u64,
+        n: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), LogError> {
+        let end = sequence.saturating_add(n);
+        let mut next = sequence;
+        while next < end {
+            let mut got = self.from_record(session, next, end, out)?;
+            if got == 0 {
+                got = self.from_retired(session, next, end, out)?;
+            }
+            if got == 0 {
+                return Err(LogError::Corrupt(format!(
+                    "the log's leaf for event {next} of session {session} has neither its \
+                     event nor its kept hash"
+                )));
+            }
+            next += got;
+        }
+        Ok(())
+    }
+
+    /// The stored row whose key is the last at or before `(session, sequence)` in `table`, if it
+    /// is the session's.
+    fn row_at<'r>(
+        table: &'r E,
+        session: &str,
+        sequence: u64,
+    ) -> Result<Option<(u64, ::redb::AccessGuard<'r, &'static [u8]>)>, LogError> {
+        match table
+            .range((session, 0)..=(session, sequence))
+            .map_err(store)?
+            .next_back()
+        {
+            Some(row) => {
+                let (key, value) = row.map_err(store)?;
+                Ok(Some((key.value().1, value)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Hashes of events `[next, end)` read from the record holding `next`; answers how many.
+    fn from_record(
+        &self,
+        session: &str,
+        next: u64,
+        end: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<u64, LogError> {
+        let Some((first, value)) = Self::row_at(self.records, session, next)? else {
+            return Ok(0);
+        };
+        let text = super::record::load(self.enc, EVENTS.name(), value.value()).map_err(|e| {
+            LogError::Corrupt(format!(
+                "the record of session {session} from event {first} does not read: {e}"
+            ))
+        })?;
+        let mut got = 0;
+        let lines = text.split(|b| *b == b'\n').skip(usize_of(next - first));
+        for line in lines.take(usize_of(end - next)) {
+            out.extend_from_slice(&hash_in_line(line).map_err(|reason| {
+                LogError::Corrupt(format!(
+                    "event {} of session {session}: {reason}",
+                    next + got
+                ))
+            })?);
+            got += 1;
+        }
+        Ok(got)
+    }
+
+    /// Hashes of events `[next, end)` kept when their chain was removed; answers how many.
+    fn from_retired(
+        &self,
+        session: &str,
+        next: u64,
+        end: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<u64, LogError> {
+        let Some(table) = self.retired else {
+            return Ok(0);
+        };
+        let Some((first, value)) = Self::row_at(table, session, next)? else {
+            return Ok(0);
+        };
+        let kept = value.value();
+        let from = usize_of(next - first).saturating_mul(HASH);
+        let to = usize_of(end - first).saturating_mul(HASH).min(kept.len());
+        let Some(hashes) = kept.get(from..to.max(from)) else {
+            return Ok(0);
+        };
+        out.extend_from_slice(hashes);
+        Ok((hashes.len() / HASH) as u64)
+    }
+}
+
+/// The `event_hash` of an event's wire JSON, as 32 bytes.
+fn hash_in_line(line: &[u8]) -> Result<Hash, String> {
+    #[derive(serde::Deserialize)]
+    struct Hashed<'a> {
+        #[serde(borrow)]
+        event_hash: &'a str,
+    }
+    let hashed: Hashed<'_> = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    cra_tlog::hash::from_hex(hashed.event_hash).map_err(|e| e.to_string())
+}
+
+/// Keeps the log's data of `session`'s events, whose records `txn` is about to remove with the
+/// chain: under each record's key, its events' hashes. Retention removes chains, never leaves,
+/// and a counted run reads its data from the events. Nothing is kept when the log is empty.
+pub(crate) fn retire_chain(
+    txn: &WriteTransaction,
+    enc: &Encryption,
+    session: &str,
+) -> Result<(), LogError> {
+    if size_in(txn)? == 0 {
+        return Ok(());
+    }
+    let records = txn.open_table(EVENTS).map_err(store)?;
+    let mut retired = txn.open_table(RETIRED).map_err(store)?;
+    for row in records
+        .range((session, 0)..=(session, u64::MAX))
+        .map_err(store)?
+    {
+        let (key, value) = row.map_err(store)?;
+        let first = key.value().1;
+        let text = super::record::load(enc, EVENTS.name(), value.value())
+            .map_err(|e| LogError::Corrupt(format!("the record of session {session}: {e}")))?;
+        let mut hashes = Vec::new();
+        for (i, line) in (0u64..).zip(text.split(|b| *b == b'\n')) {
+            let hash = hash_in_line(line).map_err(|reason| {
+                LogError::Corrupt(format!(
+                    "event {} of session {session}: {reason}",
+                    first + i
+                ))
+            })?;
+            hashes.extend_from_slice(&hash);
+        }
+        retired
+            .insert((session, first), hashes.as_slice())
+            .map_err(store)?;
+    }
+    Ok(())
 }
 
 /// The stored form of the level-0 tile over `entries` (leaf data), made whole.
@@ -870,7 +1227,11 @@ fn level_zero(entries: &[u8]) -> Vec<u8> {
 
 /// The tile at `key` as [`LogStore::read_tile`] answers it: entry bundles and level-0 tiles made
 /// from the runs (a partial one as wide as the log), higher tiles as stored.
-fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
+fn tile_in(
+    txn: &::redb::ReadTransaction,
+    enc: &Encryption,
+    key: TileKey,
+) -> Result<Option<Vec<u8>>, LogError> {
     if key.level != 0 && key.level != ENTRIES {
         let tiles = txn.open_table(TILES).map_err(store)?;
         return Ok(tiles
@@ -878,9 +1239,8 @@ fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>
             .map_err(store)?
             .map(|v| v.value().to_vec()));
     }
-    let runs = ReadRuns::open(txn)?;
     let first = key.index.saturating_mul(WIDTH);
-    let data = leaves_data(&runs.view(), first, first.saturating_add(WIDTH))?;
+    let data = ReadLeaves::open(txn)?.data(enc, first, first.saturating_add(WIDTH))?;
     if data.is_empty() {
         return Ok(None);
     }
@@ -896,6 +1256,7 @@ fn tile_in(txn: &::redb::ReadTransaction, key: TileKey) -> Result<Option<Vec<u8>
 /// level 4; up to 255 in the partial tile at the edge), and whether it was computed so.
 fn low_hash_in(
     txn: &::redb::ReadTransaction,
+    enc: &Encryption,
     level: u8,
     index: u64,
 ) -> Result<(Hash, bool), LogError> {
@@ -919,8 +1280,7 @@ fn low_hash_in(
             return Ok((hash, false));
         }
     }
-    let runs = ReadRuns::open(txn)?;
-    let data = leaves_data(&runs.view(), first, first.saturating_add(width))?;
+    let data = ReadLeaves::open(txn)?.data(enc, first, first.saturating_add(width))?;
     if data.len() as u64 != width * HASH as u64 {
         return Err(LogError::Corrupt(format!(
             "the log holds {} of the {width} leaves from leaf {first}",
@@ -984,20 +1344,31 @@ fn place_of(txn: &::redb::ReadTransaction, leaf_index: u64) -> Result<Option<Lea
 /// tree (`crate::backup::transfer`).
 pub(crate) fn for_each_leaf(
     txn: &::redb::ReadTransaction,
+    enc: &Encryption,
     sink: &mut dyn FnMut(Vec<NewLeaf>) -> Result<(), LogError>,
 ) -> Result<(), LogError> {
     const BATCH: usize = 4096;
-    let runs = ReadRuns::open(txn)?;
+    let tables = ReadLeaves::open(txn)?;
+    let events = Events::new(&tables.records, tables.retired.as_ref(), enc);
     let mut batch = Vec::with_capacity(BATCH);
     let mut next = 0u64;
-    for row in runs.view().range(..)? {
+    let mut counted = Vec::new();
+    for row in tables.runs.view().range(..)? {
         let (first, value) = row?;
         let run = Run::decode(value.value())?;
-        if first.value() != next || run.data.is_empty() {
+        if first.value() != next || run.is_bare() {
             return Err(gap(next));
         }
         next += run.leaves();
-        for (i, hash) in (0u64..).zip(run.data.chunks_exact(HASH)) {
+        let data = match run.leaves {
+            Leaves::Data(data) => data,
+            Leaves::Counted(n) => {
+                counted.clear();
+                events.hashes(run.session, run.sequence, u64::from(n), &mut counted)?;
+                &counted
+            }
+        };
+        for (i, hash) in (0u64..).zip(data.chunks_exact(HASH)) {
             batch.push(NewLeaf {
                 event_hash: hash.try_into().map_err(|_| malformed())?,
                 session_id: run.session.into(),
@@ -1052,7 +1423,7 @@ impl LogStore for RedbStore {
 
     fn read_tile(&self, key: TileKey) -> Result<Option<Vec<u8>>, LogError> {
         let txn = self.handle().begin_read().map_err(store)?;
-        tile_in(&txn, key)
+        tile_in(&txn, &self.config().encryption, key)
     }
 
     fn low_subtree_hash(&self, level: u8, index: u64) -> Result<Option<Hash>, LogError> {
@@ -1064,7 +1435,7 @@ impl LogStore for RedbStore {
             return Ok(Some(hash));
         }
         let txn = self.handle().begin_read().map_err(store)?;
-        let (hash, computed) = low_hash_in(&txn, level, index)?;
+        let (hash, computed) = low_hash_in(&txn, &self.config().encryption, level, index)?;
         if computed && cached {
             self.edge_hashes().put(level, index, hash);
         }
@@ -1163,7 +1534,7 @@ impl HashIndex {
         let width = crate::tlog::TILE_WIDTH as u64;
         while leaves.upto < size {
             let bundle = leaves.upto / width;
-            let data = bundle_in(&txn, bundle)?;
+            let data = bundle_in(&txn, &store.config().encryption, bundle)?;
             let end = ((bundle + 1) * width).min(size);
             for index in leaves.upto..end {
                 let at = usize::try_from(index - bundle * width).unwrap_or(usize::MAX) * 32;
@@ -1191,7 +1562,7 @@ impl HashIndex {
             .chain(leaves.more.get(&p).into_iter().flatten());
         for &index in candidates {
             let bundle = index / width;
-            let data = bundle_in(&txn, bundle)?;
+            let data = bundle_in(&txn, &store.config().encryption, bundle)?;
             let at = usize::try_from(index - bundle * width).unwrap_or(usize::MAX) * 32;
             if data.get(at..at + 32) == Some(hash.as_slice()) {
                 return Ok(Some(index));
@@ -1206,9 +1577,14 @@ fn store_err(e: impl std::fmt::Display) -> LogError {
 }
 
 /// Entry bundle `bundle`, full or at the edge.
-fn bundle_in(txn: &::redb::ReadTransaction, bundle: u64) -> Result<Vec<u8>, LogError> {
+fn bundle_in(
+    txn: &::redb::ReadTransaction,
+    enc: &Encryption,
+    bundle: u64,
+) -> Result<Vec<u8>, LogError> {
     tile_in(
         txn,
+        enc,
         TileKey {
             level: ENTRIES,
             index: bundle,
@@ -1259,7 +1635,7 @@ mod tests {
         }
     }
 
-    /// Checks the layout: every run holds its leaves' data and crosses no multiple of
+    /// Checks the layout: every run holds its leaves (their data or their count) and crosses no multiple of
     /// `RUN_SPAN`, no entry bundle is stored, and a level-0 tile is stored, as its upper levels,
     /// exactly when it is full.
     fn laid_out(store: &RedbStore, size: u64) {
@@ -1462,7 +1838,7 @@ mod tests {
                 })
                 .collect();
             let txn = store.handle().begin_write().unwrap();
-            append_leaves(&txn, &leaves).unwrap();
+            append_leaves(&txn, &store.config().encryption, &leaves).unwrap();
             txn.commit().unwrap();
             size += leaves.len() as u64;
         }
@@ -1480,6 +1856,7 @@ mod tests {
             TILES.name(),
             RUNS.name(),
             EDGE.name(),
+            RETIRED.name(),
             META.name(),
             CHECKPOINTS.name(),
         ];
@@ -1504,7 +1881,7 @@ mod tests {
         let session: std::sync::Arc<str> = "0196b5a0-0000-7000-8000-000000000001".into();
         let append = |leaves: &[NewLeaf]| {
             let txn = store.handle().begin_write().unwrap();
-            append_leaves(&txn, leaves).unwrap();
+            append_leaves(&txn, &store.config().encryption, leaves).unwrap();
             txn.commit().unwrap();
         };
         let (mut writes, mut settled) = (0u64, 0u64);
@@ -1557,7 +1934,7 @@ mod tests {
     fn for_each(store: &RedbStore) -> Vec<NewLeaf> {
         let txn = store.handle().begin_read().unwrap();
         let mut all = Vec::new();
-        for_each_leaf(&txn, &mut |batch| {
+        for_each_leaf(&txn, &store.config().encryption, &mut |batch| {
             all.extend(batch);
             Ok(())
         })
@@ -1711,7 +2088,7 @@ mod tests {
         let run = Run {
             sequence: 4,
             session: "s",
-            data: &data,
+            leaves: Leaves::Data(&data),
         };
         let txn = no_edge.begin_write().unwrap();
         txn.open_table(RUNS)
@@ -1729,5 +2106,130 @@ mod tests {
         let txn = store.handle().begin_read().unwrap();
         assert_eq!(size_read(&txn).unwrap(), store.log_size().unwrap());
         assert_eq!(size_read(&txn).unwrap(), 302);
+    }
+
+    /// Drafts of `n` notes for an append, each with a payload that makes a record of 32 of them
+    /// large enough to be compressed.
+    fn notes(from: u64, n: u64) -> Vec<cra_trace::EventDraft> {
+        (from..from + n)
+            .map(|i| cra_trace::EventDraft {
+                trace_id: "0190f5d2-8a4e-7b3c-9d1e-2f3a4b5c6d70".into(),
+                span_id: "0190f5d2-8a4e-7b3c-9d1e-100000000001".into(),
+                parent_span_id: None,
+                event_type: "test.note".into(),
+                payload: serde_json::json!({ "n": i, "text": "counted runs ".repeat(8) }),
+            })
+            .collect()
+    }
+
+    /// A store whose records are encrypted, so that counted runs read their data through the
+    /// same decryption and decompression as the chains' reads.
+    fn encrypted(dir: &std::path::Path) -> RedbStore {
+        let key = crate::encryption::StorageKey::from_bytes(&[7; crate::encryption::KEY_BYTES]);
+        let config = crate::StoreConfig {
+            encryption: Encryption::new(key, Vec::new()),
+            ..crate::StoreConfig::default()
+        };
+        RedbStore::open_with(dir, config).unwrap()
+    }
+
+    /// The tree of the hashes of `events` in order, and each hash.
+    fn tree_of(events: &[cra_trace::TraceEvent]) -> (cra_tlog::MemoryTree, Vec<Hash>) {
+        let mut tree = cra_tlog::MemoryTree::new();
+        let data: Vec<Hash> = events
+            .iter()
+            .map(|e| cra_tlog::hash::from_hex(&e.event_hash).unwrap())
+            .collect();
+        for leaf in &data {
+            tree.append(cra_tlog::leaf_hash(leaf));
+        }
+        (tree, data)
+    }
+
+    /// Whether every run of `store`'s log is counted.
+    fn all_counted(store: &RedbStore) -> bool {
+        let txn = store.handle().begin_read().unwrap();
+        let runs = ReadRuns::open(&txn).unwrap();
+        runs.view().range(..).unwrap().all(|row| {
+            let (_, value) = row.unwrap();
+            matches!(
+                Run::decode(value.value()).unwrap().leaves,
+                Leaves::Counted(_)
+            )
+        })
+    }
+
+    /// Invariant: the committer's runs hold counts, not data, and the log reads each leaf's data
+    /// from its event's record (encrypted and compressed here), so it answers the tree of the
+    /// events' hashes in commit order: its root, every tile, every leaf's place, the leaves a
+    /// move to another backend reads. A store opened again (no kept partial tile) appends on
+    /// from its events.
+    #[test]
+    fn counted_runs_read_their_leaves_from_the_events_records() {
+        use cra_trace::store::ChainStore;
+        let (mut rng, dir) = seeded();
+        let mut events = Vec::new();
+        let mut next = [0u64; 3];
+        let sessions = [
+            "0196b5a0-0000-7000-8000-000000000001",
+            "0196b5a0-0000-7000-8000-000000000002",
+            "0196b5a0-0000-7000-8000-000000000003",
+        ];
+        for round in 0..2 {
+            let store = encrypted(dir.path());
+            for _ in 0..40 {
+                let chain = rng.random_range(0..3);
+                let n = [1, 3, 32, 70][rng.random_range(0..4)];
+                events.extend(
+                    store
+                        .append(sessions[chain], notes(next[chain], n))
+                        .unwrap(),
+                );
+                next[chain] += n;
+            }
+            let (tree, data) = tree_of(&events);
+            let size = events.len() as u64;
+            assert!(all_counted(&store), "round {round}");
+            laid_out(&store, size);
+            let reader = crate::tlog::LogReader::new(&store).unwrap();
+            assert_eq!(reader.root(size).unwrap(), tree.root());
+            for (i, leaf) in (0u64..).zip(&data).step_by(37) {
+                let place = store.leaf_place(leaf).unwrap().unwrap();
+                assert_eq!(place.leaf_index, i);
+                let proof = reader.inclusion(i, size).unwrap();
+                assert_eq!(
+                    proof,
+                    cra_tlog::proof::inclusion_proof(&tree, i, size).unwrap()
+                );
+            }
+            let read: Vec<Hash> = for_each(&store).iter().map(|l| l.event_hash).collect();
+            assert_eq!(read, data);
+        }
+    }
+
+    /// Invariant: the committer's kept partial tile is used only at the size it was kept for:
+    /// leaves appended past it by anything else (a bulk load) are read from the runs.
+    #[test]
+    fn the_kept_partial_tile_is_not_used_after_another_append() {
+        use cra_trace::store::ChainStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = encrypted(dir.path());
+        let session = "0196b5a0-0000-7000-8000-000000000001";
+        let mut tree = cra_tlog::MemoryTree::new();
+        let mut push = |data: &[Hash]| {
+            for leaf in data {
+                tree.append(cra_tlog::leaf_hash(leaf));
+            }
+        };
+        let first = store.append(session, notes(0, 100)).unwrap();
+        push(&tree_of(&first).1);
+        let bulk = leaves(0, 100);
+        crate::testing::bulk_load_log(&store, &bulk).unwrap();
+        push(&bulk);
+        let second = store.append(session, notes(100, 100)).unwrap();
+        push(&tree_of(&second).1);
+        let reader = crate::tlog::LogReader::new(&store).unwrap();
+        assert_eq!(reader.root(300).unwrap(), tree.root());
+        laid_out(&store, 300);
     }
 }

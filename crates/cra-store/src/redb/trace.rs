@@ -48,6 +48,7 @@ use cra_trace::{ChainHead, EventDraft, PreparedDraft, TraceEvent};
 use super::carp::EncodedChange;
 use super::handle::DatabaseHandle;
 use super::heads::{Slot, SlotState};
+use super::tlog::{Edge, PartialTile};
 use super::{RedbStore, backend};
 use crate::chain::{HeadRecord, decode_event, decode_head, seal_all};
 use crate::collector::{Answer, Reply, check_append, settle, stopped, wait_for};
@@ -243,7 +244,12 @@ fn moved(session_id: &str) -> ChainStoreError {
 ///
 /// A database a failed commit left refusing every transaction is reopened first; a commit that
 /// fails marks it failed, one that succeeds clears the mark ([`super::handle`]).
-pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec<Append>) {
+pub(crate) fn commit_batch(
+    db: &DatabaseHandle,
+    config: &StoreConfig,
+    partial: &PartialTile,
+    batch: Vec<Append>,
+) {
     if let Err(e) = db.reopen() {
         db.mark_failed(&e);
     }
@@ -261,7 +267,7 @@ pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec
     let mut answers: Vec<Answer> = vec![None; tickets.len()];
     // Sealed appends refused here: their slots' heads are wrong.
     let mut spoiled = vec![false; tickets.len()];
-    let result = (|| -> Result<(), ChainStoreError> {
+    let result = (|| -> Result<Option<Edge>, ChainStoreError> {
         // The batch's events in the order they are written: the log's new leaves.
         let mut leaves = Vec::new();
         let mut txn = db.begin_write().map_err(unavailable)?;
@@ -359,11 +365,20 @@ pub(crate) fn commit_batch(db: &DatabaseHandle, config: &StoreConfig, batch: Vec
                     .map_err(unavailable)?;
             }
         }
-        if config.log_appends {
-            super::tlog::append_leaves(&txn, &leaves).map_err(unavailable)?;
-        }
-        txn.commit().map_err(unavailable)
+        let edge = if config.log_appends {
+            super::tlog::append_counted(&txn, &config.encryption, &leaves, partial)
+                .map_err(unavailable)?
+        } else {
+            None
+        };
+        txn.commit().map_err(unavailable)?;
+        Ok(edge)
     })();
+    let result = result.map(|edge| {
+        if edge.is_some() {
+            partial.keep(edge);
+        }
+    });
     match &result {
         Ok(()) => {
             db.clear();
@@ -598,6 +613,8 @@ fn remove_stored_chain(
             return Ok(false);
         }
         heads.remove(session_id).map_err(unavailable)?;
+        super::tlog::retire_chain(&txn, &store.config().encryption, session_id)
+            .map_err(unavailable)?;
         let mut events = txn.open_table(EVENTS).map_err(unavailable)?;
         events
             .retain_in((session_id, 0)..=(session_id, u64::MAX), |_, _| false)
@@ -656,6 +673,7 @@ mod tests {
             commit_batch(
                 store.handle(),
                 store.config(),
+                &PartialTile::default(),
                 vec![Append {
                     session_id: S.into(),
                     work: Work::Sealed {

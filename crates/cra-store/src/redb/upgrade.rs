@@ -26,8 +26,11 @@ use crate::upgrade::{UpgradePlan, UpgradeStep};
 /// older binary would leave behind the records); 3, the transparency log's leaf data in its
 /// runs, no entry bundles stored, level-0 tiles kept as their upper levels (an older binary would
 /// find no entry bundles); 4, the log's newest runs kept in `tlog_edge` (an older binary would
-/// not read them, and would append over them).
-pub const FORMAT: u64 = 4;
+/// not read them, and would append over them); 5, the committer's runs hold a count and their
+/// leaves' data is read from the events' records, kept in `tlog_retired` when retention removes
+/// a chain (an older binary would refuse a counted run as malformed, and would remove a chain's
+/// events without keeping its leaves' data).
+pub const FORMAT: u64 = 5;
 
 const FORMAT_TABLE: TableDefinition<'static, &str, u64> = TableDefinition::new("cra_format");
 const VERSION: &str = "version";

@@ -54,6 +54,7 @@ struct Inner {
     heads: heads::Heads,
     hash_index: tlog::HashIndex,
     edge_hashes: tlog::EdgeHashes,
+    low_blocks: tlog::LowBlocks,
     collector: Collector<trace::Append>,
 }
 
@@ -120,6 +121,7 @@ impl RedbStore {
                 heads: heads::Heads::default(),
                 hash_index: tlog::HashIndex::default(),
                 edge_hashes: tlog::EdgeHashes::default(),
+                low_blocks: tlog::LowBlocks::default(),
                 collector,
             }),
         })
@@ -210,6 +212,10 @@ impl RedbStore {
 
     pub(crate) fn edge_hashes(&self) -> &tlog::EdgeHashes {
         &self.inner.edge_hashes
+    }
+
+    pub(crate) fn low_blocks(&self) -> &tlog::LowBlocks {
+        &self.inner.low_blocks
     }
 }
 

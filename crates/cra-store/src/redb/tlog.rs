@@ -1048,6 +1048,9 @@ where
     Ok(out)
 }
 
+/// A row of the events' records or of `tlog_retired`: its first sequence and its value.
+type KeyedRow<'r> = (u64, ::redb::AccessGuard<'r, &'static [u8]>);
+
 /// Where the data of a counted run's leaves is read: the `event_hash` of each event in its
 /// append's record (decrypted and decompressed as the chain's reads do), or, once retention
 /// removed the chain, the hashes it kept in `tlog_retired`.
@@ -1077,9 +1080,9 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
         let end = sequence.saturating_add(n);
         let mut next = sequence;
         while next < end {
-            let mut got = self.from_record(session, next, end, out)?;
+            let mut got = self.in_record(session, next, end, out)?;
             if got == 0 {
-                got = self.from_retired(session, next, end, out)?;
+                got = self.in_retired(session, next, end, out)?;
             }
             if got == 0 {
                 return Err(LogError::Corrupt(format!(
@@ -1098,7 +1101,7 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
         table: &'r E,
         session: &str,
         sequence: u64,
-    ) -> Result<Option<(u64, ::redb::AccessGuard<'r, &'static [u8]>)>, LogError> {
+    ) -> Result<Option<KeyedRow<'r>>, LogError> {
         match table
             .range((session, 0)..=(session, sequence))
             .map_err(store)?
@@ -1113,7 +1116,7 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
     }
 
     /// Hashes of events `[next, end)` read from the record holding `next`; answers how many.
-    fn from_record(
+    fn in_record(
         &self,
         session: &str,
         next: u64,
@@ -1143,7 +1146,7 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
     }
 
     /// Hashes of events `[next, end)` kept when their chain was removed; answers how many.
-    fn from_retired(
+    fn in_retired(
         &self,
         session: &str,
         next: u64,
@@ -1257,6 +1260,7 @@ fn tile_in(
 fn low_hash_in(
     txn: &::redb::ReadTransaction,
     enc: &Encryption,
+    blocks: &LowBlocks,
     level: u8,
     index: u64,
 ) -> Result<(Hash, bool), LogError> {
@@ -1280,7 +1284,11 @@ fn low_hash_in(
             return Ok((hash, false));
         }
     }
-    let data = ReadLeaves::open(txn)?.data(enc, first, first.saturating_add(width))?;
+    let data = if level < LOW_LEVELS {
+        blocks.leaves(txn, enc, first, width)?
+    } else {
+        ReadLeaves::open(txn)?.data(enc, first, first.saturating_add(width))?
+    };
     if data.len() as u64 != width * HASH as u64 {
         return Err(LogError::Corrupt(format!(
             "the log holds {} of the {width} leaves from leaf {first}",
@@ -1289,6 +1297,51 @@ fn low_hash_in(
     }
     let hashes: Vec<Hash> = data.chunks_exact(HASH).map(cra_tlog::leaf_hash).collect();
     Ok((cra_tlog::root_of(&hashes), true))
+}
+
+/// The data of whole blocks of 16 leaves (the leaves under one node of level [`LOW_LEVELS`]),
+/// as read for the lower levels of proofs. An inclusion proof asks for a leaf and its siblings
+/// of levels 0 to 3, all in one block, one at a time; counted runs read that block from up to 16
+/// events' records, so it is read once and kept. A whole block never changes; the cache is
+/// emptied when it holds [`LowBlocks::LIMIT`] blocks.
+#[derive(Debug, Default)]
+pub(crate) struct LowBlocks(std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>);
+
+impl LowBlocks {
+    /// Blocks kept: a few proofs' worth (512 bytes each).
+    const LIMIT: usize = 64;
+
+    /// The data of leaves `[first, first + width)`, which lie in one block, or of those of them
+    /// the log holds.
+    fn leaves(
+        &self,
+        txn: &::redb::ReadTransaction,
+        enc: &Encryption,
+        first: u64,
+        width: u64,
+    ) -> Result<Vec<u8>, LogError> {
+        let block = first >> LOW_LEVELS;
+        let start = block << LOW_LEVELS;
+        let kept = self.0.lock().ok().and_then(|map| map.get(&block).cloned());
+        let data = match kept {
+            Some(data) => data,
+            None => {
+                let data = ReadLeaves::open(txn)?.data(enc, start, start + (1 << LOW_LEVELS))?;
+                if data.len() == HASH << LOW_LEVELS
+                    && let Ok(mut map) = self.0.lock()
+                {
+                    if map.len() >= Self::LIMIT {
+                        map.clear();
+                    }
+                    map.insert(block, data.clone());
+                }
+                data
+            }
+        };
+        let at = usize_of(first - start) * HASH;
+        let to = (at + usize_of(width) * HASH).min(data.len());
+        Ok(data.get(at..to).unwrap_or_default().to_vec())
+    }
 }
 
 /// Hashes of complete subtrees of level [`LOW_LEVELS`] and up computed from leaf data: those of
@@ -1435,7 +1488,8 @@ impl LogStore for RedbStore {
             return Ok(Some(hash));
         }
         let txn = self.handle().begin_read().map_err(store)?;
-        let (hash, computed) = low_hash_in(&txn, &self.config().encryption, level, index)?;
+        let enc = &self.config().encryption;
+        let (hash, computed) = low_hash_in(&txn, enc, self.low_blocks(), level, index)?;
         if computed && cached {
             self.edge_hashes().put(level, index, hash);
         }
@@ -2231,5 +2285,28 @@ mod tests {
         let reader = crate::tlog::LogReader::new(&store).unwrap();
         assert_eq!(reader.root(300).unwrap(), tree.root());
         laid_out(&store, 300);
+    }
+
+    /// Invariant: the committer's log holds no leaf's data, only its place: eight chains
+    /// appending 32 events at a time leave at most 10 bytes a leaf in the log's tables (a run's
+    /// place and count shared by its leaves, the upper levels of full level-0 tiles), where runs
+    /// holding their data take 32 more (`the_log_stores_each_leafs_data_once`).
+    #[test]
+    fn the_committers_log_holds_no_leafs_data() {
+        use cra_trace::store::ChainStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        for round in 0..16u64 {
+            for chain in 0..8u64 {
+                let session = format!("0196b5a0-0000-7000-8000-00000000000{chain}");
+                store.append(&session, notes(round * 32, 32)).unwrap();
+            }
+        }
+        let size = 16 * 8 * 32;
+        assert!(all_counted(&store));
+        laid_out(&store, size);
+        let per_leaf = log_bytes(&store) as f64 / size as f64;
+        eprintln!("the log holds {per_leaf:.1} bytes a leaf over {size} leaves");
+        assert!(per_leaf <= 10.0, "{per_leaf:.1} bytes a leaf");
     }
 }

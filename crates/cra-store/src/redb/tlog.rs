@@ -1126,23 +1126,14 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
         let Some((first, value)) = Self::row_at(self.records, session, next)? else {
             return Ok(0);
         };
-        let text = super::record::load(self.enc, EVENTS.name(), value.value()).map_err(|e| {
-            LogError::Corrupt(format!(
-                "the record of session {session} from event {first} does not read: {e}"
-            ))
-        })?;
-        let mut got = 0;
-        let lines = text.split(|b| *b == b'\n').skip(usize_of(next - first));
-        for line in lines.take(usize_of(end - next)) {
-            out.extend_from_slice(&hash_in_line(line).map_err(|reason| {
-                LogError::Corrupt(format!(
-                    "event {} of session {session}: {reason}",
-                    next + got
-                ))
-            })?);
-            got += 1;
-        }
-        Ok(got)
+        record_hashes(
+            self.enc,
+            session,
+            first,
+            value.value(),
+            next - first..end - first,
+            out,
+        )
     }
 
     /// Hashes of events `[next, end)` kept when their chain was removed; answers how many.
@@ -1168,6 +1159,34 @@ impl<'t, E: ReadableTable<(&'static str, u64), &'static [u8]>> Events<'t, E> {
         out.extend_from_slice(hashes);
         Ok((hashes.len() / HASH) as u64)
     }
+}
+
+/// Appends to `out` the hashes of the events at `lines` (counted from its first) in the stored
+/// record of `session` whose first event is `first`; answers how many it holds of them.
+fn record_hashes(
+    enc: &Encryption,
+    session: &str,
+    first: u64,
+    stored: &[u8],
+    lines: std::ops::Range<u64>,
+    out: &mut Vec<u8>,
+) -> Result<u64, LogError> {
+    let text = super::record::load(enc, EVENTS.name(), stored).map_err(|e| {
+        LogError::Corrupt(format!(
+            "the record of session {session} from event {first} does not read: {e}"
+        ))
+    })?;
+    let mut got = 0;
+    let wanted = text.split(|b| *b == b'\n').skip(usize_of(lines.start));
+    for line in wanted.take(usize_of(lines.end - lines.start)) {
+        let at = first + lines.start + got;
+        let hash = hash_in_line(line).map_err(|reason| {
+            LogError::Corrupt(format!("event {at} of session {session}: {reason}"))
+        })?;
+        out.extend_from_slice(&hash);
+        got += 1;
+    }
+    Ok(got)
 }
 
 /// The `event_hash` of an event's wire JSON, as 32 bytes.
@@ -1200,18 +1219,8 @@ pub(crate) fn retire_chain(
     {
         let (key, value) = row.map_err(store)?;
         let first = key.value().1;
-        let text = super::record::load(enc, EVENTS.name(), value.value())
-            .map_err(|e| LogError::Corrupt(format!("the record of session {session}: {e}")))?;
         let mut hashes = Vec::new();
-        for (i, line) in (0u64..).zip(text.split(|b| *b == b'\n')) {
-            let hash = hash_in_line(line).map_err(|reason| {
-                LogError::Corrupt(format!(
-                    "event {} of session {session}: {reason}",
-                    first + i
-                ))
-            })?;
-            hashes.extend_from_slice(&hash);
-        }
+        record_hashes(enc, session, first, value.value(), 0..u64::MAX, &mut hashes)?;
         retired
             .insert((session, first), hashes.as_slice())
             .map_err(store)?;

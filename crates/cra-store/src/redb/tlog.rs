@@ -977,7 +977,7 @@ impl ReadRuns {
     }
 }
 
-/// The log's size: the last run's end (every run holds its leaves' data).
+/// The log's size: the last run's end (every run holds its leaves' data or their count).
 fn log_size_of<T: ReadableTable<u64, &'static [u8]>>(runs: &Runs<'_, T>) -> Result<u64, LogError> {
     let Some((first, value)) = runs.last()? else {
         return Ok(0);
@@ -1698,9 +1698,9 @@ mod tests {
         }
     }
 
-    /// Checks the layout: every run holds its leaves (their data or their count) and crosses no multiple of
-    /// `RUN_SPAN`, no entry bundle is stored, and a level-0 tile is stored, as its upper levels,
-    /// exactly when it is full.
+    /// Checks the layout: every run holds its leaves (their data or their count) and crosses no
+    /// multiple of `RUN_SPAN`, no entry bundle is stored, and a level-0 tile is stored, as its
+    /// upper levels, exactly when it is full.
     fn laid_out(store: &RedbStore, size: u64) {
         let txn = store.handle().begin_read().unwrap();
         let runs = ReadRuns::open(&txn).unwrap();

@@ -602,9 +602,9 @@ impl PartialTile {
     }
 
     /// Keeps `edge`, which a commit just made the log's.
-    pub(crate) fn keep(&self, edge: Option<Edge>) {
+    pub(crate) fn keep(&self, edge: Edge) {
         if let Ok(mut kept) = self.0.lock() {
-            *kept = edge;
+            *kept = Some(edge);
         }
     }
 }
@@ -1866,6 +1866,30 @@ mod tests {
         let limit = EdgeHashes::LIMIT as u64;
         assert_eq!(cache.get(1, 2 * limit - 1), None, "emptied at the limit");
         assert_eq!(cache.get(1, 2 * limit), Some(hash(2 * limit)));
+    }
+
+    /// Invariant: the proofs' block cache never holds more than its limit of blocks, and a
+    /// block read from it is the block's data.
+    #[test]
+    fn the_low_block_cache_never_holds_more_than_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path()).unwrap();
+        let blocks = 3 * LowBlocks::LIMIT as u64;
+        let data = leaves(0, blocks << LOW_LEVELS);
+        crate::testing::bulk_load_log(&store, &data).unwrap();
+        let txn = store.handle().begin_read().unwrap();
+        let enc = &store.config().encryption;
+        let cache = LowBlocks::default();
+        for block in 0..blocks {
+            let first = block << LOW_LEVELS;
+            let read = cache.leaves(&txn, enc, first + 2, 2).unwrap();
+            assert_eq!(
+                read,
+                data[usize_of(first) + 2..usize_of(first) + 4].concat()
+            );
+            let held = cache.0.lock().unwrap().len();
+            assert!(held <= LowBlocks::LIMIT, "{held} blocks after {block}");
+        }
     }
 
     /// The bytes the log's tables hold (redb's count of stored keys and values, without page

@@ -374,11 +374,7 @@ pub(crate) fn commit_batch(
         txn.commit().map_err(unavailable)?;
         Ok(edge)
     })();
-    let result = result.map(|edge| {
-        if edge.is_some() {
-            partial.keep(edge);
-        }
-    });
+    let result = result.map(|edge| edge.map_or((), |edge| partial.keep(edge)));
     match &result {
         Ok(()) => {
             db.clear();
